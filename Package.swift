@@ -1,0 +1,121 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Dependencies point one way: CThreadwireProto -> ThreadwireWire (the only
+// module that sees C) ; ThreadwireCore (domain, no I/O) ; ThreadwireStore
+// (SQLite) -> Core + Wire ; ThreadwireServer (NIO, dispatch) -> all of them ;
+// the executables on top.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "threadwire",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "threadwire-server", targets: ["ThreadwireServerMain"]),
+        .executable(name: "threadwire", targets: ["ThreadwireCLI"]),
+        .library(name: "ThreadwireWire", targets: ["ThreadwireWire"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    ],
+    targets: [
+        // protoc-c output (committed; regenerate with codegen/generate.sh).
+        .target(
+            name: "CThreadwireProto",
+            path: "Sources/CThreadwireProto",
+            linkerSettings: [.linkedLibrary("protobuf-c")]
+        ),
+        .target(
+            name: "ThreadwireWire",
+            dependencies: ["CThreadwireProto"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireCore",
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireContract",
+            dependencies: ["ThreadwireCore", "ThreadwireWire"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireStore",
+            dependencies: [
+                "ThreadwireCore", "ThreadwireWire", "ThreadwireContract",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireServer",
+            dependencies: [
+                "ThreadwireCore", "ThreadwireWire", "ThreadwireStore", "ThreadwireContract", "ThreadwireNIO",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireNIO",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireClient",
+            dependencies: [
+                "ThreadwireWire", "ThreadwireNIO",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ThreadwireServerMain",
+            dependencies: [
+                "ThreadwireServer", "ThreadwireStore", "ThreadwireCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ThreadwireCLI",
+            dependencies: [
+                "ThreadwireClient", "ThreadwireWire", "ThreadwireStore", "ThreadwireCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireWireTests",
+            dependencies: ["ThreadwireWire"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireCoreTests",
+            dependencies: ["ThreadwireCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireServerTests",
+            dependencies: [
+                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireStore", "ThreadwireClient", "ThreadwireNIO",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,265 @@
+import ArgumentParser
+import Foundation
+import ThreadwireClient
+import ThreadwireWire
+
+@main
+struct CLI: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "threadwire",
+        abstract: "Drive a threadwire server by hand.",
+        subcommands: [Call.self, Health.self, ThreadCommand.self, TurnCommand.self, ModeCommand.self,
+                      AgentCommand.self, Watch.self, Import.self])
+}
+
+struct ServerOptions: ParsableArguments {
+    @Option(name: .long, help: "Server HOST:PORT.")
+    var server = ProcessInfo.processInfo.environment["THREADWIRE_SERVER"] ?? "127.0.0.1:7420"
+
+    func connect(initialize: Bool = true) async throws -> ThreadwireClient {
+        guard let colon = server.lastIndex(of: ":"), let port = Int(server[server.index(after: colon)...]) else {
+            throw ValidationError("--server must be HOST:PORT, got '\(server)'")
+        }
+        let client = try await ThreadwireClient.connect(host: String(server[..<colon]), port: port)
+        if initialize { try await client.initialize(name: "threadwire-cli") }
+        return client
+    }
+}
+
+/// Prints a result as JSON on stdout; a failure as JSON on stderr with exit 1.
+func output(_ response: Wire.Response) throws {
+    if response.code ?? 0 == 0 {
+        print(response.result.map(resultJSON)?.render(pretty: true) ?? "{}")
+    } else {
+        let error = JSONValue.object([("code", .uint(UInt64(response.code ?? 0))), ("message", .string(response.message ?? ""))])
+        FileHandle.standardError.write(Data((error.render(pretty: true) + "\n").utf8))
+        throw ExitCode(1)
+    }
+}
+
+func resultJSON(_ result: Wire.Response.Result) -> JSONValue {
+    Wire.Response(result: result).jsonValue()[result.fieldName] ?? .object([])
+}
+
+struct Call: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Call any method with JSON params (field names as in the .proto), print the JSON result.",
+        discussion: "Example: threadwire call thread/start --json '{\"multi_agent_mode\": \"PROACTIVE\"}'")
+
+    @OptionGroup var options: ServerOptions
+    @Argument(help: "Method name, e.g. thread/start, health/check, initialize.")
+    var method: String
+    @Option(help: "The params as a JSON object.")
+    var json = "{}"
+
+    func run() async throws {
+        let field = method.replacingOccurrences(of: "/", with: "_")
+        guard let params = try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "") else {
+            throw ValidationError("unknown method '\(method)'; known: \(Wire.Request.Params.fieldNames.map { $0.replacingOccurrences(of: "_", with: "/") }.joined(separator: ", "))")
+        }
+        // initialize and health/check work on a fresh connection; others initialize first.
+        let client = try await options.connect(initialize: field != "initialize" && field != "health_check")
+        defer { Task { await client.close() } }
+        try output(try await client.call(params))
+    }
+}
+
+struct Health: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Check the server's health (no initialize needed).")
+    @OptionGroup var options: ServerOptions
+    func run() async throws {
+        let client = try await options.connect(initialize: false)
+        try output(try await client.call(.healthCheck(Wire.HealthCheckParams())))
+        await client.close()
+    }
+}
+
+func parseMode(_ text: String) throws -> Wire.MultiAgentMode {
+    guard let mode = try? Wire.MultiAgentMode(json: .string(text), path: "mode"), mode != .unspecified else {
+        throw ValidationError("mode must be explicitRequestOnly or proactive, got '\(text)'")
+    }
+    return mode
+}
+
+struct ThreadCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "thread", abstract: "Start, resume, fork, read and list threads.",
+        subcommands: [Start.self, Resume.self, Fork.self, Read.self, List.self])
+
+    struct Start: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Option var model: String?
+        @Option(help: "Selected multi-agent mode: explicitRequestOnly or proactive.") var mode: String?
+        @Option(name: .customLong("config"), help: "KEY=VALUE override, e.g. features.multi_agent_v2=true.") var config: [String] = []
+        @Flag(help: "Start a review thread (pinned disabled).") var review = false
+        func run() async throws {
+            var params = Wire.ThreadStartParams(model: model)
+            params.multiAgentMode = try mode.map(parseMode)
+            params.config = try config.map { entry in
+                guard let eq = entry.firstIndex(of: "=") else { throw ValidationError("--config takes KEY=VALUE, got '\(entry)'") }
+                return Wire.KeyValue(key: String(entry[..<eq]), value: String(entry[entry.index(after: eq)...]))
+            }
+            if review { params.source = .review }
+            let client = try await options.connect()
+            try output(try await client.call(.threadStart(params)))
+            await client.close()
+        }
+    }
+
+    struct Resume: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.threadResume(Wire.ThreadResumeParams(threadId: threadID, excludeTurns: true))))
+            await client.close()
+        }
+    }
+
+    struct Fork: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.threadFork(Wire.ThreadForkParams(threadId: threadID, excludeTurns: true))))
+            await client.close()
+        }
+    }
+
+    struct Read: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Flag var turns = false
+        @Flag(help: "With --turns: also what the model was shown.") var modelRequests = false
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.threadRead(Wire.ThreadReadParams(
+                threadId: threadID, includeTurns: turns, includeModelRequests: modelRequests))))
+            await client.close()
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Option var limit: UInt32 = 20
+        @Flag var archived = false
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived))))
+            await client.close()
+        }
+    }
+}
+
+struct TurnCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "turn", abstract: "Start or interrupt turns.", subcommands: [Start.self, Interrupt.self])
+
+    struct Start: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Start a turn and print its notifications until it completes.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Argument(help: "The input text (lines starting with #tool, #hold, #fail script the embedded model).") var text: String
+        @Option var model: String?
+        @Option(help: "Sticky mode for this and later turns: explicitRequestOnly, proactive or clear.") var mode: String?
+        @Flag(help: "Return right after the response.") var noWait = false
+        func run() async throws {
+            var params = Wire.TurnStartParams(threadId: threadID, input: [Wire.UserInput(content: .text(text))], model: model)
+            if let mode { params.multiAgentModeUpdate = mode == "clear" ? .clearMultiAgentMode(true) : .multiAgentMode(try parseMode(mode)) }
+            let client = try await options.connect()
+            let response = try await client.call(.turnStart(params))
+            try output(response)
+            guard !noWait, case let .turnStart(result)? = response.result, let turnID = result.turn?.id else { return }
+            for await notification in client.notifications {
+                writeLine(notification.jsonValue().render())
+                if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID, done.threadId == threadID { break }
+            }
+            await client.close()
+        }
+    }
+
+    struct Interrupt: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Argument var turnID: String
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turnID))))
+            await client.close()
+        }
+    }
+}
+
+struct ModeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mode", abstract: "Show or change a thread's selected multi-agent mode.",
+        subcommands: [Show.self, Set.self])
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the selected mode, the pinned runtime and the last turn's effective mode.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        func run() async throws {
+            let client = try await options.connect()
+            let result = try await client.result(.threadRead(Wire.ThreadReadParams(threadId: threadID, includeTurns: true)))
+            guard case let .threadRead(read) = result, let thread = read.thread else { throw ExitCode(1) }
+            let effective = thread.turns.last?.context?.effectiveMultiAgentMode
+            print("selected:  \(thread.multiAgentMode.map { "\($0)" } ?? "unset")")
+            print("effective: \(thread.turns.isEmpty ? "(no turn yet)" : effective.map { "\($0)" } ?? "none (not applicable)") (last turn)")
+            print("runtime:   \(thread.multiAgentRuntime.map { $0 == .unspecified ? "unresolved (first turn decides)" : "\($0)" } ?? "unresolved")")
+            await client.close()
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Select explicitRequestOnly or proactive, or clear the selection.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Argument(help: "explicitRequestOnly, proactive or clear.") var mode: String
+        func run() async throws {
+            var params = Wire.ThreadSettingsUpdateParams(threadId: threadID)
+            params.multiAgentModeUpdate = mode == "clear" ? .clearMultiAgentMode(true) : .multiAgentMode(try parseMode(mode))
+            let client = try await options.connect()
+            try output(try await client.call(.threadSettingsUpdate(params)))
+            await client.close()
+        }
+    }
+}
+
+struct AgentCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "agent", abstract: "Spawn child agents.", subcommands: [Spawn.self])
+
+    struct Spawn: AsyncParsableCommand {
+        @OptionGroup var options: ServerOptions
+        @Argument var parentThreadID: String
+        @Option var message: String?
+        @Option var model: String?
+        @Option var taskName: String?
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.agentSpawn(Wire.AgentSpawnParams(
+                parentThreadId: parentThreadID, message: message, model: model, taskName: taskName))))
+            await client.close()
+        }
+    }
+}
+
+struct Watch: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Subscribe to threads and print notifications as JSON lines.")
+    @OptionGroup var options: ServerOptions
+    @Argument(help: "Threads to watch (each is resumed, which subscribes).") var threadIDs: [String]
+    func run() async throws {
+        let client = try await options.connect()
+        for id in threadIDs {
+            _ = try await client.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true)))
+        }
+        for await notification in client.notifications {
+            writeLine(notification.jsonValue().render())
+        }
+    }
+}
+
+/// Unbuffered, so `watch` output reaches a pipe as it happens.
+func writeLine(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}

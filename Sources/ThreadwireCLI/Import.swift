@@ -1,0 +1,2 @@
+import ArgumentParser
+struct Import: AsyncParsableCommand { func run() async throws {} }

@@ -1,0 +1,188 @@
+import NIOConcurrencyHelpers
+public import NIOCore
+import NIOPosix
+public import ThreadwireNIO
+public import ThreadwireWire
+
+public enum ClientError: Error, Equatable, CustomStringConvertible {
+    /// The server answered with a non-OK status.
+    case status(code: UInt32, message: String)
+    case connectionClosed
+    case unexpectedResult(String)
+
+    public var description: String {
+        switch self {
+        case let .status(code, message): return "status \(code): \(message)"
+        case .connectionClosed: return "the connection closed before the response arrived"
+        case let .unexpectedResult(what): return "unexpected result: \(what)"
+        }
+    }
+}
+
+/// A threadwire connection: pipelined calls matched by id, plus the stream of
+/// notifications and of responses that carry no id (protocol errors).
+public final class ThreadwireClient: Sendable {
+    private let channel: any Channel
+    private let state: ClientState
+    public let notifications: AsyncStream<Wire.Notification>
+    /// Responses the server could not tie to a request (undecodable frames, framing errors).
+    public let unmatchedResponses: AsyncStream<Wire.Response>
+
+    public static func connect(host: String, port: Int, maxFrameBytes: Int = Framing.defaultMaxFrameBytes) async throws -> ThreadwireClient {
+        let (notifications, notificationSink) = AsyncStream<Wire.Notification>.makeStream()
+        let (unmatched, unmatchedSink) = AsyncStream<Wire.Response>.makeStream()
+        let state = ClientState(notifications: notificationSink, unmatched: unmatchedSink)
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
+                        MessageToByteHandler(FrameEncoder()),
+                        ClientHandler(state: state),
+                    ])
+                }
+            }
+            .connect(host: host, port: port)
+            .get()
+        return ThreadwireClient(channel: channel, state: state, notifications: notifications, unmatched: unmatched)
+    }
+
+    private init(channel: any Channel, state: ClientState, notifications: AsyncStream<Wire.Notification>, unmatched: AsyncStream<Wire.Response>) {
+        self.channel = channel
+        self.state = state
+        self.notifications = notifications
+        self.unmatchedResponses = unmatched
+    }
+
+    /// Sends one request and waits for its response (any status).
+    public func call(_ params: Wire.Request.Params?, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = []) async throws -> Wire.Response {
+        let id = state.nextID()
+        let request = Wire.Request(id: id, timeoutMs: timeoutMs, metadata: metadata, params: params)
+        return try await withCheckedThrowingContinuation { continuation in
+            guard state.register(id, continuation) else {
+                continuation.resume(throwing: ClientError.connectionClosed)
+                return
+            }
+            channel.writeAndFlush(Wire.Envelope(kind: .request(request)).serializedBytes()).whenFailure { _ in
+                self.state.fail(id)
+            }
+        }
+    }
+
+    /// Sends one request and returns its result, throwing on a non-OK status.
+    public func result(_ params: Wire.Request.Params, timeoutMs: UInt32? = nil) async throws -> Wire.Response.Result {
+        let response = try await call(params, timeoutMs: timeoutMs)
+        guard response.code ?? 0 == 0 else { throw ClientError.status(code: response.code ?? 0, message: response.message ?? "") }
+        guard let result = response.result else { throw ClientError.unexpectedResult("OK without a result") }
+        return result
+    }
+
+    /// Writes raw bytes (tests and tools that replay captured frames).
+    public func sendRaw(_ bytes: [UInt8]) async throws {
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        // Written from the decoder's position, which is before the frame
+        // encoder: these bytes are already framed.
+        try await channel.pipeline.context(handlerType: ByteToMessageHandler<FrameDecoder>.self).flatMap { context in
+            context.writeAndFlush(NIOAny(buffer))
+        }.get()
+    }
+
+    /// initialize with a client name.
+    @discardableResult
+    public func initialize(name: String = "threadwire-swift", optOut: [String] = []) async throws -> Wire.InitializeResult {
+        let result = try await self.result(.initialize(Wire.InitializeParams(
+            clientInfo: Wire.ClientInfo(name: name, version: "0.1.0"), protocolVersion: 1,
+            capabilities: Wire.Capabilities(optOutNotificationMethods: optOut))))
+        guard case let .initialize(value) = result else { throw ClientError.unexpectedResult("\(result)") }
+        return value
+    }
+
+    public var isActive: Bool { channel.isActive }
+
+    public func close() async {
+        try? await channel.close()
+    }
+
+    /// Completes when the server closes the connection.
+    public func waitUntilClosed() async {
+        try? await channel.closeFuture.get()
+    }
+}
+
+final class ClientState: Sendable {
+    private struct Inner {
+        var nextID: UInt64 = 0
+        var pending: [UInt64: CheckedContinuation<Wire.Response, any Error>] = [:]
+        var closed = false
+    }
+    private let inner = NIOLockedValueBox(Inner())
+    let notifications: AsyncStream<Wire.Notification>.Continuation
+    let unmatched: AsyncStream<Wire.Response>.Continuation
+
+    init(notifications: AsyncStream<Wire.Notification>.Continuation, unmatched: AsyncStream<Wire.Response>.Continuation) {
+        self.notifications = notifications
+        self.unmatched = unmatched
+    }
+
+    func nextID() -> UInt64 { inner.withLockedValue { $0.nextID += 1; return $0.nextID } }
+
+    func register(_ id: UInt64, _ continuation: CheckedContinuation<Wire.Response, any Error>) -> Bool {
+        inner.withLockedValue { inner in
+            if inner.closed { return false }
+            inner.pending[id] = continuation
+            return true
+        }
+    }
+
+    func resolve(_ response: Wire.Response) {
+        guard let id = response.id, let continuation = inner.withLockedValue({ $0.pending.removeValue(forKey: id) }) else {
+            unmatched.yield(response)
+            return
+        }
+        continuation.resume(returning: response)
+    }
+
+    func fail(_ id: UInt64) {
+        inner.withLockedValue { $0.pending.removeValue(forKey: id) }?.resume(throwing: ClientError.connectionClosed)
+    }
+
+    func closeAll() {
+        let pending = inner.withLockedValue { inner -> [CheckedContinuation<Wire.Response, any Error>] in
+            inner.closed = true
+            defer { inner.pending.removeAll() }
+            return Array(inner.pending.values)
+        }
+        for continuation in pending { continuation.resume(throwing: ClientError.connectionClosed) }
+        notifications.finish()
+        unmatched.finish()
+    }
+}
+
+final class ClientHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+
+    let state: ClientState
+    init(state: ClientState) { self.state = state }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var payload = unwrapInboundIn(data)
+        let bytes = payload.readBytes(length: payload.readableBytes) ?? []
+        guard let envelope = try? Wire.Envelope(serializedBytes: bytes) else { return }
+        switch envelope.kind {
+        case let .response(response)?: state.resolve(response)
+        case let .notification(notification)?: state.notifications.yield(notification)
+        default: break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        state.closeAll()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,118 @@
+/// Feature flags that decide a new thread's runtime (and the mode gate).
+public struct FeatureFlags: Sendable, Equatable, Codable {
+    /// `features.multi_agent` (Collab): stable, default on.
+    public var multiAgent: Bool = true
+    /// `features.multi_agent_v2`: default off.
+    public var multiAgentV2: Bool = false
+    /// `features.multi_agent_mode`: the mode gate, default off.
+    public var multiAgentMode: Bool = false
+
+    public init(multiAgent: Bool = true, multiAgentV2: Bool = false, multiAgentMode: Bool = false) {
+        self.multiAgent = multiAgent
+        self.multiAgentV2 = multiAgentV2
+        self.multiAgentMode = multiAgentMode
+    }
+}
+
+/// The settings of one thread that come from config: server config plus the
+/// thread's own overrides. Children inherit their parent's.
+public struct ThreadConfig: Sendable, Equatable {
+    public var flags = FeatureFlags()
+    /// `agents.max_threads`: V1's cap on concurrent child agents.
+    public var maxThreads = 6
+    /// `agents.max_depth`: root is 0; a child deeper than this is refused.
+    public var maxDepth = 1
+    /// `multi_agent_v2.max_concurrent_threads_per_session`: includes the root.
+    public var maxConcurrentThreadsPerSession = 4
+    /// `multi_agent_v2.usage_hint_enabled`.
+    public var usageHintEnabled = true
+
+    public init() {}
+
+    public static let overridableKeys = [
+        "features.multi_agent", "features.multi_agent_v2", "features.multi_agent_mode",
+        "agents.max_threads", "agents.max_depth",
+        "multi_agent_v2.max_concurrent_threads_per_session", "multi_agent_v2.usage_hint_enabled",
+    ]
+
+    /// Applies `key=value` overrides; an unknown key or bad value is an invalid argument naming it.
+    public func applying(_ overrides: [(key: String, value: String)]) throws(DomainError) -> ThreadConfig {
+        var config = self
+        for (key, value) in overrides {
+            func bool() throws(DomainError) -> Bool {
+                switch value.lowercased() {
+                case "true", "1", "on": return true
+                case "false", "0", "off": return false
+                default: throw .invalidArgument("config '\(key)' must be true or false, got '\(value)'")
+                }
+            }
+            func positive() throws(DomainError) -> Int {
+                guard let n = Int(value), n >= 1, n <= 1_000 else {
+                    throw .invalidArgument("config '\(key)' must be an integer from 1 to 1000, got '\(value)'")
+                }
+                return n
+            }
+            switch key {
+            case "features.multi_agent": config.flags.multiAgent = try bool()
+            case "features.multi_agent_v2": config.flags.multiAgentV2 = try bool()
+            case "features.multi_agent_mode": config.flags.multiAgentMode = try bool()
+            case "agents.max_threads": config.maxThreads = try positive()
+            case "agents.max_depth": config.maxDepth = try positive()
+            case "multi_agent_v2.max_concurrent_threads_per_session":
+                let n = try positive()
+                guard n >= 2 else { throw .invalidArgument("config '\(key)' must be at least 2 (it counts the root)") }
+                config.maxConcurrentThreadsPerSession = n
+            case "multi_agent_v2.usage_hint_enabled": config.usageHintEnabled = try bool()
+            default:
+                throw .invalidArgument("config key '\(key)' is not overridable; allowed: \(Self.overridableKeys.joined(separator: ", "))")
+            }
+        }
+        return config
+    }
+
+    /// The concurrency cap on open child agents in one agent tree.
+    public func childAgentCap(for runtime: MultiAgentRuntime) -> (limit: Int, name: String) {
+        switch runtime {
+        case .v2:
+            return (maxConcurrentThreadsPerSession - 1, "multi_agent_v2.max_concurrent_threads_per_session - 1")
+        case .v1, .disabled:
+            return (maxThreads, "agents.max_threads")
+        }
+    }
+}
+
+/// The model catalog: models with an optional runtime selector.
+public struct ModelCatalog: Sendable, Equatable {
+    public struct Entry: Sendable, Equatable {
+        public var slug: String
+        /// The raw selector string; an unknown value counts as absent so newer
+        /// catalogs don't break older servers.
+        public var multiAgentVersion: String?
+        public init(slug: String, multiAgentVersion: String? = nil) {
+            self.slug = slug
+            self.multiAgentVersion = multiAgentVersion
+        }
+    }
+
+    public var entries: [Entry]
+    public init(entries: [Entry] = []) { self.entries = entries }
+
+    public func selector(forModel model: String) -> MultiAgentRuntime? {
+        guard let raw = entries.first(where: { $0.slug == model })?.multiAgentVersion else { return nil }
+        return MultiAgentRuntime(rawValue: raw)
+    }
+}
+
+/// Everything the server reads from its config file.
+public struct ServerSettings: Sendable, Equatable {
+    public var defaultModel = "echo-1"
+    public var baseInstructions = "You are a coding assistant working in a threadwire thread."
+    public var threadDefaults = ThreadConfig()
+    public var catalog = ModelCatalog()
+    /// The selection thread/start applies when the client gives none.
+    public var defaultMultiAgentMode: MultiAgentMode?
+    public var rootUsageHint = "You can delegate work to sub-agents with spawn_agent and collect results with wait_agent."
+    public var subagentUsageHint = "You are a sub-agent. Finish the task you were given and report back concisely."
+
+    public init() {}
+}

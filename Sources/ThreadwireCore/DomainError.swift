@@ -1,0 +1,18 @@
+/// A request-scoped failure whose message reaches the client. The server maps
+/// each case to one status code, in one place.
+public enum DomainError: Error, Equatable, CustomStringConvertible {
+    case invalidArgument(String)
+    case notFound(String)
+    case failedPrecondition(String)
+    case resourceExhausted(String)
+    case unavailable(String)
+    case `internal`(String)
+
+    public var description: String {
+        switch self {
+        case let .invalidArgument(m), let .notFound(m), let .failedPrecondition(m),
+             let .resourceExhausted(m), let .unavailable(m), let .internal(m):
+            return m
+        }
+    }
+}

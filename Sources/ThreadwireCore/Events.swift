@@ -1,0 +1,94 @@
+/// Identifies one client connection to the engine.
+public typealias ConnectionID = UInt64
+
+public enum ThreadStatus: Sendable, Equatable {
+    case notLoaded, idle
+    case active(TurnID)
+}
+
+/// A thread's sticky next-turn settings as reported to clients.
+public struct ThreadSettingsView: Sendable, Equatable {
+    public var model: String
+    public var cwd: String
+    public var selectedMode: MultiAgentMode?
+    public var runtime: MultiAgentRuntime?
+}
+
+/// A thread as reported to clients.
+public struct ThreadView: Sendable, Equatable {
+    public var record: ThreadRecord
+    public var status: ThreadStatus
+    /// Filled only when turns were asked for.
+    public var turns: [TurnRecord]?
+    /// Filled only when model requests were asked for (they index into it).
+    public var history: [ContextItem]?
+
+    public var settings: ThreadSettingsView {
+        ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime)
+    }
+
+    /// The model requests of a turn, materialised from the append-only history.
+    public func modelRequests(of turn: TurnRecord, baseInstructions: String) -> [ModelRequest] {
+        guard let history else { return [] }
+        return turn.modelRequests.map { ref in
+            ModelRequest(
+                model: ref.model,
+                context: [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)]
+                    + history.prefix(ref.contextCount),
+                tools: ref.tools)
+        }
+    }
+}
+
+public enum ThreadEvent: Sendable, Equatable {
+    case threadStarted(ThreadView)
+    case statusChanged(ThreadID, ThreadStatus)
+    case archived(ThreadID)
+    case unarchived(ThreadID)
+    case closed(ThreadID)
+    case settingsUpdated(ThreadID, ThreadSettingsView)
+    case turnStarted(ThreadID, TurnRecord)
+    case turnCompleted(ThreadID, TurnRecord)
+    case itemStarted(ThreadID, TurnID, ItemRecord)
+    case itemCompleted(ThreadID, TurnID, ItemRecord)
+}
+
+public struct Delivery: Sendable, Equatable {
+    public var event: ThreadEvent
+    public var recipients: [ConnectionID]
+}
+
+/// Where the engine sends notifications. `deliver` must keep the order of
+/// calls per recipient.
+public protocol EventSink: Sendable {
+    func deliver(_ deliveries: [Delivery])
+}
+
+/// A result plus what must happen after the response is sent: notifications
+/// first, then follow-up work (e.g. running the turn), so a client always sees
+/// the response before the events it caused.
+public struct Outcome<Value: Sendable>: Sendable {
+    public var value: Value
+    public var deliveries: [Delivery]
+    public var afterward: (@Sendable () async -> Void)?
+
+    public init(_ value: Value, deliveries: [Delivery] = [], afterward: (@Sendable () async -> Void)? = nil) {
+        self.value = value
+        self.deliveries = deliveries
+        self.afterward = afterward
+    }
+}
+
+/// How a request names a change to the selected mode: omitted keeps it.
+public enum ModeUpdate: Sendable, Equatable {
+    case keep, clear
+    case set(MultiAgentMode)
+
+    func applied(to current: MultiAgentMode?) -> MultiAgentMode? {
+        switch self {
+        case .keep: return current
+        case .clear: return nil
+        case let .set(mode): return mode
+        }
+    }
+}

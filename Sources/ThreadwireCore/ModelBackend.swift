@@ -1,0 +1,57 @@
+import Foundation
+
+/// What a model call produces.
+public enum ModelOutput: Sendable, Equatable {
+    case message(String)
+    case toolCall(name: String, arguments: String, callID: String)
+}
+
+/// The seam a real model provider plugs into. `respond` may suspend for as long
+/// as the model takes; cancellation means the turn was interrupted.
+public protocol ModelBackend: Sendable {
+    func respond(to request: ModelRequest) async throws -> [ModelOutput]
+}
+
+/// The embedded, offline, deterministic backend. It echoes the user's input and
+/// can be scripted by lines of that input:
+///   `#tool NAME {json}`  emit a tool call on the turn's first model call
+///   `#hold`              keep the turn running until it is interrupted
+///   `#fail`              fail the turn
+public struct ScriptedEchoBackend: ModelBackend {
+    public init() {}
+
+    public func respond(to request: ModelRequest) async throws -> [ModelOutput] {
+        // The current turn's input is the newest user input; tool outputs after
+        // it mean the scripted calls already ran.
+        guard let inputIndex = request.context.lastIndex(where: { $0.kind == .userInput }) else {
+            return [.message("echo: (no input)")]
+        }
+        let input = request.context[inputIndex].text
+        let afterInput = request.context[(inputIndex + 1)...]
+        let lines = input.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#fail" }) {
+            throw ScriptedFailure()
+        }
+        if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#hold" }) {
+            while true { try await Task.sleep(nanoseconds: 3_600_000_000_000) }
+        }
+        let plain = lines.filter { !$0.hasPrefix("#") }.joined(separator: "\n")
+        let toolsAlreadyRan = afterInput.contains { $0.kind == .toolOutput }
+        if !toolsAlreadyRan {
+            var calls: [ModelOutput] = []
+            for (index, line) in lines.enumerated() where line.hasPrefix("#tool ") {
+                let rest = line.dropFirst("#tool ".count)
+                let name = String(rest.prefix { $0 != " " })
+                let arguments = rest.dropFirst(name.count).trimmingCharacters(in: .whitespaces)
+                calls.append(.toolCall(name: name, arguments: arguments.isEmpty ? "{}" : arguments, callID: "call_\(index)"))
+            }
+            if !calls.isEmpty { return calls }
+        }
+        return [.message("echo: " + plain)]
+    }
+}
+
+public struct ScriptedFailure: Error, CustomStringConvertible {
+    public var description: String { "the scripted backend was asked to fail (#fail)" }
+}
+

@@ -1,0 +1,201 @@
+import Foundation
+
+public typealias ThreadID = String
+public typealias TurnID = String
+
+/// Unix milliseconds; the store keeps them as-is.
+public typealias Millis = Int64
+
+public func nowMillis() -> Millis { Millis((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+/// Time-ordered unique ids (UUIDv7 layout), so ids sort by creation.
+public func newID() -> String {
+    var bytes = [UInt8](repeating: 0, count: 16)
+    let millis = UInt64(nowMillis())
+    for i in 0..<6 { bytes[i] = UInt8((millis >> (8 * (5 - UInt64(i)))) & 0xff) }
+    var random = SystemRandomNumberGenerator()
+    for i in 6..<16 { bytes[i] = random.next() }
+    bytes[6] = (bytes[6] & 0x0f) | 0x70
+    bytes[8] = (bytes[8] & 0x3f) | 0x80
+    let hex = bytes.map { String(format: "%02x", $0) }.joined()
+    let parts = [hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4), hex.dropFirst(20)]
+    return parts.joined(separator: "-")
+}
+
+/// A thread's stored metadata.
+public struct ThreadRecord: Sendable, Equatable {
+    public var id: ThreadID
+    public var sessionID: ThreadID
+    public var forkedFromID: ThreadID?
+    public var parentID: ThreadID?
+    public var source: ThreadSourceKind
+    public var depth: Int
+    public var taskName: String?
+    public var nickname: String?
+    public var preview: String = ""
+    public var name: String?
+    public var createdAt: Millis
+    public var updatedAt: Millis
+    public var archived = false
+    /// The pinned runtime; nil while unresolved (new) or unpinned (legacy).
+    public var runtime: MultiAgentRuntime?
+    /// True for a thread whose history recorded no runtime (imported rollouts):
+    /// it is pinned to V1 on first resume.
+    public var legacy = false
+    /// The client's selection; nil = unset. Stored apart from any effective mode.
+    public var selectedMode: MultiAgentMode?
+    public var model: String
+    public var cwd: String
+    public var baseInstructions: String?
+    public var configOverrides: [KeyValuePair] = []
+
+    public init(
+        id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,
+        createdAt: Millis, model: String, cwd: String
+    ) {
+        self.id = id
+        self.sessionID = sessionID
+        self.source = source
+        self.depth = depth
+        self.createdAt = createdAt
+        self.updatedAt = createdAt
+        self.model = model
+        self.cwd = cwd
+    }
+}
+
+public struct KeyValuePair: Sendable, Equatable, Codable {
+    public var key: String
+    public var value: String
+    public init(key: String, value: String) { self.key = key; self.value = value }
+}
+
+public enum ContextRole: String, Sendable { case system, developer, user, assistant, tool }
+
+public enum ContextKind: String, Sendable {
+    case baseInstructions, usageHint, multiAgentMode, userInput, assistantMessage, toolCall, toolOutput
+    case subagentNotification, mailbox, interruptionMarker
+}
+
+/// One model-visible history item.
+public struct ContextItem: Sendable, Equatable {
+    public var role: ContextRole
+    public var kind: ContextKind
+    public var text: String
+    public var toolName: String?
+    public var callID: String?
+
+    public init(role: ContextRole, kind: ContextKind, text: String, toolName: String? = nil, callID: String? = nil) {
+        self.role = role
+        self.kind = kind
+        self.text = text
+        self.toolName = toolName
+        self.callID = callID
+    }
+}
+
+public struct ToolSpec: Sendable, Equatable {
+    public var name: String
+    public var namespace: String
+    public var description: String
+    public init(name: String, namespace: String, description: String) {
+        self.name = name
+        self.namespace = namespace
+        self.description = description
+    }
+}
+
+/// Exactly what one model call saw.
+public struct ModelRequest: Sendable, Equatable {
+    public var model: String
+    public var context: [ContextItem]
+    public var tools: [ToolSpec]
+    public init(model: String, context: [ContextItem], tools: [ToolSpec]) {
+        self.model = model
+        self.context = context
+        self.tools = tools
+    }
+}
+
+/// A stored model request: the history is append-only, so the context it saw
+/// is exactly the first `contextCount` history items.
+public struct ModelRequestRecord: Sendable, Equatable {
+    public var model: String
+    public var contextCount: Int
+    public var tools: [ToolSpec]
+    public init(model: String, contextCount: Int, tools: [ToolSpec]) {
+        self.model = model
+        self.contextCount = contextCount
+        self.tools = tools
+    }
+}
+
+public enum TurnStatus: String, Sendable { case inProgress, completed, interrupted, failed }
+
+public enum ItemType: String, Sendable { case userMessage, agentMessage, collabToolCall }
+
+public struct ItemRecord: Sendable, Equatable {
+    public var id: String
+    public var type: ItemType
+    public var text: String?
+    public var toolName: String?
+    public var toolArguments: String?
+    public var toolOutput: String?
+    public var receiverThreadID: ThreadID?
+
+    public init(id: String = newID(), type: ItemType, text: String? = nil) {
+        self.id = id
+        self.type = type
+        self.text = text
+    }
+}
+
+/// The settings a turn ran with; persisted with every turn.
+public struct TurnContext: Sendable, Equatable {
+    public var model: String
+    /// nil only in turns imported from legacy rollouts that recorded none.
+    public var runtime: MultiAgentRuntime?
+    public var effectiveMode: MultiAgentMode?
+    public var cwd: String
+    public init(model: String, runtime: MultiAgentRuntime?, effectiveMode: MultiAgentMode?, cwd: String) {
+        self.model = model
+        self.runtime = runtime
+        self.effectiveMode = effectiveMode
+        self.cwd = cwd
+    }
+}
+
+public struct TurnRecord: Sendable, Equatable {
+    public var id: TurnID
+    public var threadID: ThreadID
+    public var sequence: Int
+    public var status: TurnStatus
+    public var error: String?
+    public var startedAt: Millis
+    public var completedAt: Millis?
+    public var items: [ItemRecord]
+    public var context: TurnContext
+    public var modelRequests: [ModelRequestRecord] = []
+
+    public init(id: TurnID, threadID: ThreadID, sequence: Int, startedAt: Millis, items: [ItemRecord], context: TurnContext) {
+        self.id = id
+        self.threadID = threadID
+        self.sequence = sequence
+        self.status = .inProgress
+        self.startedAt = startedAt
+        self.items = items
+        self.context = context
+    }
+}
+
+/// A thread with its whole stored state.
+public struct StoredThread: Sendable, Equatable {
+    public var record: ThreadRecord
+    public var history: [ContextItem]
+    public var turns: [TurnRecord]
+    public init(record: ThreadRecord, history: [ContextItem], turns: [TurnRecord]) {
+        self.record = record
+        self.history = history
+        self.turns = turns
+    }
+}

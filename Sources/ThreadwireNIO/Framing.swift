@@ -1,0 +1,88 @@
+public import NIOCore
+
+/// gRPC-style framing: 1 flags byte + 4-byte big-endian length + payload.
+public enum Framing {
+    public static let headerSize = 5
+    public static let defaultMaxFrameBytes = 4 * 1024 * 1024
+    /// Bit 0 ("compressed") is reserved until a compression is negotiated;
+    /// no other bit is defined, so every flag bit must be 0.
+    public static let definedFlags: UInt8 = 0
+
+    /// One whole frame's header and payload bytes.
+    public static func frame(_ payload: [UInt8]) -> [UInt8] {
+        let length = UInt32(payload.count)
+        return [0, UInt8(length >> 24), UInt8((length >> 16) & 0xff), UInt8((length >> 8) & 0xff), UInt8(length & 0xff)] + payload
+    }
+}
+
+/// A protocol violation in the byte stream: the connection cannot continue
+/// because the frame boundary is lost.
+public enum FrameError: Error, Equatable, CustomStringConvertible {
+    case undefinedFlags(UInt8)
+    case frameTooLarge(length: Int, limit: Int)
+    case truncated(bufferedBytes: Int)
+
+    public var description: String {
+        switch self {
+        case let .undefinedFlags(flags):
+            return "frame flags 0x\(String(flags, radix: 16)) set undefined bits (compression is not negotiated; flags must be 0)"
+        case let .frameTooLarge(length, limit):
+            return "frame length \(length) exceeds the maximum of \(limit) bytes"
+        case let .truncated(count):
+            return "connection closed in the middle of a frame (\(count) bytes buffered)"
+        }
+    }
+}
+
+/// Splits the stream into frame payloads. The length is checked against the
+/// limit from the header alone, before any payload is buffered.
+public struct FrameDecoder: ByteToMessageDecoder {
+    public typealias InboundOut = ByteBuffer
+
+    public let maxFrameBytes: Int
+
+    public init(maxFrameBytes: Int = Framing.defaultMaxFrameBytes) {
+        self.maxFrameBytes = maxFrameBytes
+    }
+
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let payload = try Self.nextFrame(&buffer, maxFrameBytes: maxFrameBytes) else { return .needMoreData }
+        context.fireChannelRead(Self.wrapInboundOut(payload))
+        return .continue
+    }
+
+    public mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        if buffer.readableBytes > 0 {
+            let count = buffer.readableBytes
+            buffer.moveReaderIndex(forwardBy: count)
+            throw FrameError.truncated(bufferedBytes: count)
+        }
+        return .needMoreData
+    }
+
+    /// The next complete payload, nil if more bytes are needed (the buffer is then untouched).
+    public static func nextFrame(_ buffer: inout ByteBuffer, maxFrameBytes: Int) throws -> ByteBuffer? {
+        guard let flags: UInt8 = buffer.getInteger(at: buffer.readerIndex) else { return nil }
+        if flags & ~Framing.definedFlags != 0 { throw FrameError.undefinedFlags(flags) }
+        guard let length: UInt32 = buffer.getInteger(at: buffer.readerIndex + 1) else { return nil }
+        if Int(length) > maxFrameBytes { throw FrameError.frameTooLarge(length: Int(length), limit: maxFrameBytes) }
+        guard buffer.readableBytes >= Framing.headerSize + Int(length) else { return nil }
+        buffer.moveReaderIndex(forwardBy: Framing.headerSize)
+        return buffer.readSlice(length: Int(length))
+    }
+}
+
+/// Frames outbound payloads (serialized envelopes).
+public struct FrameEncoder: MessageToByteEncoder {
+    public typealias OutboundIn = [UInt8]
+
+    public init() {}
+
+    public func encode(data: [UInt8], out: inout ByteBuffer) throws {
+        out.reserveCapacity(Framing.headerSize + data.count)
+        out.writeInteger(UInt8(0))
+        out.writeInteger(UInt32(data.count))
+        out.writeBytes(data)
+    }
+}

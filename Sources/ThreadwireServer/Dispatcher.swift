@@ -1,0 +1,256 @@
+import Foundation
+import ThreadwireContract
+public import ThreadwireCore
+import ThreadwireWire
+
+/// What a handler gets besides its params.
+struct RequestContext: Sendable {
+    let connection: Connection
+    let engine: ThreadEngine
+    let server: ServerInfo
+}
+
+/// Facts about the server that initialize and health/check report.
+public struct ServerInfo: Sendable {
+    public var name = "threadwire"
+    public var version = "0.1.0"
+    public var protocolVersion: UInt32 = 1
+    public var maxFrameBytes: Int
+    public var maxQueuedRequests: Int
+    public var handshakeTimeoutMs: Int
+    public var draining: @Sendable () -> Bool
+}
+
+typealias Handler = @Sendable (Wire.Request.Params, RequestContext) async throws -> Outcome<Wire.Response.Result>
+
+/// One entry of the method table: checks that apply before the handler runs.
+struct MethodSpec: Sendable {
+    let name: String
+    let requiresHandshake: Bool
+    let handler: Handler
+}
+
+/// The method table: every method, keyed by its name ("thread/start").
+enum MethodTable {
+    static func name(of params: Wire.Request.Params) -> String {
+        params.fieldName.replacingOccurrences(of: "_", with: "/")
+    }
+
+    static let methods: [String: MethodSpec] = {
+        let specs: [MethodSpec] = [
+            MethodSpec(name: "initialize", requiresHandshake: false, handler: initialize),
+            MethodSpec(name: "health/check", requiresHandshake: false, handler: healthCheck),
+            MethodSpec(name: "thread/start", requiresHandshake: true, handler: threadStart),
+            MethodSpec(name: "thread/resume", requiresHandshake: true, handler: threadResume),
+            MethodSpec(name: "thread/fork", requiresHandshake: true, handler: threadFork),
+            MethodSpec(name: "thread/read", requiresHandshake: true, handler: threadRead),
+            MethodSpec(name: "thread/list", requiresHandshake: true, handler: threadList),
+            MethodSpec(name: "thread/archive", requiresHandshake: true, handler: threadArchive),
+            MethodSpec(name: "thread/unarchive", requiresHandshake: true, handler: threadUnarchive),
+            MethodSpec(name: "thread/unsubscribe", requiresHandshake: true, handler: threadUnsubscribe),
+            MethodSpec(name: "thread/settings/update", requiresHandshake: true, handler: settingsUpdate),
+            MethodSpec(name: "agent/spawn", requiresHandshake: true, handler: agentSpawn),
+            MethodSpec(name: "turn/start", requiresHandshake: true, handler: turnStart),
+            MethodSpec(name: "turn/interrupt", requiresHandshake: true, handler: turnInterrupt),
+        ]
+        return Dictionary(uniqueKeysWithValues: specs.map { ($0.name, $0) })
+    }()
+
+    // MARK: Validation helpers
+
+    static func required(_ value: String?, _ field: String) throws -> String {
+        guard let value, !value.isEmpty else { throw RequestError(.invalidArgument, "\(field) is required") }
+        return value
+    }
+
+    static func modeUpdate(_ update: Wire.TurnStartParams.MultiAgentModeUpdate?, field: String) throws -> ModeUpdate {
+        switch update {
+        case nil: return .keep
+        case let .multiAgentMode(mode)?:
+            guard let mode = MultiAgentMode(wire: mode) else {
+                throw RequestError(.invalidArgument, "\(field).multi_agent_mode must be EXPLICIT_REQUEST_ONLY or PROACTIVE (omit it to keep the selection, or set clear_multi_agent_mode)")
+            }
+            return .set(mode)
+        case let .clearMultiAgentMode(clear)?:
+            guard clear else { throw RequestError(.invalidArgument, "\(field).clear_multi_agent_mode must be true when present") }
+            return .clear
+        }
+    }
+
+    static func mismatch(_ method: String) -> RequestError {
+        RequestError(.internal, "method table entry \(method) received other params")
+    }
+
+    // MARK: Handlers
+
+    static let initialize: Handler = { params, context in
+        guard case let .initialize(p) = params else { throw mismatch("initialize") }
+        if let version = p.protocolVersion, version != context.server.protocolVersion {
+            throw RequestError(.failedPrecondition, "protocol_version \(version) is not supported; this server speaks \(context.server.protocolVersion)")
+        }
+        guard let name = p.clientInfo?.name, !name.isEmpty else {
+            throw RequestError(.invalidArgument, "client_info.name is required")
+        }
+        guard context.connection.markInitialized(optOut: p.capabilities?.optOutNotificationMethods ?? []) else {
+            throw RequestError(.failedPrecondition, "initialize was already called on this connection")
+        }
+        let info = context.server
+        return Outcome(.initialize(Wire.InitializeResult(
+            serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
+            protocolVersion: info.protocolVersion,
+            limits: Wire.ServerLimits(
+                maxFrameBytes: UInt32(info.maxFrameBytes), maxQueuedRequests: UInt32(info.maxQueuedRequests),
+                handshakeTimeoutMs: UInt32(info.handshakeTimeoutMs)))))
+    }
+
+    static let healthCheck: Handler = { params, context in
+        guard case let .healthCheck(p) = params else { throw mismatch("health/check") }
+        if let service = p.service, !service.isEmpty {
+            throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")
+        }
+        return Outcome(.healthCheck(Wire.HealthCheckResult(status: context.server.draining() ? .notServing : .serving)))
+    }
+
+    static let threadStart: Handler = { params, context in
+        guard case let .threadStart(p) = params else { throw mismatch("thread/start") }
+        var request = ThreadEngine.StartRequest()
+        request.model = p.model
+        request.cwd = p.cwd
+        request.name = p.name
+        request.baseInstructions = p.baseInstructions
+        request.config = try p.config.enumerated().map { index, entry in
+            KeyValuePair(key: try required(entry.key, "config[\(index)].key"), value: entry.value ?? "")
+        }
+        if let mode = p.multiAgentMode {
+            guard let selected = MultiAgentMode(wire: mode) else {
+                throw RequestError(.invalidArgument, "multi_agent_mode must be EXPLICIT_REQUEST_ONLY or PROACTIVE (omit it for no selection)")
+            }
+            request.mode = selected
+        }
+        switch p.source {
+        case nil, .unspecified?, .appServer?: break
+        case .review?: request.review = true
+        case let other?:
+            throw RequestError(.invalidArgument, "source must be APP_SERVER or REVIEW, got \(other.protoValueName)")
+        }
+        let outcome = try await context.engine.startThread(request, connection: context.connection.id)
+        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
+    }
+
+    static let threadResume: Handler = { params, context in
+        guard case let .threadResume(p) = params else { throw mismatch("thread/resume") }
+        let outcome = try await context.engine.resumeThread(
+            try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
+            connection: context.connection.id)
+        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        return Outcome(.threadResume(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
+    }
+
+    static let threadFork: Handler = { params, context in
+        guard case let .threadFork(p) = params else { throw mismatch("thread/fork") }
+        let outcome = try await context.engine.forkThread(
+            try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
+            connection: context.connection.id)
+        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        return Outcome(.threadFork(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
+    }
+
+    static let threadRead: Handler = { params, context in
+        guard case let .threadRead(p) = params else { throw mismatch("thread/read") }
+        let view = try await context.engine.readThread(
+            try required(p.threadId, "thread_id"), includeTurns: p.includeTurns ?? false,
+            includeModelRequests: (p.includeTurns ?? false) && (p.includeModelRequests ?? false))
+        let base = await context.engine.baseInstructions(for: view.record)
+        return Outcome(.threadRead(Wire.ThreadReadResult(thread: view.wire(baseInstructions: base), settings: view.settings.wire)))
+    }
+
+    static let threadList: Handler = { params, context in
+        guard case let .threadList(p) = params else { throw mismatch("thread/list") }
+        var query = ThreadListQuery()
+        if let limit = p.limit {
+            guard (1...1000).contains(limit) else { throw RequestError(.invalidArgument, "limit must be from 1 to 1000, got \(limit)") }
+            query.limit = Int(limit)
+        }
+        query.sortKey = p.sortKey == .updatedAt ? .updatedAt : .createdAt
+        query.ascending = p.sortDirection == .ascending
+        query.cursor = p.cursor
+        query.parentID = p.parentThreadId
+        query.archived = p.archived ?? false
+        let page = try await context.engine.listThreads(query)
+        return Outcome(.threadList(Wire.ThreadListResult(
+            data: page.threads.map { $0.wire(baseInstructions: "") }, nextCursor: page.nextCursor)))
+    }
+
+    static let threadArchive: Handler = { params, context in
+        guard case let .threadArchive(p) = params else { throw mismatch("thread/archive") }
+        let outcome = try await context.engine.setArchived(try required(p.threadId, "thread_id"), archived: true)
+        return Outcome(.threadArchive(Wire.ThreadArchiveResult()), deliveries: outcome.deliveries)
+    }
+
+    static let threadUnarchive: Handler = { params, context in
+        guard case let .threadUnarchive(p) = params else { throw mismatch("thread/unarchive") }
+        let outcome = try await context.engine.setArchived(try required(p.threadId, "thread_id"), archived: false)
+        return Outcome(.threadUnarchive(Wire.ThreadUnarchiveResult(thread: outcome.value.wire(baseInstructions: ""))),
+                       deliveries: outcome.deliveries)
+    }
+
+    static let threadUnsubscribe: Handler = { params, context in
+        guard case let .threadUnsubscribe(p) = params else { throw mismatch("thread/unsubscribe") }
+        let was = try await context.engine.unsubscribe(try required(p.threadId, "thread_id"), connection: context.connection.id)
+        return Outcome(.threadUnsubscribe(Wire.ThreadUnsubscribeResult(wasSubscribed: was)))
+    }
+
+    static let settingsUpdate: Handler = { params, context in
+        guard case let .threadSettingsUpdate(p) = params else { throw mismatch("thread/settings/update") }
+        var update = ThreadEngine.SettingsUpdate()
+        update.model = p.model
+        update.cwd = p.cwd
+        switch p.multiAgentModeUpdate {
+        case nil: update.mode = .keep
+        case let .multiAgentMode(mode)?: update.mode = try modeUpdate(.multiAgentMode(mode), field: "thread/settings/update")
+        case let .clearMultiAgentMode(clear)?: update.mode = try modeUpdate(.clearMultiAgentMode(clear), field: "thread/settings/update")
+        }
+        let outcome = try await context.engine.updateSettings(try required(p.threadId, "thread_id"), update)
+        return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
+            settings: outcome.value.0.wire, changed: outcome.value.1)), deliveries: outcome.deliveries)
+    }
+
+    static let agentSpawn: Handler = { params, context in
+        guard case let .agentSpawn(p) = params else { throw mismatch("agent/spawn") }
+        var request = ThreadEngine.SpawnRequest()
+        request.message = p.message
+        request.model = p.model
+        request.taskName = p.taskName
+        request.review = p.review ?? false
+        let outcome = try await context.engine.spawnAgent(
+            parentID: try required(p.parentThreadId, "parent_thread_id"), request, connection: context.connection.id)
+        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        return Outcome(.agentSpawn(outcome.value.lifecycleResult(baseInstructions: base)),
+                       deliveries: outcome.deliveries, afterward: outcome.afterward)
+    }
+
+    static let turnStart: Handler = { params, context in
+        guard case let .turnStart(p) = params else { throw mismatch("turn/start") }
+        var request = ThreadEngine.TurnRequest(input: try p.input.enumerated().map { index, input in
+            switch input.content {
+            case let .text(text)?: return text
+            case let .imageUrl(url)?: return "[image: \(url)]"
+            case nil: throw RequestError(.invalidArgument, "input[\(index)] has no content (set text or image_url)")
+            }
+        })
+        request.model = p.model
+        request.mode = try modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
+        let outcome = try await context.engine.startTurn(
+            try required(p.threadId, "thread_id"), request, connection: context.connection.id)
+        return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())),
+                       deliveries: outcome.deliveries, afterward: outcome.afterward)
+    }
+
+    static let turnInterrupt: Handler = { params, context in
+        guard case let .turnInterrupt(p) = params else { throw mismatch("turn/interrupt") }
+        let outcome = try await context.engine.interruptTurn(
+            try required(p.threadId, "thread_id"), turnID: try required(p.turnId, "turn_id"))
+        return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), deliveries: outcome.deliveries)
+    }
+}

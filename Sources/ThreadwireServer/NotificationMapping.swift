@@ -1,0 +1,30 @@
+import ThreadwireContract
+import ThreadwireCore
+import ThreadwireWire
+
+enum NotificationMapping {
+    static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload {
+        switch event {
+        case let .threadStarted(view):
+            return .threadStarted(Wire.ThreadStartedNotification(thread: view.wire(baseInstructions: baseInstructions(view.record))))
+        case let .statusChanged(id, status):
+            return .threadStatusChanged(Wire.ThreadStatusChangedNotification(threadId: id, status: status.wire))
+        case let .archived(id):
+            return .threadArchived(Wire.ThreadArchivedNotification(threadId: id))
+        case let .unarchived(id):
+            return .threadUnarchived(Wire.ThreadUnarchivedNotification(threadId: id))
+        case let .closed(id):
+            return .threadClosed(Wire.ThreadClosedNotification(threadId: id))
+        case let .settingsUpdated(id, settings):
+            return .threadSettingsUpdated(Wire.ThreadSettingsUpdatedNotification(threadId: id, settings: settings.wire))
+        case let .turnStarted(id, turn):
+            return .turnStarted(Wire.TurnStartedNotification(threadId: id, turn: turn.wire()))
+        case let .turnCompleted(id, turn):
+            return .turnCompleted(Wire.TurnCompletedNotification(threadId: id, turn: turn.wire()))
+        case let .itemStarted(id, turnID, item):
+            return .itemStarted(Wire.ItemStartedNotification(threadId: id, turnId: turnID, item: item.wire))
+        case let .itemCompleted(id, turnID, item):
+            return .itemCompleted(Wire.ItemCompletedNotification(threadId: id, turnId: turnID, item: item.wire))
+        }
+    }
+}

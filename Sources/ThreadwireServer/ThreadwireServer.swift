@@ -1,0 +1,156 @@
+import Foundation
+public import Logging
+import Metrics
+import NIOConcurrencyHelpers
+public import NIOCore
+import NIOPosix
+public import ThreadwireCore
+import ThreadwireNIO
+import ThreadwireWire
+
+public struct ServerConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 7420
+    public var maxFrameBytes = Framing.defaultMaxFrameBytes
+    public var maxQueuedRequests = 1024
+    public var handshakeTimeoutMs = 10_000
+    public var idleUnloadSeconds = 1800.0
+    /// Write every inbound frame to this capture file.
+    public var recordPath: String?
+    public init() {}
+}
+
+/// What every connection shares.
+final class ServerServices: Sendable {
+    let engine: ThreadEngine
+    let registry: ConnectionRegistry
+    let info: ServerInfo
+    let logger: Logger
+    let recorder: FrameRecorder?
+    let connectionsGauge: Meter
+    private let requestCounters: NIOLockedValueBox<[String: Counter]>
+
+    init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?) {
+        self.engine = engine
+        self.registry = registry
+        self.info = info
+        self.logger = logger
+        self.recorder = recorder
+        connectionsGauge = Meter(label: "threadwire.connections.active")
+        requestCounters = NIOLockedValueBox([:])
+    }
+
+    /// Counters are keyed by method and status only (closed sets), never ids.
+    func count(method: String, code: StatusCode) {
+        let key = "\(method)|\(code.rawValue)"
+        let counter = requestCounters.withLockedValue { table in
+            if let existing = table[key] { return existing }
+            let counter = Counter(label: "threadwire.requests", dimensions: [("method", method), ("code", "\(code.rawValue)")])
+            table[key] = counter
+            return counter
+        }
+        counter.increment()
+    }
+}
+
+/// The TCP server: binds, accepts, and drains on shutdown.
+public final class ThreadwireServer: Sendable {
+    private let configuration: ServerConfiguration
+    private let services: ServerServices
+    private let group: any EventLoopGroup
+    private let listener = NIOLockedValueBox<(any Channel)?>(nil)
+    private let draining = ManagedAtomicFlag()
+
+    public init(configuration: ServerConfiguration, settings: ServerSettings, store: any ThreadStore,
+                backend: any ModelBackend = ScriptedEchoBackend(), logger: Logger) throws {
+        self.configuration = configuration
+        group = MultiThreadedEventLoopGroup.singleton
+        let flag = draining
+        let info = ServerInfo(
+            maxFrameBytes: configuration.maxFrameBytes, maxQueuedRequests: configuration.maxQueuedRequests,
+            handshakeTimeoutMs: configuration.handshakeTimeoutMs, draining: { flag.value })
+        let settingsCopy = settings
+        let registry = ConnectionRegistry(baseInstructions: { $0.baseInstructions ?? settingsCopy.baseInstructions })
+        let engine = ThreadEngine(store: store, backend: backend, settings: settings, sink: registry,
+                                  idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)))
+        let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }
+        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder)
+    }
+
+    /// Binds and starts accepting; returns the bound address (port 0 picks one).
+    public func start() async throws -> SocketAddress {
+        let services = self.services
+        let maxFrameBytes = configuration.maxFrameBytes
+        let counter = ManagedAtomicCounter()
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
+                        MessageToByteHandler(FrameEncoder()),
+                        ConnectionHandler(connectionID: counter.next(), services: services),
+                    ])
+                }
+            }
+            .bind(host: configuration.host, port: configuration.port)
+            .get()
+        listener.withLockedValue { $0 = channel }
+        return channel.localAddress!
+    }
+
+    /// Graceful shutdown: health turns NOT_SERVING and new work is refused,
+    /// the listener closes, in-flight requests get `grace` to finish, then
+    /// every connection is closed.
+    public func shutdown(grace: Duration = .seconds(2)) async {
+        draining.set()
+        let channel = listener.withLockedValue { $0 }
+        try? await channel?.close()
+        try? await Task.sleep(for: grace)
+        for connection in services.registry.all { try? await connection.channel.close() }
+        services.recorder?.close()
+    }
+}
+
+/// Small lock-based helpers (avoids a swift-atomics dependency for two flags).
+final class ManagedAtomicFlag: Sendable {
+    private let box = NIOLockedValueBox(false)
+    var value: Bool { box.withLockedValue { $0 } }
+    func set() { box.withLockedValue { $0 = true } }
+}
+
+final class ManagedAtomicCounter: Sendable {
+    private let box = NIOLockedValueBox<UInt64>(0)
+    func next() -> UInt64 { box.withLockedValue { $0 += 1; return $0 } }
+}
+
+/// Writes inbound frames to a capture file (see docs/protocol.md "Capture").
+final class FrameRecorder: Sendable {
+    private let handle: NIOLockedValueBox<FileHandle?>
+
+    init(path: String) throws {
+        FileManager.default.createFile(atPath: path, contents: Data("TWCAP1\n".utf8))
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw DomainError.invalidArgument("cannot open capture file \(path)")
+        }
+        handle.seekToEndOfFile()
+        self.handle = NIOLockedValueBox(handle)
+    }
+
+    /// Record: u64 unix micros, u64 connection id, then the frame exactly as
+    /// received (header + payload), all big-endian.
+    func record(connection: UInt64, payload: [UInt8]) {
+        var bytes: [UInt8] = []
+        let micros = UInt64(Date().timeIntervalSince1970 * 1_000_000)
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((micros >> UInt64(shift)) & 0xff)) }
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((connection >> UInt64(shift)) & 0xff)) }
+        bytes += Framing.frame(payload)
+        handle.withLockedValue { $0?.write(Data(bytes)) }
+    }
+
+    func close() {
+        handle.withLockedValue { $0?.closeFile(); $0 = nil }
+    }
+}

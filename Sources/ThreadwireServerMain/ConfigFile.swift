@@ -1,0 +1,67 @@
+import Foundation
+import ThreadwireCore
+
+/// The server's JSON config file. Every key is optional:
+///
+///     {
+///       "default_model": "echo-1",
+///       "base_instructions": "...",
+///       "default_multi_agent_mode": "proactive",
+///       "features": {"multi_agent": true, "multi_agent_v2": false, "multi_agent_mode": false},
+///       "agents": {"max_threads": 6, "max_depth": 1},
+///       "multi_agent_v2": {"max_concurrent_threads_per_session": 4, "usage_hint_enabled": true},
+///       "models": [{"slug": "gpt-x", "multi_agent_version": "v2"}]
+///     }
+enum ConfigFile {
+    struct File: Decodable {
+        struct Features: Decodable { var multi_agent: Bool?; var multi_agent_v2: Bool?; var multi_agent_mode: Bool? }
+        struct Agents: Decodable { var max_threads: Int?; var max_depth: Int? }
+        struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
+        struct Model: Decodable { var slug: String; var multi_agent_version: String? }
+        var default_model: String?
+        var base_instructions: String?
+        var default_multi_agent_mode: String?
+        var features: Features?
+        var agents: Agents?
+        var multi_agent_v2: V2?
+        var models: [Model]?
+    }
+
+    struct ConfigError: Error, CustomStringConvertible { var description: String }
+
+    static func load(_ path: String) throws -> ServerSettings {
+        guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError(description: "cannot read config file \(path)") }
+        let file: File
+        do { file = try JSONDecoder().decode(File.self, from: data) } catch {
+            throw ConfigError(description: "config file \(path) is not valid: \(error)")
+        }
+        var settings = ServerSettings()
+        if let model = file.default_model { settings.defaultModel = model }
+        if let text = file.base_instructions { settings.baseInstructions = text }
+        if let mode = file.default_multi_agent_mode {
+            guard let parsed = MultiAgentMode(rawValue: mode) else {
+                throw ConfigError(description: "default_multi_agent_mode must be explicitRequestOnly or proactive")
+            }
+            settings.defaultMultiAgentMode = parsed
+        }
+        var overrides: [(key: String, value: String)] = []
+        if let f = file.features {
+            if let v = f.multi_agent { overrides.append(("features.multi_agent", "\(v)")) }
+            if let v = f.multi_agent_v2 { overrides.append(("features.multi_agent_v2", "\(v)")) }
+            if let v = f.multi_agent_mode { overrides.append(("features.multi_agent_mode", "\(v)")) }
+        }
+        if let a = file.agents {
+            if let v = a.max_threads { overrides.append(("agents.max_threads", "\(v)")) }
+            if let v = a.max_depth { overrides.append(("agents.max_depth", "\(v)")) }
+        }
+        if let v2 = file.multi_agent_v2 {
+            if let v = v2.max_concurrent_threads_per_session { overrides.append(("multi_agent_v2.max_concurrent_threads_per_session", "\(v)")) }
+            if let v = v2.usage_hint_enabled { overrides.append(("multi_agent_v2.usage_hint_enabled", "\(v)")) }
+        }
+        do { settings.threadDefaults = try settings.threadDefaults.applying(overrides) } catch {
+            throw ConfigError(description: "config file \(path): \(error)")
+        }
+        settings.catalog = ModelCatalog(entries: (file.models ?? []).map { .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version) })
+        return settings
+    }
+}
