@@ -17,6 +17,7 @@ let package = Package(
         .executable(name: "threadwire-server", targets: ["ThreadwireServerMain"]),
         .executable(name: "threadwire", targets: ["ThreadwireCLI"]),
         .library(name: "ThreadwireWire", targets: ["ThreadwireWire"]),
+        .executable(name: "threadwire-codec-check", targets: ["ThreadwireCodecCheck"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -35,6 +36,16 @@ let package = Package(
         .target(
             name: "ThreadwireWire",
             dependencies: ["CThreadwireProto"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ThreadwireWireFixtures",
+            dependencies: ["ThreadwireWire"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "ThreadwireCodecCheck",
+            dependencies: ["ThreadwireWire", "ThreadwireWireFixtures"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -99,7 +110,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ThreadwireWireTests",
-            dependencies: ["ThreadwireWire"],
+            dependencies: ["ThreadwireWire", "ThreadwireWireFixtures"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

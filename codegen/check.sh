@@ -6,7 +6,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$root/codegen/generate.sh" "$tmp"
 status=0
-for dir in Sources/CThreadwireProto Sources/ThreadwireWire/Generated; do
+for dir in Sources/CThreadwireProto Sources/ThreadwireWire/Generated Sources/ThreadwireWireFixtures; do
   if ! diff -ru "$root/$dir" "$tmp/$dir"; then status=1; fi
 done
 if [ "$status" != 0 ]; then

@@ -195,7 +195,8 @@ class Gen:
             members = [f for f, oo in fields if oo == o]
             self.w(f"    switch Int(c.{o}_case.rawValue) {{")
             for f in members:
-                self.w(f"    case {f.number}: self.{camel(o)} = .{camel(f.name)}({self.decode_value(f, 'c.' + f.name, 'path + ' + repr('.' + f.name).replace(chr(39), chr(34)))})")
+                member_path = 'fieldPath(path, "' + f.name + '")'
+                self.w(f"    case {f.number}: self.{camel(o)} = .{camel(f.name)}({self.decode_value(f, 'c.' + f.name, member_path)})")
             self.w("    default: self.{0} = nil".format(camel(o)))
             self.w("    }")
         self.w("  }")
@@ -261,22 +262,22 @@ class Gen:
         self.w("  public init(json: JSONValue, path: String) throws {")
         self.w("    self.init()")
         self.w("    for (key, value) in try json.objectFields(path: path) where value != .null {")
-        self.w("      let fieldPath = path.isEmpty ? key : path + \".\" + key")
+        self.w("      let keyPath = fieldPath(path, key)")
         self.w("      switch key {")
         for f in plain:
             name = camel(f.name)
             keys = f'"{f.name}"' + (f', "{name}"' if name != f.name else "")
             if f.label == FD.LABEL_REPEATED:
-                self.w(f"      case {keys}: self.{name} = try value.arrayElements(path: fieldPath).enumerated().map {{ index, element in let path = fieldPath + \"[\\(index)]\"; return {self.json_decode_expr(f, 'element', 'path')} }}")
+                self.w(f"      case {keys}: self.{name} = try value.arrayElements(path: keyPath).enumerated().map {{ index, element in let path = keyPath + \"[\\(index)]\"; return {self.json_decode_expr(f, 'element', 'path')} }}")
             else:
-                self.w(f"      case {keys}: self.{name} = {self.json_decode_expr(f, 'value', 'fieldPath')}")
+                self.w(f"      case {keys}: self.{name} = {self.json_decode_expr(f, 'value', 'keyPath')}")
         for o in oneofs:
             members = [f for f, oo in fields if oo == o]
             keys = ", ".join(f'"{f.name}"' + (f', "{camel(f.name)}"' if camel(f.name) != f.name else "") for f in members)
             self.w(f"      case {keys}:")
-            self.w(f"        if self.{camel(o)} != nil {{ throw WireError.invalidJSON(path: fieldPath, reason: \"more than one field of oneof '{o}' is set\") }}")
-            self.w(f"        self.{camel(o)} = try {camel(o, upper=True)}.fromJSON(fieldName: key, value, path: fieldPath)")
-        self.w("      default: throw WireError.invalidJSON(path: fieldPath, reason: \"unknown field\")")
+            self.w(f"        if self.{camel(o)} != nil {{ throw WireError.invalidJSON(path: keyPath, reason: \"more than one field of oneof '{o}' is set\") }}")
+            self.w(f"        self.{camel(o)} = try {camel(o, upper=True)}.fromJSON(fieldName: key, value, path: keyPath)")
+        self.w("      default: throw WireError.invalidJSON(path: keyPath, reason: \"unknown field\")")
         self.w("      }")
         self.w("    }")
         self.w("  }")
@@ -298,7 +299,7 @@ class Gen:
         raise SystemExit("unsupported")
 
     def decode_field(self, f, c, target):
-        path = 'path + ' + repr("." + f.name).replace("'", '"')
+        path = f'fieldPath(path, "{f.name}")'
         if f.label == FD.LABEL_REPEATED:
             self.w(f"    if c.n_{f.name} > 0, let items = {c}.{f.name} {{")
             self.w(f"      {target}.reserveCapacity(c.n_{f.name})")

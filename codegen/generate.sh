@@ -2,6 +2,7 @@
 # Regenerates the committed code from proto/:
 #   Sources/CThreadwireProto/         protoc-c C sources and headers
 #   Sources/ThreadwireWire/Generated/ the Swift wrapper (codegen/gen_swift.py)
+#   Sources/ThreadwireWireFixtures/   populated test messages (codegen/gen_fixtures.py)
 # Needs protoc-c, protoc and Python's protobuf package (make deps installs them).
 # Usage: codegen/generate.sh [OUTPUT_ROOT]   (default: the repository root)
 set -euo pipefail
@@ -40,3 +41,5 @@ printf '%s\n' "module CThreadwireProto {" '  header "CThreadwireProto.h"' "  lin
   > "$c_dir/include/module.modulemap"
 
 "$python" "$here/gen_swift.py" "$tmp/descriptors.pb" "$swift_dir/Messages.swift"
+mkdir -p "$out/Sources/ThreadwireWireFixtures"
+"$python" "$here/gen_fixtures.py" "$tmp/descriptors.pb" "$out/Sources/ThreadwireWireFixtures/WireFixtures.swift"

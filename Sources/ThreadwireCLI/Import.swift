@@ -1,2 +1,33 @@
 import ArgumentParser
-struct Import: AsyncParsableCommand { func run() async throws {} }
+import Foundation
+import ThreadwireCore
+import ThreadwireStore
+
+struct Import: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Load codex rollout JSONL files into a store as threads (legacy ones are pinned to v1 on first resume).")
+
+    @Option(help: "The server's data directory.")
+    var dataDir = "./data"
+
+    @Argument(help: "Rollout files (rollout-*.jsonl).")
+    var files: [String]
+
+    func run() async throws {
+        let store = try SQLiteThreadStore(directory: dataDir)
+        for file in files {
+            guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
+            let thread = try RolloutImport.parse(data, defaultModel: ServerSettings().defaultModel)
+            if try await store.threadRecord(thread.record.id) != nil {
+                throw ValidationError("\(file): thread \(thread.record.id) is already in the store")
+            }
+            var operations: [StoreOperation] = [
+                .putThread(thread.record), .appendHistory(thread.record.id, firstSequence: 0, items: thread.history),
+            ]
+            operations += thread.turns.map { .putTurn($0) }
+            try await store.commit(operations)
+            let runtime = thread.record.runtime?.rawValue ?? "none recorded (legacy: pinned to v1 on first resume)"
+            print("\(thread.record.id)\t\(thread.turns.count) turns\truntime: \(runtime)")
+        }
+    }
+}

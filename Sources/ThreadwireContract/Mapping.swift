@@ -93,6 +93,7 @@ extension Wire.ContextKind {
         case .subagentNotification: self = .subagentNotification
         case .mailbox: self = .mailbox
         case .interruptionMarker: self = .interruptionMarker
+        case .developerMessage: self = .developerMessage
         }
     }
 }
@@ -110,6 +111,7 @@ extension ContextKind {
         case .subagentNotification: self = .subagentNotification
         case .mailbox: self = .mailbox
         case .interruptionMarker: self = .interruptionMarker
+        case .developerMessage: self = .developerMessage
         case .unspecified: return nil
         }
     }

@@ -74,7 +74,7 @@ public enum ContextRole: String, Sendable { case system, developer, user, assist
 
 public enum ContextKind: String, Sendable {
     case baseInstructions, usageHint, multiAgentMode, userInput, assistantMessage, toolCall, toolOutput
-    case subagentNotification, mailbox, interruptionMarker
+    case subagentNotification, mailbox, interruptionMarker, developerMessage
 }
 
 /// One model-visible history item.

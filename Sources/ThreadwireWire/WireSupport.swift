@@ -137,7 +137,7 @@ protocol CBridgedMessage {
 func wireString(_ pointer: UnsafeMutablePointer<CChar>?, path: String) throws -> String {
     guard let pointer else { return "" }
     guard let string = String(validatingCString: pointer) else {
-        throw WireError.invalidUTF8(field: String(path.drop(while: { $0 == "." })))
+        throw WireError.invalidUTF8(field: path)
     }
     return string
 }
@@ -145,4 +145,9 @@ func wireString(_ pointer: UnsafeMutablePointer<CChar>?, path: String) throws ->
 func wirePointee<T>(_ pointer: UnsafeMutablePointer<T>?) throws -> T {
     guard let pointer else { throw WireError.malformed(type: String(describing: T.self), byteCount: 0) }
     return pointer.pointee
+}
+
+/// "parent.field", or "field" at the top level.
+func fieldPath(_ parent: String, _ field: String) -> String {
+    parent.isEmpty ? field : parent + "." + field
 }

@@ -132,6 +132,7 @@ extension Wire {
     case subagentNotification = 8
     case mailbox = 9
     case interruptionMarker = 10
+    case developerMessage = 11
 
     public static let protoName = "threadwire.v1.ContextKind"
     public var protoValueName: String {
@@ -147,6 +148,7 @@ extension Wire {
       case .subagentNotification: return "CONTEXT_KIND_SUBAGENT_NOTIFICATION"
       case .mailbox: return "CONTEXT_KIND_MAILBOX"
       case .interruptionMarker: return "CONTEXT_KIND_INTERRUPTION_MARKER"
+      case .developerMessage: return "CONTEXT_KIND_DEVELOPER_MESSAGE"
       }
     }
   }
@@ -254,9 +256,9 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ClientInfo, path: String) throws {
     self.init()
-    if let v = c.name { self.name = try wireString(v, path: path + ".name") }
-    if let v = c.title { self.title = try wireString(v, path: path + ".title") }
-    if let v = c.version { self.version = try wireString(v, path: path + ".version") }
+    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
+    if let v = c.title { self.title = try wireString(v, path: fieldPath(path, "title")) }
+    if let v = c.version { self.version = try wireString(v, path: fieldPath(path, "version")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ClientInfo, arena: Arena) {
@@ -298,12 +300,12 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "name": self.name = try value.stringValue(path: fieldPath)
-      case "title": self.title = try value.stringValue(path: fieldPath)
-      case "version": self.version = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "title": self.title = try value.stringValue(path: keyPath)
+      case "version": self.version = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -331,7 +333,7 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
     self.init()
     if c.n_opt_out_notification_methods > 0, let items = c.opt_out_notification_methods {
       self.optOutNotificationMethods.reserveCapacity(c.n_opt_out_notification_methods)
-      for index in 0..<c.n_opt_out_notification_methods { self.optOutNotificationMethods.append(try wireString(items[index], path: path + ".opt_out_notification_methods")) }
+      for index in 0..<c.n_opt_out_notification_methods { self.optOutNotificationMethods.append(try wireString(items[index], path: fieldPath(path, "opt_out_notification_methods"))) }
     }
   }
 
@@ -373,10 +375,10 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "opt_out_notification_methods", "optOutNotificationMethods": self.optOutNotificationMethods = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try element.stringValue(path: path) }
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "opt_out_notification_methods", "optOutNotificationMethods": self.optOutNotificationMethods = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -408,9 +410,9 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__InitializeParams, path: String) throws {
     self.init()
-    if let v = c.client_info { self.clientInfo = try Wire.ClientInfo(c: wirePointee(v), path: path + ".client_info") }
+    if let v = c.client_info { self.clientInfo = try Wire.ClientInfo(c: wirePointee(v), path: fieldPath(path, "client_info")) }
     if c.has_protocol_version != 0 { self.protocolVersion = c.protocol_version }
-    if let v = c.capabilities { self.capabilities = try Wire.Capabilities(c: wirePointee(v), path: path + ".capabilities") }
+    if let v = c.capabilities { self.capabilities = try Wire.Capabilities(c: wirePointee(v), path: fieldPath(path, "capabilities")) }
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeParams, arena: Arena) {
@@ -452,12 +454,12 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "client_info", "clientInfo": self.clientInfo = try Wire.ClientInfo(json: value, path: fieldPath)
-      case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: fieldPath)
-      case "capabilities": self.capabilities = try Wire.Capabilities(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "client_info", "clientInfo": self.clientInfo = try Wire.ClientInfo(json: value, path: keyPath)
+      case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
+      case "capabilities": self.capabilities = try Wire.Capabilities(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -486,8 +488,8 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ServerInfo, path: String) throws {
     self.init()
-    if let v = c.name { self.name = try wireString(v, path: path + ".name") }
-    if let v = c.version { self.version = try wireString(v, path: path + ".version") }
+    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
+    if let v = c.version { self.version = try wireString(v, path: fieldPath(path, "version")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ServerInfo, arena: Arena) {
@@ -527,11 +529,11 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "name": self.name = try value.stringValue(path: fieldPath)
-      case "version": self.version = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "version": self.version = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -607,12 +609,12 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "max_frame_bytes", "maxFrameBytes": self.maxFrameBytes = try value.uint32Value(path: fieldPath)
-      case "max_queued_requests", "maxQueuedRequests": self.maxQueuedRequests = try value.uint32Value(path: fieldPath)
-      case "handshake_timeout_ms", "handshakeTimeoutMs": self.handshakeTimeoutMs = try value.uint32Value(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "max_frame_bytes", "maxFrameBytes": self.maxFrameBytes = try value.uint32Value(path: keyPath)
+      case "max_queued_requests", "maxQueuedRequests": self.maxQueuedRequests = try value.uint32Value(path: keyPath)
+      case "handshake_timeout_ms", "handshakeTimeoutMs": self.handshakeTimeoutMs = try value.uint32Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -644,9 +646,9 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__InitializeResult, path: String) throws {
     self.init()
-    if let v = c.server_info { self.serverInfo = try Wire.ServerInfo(c: wirePointee(v), path: path + ".server_info") }
+    if let v = c.server_info { self.serverInfo = try Wire.ServerInfo(c: wirePointee(v), path: fieldPath(path, "server_info")) }
     if c.has_protocol_version != 0 { self.protocolVersion = c.protocol_version }
-    if let v = c.limits { self.limits = try Wire.ServerLimits(c: wirePointee(v), path: path + ".limits") }
+    if let v = c.limits { self.limits = try Wire.ServerLimits(c: wirePointee(v), path: fieldPath(path, "limits")) }
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeResult, arena: Arena) {
@@ -688,12 +690,12 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "server_info", "serverInfo": self.serverInfo = try Wire.ServerInfo(json: value, path: fieldPath)
-      case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: fieldPath)
-      case "limits": self.limits = try Wire.ServerLimits(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "server_info", "serverInfo": self.serverInfo = try Wire.ServerInfo(json: value, path: keyPath)
+      case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
+      case "limits": self.limits = try Wire.ServerLimits(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -719,7 +721,7 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__HealthCheckParams, path: String) throws {
     self.init()
-    if let v = c.service { self.service = try wireString(v, path: path + ".service") }
+    if let v = c.service { self.service = try wireString(v, path: fieldPath(path, "service")) }
   }
 
   func fill(_ c: inout Threadwire__V1__HealthCheckParams, arena: Arena) {
@@ -757,10 +759,10 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "service": self.service = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "service": self.service = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -786,7 +788,7 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__HealthCheckResult, path: String) throws {
     self.init()
-    if c.has_status != 0 { self.status = try Wire.ServingStatus(wireRawValue: Int32(truncatingIfNeeded: c.status.rawValue), path: path + ".status") }
+    if c.has_status != 0 { self.status = try Wire.ServingStatus(wireRawValue: Int32(truncatingIfNeeded: c.status.rawValue), path: fieldPath(path, "status")) }
   }
 
   func fill(_ c: inout Threadwire__V1__HealthCheckResult, arena: Arena) {
@@ -824,10 +826,10 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "status": self.status = try Wire.ServingStatus(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "status": self.status = try Wire.ServingStatus(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -856,8 +858,8 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__KeyValue, path: String) throws {
     self.init()
-    if let v = c.key { self.key = try wireString(v, path: path + ".key") }
-    if let v = c.value { self.value = try wireString(v, path: path + ".value") }
+    if let v = c.key { self.key = try wireString(v, path: fieldPath(path, "key")) }
+    if let v = c.value { self.value = try wireString(v, path: fieldPath(path, "value")) }
   }
 
   func fill(_ c: inout Threadwire__V1__KeyValue, arena: Arena) {
@@ -897,11 +899,11 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "key": self.key = try value.stringValue(path: fieldPath)
-      case "value": self.value = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "key": self.key = try value.stringValue(path: keyPath)
+      case "value": self.value = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -936,10 +938,10 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadSettings, path: String) throws {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if let v = c.cwd { self.cwd = try wireString(v, path: path + ".cwd") }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: path + ".multi_agent_mode") }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: path + ".multi_agent_runtime") }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
+    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
+    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: Arena) {
@@ -983,13 +985,13 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "cwd": self.cwd = try value.stringValue(path: fieldPath)
-      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: fieldPath)
-      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "cwd": self.cwd = try value.stringValue(path: keyPath)
+      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
+      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1048,11 +1050,11 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadSettingsUpdateParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if let v = c.cwd { self.cwd = try wireString(v, path: path + ".cwd") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
     switch Int(c.multi_agent_mode_update_case.rawValue) {
-    case 4: self.multiAgentModeUpdate = .multiAgentMode(try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: path + ".multi_agent_mode"))
+    case 4: self.multiAgentModeUpdate = .multiAgentMode(try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")))
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.clear_multi_agent_mode != 0)
     default: self.multiAgentModeUpdate = nil
     }
@@ -1111,15 +1113,15 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "cwd": self.cwd = try value.stringValue(path: fieldPath)
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "cwd": self.cwd = try value.stringValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
-        if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
-        self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
+        self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1148,7 +1150,7 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadSettingsUpdateResult, path: String) throws {
     self.init()
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: path + ".settings") }
+    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
     if c.has_changed != 0 { self.changed = c.changed != 0 }
   }
 
@@ -1189,11 +1191,11 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: fieldPath)
-      case "changed": self.changed = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      case "changed": self.changed = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1222,8 +1224,8 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadSettingsUpdatedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: path + ".settings") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdatedNotification, arena: Arena) {
@@ -1263,11 +1265,11 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1318,8 +1320,8 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
   init(c: Threadwire__V1__UserInput, path: String) throws {
     self.init()
     switch Int(c.content_case.rawValue) {
-    case 1: self.content = .text(try wireString(c.text, path: path + ".text"))
-    case 2: self.content = .imageUrl(try wireString(c.image_url, path: path + ".image_url"))
+    case 1: self.content = .text(try wireString(c.text, path: fieldPath(path, "text")))
+    case 2: self.content = .imageUrl(try wireString(c.image_url, path: fieldPath(path, "image_url")))
     default: self.content = nil
     }
   }
@@ -1371,12 +1373,12 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
       case "text", "image_url", "imageUrl":
-        if self.content != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'content' is set") }
-        self.content = try Content.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.content != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'content' is set") }
+        self.content = try Content.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1420,13 +1422,13 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadItem, path: String) throws {
     self.init()
-    if let v = c.id { self.id = try wireString(v, path: path + ".id") }
-    if c.has_type != 0 { self.type = try Wire.ItemType(wireRawValue: Int32(truncatingIfNeeded: c.type.rawValue), path: path + ".type") }
-    if let v = c.text { self.text = try wireString(v, path: path + ".text") }
-    if let v = c.tool_name { self.toolName = try wireString(v, path: path + ".tool_name") }
-    if let v = c.tool_arguments { self.toolArguments = try wireString(v, path: path + ".tool_arguments") }
-    if let v = c.tool_output { self.toolOutput = try wireString(v, path: path + ".tool_output") }
-    if let v = c.receiver_thread_id { self.receiverThreadId = try wireString(v, path: path + ".receiver_thread_id") }
+    if let v = c.id { self.id = try wireString(v, path: fieldPath(path, "id")) }
+    if c.has_type != 0 { self.type = try Wire.ItemType(wireRawValue: Int32(truncatingIfNeeded: c.type.rawValue), path: fieldPath(path, "type")) }
+    if let v = c.text { self.text = try wireString(v, path: fieldPath(path, "text")) }
+    if let v = c.tool_name { self.toolName = try wireString(v, path: fieldPath(path, "tool_name")) }
+    if let v = c.tool_arguments { self.toolArguments = try wireString(v, path: fieldPath(path, "tool_arguments")) }
+    if let v = c.tool_output { self.toolOutput = try wireString(v, path: fieldPath(path, "tool_output")) }
+    if let v = c.receiver_thread_id { self.receiverThreadId = try wireString(v, path: fieldPath(path, "receiver_thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadItem, arena: Arena) {
@@ -1476,16 +1478,16 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "id": self.id = try value.stringValue(path: fieldPath)
-      case "type": self.type = try Wire.ItemType(json: value, path: fieldPath)
-      case "text": self.text = try value.stringValue(path: fieldPath)
-      case "tool_name", "toolName": self.toolName = try value.stringValue(path: fieldPath)
-      case "tool_arguments", "toolArguments": self.toolArguments = try value.stringValue(path: fieldPath)
-      case "tool_output", "toolOutput": self.toolOutput = try value.stringValue(path: fieldPath)
-      case "receiver_thread_id", "receiverThreadId": self.receiverThreadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "id": self.id = try value.stringValue(path: keyPath)
+      case "type": self.type = try Wire.ItemType(json: value, path: keyPath)
+      case "text": self.text = try value.stringValue(path: keyPath)
+      case "tool_name", "toolName": self.toolName = try value.stringValue(path: keyPath)
+      case "tool_arguments", "toolArguments": self.toolArguments = try value.stringValue(path: keyPath)
+      case "tool_output", "toolOutput": self.toolOutput = try value.stringValue(path: keyPath)
+      case "receiver_thread_id", "receiverThreadId": self.receiverThreadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1523,11 +1525,11 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ContextItem, path: String) throws {
     self.init()
-    if c.has_role != 0 { self.role = try Wire.ContextRole(wireRawValue: Int32(truncatingIfNeeded: c.role.rawValue), path: path + ".role") }
-    if c.has_kind != 0 { self.kind = try Wire.ContextKind(wireRawValue: Int32(truncatingIfNeeded: c.kind.rawValue), path: path + ".kind") }
-    if let v = c.text { self.text = try wireString(v, path: path + ".text") }
-    if let v = c.tool_name { self.toolName = try wireString(v, path: path + ".tool_name") }
-    if let v = c.call_id { self.callId = try wireString(v, path: path + ".call_id") }
+    if c.has_role != 0 { self.role = try Wire.ContextRole(wireRawValue: Int32(truncatingIfNeeded: c.role.rawValue), path: fieldPath(path, "role")) }
+    if c.has_kind != 0 { self.kind = try Wire.ContextKind(wireRawValue: Int32(truncatingIfNeeded: c.kind.rawValue), path: fieldPath(path, "kind")) }
+    if let v = c.text { self.text = try wireString(v, path: fieldPath(path, "text")) }
+    if let v = c.tool_name { self.toolName = try wireString(v, path: fieldPath(path, "tool_name")) }
+    if let v = c.call_id { self.callId = try wireString(v, path: fieldPath(path, "call_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ContextItem, arena: Arena) {
@@ -1573,14 +1575,14 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "role": self.role = try Wire.ContextRole(json: value, path: fieldPath)
-      case "kind": self.kind = try Wire.ContextKind(json: value, path: fieldPath)
-      case "text": self.text = try value.stringValue(path: fieldPath)
-      case "tool_name", "toolName": self.toolName = try value.stringValue(path: fieldPath)
-      case "call_id", "callId": self.callId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "role": self.role = try Wire.ContextRole(json: value, path: keyPath)
+      case "kind": self.kind = try Wire.ContextKind(json: value, path: keyPath)
+      case "text": self.text = try value.stringValue(path: keyPath)
+      case "tool_name", "toolName": self.toolName = try value.stringValue(path: keyPath)
+      case "call_id", "callId": self.callId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1612,9 +1614,9 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ToolSpec, path: String) throws {
     self.init()
-    if let v = c.name { self.name = try wireString(v, path: path + ".name") }
-    if let v = c.tool_namespace { self.toolNamespace = try wireString(v, path: path + ".tool_namespace") }
-    if let v = c.description { self.description = try wireString(v, path: path + ".description") }
+    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
+    if let v = c.tool_namespace { self.toolNamespace = try wireString(v, path: fieldPath(path, "tool_namespace")) }
+    if let v = c.description { self.description = try wireString(v, path: fieldPath(path, "description")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ToolSpec, arena: Arena) {
@@ -1656,12 +1658,12 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "name": self.name = try value.stringValue(path: fieldPath)
-      case "tool_namespace", "toolNamespace": self.toolNamespace = try value.stringValue(path: fieldPath)
-      case "description": self.description = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "tool_namespace", "toolNamespace": self.toolNamespace = try value.stringValue(path: keyPath)
+      case "description": self.description = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1696,14 +1698,14 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ModelRequest, path: String) throws {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
     if c.n_context > 0, let items = c.context {
       self.context.reserveCapacity(c.n_context)
-      for index in 0..<c.n_context { self.context.append(try Wire.ContextItem(c: wirePointee(items[index]), path: path + ".context")) }
+      for index in 0..<c.n_context { self.context.append(try Wire.ContextItem(c: wirePointee(items[index]), path: fieldPath(path, "context"))) }
     }
     if c.n_tools > 0, let items = c.tools {
       self.tools.reserveCapacity(c.n_tools)
-      for index in 0..<c.n_tools { self.tools.append(try Wire.ToolSpec(c: wirePointee(items[index]), path: path + ".tools")) }
+      for index in 0..<c.n_tools { self.tools.append(try Wire.ToolSpec(c: wirePointee(items[index]), path: fieldPath(path, "tools"))) }
     }
     if c.has_history_count != 0 { self.historyCount = c.history_count }
   }
@@ -1755,13 +1757,13 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "context": self.context = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
-      case "tools": self.tools = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
-      case "history_count", "historyCount": self.historyCount = try value.uint32Value(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "context": self.context = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
+      case "tools": self.tools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
+      case "history_count", "historyCount": self.historyCount = try value.uint32Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1796,10 +1798,10 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__TurnContext, path: String) throws {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: path + ".multi_agent_runtime") }
-    if c.has_effective_multi_agent_mode != 0 { self.effectiveMultiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.effective_multi_agent_mode.rawValue), path: path + ".effective_multi_agent_mode") }
-    if let v = c.cwd { self.cwd = try wireString(v, path: path + ".cwd") }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
+    if c.has_effective_multi_agent_mode != 0 { self.effectiveMultiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.effective_multi_agent_mode.rawValue), path: fieldPath(path, "effective_multi_agent_mode")) }
+    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
   }
 
   func fill(_ c: inout Threadwire__V1__TurnContext, arena: Arena) {
@@ -1843,13 +1845,13 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: fieldPath)
-      case "effective_multi_agent_mode", "effectiveMultiAgentMode": self.effectiveMultiAgentMode = try Wire.MultiAgentMode(json: value, path: fieldPath)
-      case "cwd": self.cwd = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
+      case "effective_multi_agent_mode", "effectiveMultiAgentMode": self.effectiveMultiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
+      case "cwd": self.cwd = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -1896,19 +1898,19 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__Turn, path: String) throws {
     self.init()
-    if let v = c.id { self.id = try wireString(v, path: path + ".id") }
-    if c.has_status != 0 { self.status = try Wire.TurnStatus(wireRawValue: Int32(truncatingIfNeeded: c.status.rawValue), path: path + ".status") }
-    if let v = c.error { self.error = try wireString(v, path: path + ".error") }
+    if let v = c.id { self.id = try wireString(v, path: fieldPath(path, "id")) }
+    if c.has_status != 0 { self.status = try Wire.TurnStatus(wireRawValue: Int32(truncatingIfNeeded: c.status.rawValue), path: fieldPath(path, "status")) }
+    if let v = c.error { self.error = try wireString(v, path: fieldPath(path, "error")) }
     if c.has_started_at != 0 { self.startedAt = c.started_at }
     if c.has_completed_at != 0 { self.completedAt = c.completed_at }
     if c.n_items > 0, let items = c.items {
       self.items.reserveCapacity(c.n_items)
-      for index in 0..<c.n_items { self.items.append(try Wire.ThreadItem(c: wirePointee(items[index]), path: path + ".items")) }
+      for index in 0..<c.n_items { self.items.append(try Wire.ThreadItem(c: wirePointee(items[index]), path: fieldPath(path, "items"))) }
     }
-    if let v = c.context { self.context = try Wire.TurnContext(c: wirePointee(v), path: path + ".context") }
+    if let v = c.context { self.context = try Wire.TurnContext(c: wirePointee(v), path: fieldPath(path, "context")) }
     if c.n_model_requests > 0, let items = c.model_requests {
       self.modelRequests.reserveCapacity(c.n_model_requests)
-      for index in 0..<c.n_model_requests { self.modelRequests.append(try Wire.ModelRequest(c: wirePointee(items[index]), path: path + ".model_requests")) }
+      for index in 0..<c.n_model_requests { self.modelRequests.append(try Wire.ModelRequest(c: wirePointee(items[index]), path: fieldPath(path, "model_requests"))) }
     }
   }
 
@@ -1967,17 +1969,17 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "id": self.id = try value.stringValue(path: fieldPath)
-      case "status": self.status = try Wire.TurnStatus(json: value, path: fieldPath)
-      case "error": self.error = try value.stringValue(path: fieldPath)
-      case "started_at", "startedAt": self.startedAt = try value.int64Value(path: fieldPath)
-      case "completed_at", "completedAt": self.completedAt = try value.int64Value(path: fieldPath)
-      case "items": self.items = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.ThreadItem(json: element, path: path) }
-      case "context": self.context = try Wire.TurnContext(json: value, path: fieldPath)
-      case "model_requests", "modelRequests": self.modelRequests = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.ModelRequest(json: element, path: path) }
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "id": self.id = try value.stringValue(path: keyPath)
+      case "status": self.status = try Wire.TurnStatus(json: value, path: keyPath)
+      case "error": self.error = try value.stringValue(path: keyPath)
+      case "started_at", "startedAt": self.startedAt = try value.int64Value(path: keyPath)
+      case "completed_at", "completedAt": self.completedAt = try value.int64Value(path: keyPath)
+      case "items": self.items = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ThreadItem(json: element, path: path) }
+      case "context": self.context = try Wire.TurnContext(json: value, path: keyPath)
+      case "model_requests", "modelRequests": self.modelRequests = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ModelRequest(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2036,14 +2038,14 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__TurnStartParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
     if c.n_input > 0, let items = c.input {
       self.input.reserveCapacity(c.n_input)
-      for index in 0..<c.n_input { self.input.append(try Wire.UserInput(c: wirePointee(items[index]), path: path + ".input")) }
+      for index in 0..<c.n_input { self.input.append(try Wire.UserInput(c: wirePointee(items[index]), path: fieldPath(path, "input"))) }
     }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
     switch Int(c.multi_agent_mode_update_case.rawValue) {
-    case 4: self.multiAgentModeUpdate = .multiAgentMode(try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: path + ".multi_agent_mode"))
+    case 4: self.multiAgentModeUpdate = .multiAgentMode(try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")))
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.clear_multi_agent_mode != 0)
     default: self.multiAgentModeUpdate = nil
     }
@@ -2105,15 +2107,15 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "input": self.input = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.UserInput(json: element, path: path) }
-      case "model": self.model = try value.stringValue(path: fieldPath)
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "input": self.input = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.UserInput(json: element, path: path) }
+      case "model": self.model = try value.stringValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
-        if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
-        self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
+        self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2139,7 +2141,7 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__TurnStartResult, path: String) throws {
     self.init()
-    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: path + ".turn") }
+    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: fieldPath(path, "turn")) }
   }
 
   func fill(_ c: inout Threadwire__V1__TurnStartResult, arena: Arena) {
@@ -2177,10 +2179,10 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "turn": self.turn = try Wire.Turn(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "turn": self.turn = try Wire.Turn(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2209,8 +2211,8 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__TurnInterruptParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.turn_id { self.turnId = try wireString(v, path: path + ".turn_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.turn_id { self.turnId = try wireString(v, path: fieldPath(path, "turn_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__TurnInterruptParams, arena: Arena) {
@@ -2250,11 +2252,11 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "turn_id", "turnId": self.turnId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2309,9 +2311,9 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2340,8 +2342,8 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__TurnStartedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: path + ".turn") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: fieldPath(path, "turn")) }
   }
 
   func fill(_ c: inout Threadwire__V1__TurnStartedNotification, arena: Arena) {
@@ -2381,11 +2383,11 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "turn": self.turn = try Wire.Turn(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn": self.turn = try Wire.Turn(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2414,8 +2416,8 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__TurnCompletedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: path + ".turn") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: fieldPath(path, "turn")) }
   }
 
   func fill(_ c: inout Threadwire__V1__TurnCompletedNotification, arena: Arena) {
@@ -2455,11 +2457,11 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "turn": self.turn = try Wire.Turn(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn": self.turn = try Wire.Turn(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2491,9 +2493,9 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ItemStartedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.turn_id { self.turnId = try wireString(v, path: path + ".turn_id") }
-    if let v = c.item { self.item = try Wire.ThreadItem(c: wirePointee(v), path: path + ".item") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.turn_id { self.turnId = try wireString(v, path: fieldPath(path, "turn_id")) }
+    if let v = c.item { self.item = try Wire.ThreadItem(c: wirePointee(v), path: fieldPath(path, "item")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ItemStartedNotification, arena: Arena) {
@@ -2535,12 +2537,12 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "turn_id", "turnId": self.turnId = try value.stringValue(path: fieldPath)
-      case "item": self.item = try Wire.ThreadItem(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "item": self.item = try Wire.ThreadItem(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2572,9 +2574,9 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ItemCompletedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.turn_id { self.turnId = try wireString(v, path: path + ".turn_id") }
-    if let v = c.item { self.item = try Wire.ThreadItem(c: wirePointee(v), path: path + ".item") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.turn_id { self.turnId = try wireString(v, path: fieldPath(path, "turn_id")) }
+    if let v = c.item { self.item = try Wire.ThreadItem(c: wirePointee(v), path: fieldPath(path, "item")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ItemCompletedNotification, arena: Arena) {
@@ -2616,12 +2618,12 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "turn_id", "turnId": self.turnId = try value.stringValue(path: fieldPath)
-      case "item": self.item = try Wire.ThreadItem(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "item": self.item = try Wire.ThreadItem(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2650,8 +2652,8 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadStatus, path: String) throws {
     self.init()
-    if c.has_type != 0 { self.type = try Wire.ThreadStatusType(wireRawValue: Int32(truncatingIfNeeded: c.type.rawValue), path: path + ".type") }
-    if let v = c.active_turn_id { self.activeTurnId = try wireString(v, path: path + ".active_turn_id") }
+    if c.has_type != 0 { self.type = try Wire.ThreadStatusType(wireRawValue: Int32(truncatingIfNeeded: c.type.rawValue), path: fieldPath(path, "type")) }
+    if let v = c.active_turn_id { self.activeTurnId = try wireString(v, path: fieldPath(path, "active_turn_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStatus, arena: Arena) {
@@ -2691,11 +2693,11 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "type": self.type = try Wire.ThreadStatusType(json: value, path: fieldPath)
-      case "active_turn_id", "activeTurnId": self.activeTurnId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "type": self.type = try Wire.ThreadStatusType(json: value, path: keyPath)
+      case "active_turn_id", "activeTurnId": self.activeTurnId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2733,11 +2735,11 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadSource, path: String) throws {
     self.init()
-    if c.has_kind != 0 { self.kind = try Wire.ThreadSourceKind(wireRawValue: Int32(truncatingIfNeeded: c.kind.rawValue), path: path + ".kind") }
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: path + ".parent_thread_id") }
+    if c.has_kind != 0 { self.kind = try Wire.ThreadSourceKind(wireRawValue: Int32(truncatingIfNeeded: c.kind.rawValue), path: fieldPath(path, "kind")) }
+    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
     if c.has_depth != 0 { self.depth = c.depth }
-    if let v = c.agent_nickname { self.agentNickname = try wireString(v, path: path + ".agent_nickname") }
-    if let v = c.task_name { self.taskName = try wireString(v, path: path + ".task_name") }
+    if let v = c.agent_nickname { self.agentNickname = try wireString(v, path: fieldPath(path, "agent_nickname")) }
+    if let v = c.task_name { self.taskName = try wireString(v, path: fieldPath(path, "task_name")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSource, arena: Arena) {
@@ -2783,14 +2785,14 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "kind": self.kind = try Wire.ThreadSourceKind(json: value, path: fieldPath)
-      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: fieldPath)
-      case "depth": self.depth = try value.uint32Value(path: fieldPath)
-      case "agent_nickname", "agentNickname": self.agentNickname = try value.stringValue(path: fieldPath)
-      case "task_name", "taskName": self.taskName = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "kind": self.kind = try Wire.ThreadSourceKind(json: value, path: keyPath)
+      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
+      case "depth": self.depth = try value.uint32Value(path: keyPath)
+      case "agent_nickname", "agentNickname": self.agentNickname = try value.stringValue(path: keyPath)
+      case "task_name", "taskName": self.taskName = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -2861,24 +2863,24 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__Thread, path: String) throws {
     self.init()
-    if let v = c.id { self.id = try wireString(v, path: path + ".id") }
-    if let v = c.session_id { self.sessionId = try wireString(v, path: path + ".session_id") }
-    if let v = c.forked_from_id { self.forkedFromId = try wireString(v, path: path + ".forked_from_id") }
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: path + ".parent_thread_id") }
-    if let v = c.preview { self.preview = try wireString(v, path: path + ".preview") }
-    if let v = c.name { self.name = try wireString(v, path: path + ".name") }
+    if let v = c.id { self.id = try wireString(v, path: fieldPath(path, "id")) }
+    if let v = c.session_id { self.sessionId = try wireString(v, path: fieldPath(path, "session_id")) }
+    if let v = c.forked_from_id { self.forkedFromId = try wireString(v, path: fieldPath(path, "forked_from_id")) }
+    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
+    if let v = c.preview { self.preview = try wireString(v, path: fieldPath(path, "preview")) }
+    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
     if c.has_created_at != 0 { self.createdAt = c.created_at }
     if c.has_updated_at != 0 { self.updatedAt = c.updated_at }
-    if let v = c.status { self.status = try Wire.ThreadStatus(c: wirePointee(v), path: path + ".status") }
-    if let v = c.source { self.source = try Wire.ThreadSource(c: wirePointee(v), path: path + ".source") }
+    if let v = c.status { self.status = try Wire.ThreadStatus(c: wirePointee(v), path: fieldPath(path, "status")) }
+    if let v = c.source { self.source = try Wire.ThreadSource(c: wirePointee(v), path: fieldPath(path, "source")) }
     if c.has_archived != 0 { self.archived = c.archived != 0 }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: path + ".multi_agent_runtime") }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: path + ".multi_agent_mode") }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if let v = c.cwd { self.cwd = try wireString(v, path: path + ".cwd") }
+    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
+    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
     if c.n_turns > 0, let items = c.turns {
       self.turns.reserveCapacity(c.n_turns)
-      for index in 0..<c.n_turns { self.turns.append(try Wire.Turn(c: wirePointee(items[index]), path: path + ".turns")) }
+      for index in 0..<c.n_turns { self.turns.append(try Wire.Turn(c: wirePointee(items[index]), path: fieldPath(path, "turns"))) }
     }
   }
 
@@ -2950,25 +2952,25 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "id": self.id = try value.stringValue(path: fieldPath)
-      case "session_id", "sessionId": self.sessionId = try value.stringValue(path: fieldPath)
-      case "forked_from_id", "forkedFromId": self.forkedFromId = try value.stringValue(path: fieldPath)
-      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: fieldPath)
-      case "preview": self.preview = try value.stringValue(path: fieldPath)
-      case "name": self.name = try value.stringValue(path: fieldPath)
-      case "created_at", "createdAt": self.createdAt = try value.int64Value(path: fieldPath)
-      case "updated_at", "updatedAt": self.updatedAt = try value.int64Value(path: fieldPath)
-      case "status": self.status = try Wire.ThreadStatus(json: value, path: fieldPath)
-      case "source": self.source = try Wire.ThreadSource(json: value, path: fieldPath)
-      case "archived": self.archived = try value.boolValue(path: fieldPath)
-      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: fieldPath)
-      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: fieldPath)
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "cwd": self.cwd = try value.stringValue(path: fieldPath)
-      case "turns": self.turns = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.Turn(json: element, path: path) }
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "id": self.id = try value.stringValue(path: keyPath)
+      case "session_id", "sessionId": self.sessionId = try value.stringValue(path: keyPath)
+      case "forked_from_id", "forkedFromId": self.forkedFromId = try value.stringValue(path: keyPath)
+      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
+      case "preview": self.preview = try value.stringValue(path: keyPath)
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "created_at", "createdAt": self.createdAt = try value.int64Value(path: keyPath)
+      case "updated_at", "updatedAt": self.updatedAt = try value.int64Value(path: keyPath)
+      case "status": self.status = try Wire.ThreadStatus(json: value, path: keyPath)
+      case "source": self.source = try Wire.ThreadSource(json: value, path: keyPath)
+      case "archived": self.archived = try value.boolValue(path: keyPath)
+      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
+      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "cwd": self.cwd = try value.stringValue(path: keyPath)
+      case "turns": self.turns = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.Turn(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3012,16 +3014,16 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadStartParams, path: String) throws {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if let v = c.cwd { self.cwd = try wireString(v, path: path + ".cwd") }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
     if c.n_config > 0, let items = c.config {
       self.config.reserveCapacity(c.n_config)
-      for index in 0..<c.n_config { self.config.append(try Wire.KeyValue(c: wirePointee(items[index]), path: path + ".config")) }
+      for index in 0..<c.n_config { self.config.append(try Wire.KeyValue(c: wirePointee(items[index]), path: fieldPath(path, "config"))) }
     }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: path + ".multi_agent_mode") }
-    if let v = c.name { self.name = try wireString(v, path: path + ".name") }
-    if c.has_source != 0 { self.source = try Wire.ThreadSourceKind(wireRawValue: Int32(truncatingIfNeeded: c.source.rawValue), path: path + ".source") }
-    if let v = c.base_instructions { self.baseInstructions = try wireString(v, path: path + ".base_instructions") }
+    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
+    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
+    if c.has_source != 0 { self.source = try Wire.ThreadSourceKind(wireRawValue: Int32(truncatingIfNeeded: c.source.rawValue), path: fieldPath(path, "source")) }
+    if let v = c.base_instructions { self.baseInstructions = try wireString(v, path: fieldPath(path, "base_instructions")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: Arena) {
@@ -3074,16 +3076,16 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "cwd": self.cwd = try value.stringValue(path: fieldPath)
-      case "config": self.config = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: fieldPath)
-      case "name": self.name = try value.stringValue(path: fieldPath)
-      case "source": self.source = try Wire.ThreadSourceKind(json: value, path: fieldPath)
-      case "base_instructions", "baseInstructions": self.baseInstructions = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "cwd": self.cwd = try value.stringValue(path: keyPath)
+      case "config": self.config = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
+      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "source": self.source = try Wire.ThreadSourceKind(json: value, path: keyPath)
+      case "base_instructions", "baseInstructions": self.baseInstructions = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3121,11 +3123,11 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadLifecycleResult, path: String) throws {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: path + ".thread") }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: path + ".multi_agent_runtime") }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: path + ".multi_agent_mode") }
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: path + ".settings") }
+    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
+    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
+    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: Arena) {
@@ -3171,14 +3173,14 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread": self.thread = try Wire.Thread(json: value, path: fieldPath)
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: fieldPath)
-      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: fieldPath)
-      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
+      case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
+      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3210,8 +3212,8 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadResumeParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
     if c.has_exclude_turns != 0 { self.excludeTurns = c.exclude_turns != 0 }
   }
 
@@ -3254,12 +3256,12 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "exclude_turns", "excludeTurns": self.excludeTurns = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "exclude_turns", "excludeTurns": self.excludeTurns = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3291,8 +3293,8 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadForkParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
     if c.has_exclude_turns != 0 { self.excludeTurns = c.exclude_turns != 0 }
   }
 
@@ -3335,12 +3337,12 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "exclude_turns", "excludeTurns": self.excludeTurns = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "exclude_turns", "excludeTurns": self.excludeTurns = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3372,7 +3374,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadReadParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
     if c.has_include_turns != 0 { self.includeTurns = c.include_turns != 0 }
     if c.has_include_model_requests != 0 { self.includeModelRequests = c.include_model_requests != 0 }
   }
@@ -3416,12 +3418,12 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "include_turns", "includeTurns": self.includeTurns = try value.boolValue(path: fieldPath)
-      case "include_model_requests", "includeModelRequests": self.includeModelRequests = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "include_turns", "includeTurns": self.includeTurns = try value.boolValue(path: keyPath)
+      case "include_model_requests", "includeModelRequests": self.includeModelRequests = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3450,8 +3452,8 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadReadResult, path: String) throws {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: path + ".thread") }
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: path + ".settings") }
+    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
+    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadResult, arena: Arena) {
@@ -3491,11 +3493,11 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread": self.thread = try Wire.Thread(json: value, path: fieldPath)
-      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
+      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3536,11 +3538,11 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadListParams, path: String) throws {
     self.init()
-    if let v = c.cursor { self.cursor = try wireString(v, path: path + ".cursor") }
+    if let v = c.cursor { self.cursor = try wireString(v, path: fieldPath(path, "cursor")) }
     if c.has_limit != 0 { self.limit = c.limit }
-    if c.has_sort_key != 0 { self.sortKey = try Wire.ThreadSortKey(wireRawValue: Int32(truncatingIfNeeded: c.sort_key.rawValue), path: path + ".sort_key") }
-    if c.has_sort_direction != 0 { self.sortDirection = try Wire.SortDirection(wireRawValue: Int32(truncatingIfNeeded: c.sort_direction.rawValue), path: path + ".sort_direction") }
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: path + ".parent_thread_id") }
+    if c.has_sort_key != 0 { self.sortKey = try Wire.ThreadSortKey(wireRawValue: Int32(truncatingIfNeeded: c.sort_key.rawValue), path: fieldPath(path, "sort_key")) }
+    if c.has_sort_direction != 0 { self.sortDirection = try Wire.SortDirection(wireRawValue: Int32(truncatingIfNeeded: c.sort_direction.rawValue), path: fieldPath(path, "sort_direction")) }
+    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
     if c.has_archived != 0 { self.archived = c.archived != 0 }
   }
 
@@ -3589,15 +3591,15 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "cursor": self.cursor = try value.stringValue(path: fieldPath)
-      case "limit": self.limit = try value.uint32Value(path: fieldPath)
-      case "sort_key", "sortKey": self.sortKey = try Wire.ThreadSortKey(json: value, path: fieldPath)
-      case "sort_direction", "sortDirection": self.sortDirection = try Wire.SortDirection(json: value, path: fieldPath)
-      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: fieldPath)
-      case "archived": self.archived = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "cursor": self.cursor = try value.stringValue(path: keyPath)
+      case "limit": self.limit = try value.uint32Value(path: keyPath)
+      case "sort_key", "sortKey": self.sortKey = try Wire.ThreadSortKey(json: value, path: keyPath)
+      case "sort_direction", "sortDirection": self.sortDirection = try Wire.SortDirection(json: value, path: keyPath)
+      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
+      case "archived": self.archived = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3628,9 +3630,9 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
     self.init()
     if c.n_data > 0, let items = c.data {
       self.data.reserveCapacity(c.n_data)
-      for index in 0..<c.n_data { self.data.append(try Wire.Thread(c: wirePointee(items[index]), path: path + ".data")) }
+      for index in 0..<c.n_data { self.data.append(try Wire.Thread(c: wirePointee(items[index]), path: fieldPath(path, "data"))) }
     }
-    if let v = c.next_cursor { self.nextCursor = try wireString(v, path: path + ".next_cursor") }
+    if let v = c.next_cursor { self.nextCursor = try wireString(v, path: fieldPath(path, "next_cursor")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadListResult, arena: Arena) {
@@ -3673,11 +3675,11 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "data": self.data = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.Thread(json: element, path: path) }
-      case "next_cursor", "nextCursor": self.nextCursor = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.Thread(json: element, path: path) }
+      case "next_cursor", "nextCursor": self.nextCursor = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3703,7 +3705,7 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadArchiveParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadArchiveParams, arena: Arena) {
@@ -3741,10 +3743,10 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3799,9 +3801,9 @@ extension Wire.ThreadArchiveResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3827,7 +3829,7 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadUnarchiveParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnarchiveParams, arena: Arena) {
@@ -3865,10 +3867,10 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3894,7 +3896,7 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadUnarchiveResult, path: String) throws {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: path + ".thread") }
+    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnarchiveResult, arena: Arena) {
@@ -3932,10 +3934,10 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread": self.thread = try Wire.Thread(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -3961,7 +3963,7 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadUnsubscribeParams, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeParams, arena: Arena) {
@@ -3999,10 +4001,10 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4066,10 +4068,10 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "was_subscribed", "wasSubscribed": self.wasSubscribed = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "was_subscribed", "wasSubscribed": self.wasSubscribed = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4107,10 +4109,10 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__AgentSpawnParams, path: String) throws {
     self.init()
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: path + ".parent_thread_id") }
-    if let v = c.message { self.message = try wireString(v, path: path + ".message") }
-    if let v = c.model { self.model = try wireString(v, path: path + ".model") }
-    if let v = c.task_name { self.taskName = try wireString(v, path: path + ".task_name") }
+    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
+    if let v = c.message { self.message = try wireString(v, path: fieldPath(path, "message")) }
+    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
+    if let v = c.task_name { self.taskName = try wireString(v, path: fieldPath(path, "task_name")) }
     if c.has_review != 0 { self.review = c.review != 0 }
   }
 
@@ -4157,14 +4159,14 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: fieldPath)
-      case "message": self.message = try value.stringValue(path: fieldPath)
-      case "model": self.model = try value.stringValue(path: fieldPath)
-      case "task_name", "taskName": self.taskName = try value.stringValue(path: fieldPath)
-      case "review": self.review = try value.boolValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
+      case "message": self.message = try value.stringValue(path: keyPath)
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "task_name", "taskName": self.taskName = try value.stringValue(path: keyPath)
+      case "review": self.review = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4190,7 +4192,7 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadStartedNotification, path: String) throws {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: path + ".thread") }
+    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartedNotification, arena: Arena) {
@@ -4228,10 +4230,10 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread": self.thread = try Wire.Thread(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4260,8 +4262,8 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadStatusChangedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
-    if let v = c.status { self.status = try Wire.ThreadStatus(c: wirePointee(v), path: path + ".status") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.status { self.status = try Wire.ThreadStatus(c: wirePointee(v), path: fieldPath(path, "status")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStatusChangedNotification, arena: Arena) {
@@ -4301,11 +4303,11 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      case "status": self.status = try Wire.ThreadStatus(json: value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "status": self.status = try Wire.ThreadStatus(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4331,7 +4333,7 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadArchivedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadArchivedNotification, arena: Arena) {
@@ -4369,10 +4371,10 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4398,7 +4400,7 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadUnarchivedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnarchivedNotification, arena: Arena) {
@@ -4436,10 +4438,10 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4465,7 +4467,7 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
 
   init(c: Threadwire__V1__ThreadClosedNotification, path: String) throws {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: path + ".thread_id") }
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadClosedNotification, arena: Arena) {
@@ -4503,10 +4505,10 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "thread_id", "threadId": self.threadId = try value.stringValue(path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4560,9 +4562,9 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
   init(c: Threadwire__V1__Envelope, path: String) throws {
     self.init()
     switch Int(c.kind_case.rawValue) {
-    case 1: self.kind = .request(try Wire.Request(c: wirePointee(c.request), path: path + ".request"))
-    case 2: self.kind = .response(try Wire.Response(c: wirePointee(c.response), path: path + ".response"))
-    case 3: self.kind = .notification(try Wire.Notification(c: wirePointee(c.notification), path: path + ".notification"))
+    case 1: self.kind = .request(try Wire.Request(c: wirePointee(c.request), path: fieldPath(path, "request")))
+    case 2: self.kind = .response(try Wire.Response(c: wirePointee(c.response), path: fieldPath(path, "response")))
+    case 3: self.kind = .notification(try Wire.Notification(c: wirePointee(c.notification), path: fieldPath(path, "notification")))
     default: self.kind = nil
     }
   }
@@ -4618,12 +4620,12 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
       case "request", "response", "notification":
-        if self.kind != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'kind' is set") }
-        self.kind = try Kind.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.kind != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'kind' is set") }
+        self.kind = try Kind.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4722,23 +4724,23 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     if c.has_timeout_ms != 0 { self.timeoutMs = c.timeout_ms }
     if c.n_metadata > 0, let items = c.metadata {
       self.metadata.reserveCapacity(c.n_metadata)
-      for index in 0..<c.n_metadata { self.metadata.append(try Wire.KeyValue(c: wirePointee(items[index]), path: path + ".metadata")) }
+      for index in 0..<c.n_metadata { self.metadata.append(try Wire.KeyValue(c: wirePointee(items[index]), path: fieldPath(path, "metadata"))) }
     }
     switch Int(c.params_case.rawValue) {
-    case 10: self.params = .initialize(try Wire.InitializeParams(c: wirePointee(c.initialize), path: path + ".initialize"))
-    case 11: self.params = .healthCheck(try Wire.HealthCheckParams(c: wirePointee(c.health_check), path: path + ".health_check"))
-    case 20: self.params = .threadStart(try Wire.ThreadStartParams(c: wirePointee(c.thread_start), path: path + ".thread_start"))
-    case 21: self.params = .threadResume(try Wire.ThreadResumeParams(c: wirePointee(c.thread_resume), path: path + ".thread_resume"))
-    case 22: self.params = .threadFork(try Wire.ThreadForkParams(c: wirePointee(c.thread_fork), path: path + ".thread_fork"))
-    case 23: self.params = .threadRead(try Wire.ThreadReadParams(c: wirePointee(c.thread_read), path: path + ".thread_read"))
-    case 24: self.params = .threadList(try Wire.ThreadListParams(c: wirePointee(c.thread_list), path: path + ".thread_list"))
-    case 25: self.params = .threadArchive(try Wire.ThreadArchiveParams(c: wirePointee(c.thread_archive), path: path + ".thread_archive"))
-    case 26: self.params = .threadUnarchive(try Wire.ThreadUnarchiveParams(c: wirePointee(c.thread_unarchive), path: path + ".thread_unarchive"))
-    case 27: self.params = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wirePointee(c.thread_unsubscribe), path: path + ".thread_unsubscribe"))
-    case 28: self.params = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wirePointee(c.thread_settings_update), path: path + ".thread_settings_update"))
-    case 29: self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wirePointee(c.agent_spawn), path: path + ".agent_spawn"))
-    case 40: self.params = .turnStart(try Wire.TurnStartParams(c: wirePointee(c.turn_start), path: path + ".turn_start"))
-    case 41: self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wirePointee(c.turn_interrupt), path: path + ".turn_interrupt"))
+    case 10: self.params = .initialize(try Wire.InitializeParams(c: wirePointee(c.initialize), path: fieldPath(path, "initialize")))
+    case 11: self.params = .healthCheck(try Wire.HealthCheckParams(c: wirePointee(c.health_check), path: fieldPath(path, "health_check")))
+    case 20: self.params = .threadStart(try Wire.ThreadStartParams(c: wirePointee(c.thread_start), path: fieldPath(path, "thread_start")))
+    case 21: self.params = .threadResume(try Wire.ThreadResumeParams(c: wirePointee(c.thread_resume), path: fieldPath(path, "thread_resume")))
+    case 22: self.params = .threadFork(try Wire.ThreadForkParams(c: wirePointee(c.thread_fork), path: fieldPath(path, "thread_fork")))
+    case 23: self.params = .threadRead(try Wire.ThreadReadParams(c: wirePointee(c.thread_read), path: fieldPath(path, "thread_read")))
+    case 24: self.params = .threadList(try Wire.ThreadListParams(c: wirePointee(c.thread_list), path: fieldPath(path, "thread_list")))
+    case 25: self.params = .threadArchive(try Wire.ThreadArchiveParams(c: wirePointee(c.thread_archive), path: fieldPath(path, "thread_archive")))
+    case 26: self.params = .threadUnarchive(try Wire.ThreadUnarchiveParams(c: wirePointee(c.thread_unarchive), path: fieldPath(path, "thread_unarchive")))
+    case 27: self.params = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wirePointee(c.thread_unsubscribe), path: fieldPath(path, "thread_unsubscribe")))
+    case 28: self.params = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wirePointee(c.thread_settings_update), path: fieldPath(path, "thread_settings_update")))
+    case 29: self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wirePointee(c.agent_spawn), path: fieldPath(path, "agent_spawn")))
+    case 40: self.params = .turnStart(try Wire.TurnStartParams(c: wirePointee(c.turn_start), path: fieldPath(path, "turn_start")))
+    case 41: self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wirePointee(c.turn_interrupt), path: fieldPath(path, "turn_interrupt")))
     default: self.params = nil
     }
   }
@@ -4847,15 +4849,15 @@ extension Wire.Request: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "id": self.id = try value.uint64Value(path: fieldPath)
-      case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: fieldPath)
-      case "metadata": self.metadata = try value.arrayElements(path: fieldPath).enumerated().map { index, element in let path = fieldPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
+      case "id": self.id = try value.uint64Value(path: keyPath)
+      case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
+      case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
-        if self.params != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'params' is set") }
-        self.params = try Params.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
+        self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -4952,22 +4954,22 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     self.init()
     if c.has_id != 0 { self.id = c.id }
     if c.has_code != 0 { self.code = c.code }
-    if let v = c.message { self.message = try wireString(v, path: path + ".message") }
+    if let v = c.message { self.message = try wireString(v, path: fieldPath(path, "message")) }
     switch Int(c.result_case.rawValue) {
-    case 10: self.result = .initialize(try Wire.InitializeResult(c: wirePointee(c.initialize), path: path + ".initialize"))
-    case 11: self.result = .healthCheck(try Wire.HealthCheckResult(c: wirePointee(c.health_check), path: path + ".health_check"))
-    case 20: self.result = .threadStart(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_start), path: path + ".thread_start"))
-    case 21: self.result = .threadResume(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_resume), path: path + ".thread_resume"))
-    case 22: self.result = .threadFork(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_fork), path: path + ".thread_fork"))
-    case 23: self.result = .threadRead(try Wire.ThreadReadResult(c: wirePointee(c.thread_read), path: path + ".thread_read"))
-    case 24: self.result = .threadList(try Wire.ThreadListResult(c: wirePointee(c.thread_list), path: path + ".thread_list"))
-    case 25: self.result = .threadArchive(try Wire.ThreadArchiveResult(c: wirePointee(c.thread_archive), path: path + ".thread_archive"))
-    case 26: self.result = .threadUnarchive(try Wire.ThreadUnarchiveResult(c: wirePointee(c.thread_unarchive), path: path + ".thread_unarchive"))
-    case 27: self.result = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wirePointee(c.thread_unsubscribe), path: path + ".thread_unsubscribe"))
-    case 28: self.result = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wirePointee(c.thread_settings_update), path: path + ".thread_settings_update"))
-    case 29: self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wirePointee(c.agent_spawn), path: path + ".agent_spawn"))
-    case 40: self.result = .turnStart(try Wire.TurnStartResult(c: wirePointee(c.turn_start), path: path + ".turn_start"))
-    case 41: self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wirePointee(c.turn_interrupt), path: path + ".turn_interrupt"))
+    case 10: self.result = .initialize(try Wire.InitializeResult(c: wirePointee(c.initialize), path: fieldPath(path, "initialize")))
+    case 11: self.result = .healthCheck(try Wire.HealthCheckResult(c: wirePointee(c.health_check), path: fieldPath(path, "health_check")))
+    case 20: self.result = .threadStart(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_start), path: fieldPath(path, "thread_start")))
+    case 21: self.result = .threadResume(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_resume), path: fieldPath(path, "thread_resume")))
+    case 22: self.result = .threadFork(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_fork), path: fieldPath(path, "thread_fork")))
+    case 23: self.result = .threadRead(try Wire.ThreadReadResult(c: wirePointee(c.thread_read), path: fieldPath(path, "thread_read")))
+    case 24: self.result = .threadList(try Wire.ThreadListResult(c: wirePointee(c.thread_list), path: fieldPath(path, "thread_list")))
+    case 25: self.result = .threadArchive(try Wire.ThreadArchiveResult(c: wirePointee(c.thread_archive), path: fieldPath(path, "thread_archive")))
+    case 26: self.result = .threadUnarchive(try Wire.ThreadUnarchiveResult(c: wirePointee(c.thread_unarchive), path: fieldPath(path, "thread_unarchive")))
+    case 27: self.result = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wirePointee(c.thread_unsubscribe), path: fieldPath(path, "thread_unsubscribe")))
+    case 28: self.result = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wirePointee(c.thread_settings_update), path: fieldPath(path, "thread_settings_update")))
+    case 29: self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wirePointee(c.agent_spawn), path: fieldPath(path, "agent_spawn")))
+    case 40: self.result = .turnStart(try Wire.TurnStartResult(c: wirePointee(c.turn_start), path: fieldPath(path, "turn_start")))
+    case 41: self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wirePointee(c.turn_interrupt), path: fieldPath(path, "turn_interrupt")))
     default: self.result = nil
     }
   }
@@ -5073,15 +5075,15 @@ extension Wire.Response: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "id": self.id = try value.uint64Value(path: fieldPath)
-      case "code": self.code = try value.uint32Value(path: fieldPath)
-      case "message": self.message = try value.stringValue(path: fieldPath)
+      case "id": self.id = try value.uint64Value(path: keyPath)
+      case "code": self.code = try value.uint32Value(path: keyPath)
+      case "message": self.message = try value.stringValue(path: keyPath)
       case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
-        if self.result != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'result' is set") }
-        self.result = try Result.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
+        self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }
@@ -5160,16 +5162,16 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     self.init()
     if c.has_sequence != 0 { self.sequence = c.sequence }
     switch Int(c.payload_case.rawValue) {
-    case 10: self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wirePointee(c.thread_started), path: path + ".thread_started"))
-    case 11: self.payload = .threadStatusChanged(try Wire.ThreadStatusChangedNotification(c: wirePointee(c.thread_status_changed), path: path + ".thread_status_changed"))
-    case 12: self.payload = .threadArchived(try Wire.ThreadArchivedNotification(c: wirePointee(c.thread_archived), path: path + ".thread_archived"))
-    case 13: self.payload = .threadUnarchived(try Wire.ThreadUnarchivedNotification(c: wirePointee(c.thread_unarchived), path: path + ".thread_unarchived"))
-    case 14: self.payload = .threadClosed(try Wire.ThreadClosedNotification(c: wirePointee(c.thread_closed), path: path + ".thread_closed"))
-    case 15: self.payload = .threadSettingsUpdated(try Wire.ThreadSettingsUpdatedNotification(c: wirePointee(c.thread_settings_updated), path: path + ".thread_settings_updated"))
-    case 20: self.payload = .turnStarted(try Wire.TurnStartedNotification(c: wirePointee(c.turn_started), path: path + ".turn_started"))
-    case 21: self.payload = .turnCompleted(try Wire.TurnCompletedNotification(c: wirePointee(c.turn_completed), path: path + ".turn_completed"))
-    case 22: self.payload = .itemStarted(try Wire.ItemStartedNotification(c: wirePointee(c.item_started), path: path + ".item_started"))
-    case 23: self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wirePointee(c.item_completed), path: path + ".item_completed"))
+    case 10: self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wirePointee(c.thread_started), path: fieldPath(path, "thread_started")))
+    case 11: self.payload = .threadStatusChanged(try Wire.ThreadStatusChangedNotification(c: wirePointee(c.thread_status_changed), path: fieldPath(path, "thread_status_changed")))
+    case 12: self.payload = .threadArchived(try Wire.ThreadArchivedNotification(c: wirePointee(c.thread_archived), path: fieldPath(path, "thread_archived")))
+    case 13: self.payload = .threadUnarchived(try Wire.ThreadUnarchivedNotification(c: wirePointee(c.thread_unarchived), path: fieldPath(path, "thread_unarchived")))
+    case 14: self.payload = .threadClosed(try Wire.ThreadClosedNotification(c: wirePointee(c.thread_closed), path: fieldPath(path, "thread_closed")))
+    case 15: self.payload = .threadSettingsUpdated(try Wire.ThreadSettingsUpdatedNotification(c: wirePointee(c.thread_settings_updated), path: fieldPath(path, "thread_settings_updated")))
+    case 20: self.payload = .turnStarted(try Wire.TurnStartedNotification(c: wirePointee(c.turn_started), path: fieldPath(path, "turn_started")))
+    case 21: self.payload = .turnCompleted(try Wire.TurnCompletedNotification(c: wirePointee(c.turn_completed), path: fieldPath(path, "turn_completed")))
+    case 22: self.payload = .itemStarted(try Wire.ItemStartedNotification(c: wirePointee(c.item_started), path: fieldPath(path, "item_started")))
+    case 23: self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wirePointee(c.item_completed), path: fieldPath(path, "item_completed")))
     default: self.payload = nil
     }
   }
@@ -5255,13 +5257,13 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   public init(json: JSONValue, path: String) throws {
     self.init()
     for (key, value) in try json.objectFields(path: path) where value != .null {
-      let fieldPath = path.isEmpty ? key : path + "." + key
+      let keyPath = fieldPath(path, key)
       switch key {
-      case "sequence": self.sequence = try value.uint64Value(path: fieldPath)
+      case "sequence": self.sequence = try value.uint64Value(path: keyPath)
       case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted":
-        if self.payload != nil { throw WireError.invalidJSON(path: fieldPath, reason: "more than one field of oneof 'payload' is set") }
-        self.payload = try Payload.fromJSON(fieldName: key, value, path: fieldPath)
-      default: throw WireError.invalidJSON(path: fieldPath, reason: "unknown field")
+        if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
+        self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
   }

@@ -1815,7 +1815,7 @@ const ProtobufCEnumDescriptor threadwire__v1__context_role__descriptor =
   threadwire__v1__context_role__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_number[11] =
+static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_number[12] =
 {
   { "CONTEXT_KIND_UNSPECIFIED", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_UNSPECIFIED", 0 },
   { "CONTEXT_KIND_BASE_INSTRUCTIONS", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_BASE_INSTRUCTIONS", 1 },
@@ -1828,14 +1828,16 @@ static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_num
   { "CONTEXT_KIND_SUBAGENT_NOTIFICATION", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_SUBAGENT_NOTIFICATION", 8 },
   { "CONTEXT_KIND_MAILBOX", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_MAILBOX", 9 },
   { "CONTEXT_KIND_INTERRUPTION_MARKER", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_INTERRUPTION_MARKER", 10 },
+  { "CONTEXT_KIND_DEVELOPER_MESSAGE", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE", 11 },
 };
 static const ProtobufCIntRange threadwire__v1__context_kind__value_ranges[] = {
-{0, 0},{0, 11}
+{0, 0},{0, 12}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__context_kind__enum_values_by_name[11] =
+static const ProtobufCEnumValueIndex threadwire__v1__context_kind__enum_values_by_name[12] =
 {
   { "CONTEXT_KIND_ASSISTANT_MESSAGE", 5 },
   { "CONTEXT_KIND_BASE_INSTRUCTIONS", 1 },
+  { "CONTEXT_KIND_DEVELOPER_MESSAGE", 11 },
   { "CONTEXT_KIND_INTERRUPTION_MARKER", 10 },
   { "CONTEXT_KIND_MAILBOX", 9 },
   { "CONTEXT_KIND_MULTI_AGENT_MODE", 3 },
@@ -1853,9 +1855,9 @@ const ProtobufCEnumDescriptor threadwire__v1__context_kind__descriptor =
   "ContextKind",
   "Threadwire__V1__ContextKind",
   "threadwire.v1",
-  11,
+  12,
   threadwire__v1__context_kind__enum_values_by_number,
-  11,
+  12,
   threadwire__v1__context_kind__enum_values_by_name,
   1,
   threadwire__v1__context_kind__value_ranges,

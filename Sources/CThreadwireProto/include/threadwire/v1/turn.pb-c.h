@@ -93,7 +93,11 @@ typedef enum _Threadwire__V1__ContextKind {
    * Recorded when a turn is interrupted (V1: user-role <turn_aborted>;
    * V2: developer-authored marker).
    */
-  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_INTERRUPTION_MARKER = 10
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_INTERRUPTION_MARKER = 10,
+  /*
+   * Any other developer instructions (e.g. from an imported rollout).
+   */
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE = 11
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__CONTEXT_KIND)
 } Threadwire__V1__ContextKind;
 

@@ -1,0 +1,69 @@
+# threadwire: two commands on a fresh Debian machine.
+#   make run    install what is missing, build, start the server on ./data
+#   make test   install what is missing, build, run every test
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind
+VENV := .build/venv
+PYTHON := $(VENV)/bin/python
+LISTEN ?= 127.0.0.1:7420
+DATA_DIR ?= ./data
+SWIFT_BUILD_FLAGS ?=
+
+.PHONY: deps apt-deps py-deps build run test test-swift test-python check-generated generate memcheck clean
+
+## Installs only what is missing (apt-get update once, then install).
+apt-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+## Python test dependencies in a virtualenv inside the ignored build folder.
+$(PYTHON): tests/python/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+	touch $(PYTHON)
+
+py-deps: $(PYTHON)
+
+deps: apt-deps py-deps
+
+build: apt-deps
+	swift build $(SWIFT_BUILD_FLAGS)
+
+run: build
+	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+generate: deps
+	codegen/generate.sh
+
+check-generated: deps
+	codegen/check.sh
+
+test: deps check-generated
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	$(MAKE) --no-print-directory memcheck
+	swift test --skip-build $(SWIFT_BUILD_FLAGS)
+	$(MAKE) --no-print-directory test-python
+
+test-swift: apt-deps
+	swift build --build-tests $(SWIFT_BUILD_FLAGS) && swift test --skip-build $(SWIFT_BUILD_FLAGS)
+
+## A second, independent protobuf implementation (Google's, in Python) talks to the real server.
+test-python: py-deps
+	$(PYTHON) -m pytest -q tests/python
+
+## The codec under valgrind: every message round-tripped and garbage decoded; any
+## invalid access or definite leak fails. Built apart with DWARF 4 because
+## Debian's valgrind 3.19 cannot read the DWARF 5 that Swift emits by default.
+memcheck: apt-deps
+	swift build --product threadwire-codec-check --scratch-path .build-memcheck -Xswiftc -dwarf-version=4 -Xcc -gdwarf-4
+	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	  .build-memcheck/debug/threadwire-codec-check 200
+
+clean:
+	rm -rf .build

@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+import ThreadwireClient
+import ThreadwireNIO
+import ThreadwireWire
+
+/// The wire protocol against the real server binary over TCP.
+@Suite("protocol (real server)", .timeLimit(.minutes(2)))
+struct ProtocolTests {
+    @Test("initialize reports the server and its limits; health/check answers SERVING")
+    func initializeAndHealth() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client(initialize: false)
+        guard case let .healthCheck(health) = try await client.result(.healthCheck(.init())) else { throw TestTimeout(description: "no health") }
+        #expect(health.status == .serving)
+        let info = try await client.initialize()
+        #expect(info.serverInfo?.name == "threadwire")
+        #expect(info.protocolVersion == 1)
+        #expect(info.limits?.maxFrameBytes == UInt32(4_194_304))
+        await client.close()
+    }
+
+    @Test("any method but health/check before initialize is FAILED_PRECONDITION; a second initialize too")
+    func handshakeFirst() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client(initialize: false)
+        await expectStatus(9, mentioning: "initialize") { _ = try await client.startThread() }
+        try await client.initialize()
+        await expectStatus(9, mentioning: "already") { try await client.initialize() }
+        _ = try await client.startThread()
+    }
+
+    @Test("initialize needs a client name and a supported protocol version")
+    func initializeValidation() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client(initialize: false)
+        await expectStatus(3, mentioning: "client_info.name") {
+            _ = try await client.result(.initialize(Wire.InitializeParams(protocolVersion: 1)))
+        }
+        await expectStatus(9, mentioning: "protocol_version 7") {
+            _ = try await client.result(.initialize(Wire.InitializeParams(clientInfo: .init(name: "x"), protocolVersion: 7)))
+        }
+    }
+
+    @Test("a method this server does not know gets UNIMPLEMENTED with its id")
+    func unknownMethod() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client()
+        // Envelope{request{id: 7, field 99: {}}}: a newer client's method.
+        try await client.sendRaw(Framing.frame([0x0A, 0x05, 0x08, 0x07, 0x9A, 0x06, 0x00]))
+        var unmatched = client.unmatchedResponses.makeAsyncIterator()
+        let response = try #require(await unmatched.next())
+        #expect(response.id == 7)
+        #expect(response.code == 12)
+        #expect(response.message?.contains("no method") == true)
+    }
+
+    @Test("an undecodable payload gets INVALID_ARGUMENT and the connection stays usable")
+    func malformedPayload() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client()
+        try await client.sendRaw(Framing.frame([0x0A, 0xFF, 0xFF, 0x01]))
+        var unmatched = client.unmatchedResponses.makeAsyncIterator()
+        let response = try #require(await unmatched.next())
+        #expect(response.code == 3)
+        #expect(response.message?.contains("could not decode threadwire.v1.Envelope") == true)
+        _ = try await client.startThread()  // same connection, still fine
+    }
+
+    @Test("invalid UTF-8 in a string field is INVALID_ARGUMENT naming the field")
+    func invalidUTF8() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client()
+        // Envelope{request{id:3, thread_start{model: FF FE}}}
+        let params: [UInt8] = [0x0A, 0x02, 0xFF, 0xFE]
+        let request: [UInt8] = [0x08, 0x03, 0xA2, 0x01, UInt8(params.count)] + params
+        try await client.sendRaw(Framing.frame([0x0A, UInt8(request.count)] + request))
+        var unmatched = client.unmatchedResponses.makeAsyncIterator()
+        let response = try #require(await unmatched.next())
+        #expect(response.code == 3)
+        #expect(response.message?.contains("thread_start.model") == true)
+    }
+
+    @Test("undefined flag bits get an error frame, then the connection closes; other clients are unaffected")
+    func badFlags() async throws {
+        let server = try ServerProcess()
+        let bystander = try await server.client()
+        let client = try await server.client()
+        try await client.sendRaw([0x01, 0, 0, 0, 2, 0x08, 0x01])
+        var unmatched = client.unmatchedResponses.makeAsyncIterator()
+        let response = try #require(await unmatched.next())
+        #expect(response.code == 3)
+        #expect(response.message?.contains("flags") == true)
+        await client.waitUntilClosed()
+        #expect(!client.isActive)
+        _ = try await bystander.startThread()
+    }
+
+    @Test("a length over the limit gets RESOURCE_EXHAUSTED from the header alone, then a close")
+    func oversize() async throws {
+        let server = try ServerProcess(arguments: ["--max-frame-bytes", "1024"])
+        let client = try await server.client()
+        try await client.sendRaw([0x00, 0x7F, 0xFF, 0xFF, 0xFF])  // no payload follows
+        var unmatched = client.unmatchedResponses.makeAsyncIterator()
+        let response = try #require(await unmatched.next())
+        #expect(response.code == 8)
+        #expect(response.message?.contains("exceeds the maximum of 1024") == true)
+        await client.waitUntilClosed()
+    }
+
+    @Test("a client that never initializes is closed after the handshake timeout")
+    func handshakeTimeout() async throws {
+        let server = try ServerProcess(arguments: ["--handshake-timeout-ms", "1500"])
+        let idle = try await server.client(initialize: false)
+        let ready = try await server.client()
+        await idle.waitUntilClosed()
+        #expect(!idle.isActive)
+        _ = try await ready.startThread()  // initialized connections stay
+    }
+
+    @Test("pipelined requests each get exactly one response with their id")
+    func pipelining() async throws {
+        let server = try ServerProcess()
+        let client = try await server.client()
+        let responses = try await withThrowingTaskGroup(of: Wire.Response.self) { group in
+            for _ in 0..<64 { group.addTask { try await client.call(.healthCheck(.init())) } }
+            var all: [Wire.Response] = []
+            for try await response in group { all.append(response) }
+            return all
+        }
+        #expect(responses.count == 64)
+        #expect(Set(responses.compactMap(\.id)).count == 64)
+        #expect(responses.allSatisfy { $0.code == 0 })
+    }
+
+    @Test("the Envoy health-check bytes documented in the README get the documented reply")
+    func envoyHealthBytes() async throws {
+        let server = try ServerProcess()
+        let socket = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
+        let request = Wire.Envelope(kind: .request(Wire.Request(id: 1, params: .healthCheck(.init())))).serializedBytes()
+        #expect(Framing.frame(request) == [0x00, 0x00, 0x00, 0x00, 0x06, 0x0A, 0x04, 0x08, 0x01, 0x5A, 0x00])
+        let response = try await socket.call(.healthCheck(.init()))
+        let reply = Wire.Envelope(kind: .response(Wire.Response(id: 1, code: 0, result: response.result))).serializedBytes()
+        #expect(Framing.frame(reply) == [0x00, 0x00, 0x00, 0x00, 0x0A, 0x12, 0x08, 0x08, 0x01, 0x10, 0x00, 0x5A, 0x02, 0x08, 0x01])
+    }
+
+    @Test("SIGTERM stops the server cleanly")
+    func sigterm() async throws {
+        let server = try ServerProcess()
+        server.stop()
+        #expect(server.process == nil)
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import Testing
+import ThreadwireClient
+import ThreadwireWire
+
+/// The real `threadwire-server` binary on an ephemeral port with a temporary
+/// data directory that survives restarts (and kill -9) of the process.
+final class ServerProcess: @unchecked Sendable {
+    let dataDir: String
+    private(set) var process: Process?
+    private(set) var port = 0
+    private let configPath: String?
+    private let extraArguments: [String]
+
+    static var binary: String {
+        if let path = ProcessInfo.processInfo.environment["THREADWIRE_SERVER_BIN"] { return path }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        return root.appendingPathComponent(".build/debug/threadwire-server").path
+    }
+
+    /// - Parameter config: the server's JSON config file contents.
+    init(config: String? = nil, arguments: [String] = []) throws {
+        dataDir = NSTemporaryDirectory() + "threadwire-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        if let config {
+            let path = dataDir + "/config.json"
+            try config.write(toFile: path, atomically: true, encoding: .utf8)
+            configPath = path
+        } else {
+            configPath = nil
+        }
+        extraArguments = arguments
+        try start()
+    }
+
+    /// Writes a new config (takes effect at the next restart).
+    func rewriteConfig(_ config: String) throws {
+        try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8)
+    }
+
+    func start() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        var arguments = ["--listen", "127.0.0.1:0", "--data-dir", dataDir + "/store", "--log-level", "error"]
+        if configPath != nil { arguments += ["--config", dataDir + "/config.json"] }
+        process.arguments = arguments + extraArguments
+        let stdout = Pipe()
+        process.standardOutput = stdout
+        try process.run()
+        self.process = process
+        // The server prints exactly one line when it is ready to accept.
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = stdout.fileHandleForReading.availableData
+            if chunk.isEmpty { throw ServerProcessError.exitedEarly }
+            line.append(chunk)
+        }
+        let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard text.hasPrefix("threadwire listening on "), let port = Int(text.split(separator: ":").last ?? "") else {
+            throw ServerProcessError.unexpectedOutput(text)
+        }
+        self.port = port
+    }
+
+    func client(initialize: Bool = true, optOut: [String] = []) async throws -> ThreadwireClient {
+        let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: port)
+        if initialize { try await client.initialize(name: "tests", optOut: optOut) }
+        return client
+    }
+
+    /// SIGTERM and wait.
+    func stop() {
+        guard let process, process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    func kill9() {
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    func restart() throws {
+        stop()
+        try start()
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: dataDir)
+    }
+}
+
+enum ServerProcessError: Error {
+    case exitedEarly
+    case unexpectedOutput(String)
+}

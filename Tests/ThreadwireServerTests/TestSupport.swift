@@ -1,0 +1,141 @@
+import Foundation
+import Testing
+import ThreadwireClient
+import ThreadwireWire
+
+struct TestTimeout: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Collects a client's notifications so tests can wait for one and inspect all.
+actor Inbox {
+    private var items: [Wire.Notification] = []
+
+    init(_ client: ThreadwireClient) {
+        Task { [weak self] in
+            for await notification in client.notifications { await self?.append(notification) }
+        }
+    }
+
+    private func append(_ notification: Wire.Notification) { items.append(notification) }
+
+    var all: [Wire.Notification] { items }
+
+    func payloads() -> [Wire.Notification.Payload] { items.compactMap(\.payload) }
+
+    @discardableResult
+    func waitFor(_ what: String, timeout: Duration = .seconds(10), _ predicate: (Wire.Notification.Payload) -> Bool) async throws -> Wire.Notification {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let match = items.first(where: { $0.payload.map(predicate) ?? false }) { return match }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw TestTimeout(description: "no notification \(what) within \(timeout)")
+    }
+}
+
+extension ThreadwireClient {
+    func startThread(_ params: Wire.ThreadStartParams = .init()) async throws -> Wire.ThreadLifecycleResult {
+        guard case let .threadStart(result) = try await result(.threadStart(params)) else { throw TestTimeout(description: "bad result") }
+        return result
+    }
+
+    func resume(_ id: String) async throws -> Wire.ThreadLifecycleResult {
+        guard case let .threadResume(result) = try await result(.threadResume(Wire.ThreadResumeParams(threadId: id))) else {
+            throw TestTimeout(description: "bad result")
+        }
+        return result
+    }
+
+    func fork(_ id: String) async throws -> Wire.ThreadLifecycleResult {
+        guard case let .threadFork(result) = try await result(.threadFork(Wire.ThreadForkParams(threadId: id))) else {
+            throw TestTimeout(description: "bad result")
+        }
+        return result
+    }
+
+    func read(_ id: String, turns: Bool = true, modelRequests: Bool = true) async throws -> Wire.ThreadReadResult {
+        guard case let .threadRead(result) = try await result(.threadRead(Wire.ThreadReadParams(
+            threadId: id, includeTurns: turns, includeModelRequests: modelRequests))) else { throw TestTimeout(description: "bad result") }
+        return result
+    }
+
+    func spawn(_ parent: String, message: String? = nil, model: String? = nil, review: Bool = false) async throws -> Wire.ThreadLifecycleResult {
+        guard case let .agentSpawn(result) = try await result(.agentSpawn(Wire.AgentSpawnParams(
+            parentThreadId: parent, message: message, model: model, review: review))) else { throw TestTimeout(description: "bad result") }
+        return result
+    }
+
+    func updateSettings(_ params: Wire.ThreadSettingsUpdateParams) async throws -> Wire.ThreadSettingsUpdateResult {
+        guard case let .threadSettingsUpdate(result) = try await result(.threadSettingsUpdate(params)) else {
+            throw TestTimeout(description: "bad result")
+        }
+        return result
+    }
+
+    /// Starts a turn and returns its id (the turn runs on after the response).
+    func startTurn(_ threadID: String, _ text: String, model: String? = nil,
+                   mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil) async throws -> String {
+        let params = Wire.TurnStartParams(threadId: threadID, input: [Wire.UserInput(content: .text(text))], model: model,
+                                          multiAgentModeUpdate: mode)
+        guard case let .turnStart(result) = try await result(.turnStart(params)), let id = result.turn?.id else {
+            throw TestTimeout(description: "bad result")
+        }
+        return id
+    }
+
+    /// Runs a turn to its end and returns the finished turn as stored.
+    @discardableResult
+    func runTurn(_ threadID: String, _ text: String, model: String? = nil,
+                 mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil) async throws -> Wire.Turn {
+        let id = try await startTurn(threadID, text, model: model, mode: mode)
+        return try await waitForTurn(threadID, id)
+    }
+
+    func waitForTurn(_ threadID: String, _ turnID: String, timeout: Duration = .seconds(10)) async throws -> Wire.Turn {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let thread = try await read(threadID).thread
+            if let turn = thread?.turns.first(where: { $0.id == turnID }), turn.status != .inProgress { return turn }
+            try await Task.sleep(for: .milliseconds(15))
+        }
+        throw TestTimeout(description: "turn \(turnID) did not finish")
+    }
+
+    /// Polls until the predicate holds for the thread (e.g. a child's turn ended).
+    func waitForThread(_ id: String, timeout: Duration = .seconds(10), _ predicate: (Wire.Thread) -> Bool) async throws -> Wire.Thread {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let thread = try await read(id).thread, predicate(thread) { return thread }
+            try await Task.sleep(for: .milliseconds(15))
+        }
+        throw TestTimeout(description: "thread \(id) never reached the expected state")
+    }
+}
+
+extension Wire.Turn {
+    /// The context items of this turn's last model request.
+    var lastContext: [Wire.ContextItem] { modelRequests.last?.context ?? [] }
+    var lastTools: [String] { modelRequests.last?.tools.compactMap(\.name) ?? [] }
+}
+
+extension Array where Element == Wire.ContextItem {
+    func of(_ kind: Wire.ContextKind) -> [Wire.ContextItem] { filter { $0.kind == kind } }
+}
+
+func modeFragments(_ context: [Wire.ContextItem]) -> [String] {
+    context.of(.multiAgentMode).compactMap(\.text).map { $0.contains("proactive. Proactive") ? "proactive" : "explicitRequestOnly" }
+}
+
+/// Asserts a call fails with the status and that the message mentions `mentioning`.
+func expectStatus(_ code: UInt32, mentioning: String, _ body: () async throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) async {
+    do {
+        try await body()
+        Issue.record("expected status \(code), got OK", sourceLocation: sourceLocation)
+    } catch let ClientError.status(actual, message) {
+        #expect(actual == code, "message: \(message)", sourceLocation: sourceLocation)
+        #expect(message.contains(mentioning), "message '\(message)' should mention '\(mentioning)'", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
+    }
+}

@@ -1,0 +1,85 @@
+import Testing
+import ThreadwireWire
+import ThreadwireWireFixtures
+
+@Suite("protobuf-c codec")
+struct CodecTests {
+    @Test("every message round-trips through protobuf-c and JSON", arguments: WireFixtures.checks.map(\.name))
+    func roundTrip(name: String) throws {
+        let check = try #require(WireFixtures.checks.first { $0.name == name })
+        #expect(try check.run())
+    }
+
+    @Test("a populated message survives encode/decode field for field")
+    func populatedEnvelope() throws {
+        let request = WireFixtures.Request(12)  // turn/start params
+        let bytes = Wire.Envelope(kind: .request(request)).serializedBytes()
+        let decoded = try Wire.Envelope(serializedBytes: bytes)
+        guard case let .request(back)? = decoded.kind else { Issue.record("not a request"); return }
+        #expect(back == request)
+        #expect(back.id == 9_223_372_036_854_775_809)
+        #expect(back.metadata.first?.key == "key héllo ✓ 0")
+    }
+
+    @Test("bytes that are not protobuf give a typed malformed error")
+    func malformed() {
+        #expect(throws: WireError.malformed(type: "threadwire.v1.Envelope", byteCount: 3)) {
+            try Wire.Envelope(serializedBytes: [0x0A, 0xFF, 0xFF])
+        }
+    }
+
+    @Test("invalid UTF-8 in a string field is rejected, naming the field")
+    func invalidUTF8() {
+        // ThreadStartParams.model (field 1) = FF FE
+        #expect(throws: WireError.invalidUTF8(field: "model")) {
+            try Wire.ThreadStartParams(serializedBytes: [0x0A, 0x02, 0xFF, 0xFE])
+        }
+    }
+
+    @Test("an enum number outside the contract is rejected, naming the field")
+    func unknownEnum() {
+        // ThreadStartParams.multi_agent_mode (field 4, varint) = 9
+        #expect(throws: WireError.invalidEnumValue(field: "multi_agent_mode", value: 9)) {
+            try Wire.ThreadStartParams(serializedBytes: [0x20, 0x09])
+        }
+    }
+
+    @Test("presence survives the wire: omitted, set and cleared are distinct")
+    func presence() throws {
+        let omitted = try Wire.TurnStartParams(serializedBytes: Wire.TurnStartParams(threadId: "t").serializedBytes())
+        #expect(omitted.multiAgentModeUpdate == nil)
+        let cleared = Wire.TurnStartParams(threadId: "t", multiAgentModeUpdate: .clearMultiAgentMode(true))
+        #expect(try Wire.TurnStartParams(serializedBytes: cleared.serializedBytes()) == cleared)
+        let zero = Wire.ThreadSettings(multiAgentRuntime: .unspecified)
+        #expect(try Wire.ThreadSettings(serializedBytes: zero.serializedBytes()).multiAgentRuntime == .unspecified)
+        #expect(try Wire.ThreadSettings(serializedBytes: Wire.ThreadSettings().serializedBytes()).multiAgentRuntime == nil)
+    }
+
+    @Test("JSON accepts proto and camelCase names and enum short names")
+    func jsonNames() throws {
+        let json = try JSONValue.parse(#"{"threadId": "t1", "input": [{"text": "hi"}], "multi_agent_mode": "proactive"}"#)
+        let params = try Wire.TurnStartParams(json: json, path: "")
+        #expect(params.threadId == "t1")
+        #expect(params.input == [Wire.UserInput(content: .text("hi"))])
+        #expect(params.multiAgentModeUpdate == .multiAgentMode(.proactive))
+    }
+
+    @Test("JSON errors name the path")
+    func jsonErrors() throws {
+        #expect(throws: WireError.invalidJSON(path: "bogus", reason: "unknown field")) {
+            try Wire.ThreadStartParams(json: try JSONValue.parse(#"{"bogus": 1}"#), path: "")
+        }
+        #expect(throws: WireError.invalidJSON(path: "multi_agent_mode", reason: "more than one field of oneof 'multi_agent_mode_update' is set")) {
+            try Wire.TurnStartParams(json: try JSONValue.parse(#"{"multi_agent_mode": "PROACTIVE", "clear_multi_agent_mode": true}"#), path: "")
+        }
+        #expect(throws: WireError.self) {
+            try Wire.ThreadListParams(json: try JSONValue.parse(#"{"limit": -1}"#), path: "")
+        }
+    }
+
+    @Test("method names derive from oneof field names")
+    func methodNames() {
+        #expect(Wire.Request.Params.fieldNames.contains("thread_settings_update"))
+        #expect(Wire.Request.Params.healthCheck(.init()).fieldName == "health_check")
+    }
+}
