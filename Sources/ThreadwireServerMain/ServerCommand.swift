@@ -59,6 +59,10 @@ struct ServerCommand: AsyncParsableCommand {
         configuration.idleUnloadSeconds = idleUnloadSeconds
         configuration.recordPath = record
 
+        // Signal handling is in place before the ready line, so a SIGTERM sent
+        // the moment a supervisor sees that line is never lost.
+        let signals = ShutdownSignals.install()
+
         let settings = try config.map(ConfigFile.load) ?? ServerSettings()
         let store = try SQLiteThreadStore(directory: dataDir, logger: logger)
         let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger)
@@ -67,26 +71,44 @@ struct ServerCommand: AsyncParsableCommand {
         // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
         FileHandle.standardOutput.write(Data("threadwire listening on \(host):\(address.port ?? port)\n".utf8))
 
-        // Stop cleanly on SIGINT or SIGTERM.
-        let signals = AsyncStream<Int32> { continuation in
-            for signalNumber in [SIGINT, SIGTERM] {
-                signal(signalNumber, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
-                source.setEventHandler { continuation.yield(signalNumber) }
-                source.resume()
-                SignalSources.keep(source)
-            }
-        }
         for await received in signals {
             logger.info("shutting down", metadata: ["tw.signal": "\(received)"])
             break
         }
         await server.shutdown(grace: .milliseconds(500))
+        logger.info("stopped")
+        // Every acknowledged change is already committed; don't wait for
+        // runtime teardown (it took seconds here).
+        Glibc.exit(0)
     }
 }
 
-/// Keeps signal sources alive for the process lifetime.
-enum SignalSources {
-    nonisolated(unsafe) static var sources: [any DispatchSourceSignal] = []
-    static func keep(_ source: any DispatchSourceSignal) { sources.append(source) }
+/// SIGINT/SIGTERM through a self-pipe: sigaction switches the disposition
+/// atomically (a dispatch source plus SIG_IGN left a window where a signal was
+/// dropped), and the handler only does an async-signal-safe write.
+enum ShutdownSignals {
+    nonisolated(unsafe) static var writeEnd: Int32 = -1
+
+    static func install() -> AsyncStream<Int32> {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { fatalError("pipe() failed: \(errno)") }
+        writeEnd = fds[1]
+        for signalNumber in [SIGINT, SIGTERM] {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { received in
+                var byte = UInt8(truncatingIfNeeded: received)
+                _ = write(ShutdownSignals.writeEnd, &byte, 1)
+            }
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = SA_RESTART
+            sigaction(signalNumber, &action, nil)
+        }
+        let readEnd = fds[0]
+        return AsyncStream { continuation in
+            Thread.detachNewThread {
+                var byte: UInt8 = 0
+                while read(readEnd, &byte, 1) == 1 { continuation.yield(Int32(byte)) }
+            }
+        }
+    }
 }

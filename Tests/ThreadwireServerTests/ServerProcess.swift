@@ -68,11 +68,15 @@ final class ServerProcess: @unchecked Sendable {
         return client
     }
 
-    /// SIGTERM and wait.
+    /// SIGTERM, and SIGKILL if it has not exited within 10 s (a test must never hang).
     func stop() {
         guard let process, process.isRunning else { return }
         process.terminate()
-        process.waitUntilExit()
+        if !waitForExit(process, seconds: 10) {
+            Issue.record("threadwire-server ignored SIGTERM for 10 s")
+            kill(process.processIdentifier, SIGKILL)
+            _ = waitForExit(process, seconds: 10)
+        }
         self.process = nil
     }
 
@@ -80,8 +84,22 @@ final class ServerProcess: @unchecked Sendable {
     func kill9() {
         guard let process, process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        _ = waitForExit(process, seconds: 10)
         self.process = nil
+    }
+
+    /// Polls with waitpid rather than Process.waitUntilExit, which spins a run
+    /// loop and has hung here when many processes run at once.
+    private func waitForExit(_ process: Process, seconds: Double) -> Bool {
+        let pid = process.processIdentifier
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            var status: Int32 = 0
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid || (result == -1 && errno == ECHILD) || !process.isRunning { return true }
+            usleep(5_000)
+        }
+        return false
     }
 
     func restart() throws {
