@@ -113,15 +113,26 @@ let package = Package(
             dependencies: ["ThreadwireWire", "ThreadwireWireFixtures"],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ThreadwireTesting",
+            dependencies: ["ThreadwireCore"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "ThreadwireCoreTests",
-            dependencies: ["ThreadwireCore"],
+            dependencies: ["ThreadwireCore", "ThreadwireTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireStoreTests",
+            dependencies: ["ThreadwireStore", "ThreadwireCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ThreadwireServerTests",
             dependencies: [
                 "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireStore", "ThreadwireClient", "ThreadwireNIO",
+                "ThreadwireTesting", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -81,6 +81,11 @@ public final class SQLiteThreadStore: ThreadStore {
         try await queue.submit(operations)
     }
 
+    /// Transactions written so far (fewer than commits when group commit works).
+    public var transactionCount: Int {
+        get async { await queue.transactions }
+    }
+
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
         try await pool.read { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM threads WHERE id = ?", arguments: [id]) else { return nil }
@@ -189,6 +194,7 @@ actor CommitQueue {
     private let logger: Logger
     private var pending: [([StoreOperation], CheckedContinuation<Void, any Error>)] = []
     private var flushing = false
+    private(set) var transactions = 0
 
     init(pool: DatabasePool, logger: Logger) {
         self.pool = pool
@@ -210,6 +216,7 @@ actor CommitQueue {
             let batch = pending
             pending = []
             let work = batch.map(\.0)
+            transactions += 1
             do {
                 let results = try await pool.write { db -> [String?] in
                     var results: [String?] = []

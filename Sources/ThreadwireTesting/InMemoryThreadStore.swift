@@ -1,0 +1,72 @@
+public import ThreadwireCore
+
+/// A ThreadStore in memory, for domain tests without disk. It applies the same
+/// operations with the same rules as the SQLite store (set-if-unset, append-only history).
+public actor InMemoryThreadStore: ThreadStore {
+    private var threads: [ThreadID: StoredThread] = [:]
+    public private(set) var commits = 0
+
+    public init() {}
+
+    public func commit(_ operations: [StoreOperation]) async throws {
+        commits += 1
+        for operation in operations {
+            switch operation {
+            case let .putThread(record):
+                threads[record.id, default: StoredThread(record: record, history: [], turns: [])].record = record
+            case let .appendHistory(id, first, items):
+                guard threads[id]?.history.count == first else { throw DomainError.internal("history sequence mismatch for \(id)") }
+                threads[id]!.history += items
+            case let .putTurn(turn):
+                if let index = threads[turn.threadID]?.turns.firstIndex(where: { $0.id == turn.id }) {
+                    threads[turn.threadID]!.turns[index] = turn
+                } else {
+                    threads[turn.threadID]?.turns.append(turn)
+                }
+            case let .setRuntimeIfUnset(id, runtime):
+                if threads[id]?.record.runtime == nil { threads[id]?.record.runtime = runtime }
+            }
+        }
+    }
+
+    public func loadThread(_ id: ThreadID) async throws -> StoredThread? { threads[id] }
+
+    public func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? { threads[id]?.record }
+
+    public func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) {
+        let key: (ThreadRecord) -> Millis = query.sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
+        let sorted = threads.values.map(\.record)
+            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) }
+            .sorted { query.ascending ? (key($0), $0.id) < (key($1), $1.id) : (key($0), $0.id) > (key($1), $1.id) }
+        return (Array(sorted.prefix(query.limit)), nil)
+    }
+
+    /// Test hook: put a stored thread as-is (e.g. a legacy import).
+    public func seed(_ thread: StoredThread) { threads[thread.record.id] = thread }
+}
+
+/// Collects deliveries, for assertions.
+public final class RecordingSink: EventSink, @unchecked Sendable {
+    private let lock = NSLockLite()
+    private var stored: [Delivery] = []
+    public init() {}
+    public func deliver(_ deliveries: [Delivery]) { lock.withLock { stored += deliveries } }
+    public var deliveries: [Delivery] { lock.withLock { stored } }
+}
+
+/// A tiny lock so this module needs no Foundation.
+final class NSLockLite: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    init() { pthread_mutex_init(&mutex, nil) }
+    func withLock<T>(_ body: () -> T) -> T {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return body()
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

@@ -1,0 +1,71 @@
+import Testing
+import ThreadwireCore
+import ThreadwireTesting
+
+/// The engine with an in-memory store and a recording sink: no sockets, no disk.
+@Suite("thread engine (in memory)")
+struct EngineTests {
+    func engine(_ configure: (inout ServerSettings) -> Void = { _ in }) -> (ThreadEngine, InMemoryThreadStore, RecordingSink) {
+        var settings = ServerSettings()
+        configure(&settings)
+        let store = InMemoryThreadStore()
+        let sink = RecordingSink()
+        return (ThreadEngine(store: store, backend: ScriptedEchoBackend(), settings: settings, sink: sink), store, sink)
+    }
+
+    func runTurn(_ engine: ThreadEngine, _ id: ThreadID, _ text: String) async throws -> TurnRecord {
+        let outcome = try await engine.startTurn(id, .init(input: [text]), connection: 1)
+        await outcome.afterward?()
+        for _ in 0..<500 {
+            if let turn = try await engine.readThread(id, includeTurns: true, includeModelRequests: false).turns?.last,
+               turn.status != .inProgress { return turn }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        throw DomainError.internal("turn did not finish")
+    }
+
+    @Test("the first turn pins the runtime from flags; later flag changes cannot reach it")
+    func pinsAtFirstTurn() async throws {
+        let (engine, store, _) = engine { $0.threadDefaults.flags.multiAgentV2 = true }
+        let id = try await engine.startThread(.init(), connection: 1).value.record.id
+        #expect(try await store.threadRecord(id)?.runtime == nil)
+        let turn = try await runTurn(engine, id, "hi")
+        #expect(turn.context.runtime == .v2)
+        #expect(try await store.threadRecord(id)?.runtime == .v2)
+    }
+
+    @Test("a legacy thread is pinned to v1 on load through set-if-unset, timestamps kept")
+    func legacyLoad() async throws {
+        let (engine, store, _) = engine { $0.threadDefaults.flags.multiAgentV2 = true }
+        var record = ThreadRecord(id: "legacy", sessionID: "legacy", source: .imported, createdAt: 10, model: "m", cwd: "/")
+        record.updatedAt = 20
+        record.legacy = true
+        await store.seed(StoredThread(record: record, history: [], turns: []))
+        let view = try await engine.resumeThread("legacy", model: nil, excludeTurns: true, connection: 1).value
+        #expect(view.record.runtime == .v1)
+        let stored = try #require(try await store.threadRecord("legacy"))
+        #expect(stored.runtime == .v1 && stored.createdAt == 10 && stored.updatedAt == 20)
+    }
+
+    @Test("settings updates notify only on change and never add history")
+    func settingsNotifyOnChange() async throws {
+        let (engine, store, sink) = engine()
+        let id = try await engine.startThread(.init(), connection: 1).value.record.id
+        var update = ThreadEngine.SettingsUpdate()
+        update.mode = .set(.proactive)
+        let first = try await engine.updateSettings(id, update)
+        let second = try await engine.updateSettings(id, update)
+        #expect(first.value.1 && !second.value.1)
+        #expect(first.deliveries.count == 1 && second.deliveries.isEmpty)
+        #expect(try await store.loadThread(id)?.history.isEmpty == true)
+        #expect(sink.deliveries.isEmpty, "deliveries are returned to the caller, not sent behind its back")
+    }
+
+    @Test("deliveries come back with the outcome so the response goes first")
+    func outcomeOrdering() async throws {
+        let (engine, _, _) = engine()
+        let outcome = try await engine.startThread(.init(), connection: 7)
+        #expect(outcome.deliveries.map(\.recipients) == [[7]])
+        if case .threadStarted = outcome.deliveries.first?.event {} else { Issue.record("expected thread/started") }
+    }
+}
