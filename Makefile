@@ -11,7 +11,7 @@ LISTEN ?= 127.0.0.1:7420
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps apt-deps py-deps build run test test-swift test-python check-generated generate memcheck clean
+.PHONY: deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -22,13 +22,28 @@ apt-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-## Python test dependencies in a virtualenv inside the ignored build folder.
+## Python test dependencies in a virtualenv inside the ignored build folder,
+## plus the Python client package (its build generates code from proto/).
 $(PYTHON): tests/python/requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 	touch $(PYTHON)
 
-py-deps: $(PYTHON)
+$(VENV)/.client-installed: $(PYTHON) $(wildcard proto/threadwire/v1/*.proto) clients/python/setup.py clients/python/pyproject.toml $(wildcard clients/python/threadwire_client/*.py)
+	$(VENV)/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
+	rm -rf clients/python/build clients/python/*.egg-info
+	touch $@
+
+py-deps: $(VENV)/.client-installed
+
+## The C example client, on the committed protobuf-c code.
+C_EXAMPLE := .build/threadwire-c-example
+$(C_EXAMPLE): clients/c/threadwire_example.c $(wildcard Sources/CThreadwireProto/threadwire/v1/*.c)
+	@mkdir -p .build
+	cc -Wall -Wextra -O1 -I Sources/CThreadwireProto/include clients/c/threadwire_example.c \
+	  Sources/CThreadwireProto/threadwire/v1/*.pb-c.c -lprotobuf-c -o $@
+
+c-client: apt-deps $(C_EXAMPLE)
 
 deps: apt-deps py-deps
 
@@ -54,7 +69,7 @@ test-swift: apt-deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS) && swift test --skip-build $(SWIFT_BUILD_FLAGS)
 
 ## A second, independent protobuf implementation (Google's, in Python) talks to the real server.
-test-python: py-deps
+test-python: py-deps c-client
 	$(PYTHON) -m pytest -q tests/python
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any

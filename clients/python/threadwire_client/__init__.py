@@ -1,0 +1,4 @@
+"""threadwire client: framed protobuf over TCP (see docs/protocol.md)."""
+from .client import Client, StatusError, messages
+
+__all__ = ["Client", "StatusError", "messages"]

@@ -1,0 +1,131 @@
+"""A small synchronous client: connect, initialize, call any method (with
+pipelining), iterate notifications."""
+import importlib
+import socket
+import struct
+import sys
+import types
+from pathlib import Path
+
+from google.protobuf import json_format
+
+# The generated modules import each other as `threadwire.v1.*`.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gen"))
+messages = types.SimpleNamespace(**{
+    name: importlib.import_module(f"threadwire.v1.{name}_pb2")
+    for name in ("envelope", "health", "multi_agent", "settings", "thread", "turn")
+})
+
+HEADER = struct.Struct(">BI")
+
+
+class StatusError(Exception):
+    """A non-OK response."""
+
+    def __init__(self, code, message):
+        super().__init__(f"status {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Client:
+    def __init__(self, host="127.0.0.1", port=7420, timeout=30.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self._buffer = b""
+        self._next_id = 0
+        self._responses = {}
+        self.notifications = []  # received but not yet consumed
+        self.unmatched = []      # responses without a known id (protocol errors)
+
+    # -- framing -----------------------------------------------------------
+    def send_frame(self, payload: bytes):
+        self.sock.sendall(HEADER.pack(0, len(payload)) + payload)
+
+    def _read_envelope(self):
+        while True:
+            if len(self._buffer) >= HEADER.size:
+                flags, length = HEADER.unpack_from(self._buffer)
+                if len(self._buffer) >= HEADER.size + length:
+                    payload = self._buffer[HEADER.size:HEADER.size + length]
+                    self._buffer = self._buffer[HEADER.size + length:]
+                    envelope = messages.envelope.Envelope()
+                    envelope.ParseFromString(payload)
+                    return envelope
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self._buffer += chunk
+
+    def _pump(self):
+        envelope = self._read_envelope()
+        kind = envelope.WhichOneof("kind")
+        if kind == "notification":
+            self.notifications.append(envelope.notification)
+        elif kind == "response":
+            response = envelope.response
+            if response.HasField("id"):
+                self._responses[response.id] = response
+            else:
+                self.unmatched.append(response)
+
+    # -- calls ---------------------------------------------------------------
+    def _request(self, method, params):
+        """An Envelope for `method` ("thread/start") with params as a dict or message."""
+        field = method.replace("/", "_")
+        self._next_id += 1
+        envelope = messages.envelope.Envelope()
+        envelope.request.id = self._next_id
+        target = getattr(envelope.request, field)
+        target.SetInParent()
+        if isinstance(params, dict):
+            json_format.ParseDict(params, target)
+        elif params is not None:
+            target.CopyFrom(params)
+        return envelope
+
+    def send(self, method, params=None):
+        """Sends without waiting; returns the request id."""
+        envelope = self._request(method, params)
+        self.send_frame(envelope.SerializeToString())
+        return envelope.request.id
+
+    def wait(self, request_id):
+        """The Response for `request_id` (any status)."""
+        while request_id not in self._responses:
+            self._pump()
+        return self._responses.pop(request_id)
+
+    def call(self, method, params=None):
+        """Calls a method and returns its result message; raises StatusError on failure."""
+        response = self.wait(self.send(method, params))
+        if response.code != 0:
+            raise StatusError(response.code, response.message)
+        return getattr(response, response.WhichOneof("result"))
+
+    def call_many(self, calls):
+        """Pipelines [(method, params), ...]: all sent first, responses in order."""
+        ids = [self.send(method, params) for method, params in calls]
+        return [self.wait(i) for i in ids]
+
+    def initialize(self, name="threadwire-python", opt_out=()):
+        return self.call("initialize", {
+            "client_info": {"name": name, "version": "0.1.0"},
+            "protocol_version": 1,
+            "capabilities": {"opt_out_notification_methods": list(opt_out)},
+        })
+
+    def iter_notifications(self):
+        """Yields notifications as they arrive (blocks between them)."""
+        while True:
+            while self.notifications:
+                yield self.notifications.pop(0)
+            self._pump()
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
