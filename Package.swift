@@ -25,6 +25,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -105,6 +106,7 @@ let package = Package(
             dependencies: [
                 "ThreadwireClient", "ThreadwireWire", "ThreadwireStore", "ThreadwireCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -155,6 +155,15 @@ enum RequestLoop {
         }
         connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
         services.count(method: method, code: .ok)
+        if let recorder = services.recorder, let id {
+            switch outcome.value {
+            case let .threadStart(created), let .threadFork(created), let .agentSpawn(created):
+                if let thread = created.thread?.id { recorder.recordCreated(connection: connection.id, requestID: id, createdID: thread) }
+            case let .turnStart(started):
+                if let turn = started.turn?.id { recorder.recordCreated(connection: connection.id, requestID: id, createdID: turn) }
+            default: break
+            }
+        }
         await finish(outcome, services: services)
     }
 

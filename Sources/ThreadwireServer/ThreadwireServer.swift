@@ -126,28 +126,45 @@ final class ManagedAtomicCounter: Sendable {
     func next() -> UInt64 { box.withLockedValue { $0 += 1; return $0 } }
 }
 
-/// Writes inbound frames to a capture file (see docs/protocol.md "Capture").
+/// Writes inbound frames to a capture file (format: docs/protocol.md "Capture files").
 final class FrameRecorder: Sendable {
+    static let magic = Array("TWCAP1\n".utf8)
     private let handle: NIOLockedValueBox<FileHandle?>
 
     init(path: String) throws {
-        FileManager.default.createFile(atPath: path, contents: Data("TWCAP1\n".utf8))
-        guard let handle = FileHandle(forWritingAtPath: path) else {
-            throw DomainError.invalidArgument("cannot open capture file \(path)")
+        guard FileManager.default.createFile(atPath: path, contents: Data(Self.magic)),
+              let handle = FileHandle(forWritingAtPath: path) else {
+            throw DomainError.invalidArgument("cannot create capture file \(path)")
         }
         handle.seekToEndOfFile()
         self.handle = NIOLockedValueBox(handle)
     }
 
-    /// Record: u64 unix micros, u64 connection id, then the frame exactly as
-    /// received (header + payload), all big-endian.
+    /// Kind 1: an inbound frame exactly as received (header + payload).
     func record(connection: UInt64, payload: [UInt8]) {
-        var bytes: [UInt8] = []
-        let micros = UInt64(Date().timeIntervalSince1970 * 1_000_000)
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((micros >> UInt64(shift)) & 0xff)) }
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((connection >> UInt64(shift)) & 0xff)) }
-        bytes += Framing.frame(payload)
+        write(kind: 1, connection: connection, body: Framing.frame(payload))
+    }
+
+    /// Kind 2: request `requestID` of this connection created `createdID` (a
+    /// thread or turn id), so a replay can map later references to its own.
+    func recordCreated(connection: UInt64, requestID: UInt64, createdID: String) {
+        var body: [UInt8] = []
+        Self.append(requestID, to: &body)
+        let id = Array(createdID.utf8)
+        body += [UInt8(id.count >> 8), UInt8(id.count & 0xff)] + id
+        write(kind: 2, connection: connection, body: body)
+    }
+
+    private func write(kind: UInt8, connection: UInt64, body: [UInt8]) {
+        var bytes: [UInt8] = [kind]
+        Self.append(UInt64(Date().timeIntervalSince1970 * 1_000_000), to: &bytes)
+        Self.append(connection, to: &bytes)
+        bytes += body
         handle.withLockedValue { $0?.write(Data(bytes)) }
+    }
+
+    static func append(_ value: UInt64, to bytes: inout [UInt8]) {
+        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((value >> UInt64(shift)) & 0xff)) }
     }
 
     func close() {
