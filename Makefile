@@ -11,7 +11,7 @@ LISTEN ?= 127.0.0.1:7420
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean
+.PHONY: deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -82,3 +82,15 @@ memcheck: apt-deps
 
 clean:
 	rm -rf .build
+
+## Benchmarks (separate package; never part of make test). Results: BENCHMARKS.md.
+BENCH_ARGS ?=
+bench: apt-deps
+	swift build -c release --product threadwire-server
+	cd Benchmarks && swift build -c release
+	cd Benchmarks && .build/release/ThreadwireBench run --server-bin ../.build/release/threadwire-server $(BENCH_ARGS)
+
+## Regenerates the swift-protobuf peer code the codec benchmark compares against
+## (needs protoc-gen-swift from swift-protobuf 1.39.0 on the PATH).
+bench-generate:
+	protoc -Iproto --swift_out=Benchmarks/Sources/ThreadwireBench/SwiftProtobufGenerated proto/threadwire/v1/*.proto

@@ -17,6 +17,11 @@ let package = Package(
         .executable(name: "threadwire-server", targets: ["ThreadwireServerMain"]),
         .executable(name: "threadwire", targets: ["ThreadwireCLI"]),
         .library(name: "ThreadwireWire", targets: ["ThreadwireWire"]),
+        .library(name: "ThreadwireCore", targets: ["ThreadwireCore"]),
+        .library(name: "ThreadwireContract", targets: ["ThreadwireContract"]),
+        .library(name: "ThreadwireStore", targets: ["ThreadwireStore"]),
+        .library(name: "ThreadwireNIO", targets: ["ThreadwireNIO"]),
+        .library(name: "ThreadwireClient", targets: ["ThreadwireClient"]),
         .executable(name: "threadwire-codec-check", targets: ["ThreadwireCodecCheck"]),
     ],
     dependencies: [
@@ -98,6 +103,8 @@ let package = Package(
                 "ThreadwireServer", "ThreadwireStore", "ThreadwireCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -134,7 +141,7 @@ let package = Package(
             name: "ThreadwireServerTests",
             dependencies: [
                 "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireStore", "ThreadwireClient", "ThreadwireNIO",
-                "ThreadwireTesting", .product(name: "Logging", package: "swift-log"),
+                "ThreadwireTesting", "ThreadwireContract", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -4,116 +4,68 @@ public import ThreadwireWire
 // Domain <-> wire mapping, in one place for the store (records) and the
 // server (responses and notifications).
 
-extension MultiAgentRuntime {
-    public var wire: Wire.MultiAgentRuntime {
-        switch self {
-        case .disabled: return .disabled
-        case .v1: return .v1
-        case .v2: return .v2
-        }
+/// One table per enum pair, read in both directions, so each correspondence
+/// is written once. `MappingTests` checks every domain case is in its table.
+struct EnumMapping<Domain: Equatable & Sendable, WireValue: Equatable & Sendable>: Sendable {
+    let pairs: [(Domain, WireValue)]
+
+    func wire(_ domain: Domain) -> WireValue {
+        pairs.first { $0.0 == domain }!.1
     }
 
+    /// nil for a wire value with no domain meaning (UNSPECIFIED, or absent).
+    func domain(_ wire: WireValue?) -> Domain? {
+        pairs.first { $0.1 == wire }?.0
+    }
+}
+
+enum Mappings {
+    static let runtime = EnumMapping<MultiAgentRuntime, Wire.MultiAgentRuntime>(pairs: [(.disabled, .disabled), (.v1, .v1), (.v2, .v2)])
+    static let mode = EnumMapping<MultiAgentMode, Wire.MultiAgentMode>(pairs: [(.explicitRequestOnly, .explicitRequestOnly), (.proactive, .proactive)])
+    static let role = EnumMapping<ContextRole, Wire.ContextRole>(pairs: [
+        (.system, .system), (.developer, .developer), (.user, .user), (.assistant, .assistant), (.tool, .tool),
+    ])
+    static let kind = EnumMapping<ContextKind, Wire.ContextKind>(pairs: [
+        (.baseInstructions, .baseInstructions), (.usageHint, .usageHint), (.multiAgentMode, .multiAgentMode),
+        (.userInput, .userInput), (.assistantMessage, .assistantMessage), (.toolCall, .toolCall),
+        (.toolOutput, .toolOutput), (.subagentNotification, .subagentNotification), (.mailbox, .mailbox),
+        (.interruptionMarker, .interruptionMarker), (.developerMessage, .developerMessage),
+    ])
+    static let itemType = EnumMapping<ItemType, Wire.ItemType>(pairs: [
+        (.userMessage, .userMessage), (.agentMessage, .agentMessage), (.collabToolCall, .collabToolCall),
+    ])
+    static let turnStatus = EnumMapping<TurnStatus, Wire.TurnStatus>(pairs: [
+        (.inProgress, .inProgress), (.completed, .completed), (.interrupted, .interrupted), (.failed, .failed),
+    ])
+    static let source = EnumMapping<ThreadSourceKind, Wire.ThreadSourceKind>(pairs: [
+        (.appServer, .appServer), (.threadSpawn, .threadSpawn), (.review, .review), (.imported, .imported),
+    ])
+}
+
+extension MultiAgentRuntime {
+    public var wire: Wire.MultiAgentRuntime { Mappings.runtime.wire(self) }
     public init?(wire: Wire.MultiAgentRuntime?) {
-        switch wire {
-        case .disabled?: self = .disabled
-        case .v1?: self = .v1
-        case .v2?: self = .v2
-        case .unspecified?, nil: return nil
-        }
+        guard let value = Mappings.runtime.domain(wire) else { return nil }
+        self = value
     }
 }
 
 extension MultiAgentMode {
-    public var wire: Wire.MultiAgentMode {
-        switch self {
-        case .explicitRequestOnly: return .explicitRequestOnly
-        case .proactive: return .proactive
-        }
-    }
-
+    public var wire: Wire.MultiAgentMode { Mappings.mode.wire(self) }
     public init?(wire: Wire.MultiAgentMode?) {
-        switch wire {
-        case .explicitRequestOnly?: self = .explicitRequestOnly
-        case .proactive?: self = .proactive
-        case .unspecified?, nil: return nil
-        }
+        guard let value = Mappings.mode.domain(wire) else { return nil }
+        self = value
     }
 }
 
 extension ContextItem {
     public var wire: Wire.ContextItem {
-        Wire.ContextItem(
-            role: Wire.ContextRole(domain: role), kind: Wire.ContextKind(domain: kind), text: text,
-            toolName: toolName, callId: callID)
+        Wire.ContextItem(role: Mappings.role.wire(role), kind: Mappings.kind.wire(kind), text: text, toolName: toolName, callId: callID)
     }
 
     public init(wire: Wire.ContextItem) {
-        self.init(
-            role: wire.role.flatMap(ContextRole.init(wire:)) ?? .user,
-            kind: wire.kind.flatMap(ContextKind.init(wire:)) ?? .userInput,
-            text: wire.text ?? "", toolName: wire.toolName, callID: wire.callId)
-    }
-}
-
-extension Wire.ContextRole {
-    init(domain: ContextRole) {
-        switch domain {
-        case .system: self = .system
-        case .developer: self = .developer
-        case .user: self = .user
-        case .assistant: self = .assistant
-        case .tool: self = .tool
-        }
-    }
-}
-
-extension ContextRole {
-    init?(wire: Wire.ContextRole) {
-        switch wire {
-        case .system: self = .system
-        case .developer: self = .developer
-        case .user: self = .user
-        case .assistant: self = .assistant
-        case .tool: self = .tool
-        case .unspecified: return nil
-        }
-    }
-}
-
-extension Wire.ContextKind {
-    init(domain: ContextKind) {
-        switch domain {
-        case .baseInstructions: self = .baseInstructions
-        case .usageHint: self = .usageHint
-        case .multiAgentMode: self = .multiAgentMode
-        case .userInput: self = .userInput
-        case .assistantMessage: self = .assistantMessage
-        case .toolCall: self = .toolCall
-        case .toolOutput: self = .toolOutput
-        case .subagentNotification: self = .subagentNotification
-        case .mailbox: self = .mailbox
-        case .interruptionMarker: self = .interruptionMarker
-        case .developerMessage: self = .developerMessage
-        }
-    }
-}
-
-extension ContextKind {
-    init?(wire: Wire.ContextKind) {
-        switch wire {
-        case .baseInstructions: self = .baseInstructions
-        case .usageHint: self = .usageHint
-        case .multiAgentMode: self = .multiAgentMode
-        case .userInput: self = .userInput
-        case .assistantMessage: self = .assistantMessage
-        case .toolCall: self = .toolCall
-        case .toolOutput: self = .toolOutput
-        case .subagentNotification: self = .subagentNotification
-        case .mailbox: self = .mailbox
-        case .interruptionMarker: self = .interruptionMarker
-        case .developerMessage: self = .developerMessage
-        case .unspecified: return nil
-        }
+        self.init(role: Mappings.role.domain(wire.role) ?? .user, kind: Mappings.kind.domain(wire.kind) ?? .userInput,
+                  text: wire.text ?? "", toolName: wire.toolName, callID: wire.callId)
     }
 }
 
@@ -126,25 +78,12 @@ extension ToolSpec {
 
 extension ItemRecord {
     public var wire: Wire.ThreadItem {
-        let type: Wire.ItemType
-        switch self.type {
-        case .userMessage: type = .userMessage
-        case .agentMessage: type = .agentMessage
-        case .collabToolCall: type = .collabToolCall
-        }
-        return Wire.ThreadItem(
-            id: id, type: type, text: text, toolName: toolName, toolArguments: toolArguments,
-            toolOutput: toolOutput, receiverThreadId: receiverThreadID)
+        Wire.ThreadItem(id: id, type: Mappings.itemType.wire(type), text: text, toolName: toolName,
+                        toolArguments: toolArguments, toolOutput: toolOutput, receiverThreadId: receiverThreadID)
     }
 
     public init(wire: Wire.ThreadItem) {
-        let type: ItemType
-        switch wire.type {
-        case .agentMessage?: type = .agentMessage
-        case .collabToolCall?: type = .collabToolCall
-        default: type = .userMessage
-        }
-        self.init(id: wire.id ?? newID(), type: type, text: wire.text)
+        self.init(id: wire.id ?? newID(), type: Mappings.itemType.domain(wire.type) ?? .userMessage, text: wire.text)
         toolName = wire.toolName
         toolArguments = wire.toolArguments
         toolOutput = wire.toolOutput
@@ -153,23 +92,9 @@ extension ItemRecord {
 }
 
 extension TurnStatus {
-    public var wire: Wire.TurnStatus {
-        switch self {
-        case .inProgress: return .inProgress
-        case .completed: return .completed
-        case .interrupted: return .interrupted
-        case .failed: return .failed
-        }
-    }
-
-    public init(wire: Wire.TurnStatus?) {
-        switch wire {
-        case .completed?: self = .completed
-        case .interrupted?: self = .interrupted
-        case .failed?: self = .failed
-        default: self = .inProgress
-        }
-    }
+    public var wire: Wire.TurnStatus { Mappings.turnStatus.wire(self) }
+    /// A stored turn without a status was in progress when written.
+    public init(wire: Wire.TurnStatus?) { self = Mappings.turnStatus.domain(wire) ?? .inProgress }
 }
 
 extension TurnContext {
@@ -233,14 +158,7 @@ extension ThreadStatus {
 }
 
 extension ThreadSourceKind {
-    public var wire: Wire.ThreadSourceKind {
-        switch self {
-        case .appServer: return .appServer
-        case .threadSpawn: return .threadSpawn
-        case .review: return .review
-        case .imported: return .imported
-        }
-    }
+    public var wire: Wire.ThreadSourceKind { Mappings.source.wire(self) }
 }
 
 extension ThreadSettingsView {

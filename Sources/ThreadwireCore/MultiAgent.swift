@@ -42,7 +42,7 @@ public enum RuntimeResolver {
 }
 
 /// What kind of thread this is, for rules that depend on it.
-public enum ThreadSourceKind: String, Sendable, Codable {
+public enum ThreadSourceKind: String, Sendable, Codable, CaseIterable {
     case appServer, threadSpawn, review, imported
 
     /// Roots and spawned children may carry a mode; review and other internal threads never do.

@@ -70,9 +70,9 @@ public struct KeyValuePair: Sendable, Equatable, Codable {
     public init(key: String, value: String) { self.key = key; self.value = value }
 }
 
-public enum ContextRole: String, Sendable { case system, developer, user, assistant, tool }
+public enum ContextRole: String, Sendable, CaseIterable { case system, developer, user, assistant, tool }
 
-public enum ContextKind: String, Sendable {
+public enum ContextKind: String, Sendable, CaseIterable {
     case baseInstructions, usageHint, multiAgentMode, userInput, assistantMessage, toolCall, toolOutput
     case subagentNotification, mailbox, interruptionMarker, developerMessage
 }
@@ -130,9 +130,9 @@ public struct ModelRequestRecord: Sendable, Equatable {
     }
 }
 
-public enum TurnStatus: String, Sendable { case inProgress, completed, interrupted, failed }
+public enum TurnStatus: String, Sendable, CaseIterable { case inProgress, completed, interrupted, failed }
 
-public enum ItemType: String, Sendable { case userMessage, agentMessage, collabToolCall }
+public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall }
 
 public struct ItemRecord: Sendable, Equatable {
     public var id: String

@@ -1,5 +1,5 @@
 import NIOConcurrencyHelpers
-public import NIOCore
+import NIOCore
 import ThreadwireCore
 import ThreadwireWire
 
@@ -50,7 +50,7 @@ final class Connection: Sendable {
     }
 
     func notify(_ payload: Wire.Notification.Payload) {
-        let method = payload.fieldName.replacingOccurrences(of: "_", with: "/")
+        let method = payload.methodName
         state.withLockedValue { state in
             guard state.initialized, !state.optOut.contains(method) else { return }
             let notification = Wire.Notification(sequence: state.nextSequence, payload: payload)
@@ -79,11 +79,5 @@ final class ConnectionRegistry: EventSink, Sendable {
             let targets = connections.withLockedValue { table in delivery.recipients.compactMap { table[$0] } }
             for connection in targets { connection.notify(payload) }
         }
-    }
-}
-
-extension String {
-    func replacingOccurrences(of target: Character, with replacement: Character) -> String {
-        String(map { $0 == target ? replacement : $0 })
     }
 }

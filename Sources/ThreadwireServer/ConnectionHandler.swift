@@ -1,6 +1,6 @@
 import Logging
 import Metrics
-public import NIOCore
+import NIOCore
 import ThreadwireCore
 import ThreadwireNIO
 import ThreadwireWire
@@ -131,10 +131,11 @@ enum RequestLoop {
             return
         }
         let context = RequestContext(connection: connection, engine: services.engine, server: services.info)
-        let work = Task { try await spec.handler(params, context) }
         let outcome: Outcome<Wire.Response.Result>
         do {
             if let timeout = request.timeoutMs {
+                // Only a deadline needs the handler in a task of its own.
+                let work = Task { try await spec.handler(params, context) }
                 guard let result = try await firstOf(work, timeoutMs: timeout) else {
                     respond(connection, id: id, error: RequestError(.deadlineExceeded, "\(method) did not finish within \(timeout) ms"), method: method, services: services)
                     // The change may still complete; its events and follow-up still happen.
@@ -143,7 +144,7 @@ enum RequestLoop {
                 }
                 outcome = result
             } else {
-                outcome = try await work.value
+                outcome = try await spec.handler(params, context)
             }
         } catch {
             let mapped = RequestError(error)

@@ -1,6 +1,6 @@
 import Foundation
 import ThreadwireContract
-public import ThreadwireCore
+import ThreadwireCore
 import ThreadwireWire
 
 /// What a handler gets besides its params.
@@ -8,6 +8,11 @@ struct RequestContext: Sendable {
     let connection: Connection
     let engine: ThreadEngine
     let server: ServerInfo
+
+    /// A thread's base instructions, without a hop through the engine actor.
+    func baseInstructions(_ record: ThreadRecord) -> String {
+        record.baseInstructions ?? server.defaultBaseInstructions
+    }
 }
 
 /// Facts about the server that initialize and health/check report.
@@ -19,6 +24,7 @@ public struct ServerInfo: Sendable {
     public var maxQueuedRequests: Int
     public var handshakeTimeoutMs: Int
     public var draining: @Sendable () -> Bool
+    public var defaultBaseInstructions = ServerSettings().baseInstructions
 }
 
 typealias Handler = @Sendable (Wire.Request.Params, RequestContext) async throws -> Outcome<Wire.Response.Result>
@@ -33,7 +39,7 @@ struct MethodSpec: Sendable {
 /// The method table: every method, keyed by its name ("thread/start").
 enum MethodTable {
     static func name(of params: Wire.Request.Params) -> String {
-        params.fieldName.replacingOccurrences(of: "_", with: "/")
+        params.methodName
     }
 
     static let methods: [String: MethodSpec] = {
@@ -134,7 +140,7 @@ enum MethodTable {
             throw RequestError(.invalidArgument, "source must be APP_SERVER or REVIEW, got \(other.protoValueName)")
         }
         let outcome = try await context.engine.startThread(request, connection: context.connection.id)
-        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        let base = context.baseInstructions(outcome.value.record)
         return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
     }
 
@@ -143,7 +149,7 @@ enum MethodTable {
         let outcome = try await context.engine.resumeThread(
             try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
-        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        let base = context.baseInstructions(outcome.value.record)
         return Outcome(.threadResume(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
     }
 
@@ -152,7 +158,7 @@ enum MethodTable {
         let outcome = try await context.engine.forkThread(
             try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
-        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        let base = context.baseInstructions(outcome.value.record)
         return Outcome(.threadFork(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
     }
 
@@ -161,7 +167,7 @@ enum MethodTable {
         let view = try await context.engine.readThread(
             try required(p.threadId, "thread_id"), includeTurns: p.includeTurns ?? false,
             includeModelRequests: (p.includeTurns ?? false) && (p.includeModelRequests ?? false))
-        let base = await context.engine.baseInstructions(for: view.record)
+        let base = context.baseInstructions(view.record)
         return Outcome(.threadRead(Wire.ThreadReadResult(thread: view.wire(baseInstructions: base), settings: view.settings.wire)))
     }
 
@@ -225,7 +231,7 @@ enum MethodTable {
         request.review = p.review ?? false
         let outcome = try await context.engine.spawnAgent(
             parentID: try required(p.parentThreadId, "parent_thread_id"), request, connection: context.connection.id)
-        let base = await context.engine.baseInstructions(for: outcome.value.record)
+        let base = context.baseInstructions(outcome.value.record)
         return Outcome(.agentSpawn(outcome.value.lifecycleResult(baseInstructions: base)),
                        deliveries: outcome.deliveries, afterward: outcome.afterward)
     }

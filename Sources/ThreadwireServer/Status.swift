@@ -1,4 +1,4 @@
-public import ThreadwireCore
+import ThreadwireCore
 import ThreadwireWire
 
 /// gRPC status codes carried in Response.code.

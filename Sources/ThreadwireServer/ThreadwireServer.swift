@@ -66,9 +66,10 @@ public final class ThreadwireServer: Sendable {
         self.configuration = configuration
         group = MultiThreadedEventLoopGroup.singleton
         let flag = draining
-        let info = ServerInfo(
+        var info = ServerInfo(
             maxFrameBytes: configuration.maxFrameBytes, maxQueuedRequests: configuration.maxQueuedRequests,
             handshakeTimeoutMs: configuration.handshakeTimeoutMs, draining: { flag.value })
+        info.defaultBaseInstructions = settings.baseInstructions
         let settingsCopy = settings
         let registry = ConnectionRegistry(baseInstructions: { $0.baseInstructions ?? settingsCopy.baseInstructions })
         let engine = ThreadEngine(store: store, backend: backend, settings: settings, sink: registry,

@@ -160,24 +160,24 @@ public final class SQLiteThreadStore: ThreadStore {
         switch operation {
         case let .putThread(r):
             let overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO threads (id, session_id, parent_id, forked_from_id, source, depth, task_name,
                     nickname, preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model,
                     cwd, base_instructions, config_overrides)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [
+                """).execute(arguments: [
                     r.id, r.sessionID, r.parentID, r.forkedFromID, r.source.rawValue, r.depth, r.taskName,
                     r.nickname, r.preview, r.name, r.createdAt, r.updatedAt, r.archived, r.runtime?.rawValue, r.legacy,
                     r.selectedMode?.rawValue, r.model, r.cwd, r.baseInstructions, overrides,
                 ])
         case let .appendHistory(id, first, items):
             for (offset, item) in items.enumerated() {
-                try db.execute(sql: "INSERT INTO context_items (thread_id, seq, record) VALUES (?, ?, ?)",
-                               arguments: [id, first + offset, Data(item.wire.serializedBytes())])
+                try db.cachedStatement(sql: "INSERT INTO context_items (thread_id, seq, record) VALUES (?, ?, ?)")
+                    .execute(arguments: [id, first + offset, Data(item.wire.serializedBytes())])
             }
         case let .putTurn(turn):
-            try db.execute(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record) VALUES (?, ?, ?, ?)",
-                           arguments: [turn.threadID, turn.id, turn.sequence, Data(turn.storedWire.serializedBytes())])
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record) VALUES (?, ?, ?, ?)")
+                .execute(arguments: [turn.threadID, turn.id, turn.sequence, Data(turn.storedWire.serializedBytes())])
         case let .setRuntimeIfUnset(id, runtime):
             // Only the runtime column: history rows and timestamps stay as they were.
             try db.execute(sql: "UPDATE threads SET runtime = ? WHERE id = ? AND runtime IS NULL",

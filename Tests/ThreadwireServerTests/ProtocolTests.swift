@@ -144,6 +144,43 @@ struct ProtocolTests {
         #expect(Framing.frame(reply) == [0x00, 0x00, 0x00, 0x00, 0x0A, 0x12, 0x08, 0x08, 0x01, 0x10, 0x00, 0x5A, 0x02, 0x08, 0x01])
     }
 
+    @Test("random and mutated frames never crash the server or disturb other connections")
+    func randomFrames() async throws {
+        let server = try ServerProcess()
+        let bystander = try await server.client()
+        let thread = try #require(try await bystander.startThread().thread?.id)
+        var generator = SystemRandomNumberGenerator()
+        let seeds: [[UInt8]] = [
+            Wire.Envelope(kind: .request(Wire.Request(id: 5, params: .turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text("x"))]))))).serializedBytes(),
+            Wire.Envelope(kind: .request(Wire.Request(id: 6, params: .threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, multiAgentModeUpdate: .multiAgentMode(.proactive)))))).serializedBytes(),
+        ]
+        for round in 0..<4 {
+            let attacker = try await server.client(initialize: round % 2 == 0)
+            var stream: [UInt8] = []
+            for n in 0..<150 {
+                var payload: [UInt8]
+                if n % 2 == 0 {
+                    payload = (0..<Int.random(in: 0...40, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                } else {
+                    payload = seeds[n % seeds.count]
+                    for _ in 0..<3 { payload[Int.random(in: 0..<payload.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator) }
+                }
+                stream += Framing.frame(payload)
+            }
+            try await attacker.sendRaw(stream)
+            // Every frame was well framed, so the connection survives and still answers
+            // (a mutated frame may carry the same id, so only liveness is checked here).
+            _ = try await attacker.call(.healthCheck(.init()))
+            #expect(attacker.isActive)
+            await attacker.close()
+            let fresh = try await server.client(initialize: false)
+            #expect(try await fresh.call(.healthCheck(.init())).code == 0)
+            await fresh.close()
+        }
+        #expect(try await bystander.read(thread).thread?.id == thread)
+        _ = try await bystander.startThread()
+    }
+
     @Test("SIGTERM stops the server cleanly")
     func sigterm() async throws {
         let server = try ServerProcess()

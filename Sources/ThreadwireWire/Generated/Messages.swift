@@ -1016,6 +1016,14 @@ extension Wire {
         }
       }
 
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .multiAgentMode: return "multi/agent/mode"
+        case .clearMultiAgentMode: return "clear/multi/agent/mode"
+        }
+      }
+
       public static let fieldNames: [String] = ["multi_agent_mode", "clear_multi_agent_mode"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
@@ -1288,6 +1296,14 @@ extension Wire {
         switch self {
         case .text: return "text"
         case .imageUrl: return "image_url"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .text: return "text"
+        case .imageUrl: return "image/url"
         }
       }
 
@@ -2001,6 +2017,14 @@ extension Wire {
         switch self {
         case .multiAgentMode: return "multi_agent_mode"
         case .clearMultiAgentMode: return "clear_multi_agent_mode"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .multiAgentMode: return "multi/agent/mode"
+        case .clearMultiAgentMode: return "clear/multi/agent/mode"
         }
       }
 
@@ -4532,6 +4556,15 @@ extension Wire {
         }
       }
 
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .request: return "request"
+        case .response: return "response"
+        case .notification: return "notification"
+        }
+      }
+
       public static let fieldNames: [String] = ["request", "response", "notification"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
@@ -4671,6 +4704,26 @@ extension Wire {
         case .agentSpawn: return "agent_spawn"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .initialize: return "initialize"
+        case .healthCheck: return "health/check"
+        case .threadStart: return "thread/start"
+        case .threadResume: return "thread/resume"
+        case .threadFork: return "thread/fork"
+        case .threadRead: return "thread/read"
+        case .threadList: return "thread/list"
+        case .threadArchive: return "thread/archive"
+        case .threadUnarchive: return "thread/unarchive"
+        case .threadUnsubscribe: return "thread/unsubscribe"
+        case .threadSettingsUpdate: return "thread/settings/update"
+        case .agentSpawn: return "agent/spawn"
+        case .turnStart: return "turn/start"
+        case .turnInterrupt: return "turn/interrupt"
         }
       }
 
@@ -4906,6 +4959,26 @@ extension Wire {
         }
       }
 
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .initialize: return "initialize"
+        case .healthCheck: return "health/check"
+        case .threadStart: return "thread/start"
+        case .threadResume: return "thread/resume"
+        case .threadFork: return "thread/fork"
+        case .threadRead: return "thread/read"
+        case .threadList: return "thread/list"
+        case .threadArchive: return "thread/archive"
+        case .threadUnarchive: return "thread/unarchive"
+        case .threadUnsubscribe: return "thread/unsubscribe"
+        case .threadSettingsUpdate: return "thread/settings/update"
+        case .agentSpawn: return "agent/spawn"
+        case .turnStart: return "turn/start"
+        case .turnInterrupt: return "turn/interrupt"
+        }
+      }
+
       public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
@@ -5119,6 +5192,22 @@ extension Wire {
         case .turnCompleted: return "turn_completed"
         case .itemStarted: return "item_started"
         case .itemCompleted: return "item_completed"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .threadStarted: return "thread/started"
+        case .threadStatusChanged: return "thread/status/changed"
+        case .threadArchived: return "thread/archived"
+        case .threadUnarchived: return "thread/unarchived"
+        case .threadClosed: return "thread/closed"
+        case .threadSettingsUpdated: return "thread/settings/updated"
+        case .turnStarted: return "turn/started"
+        case .turnCompleted: return "turn/completed"
+        case .itemStarted: return "item/started"
+        case .itemCompleted: return "item/completed"
         }
       }
 
