@@ -128,9 +128,18 @@ final class ManagedAtomicCounter: Sendable {
 }
 
 /// Writes inbound frames to a capture file (format: docs/protocol.md "Capture files").
+/// Event loops only append to a memory buffer; a background thread writes it
+/// out, so recording adds no file I/O to request handling.
 final class FrameRecorder: Sendable {
     static let magic = Array("TWCAP1\n".utf8)
-    private let handle: NIOLockedValueBox<FileHandle?>
+    private struct State {
+        var pending: [UInt8] = []
+        var closed = false
+    }
+    private let state = NIOLockedValueBox(State())
+    private let wake = ConditionLock(value: 0)
+    private let handle: FileHandle
+    private let finished = ConditionLock(value: 0)
 
     init(path: String) throws {
         guard FileManager.default.createFile(atPath: path, contents: Data(Self.magic)),
@@ -138,7 +147,26 @@ final class FrameRecorder: Sendable {
             throw DomainError.invalidArgument("cannot create capture file \(path)")
         }
         handle.seekToEndOfFile()
-        self.handle = NIOLockedValueBox(handle)
+        self.handle = handle
+        Thread.detachNewThread { [self] in self.writerLoop() }
+    }
+
+    private func writerLoop() {
+        while true {
+            // Wake when a buffer fills or every 20 ms; the lock is held only on success.
+            if wake.lock(whenValue: 1, timeoutSeconds: 0.02) { wake.unlock(withValue: 0) }
+            let (bytes, closed) = state.withLockedValue { state -> ([UInt8], Bool) in
+                defer { state.pending.removeAll(keepingCapacity: true) }
+                return (state.pending, state.closed)
+            }
+            if !bytes.isEmpty { handle.write(Data(bytes)) }
+            if closed {
+                handle.closeFile()
+                finished.lock()
+                finished.unlock(withValue: 1)
+                return
+            }
+        }
     }
 
     /// Kind 1: an inbound frame exactly as received (header + payload).
@@ -161,14 +189,25 @@ final class FrameRecorder: Sendable {
         Self.append(UInt64(Date().timeIntervalSince1970 * 1_000_000), to: &bytes)
         Self.append(connection, to: &bytes)
         bytes += body
-        handle.withLockedValue { $0?.write(Data(bytes)) }
+        let full = state.withLockedValue { state -> Bool in
+            state.pending += bytes
+            return state.pending.count >= 256 * 1024
+        }
+        if full {
+            wake.lock()
+            wake.unlock(withValue: 1)
+        }
     }
 
     static func append(_ value: UInt64, to bytes: inout [UInt8]) {
         for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((value >> UInt64(shift)) & 0xff)) }
     }
 
+    /// Writes what is buffered and closes the file.
     func close() {
-        handle.withLockedValue { $0?.closeFile(); $0 = nil }
+        state.withLockedValue { $0.closed = true }
+        wake.lock()
+        wake.unlock(withValue: 1)
+        if finished.lock(whenValue: 1, timeoutSeconds: 5) { finished.unlock() }
     }
 }

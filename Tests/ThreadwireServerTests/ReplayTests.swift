@@ -21,6 +21,7 @@ struct ReplayTests {
             _ = try await client.read(fork)
             await client.close()
         }
+        try await Task.sleep(for: .milliseconds(200))  // the recorder writes its buffer every 20 ms
         let replay = Process()
         replay.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
         replay.arguments = ["replay", "--server", "127.0.0.1:\(server.port)", capture, "--connections", "64", "--json"]

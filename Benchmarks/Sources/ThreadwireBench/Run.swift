@@ -17,7 +17,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "The release threadwire-server binary.") var serverBin = "../.build/release/threadwire-server"
     @Option(help: "Seconds per load measurement.") var seconds = 3.0
     @Option(help: "Runs per figure; the median is reported.") var repeats = 3
-    @Option(help: "Sections to run: codec, transport, grpc, writes, scale (default: all).") var only: [String] = []
+    @Option(help: "Sections to run: codec, transport, grpc, record, writes, scale (default: all).") var only: [String] = []
 
     func wants(_ section: String) -> Bool { only.isEmpty || only.contains(section) }
 
@@ -28,6 +28,7 @@ struct Run: AsyncParsableCommand {
         print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB; seconds per load \(seconds); medians of \(repeats) runs\n")
         if wants("codec") { try codec() }
         if wants("transport") || wants("grpc") { try await transport(bench: bench) }
+        if wants("record") { try await recording() }
         if wants("writes") { try await writes() }
         if wants("scale") { try await scale() }
     }
@@ -194,6 +195,39 @@ struct Run: AsyncParsableCommand {
                 }
             }
         }
+    }
+
+    // MARK: capture overhead
+
+    /// The same load with and without --record; runs alternate so drift hits both.
+    func recording() async throws {
+        let dir = NSTemporaryDirectory() + "threadwire-bench-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        print("## Capture overhead (--record), 16 connections\n")
+        print("| workload | without req/s | with --record req/s | change |")
+        print("|---|---|---|---|")
+        for workload in ["health/check", "thread/read"] {
+            var plain: [Double] = [], recorded: [Double] = []
+            for run in 0..<(2 * repeats) {
+                let record = run % 2 == 1
+                var arguments = ["--listen", "127.0.0.1:0", "--data-dir", dir + "/r\(run)", "--log-level", "error"]
+                if record { arguments += ["--record", dir + "/capture-\(run)"] }
+                let server = try Spawned(serverBin, arguments)
+                let connections = try await (0..<16).asyncMap { _ in try await Frames.initialized(port: server.port) }
+                let threadIDs = try await connections.asyncMap { try await Frames.startThread($0) }
+                let result = try await FrameLoad.run(connections: connections, seconds: seconds) { i, _ in
+                    let payload = workload == "health/check" ? Frames.request(7, .healthCheck(.init()))
+                        : Frames.request(7, .threadRead(Wire.ThreadReadParams(threadId: threadIDs[i])))
+                    return .init(payload: payload, until: { Frames.response($0)?.id == 7 })
+                }
+                if record { recorded.append(result.throughput) } else { plain.append(result.throughput) }
+                for c in connections { await c.close() }
+                server.stop()
+            }
+            let (a, b) = (median(plain), median(recorded))
+            print(String(format: "| %@ | %.0f | %.0f | %+.1f%% |", workload, a, b, 100 * (b - a) / a))
+        }
+        print("")
     }
 
     // MARK: durable writes
