@@ -176,29 +176,22 @@ public actor ThreadEngine {
     }
 
     public func setArchived(_ id: ThreadID, archived: Bool) async throws -> Outcome<ThreadView> {
-        var record: ThreadRecord
-        let thread = loaded[id]
-        if let thread {
-            if archived, thread.activeTurnIndex != nil {
-                throw DomainError.failedPrecondition("thread \(id) has an active turn; interrupt it before archiving")
-            }
-            record = thread.record
-        } else if let stored = try await store.threadRecord(id) {
-            record = stored
-        } else {
-            throw DomainError.notFound("thread \(id) not found")
+        // Through the loaded copy, like every mutation, so a concurrent cold
+        // load can never hold a copy older than an acknowledged change.
+        let thread = try await load(id)
+        defer { scheduleUnloadIfIdle(thread) }
+        if archived, thread.activeTurnIndex != nil {
+            throw DomainError.failedPrecondition("thread \(id) has an active turn; interrupt it before archiving")
         }
         var deliveries: [Delivery] = []
-        if record.archived != archived {
+        if thread.record.archived != archived {
+            var record = thread.record
             record.archived = archived
             try await commit([.putThread(record)])
-            thread?.record = record
-            let recipients = Array(thread?.subscribers ?? [])
-            deliveries.append(Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: recipients))
+            thread.record = record
+            deliveries.append(Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: Array(thread.subscribers)))
         }
-        let view = thread.map { self.view(of: $0, includeTurns: false) }
-            ?? ThreadView(record: record, status: .notLoaded, turns: nil, history: nil)
-        return Outcome(view, deliveries: deliveries)
+        return Outcome(view(of: thread, includeTurns: false), deliveries: deliveries)
     }
 
     public func unsubscribe(_ id: ThreadID, connection: ConnectionID) async throws -> Bool {
@@ -229,27 +222,23 @@ public actor ThreadEngine {
     }
 
     /// Changes next-turn settings: no turn, no transcript items, no model call.
-    /// Works on unloaded threads too, so a selection made before any turn is
-    /// durable across unloads and restarts.
+    /// Works on unloaded threads too (loading them), so a selection made before
+    /// any turn is durable across unloads and restarts.
     public func updateSettings(_ id: ThreadID, _ update: SettingsUpdate) async throws -> Outcome<(ThreadSettingsView, Bool)> {
-        let thread = loaded[id]
-        var stored = thread?.record
-        if stored == nil { stored = try await store.threadRecord(id) }
-        guard var record = stored else { throw DomainError.notFound("thread \(id) not found") }
-        let before = record
+        let thread = try await load(id)
+        defer { scheduleUnloadIfIdle(thread) }
+        var record = thread.record
         if let model = try nonEmpty(update.model, field: "model") { record.model = model }
         if let cwd = try nonEmpty(update.cwd, field: "cwd") { record.cwd = cwd }
         record.selectedMode = update.mode.applied(to: record.selectedMode)
-        let changed = record != before
+        let changed = record != thread.record
         var deliveries: [Delivery] = []
         if changed {
             try await commit([.putThread(record)])
-            thread?.record = record
-            let view = ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime)
-            deliveries.append(Delivery(event: .settingsUpdated(id, view), recipients: Array(thread?.subscribers ?? [])))
+            thread.record = record
+            deliveries.append(Delivery(event: .settingsUpdated(id, settingsView(thread)), recipients: Array(thread.subscribers)))
         }
-        let view = ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime)
-        return Outcome((view, changed), deliveries: deliveries)
+        return Outcome((settingsView(thread), changed), deliveries: deliveries)
     }
 
     public struct TurnRequest: Sendable {

@@ -61,6 +61,21 @@ struct EngineTests {
         #expect(sink.deliveries.isEmpty, "deliveries are returned to the caller, not sent behind its back")
     }
 
+    @Test("an update to an unloaded thread goes through the loaded copy, so later operations see it")
+    func unloadedUpdateIsSeen() async throws {
+        let (engine, store, _) = engine()
+        let record = ThreadRecord(id: "cold", sessionID: "cold", source: .appServer, createdAt: 1, model: "m", cwd: "/")
+        await store.seed(StoredThread(record: record, history: [], turns: []))
+        var update = ThreadEngine.SettingsUpdate()
+        update.mode = .set(.proactive)
+        _ = try await engine.updateSettings("cold", update)
+        #expect(try await store.threadRecord("cold")?.selectedMode == .proactive)
+        let turn = try await runTurn(engine, "cold", "hi")
+        #expect(turn.status == .completed)
+        #expect(try await store.threadRecord("cold")?.selectedMode == .proactive, "the turn's write kept the update")
+        #expect(try await engine.resumeThread("cold", model: nil, excludeTurns: true, connection: 2).value.record.selectedMode == .proactive)
+    }
+
     @Test("deliveries come back with the outcome so the response goes first")
     func outcomeOrdering() async throws {
         let (engine, _, _) = engine()
