@@ -115,4 +115,9 @@ public struct ServerSettings: Sendable, Equatable {
     public var subagentUsageHint = "You are a sub-agent. Finish the task you were given and report back concisely."
 
     public init() {}
+
+    /// A thread's own base instructions, else the server's.
+    public func baseInstructions(for record: ThreadRecord) -> String {
+        record.baseInstructions ?? baseInstructions
+    }
 }

@@ -376,8 +376,8 @@ public actor ThreadEngine {
         view(of: thread, includeTurns: false).settings
     }
 
-    public func baseInstructions(for record: ThreadRecord) -> String {
-        record.baseInstructions ?? settings.baseInstructions
+    func baseInstructions(for record: ThreadRecord) -> String {
+        settings.baseInstructions(for: record)
     }
 
     static func interruptionMarker(runtime: MultiAgentRuntime?) -> ContextItem {

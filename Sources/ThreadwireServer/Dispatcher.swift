@@ -1,6 +1,6 @@
 import Foundation
 import ThreadwireContract
-import ThreadwireCore
+public import ThreadwireCore
 import ThreadwireWire
 
 /// What a handler gets besides its params.
@@ -11,7 +11,7 @@ struct RequestContext: Sendable {
 
     /// A thread's base instructions, without a hop through the engine actor.
     func baseInstructions(_ record: ThreadRecord) -> String {
-        record.baseInstructions ?? server.defaultBaseInstructions
+        server.settings.baseInstructions(for: record)
     }
 }
 
@@ -24,7 +24,7 @@ public struct ServerInfo: Sendable {
     public var maxQueuedRequests: Int
     public var handshakeTimeoutMs: Int
     public var draining: @Sendable () -> Bool
-    public var defaultBaseInstructions = ServerSettings().baseInstructions
+    public var settings = ServerSettings()
 }
 
 typealias Handler = @Sendable (Wire.Request.Params, RequestContext) async throws -> Outcome<Wire.Response.Result>

@@ -69,9 +69,8 @@ public final class ThreadwireServer: Sendable {
         var info = ServerInfo(
             maxFrameBytes: configuration.maxFrameBytes, maxQueuedRequests: configuration.maxQueuedRequests,
             handshakeTimeoutMs: configuration.handshakeTimeoutMs, draining: { flag.value })
-        info.defaultBaseInstructions = settings.baseInstructions
-        let settingsCopy = settings
-        let registry = ConnectionRegistry(baseInstructions: { $0.baseInstructions ?? settingsCopy.baseInstructions })
+        info.settings = settings
+        let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: store, backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)))
         let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }

@@ -184,7 +184,9 @@ struct ProtocolTests {
     @Test("SIGTERM stops the server cleanly")
     func sigterm() async throws {
         let server = try ServerProcess()
-        server.stop()
+        let client = try await server.client()
+        _ = try await client.startThread()
+        #expect(server.stop() == 0, "exit status 0 after SIGTERM")
         #expect(server.process == nil)
     }
 }

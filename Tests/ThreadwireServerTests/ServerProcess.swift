@@ -68,16 +68,20 @@ final class ServerProcess: @unchecked Sendable {
         return client
     }
 
-    /// SIGTERM, and SIGKILL if it has not exited within 10 s (a test must never hang).
-    func stop() {
-        guard let process, process.isRunning else { return }
+    /// SIGTERM, and SIGKILL if it has not exited within 10 s (a test must never
+    /// hang). Returns the exit status when the server exited by itself.
+    @discardableResult
+    func stop() -> Int32? {
+        guard let process, process.isRunning else { return nil }
         process.terminate()
-        if !waitForExit(process, seconds: 10) {
+        var status = waitForExit(process, seconds: 10)
+        if status == nil {
             Issue.record("threadwire-server ignored SIGTERM for 10 s")
             kill(process.processIdentifier, SIGKILL)
-            _ = waitForExit(process, seconds: 10)
+            status = waitForExit(process, seconds: 10)
         }
         self.process = nil
+        return status
     }
 
     /// SIGKILL: no chance to flush anything.
@@ -90,16 +94,20 @@ final class ServerProcess: @unchecked Sendable {
 
     /// Polls with waitpid rather than Process.waitUntilExit, which spins a run
     /// loop and has hung here when many processes run at once.
-    private func waitForExit(_ process: Process, seconds: Double) -> Bool {
+    /// The exit status (-1 if Foundation reaped the child first), nil on timeout.
+    private func waitForExit(_ process: Process, seconds: Double) -> Int32? {
         let pid = process.processIdentifier
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             var status: Int32 = 0
             let result = waitpid(pid, &status, WNOHANG)
-            if result == pid || (result == -1 && errno == ECHILD) || !process.isRunning { return true }
+            if result == pid { return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f) }
+            if (result == -1 && errno == ECHILD) || !process.isRunning {
+                return process.isRunning ? -1 : process.terminationStatus
+            }
             usleep(5_000)
         }
-        return false
+        return nil
     }
 
     func restart() throws {
