@@ -35,10 +35,35 @@ public struct ThreadConfig: Sendable, Equatable {
         "multi_agent_v2.max_concurrent_threads_per_session", "multi_agent_v2.usage_hint_enabled",
     ]
 
+    /// How overrides relate to this config's agent limits.
+    public enum Ceilings: Sendable {
+        /// The server's own config file: any value in range.
+        case none
+        /// A client's thread/start.config: limits may be lowered, never raised.
+        case enforce
+        /// Overrides stored with a thread before the server lowered its limits:
+        /// loading clamps them instead of making the thread unloadable.
+        case clamp
+    }
+
     /// Applies `key=value` overrides; an unknown key or bad value is an invalid argument naming it.
-    public func applying(_ overrides: [(key: String, value: String)]) throws(DomainError) -> ThreadConfig {
+    public func applying(_ overrides: [(key: String, value: String)], ceilings: Ceilings = .none) throws(DomainError) -> ThreadConfig {
         var config = self
+        let server = self
         for (key, value) in overrides {
+            func capped(_ n: Int, ceiling: Int) throws(DomainError) -> Int {
+                switch ceilings {
+                case .none: return n
+                case .clamp: return min(n, ceiling)
+                case .enforce:
+                    guard n <= ceiling else {
+                        throw .invalidArgument(
+                            "config '\(key)' = \(n) exceeds the server's ceiling \(ceiling); a thread may lower it, "
+                                + "only the server config key '\(key)' can raise it")
+                    }
+                    return n
+                }
+            }
             func bool() throws(DomainError) -> Bool {
                 switch value.lowercased() {
                 case "true", "1", "on": return true
@@ -56,12 +81,12 @@ public struct ThreadConfig: Sendable, Equatable {
             case "features.multi_agent": config.flags.multiAgent = try bool()
             case "features.multi_agent_v2": config.flags.multiAgentV2 = try bool()
             case "features.multi_agent_mode": config.flags.multiAgentMode = try bool()
-            case "agents.max_threads": config.maxThreads = try positive()
-            case "agents.max_depth": config.maxDepth = try positive()
+            case "agents.max_threads": config.maxThreads = try capped(try positive(), ceiling: server.maxThreads)
+            case "agents.max_depth": config.maxDepth = try capped(try positive(), ceiling: server.maxDepth)
             case "multi_agent_v2.max_concurrent_threads_per_session":
                 let n = try positive()
                 guard n >= 2 else { throw .invalidArgument("config '\(key)' must be at least 2 (it counts the root)") }
-                config.maxConcurrentThreadsPerSession = n
+                config.maxConcurrentThreadsPerSession = try capped(n, ceiling: server.maxConcurrentThreadsPerSession)
             case "multi_agent_v2.usage_hint_enabled": config.usageHintEnabled = try bool()
             default:
                 throw .invalidArgument("config key '\(key)' is not overridable; allowed: \(Self.overridableKeys.joined(separator: ", "))")
@@ -113,6 +138,12 @@ public struct ServerSettings: Sendable, Equatable {
     public var defaultMultiAgentMode: MultiAgentMode?
     public var rootUsageHint = "You can delegate work to sub-agents with spawn_agent and collect results with wait_agent."
     public var subagentUsageHint = "You are a sub-agent. Finish the task you were given and report back concisely."
+    /// wait_agent's timeout when the model gives none, and the most it may ask for.
+    public var agentWaitDefaultMs = 30_000
+    public var agentWaitMaxMs = 300_000
+    /// How long graceful shutdown lets running turns finish before it
+    /// interrupts them (recorded like any interruption).
+    public var shutdownTurnGraceMs = 5_000
 
     public init() {}
 

@@ -5,13 +5,16 @@ public enum DomainError: Error, Equatable, CustomStringConvertible {
     case notFound(String)
     case failedPrecondition(String)
     case resourceExhausted(String)
+    case alreadyExists(String)
+    /// A concurrency conflict the caller may retry (e.g. a refused stale write).
+    case aborted(String)
     case unavailable(String)
     case `internal`(String)
 
     public var description: String {
         switch self {
         case let .invalidArgument(m), let .notFound(m), let .failedPrecondition(m),
-             let .resourceExhausted(m), let .unavailable(m), let .internal(m):
+             let .resourceExhausted(m), let .alreadyExists(m), let .aborted(m), let .unavailable(m), let .internal(m):
             return m
         }
     }

@@ -64,18 +64,29 @@ public protocol EventSink: Sendable {
     func deliver(_ deliveries: [Delivery])
 }
 
-/// A result plus what must happen after the response is sent: notifications
-/// first, then follow-up work (e.g. running the turn), so a client always sees
-/// the response before the events it caused.
+/// A result plus the notifications it caused. The caller sends its response
+/// first and then calls `publish()`, so a client always sees the response
+/// before the events it caused; each thread's publications still go out in
+/// commit order (see `OrderedPublisher`).
 public struct Outcome<Value: Sendable>: Sendable {
     public var value: Value
-    public var deliveries: [Delivery]
-    public var afterward: (@Sendable () async -> Void)?
+    public var publications: [Publication]
 
-    public init(_ value: Value, deliveries: [Delivery] = [], afterward: (@Sendable () async -> Void)? = nil) {
+    public init(_ value: Value, publications: [Publication] = []) {
         self.value = value
-        self.deliveries = deliveries
-        self.afterward = afterward
+        self.publications = publications
+    }
+
+    /// The same notifications with another value (e.g. the wire result).
+    public init<Other>(_ value: Value, carrying other: Outcome<Other>) {
+        self.value = value
+        self.publications = other.publications
+    }
+
+    public var deliveries: [Delivery] { publications.flatMap(\.deliveries) }
+
+    public func publish() {
+        for publication in publications { publication.publish() }
     }
 }
 

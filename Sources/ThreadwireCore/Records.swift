@@ -48,6 +48,17 @@ public struct ThreadRecord: Sendable, Equatable {
     public var cwd: String
     public var baseInstructions: String?
     public var configOverrides: [KeyValuePair] = []
+    /// Bumped by every committed change; the store accepts a change only on
+    /// top of the version it replaces (compare-and-set), so a stale copy can
+    /// never overwrite a newer one. A record not yet stored has version 1.
+    public var version: Int64 = 1
+    /// The agent registry entry of a spawned child (nil for other threads):
+    /// changed in the same transaction as the turn that changes it.
+    public var agentStatus: AgentStatus?
+    /// The child's final message (completed) or error (errored).
+    public var agentFinalMessage: String?
+    /// Closed children no longer count against the tree's cap.
+    public var agentClosed = false
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,
@@ -128,6 +139,24 @@ public struct ModelRequestRecord: Sendable, Equatable {
         self.contextCount = contextCount
         self.tools = tools
     }
+}
+
+/// A child agent's status as its parent sees it (reference §5.3).
+public enum AgentStatus: String, Sendable, CaseIterable {
+    case pendingInit, running, completed, errored, interrupted
+
+    /// The name the collaboration tools report.
+    public var toolName: String {
+        switch self {
+        case .pendingInit: return "pending_init"
+        case .running: return "running"
+        case .completed: return "completed"
+        case .errored: return "errored"
+        case .interrupted: return "interrupted"
+        }
+    }
+
+    public var isFinal: Bool { self != .pendingInit && self != .running }
 }
 
 public enum TurnStatus: String, Sendable, CaseIterable { case inProgress, completed, interrupted, failed }

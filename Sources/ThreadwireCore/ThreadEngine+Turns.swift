@@ -1,37 +1,45 @@
 import Foundation
 
 extension ThreadEngine {
-    /// Starts a turn: applies sticky overrides, resolves the runtime if this is
-    /// the first turn, appends the context the turn adds, and commits it all in
-    /// one transaction. The model runs afterwards (see `runTurn`).
-    func beginTurn(_ thread: LoadedThread, _ request: TurnRequest) async throws -> Outcome<TurnRecord> {
-        let id = thread.record.id
-        if let active = thread.activeTurnIndex {
-            throw DomainError.failedPrecondition("thread \(id) already has an active turn (\(thread.turns[active].id))")
+    /// Starts a turn, with the owner's gate held: applies sticky overrides,
+    /// resolves the runtime if this is the first turn, appends the context the
+    /// turn adds, and commits it all in one transaction. Then the runner
+    /// starts; its notifications queue behind this command's publication.
+    func beginTurn(_ owner: ThreadOwner, _ request: TurnRequest) async throws -> (TurnRecord, Publication) {
+        let current = owner.state!
+        let id = owner.id
+        if stopping.load(ordering: .acquiring) {
+            throw DomainError.unavailable("the server is shutting down; start the turn again after it restarts")
         }
-        if thread.record.archived {
+        if let active = current.activeTurnIndex {
+            throw DomainError.failedPrecondition("thread \(id) already has an active turn (\(current.turns[active].id))")
+        }
+        if current.record.archived {
             throw DomainError.failedPrecondition("thread \(id) is archived; unarchive it first")
+        }
+        if current.record.agentClosed {
+            throw DomainError.failedPrecondition("agent \(current.record.taskName ?? id) is closed; resume it first")
         }
         let texts = request.input.filter { !$0.isEmpty }
         guard !texts.isEmpty else { throw DomainError.invalidArgument("input must contain at least one non-empty text") }
 
-        var record = thread.record
-        if let model = try nonEmpty(request.model, field: "model") { record.model = model }
-        record.selectedMode = request.mode.applied(to: record.selectedMode)
-        let settingsChanged = record.model != thread.record.model || record.selectedMode != thread.record.selectedMode
+        var next = current
+        if let model = try nonEmpty(request.model, field: "model") { next.record.model = model }
+        next.record.selectedMode = request.mode.applied(to: next.record.selectedMode)
+        let settingsChanged = next.record.model != current.record.model || next.record.selectedMode != current.record.selectedMode
 
         // Set once, at the first turn: the catalog selector of this turn's model, else flags.
-        let runtime = record.runtime ?? RuntimeResolver.resolveAtFirstTurn(
-            catalogSelector: settings.catalog.selector(forModel: record.model), flags: thread.config.flags)
-        record.runtime = runtime
+        let runtime = next.record.runtime ?? RuntimeResolver.resolveAtFirstTurn(
+            catalogSelector: settings.catalog.selector(forModel: next.record.model), flags: owner.config.flags)
+        next.record.runtime = runtime
 
         let effective = ModeRules.effective(
-            selected: record.selectedMode, runtime: runtime, usageHintEnabled: thread.config.usageHintEnabled,
-            source: record.source, gateEnabled: thread.config.flags.multiAgentMode)
+            selected: next.record.selectedMode, runtime: runtime, usageHintEnabled: owner.config.usageHintEnabled,
+            source: next.record.source, gateEnabled: owner.config.flags.multiAgentMode)
         var added: [ContextItem] = []
-        let baseline: ModeRules.Baseline = thread.turns.last.map { .previous($0.context.effectiveMode) } ?? .noPreviousTurn
-        if baseline == .noPreviousTurn, runtime == .v2, thread.config.usageHintEnabled, record.source != .review {
-            let hint = record.source == .threadSpawn ? settings.subagentUsageHint : settings.rootUsageHint
+        let baseline: ModeRules.Baseline = current.turns.last.map { .previous($0.context.effectiveMode) } ?? .noPreviousTurn
+        if baseline == .noPreviousTurn, runtime == .v2, owner.config.usageHintEnabled, next.record.source != .review {
+            let hint = next.record.source == .threadSpawn ? settings.subagentUsageHint : settings.rootUsageHint
             added.append(ContextItem(role: .developer, kind: .usageHint, text: hint))
         }
         if let mode = ModeRules.fragmentToEmit(baseline: baseline, current: effective) {
@@ -41,29 +49,29 @@ extension ThreadEngine {
         added.append(ContextItem(role: .user, kind: .userInput, text: text))
 
         let now = nowMillis()
-        if record.preview.isEmpty { record.preview = String(text.prefix(120)) }
-        record.updatedAt = now
+        if next.record.preview.isEmpty { next.record.preview = String(text.prefix(120)) }
+        next.record.updatedAt = now
+        if next.record.agentStatus != nil {
+            next.record.agentStatus = .running
+            next.record.agentFinalMessage = nil
+        }
         let userItem = ItemRecord(type: .userMessage, text: text)
         let turn = TurnRecord(
-            id: newID(), threadID: id, sequence: thread.turns.count, startedAt: now, items: [userItem],
-            context: TurnContext(model: record.model, runtime: runtime, effectiveMode: effective, cwd: record.cwd))
+            id: newID(), threadID: id, sequence: current.turns.count, startedAt: now, items: [userItem],
+            context: TurnContext(model: next.record.model, runtime: runtime, effectiveMode: effective, cwd: next.record.cwd))
+        let firstSequence = next.history.count
+        next.history += added
+        next.turns.append(turn)
+        try await install(owner, next, [
+            .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
+        ])
+        owner.cancelUnload()
+        changes.changed(id)
 
-        let firstSequence = thread.history.count
-        thread.record = record
-        thread.history += added
-        thread.turns.append(turn)
-        do {
-            try await commit([.putThread(record), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn)])
-        } catch {
-            // Not acknowledged: forget it so memory matches the store.
-            loaded[id] = nil
-            throw error
-        }
-
-        let recipients = Array(thread.subscribers)
+        let recipients = owner.subscribers
         var deliveries: [Delivery] = []
         if settingsChanged {
-            deliveries.append(Delivery(event: .settingsUpdated(id, settingsView(thread)), recipients: recipients))
+            deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: recipients))
         }
         deliveries += [
             Delivery(event: .turnStarted(id, turn), recipients: recipients),
@@ -71,175 +79,266 @@ extension ThreadEngine {
             Delivery(event: .itemStarted(id, turn.id, userItem), recipients: recipients),
             Delivery(event: .itemCompleted(id, turn.id, userItem), recipients: recipients),
         ]
+        let publication = owner.publisher.ticket(deliveries)
         let turnID = turn.id
-        return Outcome(turn, deliveries: deliveries, afterward: { [weak self] in
-            await self?.launchRunner(id, turnID: turnID)
-        })
+        owner.runner = Task { [self] in await runTurn(owner, turnID: turnID) }
+        return (turn, publication)
     }
 
-    func launchRunner(_ id: ThreadID, turnID: TurnID) {
-        guard let thread = loaded[id], thread.activeTurnIndex.map({ thread.turns[$0].id }) == turnID else { return }
-        thread.runner = Task { [weak self] in await self?.runTurn(id, turnID: turnID) }
-    }
-
-    /// Runs model calls until the model answers without tool calls. Every model
-    /// request is persisted before the model sees it.
-    func runTurn(_ id: ThreadID, turnID: TurnID) async {
+    /// Runs model calls until the model answers without tool calls. The gate
+    /// is held for each step's bookkeeping, never while the model or a
+    /// wait_agent runs, so the thread's other commands (interrupt, settings,
+    /// reads) are never stuck behind a slow model.
+    func runTurn(_ owner: ThreadOwner, turnID: TurnID) async {
         while true {
-            guard let thread = loaded[id], let index = thread.activeTurnIndex, thread.turns[index].id == turnID else { return }
-            let tools = ToolCatalog.offered(
-                runtime: thread.record.runtime, depth: thread.record.depth, maxDepth: thread.config.maxDepth,
-                source: thread.record.source)
-            let ref = ModelRequestRecord(model: thread.record.model, contextCount: thread.history.count, tools: tools)
-            thread.turns[index].modelRequests.append(ref)
-            let request = ModelRequest(
-                model: ref.model,
-                context: [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions(for: thread.record))]
-                    + thread.history,
-                tools: tools)
-            do {
-                try await commit([.putTurn(thread.turns[index])])
-            } catch {
-                _ = try? await failActiveTurn(id, turnID: turnID, error: "\(error)")
-                return
+            // 1. Persist the model request before the model sees it.
+            let prepared: (ModelRequest, [ToolSpec])? = await locked(owner) {
+                guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return nil }
+                let tools = ToolCatalog.offered(
+                    runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
+                    source: state.record.source)
+                let ref = ModelRequestRecord(model: state.record.model, contextCount: state.history.count, tools: tools)
+                var next = state
+                next.turns[index].modelRequests.append(ref)
+                do {
+                    try await install(owner, next, [.putTurn(next.turns[index])])
+                } catch {
+                    await failTurn(owner, turnID: turnID, error: "\(error)")
+                    return nil
+                }
+                let request = ModelRequest(
+                    model: ref.model,
+                    context: [ContextItem(role: .system, kind: .baseInstructions, text: settings.baseInstructions(for: state.record))]
+                        + state.history,
+                    tools: tools)
+                return (request, tools)
             }
+            guard let (request, tools) = prepared else { return }
 
+            // 2. The model, with no gate held.
             let outputs: [ModelOutput]
             do {
                 outputs = try await backend.respond(to: request)
             } catch is CancellationError {
-                return  // interrupted: turn/interrupt did the bookkeeping
+                return  // interrupted: whoever cancelled did the bookkeeping
             } catch {
-                _ = try? await failActiveTurn(id, turnID: turnID, error: "\(error)")
+                await locked(owner) { await failTurn(owner, turnID: turnID, error: "\(error)") }
                 return
             }
-            guard let current = loaded[id], let at = current.activeTurnIndex, current.turns[at].id == turnID else { return }
 
+            // 3. Apply the outputs in order, in as few commits as possible; a
+            //    wait_agent runs between commits with the gate released.
+            let calledTools = outputs.contains { if case .toolCall = $0 { true } else { false } }
+            var start = 0
+            while start < outputs.count {
+                var waited: String?
+                if case let .toolCall(name, arguments, _) = outputs[start], name == "wait_agent",
+                   tools.contains(where: { $0.name == name }) {
+                    guard let caller = directory.snapshot(owner.id)?.record else { return }
+                    waited = await waitForAgents(caller: caller, arguments: arguments)
+                }
+                let end = outputs[(start + 1)...].firstIndex(where: Self.isWait) ?? outputs.count
+                let stillRunning = await applyOutputs(
+                    owner, turnID: turnID, outputs[start..<end], waited: waited, tools: tools,
+                    finish: end == outputs.count && !calledTools)
+                guard stillRunning else { return }
+                start = end
+            }
+            if !calledTools { return }
+        }
+    }
+
+    static func isWait(_ output: ModelOutput) -> Bool {
+        if case let .toolCall(name, _, _) = output { return name == "wait_agent" }
+        return false
+    }
+
+    /// Applies outputs in one commit; with `finish`, the turn completes in the
+    /// same commit. False when the turn is no longer running.
+    func applyOutputs(
+        _ owner: ThreadOwner, turnID: TurnID, _ outputs: ArraySlice<ModelOutput>, waited: String?, tools: [ToolSpec], finish: Bool
+    ) async -> Bool {
+        await locked(owner) {
+            guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID else { return false }
+            var next = state
             var added: [ContextItem] = []
             var deliveries: [Delivery] = []
-            var calledTools = false
-            var afterwards: [@Sendable () async -> Void] = []
-            for output in outputs {
+            var publications: [Publication] = []
+            for (offset, output) in outputs.enumerated() {
                 switch output {
                 case let .message(text):
                     added.append(ContextItem(role: .assistant, kind: .assistantMessage, text: text))
                     let item = ItemRecord(type: .agentMessage, text: text)
-                    current.turns[at].items.append(item)
-                    deliveries += itemEvents(current, turnID: turnID, item)
+                    next.turns[at].items.append(item)
+                    deliveries += itemEvents(owner, turnID: turnID, item)
                 case let .toolCall(name, arguments, callID):
-                    calledTools = true
                     added.append(ContextItem(role: .assistant, kind: .toolCall, text: arguments, toolName: name, callID: callID))
                     var item = ItemRecord(type: .collabToolCall)
                     item.toolName = name
                     item.toolArguments = arguments
-                    let result = await executeTool(current, turnIndex: at, name: name, arguments: arguments, offered: tools)
+                    let result: ToolResult
+                    if offset == 0, let waited {
+                        result = ToolResult(output: waited)
+                    } else {
+                        result = await executeTool(owner, next, turnIndex: at, name: name, arguments: arguments, offered: tools)
+                    }
                     item.toolOutput = result.output
                     item.receiverThreadID = result.receiver
-                    deliveries += result.deliveries
-                    if let afterward = result.afterward { afterwards.append(afterward) }
+                    publications += result.publications
                     added.append(ContextItem(role: .tool, kind: .toolOutput, text: result.output, toolName: name, callID: callID))
-                    current.turns[at].items.append(item)
-                    deliveries += itemEvents(current, turnID: turnID, item)
+                    next.turns[at].items.append(item)
+                    deliveries += itemEvents(owner, turnID: turnID, item)
                 }
             }
-            // Tools may have suspended (spawning commits); re-check before writing.
-            guard let again = loaded[id], let final = again.activeTurnIndex, again.turns[final].id == turnID else { return }
-            let firstSequence = again.history.count
-            again.history += added
+            let first = next.history.count
+            next.history += added
+            var operations: [StoreOperation] = [.appendHistory(owner.id, firstSequence: first, items: added)]
+            let finished = finish
+            if finished {
+                operations += self.finish(&next, index: at, status: .completed, error: nil)
+                operations.insert(.putThread(next.record.bumped()), at: 0)
+            } else {
+                operations.append(.putTurn(next.turns[at]))
+            }
             do {
-                try await commit([.appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(again.turns[final])])
+                try await install(owner, next, operations)
             } catch {
-                _ = try? await failActiveTurn(id, turnID: turnID, error: "\(error)")
-                return
+                for publication in publications { publication.publish() }
+                await failTurn(owner, turnID: turnID, error: "\(error)")
+                return false
             }
-            sink.deliver(deliveries)
-            for afterward in afterwards { await afterward() }
-            if !calledTools {
-                if let deliveries = try? await finishTurn(again, index: final, status: .completed, error: nil) {
-                    sink.deliver(deliveries)
-                }
-                return
-            }
+            if finished { deliveries += afterFinish(owner, next.turns[at]) }
+            for publication in publications { publication.publish() }
+            owner.publisher.ticket(deliveries).publish()
+            return !finished
         }
     }
 
-    func itemEvents(_ thread: LoadedThread, turnID: TurnID, _ item: ItemRecord) -> [Delivery] {
-        let recipients = Array(thread.subscribers)
+    func itemEvents(_ owner: ThreadOwner, turnID: TurnID, _ item: ItemRecord) -> [Delivery] {
+        let recipients = owner.subscribers
         return [
-            Delivery(event: .itemStarted(thread.record.id, turnID, item), recipients: recipients),
-            Delivery(event: .itemCompleted(thread.record.id, turnID, item), recipients: recipients),
+            Delivery(event: .itemStarted(owner.id, turnID, item), recipients: recipients),
+            Delivery(event: .itemCompleted(owner.id, turnID, item), recipients: recipients),
         ]
     }
 
-    func failActiveTurn(_ id: ThreadID, turnID: TurnID, error: String) async throws {
-        guard let thread = loaded[id], let index = thread.activeTurnIndex, thread.turns[index].id == turnID else { return }
-        sink.deliver(try await finishTurn(thread, index: index, status: .failed, error: error))
+    /// With the gate held.
+    func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String) async {
+        guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return }
+        (try? await endActiveTurn(owner, status: .failed, error: error))?.publish()
     }
 
-    /// Ends a turn. Interrupted turns record the runtime's interruption marker.
-    /// A child's end is reported to its parent in the runtime's own way.
-    func finishTurn(_ thread: LoadedThread, index: Int, status: TurnStatus, error: String?) async throws -> [Delivery] {
-        let id = thread.record.id
-        thread.turns[index].status = status
-        thread.turns[index].error = error
-        thread.turns[index].completedAt = nowMillis()
-        var operations: [StoreOperation] = [.putTurn(thread.turns[index])]
+    /// Ends the active turn (gate held): cancels its runner, commits the end,
+    /// and returns the notifications to publish.
+    func endActiveTurn(_ owner: ThreadOwner, status: TurnStatus, error: String?) async throws -> Publication {
+        var next = owner.state!
+        guard let index = next.activeTurnIndex else { return owner.publisher.ticket([]) }
+        if status != .completed && status != .failed {
+            owner.runner?.cancel()
+        }
+        owner.runner = nil
+        var operations = finish(&next, index: index, status: status, error: error)
+        operations.insert(.putThread(next.record.bumped()), at: 0)
+        try await install(owner, next, operations)
+        return owner.publisher.ticket(afterFinish(owner, next.turns[index]))
+    }
+
+    /// Ends turn `index` in `stored` (no I/O) and returns what to commit
+    /// besides the record: an interruption records the runtime's marker; a
+    /// child's end updates its registry entry and queues its report to the
+    /// parent (v1: <subagent_notification>; v2: a mailbox item) in the same
+    /// transaction.
+    func finish(_ stored: inout StoredThread, index: Int, status: TurnStatus, error: String?) -> [StoreOperation] {
+        let id = stored.record.id
+        let now = nowMillis()
+        stored.turns[index].status = status
+        stored.turns[index].error = error
+        stored.turns[index].completedAt = now
+        var operations: [StoreOperation] = []
         if status == .interrupted {
-            let marker = Self.interruptionMarker(runtime: thread.record.runtime)
-            operations.insert(.appendHistory(id, firstSequence: thread.history.count, items: [marker]), at: 0)
-            thread.history.append(marker)
+            let marker = Self.interruptionMarker(runtime: stored.record.runtime)
+            operations.append(.appendHistory(id, firstSequence: stored.history.count, items: [marker]))
+            stored.history.append(marker)
         }
-        thread.record.updatedAt = nowMillis()
-        operations.append(.putThread(thread.record))
-        try await commit(operations)
-        let turn = thread.turns[index]
-        let recipients = Array(thread.subscribers)
-        scheduleUnloadIfIdle(thread)
-        if let parentID = thread.record.parentID, thread.record.source == .threadSpawn {
-            try? await notifyParent(parentID, child: thread, turn: turn)
+        operations.append(.putTurn(stored.turns[index]))
+        stored.record.updatedAt = now
+        if stored.record.agentStatus != nil {
+            let lastMessage = stored.turns[index].items.last { $0.type == .agentMessage }?.text
+            switch status {
+            case .completed:
+                stored.record.agentStatus = .completed
+                stored.record.agentFinalMessage = lastMessage
+            case .failed:
+                stored.record.agentStatus = .errored
+                stored.record.agentFinalMessage = error
+            case .interrupted:
+                stored.record.agentStatus = .interrupted
+                stored.record.agentFinalMessage = nil
+            case .inProgress:
+                break
+            }
+            if let parentID = stored.record.parentID, stored.record.source == .threadSpawn {
+                operations.append(.enqueueMailbox(recipient: parentID, item: Self.report(of: stored.record, lastMessage: lastMessage)))
+            }
         }
+        return operations
+    }
+
+    /// After a turn's end is committed: wake waiters, hand the parent its
+    /// report, let an idle thread unload; returns the turn's notifications.
+    func afterFinish(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] {
+        let record = owner.state!.record
+        changes.changed(owner.id)
+        if let parentID = record.parentID, record.source == .threadSpawn { scheduleMailboxDelivery(parentID) }
+        scheduleUnloadIfIdle(owner)
+        let recipients = owner.subscribers
         return [
-            Delivery(event: .turnCompleted(id, turn), recipients: recipients),
-            Delivery(event: .statusChanged(id, .idle), recipients: recipients),
+            Delivery(event: .turnCompleted(owner.id, turn), recipients: recipients),
+            Delivery(event: .statusChanged(owner.id, .idle), recipients: recipients),
         ]
     }
 
     /// V1: a user-role <subagent_notification> message; V2: a mailbox item.
-    func notifyParent(_ parentID: ThreadID, child: LoadedThread, turn: TurnRecord) async throws {
-        let parent = try await load(parentID)
-        let last = turn.items.last { $0.type == .agentMessage }?.text
-        let status = Self.agentStatus(of: child, closed: false)
-        let item: ContextItem
-        if child.record.runtime == .v2 {
-            let payload = jsonText(["from": child.record.taskName ?? child.record.id, "status": status, "message": last ?? ""])
-            item = ContextItem(role: .user, kind: .mailbox, text: payload)
-        } else {
-            let payload = jsonText(["agent_id": child.record.id, "status": status])
-            item = ContextItem(role: .user, kind: .subagentNotification, text: "<subagent_notification>\(payload)</subagent_notification>")
+    static func report(of child: ThreadRecord, lastMessage: String?) -> ContextItem {
+        let status = child.agentClosed ? "shutdown" : (child.agentStatus ?? .pendingInit).toolName
+        if child.runtime == .v2 {
+            let payload = jsonText(["from": child.taskName ?? child.id, "status": status, "message": lastMessage ?? ""])
+            return ContextItem(role: .user, kind: .mailbox, text: payload)
         }
-        let first = parent.history.count
-        parent.history.append(item)
-        try await commit([.appendHistory(parentID, firstSequence: first, items: [item])])
+        let payload = jsonText(["agent_id": child.id, "status": status])
+        return ContextItem(role: .user, kind: .subagentNotification, text: "<subagent_notification>\(payload)</subagent_notification>")
     }
 
-    static func agentStatus(of thread: LoadedThread, closed: Bool) -> String {
-        if closed { return "shutdown" }
-        guard let last = thread.turns.last else { return "pending_init" }
-        switch last.status {
-        case .inProgress: return "running"
-        case .completed: return "completed"
-        case .interrupted: return "interrupted"
-        case .failed: return "errored"
-        }
+    func locked<T>(_ owner: ThreadOwner, _ body: () async -> T) async -> T {
+        await owner.gate.lock()
+        defer { owner.gate.unlock() }
+        return await body()
     }
 
     // MARK: - Child agents
 
-    /// Creates a child thread that inherits the parent's pinned runtime; the
-    /// depth and concurrency gates come from the parent's config and runtime.
+    func treeGate(_ sessionID: ThreadID) -> AsyncGate {
+        treeGates.withLock { table in
+            if let gate = table[sessionID] { return gate }
+            let gate = AsyncGate()
+            table[sessionID] = gate
+            return gate
+        }
+    }
+
+    struct Spawned {
+        var view: ThreadView
+        var publications: [Publication]
+    }
+
+    /// Creates a child that inherits the parent's pinned runtime. Called with
+    /// the parent's gate held; the slot is reserved under the tree's gate and
+    /// counted from the stored registry, so concurrent spawns anywhere in the
+    /// tree (API or tool) can never pass the cap, before or after a restart.
     func spawnChild(
-        of parent: LoadedThread, _ request: SpawnRequest, spawningMode: MultiAgentMode?, extraSubscriber: ConnectionID?
-    ) async throws -> (LoadedThread, [Delivery], (@Sendable () async -> Void)?) {
+        of parentOwner: ThreadOwner, _ parent: StoredThread, _ request: SpawnRequest, spawningMode: MultiAgentMode?,
+        extraSubscriber: ConnectionID?
+    ) async throws -> Spawned {
         let parentID = parent.record.id
         guard let parentRuntime = parent.record.runtime else {
             throw DomainError.failedPrecondition(
@@ -247,140 +346,78 @@ extension ThreadEngine {
         }
         let depth = parent.record.depth + 1
         let session = parent.record.sessionID
+        let model = try nonEmpty(request.model, field: "model")
         if !request.review {
             if parentRuntime == .disabled || parent.record.source == .review {
                 throw DomainError.failedPrecondition("multi-agent collaboration is disabled for thread \(parentID)")
             }
-            if depth > parent.config.maxDepth {
+            if depth > parentOwner.config.maxDepth {
                 throw DomainError.failedPrecondition(
-                    "agent depth limit reached: a child of thread \(parentID) would have depth \(depth) > agents.max_depth = \(parent.config.maxDepth)")
-            }
-            let cap = parent.config.childAgentCap(for: parentRuntime)
-            if openChildren[session, default: []].count >= cap.limit {
-                throw DomainError.resourceExhausted(
-                    "agent limit reached: \(cap.limit) concurrent child agents (\(cap.name) = \(cap.limit)) for runtime \(parentRuntime.rawValue)")
+                    "agent depth limit reached: a child of thread \(parentID) would have depth \(depth) > agents.max_depth = \(parentOwner.config.maxDepth)")
             }
         }
-        let id = newID()
-        var record = ThreadRecord(
-            id: id, sessionID: session, source: request.review ? .review : .threadSpawn, depth: depth,
-            createdAt: nowMillis(), model: try nonEmpty(request.model, field: "model") ?? parent.record.model,
-            cwd: parent.record.cwd)
-        record.parentID = parentID
-        record.configOverrides = parent.record.configOverrides
-        record.baseInstructions = parent.record.baseInstructions
-        // Inherited, never re-resolved: a V2 parent keeps a V2 child whatever the child's model says.
-        record.runtime = RuntimeResolver.resolveAtLoad(
-            inherited: request.review ? .disabled : parentRuntime, recorded: nil, origin: .new)
-        let siblings = children[parentID, default: []].count + 1
-        record.nickname = Self.nicknames[(siblings - 1) % Self.nicknames.count]
-        if record.runtime == .v2 {
-            let name = request.taskName.flatMap { $0.isEmpty ? nil : $0 } ?? "task\(siblings)"
-            let prefix = parent.record.taskName ?? "/root"
-            record.taskName = name.hasPrefix("/") ? name : prefix + "/" + name
-            // A V2 child takes the spawning turn's effective mode as its selection.
-            record.selectedMode = spawningMode
+        let gate = treeGate(session)
+        await gate.lock()
+        let record: ThreadRecord
+        do {
+            defer { gate.unlock() }
+            let tree = try await store.agentTree(session)
+            if !request.review {
+                let cap = parentOwner.config.childAgentCap(for: parentRuntime)
+                let open = tree.filter { $0.source == .threadSpawn && !$0.agentClosed }.count
+                if open >= cap.limit {
+                    throw DomainError.resourceExhausted(
+                        "agent limit reached: \(cap.limit) concurrent child agents (\(cap.name) = \(cap.limit)) for runtime \(parentRuntime.rawValue)")
+                }
+            }
+            let siblings = tree.filter { $0.parentID == parentID }
+            var child = ThreadRecord(
+                id: newID(), sessionID: session, source: request.review ? .review : .threadSpawn, depth: depth,
+                createdAt: nowMillis(), model: model ?? parent.record.model, cwd: parent.record.cwd)
+            child.parentID = parentID
+            child.configOverrides = parent.record.configOverrides
+            child.baseInstructions = parent.record.baseInstructions
+            child.nickname = Self.nicknames[siblings.count % Self.nicknames.count]
+            // Inherited, never re-resolved: a V2 parent keeps a V2 child whatever the child's model says.
+            child.runtime = RuntimeResolver.resolveAtLoad(
+                inherited: request.review ? .disabled : parentRuntime, recorded: nil, origin: .new)
+            if !request.review { child.agentStatus = .pendingInit }
+            if child.runtime == .v2 {
+                let prefix = parent.record.taskName ?? "/root"
+                let taken = Set(tree.compactMap(\.taskName))
+                if let name = request.taskName.flatMap({ $0.isEmpty ? nil : $0 }) {
+                    guard !name.contains("/") || name.hasPrefix(prefix + "/") else {
+                        throw DomainError.invalidArgument("task_name '\(name)' must be a plain name or a path under \(prefix)/")
+                    }
+                    let path = name.hasPrefix("/") ? name : prefix + "/" + name
+                    guard !taken.contains(path) else {
+                        throw DomainError.alreadyExists("task name \(path) is already used in this agent tree; choose another")
+                    }
+                    child.taskName = path
+                } else {
+                    var n = siblings.count + 1
+                    while taken.contains(prefix + "/task\(n)") { n += 1 }
+                    child.taskName = prefix + "/task\(n)"
+                }
+                // A V2 child takes the spawning turn's effective mode as its selection.
+                child.selectedMode = spawningMode
+            }
+            try await commit([.putThread(child)])
+            record = child
         }
-        try await commit([.putThread(record)])
-        let child = LoadedThread(stored: StoredThread(record: record, history: [], turns: []), config: parent.config)
-        child.subscribers = parent.subscribers
-        if let extraSubscriber { child.subscribers.insert(extraSubscriber) }
-        loaded[id] = child
-        children[parentID, default: []].append(id)
-        if !request.review { openChildren[session, default: []].insert(id) }
-        var deliveries = [Delivery(event: .threadStarted(view(of: child, includeTurns: false)), recipients: Array(child.subscribers))]
-        var afterward: (@Sendable () async -> Void)?
+        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber)
+        owner.subscribe(all: parentOwner.subscribers)
+        let view = ThreadView(stored: owner.state!, includeTurns: false)
+        var publications = [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: owner.subscribers)])]
         if let message = request.message, !message.isEmpty {
-            let outcome = try await beginTurn(child, TurnRequest(input: [message]))
-            deliveries += outcome.deliveries
-            afterward = outcome.afterward
+            await owner.gate.lock()
+            defer { owner.gate.unlock() }
+            publications.append(try await beginTurn(owner, TurnRequest(input: [message])).1)
         }
-        return (child, deliveries, afterward)
+        return Spawned(view: ThreadView(stored: owner.state!, includeTurns: false), publications: publications)
     }
 
     static let nicknames = ["Ada", "Brook", "Cyd", "Dale", "Eli", "Fern", "Gale", "Hale"]
-
-    struct ToolResult {
-        var output: String
-        var receiver: ThreadID?
-        var deliveries: [Delivery] = []
-        var afterward: (@Sendable () async -> Void)?
-    }
-
-    /// Executes a collaboration tool call. Failures become tool output the
-    /// model can read, as a real model would see them.
-    func executeTool(_ thread: LoadedThread, turnIndex: Int, name: String, arguments: String, offered: [ToolSpec]) async -> ToolResult {
-        guard offered.contains(where: { $0.name == name }) else {
-            return ToolResult(output: jsonText(["error": "tool '\(name)' is not available in this thread"]))
-        }
-        let args = (try? JSONSerialization.jsonObject(with: Data(arguments.utf8))) as? [String: Any] ?? [:]
-        let runtime = thread.record.runtime ?? .disabled
-        func target() -> LoadedThread? {
-            guard let key = (args["target"] ?? args["id"]) as? String else { return nil }
-            return children[thread.record.id, default: []].lazy.compactMap { self.loaded[$0] }.first {
-                $0.record.id == key || $0.record.taskName == key || $0.record.taskName?.hasSuffix("/" + key) == true
-            }
-        }
-        do {
-            switch name {
-            case "spawn_agent":
-                var request = SpawnRequest()
-                request.message = args["message"] as? String
-                request.model = args["model"] as? String
-                request.taskName = args["task_name"] as? String
-                let (child, deliveries, afterward) = try await spawnChild(
-                    of: thread, request, spawningMode: thread.turns[turnIndex].context.effectiveMode, extraSubscriber: nil)
-                let output = runtime == .v2
-                    ? jsonText(["task_name": child.record.taskName ?? "", "nickname": child.record.nickname ?? ""])
-                    : jsonText(["agent_id": child.record.id, "nickname": child.record.nickname ?? ""])
-                return ToolResult(output: output, receiver: child.record.id, deliveries: deliveries, afterward: afterward)
-            case "send_input", "followup_task":
-                guard let child = target() else { return ToolResult(output: jsonText(["error": "unknown target"])) }
-                let outcome = try await beginTurn(child, TurnRequest(input: [args["message"] as? String ?? ""]))
-                return ToolResult(output: jsonText(["submission_id": outcome.value.id]), receiver: child.record.id,
-                                  deliveries: outcome.deliveries, afterward: outcome.afterward)
-            case "send_message":
-                guard let child = target() else { return ToolResult(output: jsonText(["error": "unknown target"])) }
-                let item = ContextItem(role: .user, kind: .mailbox,
-                                       text: jsonText(["from": thread.record.taskName ?? "/root", "message": args["message"] as? String ?? ""]))
-                let first = child.history.count
-                child.history.append(item)
-                try await commit([.appendHistory(child.record.id, firstSequence: first, items: [item])])
-                return ToolResult(output: jsonText(["queued": "true"]), receiver: child.record.id)
-            case "wait_agent":
-                let ids = children[thread.record.id, default: []]
-                // The embedded backend finishes child turns quickly; bound the wait anyway.
-                for _ in 0..<500 where ids.contains(where: { loaded[$0]?.activeTurnIndex != nil }) {
-                    try await Task.sleep(for: .milliseconds(10))
-                }
-                var statuses: [String: String] = [:]
-                let session = openChildren[thread.record.sessionID, default: []]
-                for id in ids { if let child = loaded[id] { statuses[child.record.taskName ?? id] = Self.agentStatus(of: child, closed: !session.contains(id)) } }
-                return ToolResult(output: jsonText(["status": statuses]))
-            case "list_agents":
-                let list = children[thread.record.id, default: []].compactMap { loaded[$0] }.map {
-                    ["task_name": $0.record.taskName ?? "", "thread_id": $0.record.id, "status": Self.agentStatus(of: $0, closed: false)]
-                }
-                return ToolResult(output: jsonText(["agents": list]))
-            case "close_agent":
-                guard let child = target() else { return ToolResult(output: jsonText(["error": "unknown target"])) }
-                openChildren[thread.record.sessionID]?.remove(child.record.id)
-                return ToolResult(output: jsonText(["status": "shutdown"]), receiver: child.record.id)
-            case "resume_agent":
-                guard let child = target() else { return ToolResult(output: jsonText(["error": "unknown target"])) }
-                let cap = thread.config.childAgentCap(for: runtime)
-                if openChildren[thread.record.sessionID, default: []].count >= cap.limit {
-                    throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
-                }
-                openChildren[thread.record.sessionID, default: []].insert(child.record.id)
-                return ToolResult(output: jsonText(["status": Self.agentStatus(of: child, closed: false)]), receiver: child.record.id)
-            default:
-                return ToolResult(output: jsonText(["error": "tool '\(name)' is not implemented"]))
-            }
-        } catch {
-            return ToolResult(output: jsonText(["error": "\(error)"]))
-        }
-    }
 }
 
 func jsonText(_ object: Any) -> String {

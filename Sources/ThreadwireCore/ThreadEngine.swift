@@ -1,47 +1,29 @@
 import Foundation
+import Synchronization
 
-/// Owns the loaded threads and every change to them. Each change is applied in
-/// memory (so concurrent requests see it, e.g. one active turn per thread),
-/// committed to the store, and only then acknowledged.
-public actor ThreadEngine {
+/// Owns the loaded threads and every change to them.
+///
+/// Ownership (docs/concurrency.md): each loaded thread has exactly one
+/// `ThreadOwner`, found through the `ThreadDirectory`. A command on a thread
+/// holds that owner's gate from its checks to its publication
+/// (check → apply → commit → publish), so commands on one thread run one at a
+/// time, each to its end, while commands on different threads run in
+/// parallel. Changes are built on a copy of the state, committed with a
+/// version the store checks, and only then installed and published; a commit
+/// that fails leaves memory as it was. Reads never take a gate: they use the
+/// immutable snapshot published after each commit.
+public final class ThreadEngine: Sendable {
     let store: any ThreadStore
     let backend: any ModelBackend
     let settings: ServerSettings
     let sink: any EventSink
     let idleUnloadAfter: Duration
-
-    final class LoadedThread {
-        var record: ThreadRecord
-        var history: [ContextItem]
-        var turns: [TurnRecord]
-        var config: ThreadConfig
-        var subscribers: Set<ConnectionID> = []
-        /// Connections that unsubscribed; they hear thread/closed.
-        var formerSubscribers: Set<ConnectionID> = []
-        var runner: Task<Void, Never>?
-        var unloadTimer: Task<Void, Never>?
-
-        init(stored: StoredThread, config: ThreadConfig) {
-            record = stored.record
-            history = stored.history
-            turns = stored.turns
-            self.config = config
-        }
-
-        var activeTurnIndex: Int? {
-            turns.lastIndex { $0.status == .inProgress }
-        }
-
-        var status: ThreadStatus {
-            if let index = activeTurnIndex { return .active(turns[index].id) }
-            return .idle
-        }
-    }
-
-    var loaded: [ThreadID: LoadedThread] = [:]
-    /// Open (not closed) child agents per agent tree, keyed by the root's id.
-    var openChildren: [ThreadID: Set<ThreadID>] = [:]
-    var children: [ThreadID: [ThreadID]] = [:]
+    let directory = ThreadDirectory()
+    let changes = ChangeBoard()
+    /// One gate per agent tree (keyed by the root's session id): a child slot
+    /// is reserved under it, so caps hold across API and tool spawns alike.
+    let treeGates = Mutex<[ThreadID: AsyncGate]>([:])
+    let stopping = Atomic<Bool>(false)
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
@@ -68,7 +50,7 @@ public actor ThreadEngine {
     }
 
     public func startThread(_ request: StartRequest, connection: ConnectionID) async throws -> Outcome<ThreadView> {
-        let config = try threadConfig(overrides: request.config)
+        let config = try threadConfig(overrides: request.config, ceilings: .enforce)
         let id = newID()
         var record = ThreadRecord(
             id: id, sessionID: id, source: request.review ? .review : .appServer, createdAt: nowMillis(),
@@ -81,31 +63,37 @@ public actor ThreadEngine {
         // Review threads never see collaboration tools: pinned disabled from birth.
         record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
         try await commit([.putThread(record)])
-        let thread = LoadedThread(stored: StoredThread(record: record, history: [], turns: []), config: config)
-        thread.subscribers.insert(connection)
-        loaded[id] = thread
-        let view = self.view(of: thread, includeTurns: false)
-        return Outcome(view, deliveries: [Delivery(event: .threadStarted(view), recipients: [connection])])
+        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection)
+        let view = ThreadView(stored: owner.state!, includeTurns: false)
+        return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
     }
 
     public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
-        let thread = try await load(id)
-        thread.subscribers.insert(connection)
-        thread.formerSubscribers.remove(connection)
-        cancelUnload(thread)
-        var deliveries: [Delivery] = []
-        if let model = try nonEmpty(model, field: "model"), model != thread.record.model {
-            thread.record.model = model
-            try await commit([.putThread(thread.record)])
-            deliveries.append(Delivery(event: .settingsUpdated(id, settingsView(thread)), recipients: Array(thread.subscribers)))
+        let model = try nonEmpty(model, field: "model")
+        return try await withOwner(id) { owner in
+            owner.subscribe(connection)
+            owner.cancelUnload()
+            var deliveries: [Delivery] = []
+            if let model, model != owner.state!.record.model {
+                var next = owner.state!
+                next.record.model = model
+                try await install(owner, next, [.putThread(next.record.bumped())])
+                deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
+            }
+            return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
+                           publications: [owner.publisher.ticket(deliveries)])
         }
-        return Outcome(view(of: thread, includeTurns: !excludeTurns), deliveries: deliveries)
     }
 
+    /// A fork copies the committed state of its source (its snapshot when
+    /// loaded), so it never waits for the source's commands. A fork is a new
+    /// root: it keeps the runtime, settings and history, not the source's
+    /// place in an agent tree (it would hold a child slot nobody reserved).
     public func forkThread(_ sourceID: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+        let model = try nonEmpty(model, field: "model")
         let source: StoredThread
-        if let live = loaded[sourceID] {
-            source = StoredThread(record: live.record, history: live.history, turns: live.turns)
+        if let live = directory.snapshot(sourceID) {
+            source = live
         } else if let stored = try await store.loadThread(sourceID) {
             source = stored
         } else {
@@ -115,17 +103,26 @@ public actor ThreadEngine {
         let now = nowMillis()
         var record = source.record
         record.id = id
-        record.sessionID = source.record.parentID == nil ? id : source.record.sessionID
+        record.sessionID = id
         record.forkedFromID = sourceID
         record.createdAt = now
         record.updatedAt = now
         record.archived = false
         record.name = nil
         record.legacy = false
+        record.version = 1
+        if record.source == .threadSpawn || record.source == .imported { record.source = .appServer }
+        record.parentID = nil
+        record.depth = 0
+        record.taskName = nil
+        record.nickname = nil
+        record.agentStatus = nil
+        record.agentFinalMessage = nil
+        record.agentClosed = false
         record.runtime = RuntimeResolver.resolveAtLoad(
             inherited: nil, recorded: Self.recordedRuntime(source),
             origin: source.record.legacy || !source.turns.isEmpty ? .forked : .new)
-        if let model = try nonEmpty(model, field: "model") { record.model = model }
+        if let model { record.model = model }
 
         var history = source.history
         var turns = source.turns.map { turn -> TurnRecord in
@@ -143,19 +140,17 @@ public actor ThreadEngine {
         var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: history)]
         operations += turns.map { .putTurn($0) }
         try await commit(operations)
-        let thread = LoadedThread(
-            stored: StoredThread(record: record, history: history, turns: turns),
-            config: try threadConfig(overrides: record.configOverrides))
-        thread.subscribers.insert(connection)
-        loaded[id] = thread
-        let started = view(of: thread, includeTurns: false)
-        return Outcome(view(of: thread, includeTurns: !excludeTurns),
-                       deliveries: [Delivery(event: .threadStarted(started), recipients: [connection])])
+        let owner = adopt(StoredThread(record: record, history: history, turns: turns),
+                          config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection)
+        let started = ThreadView(stored: owner.state!, includeTurns: false)
+        return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
+                       publications: [owner.publisher.ticket([Delivery(event: .threadStarted(started), recipients: [connection])])])
     }
 
+    /// From the snapshot of a loaded thread (no gate, no actor hop), else the store.
     public func readThread(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool) async throws -> ThreadView {
-        if let thread = loaded[id] {
-            return view(of: thread, includeTurns: includeTurns, includeHistory: includeModelRequests)
+        if let snapshot = directory.snapshot(id) {
+            return ThreadView(stored: snapshot, includeTurns: includeTurns, includeHistory: includeModelRequests)
         }
         if includeTurns {
             guard let stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
@@ -168,49 +163,49 @@ public actor ThreadEngine {
 
     public func listThreads(_ query: ThreadListQuery) async throws -> (threads: [ThreadView], nextCursor: String?) {
         let page = try await store.listThreads(query)
+        let statuses = directory.statuses(page.records.map(\.id))
         let views = page.records.map { record in
-            ThreadView(record: loaded[record.id]?.record ?? record, status: loaded[record.id]?.status ?? .notLoaded,
-                       turns: nil, history: nil)
+            ThreadView(record: record, status: statuses[record.id] ?? .notLoaded, turns: nil, history: nil)
         }
         return (views, page.nextCursor)
     }
 
     public func setArchived(_ id: ThreadID, archived: Bool) async throws -> Outcome<ThreadView> {
-        // Through the loaded copy, like every mutation, so a concurrent cold
-        // load can never hold a copy older than an acknowledged change.
-        let thread = try await load(id)
-        defer { scheduleUnloadIfIdle(thread) }
-        if archived, thread.activeTurnIndex != nil {
-            throw DomainError.failedPrecondition("thread \(id) has an active turn; interrupt it before archiving")
+        try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            if archived, let active = owner.state!.activeTurnIndex {
+                throw DomainError.failedPrecondition(
+                    "thread \(id) has an active turn (\(owner.state!.turns[active].id)); interrupt it before archiving")
+            }
+            var deliveries: [Delivery] = []
+            if owner.state!.record.archived != archived {
+                var next = owner.state!
+                next.record.archived = archived
+                try await install(owner, next, [.putThread(next.record.bumped())])
+                deliveries.append(Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: owner.subscribers))
+            }
+            return Outcome(ThreadView(stored: owner.state!, includeTurns: false), publications: [owner.publisher.ticket(deliveries)])
         }
-        var deliveries: [Delivery] = []
-        if thread.record.archived != archived {
-            var record = thread.record
-            record.archived = archived
-            try await commit([.putThread(record)])
-            thread.record = record
-            deliveries.append(Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: Array(thread.subscribers)))
-        }
-        return Outcome(view(of: thread, includeTurns: false), deliveries: deliveries)
     }
 
     public func unsubscribe(_ id: ThreadID, connection: ConnectionID) async throws -> Bool {
-        guard let thread = loaded[id] else {
+        guard directory.existing(id) != nil else {
             guard try await store.threadRecord(id) != nil else { throw DomainError.notFound("thread \(id) not found") }
             return false
         }
-        let was = thread.subscribers.remove(connection) != nil
-        if was { thread.formerSubscribers.insert(connection) }
-        scheduleUnloadIfIdle(thread)
-        return was
+        return try await withOwner(id) { owner in
+            let was = owner.unsubscribe(connection)
+            scheduleUnloadIfIdle(owner)
+            return was
+        }
     }
 
     /// A closed connection unsubscribes from everything.
-    public func connectionClosed(_ connection: ConnectionID) {
-        for thread in loaded.values where thread.subscribers.contains(connection) || thread.formerSubscribers.contains(connection) {
-            thread.subscribers.remove(connection)
-            thread.formerSubscribers.remove(connection)
-            scheduleUnloadIfIdle(thread)
+    public func connectionClosed(_ connection: ConnectionID) async {
+        for owner in directory.all where owner.forget(connection) {
+            await owner.gate.withLock {
+                if !owner.retired, owner.state != nil { scheduleUnloadIfIdle(owner) }
+            }
         }
     }
 
@@ -225,20 +220,22 @@ public actor ThreadEngine {
     /// Works on unloaded threads too (loading them), so a selection made before
     /// any turn is durable across unloads and restarts.
     public func updateSettings(_ id: ThreadID, _ update: SettingsUpdate) async throws -> Outcome<(ThreadSettingsView, Bool)> {
-        let thread = try await load(id)
-        defer { scheduleUnloadIfIdle(thread) }
-        var record = thread.record
-        if let model = try nonEmpty(update.model, field: "model") { record.model = model }
-        if let cwd = try nonEmpty(update.cwd, field: "cwd") { record.cwd = cwd }
-        record.selectedMode = update.mode.applied(to: record.selectedMode)
-        let changed = record != thread.record
-        var deliveries: [Delivery] = []
-        if changed {
-            try await commit([.putThread(record)])
-            thread.record = record
-            deliveries.append(Delivery(event: .settingsUpdated(id, settingsView(thread)), recipients: Array(thread.subscribers)))
+        let model = try nonEmpty(update.model, field: "model")
+        let cwd = try nonEmpty(update.cwd, field: "cwd")
+        return try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            var next = owner.state!
+            if let model { next.record.model = model }
+            if let cwd { next.record.cwd = cwd }
+            next.record.selectedMode = update.mode.applied(to: next.record.selectedMode)
+            let changed = next.record != owner.state!.record
+            var deliveries: [Delivery] = []
+            if changed {
+                try await install(owner, next, [.putThread(next.record.bumped())])
+                deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
+            }
+            return Outcome((owner.settingsView, changed), publications: [owner.publisher.ticket(deliveries)])
         }
-        return Outcome((settingsView(thread), changed), deliveries: deliveries)
     }
 
     public struct TurnRequest: Sendable {
@@ -249,30 +246,27 @@ public actor ThreadEngine {
     }
 
     public func startTurn(_ id: ThreadID, _ request: TurnRequest, connection: ConnectionID?) async throws -> Outcome<TurnRecord> {
-        let thread = try await load(id)
-        if let connection {
-            thread.subscribers.insert(connection)
-            thread.formerSubscribers.remove(connection)
+        try await withOwner(id) { owner in
+            if let connection { owner.subscribe(connection) }
+            owner.cancelUnload()
+            defer { scheduleUnloadIfIdle(owner) }
+            let (turn, publication) = try await beginTurn(owner, request)
+            return Outcome(turn, publications: [publication])
         }
-        cancelUnload(thread)
-        return try await beginTurn(thread, request)
     }
 
     public func interruptTurn(_ id: ThreadID, turnID: TurnID) async throws -> Outcome<Void> {
-        guard let thread = loaded[id] else {
-            guard try await store.threadRecord(id) != nil else { throw DomainError.notFound("thread \(id) not found") }
-            throw DomainError.failedPrecondition("thread \(id) has no active turn")
+        try await withOwner(id) { owner in
+            guard let index = owner.state!.activeTurnIndex else {
+                throw DomainError.failedPrecondition("thread \(id) has no active turn")
+            }
+            guard owner.state!.turns[index].id == turnID else {
+                throw DomainError.failedPrecondition(
+                    "turn \(turnID) is not the active turn of thread \(id) (active: \(owner.state!.turns[index].id))")
+            }
+            let publication = try await endActiveTurn(owner, status: .interrupted, error: nil)
+            return Outcome((), publications: [publication])
         }
-        guard let index = thread.activeTurnIndex else {
-            throw DomainError.failedPrecondition("thread \(id) has no active turn")
-        }
-        guard thread.turns[index].id == turnID else {
-            throw DomainError.failedPrecondition("turn \(turnID) is not the active turn of thread \(id) (active: \(thread.turns[index].id))")
-        }
-        thread.runner?.cancel()
-        thread.runner = nil
-        let deliveries = try await finishTurn(thread, index: index, status: .interrupted, error: nil)
-        return Outcome((), deliveries: deliveries)
     }
 
     public struct SpawnRequest: Sendable {
@@ -284,39 +278,152 @@ public actor ThreadEngine {
     }
 
     public func spawnAgent(parentID: ThreadID, _ request: SpawnRequest, connection: ConnectionID) async throws -> Outcome<ThreadView> {
-        let parent = try await load(parentID)
-        let (child, deliveries, afterward) = try await spawnChild(
-            of: parent, request, spawningMode: parent.turns.last?.context.effectiveMode, extraSubscriber: connection)
-        return Outcome(view(of: child, includeTurns: false), deliveries: deliveries, afterward: afterward)
+        try await withOwner(parentID) { parent in
+            let spawned = try await spawnChild(
+                of: parent, parent.state!, request, spawningMode: parent.state!.turns.last?.context.effectiveMode,
+                extraSubscriber: connection)
+            return Outcome(spawned.view, publications: spawned.publications)
+        }
     }
 
-    // MARK: - Loading
+    // MARK: - Ownership
 
-    /// The loaded thread, loading it from the store on first use ("cold
-    /// resume"). A legacy thread is pinned here, once, by a set-if-unset that
-    /// rewrites neither its history nor its timestamps.
-    func load(_ id: ThreadID) async throws -> LoadedThread {
-        if let thread = loaded[id] { return thread }
-        guard var stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
-        if stored.record.runtime == nil {
-            let origin: HistoryOrigin = stored.record.legacy || !stored.turns.isEmpty ? .resumed : .new
-            if let pinned = RuntimeResolver.resolveAtLoad(inherited: nil, recorded: Self.recordedRuntime(stored), origin: origin) {
-                try await commit([.setRuntimeIfUnset(id, pinned)])
-                stored.record.runtime = pinned
+    /// Runs `body` as the thread's only command, loading the thread first if
+    /// needed. The owner's state is non-nil inside `body`.
+    func withOwner<T>(_ id: ThreadID, _ body: (ThreadOwner) async throws -> T) async throws -> T {
+        while true {
+            let owner = directory.owner(id) { ThreadOwner(id: id, sink: sink) }
+            await owner.gate.lock()
+            if owner.retired {  // unloaded while we queued: find the current owner
+                owner.gate.unlock()
+                continue
+            }
+            do {
+                if owner.state == nil { try await load(owner) }
+                let result = try await body(owner)
+                owner.gate.unlock()
+                return result
+            } catch {
+                if owner.state == nil { retire(owner) }
+                owner.gate.unlock()
+                throw error
             }
         }
-        if let raced = loaded[id] { return raced }  // loaded by another request while we awaited
-        let thread = LoadedThread(stored: stored, config: try threadConfig(overrides: stored.record.configOverrides))
-        loaded[id] = thread
-        return thread
+    }
+
+    /// Registers a thread this engine just created and committed.
+    func adopt(_ stored: StoredThread, config: ThreadConfig, subscriber: ConnectionID?) -> ThreadOwner {
+        let owner = ThreadOwner(id: stored.record.id, sink: sink)
+        owner.state = stored
+        owner.config = config
+        if let subscriber { owner.subscribe(subscriber) }
+        directory.insert(owner)
+        directory.publish(stored)
+        return owner
+    }
+
+    func retire(_ owner: ThreadOwner) {
+        owner.retired = true
+        directory.remove(owner)
+    }
+
+    /// Commits `operations` and installs `next` as the owner's state and
+    /// snapshot. On failure nothing changes in memory. Every commit of an
+    /// owner carries its thread's next version (compare-and-set), so a stale
+    /// owner (one that lost the thread, e.g. to another process after a crash
+    /// or a partition) fails loudly instead of overwriting turns or history.
+    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {
+        var next = next
+        var operations = operations
+        if !operations.contains(where: { if case let .putThread(record) = $0 { record.id == owner.id } else { false } }) {
+            operations.insert(.putThread(next.record.bumped()), at: 0)
+        }
+        for case let .putThread(record) in operations where record.id == owner.id { next.record.version = record.version }
+        try await commit(operations)
+        owner.state = next
+        directory.publish(next)
+    }
+
+    // MARK: - Loading and crash recovery
+
+    /// Loads a thread from the store ("cold resume"). A legacy thread is
+    /// pinned here, once, rewriting neither its history nor its timestamps. A
+    /// turn stored as in progress was left by a process that died: it is
+    /// interrupted with the runtime's marker and the reason, and a child's
+    /// parent hears of it through the runtime's channel. Undelivered mailbox
+    /// items move into the history.
+    func load(_ owner: ThreadOwner) async throws {
+        let id = owner.id
+        guard var stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
+        let before = stored.record
+        var operations: [StoreOperation] = []
+        if stored.record.runtime == nil {
+            let origin: HistoryOrigin = stored.record.legacy || !stored.turns.isEmpty ? .resumed : .new
+            stored.record.runtime = RuntimeResolver.resolveAtLoad(inherited: nil, recorded: Self.recordedRuntime(stored), origin: origin)
+        }
+        var recovered = false
+        while let index = stored.turns.lastIndex(where: { $0.status == .inProgress }) {
+            operations += finish(&stored, index: index, status: .interrupted,
+                                 error: "interrupted: the server stopped while this turn was running (recovered at load)")
+            recovered = true
+        }
+        let mailbox = try await store.pendingMailbox(id)
+        if let last = mailbox.last {
+            let items = mailbox.map(\.item)
+            operations.append(.appendHistory(id, firstSequence: stored.history.count, items: items))
+            operations.append(.removeMailbox(recipient: id, throughSequence: last.sequence))
+            stored.history += items
+        }
+        if stored.record != before {
+            stored.record.version = before.version + 1
+            operations.insert(.putThread(stored.record), at: 0)
+        }
+        if !operations.isEmpty { try await commit(operations) }
+        owner.config = try threadConfig(overrides: stored.record.configOverrides, ceilings: .clamp)
+        owner.state = stored
+        directory.publish(stored)
+        if recovered {
+            changes.changed(id)
+            if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }
+        }
+    }
+
+    /// Recovers every turn a dead process left running, so no thread reports
+    /// ACTIVE for a turn nobody runs. Run once at startup, before serving.
+    public func recoverInterruptedTurns() async throws -> Int {
+        let ids = try await store.threadsWithRunningTurns()
+        for id in ids {
+            try await withOwner(id) { owner in scheduleUnloadIfIdle(owner) }
+        }
+        return ids.count
+    }
+
+    /// Moves a thread's undelivered mailbox items into its history (a
+    /// separate command on that thread, so a child never waits for its parent).
+    func scheduleMailboxDelivery(_ recipient: ThreadID) {
+        Task { [self] in
+            _ = try? await withOwner(recipient) { owner in
+                defer { scheduleUnloadIfIdle(owner) }
+                let mailbox = try await store.pendingMailbox(recipient)
+                guard let last = mailbox.last else { return }
+                var next = owner.state!
+                let items = mailbox.map(\.item)
+                let first = next.history.count
+                next.history += items
+                try await install(owner, next, [
+                    .appendHistory(recipient, firstSequence: first, items: items),
+                    .removeMailbox(recipient: recipient, throughSequence: last.sequence),
+                ])
+            }
+        }
     }
 
     static func recordedRuntime(_ stored: StoredThread) -> MultiAgentRuntime? {
         stored.record.runtime ?? stored.turns.last(where: { $0.context.runtime != nil })?.context.runtime
     }
 
-    func threadConfig(overrides: [KeyValuePair]) throws -> ThreadConfig {
-        try settings.threadDefaults.applying(overrides.map { (key: $0.key, value: $0.value) })
+    func threadConfig(overrides: [KeyValuePair], ceilings: ThreadConfig.Ceilings) throws -> ThreadConfig {
+        try settings.threadDefaults.applying(overrides.map { (key: $0.key, value: $0.value) }, ceilings: ceilings)
     }
 
     func nonEmpty(_ value: String?, field: String) throws -> String? {
@@ -332,6 +439,10 @@ public actor ThreadEngine {
             try await store.commit(operations)
         } catch let error as DomainError {
             throw error
+        } catch let conflict as StoreConflict {
+            throw conflict.expectedVersion == 0
+                ? DomainError.alreadyExists(conflict.description)
+                : DomainError.aborted(conflict.description + "; retry the request")
         } catch {
             throw DomainError.unavailable("the store could not commit the change: \(error)")
         }
@@ -339,46 +450,53 @@ public actor ThreadEngine {
 
     // MARK: - Unloading
 
-    func cancelUnload(_ thread: LoadedThread) {
-        thread.unloadTimer?.cancel()
-        thread.unloadTimer = nil
-    }
-
-    func scheduleUnloadIfIdle(_ thread: LoadedThread) {
-        guard thread.subscribers.isEmpty, thread.activeTurnIndex == nil, thread.unloadTimer == nil else { return }
-        let id = thread.record.id
+    /// With the gate held.
+    func scheduleUnloadIfIdle(_ owner: ThreadOwner) {
+        guard let state = owner.state, !owner.retired, owner.subscribers.isEmpty, state.activeTurnIndex == nil,
+              owner.unloadTimer == nil else { return }
         let delay = idleUnloadAfter
-        thread.unloadTimer = Task { [weak self] in
+        owner.unloadTimer = Task { [weak self, weak owner] in
             try? await Task.sleep(for: delay)
-            guard !Task.isCancelled else { return }
-            await self?.unloadIfStillIdle(id)
+            guard !Task.isCancelled, let self, let owner else { return }
+            await self.unloadIfStillIdle(owner)
         }
     }
 
-    func unloadIfStillIdle(_ id: ThreadID) {
-        guard let thread = loaded[id], thread.subscribers.isEmpty, thread.activeTurnIndex == nil else { return }
-        loaded[id] = nil
-        let recipients = Array(thread.formerSubscribers)
-        sink.deliver([
-            Delivery(event: .statusChanged(id, .notLoaded), recipients: recipients),
-            Delivery(event: .closed(id), recipients: recipients),
-        ])
+    func unloadIfStillIdle(_ owner: ThreadOwner) async {
+        await owner.gate.lock()
+        defer { owner.gate.unlock() }
+        owner.unloadTimer = nil
+        guard !owner.retired, let state = owner.state, owner.subscribers.isEmpty, state.activeTurnIndex == nil else { return }
+        retire(owner)
+        directory.drop(owner.id)
+        let recipients = owner.formerSubscribers
+        owner.publisher.ticket([
+            Delivery(event: .statusChanged(owner.id, .notLoaded), recipients: recipients),
+            Delivery(event: .closed(owner.id), recipients: recipients),
+        ]).publish()
+    }
+
+    // MARK: - Shutdown
+
+    /// Graceful shutdown: running turns get `shutdownTurnGraceMs` to finish;
+    /// then each is interrupted and recorded like any interruption, so the
+    /// next process finds nothing to recover.
+    public func shutdown() async {
+        stopping.store(true, ordering: .releasing)
+        let deadline = ContinuousClock.now + .milliseconds(settings.shutdownTurnGraceMs)
+        while ContinuousClock.now < deadline, directory.hasActiveTurns {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        for owner in directory.all where directory.snapshot(owner.id)?.activeTurnIndex != nil {
+            _ = try? await withOwner(owner.id) { owner in
+                guard owner.state!.activeTurnIndex != nil else { return }
+                try await endActiveTurn(owner, status: .interrupted,
+                                        error: "interrupted: the server shut down while this turn was running").publish()
+            }
+        }
     }
 
     // MARK: - Views
-
-    func view(of thread: LoadedThread, includeTurns: Bool, includeHistory: Bool = false) -> ThreadView {
-        ThreadView(record: thread.record, status: thread.status, turns: includeTurns ? thread.turns : nil,
-                   history: includeHistory ? thread.history : nil)
-    }
-
-    func settingsView(_ thread: LoadedThread) -> ThreadSettingsView {
-        view(of: thread, includeTurns: false).settings
-    }
-
-    func baseInstructions(for record: ThreadRecord) -> String {
-        settings.baseInstructions(for: record)
-    }
 
     static func interruptionMarker(runtime: MultiAgentRuntime?) -> ContextItem {
         if runtime == .v2 {
@@ -387,5 +505,136 @@ public actor ThreadEngine {
         }
         return ContextItem(role: .user, kind: .interruptionMarker,
                            text: "<turn_aborted>The user interrupted the previous turn.</turn_aborted>")
+    }
+}
+
+/// The one owner of a loaded thread. Everything but the subscriptions is
+/// read and written only with `gate` held (hence unchecked Sendable).
+final class ThreadOwner: @unchecked Sendable {
+    let id: ThreadID
+    let gate = AsyncGate()
+    let publisher: OrderedPublisher
+    var state: StoredThread?
+    var config = ThreadConfig()
+    /// Set when unloaded; a command that queued on a retired owner looks again.
+    var retired = false
+    var runner: Task<Void, Never>?
+    var unloadTimer: Task<Void, Never>?
+
+    private struct Subscriptions {
+        var current: Set<ConnectionID> = []
+        /// Connections that unsubscribed; they hear thread/closed.
+        var former: Set<ConnectionID> = []
+    }
+    private let subscriptions = Mutex(Subscriptions())
+
+    init(id: ThreadID, sink: any EventSink) {
+        self.id = id
+        publisher = OrderedPublisher(sink: sink)
+    }
+
+    var subscribers: [ConnectionID] { subscriptions.withLock { Array($0.current) } }
+    var formerSubscribers: [ConnectionID] { subscriptions.withLock { Array($0.former) } }
+
+    func subscribe(_ connection: ConnectionID) {
+        subscriptions.withLock {
+            $0.current.insert(connection)
+            $0.former.remove(connection)
+        }
+    }
+
+    func subscribe(all connections: [ConnectionID]) {
+        subscriptions.withLock { $0.current.formUnion(connections) }
+    }
+
+    func unsubscribe(_ connection: ConnectionID) -> Bool {
+        subscriptions.withLock {
+            guard $0.current.remove(connection) != nil else { return false }
+            $0.former.insert(connection)
+            return true
+        }
+    }
+
+    /// True if the connection was subscribed (now or formerly).
+    func forget(_ connection: ConnectionID) -> Bool {
+        subscriptions.withLock {
+            let was = $0.current.remove(connection) != nil
+            return $0.former.remove(connection) != nil || was
+        }
+    }
+
+    func cancelUnload() {
+        unloadTimer?.cancel()
+        unloadTimer = nil
+    }
+
+    var settingsView: ThreadSettingsView { ThreadView(stored: state!, includeTurns: false).settings }
+}
+
+/// Loaded threads by id, and their published snapshots. A snapshot is the
+/// committed state; readers take it under a short lock and never wait for a
+/// thread's commands.
+final class ThreadDirectory: Sendable {
+    private let owners = Mutex<[ThreadID: ThreadOwner]>([:])
+    private let snapshots = Mutex<[ThreadID: StoredThread]>([:])
+
+    func owner(_ id: ThreadID, orMake make: () -> ThreadOwner) -> ThreadOwner {
+        owners.withLock { table in
+            if let existing = table[id] { return existing }
+            let made = make()
+            table[id] = made
+            return made
+        }
+    }
+
+    func existing(_ id: ThreadID) -> ThreadOwner? { owners.withLock { $0[id] } }
+
+    func insert(_ owner: ThreadOwner) { owners.withLock { $0[owner.id] = owner } }
+
+    func remove(_ owner: ThreadOwner) {
+        owners.withLock { table in
+            if table[owner.id] === owner { table[owner.id] = nil }
+        }
+    }
+
+    var all: [ThreadOwner] { owners.withLock { Array($0.values) } }
+
+    func publish(_ stored: StoredThread) { snapshots.withLock { $0[stored.record.id] = stored } }
+    func drop(_ id: ThreadID) { _ = snapshots.withLock { $0.removeValue(forKey: id) } }
+    func snapshot(_ id: ThreadID) -> StoredThread? { snapshots.withLock { $0[id] } }
+
+    func statuses(_ ids: [ThreadID]) -> [ThreadID: ThreadStatus] {
+        snapshots.withLock { table in
+            var result: [ThreadID: ThreadStatus] = [:]
+            for id in ids { if let stored = table[id] { result[id] = stored.status } }
+            return result
+        }
+    }
+
+    var hasActiveTurns: Bool { snapshots.withLock { $0.values.contains { $0.activeTurnIndex != nil } } }
+}
+
+extension StoredThread {
+    var activeTurnIndex: Int? { turns.lastIndex { $0.status == .inProgress } }
+
+    var status: ThreadStatus {
+        if let index = activeTurnIndex { return .active(turns[index].id) }
+        return .idle
+    }
+}
+
+extension ThreadRecord {
+    /// The record as the next version, for a compare-and-set commit.
+    func bumped() -> ThreadRecord {
+        var next = self
+        next.version += 1
+        return next
+    }
+}
+
+extension ThreadView {
+    init(stored: StoredThread, includeTurns: Bool, includeHistory: Bool = false) {
+        self.init(record: stored.record, status: stored.status, turns: includeTurns ? stored.turns : nil,
+                  history: includeHistory ? stored.history : nil)
     }
 }

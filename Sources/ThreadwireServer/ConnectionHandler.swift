@@ -169,8 +169,7 @@ enum RequestLoop {
     }
 
     static func finish(_ outcome: Outcome<Wire.Response.Result>, services: ServerServices) async {
-        services.registry.deliver(outcome.deliveries)
-        if let afterward = outcome.afterward { await afterward() }
+        outcome.publish()
     }
 
     static func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String, services: ServerServices) {

@@ -141,7 +141,7 @@ enum MethodTable {
         }
         let outcome = try await context.engine.startThread(request, connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
-        return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
+        return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
     }
 
     static let threadResume: Handler = { params, context in
@@ -150,7 +150,7 @@ enum MethodTable {
             try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
-        return Outcome(.threadResume(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
+        return Outcome(.threadResume(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
     }
 
     static let threadFork: Handler = { params, context in
@@ -159,7 +159,7 @@ enum MethodTable {
             try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
-        return Outcome(.threadFork(outcome.value.lifecycleResult(baseInstructions: base)), deliveries: outcome.deliveries)
+        return Outcome(.threadFork(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
     }
 
     static let threadRead: Handler = { params, context in
@@ -191,14 +191,13 @@ enum MethodTable {
     static let threadArchive: Handler = { params, context in
         guard case let .threadArchive(p) = params else { throw mismatch("thread/archive") }
         let outcome = try await context.engine.setArchived(try required(p.threadId, "thread_id"), archived: true)
-        return Outcome(.threadArchive(Wire.ThreadArchiveResult()), deliveries: outcome.deliveries)
+        return Outcome(.threadArchive(Wire.ThreadArchiveResult()), carrying: outcome)
     }
 
     static let threadUnarchive: Handler = { params, context in
         guard case let .threadUnarchive(p) = params else { throw mismatch("thread/unarchive") }
         let outcome = try await context.engine.setArchived(try required(p.threadId, "thread_id"), archived: false)
-        return Outcome(.threadUnarchive(Wire.ThreadUnarchiveResult(thread: outcome.value.wire(baseInstructions: ""))),
-                       deliveries: outcome.deliveries)
+        return Outcome(.threadUnarchive(Wire.ThreadUnarchiveResult(thread: outcome.value.wire(baseInstructions: ""))), carrying: outcome)
     }
 
     static let threadUnsubscribe: Handler = { params, context in
@@ -219,7 +218,7 @@ enum MethodTable {
         }
         let outcome = try await context.engine.updateSettings(try required(p.threadId, "thread_id"), update)
         return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
-            settings: outcome.value.0.wire, changed: outcome.value.1)), deliveries: outcome.deliveries)
+            settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
     }
 
     static let agentSpawn: Handler = { params, context in
@@ -232,8 +231,7 @@ enum MethodTable {
         let outcome = try await context.engine.spawnAgent(
             parentID: try required(p.parentThreadId, "parent_thread_id"), request, connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
-        return Outcome(.agentSpawn(outcome.value.lifecycleResult(baseInstructions: base)),
-                       deliveries: outcome.deliveries, afterward: outcome.afterward)
+        return Outcome(.agentSpawn(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
     }
 
     static let turnStart: Handler = { params, context in
@@ -249,14 +247,13 @@ enum MethodTable {
         request.mode = try modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
         let outcome = try await context.engine.startTurn(
             try required(p.threadId, "thread_id"), request, connection: context.connection.id)
-        return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())),
-                       deliveries: outcome.deliveries, afterward: outcome.afterward)
+        return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())), carrying: outcome)
     }
 
     static let turnInterrupt: Handler = { params, context in
         guard case let .turnInterrupt(p) = params else { throw mismatch("turn/interrupt") }
         let outcome = try await context.engine.interruptTurn(
             try required(p.threadId, "thread_id"), turnID: try required(p.turnId, "turn_id"))
-        return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), deliveries: outcome.deliveries)
+        return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), carrying: outcome)
     }
 }

@@ -30,6 +30,8 @@ public struct RequestError: Error, Sendable, Equatable {
             case let .notFound(m): self.init(.notFound, m)
             case let .failedPrecondition(m): self.init(.failedPrecondition, m)
             case let .resourceExhausted(m): self.init(.resourceExhausted, m)
+            case let .alreadyExists(m): self.init(.alreadyExists, m)
+            case let .aborted(m): self.init(.aborted, m)
             case let .unavailable(m): self.init(.unavailable, m)
             case let .internal(m): self.init(.internal, m)
             }

@@ -78,7 +78,13 @@ public final class ThreadwireServer: Sendable {
     }
 
     /// Binds and starts accepting; returns the bound address (port 0 picks one).
+    /// Turns that a dead process left running are recovered first, so no
+    /// client ever sees a thread ACTIVE with a turn nobody runs.
     public func start() async throws -> SocketAddress {
+        let recovered = try await services.engine.recoverInterruptedTurns()
+        if recovered > 0 {
+            services.logger.notice("recovered threads whose turns were left running", metadata: ["tw.threads": "\(recovered)"])
+        }
         let services = self.services
         let maxFrameBytes = configuration.maxFrameBytes
         let counter = ManagedAtomicCounter()
@@ -108,6 +114,8 @@ public final class ThreadwireServer: Sendable {
         draining.set()
         let channel = listener.withLockedValue { $0 }
         try? await channel?.close()
+        // Running turns get their grace, then are interrupted and recorded.
+        await services.engine.shutdown()
         try? await Task.sleep(for: grace)
         for connection in services.registry.all { try? await connection.channel.close() }
         services.recorder?.close()

@@ -8,14 +8,14 @@ import ThreadwireCore
 ///       "base_instructions": "...",
 ///       "default_multi_agent_mode": "proactive",
 ///       "features": {"multi_agent": true, "multi_agent_v2": false, "multi_agent_mode": false},
-///       "agents": {"max_threads": 6, "max_depth": 1},
+///       "agents": {"max_threads": 6, "max_depth": 1, "wait_default_ms": 30000, "wait_max_ms": 300000},
 ///       "multi_agent_v2": {"max_concurrent_threads_per_session": 4, "usage_hint_enabled": true},
 ///       "models": [{"slug": "gpt-x", "multi_agent_version": "v2"}]
 ///     }
 enum ConfigFile {
     struct File: Decodable {
         struct Features: Decodable { var multi_agent: Bool?; var multi_agent_v2: Bool?; var multi_agent_mode: Bool? }
-        struct Agents: Decodable { var max_threads: Int?; var max_depth: Int? }
+        struct Agents: Decodable { var max_threads: Int?; var max_depth: Int?; var wait_default_ms: Int?; var wait_max_ms: Int? }
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
         struct Model: Decodable { var slug: String; var multi_agent_version: String? }
         var default_model: String?
@@ -61,6 +61,16 @@ enum ConfigFile {
         do { settings.threadDefaults = try settings.threadDefaults.applying(overrides) } catch {
             throw ConfigError(description: "config file \(path): \(error)")
         }
+        if let ms = file.agents?.wait_max_ms {
+            guard ms >= 0 else { throw ConfigError(description: "agents.wait_max_ms must not be negative") }
+            settings.agentWaitMaxMs = ms
+        }
+        if let ms = file.agents?.wait_default_ms {
+            guard ms >= 0 else { throw ConfigError(description: "agents.wait_default_ms must not be negative") }
+            settings.agentWaitDefaultMs = ms
+        }
+        // The default never exceeds the maximum.
+        settings.agentWaitDefaultMs = min(settings.agentWaitDefaultMs, settings.agentWaitMaxMs)
         settings.catalog = ModelCatalog(entries: (file.models ?? []).map { .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version) })
         return settings
     }

@@ -35,6 +35,9 @@ struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds an unsubscribed idle thread stays loaded.")
     var idleUnloadSeconds = 1800.0
 
+    @Option(help: "Seconds graceful shutdown lets running turns finish before interrupting them.")
+    var turnGraceSeconds = 5.0
+
     @Option(help: "Record every inbound frame to this capture file.")
     var record: String?
 
@@ -68,7 +71,8 @@ struct ServerCommand: AsyncParsableCommand {
         // the moment a supervisor sees that line is never lost.
         let signals = ShutdownSignals.install()
 
-        let settings = try config.map(ConfigFile.load) ?? ServerSettings()
+        var settings = try config.map(ConfigFile.load) ?? ServerSettings()
+        settings.shutdownTurnGraceMs = Int(turnGraceSeconds * 1000)
         let store = try SQLiteThreadStore(directory: dataDir, logger: logger)
         let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger)
         let address = try await server.start()

@@ -74,6 +74,27 @@ public final class SQLiteThreadStore: ThreadStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v2: versions, agent registry, mailbox, running turns") { db in
+            try db.execute(sql: """
+                -- Compare-and-set version of each thread row (see StoreOperation.putThread).
+                ALTER TABLE threads ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+                -- The agent registry entry of a spawned child.
+                ALTER TABLE threads ADD COLUMN agent_status TEXT;
+                ALTER TABLE threads ADD COLUMN agent_final_message TEXT;
+                ALTER TABLE threads ADD COLUMN agent_closed INTEGER NOT NULL DEFAULT 0;
+                CREATE INDEX threads_session ON threads(session_id) WHERE parent_id IS NOT NULL;
+                -- A turn's status, so startup finds turns a dead process left running.
+                ALTER TABLE turns ADD COLUMN status TEXT;
+                CREATE INDEX turns_running ON turns(thread_id) WHERE status = 'inProgress';
+                -- Items queued for a thread by its children; each row a threadwire.v1.ContextItem.
+                CREATE TABLE mailbox (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    recipient_id TEXT NOT NULL,
+                    record BLOB NOT NULL
+                );
+                CREATE INDEX mailbox_recipient ON mailbox(recipient_id, seq);
+                """)
+        }
         return migrator
     }
 
@@ -132,6 +153,27 @@ public final class SQLiteThreadStore: ThreadStore {
         return (page, next)
     }
 
+    public func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM threads WHERE session_id = ? AND parent_id IS NOT NULL ORDER BY created_at, id",
+                             arguments: [sessionID]).map(Self.record)
+        }
+    }
+
+    public func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] {
+        let rows = try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT seq, record FROM mailbox WHERE recipient_id = ? ORDER BY seq", arguments: [recipient])
+                .map { (sequence: $0["seq"] as Int64, bytes: [UInt8]($0["record"] as Data)) }
+        }
+        return try rows.map { (sequence: $0.sequence, item: try ContextItem(wire: Wire.ContextItem(serializedBytes: $0.bytes))) }
+    }
+
+    public func threadsWithRunningTurns() async throws -> [ThreadID] {
+        try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT DISTINCT thread_id FROM turns WHERE status = 'inProgress'")
+        }
+    }
+
     // MARK: Rows
 
     static func record(_ row: Row) throws -> ThreadRecord {
@@ -153,6 +195,10 @@ public final class SQLiteThreadStore: ThreadStore {
         record.baseInstructions = row["base_instructions"]
         let overrides: String = row["config_overrides"]
         record.configOverrides = try JSONDecoder().decode([KeyValuePair].self, from: Data(overrides.utf8))
+        record.version = row["version"]
+        record.agentStatus = (row["agent_status"] as String?).flatMap(AgentStatus.init(rawValue:))
+        record.agentFinalMessage = row["agent_final_message"]
+        record.agentClosed = row["agent_closed"]
         return record
     }
 
@@ -160,28 +206,46 @@ public final class SQLiteThreadStore: ThreadStore {
         switch operation {
         case let .putThread(r):
             let overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
-            try db.cachedStatement(sql: """
-                INSERT OR REPLACE INTO threads (id, session_id, parent_id, forked_from_id, source, depth, task_name,
-                    nickname, preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model,
-                    cwd, base_instructions, config_overrides)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """).execute(arguments: [
-                    r.id, r.sessionID, r.parentID, r.forkedFromID, r.source.rawValue, r.depth, r.taskName,
-                    r.nickname, r.preview, r.name, r.createdAt, r.updatedAt, r.archived, r.runtime?.rawValue, r.legacy,
-                    r.selectedMode?.rawValue, r.model, r.cwd, r.baseInstructions, overrides,
-                ])
+            let values: StatementArguments = [
+                r.sessionID, r.parentID, r.forkedFromID, r.source.rawValue, r.depth, r.taskName,
+                r.nickname, r.preview, r.name, r.createdAt, r.updatedAt, r.archived, r.runtime?.rawValue, r.legacy,
+                r.selectedMode?.rawValue, r.model, r.cwd, r.baseInstructions, overrides, r.version,
+                r.agentStatus?.rawValue, r.agentFinalMessage, r.agentClosed,
+            ]
+            if r.version <= 1 {
+                guard try Int.fetchOne(db, sql: "SELECT 1 FROM threads WHERE id = ?", arguments: [r.id]) == nil else {
+                    throw StoreConflict(threadID: r.id, expectedVersion: 0)
+                }
+                try db.cachedStatement(sql: """
+                    INSERT INTO threads (session_id, parent_id, forked_from_id, source, depth, task_name,
+                        nickname, preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model,
+                        cwd, base_instructions, config_overrides, version, agent_status, agent_final_message, agent_closed, id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """).execute(arguments: values + [r.id])
+            } else {
+                // Compare-and-set: only on top of the version this one replaces.
+                try db.cachedStatement(sql: """
+                    UPDATE threads SET session_id = ?, parent_id = ?, forked_from_id = ?, source = ?, depth = ?,
+                        task_name = ?, nickname = ?, preview = ?, name = ?, created_at = ?, updated_at = ?, archived = ?,
+                        runtime = ?, legacy = ?, selected_mode = ?, model = ?, cwd = ?, base_instructions = ?,
+                        config_overrides = ?, version = ?, agent_status = ?, agent_final_message = ?, agent_closed = ?
+                    WHERE id = ? AND version = ?
+                    """).execute(arguments: values + [r.id, r.version - 1])
+                guard db.changesCount == 1 else { throw StoreConflict(threadID: r.id, expectedVersion: r.version - 1) }
+            }
         case let .appendHistory(id, first, items):
             for (offset, item) in items.enumerated() {
                 try db.cachedStatement(sql: "INSERT INTO context_items (thread_id, seq, record) VALUES (?, ?, ?)")
                     .execute(arguments: [id, first + offset, Data(item.wire.serializedBytes())])
             }
         case let .putTurn(turn):
-            try db.cachedStatement(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [turn.threadID, turn.id, turn.sequence, Data(turn.storedWire.serializedBytes())])
-        case let .setRuntimeIfUnset(id, runtime):
-            // Only the runtime column: history rows and timestamps stay as they were.
-            try db.execute(sql: "UPDATE threads SET runtime = ? WHERE id = ? AND runtime IS NULL",
-                           arguments: [runtime.rawValue, id])
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record, status) VALUES (?, ?, ?, ?, ?)")
+                .execute(arguments: [turn.threadID, turn.id, turn.sequence, Data(turn.storedWire.serializedBytes()), turn.status.rawValue])
+        case let .enqueueMailbox(recipient, item):
+            try db.cachedStatement(sql: "INSERT INTO mailbox (recipient_id, record) VALUES (?, ?)")
+                .execute(arguments: [recipient, Data(item.wire.serializedBytes())])
+        case let .removeMailbox(recipient, through):
+            try db.cachedStatement(sql: "DELETE FROM mailbox WHERE recipient_id = ? AND seq <= ?").execute(arguments: [recipient, through])
         }
     }
 }
@@ -218,8 +282,8 @@ actor CommitQueue {
             let work = batch.map(\.0)
             transactions += 1
             do {
-                let results = try await pool.write { db -> [String?] in
-                    var results: [String?] = []
+                let results = try await pool.write { db -> [(any Error)?] in
+                    var results: [(any Error)?] = []
                     for operations in work {
                         do {
                             try db.inSavepoint {
@@ -227,14 +291,16 @@ actor CommitQueue {
                                 return .commit
                             }
                             results.append(nil)
+                        } catch let conflict as StoreConflict {
+                            results.append(conflict)
                         } catch {
-                            results.append("\(error)")
+                            results.append(StoreFailure(message: "\(error)"))
                         }
                     }
                     return results
                 }
                 for ((_, continuation), failure) in zip(batch, results) {
-                    if let failure { continuation.resume(throwing: StoreFailure(message: failure)) } else { continuation.resume() }
+                    if let failure { continuation.resume(throwing: failure) } else { continuation.resume() }
                 }
             } catch {
                 logger.error("store transaction failed", metadata: ["tw.error": "\(error)", "tw.commits": "\(batch.count)"])

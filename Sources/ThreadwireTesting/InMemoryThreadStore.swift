@@ -4,29 +4,50 @@ public import ThreadwireCore
 /// operations with the same rules as the SQLite store (set-if-unset, append-only history).
 public actor InMemoryThreadStore: ThreadStore {
     private var threads: [ThreadID: StoredThread] = [:]
+    private var mailbox: [(sequence: Int64, recipient: ThreadID, item: ContextItem)] = []
+    private var nextMailboxSequence: Int64 = 1
     public private(set) var commits = 0
 
     public init() {}
 
+    /// All or nothing, like a transaction: a failing operation leaves no trace.
     public func commit(_ operations: [StoreOperation]) async throws {
-        commits += 1
+        var threads = self.threads
+        var mailbox = self.mailbox
+        var nextSequence = nextMailboxSequence
         for operation in operations {
             switch operation {
             case let .putThread(record):
-                threads[record.id, default: StoredThread(record: record, history: [], turns: [])].record = record
+                if record.version <= 1 {
+                    guard threads[record.id] == nil else { throw StoreConflict(threadID: record.id, expectedVersion: 0) }
+                    threads[record.id] = StoredThread(record: record, history: [], turns: [])
+                } else {
+                    guard threads[record.id]?.record.version == record.version - 1 else {
+                        throw StoreConflict(threadID: record.id, expectedVersion: record.version - 1)
+                    }
+                    threads[record.id]!.record = record
+                }
             case let .appendHistory(id, first, items):
                 guard threads[id]?.history.count == first else { throw DomainError.internal("history sequence mismatch for \(id)") }
                 threads[id]!.history += items
             case let .putTurn(turn):
-                if let index = threads[turn.threadID]?.turns.firstIndex(where: { $0.id == turn.id }) {
+                guard threads[turn.threadID] != nil else { throw DomainError.internal("turn of unknown thread \(turn.threadID)") }
+                if let index = threads[turn.threadID]!.turns.firstIndex(where: { $0.id == turn.id }) {
                     threads[turn.threadID]!.turns[index] = turn
                 } else {
-                    threads[turn.threadID]?.turns.append(turn)
+                    threads[turn.threadID]!.turns.append(turn)
                 }
-            case let .setRuntimeIfUnset(id, runtime):
-                if threads[id]?.record.runtime == nil { threads[id]?.record.runtime = runtime }
+            case let .enqueueMailbox(recipient, item):
+                mailbox.append((nextSequence, recipient, item))
+                nextSequence += 1
+            case let .removeMailbox(recipient, through):
+                mailbox.removeAll { $0.recipient == recipient && $0.sequence <= through }
             }
         }
+        commits += 1
+        self.threads = threads
+        self.mailbox = mailbox
+        nextMailboxSequence = nextSequence
     }
 
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? { threads[id] }
@@ -39,6 +60,19 @@ public actor InMemoryThreadStore: ThreadStore {
             .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) }
             .sorted { query.ascending ? (key($0), $0.id) < (key($1), $1.id) : (key($0), $0.id) > (key($1), $1.id) }
         return (Array(sorted.prefix(query.limit)), nil)
+    }
+
+    public func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] {
+        threads.values.map(\.record).filter { $0.sessionID == sessionID && $0.parentID != nil }
+            .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+    }
+
+    public func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] {
+        mailbox.filter { $0.recipient == recipient }.map { (sequence: $0.sequence, item: $0.item) }
+    }
+
+    public func threadsWithRunningTurns() async throws -> [ThreadID] {
+        threads.values.filter { $0.turns.contains { $0.status == .inProgress } }.map(\.record.id).sorted()
     }
 
     /// Test hook: put a stored thread as-is (e.g. a legacy import).

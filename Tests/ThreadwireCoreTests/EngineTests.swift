@@ -15,7 +15,7 @@ struct EngineTests {
 
     func runTurn(_ engine: ThreadEngine, _ id: ThreadID, _ text: String) async throws -> TurnRecord {
         let outcome = try await engine.startTurn(id, .init(input: [text]), connection: 1)
-        await outcome.afterward?()
+        outcome.publish()
         for _ in 0..<500 {
             if let turn = try await engine.readThread(id, includeTurns: true, includeModelRequests: false).turns?.last,
                turn.status != .inProgress { return turn }
@@ -34,7 +34,7 @@ struct EngineTests {
         #expect(try await store.threadRecord(id)?.runtime == .v2)
     }
 
-    @Test("a legacy thread is pinned to v1 on load through set-if-unset, timestamps kept")
+    @Test("a legacy thread is pinned to v1 on load, timestamps and history kept")
     func legacyLoad() async throws {
         let (engine, store, _) = engine { $0.threadDefaults.flags.multiAgentV2 = true }
         var record = ThreadRecord(id: "legacy", sessionID: "legacy", source: .imported, createdAt: 10, model: "m", cwd: "/")
@@ -58,7 +58,10 @@ struct EngineTests {
         #expect(first.value.1 && !second.value.1)
         #expect(first.deliveries.count == 1 && second.deliveries.isEmpty)
         #expect(try await store.loadThread(id)?.history.isEmpty == true)
-        #expect(sink.deliveries.isEmpty, "deliveries are returned to the caller, not sent behind its back")
+        #expect(!sink.deliveries.contains { if case .settingsUpdated = $0.event { true } else { false } },
+                "deliveries are returned to the caller, not sent behind its back")
+        first.publish()
+        #expect(sink.deliveries.filter { if case .settingsUpdated = $0.event { true } else { false } }.count == 1)
     }
 
     @Test("an update to an unloaded thread goes through the loaded copy, so later operations see it")

@@ -288,13 +288,35 @@ struct RuntimeScenarioTests {
         #expect(!childTurn.lastTools.contains("spawn_agent"))
         #expect(childTurn.lastTools.contains("wait_agent"))
         await expectStatus(9, mentioning: "agents.max_depth = 1") { _ = try await client.spawn(child) }
-        // With max_depth 2 the child may spawn.
-        let deep = try #require(try await client.startThread(Wire.ThreadStartParams(
-            config: [config("agents.max_depth", "2")])).thread?.id)
+    }
+
+    @Test("per-thread overrides may lower the server's agent limits, never raise them")
+    func overrideCeilings() async throws {
+        let server = try ServerProcess(config: #"{"agents": {"max_depth": 2, "max_threads": 4}}"#)
+        let client = try await server.client()
+        for (key, value) in [("agents.max_threads", "1000"), ("agents.max_depth", "300"),
+                             ("multi_agent_v2.max_concurrent_threads_per_session", "5")] {
+            await expectStatus(3, mentioning: "exceeds the server's ceiling") {
+                _ = try await client.startThread(Wire.ThreadStartParams(config: [config(key, value)]))
+            }
+            await expectStatus(3, mentioning: "'\(key)'") {
+                _ = try await client.startThread(Wire.ThreadStartParams(config: [config(key, value)]))
+            }
+        }
+        // The server's max_depth 2 lets a child spawn a grandchild ...
+        let deep = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(deep, "hi")
         let deepChild = try #require(try await client.spawn(deep).thread?.id)
         try await client.runTurn(deepChild, "hi")
         #expect(try await client.spawn(deepChild).thread?.source?.depth == 2)
+        // ... and a thread that lowers it to 1 cannot; lowering max_threads to 1 caps at one child.
+        let shallow = try #require(try await client.startThread(Wire.ThreadStartParams(
+            config: [config("agents.max_depth", "1"), config("agents.max_threads", "1")])).thread?.id)
+        try await client.runTurn(shallow, "hi")
+        let only = try #require(try await client.spawn(shallow).thread?.id)
+        await expectStatus(8, mentioning: "agents.max_threads = 1") { _ = try await client.spawn(shallow) }
+        try await client.runTurn(only, "hi")
+        await expectStatus(9, mentioning: "agents.max_depth = 1") { _ = try await client.spawn(only) }
     }
 
     @Test("review threads are pinned disabled and never see collaboration tools, whatever flags or catalog say")

@@ -39,19 +39,51 @@ struct SQLiteStoreTests {
         #expect(try await store.threadRecord("b") != nil)
     }
 
-    @Test("set-if-unset pins once and touches neither timestamps nor history")
-    func setRuntimeIfUnset() async throws {
+    @Test("a versioned write succeeds only on top of the version it replaces; a stale one fails loudly and changes nothing")
+    func compareAndSet() async throws {
         let store = try SQLiteThreadStore(directory: directory())
-        var legacy = record("l", created: 100)
-        legacy.updatedAt = 200
-        legacy.legacy = true
-        try await store.commit([.putThread(legacy), .appendHistory("l", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "old")])])
-        try await store.commit([.setRuntimeIfUnset("l", .v1)])
-        try await store.commit([.setRuntimeIfUnset("l", .v2)])
-        let loaded = try #require(try await store.loadThread("l"))
-        #expect(loaded.record.runtime == .v1)
-        #expect(loaded.record.createdAt == 100 && loaded.record.updatedAt == 200)
-        #expect(loaded.history.map(\.text) == ["old"])
+        var base = record("v", created: 1)
+        try await store.commit([.putThread(base)])
+        await #expect(throws: StoreConflict.self, "a second insert of the same id") { try await store.commit([.putThread(base)]) }
+        base.model = "first"
+        base.version = 2
+        try await store.commit([.putThread(base)])
+        var stale = record("v", created: 1)
+        stale.model = "stale"
+        stale.version = 2  // also written on top of version 1: lost the race
+        await #expect(throws: StoreConflict.self) {
+            try await store.commit([.putThread(stale), .appendHistory("v", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "x")])])
+        }
+        let stored = try #require(try await store.loadThread("v"))
+        #expect(stored.record.model == "first" && stored.record.version == 2)
+        #expect(stored.history.isEmpty, "the failed commit's other operations were rolled back with it")
+    }
+
+    @Test("the agent registry, mailbox and running turns survive a reopen")
+    func registryMailboxRecovery() async throws {
+        let dir = directory()
+        let store = try SQLiteThreadStore(directory: dir)
+        var child = ThreadRecord(id: "c", sessionID: "root", source: .threadSpawn, depth: 1, createdAt: 2, model: "child-model", cwd: "/")
+        child.parentID = "root"
+        child.taskName = "/root/a"
+        child.agentStatus = .completed
+        child.agentFinalMessage = "done"
+        let turn = TurnRecord(id: "u", threadID: "c", sequence: 0, startedAt: 3, items: [],
+                              context: TurnContext(model: "child-model", runtime: .v2, effectiveMode: nil, cwd: "/"))
+        try await store.commit([
+            .putThread(record("root", created: 1)), .putThread(child), .putTurn(turn),
+            .enqueueMailbox(recipient: "root", item: ContextItem(role: .user, kind: .mailbox, text: "one")),
+            .enqueueMailbox(recipient: "root", item: ContextItem(role: .user, kind: .mailbox, text: "two")),
+        ])
+        let reopened = try SQLiteThreadStore(directory: dir)
+        let tree = try await reopened.agentTree("root")
+        #expect(tree.map(\.id) == ["c"])
+        #expect(tree.first?.agentStatus == .completed && tree.first?.agentFinalMessage == "done" && tree.first?.model == "child-model")
+        #expect(try await reopened.threadsWithRunningTurns() == ["c"])
+        let mailbox = try await reopened.pendingMailbox("root")
+        #expect(mailbox.map(\.item.text) == ["one", "two"])
+        try await reopened.commit([.removeMailbox(recipient: "root", throughSequence: mailbox[0].sequence)])
+        #expect(try await reopened.pendingMailbox("root").map(\.item.text) == ["two"])
     }
 
     @Test("turns, items, contexts and model requests round-trip through protobuf records")
