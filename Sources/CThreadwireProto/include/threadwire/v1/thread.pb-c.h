@@ -445,7 +445,10 @@ struct  Threadwire__V1__ThreadUnsubscribeResult
  * THREAD_SPAWN, depth parent + 1) that inherits the parent's pinned runtime.
  * Exceeding agents.max_depth: FAILED_PRECONDITION; exceeding the concurrency
  * cap (V1: agents.max_threads; V2: max_concurrent_threads_per_session - 1):
- * RESOURCE_EXHAUSTED naming the limit. With a message, the child starts a
+ * RESOURCE_EXHAUSTED naming the limit. The cap is per agent tree and counts
+ * the stored open (not closed) children, atomically with every other spawn in
+ * the tree, so concurrent spawns and restarts never pass it. A V2 task name
+ * already used in the tree: ALREADY_EXISTS. With a message, the child starts a
  * turn at once.
  */
 struct  Threadwire__V1__AgentSpawnParams

@@ -246,6 +246,12 @@ struct  Threadwire__V1__Turn
   char *id;
   protobuf_c_boolean has_status;
   Threadwire__V1__TurnStatus status;
+  /*
+   * FAILED: why. INTERRUPTED by the server rather than by turn/interrupt: the
+   * reason ("interrupted: the server stopped while this turn was running" after
+   * a crash, "... the server shut down ..." after a graceful shutdown, or "... the
+   * agent was closed"). Absent for turns interrupted by a client.
+   */
   char *error;
   /*
    * Unix time in milliseconds.
