@@ -11,7 +11,7 @@ LISTEN ?= 127.0.0.1:7420
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-ownership deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -89,6 +89,11 @@ bench: apt-deps
 	swift build -c release --product threadwire-server
 	cd Benchmarks && swift build -c release
 	cd Benchmarks && .build/release/ThreadwireBench run --server-bin ../.build/release/threadwire-server $(BENCH_ARGS)
+
+## Issue 8 (thread ownership) measurements with the release server and CLI.
+bench-ownership: apt-deps
+	swift build -c release
+	Benchmarks/ownership.sh
 
 ## Regenerates the swift-protobuf peer code the codec benchmark compares against
 ## (needs protoc-gen-swift from swift-protobuf 1.39.0 on the PATH).
