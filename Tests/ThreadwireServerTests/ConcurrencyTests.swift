@@ -186,9 +186,11 @@ struct ConcurrencyTests {
             for turn in fork.turns {
                 #expect(turn.status == .completed || turn.status == .interrupted, "round \(round): fork has turn \(String(describing: turn.status))")
             }
-            if let last = fork.turns.last, last.status == .interrupted {
-                #expect(last.modelRequests.isEmpty || fork.turns.last?.items.count ?? 0 >= 1)
-            }
+            // A copied mid-turn source turn must carry its interruption marker in the fork's history.
+            let interrupted = fork.turns.filter { $0.status == .interrupted }.count
+            let probe = try await b.runTurn(forkID, "probe")
+            #expect(probe.lastContext.of(.interruptionMarker).count == interrupted,
+                    "round \(round): \(interrupted) interrupted turns need as many markers")
             #expect(fork.turns.count == round || fork.turns.count == round + 1, "round \(round): \(fork.turns.count) turns")
         }
         let stored = try #require(try await a.read(source).thread)
