@@ -22,6 +22,14 @@ public struct ThreadView: Sendable, Equatable {
     public var turns: [TurnRecord]?
     /// Filled only when model requests were asked for (they index into it).
     public var history: [ContextItem]?
+    /// True when `turns` holds only the newest turns of the thread.
+    public var hasOlderTurns = false
+
+    /// The newest `limit` of `all` (sorted by sequence), oldest first.
+    public mutating func setNewestTurns(_ all: some Collection<TurnRecord>, limit: Int) {
+        turns = Array(all.suffix(limit))
+        hasOlderTurns = all.count > limit
+    }
 
     public var settings: ThreadSettingsView {
         ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime)

@@ -147,18 +147,44 @@ public final class ThreadEngine: Sendable {
                        publications: [owner.publisher.ticket([Delivery(event: .threadStarted(started), recipients: [connection])])])
     }
 
-    /// From the snapshot of a loaded thread (no gate, no actor hop), else the store.
-    public func readThread(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool) async throws -> ThreadView {
+    /// From the snapshot of a loaded thread (no gate, no actor hop), else the
+    /// store. With turns: the newest `turnsLimit` of them, oldest first.
+    public func readThread(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) async throws -> ThreadView {
         if let snapshot = directory.snapshot(id) {
-            return ThreadView(stored: snapshot, includeTurns: includeTurns, includeHistory: includeModelRequests)
+            var view = ThreadView(stored: snapshot, includeTurns: false, includeHistory: includeModelRequests)
+            if includeTurns { view.setNewestTurns(snapshot.turns, limit: turnsLimit) }
+            return view
         }
-        if includeTurns {
+        if includeModelRequests {
             guard let stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
-            return ThreadView(record: stored.record, status: .notLoaded, turns: stored.turns,
-                              history: includeModelRequests ? stored.history : nil)
+            var view = ThreadView(record: stored.record, status: .notLoaded, turns: nil, history: stored.history)
+            if includeTurns { view.setNewestTurns(stored.turns, limit: turnsLimit) }
+            return view
         }
         guard let record = try await store.threadRecord(id) else { throw DomainError.notFound("thread \(id) not found") }
-        return ThreadView(record: record, status: .notLoaded, turns: nil, history: nil)
+        var view = ThreadView(record: record, status: .notLoaded, turns: nil, history: nil)
+        if includeTurns {
+            // One more than asked tells whether older turns were left out.
+            let newest = try await store.turnsPage(id, afterSequence: nil, limit: turnsLimit == .max ? .max : turnsLimit + 1, descending: true) ?? []
+            view.setNewestTurns(newest.reversed(), limit: turnsLimit)
+        }
+        return view
+    }
+
+    /// One page of a thread's turns, loaded or not, in the asked order; `more`
+    /// tells whether turns remain past the page.
+    public func listTurns(_ id: ThreadID, cursor: String?, limit: Int, descending: Bool) async throws -> (turns: [TurnRecord], more: Bool) {
+        let after = try cursor.map(TurnCursor.decode)
+        let turns: [TurnRecord]
+        if let snapshot = directory.snapshot(id) {
+            turns = snapshot.turns.page(afterSequence: after, limit: limit + 1, descending: descending)
+        } else {
+            guard let stored = try await store.turnsPage(id, afterSequence: after, limit: limit + 1, descending: descending) else {
+                throw DomainError.notFound("thread \(id) not found")
+            }
+            turns = stored
+        }
+        return (Array(turns.prefix(limit)), turns.count > limit)
     }
 
     public func listThreads(_ query: ThreadListQuery) async throws -> (threads: [ThreadView], nextCursor: String?) {
@@ -199,6 +225,15 @@ public final class ThreadEngine: Sendable {
             return was
         }
     }
+
+    /// Whether the connection is subscribed to any loaded thread (the idle
+    /// timeout spares subscribers: they wait for notifications by design).
+    public func isSubscribed(_ connection: ConnectionID) -> Bool {
+        directory.all.contains { $0.isSubscribed(connection) }
+    }
+
+    /// Loaded threads and threads with a running turn, for metrics.
+    public var loadCounts: (loaded: Int, running: Int) { directory.counts }
 
     /// A closed connection unsubscribes from everything.
     public func connectionClosed(_ connection: ConnectionID) async {
@@ -543,6 +578,10 @@ final class ThreadOwner: @unchecked Sendable {
         }
     }
 
+    func isSubscribed(_ connection: ConnectionID) -> Bool {
+        subscriptions.withLock { $0.current.contains(connection) }
+    }
+
     func subscribe(all connections: [ConnectionID]) {
         subscriptions.withLock { $0.current.formUnion(connections) }
     }
@@ -609,6 +648,10 @@ final class ThreadDirectory: Sendable {
             for id in ids { if let stored = table[id] { result[id] = stored.status } }
             return result
         }
+    }
+
+    var counts: (loaded: Int, running: Int) {
+        snapshots.withLock { table in (table.count, table.values.reduce(0) { $0 + ($1.activeTurnIndex == nil ? 0 : 1) }) }
     }
 
     var hasActiveTurns: Bool { snapshots.withLock { $0.values.contains { $0.activeTurnIndex != nil } } }

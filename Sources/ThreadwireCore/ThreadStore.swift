@@ -50,10 +50,45 @@ public protocol ThreadStore: Sendable {
     func threadRecord(_ id: ThreadID) async throws -> ThreadRecord?
     /// A page of records and the cursor of the next page (nil on the last).
     func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?)
+    /// Up to `limit` turns of a thread in sequence order (newest first when
+    /// `descending`), strictly after `afterSequence` in that order; nil if
+    /// the thread does not exist.
+    func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]?
     /// Every spawned thread of an agent tree (the root's session id), any depth.
     func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord]
     /// Undelivered mailbox items for a thread, oldest first, with their sequence.
     func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)]
     /// Threads with a turn stored as in progress (left by a process that died).
     func threadsWithRunningTurns() async throws -> [ThreadID]
+    /// Throws unless a commit would succeed now (disk full, I/O error):
+    /// health and readiness follow it.
+    func probe() async throws
+}
+
+extension ThreadStore {
+    public func probe() async throws {}
+}
+
+/// Turn page cursors: opaque to clients, a turn sequence to the server.
+public enum TurnCursor {
+    public static func encode(sequence: Int) -> String { "turn:\(sequence)" }
+
+    public static func decode(_ cursor: String) throws -> Int {
+        guard cursor.hasPrefix("turn:"), let sequence = Int(cursor.dropFirst(5)), sequence >= 0 else {
+            throw DomainError.invalidArgument("cursor '\(cursor)' is not a turn cursor this server returned")
+        }
+        return sequence
+    }
+}
+
+extension Array where Element == TurnRecord {
+    /// The in-memory equivalent of `ThreadStore.turnsPage` (turns sorted by sequence).
+    public func page(afterSequence: Int?, limit: Int, descending: Bool) -> [TurnRecord] {
+        if descending {
+            let upper = afterSequence.map { bound in self.firstIndex { $0.sequence >= bound } ?? count } ?? count
+            return Array(self[..<upper].suffix(limit).reversed())
+        }
+        let lower = afterSequence.map { bound in self.firstIndex { $0.sequence > bound } ?? count } ?? 0
+        return Array(self[lower...].prefix(limit))
+    }
 }

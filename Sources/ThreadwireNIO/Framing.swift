@@ -1,4 +1,5 @@
 public import NIOCore
+import Synchronization
 
 /// gRPC-style framing: 1 flags byte + 4-byte big-endian length + payload.
 public enum Framing {
@@ -21,6 +22,7 @@ public enum FrameError: Error, Equatable, CustomStringConvertible {
     case undefinedFlags(UInt8)
     case frameTooLarge(length: Int, limit: Int)
     case truncated(bufferedBytes: Int)
+    case partialFramesOverBudget(limit: Int)
 
     public var description: String {
         switch self {
@@ -30,7 +32,35 @@ public enum FrameError: Error, Equatable, CustomStringConvertible {
             return "frame length \(length) exceeds the maximum of \(limit) bytes"
         case let .truncated(count):
             return "connection closed in the middle of a frame (\(count) bytes buffered)"
+        case let .partialFramesOverBudget(limit):
+            return "incomplete frames held across all connections would pass max_partial_frame_bytes (\(limit) bytes); send each frame whole and promptly"
         }
+    }
+}
+
+/// Bytes of incomplete frames held by every decoder that shares it, so many
+/// connections each trickling a large frame cannot pin unbounded memory.
+public final class PartialFrameBudget: Sendable {
+    public let limit: Int
+    private let held = Atomic<Int>(0)
+
+    public init(limit: Int) { self.limit = limit }
+
+    public var heldBytes: Int { held.load(ordering: .relaxed) }
+
+    /// Takes `bytes` more; false (and nothing taken) if that passes the limit.
+    func reserve(_ bytes: Int) -> Bool {
+        var current = held.load(ordering: .relaxed)
+        while true {
+            guard current + bytes <= limit else { return false }
+            let (exchanged, original) = held.compareExchange(expected: current, desired: current + bytes, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+    }
+
+    func release(_ bytes: Int) {
+        if bytes > 0 { held.subtract(bytes, ordering: .relaxed) }
     }
 }
 
@@ -40,15 +70,38 @@ public struct FrameDecoder: ByteToMessageDecoder {
     public typealias InboundOut = ByteBuffer
 
     public let maxFrameBytes: Int
+    private let budget: PartialFrameBudget?
+    /// What this decoder has taken from the budget.
+    private var reserved = 0
 
-    public init(maxFrameBytes: Int = Framing.defaultMaxFrameBytes) {
+    public init(maxFrameBytes: Int = Framing.defaultMaxFrameBytes, budget: PartialFrameBudget? = nil) {
         self.maxFrameBytes = maxFrameBytes
+        self.budget = budget
     }
 
     public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let payload = try Self.nextFrame(&buffer, maxFrameBytes: maxFrameBytes) else { return .needMoreData }
+        guard let payload = try Self.nextFrame(&buffer, maxFrameBytes: maxFrameBytes) else {
+            try account(held: buffer.readableBytes)
+            return .needMoreData
+        }
         context.fireChannelRead(Self.wrapInboundOut(payload))
         return .continue
+    }
+
+    /// Brings this decoder's share of the budget to `held` bytes.
+    private mutating func account(held: Int) throws {
+        guard let budget else { return }
+        if held > reserved {
+            guard budget.reserve(held - reserved) else { throw FrameError.partialFramesOverBudget(limit: budget.limit) }
+        } else {
+            budget.release(reserved - held)
+        }
+        reserved = held
+    }
+
+    public mutating func decoderRemoved(context: ChannelHandlerContext) {
+        budget?.release(reserved)
+        reserved = 0
     }
 
     public mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {

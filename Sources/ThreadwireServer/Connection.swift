@@ -1,26 +1,48 @@
 import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 import ThreadwireCore
 import ThreadwireWire
 
 /// One client connection's shared state. Writes go through the channel (which
 /// is safe from any thread); the lock keeps notification sequence numbers in
 /// the order the frames are written.
+///
+/// Memory a client can make the server hold is bounded here: requests read
+/// but not answered (count and bytes: past them reads stop), responses (the
+/// request loop starts the next request only while the channel is writable),
+/// and notifications (past the backlog limit the connection is closed).
 final class Connection: Sendable {
     let id: ConnectionID
     let channel: any Channel
+    private let limits: ServerLimits
+    private let metrics: ServerMetrics
 
     private struct State {
         var initialized = false
         var optOut: Set<String> = []
         var nextSequence: UInt64 = 1
-        var queued = 0
+        var queuedRequests = 0
+        var queuedBytes = 0
+        /// Reads stopped because the request queue is full.
+        var readsHeldForQueue = false
+        var closing = false
+        var writableWaiters: [CheckedContinuation<Void, Never>] = []
     }
     private let state = NIOLockedValueBox(State())
+    /// Notification bytes written but not yet taken by the kernel. Apart from
+    /// `state`: a write can complete while `state` is held.
+    private let notificationBacklog = Atomic<Int>(0)
+    /// Resumes reads on the channel's event loop once the queue drains.
+    private let resumeReads: @Sendable () -> Void
 
-    init(id: ConnectionID, channel: any Channel) {
+    init(id: ConnectionID, channel: any Channel, limits: ServerLimits, metrics: ServerMetrics,
+         resumeReads: @escaping @Sendable () -> Void) {
         self.id = id
         self.channel = channel
+        self.limits = limits
+        self.metrics = metrics
+        self.resumeReads = resumeReads
     }
 
     var isInitialized: Bool { state.withLockedValue { $0.initialized } }
@@ -34,29 +56,137 @@ final class Connection: Sendable {
         }
     }
 
-    /// Counts a request in; false when the queue is full.
-    func admit(limit: Int) -> Bool {
+    // MARK: Inbound queue
+
+    /// Counts a request of `bytes` in. Returns false when the queue is now
+    /// full, so the caller stops reading until `finished` drains it.
+    func admit(bytes: Int) -> Bool {
         state.withLockedValue { state in
-            if state.queued >= limit { return false }
-            state.queued += 1
+            state.queuedRequests += 1
+            state.queuedBytes += bytes
+            if state.queuedRequests >= limits.maxQueuedRequests || state.queuedBytes >= limits.maxQueuedRequestBytes {
+                state.readsHeldForQueue = true
+                return false
+            }
             return true
         }
     }
 
-    func finished() { state.withLockedValue { $0.queued -= 1 } }
+    func finished(bytes: Int) {
+        let resume = state.withLockedValue { state -> Bool in
+            state.queuedRequests -= 1
+            state.queuedBytes -= bytes
+            guard state.readsHeldForQueue,
+                  state.queuedRequests < limits.maxQueuedRequests, state.queuedBytes < limits.maxQueuedRequestBytes else { return false }
+            state.readsHeldForQueue = false
+            return true
+        }
+        if resume { resumeReads() }
+    }
+
+    var hasRequestsInFlight: Bool { state.withLockedValue { $0.queuedRequests > 0 } }
+
+    /// Whether the socket may be read now (checked by `FlowControlHandler`).
+    var readsAllowed: Bool {
+        channel.isWritable && !state.withLockedValue { $0.readsHeldForQueue || $0.closing }
+    }
+
+    // MARK: Outbound
+
+    /// Returns once the channel takes more writes (at once when it does), so
+    /// a client that does not read its answers stops its own requests.
+    func waitUntilWritable() async {
+        if channel.isWritable { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLockedValue { state -> Bool in
+                // Checked again under the lock that `writabilityChanged` takes,
+                // so a change between the two checks is never missed.
+                if channel.isWritable || state.closing || !channel.isActive { return true }
+                state.writableWaiters.append(continuation)
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    /// Called on the event loop when writability flips (or the channel closes).
+    func writabilityChanged() {
+        guard channel.isWritable || !channel.isActive else { return }
+        let waiters = state.withLockedValue { state in
+            defer { state.writableWaiters.removeAll() }
+            return state.writableWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func closed() {
+        let waiters = state.withLockedValue { state in
+            state.closing = true
+            defer { state.writableWaiters.removeAll() }
+            return state.writableWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
 
     func send(_ response: Wire.Response) {
-        channel.writeAndFlush(Wire.Envelope(kind: .response(response)).serializedBytes(), promise: nil)
+        var bytes = Wire.Envelope(kind: .response(response)).serializedBytes()
+        if bytes.count > limits.maxFrameBytes {
+            // Never a frame larger than the limit the client was told.
+            let refused = Wire.Response(id: response.id, code: StatusCode.resourceExhausted.rawValue, message:
+                "the response is \(bytes.count) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); page through turns with thread/turns/list")
+            bytes = Wire.Envelope(kind: .response(refused)).serializedBytes()
+        }
+        metrics.frameOut(bytes: bytes.count)
+        channel.writeAndFlush(bytes, promise: nil)
     }
 
     func notify(_ payload: Wire.Notification.Payload) {
         let method = payload.methodName
-        state.withLockedValue { state in
-            guard state.initialized, !state.optOut.contains(method) else { return }
+        let overLimit = state.withLockedValue { state -> String? in
+            guard state.initialized, !state.closing, !state.optOut.contains(method) else { return nil }
             let notification = Wire.Notification(sequence: state.nextSequence, payload: payload)
+            let bytes = Wire.Envelope(kind: .notification(notification)).serializedBytes()
+            if bytes.count > limits.maxFrameBytes {
+                // The sequence number is spent, so the client sees the gap
+                // and the reason, and can read the item with thread/turns/list.
+                state.nextSequence += 1
+                let refused = Wire.Response(code: StatusCode.resourceExhausted.rawValue, message:
+                    "notification \(notification.sequence ?? 0) (\(method)) is \(bytes.count) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
+                let refusal = Wire.Envelope(kind: .response(refused)).serializedBytes()
+                metrics.frameOut(bytes: refusal.count)
+                channel.writeAndFlush(refusal, promise: nil)
+                return nil
+            }
+            let backlog = notificationBacklog.load(ordering: .relaxed)
+            if backlog + bytes.count > limits.maxNotificationBacklogBytes {
+                state.closing = true
+                return "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing"
+            }
             state.nextSequence += 1
-            channel.writeAndFlush(Wire.Envelope(kind: .notification(notification)).serializedBytes(), promise: nil)
+            notificationBacklog.add(bytes.count, ordering: .relaxed)
+            metrics.frameOut(bytes: bytes.count)
+            let count = bytes.count
+            let promise = channel.eventLoop.makePromise(of: Void.self)
+            promise.futureResult.whenComplete { [self] _ in notificationBacklog.subtract(count, ordering: .relaxed) }
+            channel.writeAndFlush(bytes, promise: promise)
+            return nil
         }
+        if let overLimit {
+            metrics.slowSubscriberDisconnects.increment()
+            close(code: .resourceExhausted, message: overLimit)
+        }
+    }
+
+    /// A last error frame (a Response without id), then close. The close
+    /// does not wait for a client that reads nothing.
+    func close(code: StatusCode, message: String) {
+        state.withLockedValue { $0.closing = true }
+        let bytes = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).serializedBytes()
+        let channel = self.channel
+        metrics.frameOut(bytes: bytes.count)
+        channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
+        // Long enough for a client that reads slowly to reach the error frame.
+        channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
     }
 }
 
@@ -69,9 +199,18 @@ final class ConnectionRegistry: EventSink, Sendable {
         self.baseInstructions = baseInstructions
     }
 
-    func add(_ connection: Connection) { connections.withLockedValue { $0[connection.id] = connection } }
+    /// Adds the connection unless `limit` are open; the count after.
+    func add(_ connection: Connection, limit: Int) -> Bool {
+        connections.withLockedValue { table in
+            guard table.count < limit else { return false }
+            table[connection.id] = connection
+            return true
+        }
+    }
+
     func remove(_ id: ConnectionID) { connections.withLockedValue { $0[id] = nil } }
     var all: [Connection] { connections.withLockedValue { Array($0.values) } }
+    var count: Int { connections.withLockedValue { $0.count } }
 
     func deliver(_ deliveries: [Delivery]) {
         for delivery in deliveries where !delivery.recipients.isEmpty {
@@ -79,5 +218,45 @@ final class ConnectionRegistry: EventSink, Sendable {
             let targets = connections.withLockedValue { table in delivery.recipients.compactMap { table[$0] } }
             for connection in targets { connection.notify(payload) }
         }
+    }
+}
+
+/// Stops reading a connection while its answers are not being taken (the
+/// channel is not writable) or its request queue is full, and reads again
+/// when both clear: the client's TCP window then pushes back on it.
+final class FlowControlHandler: ChannelDuplexHandler, @unchecked Sendable {
+    typealias InboundIn = NIOAny
+    typealias OutboundIn = NIOAny
+
+    private var context: ChannelHandlerContext?
+    private var readPending = false
+    var connection: Connection?
+    private let metrics: ServerMetrics
+
+    init(metrics: ServerMetrics) { self.metrics = metrics }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func read(context: ChannelHandlerContext) {
+        if let connection, !connection.readsAllowed {
+            if !readPending { metrics.backpressurePauses.increment() }
+            readPending = true
+            return
+        }
+        context.read()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        connection?.writabilityChanged()
+        resumeIfAllowed()
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// On the event loop: issues the read that was held, if reads may go on.
+    func resumeIfAllowed() {
+        guard readPending, let context, connection?.readsAllowed ?? true else { return }
+        readPending = false
+        context.read()
     }
 }

@@ -13,34 +13,47 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
 
     private let connectionID: ConnectionID
     private let services: ServerServices
+    private let flowControl: FlowControlHandler
     private var connection: Connection?
-    private var requests: AsyncStream<Wire.Request>.Continuation?
+    private var requests: AsyncStream<QueuedRequest>.Continuation?
     private var logger: Logger
 
-    init(connectionID: ConnectionID, services: ServerServices) {
+    init(connectionID: ConnectionID, services: ServerServices, flowControl: FlowControlHandler) {
         self.connectionID = connectionID
         self.services = services
+        self.flowControl = flowControl
         var logger = services.logger
         logger[metadataKey: "tw.connection.id"] = "\(connectionID)"
         self.logger = logger
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        let connection = Connection(id: connectionID, channel: context.channel)
+        let limits = services.info.limits
+        let loopBound = NIOLoopBound(flowControl, eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        let connection = Connection(id: connectionID, channel: context.channel, limits: limits, metrics: services.metrics,
+                                    resumeReads: { eventLoop.execute { loopBound.value.resumeIfAllowed() } })
+        guard services.registry.add(connection, limit: limits.maxConnections) else {
+            logger.debug("refusing connection", metadata: ["tw.close.reason": "maxConnections"])
+            services.metrics.serverClosed(reason: "maxConnections")
+            connection.close(code: .resourceExhausted, message: "the server has max_connections (\(limits.maxConnections)) connections open; try again later")
+            context.fireChannelActive()
+            return
+        }
         self.connection = connection
-        services.registry.add(connection)
-        services.connectionsGauge.increment()
+        flowControl.connection = connection
+        services.metrics.connectionsOpen.increment()
         logger.debug("connection opened", metadata: ["tw.peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
-        let (stream, continuation) = AsyncStream<Wire.Request>.makeStream()
+        let (stream, continuation) = AsyncStream<QueuedRequest>.makeStream()
         requests = continuation
         let services = self.services
         let logger = self.logger
-        Task { await RequestLoop.run(stream, connection: connection, services: services, logger: logger) }
-        let timeout = services.info.handshakeTimeoutMs
-        context.eventLoop.scheduleTask(in: .milliseconds(Int64(timeout))) { [weak connection] in
+        services.tasks.spawn { await RequestLoop.run(stream, connection: connection, services: services, logger: logger) }
+        context.eventLoop.scheduleTask(in: .milliseconds(Int64(limits.handshakeTimeoutMs))) { [weak connection] in
             guard let connection, !connection.isInitialized else { return }
             logger.debug("closing connection that did not initialize", metadata: ["tw.close.reason": "handshakeTimeout"])
-            connection.channel.close(promise: nil)
+            services.metrics.serverClosed(reason: "handshakeTimeout")
+            connection.close(code: .deadlineExceeded, message: "initialize did not complete within handshake_timeout_ms (\(limits.handshakeTimeoutMs)); closing")
         }
         context.fireChannelActive()
     }
@@ -48,19 +61,37 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     func channelInactive(context: ChannelHandlerContext) {
         requests?.finish()
         requests = nil
-        services.registry.remove(connectionID)
-        services.connectionsGauge.decrement()
-        let engine = services.engine
-        let id = connectionID
-        Task { await engine.connectionClosed(id) }
-        logger.debug("connection closed")
+        if let connection {
+            connection.closed()
+            services.registry.remove(connectionID)
+            services.metrics.connectionsOpen.decrement()
+            let engine = services.engine
+            let id = connectionID
+            services.tasks.spawn { await engine.connectionClosed(id) }
+            logger.debug("connection closed")
+        }
         context.fireChannelInactive()
+    }
+
+    /// Read-idle for `idle_timeout_ms`: closed if nothing is in flight and it
+    /// holds no subscription (subscribers wait for notifications by design).
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent, let connection, connection.isInitialized,
+           !connection.hasRequestsInFlight, !services.engine.isSubscribed(connectionID) {
+            let limit = services.info.limits.idleTimeoutMs
+            logger.debug("closing idle connection", metadata: ["tw.close.reason": "idle"])
+            services.metrics.serverClosed(reason: "idle")
+            connection.close(code: .unavailable, message: "no request for idle_timeout_ms (\(limit)) with none in flight and no subscription; closing")
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let connection else { return }
         var payload = unwrapInboundIn(data)
         let bytes = payload.readBytes(length: payload.readableBytes) ?? []
+        services.metrics.frameIn(bytes: bytes.count + Framing.headerSize)
         services.recorder?.record(connection: connectionID, payload: bytes)
         let request: Wire.Request
         do {
@@ -76,18 +107,16 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue, message: "malformed request: \(error)"))
             return
         }
-        guard connection.admit(limit: services.info.maxQueuedRequests) else {
-            connection.send(Wire.Response(id: request.id, code: StatusCode.resourceExhausted.rawValue,
-                                          message: "too many queued requests on this connection (limit \(services.info.maxQueuedRequests))"))
-            return
-        }
-        requests?.yield(request)
+        // A full queue stops reads (FlowControlHandler) instead of failing
+        // requests: the client's own TCP window pushes back on it.
+        _ = connection.admit(bytes: bytes.count)
+        requests?.yield(QueuedRequest(request: request, bytes: bytes.count, received: .now))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         let code: StatusCode
         switch error {
-        case FrameError.frameTooLarge: code = .resourceExhausted
+        case FrameError.frameTooLarge, FrameError.partialFramesOverBudget: code = .resourceExhausted
         case is FrameError: code = .invalidArgument
         default:
             logger.debug("connection error", metadata: ["tw.error": "\(error)"])
@@ -95,39 +124,55 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             return
         }
         logger.debug("protocol violation", metadata: ["tw.close.reason": "frameError", "tw.error": "\(error)"])
+        if case FrameError.partialFramesOverBudget = error {
+            services.metrics.serverClosed(reason: "partialFrames")
+        } else {
+            services.metrics.serverClosed(reason: "frameError")
+        }
         let response = Wire.Response(code: code.rawValue, message: "\(error); closing the connection")
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(Wire.Envelope(kind: .response(response)).serializedBytes()))
             .whenComplete { _ in channel.close(promise: nil) }
+        channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
     }
+}
+
+struct QueuedRequest: Sendable {
+    var request: Wire.Request
+    var bytes: Int
+    var received: ContinuousClock.Instant
 }
 
 /// Handles one connection's requests one at a time, in arrival order.
 enum RequestLoop {
-    static func run(_ requests: AsyncStream<Wire.Request>, connection: Connection, services: ServerServices, logger: Logger) async {
-        for await request in requests {
-            await handle(request, connection: connection, services: services, logger: logger)
-            connection.finished()
+    static func run(_ requests: AsyncStream<QueuedRequest>, connection: Connection, services: ServerServices, logger: Logger) async {
+        for await queued in requests {
+            // A client that does not read its answers stops here: no request
+            // of it starts until the answers already written are taken.
+            await connection.waitUntilWritable()
+            await handle(queued.request, received: queued.received, connection: connection, services: services, logger: logger)
+            connection.finished(bytes: queued.bytes)
         }
     }
 
-    static func handle(_ request: Wire.Request, connection: Connection, services: ServerServices, logger: Logger) async {
+    static func handle(_ request: Wire.Request, received: ContinuousClock.Instant = .now, connection: Connection,
+                       services: ServerServices, logger: Logger) async {
         let id = request.id
         guard let params = request.params else {
-            respond(connection, id: id, error: RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown", services: services)
+            respond(connection, id: id, error: RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown", received: received, services: services)
             return
         }
         let method = MethodTable.name(of: params)
         guard let spec = MethodTable.methods[method] else {
-            respond(connection, id: id, error: RequestError(.unimplemented, "method \(method) is not implemented"), method: method, services: services)
+            respond(connection, id: id, error: RequestError(.unimplemented, "method \(method) is not implemented"), method: method, received: received, services: services)
             return
         }
         if spec.requiresHandshake, !connection.isInitialized {
-            respond(connection, id: id, error: RequestError(.failedPrecondition, "call initialize before \(method)"), method: method, services: services)
+            respond(connection, id: id, error: RequestError(.failedPrecondition, "call initialize before \(method)"), method: method, received: received, services: services)
             return
         }
         if services.info.draining(), spec.requiresHandshake {
-            respond(connection, id: id, error: RequestError(.unavailable, "the server is shutting down"), method: method, services: services)
+            respond(connection, id: id, error: RequestError(.unavailable, "the server is shutting down"), method: method, received: received, services: services)
             return
         }
         let context = RequestContext(connection: connection, engine: services.engine, server: services.info)
@@ -137,9 +182,9 @@ enum RequestLoop {
                 // Only a deadline needs the handler in a task of its own.
                 let work = Task { try await spec.handler(params, context) }
                 guard let result = try await firstOf(work, timeoutMs: timeout) else {
-                    respond(connection, id: id, error: RequestError(.deadlineExceeded, "\(method) did not finish within \(timeout) ms"), method: method, services: services)
+                    respond(connection, id: id, error: RequestError(.deadlineExceeded, "\(method) did not finish within \(timeout) ms"), method: method, received: received, services: services)
                     // The change may still complete; its events and follow-up still happen.
-                    Task { if let late = try? await work.value { await finish(late, services: services) } }
+                    services.tasks.spawn { if let late = try? await work.value { await finish(late, services: services) } }
                     return
                 }
                 outcome = result
@@ -151,11 +196,11 @@ enum RequestLoop {
             if mapped.code == .internal {
                 logger.error("request failed", metadata: ["tw.request.id": "\(id ?? 0)", "tw.command": "\(method)", "tw.error": "\(error)"])
             }
-            respond(connection, id: id, error: mapped, method: method, services: services)
+            respond(connection, id: id, error: mapped, method: method, received: received, services: services)
             return
         }
         connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
-        services.count(method: method, code: .ok)
+        services.metrics.request(method: method, code: .ok, duration: .now - received)
         if let recorder = services.recorder, let id {
             switch outcome.value {
             case let .threadStart(created), let .threadFork(created), let .agentSpawn(created):
@@ -172,9 +217,10 @@ enum RequestLoop {
         outcome.publish()
     }
 
-    static func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String, services: ServerServices) {
+    static func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String,
+                        received: ContinuousClock.Instant, services: ServerServices) {
         connection.send(Wire.Response(id: id, code: error.code.rawValue, message: error.message))
-        services.count(method: method, code: error.code)
+        services.metrics.request(method: method, code: error.code, duration: .now - received)
     }
 
     /// The task's value, or nil if the timeout passes first.

@@ -20,11 +20,16 @@ public struct ServerInfo: Sendable {
     public var name = "threadwire"
     public var version = "0.1.0"
     public var protocolVersion: UInt32 = 1
-    public var maxFrameBytes: Int
-    public var maxQueuedRequests: Int
-    public var handshakeTimeoutMs: Int
+    public var limits: ServerLimits
     public var draining: @Sendable () -> Bool
+    public var storeHealthy: @Sendable () -> Bool
     public var settings = ServerSettings()
+
+    public init(limits: ServerLimits, draining: @escaping @Sendable () -> Bool, storeHealthy: @escaping @Sendable () -> Bool = { true }) {
+        self.limits = limits
+        self.draining = draining
+        self.storeHealthy = storeHealthy
+    }
 }
 
 typealias Handler = @Sendable (Wire.Request.Params, RequestContext) async throws -> Outcome<Wire.Response.Result>
@@ -51,6 +56,7 @@ enum MethodTable {
             MethodSpec(name: "thread/fork", requiresHandshake: true, handler: threadFork),
             MethodSpec(name: "thread/read", requiresHandshake: true, handler: threadRead),
             MethodSpec(name: "thread/list", requiresHandshake: true, handler: threadList),
+            MethodSpec(name: "thread/turns/list", requiresHandshake: true, handler: threadTurnsList),
             MethodSpec(name: "thread/archive", requiresHandshake: true, handler: threadArchive),
             MethodSpec(name: "thread/unarchive", requiresHandshake: true, handler: threadUnarchive),
             MethodSpec(name: "thread/unsubscribe", requiresHandshake: true, handler: threadUnsubscribe),
@@ -101,12 +107,16 @@ enum MethodTable {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
         let info = context.server
+        let limits = info.limits
         return Outcome(.initialize(Wire.InitializeResult(
             serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
             protocolVersion: info.protocolVersion,
             limits: Wire.ServerLimits(
-                maxFrameBytes: UInt32(info.maxFrameBytes), maxQueuedRequests: UInt32(info.maxQueuedRequests),
-                handshakeTimeoutMs: UInt32(info.handshakeTimeoutMs)))))
+                maxFrameBytes: UInt32(limits.maxFrameBytes), maxQueuedRequests: UInt32(limits.maxQueuedRequests),
+                handshakeTimeoutMs: UInt32(limits.handshakeTimeoutMs),
+                maxQueuedRequestBytes: UInt32(clamping: limits.maxQueuedRequestBytes),
+                maxNotificationBacklogBytes: UInt32(clamping: limits.maxNotificationBacklogBytes),
+                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs)))))
     }
 
     static let healthCheck: Handler = { params, context in
@@ -114,7 +124,8 @@ enum MethodTable {
         if let service = p.service, !service.isEmpty {
             throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")
         }
-        return Outcome(.healthCheck(Wire.HealthCheckResult(status: context.server.draining() ? .notServing : .serving)))
+        let serving = !context.server.draining() && context.server.storeHealthy()
+        return Outcome(.healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing)))
     }
 
     static let threadStart: Handler = { params, context in
@@ -150,7 +161,8 @@ enum MethodTable {
             try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
-        return Outcome(.threadResume(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
+        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: context.server.limits) { .threadResume($0) }
+        return Outcome(result, carrying: outcome)
     }
 
     static let threadFork: Handler = { params, context in
@@ -159,16 +171,37 @@ enum MethodTable {
             try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
-        return Outcome(.threadFork(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
+        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: context.server.limits) { .threadFork($0) }
+        return Outcome(result, carrying: outcome)
     }
 
     static let threadRead: Handler = { params, context in
         guard case let .threadRead(p) = params else { throw mismatch("thread/read") }
+        let includeTurns = p.includeTurns ?? false
         let view = try await context.engine.readThread(
-            try required(p.threadId, "thread_id"), includeTurns: p.includeTurns ?? false,
-            includeModelRequests: (p.includeTurns ?? false) && (p.includeModelRequests ?? false))
+            try required(p.threadId, "thread_id"), includeTurns: includeTurns,
+            includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
+            turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100))
         let base = context.baseInstructions(view.record)
-        return Outcome(.threadRead(Wire.ThreadReadResult(thread: view.wire(baseInstructions: base), settings: view.settings.wire)))
+        var thread = view.wire(baseInstructions: base)
+        let turns = thread.turns
+        thread.turns = []
+        var result = Wire.ThreadReadResult(thread: thread, settings: view.settings.wire)
+        let page = TurnPaging.newestThatFit(turns, records: view.turns ?? [], olderLeftOut: view.hasOlderTurns,
+                                            around: .threadRead(result), limits: context.server.limits)
+        result.thread?.turns = page.turns
+        result.turnsNextCursor = page.nextCursor
+        return Outcome(.threadRead(result))
+    }
+
+    static let threadTurnsList: Handler = { params, context in
+        guard case let .threadTurnsList(p) = params else { throw mismatch("thread/turns/list") }
+        let descending = p.sortDirection != .ascending
+        let limit = try TurnPaging.limit(p.limit, field: "limit", default: 25)
+        let page = try await context.engine.listTurns(
+            try required(p.threadId, "thread_id"), cursor: p.cursor, limit: limit, descending: descending)
+        let fitted = try TurnPaging.inOrderThatFit(page.turns, more: page.more, limits: context.server.limits)
+        return Outcome(.threadTurnsList(Wire.ThreadTurnsListResult(data: fitted.turns, nextCursor: fitted.nextCursor)))
     }
 
     static let threadList: Handler = { params, context in

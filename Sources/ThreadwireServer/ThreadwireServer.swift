@@ -4,6 +4,7 @@ import Metrics
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOPosix
+public import ServiceLifecycle
 public import ThreadwireCore
 import ThreadwireNIO
 import ThreadwireWire
@@ -11,10 +12,10 @@ import ThreadwireWire
 public struct ServerConfiguration: Sendable {
     public var host = "127.0.0.1"
     public var port = 7420
-    public var maxFrameBytes = Framing.defaultMaxFrameBytes
-    public var maxQueuedRequests = 1024
-    public var handshakeTimeoutMs = 10_000
+    public var limits = ServerLimits()
     public var idleUnloadSeconds = 1800.0
+    /// How long connections get for a last flush after in-flight requests end.
+    public var finalFlush: Duration = .milliseconds(500)
     /// Write every inbound frame to this capture file.
     public var recordPath: String?
     public init() {}
@@ -27,97 +28,143 @@ final class ServerServices: Sendable {
     let info: ServerInfo
     let logger: Logger
     let recorder: FrameRecorder?
-    let connectionsGauge: Meter
-    private let requestCounters: NIOLockedValueBox<[String: Counter]>
+    let metrics: ServerMetrics
+    let tasks = TaskTracker()
 
-    init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?) {
+    init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics) {
         self.engine = engine
         self.registry = registry
         self.info = info
         self.logger = logger
         self.recorder = recorder
-        connectionsGauge = Meter(label: "threadwire.connections.active")
-        requestCounters = NIOLockedValueBox([:])
-    }
-
-    /// Counters are keyed by method and status only (closed sets), never ids.
-    func count(method: String, code: StatusCode) {
-        let key = "\(method)|\(code.rawValue)"
-        let counter = requestCounters.withLockedValue { table in
-            if let existing = table[key] { return existing }
-            let counter = Counter(label: "threadwire.requests", dimensions: [("method", method), ("code", "\(code.rawValue)")])
-            table[key] = counter
-            return counter
-        }
-        counter.increment()
+        self.metrics = metrics
     }
 }
 
-/// The TCP server: binds, accepts, and drains on shutdown.
-public final class ThreadwireServer: Sendable {
+/// The frame server as a service of the process's ServiceGroup: it binds,
+/// accepts, and on graceful shutdown drains (see `run`).
+public final class ThreadwireServer: Service, Sendable {
     private let configuration: ServerConfiguration
     private let services: ServerServices
     private let group: any EventLoopGroup
-    private let listener = NIOLockedValueBox<(any Channel)?>(nil)
     private let draining = ManagedAtomicFlag()
+    public let storeHealth: StoreHealth
+    private let onListening: @Sendable (SocketAddress) -> Void
 
+    /// - Parameter onListening: called once the listener is bound (port 0 picks one).
     public init(configuration: ServerConfiguration, settings: ServerSettings, store: any ThreadStore,
-                backend: any ModelBackend = ScriptedEchoBackend(), logger: Logger) throws {
+                backend: any ModelBackend = ScriptedEchoBackend(), logger: Logger,
+                onListening: @escaping @Sendable (SocketAddress) -> Void = { _ in }) throws {
+        try configuration.limits.validate()
         self.configuration = configuration
+        self.onListening = onListening
         group = MultiThreadedEventLoopGroup.singleton
         let flag = draining
-        var info = ServerInfo(
-            maxFrameBytes: configuration.maxFrameBytes, maxQueuedRequests: configuration.maxQueuedRequests,
-            handshakeTimeoutMs: configuration.handshakeTimeoutMs, draining: { flag.value })
+        let health = StoreHealth(store: store, logger: logger)
+        storeHealth = health
+        var info = ServerInfo(limits: configuration.limits, draining: { flag.value }, storeHealthy: { health.isHealthy })
         info.settings = settings
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
-        let engine = ThreadEngine(store: store, backend: backend, settings: settings, sink: registry,
+        let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)))
         let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }
-        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder)
+        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics())
     }
 
-    /// Binds and starts accepting; returns the bound address (port 0 picks one).
-    /// Turns that a dead process left running are recovered first, so no
-    /// client ever sees a thread ACTIVE with a turn nobody runs.
-    public func start() async throws -> SocketAddress {
+    /// Ready for new work: not draining and the store commits.
+    public var readiness: (ready: Bool, reason: String) {
+        if draining.value { return (false, "draining: the server is shutting down") }
+        if let failure = storeHealth.failure { return (false, "the store cannot commit: \(failure)") }
+        return (true, "ready")
+    }
+
+    /// Gauges that are read rather than counted, refreshed before a scrape.
+    public func refreshGauges() {
+        let counts = services.engine.loadCounts
+        services.metrics.loadedThreads.record(counts.loaded)
+        services.metrics.runningTurns.record(counts.running)
+        services.metrics.storeHealthy.record(storeHealth.isHealthy ? 1 : 0)
+    }
+
+    /// Serves until graceful shutdown (SIGTERM/SIGINT through the
+    /// ServiceGroup), then: health and readiness fail, the listener closes,
+    /// in-flight requests finish, running turns get their grace and are then
+    /// interrupted with markers recorded, connections get a last flush and
+    /// close, and every task the server started is awaited.
+    public func run() async throws {
+        // Turns that a dead process left running are recovered first, so no
+        // client ever sees a thread ACTIVE with a turn nobody runs.
         let recovered = try await services.engine.recoverInterruptedTurns()
         if recovered > 0 {
             services.logger.notice("recovered threads whose turns were left running", metadata: ["tw.threads": "\(recovered)"])
         }
+        let listener = try await bind()
+        onListening(listener.localAddress!)
+        await withGracefulShutdownHandler {
+            try? await listener.closeFuture.get()
+        } onGracefulShutdown: { [draining] in
+            draining.set()
+            listener.close(promise: nil)
+        }
+        draining.set()
+        await drain()
+    }
+
+    private func bind() async throws -> any Channel {
         let services = self.services
-        let maxFrameBytes = configuration.maxFrameBytes
+        let limits = configuration.limits
+        let budget = PartialFrameBudget(limit: limits.maxPartialFrameBytes)
         let counter = ManagedAtomicCounter()
-        let channel = try await ServerBootstrap(group: group)
+        let metrics = services.metrics
+        let logger = services.logger
+        return try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                // Out of file descriptors, accept fails at once; without a
+                // pause the loop would spin on it.
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: { error in
+                        metrics.acceptBackoffs.increment()
+                        logger.warning("accept failed; pausing accepts", metadata: ["tw.error": "\(error)"])
+                        return .milliseconds(250)
+                    }))
+                }
+            }
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: limits.outboundHighWaterBytes / 2, high: limits.outboundHighWaterBytes))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
+                    let flowControl = FlowControlHandler(metrics: metrics)
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(flowControl)
+                    if limits.idleTimeoutMs > 0 {
+                        try sync.addHandler(IdleStateHandler(readTimeout: .milliseconds(Int64(limits.idleTimeoutMs))))
+                    }
+                    try sync.addHandlers([
+                        ByteToMessageHandler(FrameDecoder(maxFrameBytes: limits.maxFrameBytes, budget: budget)),
                         MessageToByteHandler(FrameEncoder()),
-                        ConnectionHandler(connectionID: counter.next(), services: services),
+                        ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl),
                     ])
                 }
             }
             .bind(host: configuration.host, port: configuration.port)
             .get()
-        listener.withLockedValue { $0 = channel }
-        return channel.localAddress!
     }
 
-    /// Graceful shutdown: health turns NOT_SERVING and new work is refused,
-    /// the listener closes, in-flight requests get `grace` to finish, then
-    /// every connection is closed.
-    public func shutdown(grace: Duration = .seconds(2)) async {
-        draining.set()
-        let channel = listener.withLockedValue { $0 }
-        try? await channel?.close()
+    private func drain() async {
+        services.logger.info("draining", metadata: ["tw.connections": "\(services.registry.count)"])
+        // In-flight requests finish: each connection's queue empties (new
+        // requests are answered UNAVAILABLE while draining).
+        let deadline = ContinuousClock.now + .seconds(10)
+        while services.registry.all.contains(where: \.hasRequestsInFlight), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
         // Running turns get their grace, then are interrupted and recorded.
         await services.engine.shutdown()
-        try? await Task.sleep(for: grace)
+        try? await Task.sleep(for: configuration.finalFlush)
         for connection in services.registry.all { try? await connection.channel.close() }
+        await services.tasks.waitForAll()
         services.recorder?.close()
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import ThreadwireCore
+import ThreadwireServer
 
 /// The server's JSON config file. Every key is optional:
 ///
@@ -10,9 +11,18 @@ import ThreadwireCore
 ///       "features": {"multi_agent": true, "multi_agent_v2": false, "multi_agent_mode": false},
 ///       "agents": {"max_threads": 6, "max_depth": 1, "wait_default_ms": 30000, "wait_max_ms": 300000},
 ///       "multi_agent_v2": {"max_concurrent_threads_per_session": 4, "usage_hint_enabled": true},
-///       "models": [{"slug": "gpt-x", "multi_agent_version": "v2"}]
+///       "models": [{"slug": "gpt-x", "multi_agent_version": "v2"}],
+///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
+///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
+///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
+///                  "handshake_timeout_ms": 10000}
 ///     }
 enum ConfigFile {
+    struct Loaded {
+        var settings = ServerSettings()
+        var limits = ServerLimits()
+    }
+
     struct File: Decodable {
         struct Features: Decodable { var multi_agent: Bool?; var multi_agent_v2: Bool?; var multi_agent_mode: Bool? }
         struct Agents: Decodable { var max_threads: Int?; var max_depth: Int?; var wait_default_ms: Int?; var wait_max_ms: Int? }
@@ -25,11 +35,23 @@ enum ConfigFile {
         var agents: Agents?
         var multi_agent_v2: V2?
         var models: [Model]?
+        var limits: Limits?
+    }
+    struct Limits: Decodable {
+        var max_frame_bytes: Int?
+        var max_queued_requests: Int?
+        var max_queued_request_bytes: Int?
+        var outbound_high_water_bytes: Int?
+        var max_notification_backlog_bytes: Int?
+        var max_connections: Int?
+        var idle_timeout_ms: Int?
+        var max_partial_frame_bytes: Int?
+        var handshake_timeout_ms: Int?
     }
 
     struct ConfigError: Error, CustomStringConvertible { var description: String }
 
-    static func load(_ path: String) throws -> ServerSettings {
+    static func load(_ path: String) throws -> Loaded {
         guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError(description: "cannot read config file \(path)") }
         let file: File
         do { file = try JSONDecoder().decode(File.self, from: data) } catch {
@@ -72,6 +94,19 @@ enum ConfigFile {
         // The default never exceeds the maximum.
         settings.agentWaitDefaultMs = min(settings.agentWaitDefaultMs, settings.agentWaitMaxMs)
         settings.catalog = ModelCatalog(entries: (file.models ?? []).map { .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version) })
-        return settings
+        var limits = ServerLimits()
+        if let l = file.limits {
+            if let v = l.max_frame_bytes { limits.maxFrameBytes = v }
+            if let v = l.max_queued_requests { limits.maxQueuedRequests = v }
+            if let v = l.max_queued_request_bytes { limits.maxQueuedRequestBytes = v }
+            if let v = l.outbound_high_water_bytes { limits.outboundHighWaterBytes = v }
+            if let v = l.max_notification_backlog_bytes { limits.maxNotificationBacklogBytes = v }
+            if let v = l.max_connections { limits.maxConnections = v }
+            if let v = l.idle_timeout_ms { limits.idleTimeoutMs = v }
+            if let v = l.max_partial_frame_bytes { limits.maxPartialFrameBytes = v }
+            if let v = l.handshake_timeout_ms { limits.handshakeTimeoutMs = v }
+            do { try limits.validate() } catch { throw ConfigError(description: "config file \(path): limits.\(error)") }
+        }
+        return Loaded(settings: settings, limits: limits)
     }
 }

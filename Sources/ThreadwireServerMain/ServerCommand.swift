@@ -1,8 +1,12 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Metrics
 import NIOCore
 import NIOPosix
+import Prometheus
+import ServiceLifecycle
+import ThreadwireAdmin
 import ThreadwireCore
 import ThreadwireServer
 import ThreadwireStore
@@ -26,11 +30,36 @@ struct ServerCommand: AsyncParsableCommand {
     @Option(help: "JSON config file (feature flags, agent limits, model catalog).")
     var config: String?
 
-    @Option(help: "Largest accepted frame payload in bytes.")
-    var maxFrameBytes = 4 * 1024 * 1024
+    @Option(help: "HOST:PORT of the admin HTTP endpoint (/livez, /readyz, /metrics); port 0 picks one. Off when absent.")
+    var adminListen: String?
 
-    @Option(help: "Milliseconds a connection may stay open without initialize.")
-    var handshakeTimeoutMs = 10_000
+    // Limits: each flag overrides the config file's "limits" key of the same name.
+    @Option(help: "Largest frame payload accepted and sent, in bytes (limits.max_frame_bytes; default 4194304).")
+    var maxFrameBytes: Int?
+
+    @Option(help: "Requests read but not answered per connection before reads stop (limits.max_queued_requests; default 1024).")
+    var maxQueuedRequests: Int?
+
+    @Option(help: "Payload bytes of such requests before reads stop (limits.max_queued_request_bytes; default 8388608).")
+    var maxQueuedRequestBytes: Int?
+
+    @Option(help: "Unsent outbound bytes per connection at which its reads and requests pause (limits.outbound_high_water_bytes; default 1048576).")
+    var outboundHighWaterBytes: Int?
+
+    @Option(help: "Notification bytes a connection may leave unread before it is closed (limits.max_notification_backlog_bytes; default 8388608).")
+    var maxNotificationBacklogBytes: Int?
+
+    @Option(help: "Open connections; more get an error frame and are closed (limits.max_connections; default 4096).")
+    var maxConnections: Int?
+
+    @Option(help: "Milliseconds an initialized connection with nothing in flight and no subscription may stay silent; 0 never closes (limits.idle_timeout_ms; default 300000).")
+    var idleTimeoutMs: Int?
+
+    @Option(help: "Bytes of incomplete frames held across all connections (limits.max_partial_frame_bytes; default 67108864).")
+    var maxPartialFrameBytes: Int?
+
+    @Option(help: "Milliseconds a connection may stay open without initialize (limits.handshake_timeout_ms; default 10000).")
+    var handshakeTimeoutMs: Int?
 
     @Option(help: "Seconds an unsubscribed idle thread stays loaded.")
     var idleUnloadSeconds = 1800.0
@@ -56,68 +85,82 @@ struct ServerCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "threadwire")
-        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]) else {
-            throw ValidationError("--listen must be HOST:PORT, got '\(listen)'")
-        }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(Self.metricsFactory(registry))
+
+        let (host, port) = try Self.hostPort(listen, flag: "--listen")
+        let file = try config.map(ConfigFile.load) ?? ConfigFile.Loaded()
+        var settings = file.settings
+        settings.shutdownTurnGraceMs = Int(turnGraceSeconds * 1000)
         var configuration = ServerConfiguration()
-        configuration.host = String(listen[..<colon])
+        configuration.host = host
         configuration.port = port
-        configuration.maxFrameBytes = maxFrameBytes
-        configuration.handshakeTimeoutMs = handshakeTimeoutMs
+        configuration.limits = try limits(over: file.limits)
         configuration.idleUnloadSeconds = idleUnloadSeconds
         configuration.recordPath = record
 
-        // Signal handling is in place before the ready line, so a SIGTERM sent
-        // the moment a supervisor sees that line is never lost.
-        let signals = ShutdownSignals.install()
-
-        var settings = try config.map(ConfigFile.load) ?? ServerSettings()
-        settings.shutdownTurnGraceMs = Int(turnGraceSeconds * 1000)
         let store = try SQLiteThreadStore(directory: dataDir, logger: logger)
-        let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger)
-        let address = try await server.start()
-        let host = address.ipAddress ?? configuration.host
-        // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
-        FileHandle.standardOutput.write(Data("threadwire listening on \(host):\(address.port ?? port)\n".utf8))
-
-        for await received in signals {
-            logger.info("shutting down", metadata: ["tw.signal": "\(received)"])
-            break
+        let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger) { address in
+            // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
+            FileHandle.standardOutput.write(Data("threadwire listening on \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))
         }
-        await server.shutdown(grace: .milliseconds(500))
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server.storeHealth, serviceName: "store-health")]
+        if let adminListen {
+            let (adminHost, adminPort) = try Self.hostPort(adminListen, flag: "--admin-listen")
+            let admin = AdminServer(
+                host: adminHost, port: adminPort, registry: registry,
+                readiness: { let state = server.readiness; return .init(ready: state.ready, reason: state.reason) },
+                beforeScrape: { server.refreshGauges() },
+                onListening: { boundHost, boundPort in
+                    FileHandle.standardOutput.write(Data("threadwire admin on http://\(boundHost):\(boundPort)\n".utf8))
+                },
+                logger: logger)
+            services.append(.init(service: admin, serviceName: "admin"))
+        }
+        // Last registered, first shut down: the frame server drains while
+        // the admin endpoint still answers (readiness 503) and the store runs.
+        services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
+        let group = ServiceGroup(configuration: .init(
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger))
+        try await group.run()
         logger.info("stopped")
-        // Every acknowledged change is already committed; don't wait for
-        // runtime teardown (it took seconds here).
+        // Everything is committed and every server task awaited; skip the
+        // runtime's teardown of its thread pools (it took seconds here).
         Glibc.exit(0)
     }
-}
 
-/// SIGINT/SIGTERM through a self-pipe: sigaction switches the disposition
-/// atomically (a dispatch source plus SIG_IGN left a window where a signal was
-/// dropped), and the handler only does an async-signal-safe write.
-enum ShutdownSignals {
-    nonisolated(unsafe) static var writeEnd: Int32 = -1
+    /// Flags win over the config file's "limits", which win over defaults.
+    func limits(over file: ServerLimits) throws -> ServerLimits {
+        var limits = file
+        if let maxFrameBytes { limits.maxFrameBytes = maxFrameBytes }
+        if let maxQueuedRequests { limits.maxQueuedRequests = maxQueuedRequests }
+        if let maxQueuedRequestBytes { limits.maxQueuedRequestBytes = maxQueuedRequestBytes }
+        if let outboundHighWaterBytes { limits.outboundHighWaterBytes = outboundHighWaterBytes }
+        if let maxNotificationBacklogBytes { limits.maxNotificationBacklogBytes = maxNotificationBacklogBytes }
+        if let maxConnections { limits.maxConnections = maxConnections }
+        if let idleTimeoutMs { limits.idleTimeoutMs = idleTimeoutMs }
+        if let maxPartialFrameBytes { limits.maxPartialFrameBytes = maxPartialFrameBytes }
+        if let handshakeTimeoutMs { limits.handshakeTimeoutMs = handshakeTimeoutMs }
+        do { try limits.validate() } catch { throw ValidationError("limit \(error)") }
+        return limits
+    }
 
-    static func install() -> AsyncStream<Int32> {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { fatalError("pipe() failed: \(errno)") }
-        writeEnd = fds[1]
-        for signalNumber in [SIGINT, SIGTERM] {
-            var action = sigaction()
-            action.__sigaction_handler.sa_handler = { received in
-                var byte = UInt8(truncatingIfNeeded: received)
-                _ = write(ShutdownSignals.writeEnd, &byte, 1)
-            }
-            sigemptyset(&action.sa_mask)
-            action.sa_flags = SA_RESTART
-            sigaction(signalNumber, &action, nil)
+    static func hostPort(_ value: String, flag: String) throws -> (String, Int) {
+        guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]), (0...65535).contains(port) else {
+            throw ValidationError("\(flag) must be HOST:PORT, got '\(value)'")
         }
-        let readEnd = fds[0]
-        return AsyncStream { continuation in
-            Thread.detachNewThread {
-                var byte: UInt8 = 0
-                while read(readEnd, &byte, 1) == 1 { continuation.yield(Int32(byte)) }
-            }
-        }
+        return (String(value[..<colon]), port)
+    }
+
+    static func metricsFactory(_ registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        // Requests take tens of microseconds to seconds.
+        factory.defaultDurationHistogramBuckets = [
+            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2),
+            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+            .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
+        ]
+        factory.defaultValueHistogramBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+        return factory
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 internal import GRDB
 public import Logging
+import Metrics
 public import ThreadwireCore
 import ThreadwireContract
 import ThreadwireWire
@@ -14,10 +15,12 @@ public final class SQLiteThreadStore: ThreadStore {
     private let pool: DatabasePool
     private let queue: CommitQueue
     public let path: String
+    private let directory: String
 
     public init(directory: String, logger: Logger = Logger(label: "threadwire.store")) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         path = (directory as NSString).appendingPathComponent("threadwire.sqlite")
+        self.directory = directory
         var configuration = Configuration()
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
@@ -95,11 +98,40 @@ public final class SQLiteThreadStore: ThreadStore {
                 CREATE INDEX mailbox_recipient ON mailbox(recipient_id, seq);
                 """)
         }
+        migrator.registerMigration("v3: turn pages, health probe") { db in
+            try db.execute(sql: """
+                -- thread/turns/list pages by sequence.
+                CREATE INDEX turns_sequence ON turns(thread_id, seq);
+                -- One row rewritten by the health probe to prove commits work.
+                CREATE TABLE health_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL);
+                """)
+        }
         return migrator
     }
 
     public func commit(_ operations: [StoreOperation]) async throws {
         try await queue.submit(operations)
+    }
+
+    /// Proves the store can commit now: a file of `spareBytes` written and
+    /// synced beside the database (SQLite reuses its WAL file, so a tiny
+    /// transaction can succeed on a full disk), then one real transaction.
+    public func probe() async throws {
+        let file = (directory as NSString).appendingPathComponent(".health-probe")
+        let spareBytes = 256 * 1024
+        try await Task.detached {
+            let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+            guard fd >= 0 else { throw StoreFailure(message: "cannot create \(file): \(String(cString: strerror(errno)))") }
+            defer { close(fd); unlink(file) }
+            let chunk = [UInt8](repeating: 0, count: spareBytes)
+            let written = chunk.withUnsafeBytes { write(fd, $0.baseAddress, spareBytes) }
+            guard written == spareBytes, fsync(fd) == 0 else {
+                throw StoreFailure(message: "cannot write to \(file): \(String(cString: strerror(errno)))")
+            }
+        }.value
+        try await pool.write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, ?)", arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
+        }
     }
 
     /// Transactions written so far (fewer than commits when group commit works).
@@ -166,6 +198,22 @@ public final class SQLiteThreadStore: ThreadStore {
                 .map { (sequence: $0["seq"] as Int64, bytes: [UInt8]($0["record"] as Data)) }
         }
         return try rows.map { (sequence: $0.sequence, item: try ContextItem(wire: Wire.ContextItem(serializedBytes: $0.bytes))) }
+    }
+
+    public func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
+        try await pool.read { db in
+            guard try Bool.fetchOne(db, sql: "SELECT 1 FROM threads WHERE id = ?", arguments: [id]) != nil else { return nil }
+            var sql = "SELECT seq, record FROM turns WHERE thread_id = ?"
+            var arguments: StatementArguments = [id]
+            if let afterSequence {
+                sql += descending ? " AND seq < ?" : " AND seq > ?"
+                _ = arguments.append(contentsOf: [afterSequence])
+            }
+            sql += descending ? " ORDER BY seq DESC LIMIT ?" : " ORDER BY seq ASC LIMIT ?"
+            _ = arguments.append(contentsOf: [limit])
+            return try Row.fetchAll(db, sql: sql, arguments: arguments)
+                .map { try TurnRecord(storedWire: Wire.Turn(serializedBytes: [UInt8]($0["record"] as Data)), threadID: id, sequence: $0["seq"]) }
+        }
     }
 
     public func threadsWithRunningTurns() async throws -> [ThreadID] {
@@ -259,6 +307,8 @@ actor CommitQueue {
     private var pending: [([StoreOperation], CheckedContinuation<Void, any Error>)] = []
     private var flushing = false
     private(set) var transactions = 0
+    private let batchSize = Recorder(label: "threadwire_store_commit_batch_size", aggregate: true)
+    private let latency = Metrics.Timer(label: "threadwire_store_commit_seconds")
 
     init(pool: DatabasePool, logger: Logger) {
         self.pool = pool
@@ -281,6 +331,9 @@ actor CommitQueue {
             pending = []
             let work = batch.map(\.0)
             transactions += 1
+            batchSize.record(batch.count)
+            let started = ContinuousClock.now
+            defer { latency.record(duration: ContinuousClock.now - started) }
             do {
                 let results = try await pool.write { db -> [(any Error)?] in
                     var results: [(any Error)?] = []

@@ -71,6 +71,10 @@ public actor InMemoryThreadStore: ThreadStore {
         mailbox.filter { $0.recipient == recipient }.map { (sequence: $0.sequence, item: $0.item) }
     }
 
+    public func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
+        threads[id].map { $0.turns.page(afterSequence: afterSequence, limit: limit, descending: descending) }
+    }
+
     public func threadsWithRunningTurns() async throws -> [ThreadID] {
         threads.values.filter { $0.turns.contains { $0.status == .inProgress } }.map(\.record.id).sorted()
     }

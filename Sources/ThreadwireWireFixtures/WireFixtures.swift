@@ -37,6 +37,9 @@ public enum WireFixtures {
         message.maxFrameBytes = UInt32(4000000001)
         message.maxQueuedRequests = UInt32(4000000002)
         message.handshakeTimeoutMs = UInt32(4000000003)
+        message.maxQueuedRequestBytes = UInt32(4000000004)
+        message.maxNotificationBacklogBytes = UInt32(4000000005)
+        message.idleTimeoutMs = UInt32(4000000006)
         return message
     }
 
@@ -289,6 +292,7 @@ public enum WireFixtures {
         message.multiAgentRuntime = Wire.MultiAgentRuntime.v2
         message.multiAgentMode = Wire.MultiAgentMode.proactive
         message.settings = ThreadSettings(0)
+        message.turnsNextCursor = "turns_next_cursor héllo ✓ 0"
         return message
     }
 
@@ -313,6 +317,7 @@ public enum WireFixtures {
         message.threadId = "thread_id héllo ✓ 0"
         message.includeTurns = true
         message.includeModelRequests = true
+        message.turnsLimit = UInt32(4000000004)
         return message
     }
 
@@ -320,6 +325,23 @@ public enum WireFixtures {
         var message = Wire.ThreadReadResult()
         message.thread = Thread(0)
         message.settings = ThreadSettings(0)
+        message.turnsNextCursor = "turns_next_cursor héllo ✓ 0"
+        return message
+    }
+
+    public static func ThreadTurnsListParams(_ variant: Int) -> Wire.ThreadTurnsListParams {
+        var message = Wire.ThreadTurnsListParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.cursor = "cursor héllo ✓ 0"
+        message.limit = UInt32(4000000003)
+        message.sortDirection = Wire.SortDirection.ascending
+        return message
+    }
+
+    public static func ThreadTurnsListResult(_ variant: Int) -> Wire.ThreadTurnsListResult {
+        var message = Wire.ThreadTurnsListResult()
+        message.data = [Turn(0), Turn(0)]
+        message.nextCursor = "next_cursor héllo ✓ 0"
         return message
     }
 
@@ -432,7 +454,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
-        switch variant % 14 {
+        switch variant % 15 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .threadStart(ThreadStartParams(0))
@@ -445,7 +467,8 @@ public enum WireFixtures {
         case 9: message.params = .threadUnsubscribe(ThreadUnsubscribeParams(0))
         case 10: message.params = .threadSettingsUpdate(ThreadSettingsUpdateParams(0))
         case 11: message.params = .agentSpawn(AgentSpawnParams(0))
-        case 12: message.params = .turnStart(TurnStartParams(0))
+        case 12: message.params = .threadTurnsList(ThreadTurnsListParams(0))
+        case 13: message.params = .turnStart(TurnStartParams(0))
         default: message.params = .turnInterrupt(TurnInterruptParams(0))
         }
         return message
@@ -456,7 +479,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 14 {
+        switch variant % 15 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .threadStart(ThreadLifecycleResult(0))
@@ -469,7 +492,8 @@ public enum WireFixtures {
         case 9: message.result = .threadUnsubscribe(ThreadUnsubscribeResult(0))
         case 10: message.result = .threadSettingsUpdate(ThreadSettingsUpdateResult(0))
         case 11: message.result = .agentSpawn(ThreadLifecycleResult(0))
-        case 12: message.result = .turnStart(TurnStartResult(0))
+        case 12: message.result = .threadTurnsList(ThreadTurnsListResult(0))
+        case 13: message.result = .turnStart(TurnStartResult(0))
         default: message.result = .turnInterrupt(TurnInterruptResult(0))
         }
         return message
@@ -535,6 +559,8 @@ public enum WireFixtures {
         ("ThreadForkParams#0", { try roundTrip(ThreadForkParams(0)) }),
         ("ThreadReadParams#0", { try roundTrip(ThreadReadParams(0)) }),
         ("ThreadReadResult#0", { try roundTrip(ThreadReadResult(0)) }),
+        ("ThreadTurnsListParams#0", { try roundTrip(ThreadTurnsListParams(0)) }),
+        ("ThreadTurnsListResult#0", { try roundTrip(ThreadTurnsListResult(0)) }),
         ("ThreadListParams#0", { try roundTrip(ThreadListParams(0)) }),
         ("ThreadListResult#0", { try roundTrip(ThreadListResult(0)) }),
         ("ThreadArchiveParams#0", { try roundTrip(ThreadArchiveParams(0)) }),
@@ -566,6 +592,7 @@ public enum WireFixtures {
         ("Request#11", { try roundTrip(Request(11)) }),
         ("Request#12", { try roundTrip(Request(12)) }),
         ("Request#13", { try roundTrip(Request(13)) }),
+        ("Request#14", { try roundTrip(Request(14)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -580,6 +607,7 @@ public enum WireFixtures {
         ("Response#11", { try roundTrip(Response(11)) }),
         ("Response#12", { try roundTrip(Response(12)) }),
         ("Response#13", { try roundTrip(Response(13)) }),
+        ("Response#14", { try roundTrip(Response(14)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

@@ -15,13 +15,19 @@ struct ConnectionHandlerTests {
     func pipeline(maxFrameBytes: Int = 1024) throws -> EmbeddedChannel {
         let registry = ConnectionRegistry(baseInstructions: { _ in "" })
         let engine = ThreadEngine(store: InMemoryThreadStore(), backend: ScriptedEchoBackend(), settings: ServerSettings(), sink: registry)
-        let info = ServerInfo(maxFrameBytes: maxFrameBytes, maxQueuedRequests: 8, handshakeTimeoutMs: 60_000, draining: { false })
-        let services = ServerServices(engine: engine, registry: registry, info: info, logger: Logger(label: "test"), recorder: nil)
+        var limits = ServerLimits()
+        limits.maxFrameBytes = maxFrameBytes
+        limits.handshakeTimeoutMs = 60_000
+        let info = ServerInfo(limits: limits, draining: { false })
+        let metrics = ServerMetrics()
+        let services = ServerServices(engine: engine, registry: registry, info: info, logger: Logger(label: "test"), recorder: nil, metrics: metrics)
         let channel = EmbeddedChannel()
+        let flowControl = FlowControlHandler(metrics: metrics)
         try channel.pipeline.syncOperations.addHandlers([
+            flowControl,
             ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
             MessageToByteHandler(FrameEncoder()),
-            ConnectionHandler(connectionID: 1, services: services),
+            ConnectionHandler(connectionID: 1, services: services, flowControl: flowControl),
         ])
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         return channel
@@ -70,5 +76,89 @@ struct ConnectionHandlerTests {
         channel.embeddedEventLoop.run()
         #expect(try nextResponse(channel)?.code == 8)
         #expect(!channel.isActive)
+    }
+
+    /// Counts the reads that reach the socket end of the pipeline.
+    final class ReadCounter: ChannelOutboundHandler, @unchecked Sendable {
+        typealias OutboundIn = NIOAny
+        var reads = 0
+        func read(context: ChannelHandlerContext) {
+            reads += 1
+            context.read()
+        }
+    }
+
+    func flowControlled(_ limits: ServerLimits) throws -> (EmbeddedChannel, ReadCounter, Connection) {
+        let channel = EmbeddedChannel()
+        let counter = ReadCounter()
+        let metrics = ServerMetrics()
+        let flow = FlowControlHandler(metrics: metrics)
+        try channel.pipeline.syncOperations.addHandlers([counter, flow])
+        let loop = channel.embeddedEventLoop
+        let connection = Connection(id: 1, channel: channel, limits: limits, metrics: metrics,
+                                    resumeReads: { loop.execute { flow.resumeIfAllowed() } })
+        flow.connection = connection
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        return (channel, counter, connection)
+    }
+
+    @Test("reads stop while the request queue is full (count or bytes) and resume when it drains")
+    func queueFullHoldsReads() throws {
+        var limits = ServerLimits()
+        limits.maxQueuedRequests = 2
+        limits.maxQueuedRequestBytes = 100
+        let (channel, counter, connection) = try flowControlled(limits)
+        channel.read()
+        #expect(counter.reads == 1)
+        #expect(connection.admit(bytes: 10))
+        #expect(!connection.admit(bytes: 10))  // second request fills the count
+        channel.read()
+        #expect(counter.reads == 1)
+        connection.finished(bytes: 10)
+        channel.embeddedEventLoop.run()
+        #expect(counter.reads == 2)  // the held read was issued
+        #expect(!connection.admit(bytes: 200))  // one large request fills the bytes
+        channel.read()
+        #expect(counter.reads == 2)
+        connection.finished(bytes: 200)
+        channel.embeddedEventLoop.run()
+        #expect(counter.reads == 3)
+    }
+
+    @Test("reads stop while the channel is not writable and resume when it is")
+    func unwritableHoldsReads() throws {
+        let (channel, counter, connection) = try flowControlled(ServerLimits())
+        channel.isWritable = false
+        channel.pipeline.fireChannelWritabilityChanged()
+        channel.read()
+        #expect(counter.reads == 0)
+        #expect(!connection.readsAllowed)
+        channel.isWritable = true
+        channel.pipeline.fireChannelWritabilityChanged()
+        #expect(counter.reads == 1)
+    }
+
+    @Test("partial frames share one budget across connections; the one that passes it is refused")
+    func partialFrameBudget() throws {
+        let budget = PartialFrameBudget(limit: 100)
+        func decoderChannel() throws -> EmbeddedChannel {
+            let channel = EmbeddedChannel()
+            try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameDecoder(maxFrameBytes: 1000, budget: budget)))
+            return channel
+        }
+        let first = try decoderChannel()
+        let second = try decoderChannel()
+        // Header announcing 500 bytes, then 55 of them: 60 bytes held.
+        let partial = [UInt8(0), 0, 0, 0x01, 0xF4] + [UInt8](repeating: 7, count: 55)
+        try first.writeInbound(ByteBuffer(bytes: partial))
+        #expect(budget.heldBytes == 60)
+        #expect(throws: FrameError.partialFramesOverBudget(limit: 100)) {
+            try second.writeInbound(ByteBuffer(bytes: partial))
+        }
+        #expect(budget.heldBytes == 60)
+        // The first connection goes away: its share returns.
+        _ = try? first.finish()
+        #expect(budget.heldBytes == 0)
+        _ = try? second.finish()
     }
 }

@@ -544,17 +544,26 @@ extension Wire {
     public var maxFrameBytes: UInt32?
     public var maxQueuedRequests: UInt32?
     public var handshakeTimeoutMs: UInt32?
+    public var maxQueuedRequestBytes: UInt32?
+    public var maxNotificationBacklogBytes: UInt32?
+    public var idleTimeoutMs: UInt32?
 
     public init() {
       self.maxFrameBytes = nil
       self.maxQueuedRequests = nil
       self.handshakeTimeoutMs = nil
+      self.maxQueuedRequestBytes = nil
+      self.maxNotificationBacklogBytes = nil
+      self.idleTimeoutMs = nil
     }
 
-    public init(maxFrameBytes: UInt32? = nil, maxQueuedRequests: UInt32? = nil, handshakeTimeoutMs: UInt32? = nil) {
+    public init(maxFrameBytes: UInt32? = nil, maxQueuedRequests: UInt32? = nil, handshakeTimeoutMs: UInt32? = nil, maxQueuedRequestBytes: UInt32? = nil, maxNotificationBacklogBytes: UInt32? = nil, idleTimeoutMs: UInt32? = nil) {
       self.maxFrameBytes = maxFrameBytes
       self.maxQueuedRequests = maxQueuedRequests
       self.handshakeTimeoutMs = handshakeTimeoutMs
+      self.maxQueuedRequestBytes = maxQueuedRequestBytes
+      self.maxNotificationBacklogBytes = maxNotificationBacklogBytes
+      self.idleTimeoutMs = idleTimeoutMs
     }
   }
 }
@@ -568,12 +577,18 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if c.has_max_frame_bytes != 0 { self.maxFrameBytes = c.max_frame_bytes }
     if c.has_max_queued_requests != 0 { self.maxQueuedRequests = c.max_queued_requests }
     if c.has_handshake_timeout_ms != 0 { self.handshakeTimeoutMs = c.handshake_timeout_ms }
+    if c.has_max_queued_request_bytes != 0 { self.maxQueuedRequestBytes = c.max_queued_request_bytes }
+    if c.has_max_notification_backlog_bytes != 0 { self.maxNotificationBacklogBytes = c.max_notification_backlog_bytes }
+    if c.has_idle_timeout_ms != 0 { self.idleTimeoutMs = c.idle_timeout_ms }
   }
 
   func fill(_ c: inout Threadwire__V1__ServerLimits, arena: Arena) {
     if let v = self.maxFrameBytes { c.has_max_frame_bytes = 1; c.max_frame_bytes = v }
     if let v = self.maxQueuedRequests { c.has_max_queued_requests = 1; c.max_queued_requests = v }
     if let v = self.handshakeTimeoutMs { c.has_handshake_timeout_ms = 1; c.handshake_timeout_ms = v }
+    if let v = self.maxQueuedRequestBytes { c.has_max_queued_request_bytes = 1; c.max_queued_request_bytes = v }
+    if let v = self.maxNotificationBacklogBytes { c.has_max_notification_backlog_bytes = 1; c.max_notification_backlog_bytes = v }
+    if let v = self.idleTimeoutMs { c.has_idle_timeout_ms = 1; c.idle_timeout_ms = v }
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
@@ -603,6 +618,9 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if let v = maxFrameBytes { object.append(("max_frame_bytes", .uint(UInt64(v)))) }
     if let v = maxQueuedRequests { object.append(("max_queued_requests", .uint(UInt64(v)))) }
     if let v = handshakeTimeoutMs { object.append(("handshake_timeout_ms", .uint(UInt64(v)))) }
+    if let v = maxQueuedRequestBytes { object.append(("max_queued_request_bytes", .uint(UInt64(v)))) }
+    if let v = maxNotificationBacklogBytes { object.append(("max_notification_backlog_bytes", .uint(UInt64(v)))) }
+    if let v = idleTimeoutMs { object.append(("idle_timeout_ms", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -614,6 +632,9 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
       case "max_frame_bytes", "maxFrameBytes": self.maxFrameBytes = try value.uint32Value(path: keyPath)
       case "max_queued_requests", "maxQueuedRequests": self.maxQueuedRequests = try value.uint32Value(path: keyPath)
       case "handshake_timeout_ms", "handshakeTimeoutMs": self.handshakeTimeoutMs = try value.uint32Value(path: keyPath)
+      case "max_queued_request_bytes", "maxQueuedRequestBytes": self.maxQueuedRequestBytes = try value.uint32Value(path: keyPath)
+      case "max_notification_backlog_bytes", "maxNotificationBacklogBytes": self.maxNotificationBacklogBytes = try value.uint32Value(path: keyPath)
+      case "idle_timeout_ms", "idleTimeoutMs": self.idleTimeoutMs = try value.uint32Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3122,6 +3143,7 @@ extension Wire {
     public var multiAgentRuntime: Wire.MultiAgentRuntime?
     public var multiAgentMode: Wire.MultiAgentMode?
     public var settings: Wire.ThreadSettings?
+    public var turnsNextCursor: String?
 
     public init() {
       self.thread = nil
@@ -3129,14 +3151,16 @@ extension Wire {
       self.multiAgentRuntime = nil
       self.multiAgentMode = nil
       self.settings = nil
+      self.turnsNextCursor = nil
     }
 
-    public init(thread: Wire.Thread? = nil, model: String? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, settings: Wire.ThreadSettings? = nil) {
+    public init(thread: Wire.Thread? = nil, model: String? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil) {
       self.thread = thread
       self.model = model
       self.multiAgentRuntime = multiAgentRuntime
       self.multiAgentMode = multiAgentMode
       self.settings = settings
+      self.turnsNextCursor = turnsNextCursor
     }
   }
 }
@@ -3152,6 +3176,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
     if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
     if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
+    if let v = c.turns_next_cursor { self.turnsNextCursor = try wireString(v, path: fieldPath(path, "turns_next_cursor")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: Arena) {
@@ -3160,6 +3185,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
     if let v = self.multiAgentMode { c.has_multi_agent_mode = 1; c.multi_agent_mode = Threadwire__V1__MultiAgentMode(rawValue: numericCast(v.rawValue)) }
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
+    if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
@@ -3191,6 +3217,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if let v = multiAgentRuntime { object.append(("multi_agent_runtime", .string(v.protoValueName))) }
     if let v = multiAgentMode { object.append(("multi_agent_mode", .string(v.protoValueName))) }
     if let v = settings { object.append(("settings", v.jsonValue())) }
+    if let v = turnsNextCursor { object.append(("turns_next_cursor", .string(v))) }
     return .object(object)
   }
 
@@ -3204,6 +3231,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
       case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
       case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
       case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      case "turns_next_cursor", "turnsNextCursor": self.turnsNextCursor = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3377,17 +3405,20 @@ extension Wire {
     public var threadId: String?
     public var includeTurns: Bool?
     public var includeModelRequests: Bool?
+    public var turnsLimit: UInt32?
 
     public init() {
       self.threadId = nil
       self.includeTurns = nil
       self.includeModelRequests = nil
+      self.turnsLimit = nil
     }
 
-    public init(threadId: String? = nil, includeTurns: Bool? = nil, includeModelRequests: Bool? = nil) {
+    public init(threadId: String? = nil, includeTurns: Bool? = nil, includeModelRequests: Bool? = nil, turnsLimit: UInt32? = nil) {
       self.threadId = threadId
       self.includeTurns = includeTurns
       self.includeModelRequests = includeModelRequests
+      self.turnsLimit = turnsLimit
     }
   }
 }
@@ -3401,12 +3432,14 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
     if c.has_include_turns != 0 { self.includeTurns = c.include_turns != 0 }
     if c.has_include_model_requests != 0 { self.includeModelRequests = c.include_model_requests != 0 }
+    if c.has_turns_limit != 0 { self.turnsLimit = c.turns_limit }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadParams, arena: Arena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.includeTurns { c.has_include_turns = 1; c.include_turns = v ? 1 : 0 }
     if let v = self.includeModelRequests { c.has_include_model_requests = 1; c.include_model_requests = v ? 1 : 0 }
+    if let v = self.turnsLimit { c.has_turns_limit = 1; c.turns_limit = v }
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
@@ -3436,6 +3469,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     if let v = threadId { object.append(("thread_id", .string(v))) }
     if let v = includeTurns { object.append(("include_turns", .bool(v))) }
     if let v = includeModelRequests { object.append(("include_model_requests", .bool(v))) }
+    if let v = turnsLimit { object.append(("turns_limit", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -3447,6 +3481,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
       case "include_turns", "includeTurns": self.includeTurns = try value.boolValue(path: keyPath)
       case "include_model_requests", "includeModelRequests": self.includeModelRequests = try value.boolValue(path: keyPath)
+      case "turns_limit", "turnsLimit": self.turnsLimit = try value.uint32Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3457,15 +3492,18 @@ extension Wire {
   public struct ThreadReadResult: Sendable, Equatable {
     public var thread: Wire.Thread?
     public var settings: Wire.ThreadSettings?
+    public var turnsNextCursor: String?
 
     public init() {
       self.thread = nil
       self.settings = nil
+      self.turnsNextCursor = nil
     }
 
-    public init(thread: Wire.Thread? = nil, settings: Wire.ThreadSettings? = nil) {
+    public init(thread: Wire.Thread? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil) {
       self.thread = thread
       self.settings = settings
+      self.turnsNextCursor = turnsNextCursor
     }
   }
 }
@@ -3478,11 +3516,13 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
     self.init()
     if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
     if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
+    if let v = c.turns_next_cursor { self.turnsNextCursor = try wireString(v, path: fieldPath(path, "turns_next_cursor")) }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadResult, arena: Arena) {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
+    if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
@@ -3511,6 +3551,7 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
     var object: [(String, JSONValue)] = []
     if let v = thread { object.append(("thread", v.jsonValue())) }
     if let v = settings { object.append(("settings", v.jsonValue())) }
+    if let v = turnsNextCursor { object.append(("turns_next_cursor", .string(v))) }
     return .object(object)
   }
 
@@ -3521,6 +3562,175 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
       switch key {
       case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
       case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      case "turns_next_cursor", "turnsNextCursor": self.turnsNextCursor = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadTurnsListParams: Sendable, Equatable {
+    public var threadId: String?
+    public var cursor: String?
+    public var limit: UInt32?
+    public var sortDirection: Wire.SortDirection?
+
+    public init() {
+      self.threadId = nil
+      self.cursor = nil
+      self.limit = nil
+      self.sortDirection = nil
+    }
+
+    public init(threadId: String? = nil, cursor: String? = nil, limit: UInt32? = nil, sortDirection: Wire.SortDirection? = nil) {
+      self.threadId = threadId
+      self.cursor = cursor
+      self.limit = limit
+      self.sortDirection = sortDirection
+    }
+  }
+}
+
+extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadTurnsListParams"
+  typealias CMessage = Threadwire__V1__ThreadTurnsListParams
+
+  init(c: Threadwire__V1__ThreadTurnsListParams, path: String) throws {
+    self.init()
+    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.cursor { self.cursor = try wireString(v, path: fieldPath(path, "cursor")) }
+    if c.has_limit != 0 { self.limit = c.limit }
+    if c.has_sort_direction != 0 { self.sortDirection = try Wire.SortDirection(wireRawValue: Int32(truncatingIfNeeded: c.sort_direction.rawValue), path: fieldPath(path, "sort_direction")) }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadTurnsListParams, arena: Arena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.cursor { c.cursor = arena.cString(v) }
+    if let v = self.limit { c.has_limit = 1; c.limit = v }
+    if let v = self.sortDirection { c.has_sort_direction = 1; c.sort_direction = Threadwire__V1__SortDirection(rawValue: numericCast(v.rawValue)) }
+  }
+
+  public init(serializedBytes bytes: [UInt8]) throws {
+    let count = bytes.count
+    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_turns_list_params__unpack(nil, count, $0.baseAddress) }) else {
+      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    }
+    defer { threadwire__v1__thread_turns_list_params__free_unpacked(message, nil) }
+    try self.init(c: message.pointee, path: "")
+  }
+
+  public func serializedBytes() -> [UInt8] {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadTurnsListParams()
+    threadwire__v1__thread_turns_list_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_turns_list_params__get_packed_size(&c)
+    if size == 0 { return [] }
+    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
+      written = threadwire__v1__thread_turns_list_params__pack(&c, buffer.baseAddress!)
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = cursor { object.append(("cursor", .string(v))) }
+    if let v = limit { object.append(("limit", .uint(UInt64(v)))) }
+    if let v = sortDirection { object.append(("sort_direction", .string(v.protoValueName))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "cursor": self.cursor = try value.stringValue(path: keyPath)
+      case "limit": self.limit = try value.uint32Value(path: keyPath)
+      case "sort_direction", "sortDirection": self.sortDirection = try Wire.SortDirection(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadTurnsListResult: Sendable, Equatable {
+    public var data: [Wire.Turn]
+    public var nextCursor: String?
+
+    public init() {
+      self.data = []
+      self.nextCursor = nil
+    }
+
+    public init(data: [Wire.Turn] = [], nextCursor: String? = nil) {
+      self.data = data
+      self.nextCursor = nextCursor
+    }
+  }
+}
+
+extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadTurnsListResult"
+  typealias CMessage = Threadwire__V1__ThreadTurnsListResult
+
+  init(c: Threadwire__V1__ThreadTurnsListResult, path: String) throws {
+    self.init()
+    if c.n_data > 0, let items = c.data {
+      self.data.reserveCapacity(c.n_data)
+      for index in 0..<c.n_data { self.data.append(try Wire.Turn(c: wirePointee(items[index]), path: fieldPath(path, "data"))) }
+    }
+    if let v = c.next_cursor { self.nextCursor = try wireString(v, path: fieldPath(path, "next_cursor")) }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadTurnsListResult, arena: Arena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data.map { arena.message($0, Threadwire__V1__Turn(), threadwire__v1__turn__init) })
+    }
+    if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
+  }
+
+  public init(serializedBytes bytes: [UInt8]) throws {
+    let count = bytes.count
+    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_turns_list_result__unpack(nil, count, $0.baseAddress) }) else {
+      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    }
+    defer { threadwire__v1__thread_turns_list_result__free_unpacked(message, nil) }
+    try self.init(c: message.pointee, path: "")
+  }
+
+  public func serializedBytes() -> [UInt8] {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadTurnsListResult()
+    threadwire__v1__thread_turns_list_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_turns_list_result__get_packed_size(&c)
+    if size == 0 { return [] }
+    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
+      written = threadwire__v1__thread_turns_list_result__pack(&c, buffer.baseAddress!)
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { $0.jsonValue() }))) }
+    if let v = nextCursor { object.append(("next_cursor", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.Turn(json: element, path: path) }
+      case "next_cursor", "nextCursor": self.nextCursor = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -4684,6 +4894,7 @@ extension Wire {
       case threadUnsubscribe(Wire.ThreadUnsubscribeParams)
       case threadSettingsUpdate(Wire.ThreadSettingsUpdateParams)
       case agentSpawn(Wire.AgentSpawnParams)
+      case threadTurnsList(Wire.ThreadTurnsListParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
 
@@ -4702,6 +4913,7 @@ extension Wire {
         case .threadUnsubscribe: return "thread_unsubscribe"
         case .threadSettingsUpdate: return "thread_settings_update"
         case .agentSpawn: return "agent_spawn"
+        case .threadTurnsList: return "thread_turns_list"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -4722,12 +4934,13 @@ extension Wire {
         case .threadUnsubscribe: return "thread/unsubscribe"
         case .threadSettingsUpdate: return "thread/settings/update"
         case .agentSpawn: return "agent/spawn"
+        case .threadTurnsList: return "thread/turns/list"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -4744,6 +4957,7 @@ extension Wire {
         case "thread_unsubscribe", "threadUnsubscribe": return .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(json: json, path: path))
         case "thread_settings_update", "threadSettingsUpdate": return .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(json: json, path: path))
         case "agent_spawn", "agentSpawn": return .agentSpawn(try Wire.AgentSpawnParams(json: json, path: path))
+        case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         default: return nil
@@ -4792,6 +5006,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case 27: self.params = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wirePointee(c.thread_unsubscribe), path: fieldPath(path, "thread_unsubscribe")))
     case 28: self.params = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wirePointee(c.thread_settings_update), path: fieldPath(path, "thread_settings_update")))
     case 29: self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wirePointee(c.agent_spawn), path: fieldPath(path, "agent_spawn")))
+    case 30: self.params = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wirePointee(c.thread_turns_list), path: fieldPath(path, "thread_turns_list")))
     case 40: self.params = .turnStart(try Wire.TurnStartParams(c: wirePointee(c.turn_start), path: fieldPath(path, "turn_start")))
     case 41: self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wirePointee(c.turn_interrupt), path: fieldPath(path, "turn_interrupt")))
     default: self.params = nil
@@ -4842,6 +5057,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .agentSpawn(let v)?:
       c.params_case = .init(rawValue: 29)
       c.agent_spawn = arena.message(v, Threadwire__V1__AgentSpawnParams(), threadwire__v1__agent_spawn_params__init)
+    case .threadTurnsList(let v)?:
+      c.params_case = .init(rawValue: 30)
+      c.thread_turns_list = arena.message(v, Threadwire__V1__ThreadTurnsListParams(), threadwire__v1__thread_turns_list_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -4892,6 +5110,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadUnsubscribe(let v)?: object.append(("thread_unsubscribe", v.jsonValue()))
     case .threadSettingsUpdate(let v)?: object.append(("thread_settings_update", v.jsonValue()))
     case .agentSpawn(let v)?: object.append(("agent_spawn", v.jsonValue()))
+    case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -4907,7 +5126,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -4936,6 +5155,7 @@ extension Wire {
       case threadUnsubscribe(Wire.ThreadUnsubscribeResult)
       case threadSettingsUpdate(Wire.ThreadSettingsUpdateResult)
       case agentSpawn(Wire.ThreadLifecycleResult)
+      case threadTurnsList(Wire.ThreadTurnsListResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
 
@@ -4954,6 +5174,7 @@ extension Wire {
         case .threadUnsubscribe: return "thread_unsubscribe"
         case .threadSettingsUpdate: return "thread_settings_update"
         case .agentSpawn: return "agent_spawn"
+        case .threadTurnsList: return "thread_turns_list"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -4974,12 +5195,13 @@ extension Wire {
         case .threadUnsubscribe: return "thread/unsubscribe"
         case .threadSettingsUpdate: return "thread/settings/update"
         case .agentSpawn: return "agent/spawn"
+        case .threadTurnsList: return "thread/turns/list"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -4996,6 +5218,7 @@ extension Wire {
         case "thread_unsubscribe", "threadUnsubscribe": return .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(json: json, path: path))
         case "thread_settings_update", "threadSettingsUpdate": return .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(json: json, path: path))
         case "agent_spawn", "agentSpawn": return .agentSpawn(try Wire.ThreadLifecycleResult(json: json, path: path))
+        case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         default: return nil
@@ -5041,6 +5264,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case 27: self.result = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wirePointee(c.thread_unsubscribe), path: fieldPath(path, "thread_unsubscribe")))
     case 28: self.result = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wirePointee(c.thread_settings_update), path: fieldPath(path, "thread_settings_update")))
     case 29: self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wirePointee(c.agent_spawn), path: fieldPath(path, "agent_spawn")))
+    case 30: self.result = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wirePointee(c.thread_turns_list), path: fieldPath(path, "thread_turns_list")))
     case 40: self.result = .turnStart(try Wire.TurnStartResult(c: wirePointee(c.turn_start), path: fieldPath(path, "turn_start")))
     case 41: self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wirePointee(c.turn_interrupt), path: fieldPath(path, "turn_interrupt")))
     default: self.result = nil
@@ -5088,6 +5312,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .agentSpawn(let v)?:
       c.result_case = .init(rawValue: 29)
       c.agent_spawn = arena.message(v, Threadwire__V1__ThreadLifecycleResult(), threadwire__v1__thread_lifecycle_result__init)
+    case .threadTurnsList(let v)?:
+      c.result_case = .init(rawValue: 30)
+      c.thread_turns_list = arena.message(v, Threadwire__V1__ThreadTurnsListResult(), threadwire__v1__thread_turns_list_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -5138,6 +5365,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadUnsubscribe(let v)?: object.append(("thread_unsubscribe", v.jsonValue()))
     case .threadSettingsUpdate(let v)?: object.append(("thread_settings_update", v.jsonValue()))
     case .agentSpawn(let v)?: object.append(("agent_spawn", v.jsonValue()))
+    case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -5153,7 +5381,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

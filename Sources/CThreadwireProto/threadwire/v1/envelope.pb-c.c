@@ -251,7 +251,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[17] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[18] =
 {
   {
     "id",
@@ -434,6 +434,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_turns_list",
+    30,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_turns_list),
+    &threadwire__v1__thread_turns_list_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -471,19 +483,20 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   6,   /* field[6] = thread_resume */
   13,   /* field[13] = thread_settings_update */
   5,   /* field[5] = thread_start */
+  15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  16,   /* field[16] = turn_interrupt */
-  15,   /* field[15] = turn_start */
+  17,   /* field[17] = turn_interrupt */
+  16,   /* field[16] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 15 },
-  { 0, 17 }
+  { 40, 16 },
+  { 0, 18 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -493,14 +506,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  17,
+  18,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[17] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[18] =
 {
   {
     "id",
@@ -683,6 +696,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_turns_list",
+    30,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_turns_list),
+    &threadwire__v1__thread_turns_list_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -721,18 +746,19 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   6,   /* field[6] = thread_resume */
   13,   /* field[13] = thread_settings_update */
   5,   /* field[5] = thread_start */
+  15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
-  16,   /* field[16] = turn_interrupt */
-  15,   /* field[15] = turn_start */
+  17,   /* field[17] = turn_interrupt */
+  16,   /* field[16] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 15 },
-  { 0, 17 }
+  { 40, 16 },
+  { 0, 18 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -742,7 +768,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  17,
+  18,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,

@@ -584,7 +584,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_info__descriptor =
   (ProtobufCMessageInit) threadwire__v1__server_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descriptors[6] =
 {
   {
     "max_frame_bytes",
@@ -622,16 +622,55 @@ static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_queued_request_bytes",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_max_queued_request_bytes),
+    offsetof(Threadwire__V1__ServerLimits, max_queued_request_bytes),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_notification_backlog_bytes",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_max_notification_backlog_bytes),
+    offsetof(Threadwire__V1__ServerLimits, max_notification_backlog_bytes),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "idle_timeout_ms",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_idle_timeout_ms),
+    offsetof(Threadwire__V1__ServerLimits, idle_timeout_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__server_limits__field_indices_by_name[] = {
   2,   /* field[2] = handshake_timeout_ms */
+  5,   /* field[5] = idle_timeout_ms */
   0,   /* field[0] = max_frame_bytes */
+  4,   /* field[4] = max_notification_backlog_bytes */
+  3,   /* field[3] = max_queued_request_bytes */
   1,   /* field[1] = max_queued_requests */
 };
 static const ProtobufCIntRange threadwire__v1__server_limits__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
 {
@@ -641,7 +680,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
   "Threadwire__V1__ServerLimits",
   "threadwire.v1",
   sizeof(Threadwire__V1__ServerLimits),
-  3,
+  6,
   threadwire__v1__server_limits__field_descriptors,
   threadwire__v1__server_limits__field_indices_by_name,
   1,  threadwire__v1__server_limits__number_ranges,

@@ -412,6 +412,96 @@ void   threadwire__v1__thread_read_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_read_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_turns_list_params__init
+                     (Threadwire__V1__ThreadTurnsListParams         *message)
+{
+  static const Threadwire__V1__ThreadTurnsListParams init_value = THREADWIRE__V1__THREAD_TURNS_LIST_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_turns_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadTurnsListParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_turns_list_params__pack
+                     (const Threadwire__V1__ThreadTurnsListParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_turns_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadTurnsListParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadTurnsListParams *
+       threadwire__v1__thread_turns_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadTurnsListParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_turns_list_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_turns_list_params__free_unpacked
+                     (Threadwire__V1__ThreadTurnsListParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_turns_list_result__init
+                     (Threadwire__V1__ThreadTurnsListResult         *message)
+{
+  static const Threadwire__V1__ThreadTurnsListResult init_value = THREADWIRE__V1__THREAD_TURNS_LIST_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_turns_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadTurnsListResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_turns_list_result__pack
+                     (const Threadwire__V1__ThreadTurnsListResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_turns_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadTurnsListResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadTurnsListResult *
+       threadwire__v1__thread_turns_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadTurnsListResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_turns_list_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_turns_list_result__free_unpacked
+                     (Threadwire__V1__ThreadTurnsListResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_turns_list_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_list_params__init
                      (Threadwire__V1__ThreadListParams         *message)
 {
@@ -1532,7 +1622,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   (ProtobufCMessageInit) threadwire__v1__thread_start_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[5] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[6] =
 {
   {
     "thread",
@@ -1594,6 +1684,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turns_next_cursor",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadLifecycleResult, turns_next_cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_lifecycle_result__field_indices_by_name[] = {
   1,   /* field[1] = model */
@@ -1601,11 +1703,12 @@ static const unsigned threadwire__v1__thread_lifecycle_result__field_indices_by_
   2,   /* field[2] = multi_agent_runtime */
   4,   /* field[4] = settings */
   0,   /* field[0] = thread */
+  5,   /* field[5] = turns_next_cursor */
 };
 static const ProtobufCIntRange threadwire__v1__thread_lifecycle_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descriptor =
 {
@@ -1615,7 +1718,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descri
   "Threadwire__V1__ThreadLifecycleResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadLifecycleResult),
-  5,
+  6,
   threadwire__v1__thread_lifecycle_result__field_descriptors,
   threadwire__v1__thread_lifecycle_result__field_indices_by_name,
   1,  threadwire__v1__thread_lifecycle_result__number_ranges,
@@ -1750,7 +1853,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor 
   (ProtobufCMessageInit) threadwire__v1__thread_fork_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_read_params__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_read_params__field_descriptors[4] =
 {
   {
     "thread_id",
@@ -1788,16 +1891,29 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_read_params__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turns_limit",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ThreadReadParams, has_turns_limit),
+    offsetof(Threadwire__V1__ThreadReadParams, turns_limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_read_params__field_indices_by_name[] = {
   2,   /* field[2] = include_model_requests */
   1,   /* field[1] = include_turns */
   0,   /* field[0] = thread_id */
+  3,   /* field[3] = turns_limit */
 };
 static const ProtobufCIntRange threadwire__v1__thread_read_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor =
 {
@@ -1807,14 +1923,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor 
   "Threadwire__V1__ThreadReadParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadReadParams),
-  3,
+  4,
   threadwire__v1__thread_read_params__field_descriptors,
   threadwire__v1__thread_read_params__field_indices_by_name,
   1,  threadwire__v1__thread_read_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_read_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_read_result__field_descriptors[2] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_read_result__field_descriptors[3] =
 {
   {
     "thread",
@@ -1840,15 +1956,28 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_read_result__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turns_next_cursor",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadReadResult, turns_next_cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_read_result__field_indices_by_name[] = {
   1,   /* field[1] = settings */
   0,   /* field[0] = thread */
+  2,   /* field[2] = turns_next_cursor */
 };
 static const ProtobufCIntRange threadwire__v1__thread_read_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor =
 {
@@ -1858,11 +1987,139 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor 
   "Threadwire__V1__ThreadReadResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadReadResult),
-  2,
+  3,
   threadwire__v1__thread_read_result__field_descriptors,
   threadwire__v1__thread_read_result__field_indices_by_name,
   1,  threadwire__v1__thread_read_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_read_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_turns_list_params__field_descriptors[4] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTurnsListParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "cursor",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTurnsListParams, cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ThreadTurnsListParams, has_limit),
+    offsetof(Threadwire__V1__ThreadTurnsListParams, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "sort_direction",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadTurnsListParams, has_sort_direction),
+    offsetof(Threadwire__V1__ThreadTurnsListParams, sort_direction),
+    &threadwire__v1__sort_direction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_turns_list_params__field_indices_by_name[] = {
+  1,   /* field[1] = cursor */
+  2,   /* field[2] = limit */
+  3,   /* field[3] = sort_direction */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_turns_list_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadTurnsListParams",
+  "ThreadTurnsListParams",
+  "Threadwire__V1__ThreadTurnsListParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadTurnsListParams),
+  4,
+  threadwire__v1__thread_turns_list_params__field_descriptors,
+  threadwire__v1__thread_turns_list_params__field_indices_by_name,
+  1,  threadwire__v1__thread_turns_list_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_turns_list_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_turns_list_result__field_descriptors[2] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadTurnsListResult, n_data),
+    offsetof(Threadwire__V1__ThreadTurnsListResult, data),
+    &threadwire__v1__turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_cursor",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTurnsListResult, next_cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_turns_list_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+  1,   /* field[1] = next_cursor */
+};
+static const ProtobufCIntRange threadwire__v1__thread_turns_list_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadTurnsListResult",
+  "ThreadTurnsListResult",
+  "Threadwire__V1__ThreadTurnsListResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadTurnsListResult),
+  2,
+  threadwire__v1__thread_turns_list_result__field_descriptors,
+  threadwire__v1__thread_turns_list_result__field_indices_by_name,
+  1,  threadwire__v1__thread_turns_list_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_turns_list_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_descriptors[6] =

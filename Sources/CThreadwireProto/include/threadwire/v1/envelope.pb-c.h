@@ -77,6 +77,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_UNSUBSCRIBE = 27,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_SETTINGS_UPDATE = 28,
   THREADWIRE__V1__REQUEST__PARAMS_AGENT_SPAWN = 29,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_TURNS_LIST = 30,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
@@ -121,6 +122,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadUnsubscribeParams *thread_unsubscribe;
     Threadwire__V1__ThreadSettingsUpdateParams *thread_settings_update;
     Threadwire__V1__AgentSpawnParams *agent_spawn;
+    Threadwire__V1__ThreadTurnsListParams *thread_turns_list;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
   };
@@ -144,6 +146,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_UNSUBSCRIBE = 27,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_SETTINGS_UPDATE = 28,
   THREADWIRE__V1__RESPONSE__RESULT_AGENT_SPAWN = 29,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_TURNS_LIST = 30,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
@@ -180,6 +183,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadUnsubscribeResult *thread_unsubscribe;
     Threadwire__V1__ThreadSettingsUpdateResult *thread_settings_update;
     Threadwire__V1__ThreadLifecycleResult *agent_spawn;
+    Threadwire__V1__ThreadTurnsListResult *thread_turns_list;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
   };

@@ -31,7 +31,9 @@ typedef enum _Threadwire__V1__ServingStatus {
   THREADWIRE__V1__SERVING_STATUS__SERVING_STATUS_UNSPECIFIED = 0,
   THREADWIRE__V1__SERVING_STATUS__SERVING_STATUS_SERVING = 1,
   /*
-   * The server is draining (SIGTERM received); stop sending new work.
+   * The server is draining (SIGTERM received) or its store cannot commit
+   * (disk full, I/O error); stop sending new work. SERVING again once the
+   * store commits.
    */
   THREADWIRE__V1__SERVING_STATUS__SERVING_STATUS_NOT_SERVING = 2
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__SERVING_STATUS)
@@ -115,11 +117,15 @@ struct  Threadwire__V1__ServerLimits
   ProtobufCMessage base;
   /*
    * Largest accepted frame payload in bytes (the 4-byte length field).
+   * No frame the server sends is larger either: a response that would be
+   * gets RESOURCE_EXHAUSTED naming this limit instead.
    */
   protobuf_c_boolean has_max_frame_bytes;
   uint32_t max_frame_bytes;
   /*
-   * Requests queued per connection before RESOURCE_EXHAUSTED is answered.
+   * Requests read but not yet answered, per connection. At this count (or at
+   * max_queued_request_bytes) the server stops reading the socket until
+   * answers drain: TCP backpressure, not an error.
    */
   protobuf_c_boolean has_max_queued_requests;
   uint32_t max_queued_requests;
@@ -128,10 +134,28 @@ struct  Threadwire__V1__ServerLimits
    */
   protobuf_c_boolean has_handshake_timeout_ms;
   uint32_t handshake_timeout_ms;
+  /*
+   * Payload bytes of requests read but not yet answered, per connection.
+   */
+  protobuf_c_boolean has_max_queued_request_bytes;
+  uint32_t max_queued_request_bytes;
+  /*
+   * Notification bytes written but not yet taken by the client. A connection
+   * past it gets one Response without id (RESOURCE_EXHAUSTED naming the
+   * limit) and is closed: read notifications promptly or opt out of them.
+   */
+  protobuf_c_boolean has_max_notification_backlog_bytes;
+  uint32_t max_notification_backlog_bytes;
+  /*
+   * Milliseconds an initialized connection with no request in flight and no
+   * subscription may stay silent before the server closes it (0: never).
+   */
+  protobuf_c_boolean has_idle_timeout_ms;
+  uint32_t idle_timeout_ms;
 };
 #define THREADWIRE__V1__SERVER_LIMITS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__server_limits__descriptor) \
-    , 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 struct  Threadwire__V1__InitializeResult

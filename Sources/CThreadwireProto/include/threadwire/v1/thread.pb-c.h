@@ -27,6 +27,8 @@ typedef struct Threadwire__V1__ThreadResumeParams Threadwire__V1__ThreadResumePa
 typedef struct Threadwire__V1__ThreadForkParams Threadwire__V1__ThreadForkParams;
 typedef struct Threadwire__V1__ThreadReadParams Threadwire__V1__ThreadReadParams;
 typedef struct Threadwire__V1__ThreadReadResult Threadwire__V1__ThreadReadResult;
+typedef struct Threadwire__V1__ThreadTurnsListParams Threadwire__V1__ThreadTurnsListParams;
+typedef struct Threadwire__V1__ThreadTurnsListResult Threadwire__V1__ThreadTurnsListResult;
 typedef struct Threadwire__V1__ThreadListParams Threadwire__V1__ThreadListParams;
 typedef struct Threadwire__V1__ThreadListResult Threadwire__V1__ThreadListResult;
 typedef struct Threadwire__V1__ThreadArchiveParams Threadwire__V1__ThreadArchiveParams;
@@ -239,10 +241,16 @@ struct  Threadwire__V1__ThreadLifecycleResult
   protobuf_c_boolean has_multi_agent_mode;
   Threadwire__V1__MultiAgentMode multi_agent_mode;
   Threadwire__V1__ThreadSettings *settings;
+  /*
+   * thread.turns holds the newest turns that fit in one frame; when older
+   * ones were left out, this continues with "thread/turns/list"
+   * (sort_direction DESCENDING).
+   */
+  char *turns_next_cursor;
 };
 #define THREADWIRE__V1__THREAD_LIFECYCLE_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_lifecycle_result__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL }
 
 
 /*
@@ -288,6 +296,10 @@ struct  Threadwire__V1__ThreadForkParams
 
 /*
  * Method "thread/read": a thread without loading or subscribing.
+ * With include_turns the thread carries its newest turns, oldest first: at most
+ * turns_limit of them and never more than fit in one frame. When older turns
+ * were left out, turns_next_cursor continues with "thread/turns/list"
+ * (sort_direction DESCENDING).
  */
 struct  Threadwire__V1__ThreadReadParams
 {
@@ -296,14 +308,19 @@ struct  Threadwire__V1__ThreadReadParams
   protobuf_c_boolean has_include_turns;
   protobuf_c_boolean include_turns;
   /*
-   * With include_turns: also every turn's model requests.
+   * With include_turns: also every included turn's model requests.
    */
   protobuf_c_boolean has_include_model_requests;
   protobuf_c_boolean include_model_requests;
+  /*
+   * 1..1000, default 100.
+   */
+  protobuf_c_boolean has_turns_limit;
+  uint32_t turns_limit;
 };
 #define THREADWIRE__V1__THREAD_READ_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_read_params__descriptor) \
-    , NULL, 0, 0, 0, 0 }
+    , NULL, 0, 0, 0, 0, 0, 0 }
 
 
 struct  Threadwire__V1__ThreadReadResult
@@ -311,10 +328,60 @@ struct  Threadwire__V1__ThreadReadResult
   ProtobufCMessage base;
   Threadwire__V1__Thread *thread;
   Threadwire__V1__ThreadSettings *settings;
+  /*
+   * Present when older turns were left out.
+   */
+  char *turns_next_cursor;
 };
 #define THREADWIRE__V1__THREAD_READ_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_read_result__descriptor) \
-    , NULL, NULL }
+    , NULL, NULL, NULL }
+
+
+/*
+ * Method "thread/turns/list": one page of a thread's turns without loading or
+ * subscribing. A page holds at most `limit` turns and never more than fit in
+ * one frame; a single turn too large for any frame is RESOURCE_EXHAUSTED
+ * naming the frame limit and the turn.
+ */
+struct  Threadwire__V1__ThreadTurnsListParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  /*
+   * Opaque; from a previous result's next_cursor (or thread/read's
+   * turns_next_cursor), used with the same sort_direction.
+   */
+  char *cursor;
+  /*
+   * 1..1000, default 25.
+   */
+  protobuf_c_boolean has_limit;
+  uint32_t limit;
+  /*
+   * Default DESCENDING: newest turn first.
+   */
+  protobuf_c_boolean has_sort_direction;
+  Threadwire__V1__SortDirection sort_direction;
+};
+#define THREADWIRE__V1__THREAD_TURNS_LIST_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_turns_list_params__descriptor) \
+    , NULL, NULL, 0, 0, 0, THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_UNSPECIFIED }
+
+
+struct  Threadwire__V1__ThreadTurnsListResult
+{
+  ProtobufCMessage base;
+  size_t n_data;
+  Threadwire__V1__Turn **data;
+  /*
+   * Absent on the last page.
+   */
+  char *next_cursor;
+};
+#define THREADWIRE__V1__THREAD_TURNS_LIST_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_turns_list_result__descriptor) \
+    , 0,NULL, NULL }
 
 
 /*
@@ -709,6 +776,44 @@ Threadwire__V1__ThreadReadResult *
 void   threadwire__v1__thread_read_result__free_unpacked
                      (Threadwire__V1__ThreadReadResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadTurnsListParams methods */
+void   threadwire__v1__thread_turns_list_params__init
+                     (Threadwire__V1__ThreadTurnsListParams         *message);
+size_t threadwire__v1__thread_turns_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadTurnsListParams   *message);
+size_t threadwire__v1__thread_turns_list_params__pack
+                     (const Threadwire__V1__ThreadTurnsListParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_turns_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadTurnsListParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadTurnsListParams *
+       threadwire__v1__thread_turns_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_turns_list_params__free_unpacked
+                     (Threadwire__V1__ThreadTurnsListParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadTurnsListResult methods */
+void   threadwire__v1__thread_turns_list_result__init
+                     (Threadwire__V1__ThreadTurnsListResult         *message);
+size_t threadwire__v1__thread_turns_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadTurnsListResult   *message);
+size_t threadwire__v1__thread_turns_list_result__pack
+                     (const Threadwire__V1__ThreadTurnsListResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_turns_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadTurnsListResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadTurnsListResult *
+       threadwire__v1__thread_turns_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_turns_list_result__free_unpacked
+                     (Threadwire__V1__ThreadTurnsListResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadListParams methods */
 void   threadwire__v1__thread_list_params__init
                      (Threadwire__V1__ThreadListParams         *message);
@@ -1004,6 +1109,12 @@ typedef void (*Threadwire__V1__ThreadReadParams_Closure)
 typedef void (*Threadwire__V1__ThreadReadResult_Closure)
                  (const Threadwire__V1__ThreadReadResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadTurnsListParams_Closure)
+                 (const Threadwire__V1__ThreadTurnsListParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadTurnsListResult_Closure)
+                 (const Threadwire__V1__ThreadTurnsListResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadListParams_Closure)
                  (const Threadwire__V1__ThreadListParams *message,
                   void *closure_data);
@@ -1065,6 +1176,8 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__de
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_archive_params__descriptor;

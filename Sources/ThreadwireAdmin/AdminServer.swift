@@ -1,0 +1,81 @@
+import Hummingbird
+public import Logging
+public import Prometheus
+public import ServiceLifecycle
+
+/// The operator's HTTP endpoint (Hummingbird):
+///   GET /livez    200 while the process serves at all
+///   GET /readyz   200 when new work is welcome; 503 with the reason while
+///                 draining or while the store cannot commit
+///   GET /metrics  Prometheus text format (swift-prometheus is the
+///                 swift-metrics backend)
+/// It knows nothing of threads: the frame server hands it closures.
+public struct AdminServer: Service {
+    public struct Readiness: Sendable {
+        public var ready: Bool
+        public var reason: String
+        public init(ready: Bool, reason: String) {
+            self.ready = ready
+            self.reason = reason
+        }
+    }
+
+    private let host: String
+    private let port: Int
+    private let registry: PrometheusCollectorRegistry
+    private let readiness: @Sendable () -> Readiness
+    private let beforeScrape: @Sendable () -> Void
+    private let onListening: @Sendable (String, Int) -> Void
+    private let logger: Logger
+
+    public init(host: String, port: Int, registry: PrometheusCollectorRegistry,
+                readiness: @escaping @Sendable () -> Readiness,
+                beforeScrape: @escaping @Sendable () -> Void = {},
+                onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
+                logger: Logger) {
+        self.host = host
+        self.port = port
+        self.registry = registry
+        self.readiness = readiness
+        self.beforeScrape = beforeScrape
+        self.onListening = onListening
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let router = Router()
+        let readiness = self.readiness
+        let registry = self.registry
+        let beforeScrape = self.beforeScrape
+        router.get("livez") { _, _ in
+            Self.text(.ok, "ok\n")
+        }
+        router.get("readyz") { _, _ in
+            let state = readiness()
+            return Self.text(state.ready ? .ok : .serviceUnavailable, state.reason + "\n")
+        }
+        router.get("metrics") { _, _ in
+            beforeScrape()
+            var buffer = ByteBuffer()
+            buffer.writeBytes(registry.emitToBuffer())
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                            body: .init(byteBuffer: buffer))
+        }
+        let onListening = self.onListening
+        let host = self.host
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(host, port: port), serverName: "threadwire-admin"),
+            onServerRunning: { channel in
+                onListening(channel.localAddress?.ipAddress ?? host, channel.localAddress?.port ?? 0)
+            },
+            logger: logger)
+        // run(), not runService(): the process's one ServiceGroup owns signals.
+        try await app.run()
+    }
+
+    static func text(_ status: HTTPResponse.Status, _ body: String) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"],
+                 body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+}

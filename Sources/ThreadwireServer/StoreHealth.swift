@@ -1,0 +1,93 @@
+public import Logging
+import NIOConcurrencyHelpers
+public import ServiceLifecycle
+public import ThreadwireCore
+
+/// Whether the store can commit. A failed commit marks it unhealthy at once;
+/// only a successful probe (see `ThreadStore.probe`) marks it healthy again,
+/// so health does not flap while small commits squeeze into a full disk.
+/// As a service it probes periodically, so a disk that fills while nobody
+/// writes is noticed too.
+public final class StoreHealth: Service, Sendable {
+    private let store: any ThreadStore
+    private let logger: Logger
+    private let state = NIOLockedValueBox<String?>(nil)
+    public let healthyInterval: Duration
+    public let unhealthyInterval: Duration
+
+    public init(store: any ThreadStore, logger: Logger,
+                healthyInterval: Duration = .seconds(5), unhealthyInterval: Duration = .seconds(1)) {
+        self.store = store
+        self.logger = logger
+        self.healthyInterval = healthyInterval
+        self.unhealthyInterval = unhealthyInterval
+    }
+
+    public var isHealthy: Bool { failure == nil }
+    /// Why the store cannot commit, nil while it can.
+    public var failure: String? { state.withLockedValue { $0 } }
+
+    func commitFailed(_ error: any Error) {
+        let wasHealthy = state.withLockedValue { current in
+            defer { current = "\(error)" }
+            return current == nil
+        }
+        if wasHealthy { logger.error("store cannot commit; health is NOT_SERVING", metadata: ["tw.error": "\(error)"]) }
+    }
+
+    /// Probes once and records the result.
+    public func check() async {
+        do {
+            try await store.probe()
+            let wasUnhealthy = state.withLockedValue { current in
+                defer { current = nil }
+                return current != nil
+            }
+            if wasUnhealthy { logger.notice("store commits again; health is SERVING") }
+        } catch {
+            commitFailed(error)
+        }
+    }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                await self.check()
+                try? await Task.sleep(for: self.isHealthy ? self.healthyInterval : self.unhealthyInterval)
+            }
+        }
+    }
+}
+
+/// The store as the engine sees it: commit failures feed `StoreHealth`, and
+/// reach the client as UNAVAILABLE naming the cause (the change was not made).
+struct MonitoredStore: ThreadStore {
+    let base: any ThreadStore
+    let health: StoreHealth
+
+    func commit(_ operations: [StoreOperation]) async throws {
+        do {
+            try await base.commit(operations)
+        } catch let conflict as StoreConflict {
+            throw conflict
+        } catch {
+            health.commitFailed(error)
+            throw DomainError.unavailable("the store cannot commit (\(error)); the change was not made")
+        }
+    }
+
+    func loadThread(_ id: ThreadID) async throws -> StoredThread? { try await base.loadThread(id) }
+    func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? { try await base.threadRecord(id) }
+    func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) {
+        try await base.listThreads(query)
+    }
+    func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
+        try await base.turnsPage(id, afterSequence: afterSequence, limit: limit, descending: descending)
+    }
+    func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] { try await base.agentTree(sessionID) }
+    func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] {
+        try await base.pendingMailbox(recipient)
+    }
+    func threadsWithRunningTurns() async throws -> [ThreadID] { try await base.threadsWithRunningTurns() }
+    func probe() async throws { try await base.probe() }
+}
