@@ -18,20 +18,25 @@ final class Connection: Sendable {
     private let limits: ServerLimits
     private let metrics: ServerMetrics
 
+    /// Notification order: sequence numbers are taken and frames written
+    /// under this lock. A write can flush and fire writability events
+    /// synchronously, so nothing those events touch uses this lock.
     private struct State {
         var initialized = false
         var optOut: Set<String> = []
         var nextSequence: UInt64 = 1
-        var queuedRequests = 0
-        var queuedBytes = 0
-        /// Reads stopped because the request queue is full.
-        var readsHeldForQueue = false
-        var closing = false
-        var writableWaiters: [CheckedContinuation<Void, Never>] = []
     }
     private let state = NIOLockedValueBox(State())
-    /// Notification bytes written but not yet taken by the kernel. Apart from
-    /// `state`: a write can complete while `state` is held.
+    private struct Queue {
+        var requests = 0
+        var bytes = 0
+    }
+    private let queue = NIOLockedValueBox(Queue())
+    /// Reads stopped because the request queue is full.
+    private let readsHeldForQueue = Atomic<Bool>(false)
+    private let closing = Atomic<Bool>(false)
+    private let writableWaiters = NIOLockedValueBox<[CheckedContinuation<Void, Never>]>([])
+    /// Notification bytes written but not yet taken by the kernel.
     private let notificationBacklog = Atomic<Int>(0)
     /// Resumes reads on the channel's event loop once the queue drains.
     private let resumeReads: @Sendable () -> Void
@@ -61,11 +66,11 @@ final class Connection: Sendable {
     /// Counts a request of `bytes` in. Returns false when the queue is now
     /// full, so the caller stops reading until `finished` drains it.
     func admit(bytes: Int) -> Bool {
-        state.withLockedValue { state in
-            state.queuedRequests += 1
-            state.queuedBytes += bytes
-            if state.queuedRequests >= limits.maxQueuedRequests || state.queuedBytes >= limits.maxQueuedRequestBytes {
-                state.readsHeldForQueue = true
+        queue.withLockedValue { queue in
+            queue.requests += 1
+            queue.bytes += bytes
+            if queue.requests >= limits.maxQueuedRequests || queue.bytes >= limits.maxQueuedRequestBytes {
+                readsHeldForQueue.store(true, ordering: .relaxed)
                 return false
             }
             return true
@@ -73,22 +78,22 @@ final class Connection: Sendable {
     }
 
     func finished(bytes: Int) {
-        let resume = state.withLockedValue { state -> Bool in
-            state.queuedRequests -= 1
-            state.queuedBytes -= bytes
-            guard state.readsHeldForQueue,
-                  state.queuedRequests < limits.maxQueuedRequests, state.queuedBytes < limits.maxQueuedRequestBytes else { return false }
-            state.readsHeldForQueue = false
+        let resume = queue.withLockedValue { queue -> Bool in
+            queue.requests -= 1
+            queue.bytes -= bytes
+            guard readsHeldForQueue.load(ordering: .relaxed),
+                  queue.requests < limits.maxQueuedRequests, queue.bytes < limits.maxQueuedRequestBytes else { return false }
+            readsHeldForQueue.store(false, ordering: .relaxed)
             return true
         }
         if resume { resumeReads() }
     }
 
-    var hasRequestsInFlight: Bool { state.withLockedValue { $0.queuedRequests > 0 } }
+    var hasRequestsInFlight: Bool { queue.withLockedValue { $0.requests > 0 } }
 
     /// Whether the socket may be read now (checked by `FlowControlHandler`).
     var readsAllowed: Bool {
-        channel.isWritable && !state.withLockedValue { $0.readsHeldForQueue || $0.closing }
+        channel.isWritable && !readsHeldForQueue.load(ordering: .relaxed) && !closing.load(ordering: .relaxed)
     }
 
     // MARK: Outbound
@@ -98,11 +103,11 @@ final class Connection: Sendable {
     func waitUntilWritable() async {
         if channel.isWritable { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = state.withLockedValue { state -> Bool in
+            let ready = writableWaiters.withLockedValue { waiters -> Bool in
                 // Checked again under the lock that `writabilityChanged` takes,
                 // so a change between the two checks is never missed.
-                if channel.isWritable || state.closing || !channel.isActive { return true }
-                state.writableWaiters.append(continuation)
+                if channel.isWritable || closing.load(ordering: .relaxed) || !channel.isActive { return true }
+                waiters.append(continuation)
                 return false
             }
             if ready { continuation.resume() }
@@ -112,18 +117,18 @@ final class Connection: Sendable {
     /// Called on the event loop when writability flips (or the channel closes).
     func writabilityChanged() {
         guard channel.isWritable || !channel.isActive else { return }
-        let waiters = state.withLockedValue { state in
-            defer { state.writableWaiters.removeAll() }
-            return state.writableWaiters
+        let waiters = writableWaiters.withLockedValue { waiters in
+            defer { waiters.removeAll() }
+            return waiters
         }
         for waiter in waiters { waiter.resume() }
     }
 
     func closed() {
-        let waiters = state.withLockedValue { state in
-            state.closing = true
-            defer { state.writableWaiters.removeAll() }
-            return state.writableWaiters
+        let waiters = writableWaiters.withLockedValue { waiters in
+            closing.store(true, ordering: .relaxed)
+            defer { waiters.removeAll() }
+            return waiters
         }
         for waiter in waiters { waiter.resume() }
     }
@@ -143,7 +148,7 @@ final class Connection: Sendable {
     func notify(_ payload: Wire.Notification.Payload) {
         let method = payload.methodName
         let overLimit = state.withLockedValue { state -> String? in
-            guard state.initialized, !state.closing, !state.optOut.contains(method) else { return nil }
+            guard state.initialized, !closing.load(ordering: .relaxed), !state.optOut.contains(method) else { return nil }
             let notification = Wire.Notification(sequence: state.nextSequence, payload: payload)
             let bytes = Wire.Envelope(kind: .notification(notification)).serializedBytes()
             if bytes.count > limits.maxFrameBytes {
@@ -159,7 +164,7 @@ final class Connection: Sendable {
             }
             let backlog = notificationBacklog.load(ordering: .relaxed)
             if backlog + bytes.count > limits.maxNotificationBacklogBytes {
-                state.closing = true
+                closing.store(true, ordering: .relaxed)
                 return "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing"
             }
             state.nextSequence += 1
@@ -180,7 +185,7 @@ final class Connection: Sendable {
     /// A last error frame (a Response without id), then close. The close
     /// does not wait for a client that reads nothing.
     func close(code: StatusCode, message: String) {
-        state.withLockedValue { $0.closing = true }
+        closing.store(true, ordering: .relaxed)
         let bytes = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).serializedBytes()
         let channel = self.channel
         metrics.frameOut(bytes: bytes.count)

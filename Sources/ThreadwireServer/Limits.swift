@@ -44,6 +44,9 @@ public struct ServerLimits: Sendable, Equatable {
         try positive(maxConnections, "max_connections")
         guard idleTimeoutMs >= 0 else { throw LimitError(message: "idle_timeout_ms must not be negative") }
         try positive(maxPartialFrameBytes, "max_partial_frame_bytes")
+        guard maxPartialFrameBytes >= maxFrameBytes + Framing.headerSize else {
+            throw LimitError(message: "max_partial_frame_bytes (\(maxPartialFrameBytes)) must hold at least one whole frame (max_frame_bytes \(maxFrameBytes) + \(Framing.headerSize))")
+        }
         try positive(handshakeTimeoutMs, "handshake_timeout_ms")
     }
 }

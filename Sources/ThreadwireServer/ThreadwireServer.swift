@@ -30,6 +30,7 @@ final class ServerServices: Sendable {
     let recorder: FrameRecorder?
     let metrics: ServerMetrics
     let tasks = TaskTracker()
+    let descriptors = DescriptorReserve()
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics) {
         self.engine = engine
@@ -126,7 +127,10 @@ public final class ThreadwireServer: Service, Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: { error in
                         metrics.acceptBackoffs.increment()
-                        logger.warning("accept failed; pausing accepts", metadata: ["tw.error": "\(error)"])
+                        if DescriptorReserve.isOutOfDescriptors(error), services.descriptors.release() {
+                            logger.warning("out of file descriptors; refusing pending connections", metadata: ["tw.error": "\(error)"])
+                            return nil
+                        }
                         return .milliseconds(250)
                     }))
                 }

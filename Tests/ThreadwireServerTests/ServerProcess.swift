@@ -9,8 +9,10 @@ final class ServerProcess: @unchecked Sendable {
     let dataDir: String
     private(set) var process: Process?
     private(set) var port = 0
+    private(set) var adminPort = 0
     private let configPath: String?
     private let extraArguments: [String]
+    private let fileLimit: Int?
 
     static var binary: String {
         if let path = ProcessInfo.processInfo.environment["THREADWIRE_SERVER_BIN"] { return path }
@@ -19,7 +21,8 @@ final class ServerProcess: @unchecked Sendable {
     }
 
     /// - Parameter config: the server's JSON config file contents.
-    init(config: String? = nil, arguments: [String] = []) throws {
+    /// - Parameter fileLimit: the server's `ulimit -n`.
+    init(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil) throws {
         dataDir = NSTemporaryDirectory() + "threadwire-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
         if let config {
@@ -30,6 +33,7 @@ final class ServerProcess: @unchecked Sendable {
             configPath = nil
         }
         extraArguments = arguments
+        self.fileLimit = fileLimit
         try start()
     }
 
@@ -44,22 +48,38 @@ final class ServerProcess: @unchecked Sendable {
         var arguments = ["--listen", "127.0.0.1:0", "--data-dir", dataDir + "/store", "--log-level", "error"]
         if configPath != nil { arguments += ["--config", dataDir + "/config.json"] }
         process.arguments = arguments + extraArguments
+        if let fileLimit {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!
+        }
         let stdout = Pipe()
         process.standardOutput = stdout
         try process.run()
         self.process = process
-        // The server prints exactly one line when it is ready to accept.
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
+        // The server prints one line when it is ready to accept, and one
+        // more when it runs the admin endpoint.
+        let wantsAdmin = process.arguments!.contains("--admin-listen")
+        var buffered = Data()
+        var lines: [String] = []
+        while lines.count < (wantsAdmin ? 2 : 1) {
+            if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
+                lines.append(String(decoding: buffered[..<newline], as: UTF8.self))
+                buffered = Data(buffered[(newline + 1)...])
+                continue
+            }
             let chunk = stdout.fileHandleForReading.availableData
             if chunk.isEmpty { throw ServerProcessError.exitedEarly }
-            line.append(chunk)
+            buffered.append(chunk)
         }
-        let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard text.hasPrefix("threadwire listening on "), let port = Int(text.split(separator: ":").last ?? "") else {
-            throw ServerProcessError.unexpectedOutput(text)
+        for text in lines {
+            if text.hasPrefix("threadwire listening on "), let port = Int(text.split(separator: ":").last ?? "") {
+                self.port = port
+            } else if text.hasPrefix("threadwire admin on http://"), let port = Int(text.split(separator: ":").last ?? "") {
+                adminPort = port
+            } else {
+                throw ServerProcessError.unexpectedOutput(text)
+            }
         }
-        self.port = port
     }
 
     func client(initialize: Bool = true, optOut: [String] = []) async throws -> ThreadwireClient {
@@ -82,6 +102,26 @@ final class ServerProcess: @unchecked Sendable {
         }
         self.process = nil
         return status
+    }
+
+    var pid: Int32 { process?.processIdentifier ?? 0 }
+
+    /// Resident set size of the server process, in bytes.
+    func residentBytes() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+              let kib = Int(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+        return kib * 1024
+    }
+
+    /// CPU time (user + system) the server process has used, in seconds.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3, utime 14, stime 15.
+        let ticks = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// SIGKILL: no chance to flush anything.

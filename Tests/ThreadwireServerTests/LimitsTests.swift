@@ -1,0 +1,282 @@
+import Foundation
+import Testing
+import ThreadwireClient
+import ThreadwireNIO
+import ThreadwireWire
+
+/// Connection limits, the admin endpoint and health that follows the store,
+/// against the real server binary (issue 9).
+@Suite("limits and operations (real server)", .serialized)
+struct LimitsTests {
+    @Test("initialize reports every limit a client must respect, as configured by flags and the config file")
+    func initializeReportsLimits() async throws {
+        let config = #"{"limits": {"max_queued_requests": 77, "idle_timeout_ms": 45000}}"#
+        let server = try ServerProcess(config: config, arguments: ["--max-notification-backlog-bytes", "2097152", "--max-queued-requests", "99"])
+        let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
+        let limits = try #require(try await client.initialize(name: "limits").limits)
+        #expect(limits.maxFrameBytes == 4_194_304)
+        #expect(limits.maxQueuedRequests == 99)  // the flag wins over the file
+        #expect(limits.maxQueuedRequestBytes == 8_388_608)
+        #expect(limits.maxNotificationBacklogBytes == 2_097_152)
+        #expect(limits.idleTimeoutMs == 45000)
+        #expect(limits.handshakeTimeoutMs == 10000)
+    }
+
+    @Test("a limit that cannot work stops startup with a message naming it")
+    func badLimitRefused() throws {
+        #expect(throws: ServerProcessError.self) { try ServerProcess(arguments: ["--max-connections", "0"]) }
+        #expect(throws: ServerProcessError.self) {
+            try ServerProcess(arguments: ["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"])
+        }
+    }
+
+    @Test("past --max-connections a connection gets RESOURCE_EXHAUSTED, then a close; a freed slot is usable again")
+    func connectionCap() async throws {
+        let server = try ServerProcess(arguments: ["--max-connections", "2"])
+        let first = try await server.client()
+        let second = try await server.client()
+        let third = try RawSocket(port: server.port)
+        defer { third.close() }
+        let (frames, closed) = third.readUntilClosed(seconds: 10)
+        #expect(closed)
+        let refusal = try #require(frames.first?.response)
+        #expect(refusal.code == 8)
+        #expect(refusal.message?.contains("max_connections (2)") == true, "\(refusal.message ?? "")")
+        // The two inside are unaffected.
+        _ = try await first.result(.healthCheck(.init()))
+        _ = try await second.result(.healthCheck(.init()))
+        await second.close()
+        // The server sees the close asynchronously; a new client gets in once it has.
+        let deadline = ContinuousClock.now + .seconds(10)
+        var admitted = false
+        while ContinuousClock.now < deadline, !admitted {
+            if let client = try? await server.client(), (try? await client.result(.healthCheck(.init()))) != nil {
+                admitted = true
+            } else {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        #expect(admitted)
+    }
+
+    @Test("an initialized connection with nothing in flight and no subscription is closed after the idle timeout; a subscriber stays")
+    func idleTimeout() async throws {
+        let server = try ServerProcess(arguments: ["--idle-timeout-ms", "300"])
+        let idle = try RawSocket(port: server.port)
+        defer { idle.close() }
+        try idle.send(RawSocket.initialize)
+        let subscriber = try await server.client()
+        let thread = try #require(try await subscriber.startThread().thread?.id)
+        let (frames, closed) = idle.readUntilClosed(seconds: 10)
+        #expect(closed)
+        let last = try #require(frames.last?.response)
+        #expect(last.code == 14 && last.message?.contains("idle_timeout_ms (300)") == true, "\(last.message ?? "")")
+        // Several idle periods later the subscriber is still there.
+        try await Task.sleep(for: .milliseconds(1000))
+        #expect(subscriber.isActive)
+        _ = try await subscriber.read(thread, turns: false, modelRequests: false)
+    }
+
+    @Test("partial frames across connections are capped: the connection that passes the cap is refused, others go on")
+    func partialFrameCap() async throws {
+        let server = try ServerProcess(arguments: ["--max-frame-bytes", "1000000", "--max-partial-frame-bytes", "1500000"])
+        // A 900 KB frame announced, 800 KB of it sent: held by the server.
+        let header: [UInt8] = [0, 0, 0x0D, 0xBB, 0xA0]  // 900,000
+        let part = [UInt8](repeating: 0x41, count: 800_000)
+        let first = try RawSocket(port: server.port)
+        defer { first.close() }
+        try first.send(RawSocket.initialize)
+        _ = first.readFrames(1, seconds: 10)
+        try first.send(header + part)
+        let good = try await server.client()
+        // The first connection's share is held before the second arrives.
+        try await Task.sleep(for: .milliseconds(200))
+        let second = try RawSocket(port: server.port)
+        defer { second.close() }
+        try second.send(header + part)
+        let (frames, closed) = second.readUntilClosed(seconds: 10)
+        #expect(closed)
+        let refusal = try #require(frames.last?.response)
+        #expect(refusal.code == 8 && refusal.message?.contains("max_partial_frame_bytes") == true, "\(refusal.message ?? "")")
+        _ = try await good.result(.healthCheck(.init()))
+        // The first completes its frame: it was held, not dropped (the
+        // payload is no Envelope, so the answer is INVALID_ARGUMENT).
+        try first.send([UInt8](repeating: 0x41, count: 100_000))
+        let answer = try #require(first.readFrames(1, seconds: 10).first?.response)
+        #expect(answer.code == 3)
+    }
+
+    @Test("out of file descriptors the server backs off accepting instead of spinning, and serves again once they free up")
+    func fileDescriptorExhaustion() async throws {
+        let server = try ServerProcess(fileLimit: 64)
+        var sockets: [RawSocket] = []
+        defer { for socket in sockets { socket.close() } }
+        // More connections than descriptors: the kernel completes them into
+        // the backlog; the server's accept fails with EMFILE.
+        for _ in 0..<120 { if let socket = try? RawSocket(port: server.port) { sockets.append(socket) } }
+        try await Task.sleep(for: .milliseconds(500))
+        let before = server.cpuSeconds()
+        try await Task.sleep(for: .seconds(2))
+        let used = server.cpuSeconds() - before
+        #expect(used < 0.2, "the server used \(used) s of CPU in 2 s while out of descriptors")
+        for socket in sockets { socket.close() }
+        sockets.removeAll()
+        // Once descriptors are free a new client is served.
+        let deadline = ContinuousClock.now + .seconds(15)
+        var served = false
+        while ContinuousClock.now < deadline, !served {
+            if let client = try? await server.client(), (try? await client.result(.healthCheck(.init()))) != nil {
+                served = true
+            } else {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(served)
+    }
+
+    @Test("/metrics is Prometheus text and its counters move with the traffic; /livez and /readyz answer")
+    func metricsEndpoint() async throws {
+        let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0"])
+        #expect(server.adminPort > 0)
+        #expect(try httpGet(port: server.adminPort, path: "/livez").status == 200)
+        let ready = try httpGet(port: server.adminPort, path: "/readyz")
+        #expect(ready.status == 200)
+        let client = try await server.client()
+        let before = try httpGet(port: server.adminPort, path: "/metrics").body
+        try expectPrometheusText(before)
+        let healthBefore = metricValue(before, "threadwire_requests_total", labels: #"method="health/check""#) ?? 0
+        for _ in 0..<25 { _ = try await client.result(.healthCheck(.init())) }
+        let thread = try #require(try await client.startThread().thread?.id)
+        _ = try await client.read(thread, turns: false, modelRequests: false)
+        let after = try httpGet(port: server.adminPort, path: "/metrics").body
+        try expectPrometheusText(after)
+        #expect((metricValue(after, "threadwire_requests_total", labels: #"method="health/check""#) ?? 0) - healthBefore == 25)
+        #expect(metricValue(after, "threadwire_requests_total", labels: #"method="thread/start""#) == 1)
+        #expect((metricValue(after, "threadwire_frames_in_total") ?? 0) >= 28)
+        #expect((metricValue(after, "threadwire_bytes_out_total") ?? 0) > (metricValue(before, "threadwire_bytes_out_total") ?? 0))
+        #expect(metricValue(after, "threadwire_connections_open") == 1)
+        #expect(metricValue(after, "threadwire_loaded_threads") == 1)
+        #expect(metricValue(after, "threadwire_store_healthy") == 1)
+        #expect(after.contains(#"threadwire_request_duration_seconds_bucket{method="health/check""#))
+        #expect(metricValue(after, "threadwire_store_commit_seconds_count") ?? 0 >= 1)
+        #expect(metricValue(after, "threadwire_store_commit_batch_size_count") ?? 0 >= 1)
+        for name in ["threadwire_backpressure_pauses_total", "threadwire_slow_subscriber_disconnects_total", "threadwire_running_turns"] {
+            #expect(after.contains("# TYPE \(name)"), "\(name) is exported")
+        }
+    }
+
+    @Test("SIGTERM: readiness and health fail first while a running turn gets its grace, then the server exits 0")
+    func drainingFailsReadinessFirst() async throws {
+        let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0", "--turn-grace-seconds", "2"])
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        _ = try await client.startTurn(thread, "#hold")
+        let health = try await server.client(initialize: false)
+        // Accepted (not just queued in the listen backlog, which the closing listener drops).
+        _ = try await health.result(.healthCheck(.init()))
+        kill(server.pid, SIGTERM)
+        let deadline = ContinuousClock.now + .seconds(2)
+        var readyz = (status: 0, body: "")
+        while ContinuousClock.now < deadline {
+            readyz = try httpGet(port: server.adminPort, path: "/readyz")
+            if readyz.status == 503 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(readyz.status == 503 && readyz.body.contains("draining"), "\(readyz)")
+        guard case let .healthCheck(answer) = try await health.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
+        #expect(answer.status == .notServing)
+        #expect(server.stop() == 0)
+        try server.start()
+        let after = try await server.client()
+        let stored = try await after.read(thread, turns: true, modelRequests: false)
+        #expect(stored.thread?.turns.last?.status == .interrupted)
+    }
+
+    @Test("health and readiness follow the store: NOT_SERVING while the disk is full, SERVING once it has room")
+    func healthFollowsStore() async throws {
+        guard getuid() == 0 else {
+            print("skipped: mounting a small tmpfs needs root (this run is uid \(getuid()))")
+            return
+        }
+        let mountPoint = NSTemporaryDirectory() + "threadwire-full-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        guard shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0 else {
+            print("skipped: this machine does not allow mounting a tmpfs")
+            return
+        }
+        defer {
+            _ = shell("umount '\(mountPoint)'")
+            try? FileManager.default.removeItem(atPath: mountPoint)
+        }
+        let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0", "--data-dir", mountPoint + "/store"])
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        guard case let .healthCheck(before) = try await client.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
+        #expect(before.status == .serving)
+
+        // Fill the disk.
+        _ = shell("dd if=/dev/zero of='\(mountPoint)/filler' bs=64k 2>/dev/null")
+        // A commit now fails with UNAVAILABLE naming the store...
+        var failed = false
+        for index in 0..<50 where !failed {
+            do {
+                _ = try await client.result(.threadStart(Wire.ThreadStartParams(name: String(repeating: "n", count: 20_000) + "\(index)")))
+            } catch let ClientError.status(code, message) {
+                #expect(code == 14 && message.contains("store"), "\(message)")
+                failed = true
+            }
+        }
+        #expect(failed)
+        // ...and health and readiness say so.
+        guard case let .healthCheck(full) = try await client.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
+        #expect(full.status == .notServing)
+        let readyz = try httpGet(port: server.adminPort, path: "/readyz")
+        #expect(readyz.status == 503 && readyz.body.contains("store"), "\(readyz)")
+        // Reads still work.
+        _ = try await client.read(thread, turns: false, modelRequests: false)
+
+        // Room again: the probe notices within a few seconds.
+        try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+        let deadline = ContinuousClock.now + .seconds(15)
+        var serving = false
+        while ContinuousClock.now < deadline, !serving {
+            if case let .healthCheck(now) = try await client.result(.healthCheck(.init())), now.status == .serving { serving = true }
+            else { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(serving)
+        #expect(try httpGet(port: server.adminPort, path: "/readyz").status == 200)
+        _ = try await client.startThread()
+        server.stop()
+    }
+
+    /// Every line is a comment or `name{labels} value`, and every sample's
+    /// family was announced with # TYPE.
+    func expectPrometheusText(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let sample = try Regex(#"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? -?[0-9.eE+-]+|NaN|[+-]Inf$"#)
+        var types: Set<String> = []
+        var samples = 0
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("# TYPE ") {
+                types.insert(String(line.split(separator: " ")[2]))
+                continue
+            }
+            if line.hasPrefix("#") { continue }
+            #expect(line.wholeMatch(of: sample) != nil, "not a Prometheus sample: \(line)", sourceLocation: sourceLocation)
+            let name = String(line.prefix { $0 != "{" && $0 != " " })
+            let family = ["_bucket", "_sum", "_count"].reduce(name) { $0.hasSuffix($1) ? String($0.dropLast($1.count)) : $0 }
+            #expect(types.contains(family) || types.contains(name), "no # TYPE for \(name)", sourceLocation: sourceLocation)
+            samples += 1
+        }
+        #expect(samples > 0, sourceLocation: sourceLocation)
+    }
+}
+
+@discardableResult
+func shell(_ command: String) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/sh")
+    process.arguments = ["-c", command]
+    do { try process.run() } catch { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
