@@ -8,10 +8,11 @@ APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-conf
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
+ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-ownership deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-ownership bench-pressure deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -51,7 +52,7 @@ build: apt-deps
 	swift build $(SWIFT_BUILD_FLAGS)
 
 run: build
-	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --data-dir $(DATA_DIR)
+	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --data-dir $(DATA_DIR)
 
 generate: deps
 	codegen/generate.sh
@@ -94,6 +95,11 @@ bench: apt-deps
 bench-ownership: apt-deps
 	swift build -c release
 	Benchmarks/ownership.sh
+
+## Issue 9 (serving under pressure): cost of backpressure and limits, /metrics scrape time.
+bench-pressure: apt-deps
+	swift build -c release
+	Benchmarks/pressure.sh
 
 ## Regenerates the swift-protobuf peer code the codec benchmark compares against
 ## (needs protoc-gen-swift from swift-protobuf 1.39.0 on the PATH).

@@ -81,7 +81,7 @@ extension ThreadEngine {
         ]
         let publication = owner.publisher.ticket(deliveries)
         let turnID = turn.id
-        owner.runner = Task { [self] in await runTurn(owner, turnID: turnID) }
+        owner.runner = tasks.spawn { [self] in await runTurn(owner, turnID: turnID) }
         return (turn, publication)
     }
 

@@ -24,6 +24,8 @@ public final class ThreadEngine: Sendable {
     /// is reserved under it, so caps hold across API and tool spawns alike.
     let treeGates = Mutex<[ThreadID: AsyncGate]>([:])
     let stopping = Atomic<Bool>(false)
+    /// Turn runners and mailbox deliveries; shutdown awaits them.
+    let tasks = TaskTracker()
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
@@ -436,7 +438,7 @@ public final class ThreadEngine: Sendable {
     /// Moves a thread's undelivered mailbox items into its history (a
     /// separate command on that thread, so a child never waits for its parent).
     func scheduleMailboxDelivery(_ recipient: ThreadID) {
-        Task { [self] in
+        tasks.spawn { [self] in
             _ = try? await withOwner(recipient) { owner in
                 defer { scheduleUnloadIfIdle(owner) }
                 let mailbox = try await store.pendingMailbox(recipient)
@@ -529,6 +531,9 @@ public final class ThreadEngine: Sendable {
                                         error: "interrupted: the server shut down while this turn was running").publish()
             }
         }
+        // Runners of interrupted turns were cancelled; they and any mailbox
+        // delivery end here rather than being abandoned at exit.
+        await tasks.waitForAll(timeout: .seconds(5))
     }
 
     // MARK: - Views

@@ -37,7 +37,7 @@ struct LimitsTests {
         let second = try await server.client()
         let third = try RawSocket(port: server.port)
         defer { third.close() }
-        let (frames, closed) = third.readUntilClosed(seconds: 10)
+        let (frames, closed) = await third.readUntilClosed(seconds: 10)
         #expect(closed)
         let refusal = try #require(frames.first?.response)
         #expect(refusal.code == 8)
@@ -67,7 +67,7 @@ struct LimitsTests {
         try idle.send(RawSocket.initialize)
         let subscriber = try await server.client()
         let thread = try #require(try await subscriber.startThread().thread?.id)
-        let (frames, closed) = idle.readUntilClosed(seconds: 10)
+        let (frames, closed) = await idle.readUntilClosed(seconds: 10)
         #expect(closed)
         let last = try #require(frames.last?.response)
         #expect(last.code == 14 && last.message?.contains("idle_timeout_ms (300)") == true, "\(last.message ?? "")")
@@ -86,7 +86,7 @@ struct LimitsTests {
         let first = try RawSocket(port: server.port)
         defer { first.close() }
         try first.send(RawSocket.initialize)
-        _ = first.readFrames(1, seconds: 10)
+        _ = await first.readFrames(1, seconds: 10)
         try first.send(header + part)
         let good = try await server.client()
         // The first connection's share is held before the second arrives.
@@ -94,7 +94,7 @@ struct LimitsTests {
         let second = try RawSocket(port: server.port)
         defer { second.close() }
         try second.send(header + part)
-        let (frames, closed) = second.readUntilClosed(seconds: 10)
+        let (frames, closed) = await second.readUntilClosed(seconds: 10)
         #expect(closed)
         let refusal = try #require(frames.last?.response)
         #expect(refusal.code == 8 && refusal.message?.contains("max_partial_frame_bytes") == true, "\(refusal.message ?? "")")
@@ -102,7 +102,7 @@ struct LimitsTests {
         // The first completes its frame: it was held, not dropped (the
         // payload is no Envelope, so the answer is INVALID_ARGUMENT).
         try first.send([UInt8](repeating: 0x41, count: 100_000))
-        let answer = try #require(first.readFrames(1, seconds: 10).first?.response)
+        let answer = try #require(await first.readFrames(1, seconds: 10).first?.response)
         #expect(answer.code == 3)
     }
 
@@ -138,17 +138,17 @@ struct LimitsTests {
     func metricsEndpoint() async throws {
         let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0"])
         #expect(server.adminPort > 0)
-        #expect(try httpGet(port: server.adminPort, path: "/livez").status == 200)
-        let ready = try httpGet(port: server.adminPort, path: "/readyz")
+        #expect(try await httpGet(port: server.adminPort, path: "/livez").status == 200)
+        let ready = try await httpGet(port: server.adminPort, path: "/readyz")
         #expect(ready.status == 200)
         let client = try await server.client()
-        let before = try httpGet(port: server.adminPort, path: "/metrics").body
+        let before = try await httpGet(port: server.adminPort, path: "/metrics").body
         try expectPrometheusText(before)
         let healthBefore = metricValue(before, "threadwire_requests_total", labels: #"method="health/check""#) ?? 0
         for _ in 0..<25 { _ = try await client.result(.healthCheck(.init())) }
         let thread = try #require(try await client.startThread().thread?.id)
         _ = try await client.read(thread, turns: false, modelRequests: false)
-        let after = try httpGet(port: server.adminPort, path: "/metrics").body
+        let after = try await httpGet(port: server.adminPort, path: "/metrics").body
         try expectPrometheusText(after)
         #expect((metricValue(after, "threadwire_requests_total", labels: #"method="health/check""#) ?? 0) - healthBefore == 25)
         #expect(metricValue(after, "threadwire_requests_total", labels: #"method="thread/start""#) == 1)
@@ -178,7 +178,7 @@ struct LimitsTests {
         let deadline = ContinuousClock.now + .seconds(2)
         var readyz = (status: 0, body: "")
         while ContinuousClock.now < deadline {
-            readyz = try httpGet(port: server.adminPort, path: "/readyz")
+            readyz = try await httpGet(port: server.adminPort, path: "/readyz")
             if readyz.status == 503 { break }
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -230,7 +230,7 @@ struct LimitsTests {
         // ...and health and readiness say so.
         guard case let .healthCheck(full) = try await client.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
         #expect(full.status == .notServing)
-        let readyz = try httpGet(port: server.adminPort, path: "/readyz")
+        let readyz = try await httpGet(port: server.adminPort, path: "/readyz")
         #expect(readyz.status == 503 && readyz.body.contains("store"), "\(readyz)")
         // Reads still work.
         _ = try await client.read(thread, turns: false, modelRequests: false)
@@ -244,7 +244,7 @@ struct LimitsTests {
             else { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(serving)
-        #expect(try httpGet(port: server.adminPort, path: "/readyz").status == 200)
+        #expect(try await httpGet(port: server.adminPort, path: "/readyz").status == 200)
         _ = try await client.startThread()
         server.stop()
     }

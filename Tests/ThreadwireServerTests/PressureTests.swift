@@ -57,7 +57,7 @@ struct PressureTests {
         try raw.send(RawSocket.initialize)
         let read = RawSocket.frame(id: 2, .threadRead(Wire.ThreadReadParams(threadId: thread, includeTurns: true)))
         let peak = try await peakRSS(of: server) {
-            let sent = raw.push(repeating: read, seconds: 3, maxBytes: read.count * 3000)
+            let sent = await raw.push(repeating: read, seconds: 30, maxBytes: read.count * 3000)
             #expect(sent > 0)
             for _ in 0..<20 {
                 guard case let .healthCheck(health) = try await good.result(.healthCheck(.init()), timeoutMs: 5000) else {
@@ -83,7 +83,7 @@ struct PressureTests {
         let health = RawSocket.frame(id: 7, .healthCheck(.init()))
         let batch = Array([[UInt8]](repeating: health, count: 10_000).joined())
         let peak = try await peakRSS(of: server) {
-            let sent = raw.push(repeating: batch, seconds: 4, maxBytes: health.count * 2_000_000)
+            let sent = await raw.push(repeating: batch, seconds: 60, maxBytes: health.count * 2_000_000, stallSeconds: 3)
             #expect(sent > 0)
             for _ in 0..<20 {
                 guard case let .healthCheck(answer) = try await good.result(.healthCheck(.init()), timeoutMs: 5000) else {
@@ -120,10 +120,10 @@ struct PressureTests {
         #expect(peak < Self.rssCeiling, "peak RSS \(peak / 1_048_576) MiB")
 
         // The server counted the cut-off...
-        let metrics = try httpGet(port: server.adminPort, path: "/metrics").body
+        let metrics = try await httpGet(port: server.adminPort, path: "/metrics").body
         #expect(metricValue(metrics, "threadwire_slow_subscriber_disconnects_total") ?? 0 >= 1)
         // ...and the raw client, reading at last, finds the error frame, then the close.
-        let (frames, closed) = raw.readUntilClosed(seconds: 10)
+        let (frames, closed) = await raw.readUntilClosed(seconds: 10)
         #expect(closed)
         let last = try #require(frames.last?.response)
         #expect(last.code == 8 && last.id == nil)

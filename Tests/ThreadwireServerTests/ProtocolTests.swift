@@ -133,17 +133,6 @@ struct ProtocolTests {
         #expect(responses.allSatisfy { $0.code == 0 })
     }
 
-    @Test("the Envoy health-check bytes documented in the README get the documented reply")
-    func envoyHealthBytes() async throws {
-        let server = try ServerProcess()
-        let socket = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
-        let request = Wire.Envelope(kind: .request(Wire.Request(id: 1, params: .healthCheck(.init())))).serializedBytes()
-        #expect(Framing.frame(request) == [0x00, 0x00, 0x00, 0x00, 0x06, 0x0A, 0x04, 0x08, 0x01, 0x5A, 0x00])
-        let response = try await socket.call(.healthCheck(.init()))
-        let reply = Wire.Envelope(kind: .response(Wire.Response(id: 1, code: 0, result: response.result))).serializedBytes()
-        #expect(Framing.frame(reply) == [0x00, 0x00, 0x00, 0x00, 0x0A, 0x12, 0x08, 0x08, 0x01, 0x10, 0x00, 0x5A, 0x02, 0x08, 0x01])
-    }
-
     @Test("random and mutated frames never crash the server or disturb other connections")
     func randomFrames() async throws {
         let server = try ServerProcess()

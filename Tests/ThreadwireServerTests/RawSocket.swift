@@ -50,24 +50,34 @@ final class RawSocket: @unchecked Sendable {
         }
     }
 
-    /// Sends `bytes` over and over for `seconds` or `maxBytes`, as far as the
-    /// peer takes them; returns the bytes it took. Never reads.
-    func push(repeating bytes: [UInt8], seconds: Double, maxBytes: Int) -> Int {
+    /// Sends `bytes` over and over until `maxBytes` went out, the peer took
+    /// nothing for `stallSeconds` (it pushes back), or `seconds` passed;
+    /// returns the bytes it took. Never reads.
+    func push(repeating bytes: [UInt8], seconds: Double, maxBytes: Int, stallSeconds: Double = 2) async -> Int {
+        await offPool { self.pushBlocking(repeating: bytes, seconds: seconds, maxBytes: maxBytes, stallSeconds: stallSeconds) }
+    }
+
+    private func pushBlocking(repeating bytes: [UInt8], seconds: Double, maxBytes: Int, stallSeconds: Double) -> Int {
         let deadline = Date().addingTimeInterval(seconds)
+        var lastProgress = Date()
         var total = 0
         var offset = 0
-        while Date() < deadline, total < maxBytes {
+        while Date() < deadline, total < maxBytes, Date().timeIntervalSince(lastProgress) < stallSeconds {
             var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
             guard poll(&poller, 1, 50) >= 0 else { break }
             if poller.revents & Int16(POLLOUT) == 0 {
                 if poller.revents & Int16(POLLERR | POLLHUP) != 0 { break }
                 continue
             }
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            let count = min(bytes.count - offset, maxBytes - total)
+            let sent = bytes[offset..<(offset + count)].withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+            }
             if sent < 0 {
                 if errno == EAGAIN || errno == EWOULDBLOCK { continue }
                 break
             }
+            if sent > 0 { lastProgress = Date() }
             total += sent
             offset = (offset + sent) % bytes.count
         }
@@ -75,7 +85,11 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Reads frames until the peer closes (true) or `seconds` pass (false).
-    func readUntilClosed(seconds: Double) -> (envelopes: [Wire.Envelope], closed: Bool) {
+    func readUntilClosed(seconds: Double) async -> (envelopes: [Wire.Envelope], closed: Bool) {
+        await offPool { self.readUntilClosedBlocking(seconds: seconds) }
+    }
+
+    private func readUntilClosedBlocking(seconds: Double) -> (envelopes: [Wire.Envelope], closed: Bool) {
         let deadline = Date().addingTimeInterval(seconds)
         var chunk = [UInt8](repeating: 0, count: 256 * 1024)
         var closed = false
@@ -94,7 +108,11 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Reads until `count` frames arrived or `seconds` pass.
-    func readFrames(_ count: Int, seconds: Double) -> [Wire.Envelope] {
+    func readFrames(_ count: Int, seconds: Double) async -> [Wire.Envelope] {
+        await offPool { self.readFramesBlocking(count, seconds: seconds) }
+    }
+
+    private func readFramesBlocking(_ count: Int, seconds: Double) -> [Wire.Envelope] {
         let deadline = Date().addingTimeInterval(seconds)
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         var frames: [Wire.Envelope] = []
@@ -139,8 +157,21 @@ extension Wire.Envelope {
     }
 }
 
+/// Runs blocking socket work on a thread of its own: blocking a thread of
+/// the cooperative pool (two on a 2-core machine) would stall other tests.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: body()) }
+    }
+}
+
 /// One plain HTTP/1.1 GET to the admin endpoint: status code and body.
-func httpGet(port: Int, path: String) throws -> (status: Int, body: String) {
+func httpGet(port: Int, path: String) async throws -> (status: Int, body: String) {
+    let result = await offPool { Result { try httpGetBlocking(port: port, path: path) } }
+    return try result.get()
+}
+
+func httpGetBlocking(port: Int, path: String) throws -> (status: Int, body: String) {
     let socket = try RawSocket(port: port)
     defer { socket.close() }
     try socket.send(Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
