@@ -1,4 +1,5 @@
 import Hummingbird
+import NIOPosix
 public import Logging
 public import Prometheus
 public import ServiceLifecycle
@@ -69,10 +70,15 @@ public struct AdminServer: Service {
             onServerRunning: { channel in
                 onListening(channel.localAddress?.ipAddress ?? host, channel.localAddress?.port ?? 0)
             },
+            // Its own event loop: a scrape's I/O does not queue behind frame
+            // traffic on the busy loops.
+            eventLoopGroupProvider: .shared(Self.eventLoop),
             logger: logger)
         // run(), not runService(): the process's one ServiceGroup owns signals.
         try await app.run()
     }
+
+    static let eventLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
     static func text(_ status: HTTPResponse.Status, _ body: String) -> Response {
         Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"],

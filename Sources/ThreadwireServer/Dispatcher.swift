@@ -184,6 +184,10 @@ enum MethodTable {
             turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100))
         let base = context.baseInstructions(view.record)
         var thread = view.wire(baseInstructions: base)
+        guard includeTurns else {
+            // Nothing to page: the common read stays one encoding.
+            return Outcome(.threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire)))
+        }
         let turns = thread.turns
         thread.turns = []
         var result = Wire.ThreadReadResult(thread: thread, settings: view.settings.wire)

@@ -18,12 +18,31 @@ final class ServerMetrics: Sendable {
     let loadedThreads = Gauge(label: "threadwire_loaded_threads")
     let storeHealthy = Gauge(label: "threadwire_store_healthy")
 
-    private struct Instruments {
-        var requests: [String: Counter] = [:]
-        var latency: [String: Metrics.Timer] = [:]
-        var closes: [String: Counter] = [:]
+    /// One method's instruments; a counter per status code, made on first use.
+    private final class MethodInstruments: Sendable {
+        let latency: Metrics.Timer
+        private let counters: NIOLockedValueBox<[Counter?]>
+        private let method: String
+
+        init(method: String) {
+            self.method = method
+            latency = Metrics.Timer(label: "threadwire_request_duration_seconds", dimensions: [("method", method)])
+            counters = NIOLockedValueBox([Counter?](repeating: nil, count: 17))
+        }
+
+        func counter(_ code: StatusCode) -> Counter {
+            counters.withLockedValue { table in
+                let index = Int(code.rawValue)
+                if let existing = table[index] { return existing }
+                let made = Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", "\(code.rawValue)")])
+                table[index] = made
+                return made
+            }
+        }
     }
-    private let instruments = NIOLockedValueBox(Instruments())
+
+    private let methods = NIOLockedValueBox([String: MethodInstruments]())
+    private let closes = NIOLockedValueBox([String: Counter]())
 
     func frameIn(bytes: Int) {
         framesIn.increment()
@@ -37,31 +56,23 @@ final class ServerMetrics: Sendable {
 
     /// One answered request: its method, status code and time to answer.
     func request(method: String, code: StatusCode, duration: Duration) {
-        let key = "\(method)|\(code.rawValue)"
-        let (counter, timer) = instruments.withLockedValue { table -> (Counter, Metrics.Timer) in
-            let counter = table.requests[key] ?? {
-                let made = Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", "\(code.rawValue)")])
-                table.requests[key] = made
-                return made
-            }()
-            let timer = table.latency[method] ?? {
-                let made = Metrics.Timer(label: "threadwire_request_duration_seconds", dimensions: [("method", method)])
-                table.latency[method] = made
-                return made
-            }()
-            return (counter, timer)
+        let instruments = methods.withLockedValue { table in
+            if let existing = table[method] { return existing }
+            let made = MethodInstruments(method: method)
+            table[method] = made
+            return made
         }
-        counter.increment()
-        timer.record(duration: duration)
+        instruments.counter(code).increment()
+        instruments.latency.record(duration: duration)
     }
 
     /// A connection the server closed, by reason (maxConnections, idle,
     /// handshakeTimeout, partialFrames, slowSubscriber, frameError).
     func serverClosed(reason: String) {
-        let counter = instruments.withLockedValue { table in
-            table.closes[reason] ?? {
+        let counter = closes.withLockedValue { table in
+            table[reason] ?? {
                 let made = Counter(label: "threadwire_connections_closed_by_server_total", dimensions: [("reason", reason)])
-                table.closes[reason] = made
+                table[reason] = made
                 return made
             }()
         }

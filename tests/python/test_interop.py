@@ -27,6 +27,9 @@ def test_initialize_validates_and_reports_limits(server):
         info = client.initialize("python-interop")
         assert info.server_info.name == "threadwire"
         assert info.limits.max_frame_bytes == 4 * 1024 * 1024
+        assert info.limits.max_queued_request_bytes == 8 * 1024 * 1024
+        assert info.limits.max_notification_backlog_bytes == 8 * 1024 * 1024
+        assert info.limits.HasField("idle_timeout_ms")
 
 
 def test_thread_turn_and_settings_round_trip(server):
@@ -53,6 +56,11 @@ def test_thread_turn_and_settings_round_trip(server):
         assert last.context.effective_multi_agent_mode == MA.MULTI_AGENT_MODE_PROACTIVE
         assert TURN.CONTEXT_KIND_MULTI_AGENT_MODE in [item.kind for item in last.model_requests[-1].context]
         assert [i.text for i in last.items] == ["hello from python", "echo: hello from python"]
+
+        # thread/turns/list pages the same turns, newest first by default.
+        page = client.call("thread/turns/list", {"thread_id": thread_id, "limit": 1})
+        assert [t.id for t in page.data] == [turn.id] and not page.HasField("next_cursor")
+        assert not read.HasField("turns_next_cursor")
 
         # Clearing is explicit presence: the oneof's bool member; the result omits the field.
         cleared = client.call("thread/settings/update", {"thread_id": thread_id, "clear_multi_agent_mode": True})
