@@ -39,6 +39,11 @@ public struct ThreadListQuery: Sendable, Equatable {
     public var parentID: ThreadID?
     public var archived = false
     public init() {}
+
+    /// The cursor of the page that starts after `record` (keyset: sort value, id).
+    public func cursor(after record: ThreadRecord) -> String {
+        "\(sortKey == .createdAt ? record.createdAt : record.updatedAt)|\(record.id)"
+    }
 }
 
 /// Where threads live. Implementations make a commit durable before returning

@@ -221,8 +221,18 @@ enum MethodTable {
         query.parentID = p.parentThreadId
         query.archived = p.archived ?? false
         let page = try await context.engine.listThreads(query)
+        let threads = page.threads.map { $0.wire(baseInstructions: "") }
+        // A page of large threads is cut where the frame would overflow.
+        let room = TurnPaging.budget(around: .threadList(Wire.ThreadListResult(nextCursor: TurnPaging.cursorRoom)), limits: context.server.limits)
+        let fitted = TurnPaging.prefixThatFits(threads, room: room)
+        guard fitted < threads.count else {
+            return Outcome(.threadList(Wire.ThreadListResult(data: threads, nextCursor: page.nextCursor)))
+        }
+        guard fitted > 0 else {
+            throw RequestError(.resourceExhausted, "thread \(page.threads[0].record.id) is over max_frame_bytes (\(context.server.limits.maxFrameBytes)) even alone")
+        }
         return Outcome(.threadList(Wire.ThreadListResult(
-            data: page.threads.map { $0.wire(baseInstructions: "") }, nextCursor: page.nextCursor)))
+            data: Array(threads.prefix(fitted)), nextCursor: query.cursor(after: page.threads[fitted - 1].record))))
     }
 
     static let threadArchive: Handler = { params, context in

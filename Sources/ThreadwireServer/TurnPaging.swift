@@ -6,6 +6,8 @@ import ThreadwireWire
 enum TurnPaging {
     /// Room kept for the envelope fields around the turns (id, code, tags).
     static let slack = 64
+    /// Stands in for a cursor while sizing a page (cursors are far shorter).
+    static let cursorRoom = String(repeating: "0", count: 256)
 
     static func limit(_ value: UInt32?, field: String, default fallback: Int) throws -> Int {
         guard let value else { return fallback }
@@ -13,10 +15,20 @@ enum TurnPaging {
         return Int(value)
     }
 
-    /// Bytes a turn adds to its repeated field: tag, length, message.
-    static func encodedSize(_ turn: Wire.Turn) -> Int {
-        let size = turn.serializedBytes().count
+    /// Bytes a message adds to a repeated field: tag, length, message.
+    static func encodedSize(_ message: some WireMessage) -> Int {
+        let size = message.serializedBytes().count
         return size + 1 + (size < 128 ? 1 : size < 16_384 ? 2 : size < 2_097_152 ? 3 : 5)
+    }
+
+    /// How many of `messages`, from the first, fit in `room` bytes.
+    static func prefixThatFits(_ messages: [some WireMessage], room: Int) -> Int {
+        var left = room
+        for (index, message) in messages.enumerated() {
+            left -= encodedSize(message)
+            if left < 0 { return index }
+        }
+        return messages.count
     }
 
     static func budget(around result: Wire.Response.Result, limits: ServerLimits) -> Int {
@@ -58,7 +70,7 @@ enum TurnPaging {
 
     /// A page in the order asked for, cut where the frame would overflow.
     static func inOrderThatFit(_ records: [TurnRecord], more: Bool, limits: ServerLimits) throws -> (turns: [Wire.Turn], nextCursor: String?) {
-        var room = budget(around: .threadTurnsList(Wire.ThreadTurnsListResult(nextCursor: TurnCursor.encode(sequence: .max))), limits: limits)
+        var room = budget(around: .threadTurnsList(Wire.ThreadTurnsListResult(nextCursor: cursorRoom)), limits: limits)
         var kept: [Wire.Turn] = []
         for record in records {
             let turn = record.wire()

@@ -179,9 +179,7 @@ public final class SQLiteThreadStore: ThreadStore {
         let finalArguments = arguments
         let rows = try await pool.read { db in try Row.fetchAll(db, sql: finalSQL, arguments: finalArguments).map(Self.record) }
         let page = Array(rows.prefix(query.limit))
-        let next = rows.count > query.limit ? page.last.map { record in
-            "\(query.sortKey == .createdAt ? record.createdAt : record.updatedAt)|\(record.id)"
-        } : nil
+        let next = rows.count > query.limit ? page.last.map(query.cursor(after:)) : nil
         return (page, next)
     }
 

@@ -232,6 +232,31 @@ struct PressureTests {
         _ = id
     }
 
+    @Test("a thread/list page of large threads is cut to fit the frame and continues by cursor")
+    func threadListFitsTheFrame() async throws {
+        let server = try ServerProcess(arguments: ["--max-frame-bytes", "65536", "--max-partial-frame-bytes", "1048576"])
+        let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, maxFrameBytes: 65536)
+        try await client.initialize(name: "tests")
+        var created: Set<String> = []
+        for index in 0..<40 {
+            let name = String(repeating: "n", count: 3000) + "\(index)"
+            created.insert(try #require(try await client.startThread(Wire.ThreadStartParams(name: name)).thread?.id))
+        }
+        var listed: [String] = []
+        var cursor: String?
+        var pages = 0
+        repeat {
+            guard case let .threadList(page) = try await client.result(.threadList(Wire.ThreadListParams(cursor: cursor, limit: 1000))) else {
+                Issue.record("bad result"); return
+            }
+            listed += page.data.compactMap(\.id)
+            cursor = page.nextCursor
+            pages += 1
+        } while cursor != nil
+        #expect(pages > 1)
+        #expect(listed.count == 40 && Set(listed) == created)
+    }
+
     func lastTurnID(_ client: ThreadwireClient, _ thread: String) async throws -> String? {
         guard case let .threadTurnsList(page) = try await client.result(.threadTurnsList(
             Wire.ThreadTurnsListParams(threadId: thread, limit: 1))) else { return nil }
