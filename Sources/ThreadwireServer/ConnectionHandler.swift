@@ -15,6 +15,9 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private let services: ServerServices
     private let flowControl: FlowControlHandler
     private var connection: Connection?
+    private var lastRead = NIODeadline.now()
+    private var pendingFrames = 0
+    private var pendingBytes = 0
     private var requests: AsyncStream<QueuedRequest>.Continuation?
     private var logger: Logger
 
@@ -58,6 +61,9 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let services = self.services
         let logger = self.logger
         services.tasks.spawn { await RequestLoop.run(stream, connection: connection, services: services, logger: logger) }
+        if limits.idleTimeoutMs > 0 {
+            armIdleTimer(context: context, at: .now() + .milliseconds(Int64(limits.idleTimeoutMs)))
+        }
         context.eventLoop.scheduleTask(in: .milliseconds(Int64(limits.handshakeTimeoutMs))) { [weak connection] in
             guard let connection, !connection.isInitialized else { return }
             logger.debug("closing connection that did not initialize", metadata: ["tw.close.reason": "handshakeTimeout"])
@@ -84,23 +90,52 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
 
     /// Read-idle for `idle_timeout_ms`: closed if nothing is in flight and it
     /// holds no subscription (subscribers wait for notifications by design).
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent, let connection, connection.isInitialized,
-           !connection.hasRequestsInFlight, !services.engine.isSubscribed(connectionID) {
-            let limit = services.info.limits.idleTimeoutMs
-            logger.debug("closing idle connection", metadata: ["tw.close.reason": "idle"])
-            services.metrics.serverClosed(reason: "idle")
-            connection.close(code: .unavailable, message: "no request for idle_timeout_ms (\(limit)) with none in flight and no subscription; closing")
+    /// One timer per connection, re-armed lazily from the last read, rather
+    /// than a handler that stamps the clock on every event.
+    private func armIdleTimer(context: ChannelHandlerContext, at deadline: NIODeadline) {
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleTask(deadline: deadline) {
+            let (handler, context) = loopBound.value
+            handler.idleTimerFired(context: context)
+        }
+    }
+
+    private func idleTimerFired(context: ChannelHandlerContext) {
+        guard let connection, context.channel.isActive else { return }
+        let timeout = TimeAmount.milliseconds(Int64(services.info.limits.idleTimeoutMs))
+        let due = lastRead + timeout
+        if NIODeadline.now() < due {
+            armIdleTimer(context: context, at: due)
             return
         }
-        context.fireUserInboundEventTriggered(event)
+        if connection.isInitialized, !connection.hasRequestsInFlight, !services.engine.isSubscribed(connectionID) {
+            logger.debug("closing idle connection", metadata: ["tw.close.reason": "idle"])
+            services.metrics.serverClosed(reason: "idle")
+            connection.close(code: .unavailable, message:
+                "no request for idle_timeout_ms (\(services.info.limits.idleTimeoutMs)) with none in flight and no subscription; closing")
+            return
+        }
+        armIdleTimer(context: context, at: .now() + timeout)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // Once per socket read, not per frame: the idle clock and the counters.
+        if pendingFrames > 0 {
+            services.metrics.framesIn.increment(by: Int64(pendingFrames))
+            services.metrics.bytesIn.increment(by: Int64(pendingBytes))
+            pendingFrames = 0
+            pendingBytes = 0
+            lastRead = .now()
+        }
+        context.fireChannelReadComplete()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let connection else { return }
         var payload = unwrapInboundIn(data)
         let bytes = payload.readBytes(length: payload.readableBytes) ?? []
-        services.metrics.frameIn(bytes: bytes.count + Framing.headerSize)
+        pendingFrames += 1
+        pendingBytes += bytes.count + Framing.headerSize
         services.recorder?.record(connection: connectionID, payload: bytes)
         let request: Wire.Request
         do {

@@ -44,11 +44,6 @@ final class ServerMetrics: Sendable {
     private let methods = NIOLockedValueBox([String: MethodInstruments]())
     private let closes = NIOLockedValueBox([String: Counter]())
 
-    func frameIn(bytes: Int) {
-        framesIn.increment()
-        bytesIn.increment(by: Int64(bytes))
-    }
-
     func frameOut(bytes: Int) {
         framesOut.increment()
         bytesOut.increment(by: Int64(bytes))

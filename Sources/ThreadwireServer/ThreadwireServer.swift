@@ -142,9 +142,6 @@ public final class ThreadwireServer: Service, Sendable {
                     let flowControl = FlowControlHandler(metrics: metrics)
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(flowControl)
-                    if limits.idleTimeoutMs > 0 {
-                        try sync.addHandler(IdleStateHandler(readTimeout: .milliseconds(Int64(limits.idleTimeoutMs))))
-                    }
                     try sync.addHandlers([
                         ByteToMessageHandler(FrameDecoder(maxFrameBytes: limits.maxFrameBytes, budget: budget)),
                         MessageToByteHandler(FrameEncoder()),
