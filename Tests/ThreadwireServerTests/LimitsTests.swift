@@ -109,6 +109,7 @@ struct LimitsTests {
     @Test("out of file descriptors the server backs off accepting instead of spinning, and serves again once they free up")
     func fileDescriptorExhaustion() async throws {
         let server = try ServerProcess(fileLimit: 64)
+        let established = try await server.client()
         var sockets: [RawSocket] = []
         defer { for socket in sockets { socket.close() } }
         // More connections than descriptors: the kernel completes them into
@@ -119,6 +120,11 @@ struct LimitsTests {
         try await Task.sleep(for: .seconds(2))
         let used = server.cpuSeconds() - before
         #expect(used < 0.2, "the server used \(used) s of CPU in 2 s while out of descriptors")
+        // A client that was already connected is served meanwhile.
+        guard case let .healthCheck(health) = try await established.result(.healthCheck(.init()), timeoutMs: 5000) else {
+            Issue.record("bad result"); return
+        }
+        #expect(health.status == .serving)
         for socket in sockets { socket.close() }
         sockets.removeAll()
         // Once descriptors are free a new client is served.
