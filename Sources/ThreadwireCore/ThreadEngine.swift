@@ -152,9 +152,7 @@ public final class ThreadEngine: Sendable {
     /// From the snapshot of a loaded thread (no gate, no actor hop), else the
     /// store. With turns: the newest `turnsLimit` of them, oldest first.
     public func readThread(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) async throws -> ThreadView {
-        if let snapshot = directory.snapshot(id) {
-            var view = ThreadView(stored: snapshot, includeTurns: false, includeHistory: includeModelRequests)
-            if includeTurns { view.setNewestTurns(snapshot.turns, limit: turnsLimit) }
+        if let view = snapshotView(id, includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit) {
             return view
         }
         if includeModelRequests {
@@ -170,6 +168,15 @@ public final class ThreadEngine: Sendable {
             let newest = try await store.turnsPage(id, afterSequence: nil, limit: turnsLimit == .max ? .max : turnsLimit + 1, descending: true) ?? []
             view.setNewestTurns(newest.reversed(), limit: turnsLimit)
         }
+        return view
+    }
+
+    /// A loaded thread's view from its published snapshot, without
+    /// suspending; nil when the thread is not loaded.
+    public func snapshotView(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) -> ThreadView? {
+        guard let snapshot = directory.snapshot(id) else { return nil }
+        var view = ThreadView(stored: snapshot, includeTurns: false, includeHistory: includeModelRequests)
+        if includeTurns { view.setNewestTurns(snapshot.turns, limit: turnsLimit) }
         return view
     }
 

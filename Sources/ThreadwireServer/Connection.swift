@@ -133,7 +133,9 @@ final class Connection: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    func send(_ response: Wire.Response) {
+    /// `flush: false` only on the event loop within a read batch; the
+    /// connection handler flushes at the batch's end.
+    func send(_ response: Wire.Response, flush: Bool = true) {
         var bytes = Wire.Envelope(kind: .response(response)).serializedBytes()
         if bytes.count > limits.maxFrameBytes {
             // Never a frame larger than the limit the client was told.
@@ -142,7 +144,11 @@ final class Connection: Sendable {
             bytes = Wire.Envelope(kind: .response(refused)).serializedBytes()
         }
         metrics.frameOut(bytes: bytes.count)
-        channel.writeAndFlush(bytes, promise: nil)
+        if flush {
+            channel.writeAndFlush(bytes, promise: nil)
+        } else {
+            channel.write(bytes, promise: nil)
+        }
     }
 
     func notify(_ payload: Wire.Notification.Payload) {

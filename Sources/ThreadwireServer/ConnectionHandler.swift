@@ -18,6 +18,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private var lastRead = NIODeadline.now()
     private var pendingFrames = 0
     private var pendingBytes = 0
+    /// Inline answers written in this read batch, flushed at its end.
+    private var flushPending = false
     private var requests: AsyncStream<QueuedRequest>.Continuation?
     private var logger: Logger
 
@@ -119,6 +121,10 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        if flushPending {
+            flushPending = false
+            context.flush()
+        }
         // Once per socket read, not per frame: the idle clock and the counters.
         if pendingFrames > 0 {
             services.metrics.framesIn.increment(by: Int64(pendingFrames))
@@ -151,10 +157,18 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue, message: "malformed request: \(error)"))
             return
         }
+        let received = ContinuousClock.now
+        // Nothing queued and the client takes its answers: a request that
+        // needs no suspension is answered here, flushed with the read batch.
+        if !connection.hasRequestsInFlight, context.channel.isWritable,
+           RequestLoop.answerInline(request, received: received, connection: connection, services: services, logger: logger) {
+            flushPending = true
+            return
+        }
         // A full queue stops reads (FlowControlHandler) instead of failing
         // requests: the client's own TCP window pushes back on it.
         _ = connection.admit(bytes: bytes.count)
-        requests?.yield(QueuedRequest(request: request, bytes: bytes.count, received: .now))
+        requests?.yield(QueuedRequest(request: request, bytes: bytes.count, received: received))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -195,30 +209,31 @@ enum RequestLoop {
             // of it starts until the answers already written are taken.
             await connection.waitUntilWritable()
             await handle(queued.request, received: queued.received, connection: connection, services: services, logger: logger)
-            connection.finished(bytes: queued.bytes)
+            // Counted out on the event loop, behind this request's writes
+            // (writes from another thread are tasks on that loop, run in
+            // order): a request answered inline after it cannot overtake them.
+            let eventLoop = connection.channel.eventLoop
+            if eventLoop.inEventLoop {
+                connection.finished(bytes: queued.bytes)
+            } else {
+                eventLoop.execute { connection.finished(bytes: queued.bytes) }
+            }
         }
     }
 
     static func handle(_ request: Wire.Request, received: ContinuousClock.Instant = .now, connection: Connection,
                        services: ServerServices, logger: Logger) async {
         let id = request.id
-        guard let params = request.params else {
-            respond(connection, id: id, error: RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown", received: received, services: services)
+        let spec: MethodSpec
+        let params: Wire.Request.Params
+        switch admission(request, connection: connection, services: services) {
+        case let .refused(error, method):
+            respond(connection, id: id, error: error, method: method, received: received, services: services)
             return
+        case let .admitted(admittedSpec, admittedParams):
+            (spec, params) = (admittedSpec, admittedParams)
         }
-        let method = MethodTable.name(of: params)
-        guard let spec = MethodTable.methods[method] else {
-            respond(connection, id: id, error: RequestError(.unimplemented, "method \(method) is not implemented"), method: method, received: received, services: services)
-            return
-        }
-        if spec.requiresHandshake, !connection.isInitialized {
-            respond(connection, id: id, error: RequestError(.failedPrecondition, "call initialize before \(method)"), method: method, received: received, services: services)
-            return
-        }
-        if services.info.draining(), spec.requiresHandshake {
-            respond(connection, id: id, error: RequestError(.unavailable, "the server is shutting down"), method: method, received: received, services: services)
-            return
-        }
+        let method = spec.name
         let context = RequestContext(connection: connection, engine: services.engine, server: services.info)
         let outcome: Outcome<Wire.Response.Result>
         do {
@@ -257,13 +272,66 @@ enum RequestLoop {
         await finish(outcome, services: services)
     }
 
+    enum Admission {
+        case admitted(MethodSpec, Wire.Request.Params)
+        case refused(RequestError, method: String)
+    }
+
+    /// The checks every request passes before its handler runs.
+    static func admission(_ request: Wire.Request, connection: Connection, services: ServerServices) -> Admission {
+        guard let params = request.params else {
+            return .refused(RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown")
+        }
+        let method = MethodTable.name(of: params)
+        guard let spec = MethodTable.methods[method] else {
+            return .refused(RequestError(.unimplemented, "method \(method) is not implemented"), method: method)
+        }
+        if spec.requiresHandshake, !connection.isInitialized {
+            return .refused(RequestError(.failedPrecondition, "call initialize before \(method)"), method: method)
+        }
+        if services.info.draining(), spec.requiresHandshake {
+            return .refused(RequestError(.unavailable, "the server is shutting down"), method: method)
+        }
+        return .admitted(spec, params)
+    }
+
+    /// Answers a request on the event loop that read it when that needs no
+    /// suspension (health/check, initialize, a loaded thread's thread/read,
+    /// any refusal). Only called when nothing of the connection is queued,
+    /// so answers keep the order of requests. False: take the async path.
+    static func answerInline(_ request: Wire.Request, received: ContinuousClock.Instant, connection: Connection,
+                             services: ServerServices, logger: Logger) -> Bool {
+        guard request.timeoutMs == nil else { return false }
+        let id = request.id
+        switch admission(request, connection: connection, services: services) {
+        case let .refused(error, method):
+            respond(connection, id: id, error: error, method: method, received: received, services: services, flush: false)
+            return true
+        case let .admitted(spec, params):
+            guard let inline = spec.inline else { return false }
+            let context = RequestContext(connection: connection, engine: services.engine, server: services.info)
+            do {
+                guard let result = try inline(params, context) else { return false }
+                connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: result), flush: false)
+                services.metrics.request(method: spec.name, code: .ok, duration: .now - received)
+            } catch {
+                let mapped = RequestError(error)
+                if mapped.code == .internal {
+                    logger.error("request failed", metadata: ["tw.request.id": "\(id ?? 0)", "tw.command": "\(spec.name)", "tw.error": "\(error)"])
+                }
+                respond(connection, id: id, error: mapped, method: spec.name, received: received, services: services, flush: false)
+            }
+            return true
+        }
+    }
+
     static func finish(_ outcome: Outcome<Wire.Response.Result>, services: ServerServices) async {
         outcome.publish()
     }
 
     static func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String,
-                        received: ContinuousClock.Instant, services: ServerServices) {
-        connection.send(Wire.Response(id: id, code: error.code.rawValue, message: error.message))
+                        received: ContinuousClock.Instant, services: ServerServices, flush: Bool = true) {
+        connection.send(Wire.Response(id: id, code: error.code.rawValue, message: error.message), flush: flush)
         services.metrics.request(method: method, code: error.code, duration: .now - received)
     }
 

@@ -33,12 +33,16 @@ public struct ServerInfo: Sendable {
 }
 
 typealias Handler = @Sendable (Wire.Request.Params, RequestContext) async throws -> Outcome<Wire.Response.Result>
+/// Answers without suspending, on the event loop that read the request, or
+/// returns nil when it cannot (the request then takes the async path).
+typealias InlineHandler = @Sendable (Wire.Request.Params, RequestContext) throws -> Wire.Response.Result?
 
 /// One entry of the method table: checks that apply before the handler runs.
 struct MethodSpec: Sendable {
     let name: String
     let requiresHandshake: Bool
     let handler: Handler
+    var inline: InlineHandler? = nil
 }
 
 /// The method table: every method, keyed by its name ("thread/start").
@@ -49,12 +53,16 @@ enum MethodTable {
 
     static let methods: [String: MethodSpec] = {
         let specs: [MethodSpec] = [
-            MethodSpec(name: "initialize", requiresHandshake: false, handler: initialize),
-            MethodSpec(name: "health/check", requiresHandshake: false, handler: healthCheck),
+            MethodSpec(name: "initialize", requiresHandshake: false, handler: { params, context in
+                Outcome(try initializeInline(params, context)!)
+            }, inline: initializeInline),
+            MethodSpec(name: "health/check", requiresHandshake: false, handler: { params, context in
+                Outcome(try healthCheckInline(params, context)!)
+            }, inline: healthCheckInline),
             MethodSpec(name: "thread/start", requiresHandshake: true, handler: threadStart),
             MethodSpec(name: "thread/resume", requiresHandshake: true, handler: threadResume),
             MethodSpec(name: "thread/fork", requiresHandshake: true, handler: threadFork),
-            MethodSpec(name: "thread/read", requiresHandshake: true, handler: threadRead),
+            MethodSpec(name: "thread/read", requiresHandshake: true, handler: threadRead, inline: threadReadInline),
             MethodSpec(name: "thread/list", requiresHandshake: true, handler: threadList),
             MethodSpec(name: "thread/turns/list", requiresHandshake: true, handler: threadTurnsList),
             MethodSpec(name: "thread/archive", requiresHandshake: true, handler: threadArchive),
@@ -95,7 +103,7 @@ enum MethodTable {
 
     // MARK: Handlers
 
-    static let initialize: Handler = { params, context in
+    static let initializeInline: InlineHandler = { params, context in
         guard case let .initialize(p) = params else { throw mismatch("initialize") }
         if let version = p.protocolVersion, version != context.server.protocolVersion {
             throw RequestError(.failedPrecondition, "protocol_version \(version) is not supported; this server speaks \(context.server.protocolVersion)")
@@ -108,7 +116,7 @@ enum MethodTable {
         }
         let info = context.server
         let limits = info.limits
-        return Outcome(.initialize(Wire.InitializeResult(
+        return .initialize(Wire.InitializeResult(
             serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
             protocolVersion: info.protocolVersion,
             limits: Wire.ServerLimits(
@@ -116,16 +124,16 @@ enum MethodTable {
                 handshakeTimeoutMs: UInt32(limits.handshakeTimeoutMs),
                 maxQueuedRequestBytes: UInt32(clamping: limits.maxQueuedRequestBytes),
                 maxNotificationBacklogBytes: UInt32(clamping: limits.maxNotificationBacklogBytes),
-                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs)))))
+                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs))))
     }
 
-    static let healthCheck: Handler = { params, context in
+    static let healthCheckInline: InlineHandler = { params, context in
         guard case let .healthCheck(p) = params else { throw mismatch("health/check") }
         if let service = p.service, !service.isEmpty {
             throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")
         }
         let serving = !context.server.draining() && context.server.storeHealthy()
-        return Outcome(.healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing)))
+        return .healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing))
     }
 
     static let threadStart: Handler = { params, context in
@@ -182,11 +190,26 @@ enum MethodTable {
             try required(p.threadId, "thread_id"), includeTurns: includeTurns,
             includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
             turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100))
+        return Outcome(threadReadResult(view, includeTurns: includeTurns, context))
+    }
+
+    /// A loaded thread's snapshot needs no suspension.
+    static let threadReadInline: InlineHandler = { params, context in
+        guard case let .threadRead(p) = params else { throw mismatch("thread/read") }
+        let includeTurns = p.includeTurns ?? false
+        guard let view = context.engine.snapshotView(
+            try required(p.threadId, "thread_id"), includeTurns: includeTurns,
+            includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
+            turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100)) else { return nil }
+        return threadReadResult(view, includeTurns: includeTurns, context)
+    }
+
+    static func threadReadResult(_ view: ThreadView, includeTurns: Bool, _ context: RequestContext) -> Wire.Response.Result {
         let base = context.baseInstructions(view.record)
         var thread = view.wire(baseInstructions: base)
         guard includeTurns else {
             // Nothing to page: the common read stays one encoding.
-            return Outcome(.threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire)))
+            return .threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire))
         }
         let turns = thread.turns
         thread.turns = []
@@ -195,7 +218,7 @@ enum MethodTable {
                                             around: .threadRead(result), limits: context.server.limits)
         result.thread?.turns = page.turns
         result.turnsNextCursor = page.nextCursor
-        return Outcome(.threadRead(result))
+        return .threadRead(result)
     }
 
     static let threadTurnsList: Handler = { params, context in

@@ -257,6 +257,32 @@ struct PressureTests {
         #expect(listed.count == 40 && Set(listed) == created)
     }
 
+    @Test("pipelined requests mixing inline answers (health/check, thread/read) with stored changes are answered in request order")
+    func inlineAnswersKeepOrder() async throws {
+        let server = try ServerProcess()
+        let setup = try await server.client()
+        let thread = try #require(try await setup.startThread().thread?.id)
+        let raw = try RawSocket(port: server.port)
+        defer { raw.close() }
+        var stream = RawSocket.initialize
+        var expected: [UInt64] = [1]
+        for index in 0..<300 {
+            let id = UInt64(index + 2)
+            let params: Wire.Request.Params
+            switch index % 3 {
+            case 0: params = .threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, cwd: "/w/\(index)"))
+            case 1: params = .healthCheck(.init())
+            default: params = .threadRead(Wire.ThreadReadParams(threadId: thread))
+            }
+            stream += RawSocket.frame(id: id, params)
+            expected.append(id)
+        }
+        try raw.send(stream)
+        let responses = await raw.readFrames(301, seconds: 20).compactMap(\.response)
+        #expect(responses.map { $0.id ?? 0 } == expected)
+        #expect(responses.allSatisfy { $0.code == 0 })
+    }
+
     func lastTurnID(_ client: ThreadwireClient, _ thread: String) async throws -> String? {
         guard case let .threadTurnsList(page) = try await client.result(.threadTurnsList(
             Wire.ThreadTurnsListParams(threadId: thread, limit: 1))) else { return nil }
