@@ -138,14 +138,17 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let connection else { return }
-        var payload = unwrapInboundIn(data)
-        let bytes = payload.readBytes(length: payload.readableBytes) ?? []
+        let payload = unwrapInboundIn(data)
+        let size = payload.readableBytes
         pendingFrames += 1
-        pendingBytes += bytes.count + Framing.headerSize
-        services.recorder?.record(connection: connectionID, payload: bytes)
+        pendingBytes += size + Framing.headerSize
+        if let recorder = services.recorder {
+            recorder.record(connection: connectionID, payload: Array(payload.readableBytesView))
+        }
         let request: Wire.Request
         do {
-            let envelope = try Wire.Envelope(serializedBytes: bytes)
+            // Decoded from the inbound buffer's bytes: no copy into an array.
+            let envelope = try payload.withUnsafeReadableBytes { try Wire.Envelope(serializedBytes: $0) }
             guard case let .request(decoded)? = envelope.kind else {
                 connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue,
                                               message: "expected an Envelope carrying a request"))
@@ -167,8 +170,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         // A full queue stops reads (FlowControlHandler) instead of failing
         // requests: the client's own TCP window pushes back on it.
-        _ = connection.admit(bytes: bytes.count)
-        requests?.yield(QueuedRequest(request: request, bytes: bytes.count, received: received))
+        _ = connection.admit(bytes: size)
+        requests?.yield(QueuedRequest(request: request, bytes: size, received: received))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

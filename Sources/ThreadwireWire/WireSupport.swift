@@ -41,6 +41,7 @@ public protocol WireMessage: Sendable, Equatable {
     static var protoName: String { get }
     init()
     init(serializedBytes: [UInt8]) throws
+    init(serializedBytes: UnsafeRawBufferPointer) throws
     func serializedBytes() -> [UInt8]
     init(json: JSONValue, path: String) throws
     func jsonValue() -> JSONValue

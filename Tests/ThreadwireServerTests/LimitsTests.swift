@@ -61,7 +61,9 @@ struct LimitsTests {
 
     @Test("an initialized connection with nothing in flight and no subscription is closed after the idle timeout; a subscriber stays")
     func idleTimeout() async throws {
-        let server = try ServerProcess(arguments: ["--idle-timeout-ms", "300"])
+        // Long enough that a loaded test machine never leaves the subscriber
+        // idle between its initialize and its thread/start.
+        let server = try ServerProcess(arguments: ["--idle-timeout-ms", "1500"])
         let idle = try RawSocket(port: server.port)
         defer { idle.close() }
         try idle.send(RawSocket.initialize)
@@ -70,9 +72,9 @@ struct LimitsTests {
         let (frames, closed) = await idle.readUntilClosed(seconds: 10)
         #expect(closed)
         let last = try #require(frames.last?.response)
-        #expect(last.code == 14 && last.message?.contains("idle_timeout_ms (300)") == true, "\(last.message ?? "")")
-        // Several idle periods later the subscriber is still there.
-        try await Task.sleep(for: .milliseconds(1000))
+        #expect(last.code == 14 && last.message?.contains("idle_timeout_ms (1500)") == true, "\(last.message ?? "")")
+        // Two more idle periods later the subscriber is still there.
+        try await Task.sleep(for: .milliseconds(3000))
         #expect(subscriber.isActive)
         _ = try await subscriber.read(thread, turns: false, modelRequests: false)
     }

@@ -21,6 +21,21 @@ struct CodecTests {
         #expect(back.metadata.first?.key == "key héllo ✓ 0")
     }
 
+    @Test("decoding from borrowed bytes (a slice in the middle of a larger buffer) equals decoding an array")
+    func borrowedBytes() throws {
+        let request = WireFixtures.Request(12)
+        let bytes = Wire.Envelope(kind: .request(request)).serializedBytes()
+        // Surrounded by other bytes, as a frame inside a network buffer is.
+        let framed = [UInt8](repeating: 0xEE, count: 7) + bytes + [UInt8](repeating: 0xEE, count: 5)
+        let borrowed = try framed.withUnsafeBytes { try Wire.Envelope(serializedBytes: UnsafeRawBufferPointer(rebasing: $0[7..<(7 + bytes.count)])) }
+        #expect(borrowed == (try Wire.Envelope(serializedBytes: bytes)))
+        #expect(throws: WireError.malformed(type: "threadwire.v1.Envelope", byteCount: 3)) {
+            try [UInt8]([0x0A, 0xFF, 0xFF]).withUnsafeBytes { try Wire.Envelope(serializedBytes: $0) }
+        }
+        let empty = try [UInt8]().withUnsafeBytes { try Wire.Envelope(serializedBytes: $0) }
+        #expect(empty.kind == nil)
+    }
+
     @Test("bytes that are not protobuf give a typed malformed error")
     func malformed() {
         #expect(throws: WireError.malformed(type: "threadwire.v1.Envelope", byteCount: 3)) {

@@ -268,8 +268,13 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__client_info__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__client_info__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__client_info__free_unpacked(message, nil) }
@@ -345,8 +350,13 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__capabilities__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__capabilities__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__capabilities__free_unpacked(message, nil) }
@@ -422,8 +432,13 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__initialize_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__initialize_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__initialize_params__free_unpacked(message, nil) }
@@ -498,8 +513,13 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__server_info__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__server_info__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__server_info__free_unpacked(message, nil) }
@@ -592,8 +612,13 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__server_limits__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__server_limits__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__server_limits__free_unpacked(message, nil) }
@@ -679,8 +704,13 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__initialize_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__initialize_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__initialize_result__free_unpacked(message, nil) }
@@ -750,8 +780,13 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__health_check_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__health_check_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__health_check_params__free_unpacked(message, nil) }
@@ -817,8 +852,13 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__health_check_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__health_check_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__health_check_result__free_unpacked(message, nil) }
@@ -889,8 +929,13 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__key_value__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__key_value__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__key_value__free_unpacked(message, nil) }
@@ -973,8 +1018,13 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_settings__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_settings__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_settings__free_unpacked(message, nil) }
@@ -1105,8 +1155,13 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_settings_update_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_settings_update_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_settings_update_params__free_unpacked(message, nil) }
@@ -1189,8 +1244,13 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_settings_update_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_settings_update_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_settings_update_result__free_unpacked(message, nil) }
@@ -1263,8 +1323,13 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_settings_updated_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_settings_updated_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_settings_updated_notification__free_unpacked(message, nil) }
@@ -1376,8 +1441,13 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__user_input__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__user_input__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__user_input__free_unpacked(message, nil) }
@@ -1479,8 +1549,13 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_item__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_item__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_item__free_unpacked(message, nil) }
@@ -1578,8 +1653,13 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__context_item__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__context_item__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__context_item__free_unpacked(message, nil) }
@@ -1663,8 +1743,13 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__tool_spec__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__tool_spec__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__tool_spec__free_unpacked(message, nil) }
@@ -1761,8 +1846,13 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__model_request__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__model_request__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__model_request__free_unpacked(message, nil) }
@@ -1849,8 +1939,13 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_context__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_context__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_context__free_unpacked(message, nil) }
@@ -1969,8 +2064,13 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn__free_unpacked(message, nil) }
@@ -2115,8 +2215,13 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_start_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_start_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_start_params__free_unpacked(message, nil) }
@@ -2194,8 +2299,13 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_start_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_start_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_start_result__free_unpacked(message, nil) }
@@ -2266,8 +2376,13 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_interrupt_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_interrupt_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_interrupt_params__free_unpacked(message, nil) }
@@ -2327,8 +2442,13 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_interrupt_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_interrupt_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_interrupt_result__free_unpacked(message, nil) }
@@ -2397,8 +2517,13 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_started_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_started_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_started_notification__free_unpacked(message, nil) }
@@ -2471,8 +2596,13 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__turn_completed_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__turn_completed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__turn_completed_notification__free_unpacked(message, nil) }
@@ -2550,8 +2680,13 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__item_started_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__item_started_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__item_started_notification__free_unpacked(message, nil) }
@@ -2631,8 +2766,13 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__item_completed_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__item_completed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__item_completed_notification__free_unpacked(message, nil) }
@@ -2707,8 +2847,13 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_status__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_status__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_status__free_unpacked(message, nil) }
@@ -2796,8 +2941,13 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_source__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_source__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_source__free_unpacked(message, nil) }
@@ -2952,8 +3102,13 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread__free_unpacked(message, nil) }
@@ -3085,8 +3240,13 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_start_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_start_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_start_params__free_unpacked(message, nil) }
@@ -3189,8 +3349,13 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_lifecycle_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_lifecycle_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_lifecycle_result__free_unpacked(message, nil) }
@@ -3276,8 +3441,13 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_resume_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_resume_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_resume_params__free_unpacked(message, nil) }
@@ -3357,8 +3527,13 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_fork_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_fork_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_fork_params__free_unpacked(message, nil) }
@@ -3443,8 +3618,13 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_read_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_read_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_read_params__free_unpacked(message, nil) }
@@ -3526,8 +3706,13 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_read_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_read_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_read_result__free_unpacked(message, nil) }
@@ -3612,8 +3797,13 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_turns_list_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_turns_list_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_turns_list_params__free_unpacked(message, nil) }
@@ -3696,8 +3886,13 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_turns_list_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_turns_list_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_turns_list_result__free_unpacked(message, nil) }
@@ -3790,8 +3985,13 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_list_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_list_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_list_params__free_unpacked(message, nil) }
@@ -3878,8 +4078,13 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_list_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_list_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_list_result__free_unpacked(message, nil) }
@@ -3947,8 +4152,13 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_archive_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_archive_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_archive_params__free_unpacked(message, nil) }
@@ -4006,8 +4216,13 @@ extension Wire.ThreadArchiveResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_archive_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_archive_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_archive_result__free_unpacked(message, nil) }
@@ -4071,8 +4286,13 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_unarchive_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_unarchive_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_unarchive_params__free_unpacked(message, nil) }
@@ -4138,8 +4358,13 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_unarchive_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_unarchive_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_unarchive_result__free_unpacked(message, nil) }
@@ -4205,8 +4430,13 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_unsubscribe_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_unsubscribe_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_unsubscribe_params__free_unpacked(message, nil) }
@@ -4272,8 +4502,13 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_unsubscribe_result__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_unsubscribe_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_unsubscribe_result__free_unpacked(message, nil) }
@@ -4359,8 +4594,13 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__agent_spawn_params__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__agent_spawn_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__agent_spawn_params__free_unpacked(message, nil) }
@@ -4434,8 +4674,13 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_started_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_started_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_started_notification__free_unpacked(message, nil) }
@@ -4506,8 +4751,13 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_status_changed_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_status_changed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_status_changed_notification__free_unpacked(message, nil) }
@@ -4575,8 +4825,13 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_archived_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_archived_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_archived_notification__free_unpacked(message, nil) }
@@ -4642,8 +4897,13 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_unarchived_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_unarchived_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_unarchived_notification__free_unpacked(message, nil) }
@@ -4709,8 +4969,13 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__thread_closed_notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__thread_closed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__thread_closed_notification__free_unpacked(message, nil) }
@@ -4828,8 +5093,13 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__envelope__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__envelope__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__envelope__free_unpacked(message, nil) }
@@ -5071,8 +5341,13 @@ extension Wire.Request: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__request__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__request__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__request__free_unpacked(message, nil) }
@@ -5326,8 +5601,13 @@ extension Wire.Response: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__response__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__response__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__response__free_unpacked(message, nil) }
@@ -5531,8 +5811,13 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   }
 
   public init(serializedBytes bytes: [UInt8]) throws {
+    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = bytes.withUnsafeBufferPointer({ threadwire__v1__notification__unpack(nil, count, $0.baseAddress) }) else {
+    guard let message = threadwire__v1__notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
       throw WireError.malformed(type: Self.protoName, byteCount: count)
     }
     defer { threadwire__v1__notification__free_unpacked(message, nil) }
