@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-ownership bench-pressure deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-ownership bench-pressure bench-ceiling deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -100,6 +100,11 @@ bench-ownership: apt-deps
 bench-pressure: apt-deps
 	swift build -c release
 	Benchmarks/pressure.sh
+
+## Issue 10: threadwire vs a single-threaded C epoll echo, one C load generator for both.
+bench-ceiling: apt-deps py-deps
+	swift build -c release
+	Benchmarks/ceiling.sh
 
 ## Regenerates the swift-protobuf peer code the codec benchmark compares against
 ## (needs protoc-gen-swift from swift-protobuf 1.39.0 on the PATH).

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 10: threadwire against the physical ceiling of its framing on this
+# machine, a single-threaded C epoll echo (Benchmarks/c/epoll_echo.c), driven
+# by one independent C load generator (Benchmarks/c/frame_load.c: one blocking
+# thread per connection, closed loop) for every server. make bench-ceiling.
+set -euo pipefail
+BIN=${BIN:-.build/release}
+DUR=${DUR:-3}
+PY=${PY:-.build/venv/bin/python}
+mkdir -p .build/c
+cc -O2 -pthread -o .build/c/epoll_echo Benchmarks/c/epoll_echo.c
+cc -O2 -pthread -o .build/c/frame_load Benchmarks/c/frame_load.c
+
+frame() {  # python statements filling `e` (an Envelope) -> frame hex
+  "$PY" -c "
+from threadwire_client import messages
+e = messages.envelope.Envelope()
+$1
+p = e.SerializeToString()
+print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
+}
+HEALTH=$(frame "e.request.id = 1; e.request.health_check.SetInParent()")
+INIT=$(frame "e.request.id = 1; e.request.initialize.client_info.name = 'frame-load'; e.request.initialize.protocol_version = 1")
+
+data=$(mktemp -d)
+pids=()
+trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
+.build/c/epoll_echo 7591 > "$data/echo.out" &
+pids+=($!)
+"${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7592 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && break; sleep 0.05; done
+THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
+READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
+
+load() { .build/c/frame_load "$@"; }
+field() { "$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print(r['$2'])" "$1"; }
+printf "connections\tC echo req/s (p50 µs)\thealth/check req/s (p50 µs) = %% of echo\tthread/read req/s (p50 µs) = %% of echo\n"
+for c in 1 16 64; do
+  echo_r=$(load 7591 $c "$DUR" "$HEALTH")
+  health_r=$(load 7592 $c "$DUR" "$HEALTH")
+  read_r=$(load 7592 $c "$DUR" "$READ" "$INIT")
+  e=$(field "$echo_r" requests_per_second); h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
+  printf "%s\t%s (%s)\t%s (%s) = %s %%\t%s (%s) = %s %%\n" "$c" "$e" "$(field "$echo_r" p50_us)" \
+    "$h" "$(field "$health_r" p50_us)" "$("$PY" -c "print(round(100*$h/$e))")" \
+    "$r" "$(field "$read_r" p50_us)" "$("$PY" -c "print(round(100*$r/$e))")"
+  for x in "$health_r" "$read_r"; do [ "$(field "$x" errors)" = 0 ] || echo "errors: $x"; done
+done
+
+# Pipelined: 32 requests in flight per connection against the closed loop.
+printf "\npipelined health/check (32 in flight per connection) against closed loop\n"
+for c in 1 16; do
+  closed=$(load 7592 $c "$DUR" "$HEALTH")
+  piped=$(DEPTH=32 load 7592 $c "$DUR" "$HEALTH")
+  a=$(field "$closed" requests_per_second); b=$(field "$piped" requests_per_second)
+  printf "%s connections	closed loop %s req/s	pipelined %s req/s = %sx
+" "$c" "$a" "$b" "$("$PY" -c "print(round($b/$a, 2))")"
+done
