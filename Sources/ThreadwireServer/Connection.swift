@@ -1,6 +1,7 @@
 import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
+import ThreadwireNIO
 import ThreadwireCore
 import ThreadwireWire
 
@@ -136,18 +137,21 @@ final class Connection: Sendable {
     /// `flush: false` only on the event loop within a read batch; the
     /// connection handler flushes at the batch's end.
     func send(_ response: Wire.Response, flush: Bool = true) {
-        var bytes = Wire.Envelope(kind: .response(response)).serializedBytes()
-        if bytes.count > limits.maxFrameBytes {
+        let frame: ByteBuffer
+        switch Wire.Envelope(kind: .response(response)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+        case let .framed(buffer):
+            frame = buffer
+        case let .tooLarge(size):
             // Never a frame larger than the limit the client was told.
             let refused = Wire.Response(id: response.id, code: StatusCode.resourceExhausted.rawValue, message:
-                "the response is \(bytes.count) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); page through turns with thread/turns/list")
-            bytes = Wire.Envelope(kind: .response(refused)).serializedBytes()
+                "the response is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); page through turns with thread/turns/list")
+            frame = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
         }
-        metrics.frameOut(bytes: bytes.count)
+        metrics.frameOut(bytes: frame.readableBytes)
         if flush {
-            channel.writeAndFlush(bytes, promise: nil)
+            channel.writeAndFlush(frame, promise: nil)
         } else {
-            channel.write(bytes, promise: nil)
+            channel.write(frame, promise: nil)
         }
     }
 
@@ -156,30 +160,33 @@ final class Connection: Sendable {
         let overLimit = state.withLockedValue { state -> String? in
             guard state.initialized, !closing.load(ordering: .relaxed), !state.optOut.contains(method) else { return nil }
             let notification = Wire.Notification(sequence: state.nextSequence, payload: payload)
-            let bytes = Wire.Envelope(kind: .notification(notification)).serializedBytes()
-            if bytes.count > limits.maxFrameBytes {
+            let frame: ByteBuffer
+            switch Wire.Envelope(kind: .notification(notification)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+            case let .framed(buffer):
+                frame = buffer
+            case let .tooLarge(size):
                 // The sequence number is spent, so the client sees the gap
                 // and the reason, and can read the item with thread/turns/list.
                 state.nextSequence += 1
                 let refused = Wire.Response(code: StatusCode.resourceExhausted.rawValue, message:
-                    "notification \(notification.sequence ?? 0) (\(method)) is \(bytes.count) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
-                let refusal = Wire.Envelope(kind: .response(refused)).serializedBytes()
-                metrics.frameOut(bytes: refusal.count)
+                    "notification \(notification.sequence ?? 0) (\(method)) is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
+                let refusal = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
+                metrics.frameOut(bytes: refusal.readableBytes)
                 channel.writeAndFlush(refusal, promise: nil)
                 return nil
             }
+            let count = frame.readableBytes
             let backlog = notificationBacklog.load(ordering: .relaxed)
-            if backlog + bytes.count > limits.maxNotificationBacklogBytes {
+            if backlog + count > limits.maxNotificationBacklogBytes {
                 closing.store(true, ordering: .relaxed)
                 return "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing"
             }
             state.nextSequence += 1
-            notificationBacklog.add(bytes.count, ordering: .relaxed)
-            metrics.frameOut(bytes: bytes.count)
-            let count = bytes.count
+            notificationBacklog.add(count, ordering: .relaxed)
+            metrics.frameOut(bytes: count)
             let promise = channel.eventLoop.makePromise(of: Void.self)
             promise.futureResult.whenComplete { [self] _ in notificationBacklog.subtract(count, ordering: .relaxed) }
-            channel.writeAndFlush(bytes, promise: promise)
+            channel.writeAndFlush(frame, promise: promise)
             return nil
         }
         if let overLimit {
@@ -192,10 +199,10 @@ final class Connection: Sendable {
     /// does not wait for a client that reads nothing.
     func close(code: StatusCode, message: String) {
         closing.store(true, ordering: .relaxed)
-        let bytes = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).serializedBytes()
+        let frame = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).framed(allocator: channel.allocator)
         let channel = self.channel
-        metrics.frameOut(bytes: bytes.count)
-        channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
+        metrics.frameOut(bytes: frame.readableBytes)
+        channel.writeAndFlush(frame).whenComplete { _ in channel.close(promise: nil) }
         // Long enough for a client that reads slowly to reach the error frame.
         channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
     }
@@ -269,5 +276,36 @@ final class FlowControlHandler: ChannelDuplexHandler, @unchecked Sendable {
         guard readPending, let context, connection?.readsAllowed ?? true else { return }
         readPending = false
         context.read()
+    }
+}
+
+/// Outbound frames packed straight into the buffer the socket writes from:
+/// header and payload in one allocation, no intermediate array.
+enum FrameResult {
+    case framed(ByteBuffer)
+    case tooLarge(Int)
+}
+
+extension Wire.Envelope {
+    func frame(allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
+        pack { size, write in
+            guard size <= maxPayload else { return .tooLarge(size) }
+            var buffer = allocator.buffer(capacity: Framing.headerSize + size)
+            buffer.writeInteger(UInt8(0))
+            buffer.writeInteger(UInt32(size))
+            if size > 0 {
+                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
+                    write(raw.baseAddress!)
+                    return size
+                }
+            }
+            return .framed(buffer)
+        }
+    }
+
+    /// For small frames the server makes itself (errors), never over any limit.
+    func framed(allocator: ByteBufferAllocator) -> ByteBuffer {
+        guard case let .framed(buffer) = frame(allocator: allocator, maxPayload: .max) else { preconditionFailure("unbounded") }
+        return buffer
     }
 }

@@ -9,7 +9,7 @@ import ThreadwireWire
 /// loop, and protocol violations into one error frame followed by a close.
 final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
-    typealias OutboundOut = [UInt8]
+    typealias OutboundOut = ByteBuffer
 
     private let connectionID: ConnectionID
     private let services: ServerServices
@@ -192,7 +192,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         let response = Wire.Response(code: code.rawValue, message: "\(error); closing the connection")
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(Wire.Envelope(kind: .response(response)).serializedBytes()))
+        context.writeAndFlush(wrapOutboundOut(Wire.Envelope(kind: .response(response)).framed(allocator: context.channel.allocator)))
             .whenComplete { _ in channel.close(promise: nil) }
         channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
     }

@@ -142,9 +142,10 @@ public final class ThreadwireServer: Service, Sendable {
                     let flowControl = FlowControlHandler(metrics: metrics)
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(flowControl)
+                    // Outbound frames are packed straight into ByteBuffers
+                    // (Wire.Envelope.frame), so no encoder handler is needed.
                     try sync.addHandlers([
                         ByteToMessageHandler(FrameDecoder(maxFrameBytes: limits.maxFrameBytes, budget: budget)),
-                        MessageToByteHandler(FrameEncoder()),
                         ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl),
                     ])
                 }

@@ -43,6 +43,7 @@ public protocol WireMessage: Sendable, Equatable {
     init(serializedBytes: [UInt8]) throws
     init(serializedBytes: UnsafeRawBufferPointer) throws
     func serializedBytes() -> [UInt8]
+    func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R
     init(json: JSONValue, path: String) throws
     func jsonValue() -> JSONValue
 }

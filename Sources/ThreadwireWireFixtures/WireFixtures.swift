@@ -621,8 +621,16 @@ public enum WireFixtures {
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {
-        let binary = try M(serializedBytes: message.serializedBytes())
+        let bytes = message.serializedBytes()
+        let binary = try M(serializedBytes: bytes)
         let json = try M(json: JSONValue.parse(message.jsonValue().render()), path: "")
-        return binary == message && json == message
+        // Packing into caller-provided storage gives the same bytes.
+        let packed = message.pack { size, write in
+            [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+                if size > 0 { write(buffer.baseAddress!) }
+                count = size
+            }
+        }
+        return binary == message && json == message && packed == bytes
     }
 }

@@ -26,7 +26,6 @@ struct ConnectionHandlerTests {
         try channel.pipeline.syncOperations.addHandlers([
             flowControl,
             ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
-            MessageToByteHandler(FrameEncoder()),
             ConnectionHandler(connectionID: 1, services: services, flowControl: flowControl),
         ])
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()

@@ -143,7 +143,18 @@ final class RawSocket: @unchecked Sendable {
         return envelopes
     }
 
-    func close() { Glibc.close(fd) }
+    private let closedFlag = NSLock()
+    private var isClosed = false
+
+    /// Idempotent: a second close must not close a descriptor number that
+    /// something else (e.g. NIO in this process) has been given since.
+    func close() {
+        closedFlag.lock()
+        defer { closedFlag.unlock() }
+        guard !isClosed else { return }
+        isClosed = true
+        Glibc.close(fd)
+    }
 }
 
 enum RawSocketError: Error {

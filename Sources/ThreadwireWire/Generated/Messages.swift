@@ -281,6 +281,20 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ClientInfo()
+    threadwire__v1__client_info__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__client_info__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__client_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -361,6 +375,20 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__capabilities__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Capabilities()
+    threadwire__v1__capabilities__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__capabilities__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__capabilities__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -445,6 +473,20 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__InitializeParams()
+    threadwire__v1__initialize_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__initialize_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__initialize_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -524,6 +566,20 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__server_info__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ServerInfo()
+    threadwire__v1__server_info__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__server_info__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__server_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -625,6 +681,20 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ServerLimits()
+    threadwire__v1__server_limits__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__server_limits__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__server_limits__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -717,6 +787,20 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__InitializeResult()
+    threadwire__v1__initialize_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__initialize_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__initialize_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -793,6 +877,20 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__HealthCheckParams()
+    threadwire__v1__health_check_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__health_check_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__health_check_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -863,6 +961,20 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__health_check_result__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__HealthCheckResult()
+    threadwire__v1__health_check_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__health_check_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__health_check_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -940,6 +1052,20 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__key_value__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__KeyValue()
+    threadwire__v1__key_value__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__key_value__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__key_value__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -1029,6 +1155,20 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_settings__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadSettings()
+    threadwire__v1__thread_settings__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_settings__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_settings__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -1168,6 +1308,20 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadSettingsUpdateParams()
+    threadwire__v1__thread_settings_update_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_settings_update_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_settings_update_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -1257,6 +1411,20 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadSettingsUpdateResult()
+    threadwire__v1__thread_settings_update_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_settings_update_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_settings_update_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -1334,6 +1502,20 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_settings_updated_notification__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadSettingsUpdatedNotification()
+    threadwire__v1__thread_settings_updated_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_settings_updated_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_settings_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -1454,6 +1636,20 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__UserInput()
+    threadwire__v1__user_input__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__user_input__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__user_input__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -1562,6 +1758,20 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadItem()
+    threadwire__v1__thread_item__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_item__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -1666,6 +1876,20 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ContextItem()
+    threadwire__v1__context_item__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__context_item__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__context_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -1754,6 +1978,20 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__tool_spec__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ToolSpec()
+    threadwire__v1__tool_spec__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__tool_spec__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__tool_spec__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -1859,6 +2097,20 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ModelRequest()
+    threadwire__v1__model_request__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__model_request__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__model_request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -1950,6 +2202,20 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__turn_context__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnContext()
+    threadwire__v1__turn_context__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_context__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_context__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2075,6 +2341,20 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__turn__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Turn()
+    threadwire__v1__turn__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2228,6 +2508,20 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnStartParams()
+    threadwire__v1__turn_start_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_start_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -2312,6 +2606,20 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnStartResult()
+    threadwire__v1__turn_start_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_start_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_start_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -2389,6 +2697,20 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnInterruptParams()
+    threadwire__v1__turn_interrupt_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_interrupt_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_interrupt_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -2453,6 +2775,20 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__turn_interrupt_result__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnInterruptResult()
+    threadwire__v1__turn_interrupt_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_interrupt_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_interrupt_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2528,6 +2864,20 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__turn_started_notification__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnStartedNotification()
+    threadwire__v1__turn_started_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_started_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2607,6 +2957,20 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__turn_completed_notification__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__TurnCompletedNotification()
+    threadwire__v1__turn_completed_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__turn_completed_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__turn_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2691,6 +3055,20 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__item_started_notification__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ItemStartedNotification()
+    threadwire__v1__item_started_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__item_started_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__item_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2779,6 +3157,20 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ItemCompletedNotification()
+    threadwire__v1__item_completed_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__item_completed_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__item_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -2858,6 +3250,20 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_status__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadStatus()
+    threadwire__v1__thread_status__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_status__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_status__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -2952,6 +3358,20 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_source__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadSource()
+    threadwire__v1__thread_source__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_source__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_source__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -3115,6 +3535,20 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Thread()
+    threadwire__v1__thread__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -3253,6 +3687,20 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadStartParams()
+    threadwire__v1__thread_start_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_start_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -3362,6 +3810,20 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadLifecycleResult()
+    threadwire__v1__thread_lifecycle_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_lifecycle_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_lifecycle_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -3454,6 +3916,20 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadResumeParams()
+    threadwire__v1__thread_resume_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_resume_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_resume_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -3538,6 +4014,20 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_fork_params__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadForkParams()
+    threadwire__v1__thread_fork_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_fork_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_fork_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -3631,6 +4121,20 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadReadParams()
+    threadwire__v1__thread_read_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_read_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_read_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -3717,6 +4221,20 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_read_result__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadReadResult()
+    threadwire__v1__thread_read_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_read_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_read_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -3810,6 +4328,20 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadTurnsListParams()
+    threadwire__v1__thread_turns_list_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_turns_list_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_turns_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -3897,6 +4429,20 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_turns_list_result__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadTurnsListResult()
+    threadwire__v1__thread_turns_list_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_turns_list_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_turns_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -3998,6 +4544,20 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadListParams()
+    threadwire__v1__thread_list_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_list_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4091,6 +4651,20 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadListResult()
+    threadwire__v1__thread_list_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_list_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4165,6 +4739,20 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadArchiveParams()
+    threadwire__v1__thread_archive_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_archive_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_archive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4227,6 +4815,20 @@ extension Wire.ThreadArchiveResult: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_archive_result__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadArchiveResult()
+    threadwire__v1__thread_archive_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_archive_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_archive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -4297,6 +4899,20 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_unarchive_params__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadUnarchiveParams()
+    threadwire__v1__thread_unarchive_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_unarchive_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_unarchive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -4371,6 +4987,20 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadUnarchiveResult()
+    threadwire__v1__thread_unarchive_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_unarchive_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_unarchive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4443,6 +5073,20 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadUnsubscribeParams()
+    threadwire__v1__thread_unsubscribe_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_unsubscribe_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_unsubscribe_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4513,6 +5157,20 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_unsubscribe_result__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadUnsubscribeResult()
+    threadwire__v1__thread_unsubscribe_result__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_unsubscribe_result__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_unsubscribe_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -4607,6 +5265,20 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__AgentSpawnParams()
+    threadwire__v1__agent_spawn_params__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__agent_spawn_params__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__agent_spawn_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4687,6 +5359,20 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadStartedNotification()
+    threadwire__v1__thread_started_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_started_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4764,6 +5450,20 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadStatusChangedNotification()
+    threadwire__v1__thread_status_changed_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_status_changed_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_status_changed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4838,6 +5538,20 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadArchivedNotification()
+    threadwire__v1__thread_archived_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_archived_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_archived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4910,6 +5624,20 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadUnarchivedNotification()
+    threadwire__v1__thread_unarchived_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_unarchived_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_unarchived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -4980,6 +5708,20 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__thread_closed_notification__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__ThreadClosedNotification()
+    threadwire__v1__thread_closed_notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__thread_closed_notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__thread_closed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -5104,6 +5846,20 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__envelope__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Envelope()
+    threadwire__v1__envelope__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__envelope__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__envelope__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -5352,6 +6108,20 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__request__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Request()
+    threadwire__v1__request__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__request__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
@@ -5614,6 +6384,20 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     try self.init(c: message.pointee, path: "")
   }
 
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Response()
+    threadwire__v1__response__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__response__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__response__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
+  }
+
   public func serializedBytes() -> [UInt8] {
     let arena = Arena()
     defer { arena.releaseAll() }
@@ -5822,6 +6606,20 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     }
     defer { threadwire__v1__notification__free_unpacked(message, nil) }
     try self.init(c: message.pointee, path: "")
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    let arena = Arena()
+    defer { arena.releaseAll() }
+    var c = Threadwire__V1__Notification()
+    threadwire__v1__notification__init(&c)
+    fill(&c, arena: arena)
+    let size = threadwire__v1__notification__get_packed_size(&c)
+    return try body(size) { pointer in
+      _ = threadwire__v1__notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    }
   }
 
   public func serializedBytes() -> [UInt8] {
