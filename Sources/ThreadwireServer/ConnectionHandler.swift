@@ -5,8 +5,10 @@ import ThreadwireCore
 import ThreadwireNIO
 import ThreadwireWire
 
-/// Turns decoded frame payloads into requests for the connection's request
-/// loop, and protocol violations into one error frame followed by a close.
+/// Turns decoded frame payloads into requests: answered right here when they
+/// need no suspension and nothing of the connection is queued, otherwise
+/// handed to the connection's request loop. Protocol violations become one
+/// error frame followed by a close.
 final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
