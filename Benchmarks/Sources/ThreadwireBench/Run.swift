@@ -251,22 +251,32 @@ struct Run: AsyncParsableCommand {
         for _ in 0..<repeats {
             let end = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
             let start = ContinuousClock.now
-            let total = try await withThrowingTaskGroup(of: Int.self) { group in
+            let snapshot = records
+            let (total, latest) = try await withThrowingTaskGroup(of: (Int, Int, ThreadRecord).self) { group in
                 for i in 0..<count {
-                    let base = records[i]
+                    let base = snapshot[i]
                     group.addTask {
                         var n = 0
                         var record = base
                         while ContinuousClock.now < end {
                             record.model = "m\(n)"
+                            // Versioned commits (compare-and-set): each writes the next version.
+                            record.version += 1
                             try await store.commit([.putThread(record)])
                             n += 1
                         }
-                        return n
+                        return (i, n, record)
                     }
                 }
-                return try await group.reduce(0, +)
+                var sum = 0
+                var latest = snapshot
+                for try await (i, n, record) in group {
+                    sum += n
+                    latest[i] = record
+                }
+                return (sum, latest)
             }
+            records = latest
             rawRates.append(Double(total) / (ContinuousClock.now - start).secondsValue)
         }
         let raw = median(rawRates)
