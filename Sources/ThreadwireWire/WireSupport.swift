@@ -48,6 +48,21 @@ public protocol WireMessage: Sendable, Equatable {
     func jsonValue() -> JSONValue
 }
 
+extension WireMessage {
+    public init(serializedBytes bytes: [UInt8]) throws {
+        self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
+    }
+
+    public func serializedBytes() -> [UInt8] {
+        pack { size, write in
+            [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
+                if size > 0 { write(buffer.baseAddress!) }
+                written = size
+            }
+        }
+    }
+}
+
 /// An enum of the contract.
 public protocol WireEnum: RawRepresentable, Sendable, Equatable, CaseIterable where RawValue == Int32 {
     static var protoName: String { get }

@@ -267,10 +267,6 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
     if let v = self.version { c.version = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -292,19 +288,6 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
     let size = threadwire__v1__client_info__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__client_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ClientInfo()
-    threadwire__v1__client_info__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__client_info__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__client_info__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -363,10 +346,6 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -388,19 +367,6 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
     let size = threadwire__v1__capabilities__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__capabilities__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Capabilities()
-    threadwire__v1__capabilities__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__capabilities__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__capabilities__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -459,10 +425,6 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     if let v = self.capabilities { c.capabilities = arena.message(v, Threadwire__V1__Capabilities(), threadwire__v1__capabilities__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -484,19 +446,6 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__initialize_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__initialize_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__InitializeParams()
-    threadwire__v1__initialize_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__initialize_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__initialize_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -554,10 +503,6 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
     if let v = self.version { c.version = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -579,19 +524,6 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
     let size = threadwire__v1__server_info__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__server_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ServerInfo()
-    threadwire__v1__server_info__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__server_info__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__server_info__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -667,10 +599,6 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if let v = self.idleTimeoutMs { c.has_idle_timeout_ms = 1; c.idle_timeout_ms = v }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -692,19 +620,6 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     let size = threadwire__v1__server_limits__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__server_limits__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ServerLimits()
-    threadwire__v1__server_limits__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__server_limits__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__server_limits__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -773,10 +688,6 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     if let v = self.limits { c.limits = arena.message(v, Threadwire__V1__ServerLimits(), threadwire__v1__server_limits__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -798,19 +709,6 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__initialize_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__initialize_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__InitializeResult()
-    threadwire__v1__initialize_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__initialize_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__initialize_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -863,10 +761,6 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
     if let v = self.service { c.service = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -888,19 +782,6 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__health_check_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__health_check_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__HealthCheckParams()
-    threadwire__v1__health_check_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__health_check_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__health_check_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -949,10 +830,6 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
     if let v = self.status { c.has_status = 1; c.status = Threadwire__V1__ServingStatus(rawValue: numericCast(v.rawValue)) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -974,19 +851,6 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__health_check_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__health_check_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__HealthCheckResult()
-    threadwire__v1__health_check_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__health_check_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__health_check_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1040,10 +904,6 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
     if let v = self.value { c.value = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1065,19 +925,6 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
     let size = threadwire__v1__key_value__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__key_value__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__KeyValue()
-    threadwire__v1__key_value__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__key_value__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__key_value__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1143,10 +990,6 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1168,19 +1011,6 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_settings__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_settings__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettings()
-    threadwire__v1__thread_settings__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_settings__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1294,10 +1124,6 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1319,19 +1145,6 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_settings_update_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_settings_update_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettingsUpdateParams()
-    threadwire__v1__thread_settings_update_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings_update_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_settings_update_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1397,10 +1210,6 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
     if let v = self.changed { c.has_changed = 1; c.changed = v ? 1 : 0 }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1422,19 +1231,6 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_settings_update_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_settings_update_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettingsUpdateResult()
-    threadwire__v1__thread_settings_update_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings_update_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_settings_update_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1490,10 +1286,6 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1515,19 +1307,6 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_settings_updated_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_settings_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettingsUpdatedNotification()
-    threadwire__v1__thread_settings_updated_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings_updated_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_settings_updated_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1622,10 +1401,6 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1647,19 +1422,6 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
     let size = threadwire__v1__user_input__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__user_input__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__UserInput()
-    threadwire__v1__user_input__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__user_input__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__user_input__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1744,10 +1506,6 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if let v = self.receiverThreadId { c.receiver_thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1769,19 +1527,6 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_item__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadItem()
-    threadwire__v1__thread_item__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_item__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_item__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1862,10 +1607,6 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
     if let v = self.callId { c.call_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1887,19 +1628,6 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
     let size = threadwire__v1__context_item__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__context_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ContextItem()
-    threadwire__v1__context_item__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__context_item__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__context_item__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -1966,10 +1694,6 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     if let v = self.description { c.description = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -1991,19 +1715,6 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     let size = threadwire__v1__tool_spec__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__tool_spec__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ToolSpec()
-    threadwire__v1__tool_spec__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__tool_spec__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__tool_spec__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2083,10 +1794,6 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     if let v = self.historyCount { c.has_history_count = 1; c.history_count = v }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2108,19 +1815,6 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     let size = threadwire__v1__model_request__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__model_request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ModelRequest()
-    threadwire__v1__model_request__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__model_request__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__model_request__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2190,10 +1884,6 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
     if let v = self.cwd { c.cwd = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2215,19 +1905,6 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_context__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_context__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnContext()
-    threadwire__v1__turn_context__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_context__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_context__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2329,10 +2006,6 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2354,19 +2027,6 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Turn()
-    threadwire__v1__turn__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2494,10 +2154,6 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2519,19 +2175,6 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_start_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnStartParams()
-    threadwire__v1__turn_start_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_start_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_start_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2592,10 +2235,6 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2617,19 +2256,6 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_start_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_start_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnStartResult()
-    threadwire__v1__turn_start_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_start_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_start_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2683,10 +2309,6 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
     if let v = self.turnId { c.turn_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2708,19 +2330,6 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_interrupt_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_interrupt_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnInterruptParams()
-    threadwire__v1__turn_interrupt_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_interrupt_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_interrupt_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2763,10 +2372,6 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
     _ = arena
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2788,19 +2393,6 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_interrupt_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_interrupt_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnInterruptResult()
-    threadwire__v1__turn_interrupt_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_interrupt_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_interrupt_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2852,10 +2444,6 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2877,19 +2465,6 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_started_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnStartedNotification()
-    threadwire__v1__turn_started_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_started_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_started_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -2945,10 +2520,6 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -2970,19 +2541,6 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__turn_completed_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__turn_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnCompletedNotification()
-    threadwire__v1__turn_completed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_completed_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__turn_completed_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3043,10 +2601,6 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
     if let v = self.item { c.item = arena.message(v, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3068,19 +2622,6 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__item_started_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__item_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ItemStartedNotification()
-    threadwire__v1__item_started_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__item_started_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__item_started_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3143,10 +2684,6 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
     if let v = self.item { c.item = arena.message(v, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3168,19 +2705,6 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__item_completed_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__item_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ItemCompletedNotification()
-    threadwire__v1__item_completed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__item_completed_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__item_completed_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3238,10 +2762,6 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
     if let v = self.activeTurnId { c.active_turn_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3263,19 +2783,6 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_status__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_status__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStatus()
-    threadwire__v1__thread_status__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_status__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_status__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3346,10 +2853,6 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
     if let v = self.taskName { c.task_name = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3371,19 +2874,6 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_source__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_source__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSource()
-    threadwire__v1__thread_source__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_source__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_source__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3521,10 +3011,6 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3546,19 +3032,6 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Thread()
-    threadwire__v1__thread__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3673,10 +3146,6 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if let v = self.baseInstructions { c.base_instructions = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3698,19 +3167,6 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_start_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStartParams()
-    threadwire__v1__thread_start_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_start_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_start_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3796,10 +3252,6 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3821,19 +3273,6 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_lifecycle_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_lifecycle_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadLifecycleResult()
-    threadwire__v1__thread_lifecycle_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_lifecycle_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_lifecycle_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -3902,10 +3341,6 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
     if let v = self.excludeTurns { c.has_exclude_turns = 1; c.exclude_turns = v ? 1 : 0 }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -3927,19 +3362,6 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_resume_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_resume_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadResumeParams()
-    threadwire__v1__thread_resume_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_resume_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_resume_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4002,10 +3424,6 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
     if let v = self.excludeTurns { c.has_exclude_turns = 1; c.exclude_turns = v ? 1 : 0 }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4027,19 +3445,6 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_fork_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_fork_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadForkParams()
-    threadwire__v1__thread_fork_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_fork_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_fork_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4107,10 +3512,6 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     if let v = self.turnsLimit { c.has_turns_limit = 1; c.turns_limit = v }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4132,19 +3533,6 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_read_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_read_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadReadParams()
-    threadwire__v1__thread_read_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_read_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_read_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4209,10 +3597,6 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
     if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4234,19 +3618,6 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_read_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_read_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadReadResult()
-    threadwire__v1__thread_read_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_read_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_read_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4314,10 +3685,6 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
     if let v = self.sortDirection { c.has_sort_direction = 1; c.sort_direction = Threadwire__V1__SortDirection(rawValue: numericCast(v.rawValue)) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4339,19 +3706,6 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_turns_list_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_turns_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadTurnsListParams()
-    threadwire__v1__thread_turns_list_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_turns_list_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_turns_list_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4417,10 +3771,6 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
     if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4442,19 +3792,6 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_turns_list_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_turns_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadTurnsListResult()
-    threadwire__v1__thread_turns_list_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_turns_list_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_turns_list_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4530,10 +3867,6 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if let v = self.archived { c.has_archived = 1; c.archived = v ? 1 : 0 }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4555,19 +3888,6 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_list_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadListParams()
-    threadwire__v1__thread_list_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_list_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_list_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4637,10 +3957,6 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
     if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4662,19 +3978,6 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_list_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadListResult()
-    threadwire__v1__thread_list_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_list_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_list_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4725,10 +4028,6 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4750,19 +4049,6 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_archive_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_archive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadArchiveParams()
-    threadwire__v1__thread_archive_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_archive_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_archive_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4803,10 +4089,6 @@ extension Wire.ThreadArchiveResult: WireMessage, CBridgedMessage {
     _ = arena
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4828,19 +4110,6 @@ extension Wire.ThreadArchiveResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_archive_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_archive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadArchiveResult()
-    threadwire__v1__thread_archive_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_archive_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_archive_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4887,10 +4156,6 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4912,19 +4177,6 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_unarchive_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_unarchive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnarchiveParams()
-    threadwire__v1__thread_unarchive_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unarchive_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_unarchive_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -4973,10 +4225,6 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -4998,19 +4246,6 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_unarchive_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_unarchive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnarchiveResult()
-    threadwire__v1__thread_unarchive_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unarchive_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_unarchive_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5059,10 +4294,6 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5084,19 +4315,6 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_unsubscribe_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_unsubscribe_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnsubscribeParams()
-    threadwire__v1__thread_unsubscribe_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unsubscribe_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_unsubscribe_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5145,10 +4363,6 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
     if let v = self.wasSubscribed { c.has_was_subscribed = 1; c.was_subscribed = v ? 1 : 0 }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5170,19 +4384,6 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_unsubscribe_result__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_unsubscribe_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnsubscribeResult()
-    threadwire__v1__thread_unsubscribe_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unsubscribe_result__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_unsubscribe_result__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5251,10 +4452,6 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
     if let v = self.review { c.has_review = 1; c.review = v ? 1 : 0 }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5276,19 +4473,6 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
     let size = threadwire__v1__agent_spawn_params__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__agent_spawn_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__AgentSpawnParams()
-    threadwire__v1__agent_spawn_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__agent_spawn_params__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__agent_spawn_params__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5345,10 +4529,6 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5370,19 +4550,6 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_started_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStartedNotification()
-    threadwire__v1__thread_started_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_started_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_started_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5436,10 +4603,6 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
     if let v = self.status { c.status = arena.message(v, Threadwire__V1__ThreadStatus(), threadwire__v1__thread_status__init) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5461,19 +4624,6 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_status_changed_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_status_changed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStatusChangedNotification()
-    threadwire__v1__thread_status_changed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_status_changed_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_status_changed_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5524,10 +4674,6 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5549,19 +4695,6 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_archived_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_archived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadArchivedNotification()
-    threadwire__v1__thread_archived_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_archived_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_archived_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5610,10 +4743,6 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5635,19 +4764,6 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_unarchived_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_unarchived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnarchivedNotification()
-    threadwire__v1__thread_unarchived_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unarchived_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_unarchived_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5696,10 +4812,6 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5721,19 +4833,6 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__thread_closed_notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__thread_closed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadClosedNotification()
-    threadwire__v1__thread_closed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_closed_notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__thread_closed_notification__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -5834,10 +4933,6 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -5859,19 +4954,6 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
     let size = threadwire__v1__envelope__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__envelope__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Envelope()
-    threadwire__v1__envelope__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__envelope__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__envelope__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -6096,10 +5178,6 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -6121,19 +5199,6 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     let size = threadwire__v1__request__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Request()
-    threadwire__v1__request__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__request__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__request__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -6370,10 +5435,6 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -6395,19 +5456,6 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     let size = threadwire__v1__response__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__response__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Response()
-    threadwire__v1__response__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__response__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__response__pack(&c, buffer.baseAddress!)
     }
   }
 
@@ -6594,10 +5642,6 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     }
   }
 
-  public init(serializedBytes bytes: [UInt8]) throws {
-    self = try bytes.withUnsafeBytes { try Self(serializedBytes: $0) }
-  }
-
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
@@ -6619,19 +5663,6 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     let size = threadwire__v1__notification__get_packed_size(&c)
     return try body(size) { pointer in
       _ = threadwire__v1__notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
-    }
-  }
-
-  public func serializedBytes() -> [UInt8] {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Notification()
-    threadwire__v1__notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__notification__get_packed_size(&c)
-    if size == 0 { return [] }
-    return [UInt8](unsafeUninitializedCapacity: size) { buffer, written in
-      written = threadwire__v1__notification__pack(&c, buffer.baseAddress!)
     }
   }
 
