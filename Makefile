@@ -74,11 +74,14 @@ test-python: py-deps c-client
 	$(PYTHON) -m pytest -q tests/python
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
-## invalid access or definite leak fails. Built apart with DWARF 4 because
+## invalid access or definite leak fails. Run twice: with the codec's arena, and
+## with one exact malloc per C allocation so valgrind bounds-checks each. Built apart with DWARF 4 because
 ## Debian's valgrind 3.19 cannot read the DWARF 5 that Swift emits by default.
 memcheck: apt-deps
 	swift build --product threadwire-codec-check --scratch-path .build-memcheck -Xswiftc -dwarf-version=4 -Xcc -gdwarf-4
-	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	valgrind --quiet --error-exitcode=1 --leak-check=full --show-possibly-lost=no --errors-for-leak-kinds=definite,indirect \
+	  .build-memcheck/debug/threadwire-codec-check 200
+	THREADWIRE_CODEC_EXACT_ALLOCATIONS=1 valgrind --quiet --error-exitcode=1 --leak-check=full --show-possibly-lost=no --errors-for-leak-kinds=definite,indirect \
 	  .build-memcheck/debug/threadwire-codec-check 200
 
 clean:

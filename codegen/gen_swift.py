@@ -195,21 +195,25 @@ class Gen:
         self.w(f'  public static let protoName = "{pkg}.{m.name}"')
         self.w(f"  typealias CMessage = {ctype}")
         self.w("")
-        self.w(f"  init(c: {ctype}, path: String) throws {{")
+        self.w(f"  init(c: UnsafePointer<{ctype}>) throws(WireError) {{")
         self.w("    self.init()")
         for f in plain:
-            self.decode_field(f, "c", "self." + camel(f.name))
+            self.decode_field(f, "c.pointee", "self." + camel(f.name))
         for o in oneofs:
             members = [f for f, oo in fields if oo == o]
-            self.w(f"    switch Int(c.{o}_case.rawValue) {{")
+            self.w(f"    switch Int(c.pointee.{o}_case.rawValue) {{")
             for f in members:
-                member_path = 'fieldPath(path, "' + f.name + '")'
-                self.w(f"    case {f.number}: self.{camel(o)} = .{camel(f.name)}({self.decode_value(f, 'c.' + f.name, member_path)})")
+                value = self.decode_value(f, 'c.pointee.' + f.name, required=True)
+                if f.type == FD.TYPE_MESSAGE:
+                    self.w(f"    case {f.number}:")
+                    self.w(f"      do throws(WireError) {{ self.{camel(o)} = .{camel(f.name)}({value}) }} catch {{ throw error.nested(in: \"{f.name}\") }}")
+                else:
+                    self.w(f"    case {f.number}: self.{camel(o)} = .{camel(f.name)}({value})")
             self.w("    default: self.{0} = nil".format(camel(o)))
             self.w("    }")
         self.w("  }")
         self.w("")
-        self.w(f"  func fill(_ c: inout {ctype}, arena: Arena) {{")
+        self.w(f"  func fill(_ c: inout {ctype}, arena: inout CodecArena) {{")
         for f in plain:
             self.encode_field(f, "c", "self." + camel(f.name))
         for o in oneofs:
@@ -228,24 +232,26 @@ class Gen:
         self.w("  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.")
         self.w("  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {")
         self.w("    let count = bytes.count")
-        self.w(f"    guard let message = {cfn}__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {{")
-        self.w("      throw WireError.malformed(type: Self.protoName, byteCount: count)")
+        self.w("    self = try CodecArena.withUnpackAllocator { allocator in")
+        self.w(f"      guard let message = {cfn}__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {{")
+        self.w("        throw WireError.malformed(type: Self.protoName, byteCount: count)")
+        self.w("      }")
+        self.w(f"      defer {{ {cfn}__free_unpacked(message, allocator) }}")
+        self.w("      return try Self(c: message)")
         self.w("    }")
-        self.w(f"    defer {{ {cfn}__free_unpacked(message, nil) }}")
-        self.w("    try self.init(c: message.pointee, path: \"\")")
         self.w("  }")
         self.w("")
         self.w("  /// Packs straight into storage the caller provides: `body` gets the")
         self.w("  /// packed size and a function that writes that many bytes at a pointer.")
         self.w("  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {")
-        self.w("    let arena = Arena()")
-        self.w("    defer { arena.releaseAll() }")
-        self.w(f"    var c = {ctype}()")
-        self.w(f"    {cfn}__init(&c)")
-        self.w("    fill(&c, arena: arena)")
-        self.w(f"    let size = {cfn}__get_packed_size(&c)")
-        self.w("    return try body(size) { pointer in")
-        self.w(f"      _ = {cfn}__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))")
+        self.w("    try CodecArena.with { arena in")
+        self.w(f"      var c = {ctype}()")
+        self.w(f"      {cfn}__init(&c)")
+        self.w("      fill(&c, arena: &arena)")
+        self.w(f"      let size = {cfn}__get_packed_size(&c)")
+        self.w("      return try body(size) { pointer in")
+        self.w(f"        _ = {cfn}__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))")
+        self.w("      }")
         self.w("    }")
         self.w("  }")
         self.w("")
@@ -295,31 +301,43 @@ class Gen:
         self.w()
 
     # ---- field helpers -----------------------------------------------------
-    def decode_value(self, f, expr, path):
+    def decode_value(self, f, expr, required=False):
+        # Error paths name the field here; enclosing messages prefix their
+        # own field while the error unwinds (WireError.nested).
         if f.type == FD.TYPE_STRING:
-            return f"try wireString({expr}, path: {path})"
+            return f'try wireString({expr}, field: "{f.name}")'
         if f.type == FD.TYPE_BOOL:
             return f"{expr} != 0"
         if f.type in SCALARS:
             return expr
         if f.type == FD.TYPE_ENUM:
-            return f"try {self.swift_type_of(f)}(wireRawValue: Int32(truncatingIfNeeded: {expr}.rawValue), path: {path})"
+            return f'try wireEnum(Int32(truncatingIfNeeded: {expr}.rawValue), field: "{f.name}") as {self.swift_type_of(f)}'
         if f.type == FD.TYPE_MESSAGE:
-            return f"try {self.swift_type_of(f)}(c: wirePointee({expr}), path: {path})"
+            pointer = f"wireRequired({expr})" if required else expr
+            return f"try {self.swift_type_of(f)}(c: {pointer})"
         raise SystemExit("unsupported")
 
     def decode_field(self, f, c, target):
-        path = f'fieldPath(path, "{f.name}")'
         if f.label == FD.LABEL_REPEATED:
-            self.w(f"    if c.n_{f.name} > 0, let items = {c}.{f.name} {{")
-            self.w(f"      {target}.reserveCapacity(c.n_{f.name})")
-            self.w(f"      for index in 0..<{c}.n_{f.name} {{ {target}.append({self.decode_value(f, 'items[index]', path)}) }}")
+            self.w(f"    if {c}.n_{f.name} > 0, let items = {c}.{f.name} {{")
+            self.w(f"      {target}.reserveCapacity({c}.n_{f.name})")
+            value = self.decode_value(f, 'items[index]', required=True)
+            if f.type == FD.TYPE_MESSAGE:
+                self.w("      do throws(WireError) {")
+                self.w(f"        for index in 0..<{c}.n_{f.name} {{ {target}.append({value}) }}")
+                self.w(f"      }} catch {{ throw error.nested(in: \"{f.name}\") }}")
+            else:
+                self.w(f"      for index in 0..<{c}.n_{f.name} {{ {target}.append({value}) }}")
             self.w("    }")
             return
-        if f.type in (FD.TYPE_STRING, FD.TYPE_MESSAGE):
-            self.w(f"    if let v = {c}.{f.name} {{ {target} = {self.decode_value(f, 'v', path)} }}")
+        if f.type == FD.TYPE_MESSAGE:
+            self.w(f"    if let v = {c}.{f.name} {{")
+            self.w(f"      do throws(WireError) {{ {target} = {self.decode_value(f, 'v')} }} catch {{ throw error.nested(in: \"{f.name}\") }}")
+            self.w("    }")
+        elif f.type == FD.TYPE_STRING:
+            self.w(f"    if let v = {c}.{f.name} {{ {target} = {self.decode_value(f, 'v')} }}")
         else:
-            self.w(f"    if {c}.has_{f.name} != 0 {{ {target} = {self.decode_value(f, c + '.' + f.name, path)} }}")
+            self.w(f"    if {c}.has_{f.name} != 0 {{ {target} = {self.decode_value(f, c + '.' + f.name)} }}")
 
     def encode_value(self, f, v):
         if f.type == FD.TYPE_STRING:
@@ -340,7 +358,7 @@ class Gen:
         if f.label == FD.LABEL_REPEATED:
             self.w(f"    if !{src}.isEmpty {{")
             self.w(f"      {c}.n_{f.name} = {src}.count")
-            self.w(f"      {c}.{f.name} = arena.array({src}.map {{ {self.encode_value(f, '$0')} }})")
+            self.w(f"      {c}.{f.name} = arena.array({src}) {{ value, arena in {self.encode_value(f, 'value')} }}")
             self.w("    }")
             return
         if f.type in (FD.TYPE_STRING, FD.TYPE_MESSAGE):

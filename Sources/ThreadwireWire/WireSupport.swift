@@ -103,65 +103,172 @@ extension WireEnum {
     }
 }
 
-/// Owns the C memory borrowed by a C struct while it is packed. Everything is
-/// freed at once after `pack`, so no C pointer outlives the encode call.
-final class Arena {
-    private var allocations: [UnsafeMutableRawPointer] = []
+/// Memory for the C side of one decode or encode: protobuf-c's unpacked tree
+/// (through `ProtobufCAllocator`) or the C struct a Swift value is packed from.
+/// Allocation bumps a cursor through a first block on the caller's stack, then
+/// through malloc'd blocks chained together; everything is freed at once when
+/// the call ends, so no C pointer outlives it and no per-field malloc/free is
+/// paid. With `THREADWIRE_CODEC_EXACT_ALLOCATIONS=1` every allocation is its own
+/// malloc block of the exact size instead, so valgrind and sanitizers see each
+/// one (`make memcheck` runs both ways).
+struct CodecArena {
+    private var cursor: UnsafeMutableRawPointer
+    private var end: UnsafeMutableRawPointer
+    /// Chained malloc'd blocks; the first word of each points to the previous.
+    private var blocks: UnsafeMutableRawPointer?
+    private let exact: Bool
 
-    func cString(_ string: String) -> UnsafeMutablePointer<CChar>? {
-        let copy = strdup(string)!
-        allocations.append(UnsafeMutableRawPointer(copy))
+    static let firstBlockBytes = 4096
+    private static let alignment = 16
+    private static let headerBytes = 16
+    static let exactAllocations: Bool = {
+        guard let value = getenv("THREADWIRE_CODEC_EXACT_ALLOCATIONS") else { return false }
+        return String(cString: value) == "1"
+    }()
+
+    private init(first: UnsafeMutableRawBufferPointer) {
+        cursor = first.baseAddress!
+        end = first.baseAddress! + first.count
+        blocks = nil
+        exact = Self.exactAllocations
+    }
+
+    /// Runs `body` with an arena whose first block lives on this stack frame.
+    static func with<R>(_ body: (inout CodecArena) throws -> R) rethrows -> R {
+        try withUnsafeTemporaryAllocation(byteCount: firstBlockBytes, alignment: alignment) { first in
+            var arena = CodecArena(first: first)
+            defer { arena.releaseBlocks() }
+            return try body(&arena)
+        }
+    }
+
+    mutating func allocate(byteCount: Int) -> UnsafeMutableRawPointer {
+        let size = max(1, byteCount)
+        if exact { return newBlock(payload: size) }
+        let aligned = (Int(bitPattern: cursor) + Self.alignment - 1) & ~(Self.alignment - 1)
+        if aligned + size <= Int(bitPattern: end) {
+            let pointer = UnsafeMutableRawPointer(bitPattern: aligned)!
+            cursor = pointer + size
+            return pointer
+        }
+        // A large request gets a block of its own; the current block stays in use.
+        let blockPayload = max(size, 4 * Self.firstBlockBytes)
+        let pointer = newBlock(payload: blockPayload)
+        if blockPayload > size {
+            cursor = pointer + size
+            end = pointer + blockPayload
+        }
+        return pointer
+    }
+
+    private mutating func newBlock(payload: Int) -> UnsafeMutableRawPointer {
+        let block = malloc(Self.headerBytes + payload)!
+        block.storeBytes(of: blocks, as: UnsafeMutableRawPointer?.self)
+        blocks = block
+        return block + Self.headerBytes
+    }
+
+    private mutating func releaseBlocks() {
+        while let block = blocks {
+            blocks = block.load(as: UnsafeMutableRawPointer?.self)
+            free(block)
+        }
+    }
+
+    /// A NUL-terminated copy, as protobuf-c wants strings.
+    mutating func cString(_ string: String) -> UnsafeMutablePointer<CChar>? {
+        let utf8 = string.utf8
+        let count = utf8.count
+        let copy = allocate(byteCount: count + 1).bindMemory(to: CChar.self, capacity: count + 1)
+        let copied: Void? = utf8.withContiguousStorageIfAvailable { bytes in
+            if count > 0 { UnsafeMutableRawPointer(copy).copyMemory(from: bytes.baseAddress!, byteCount: count) }
+        }
+        if copied == nil {
+            var index = 0
+            for byte in utf8 { copy[index] = CChar(bitPattern: byte); index += 1 }
+        }
+        copy[count] = 0
         return copy
     }
 
-    func array<T>(_ values: [T]) -> UnsafeMutablePointer<T>? {
-        let pointer = cAllocate(T.self, count: values.count)
-        pointer.initialize(from: values, count: values.count)
+    /// A C array of `count` elements, each produced by `element`.
+    mutating func array<Source, T>(_ values: [Source], _ element: (Source, inout CodecArena) -> T) -> UnsafeMutablePointer<T>? {
+        let pointer = allocate(byteCount: values.count * MemoryLayout<T>.stride).bindMemory(to: T.self, capacity: values.count)
+        for (index, value) in values.enumerated() {
+            (pointer + index).initialize(to: element(value, &self))
+        }
         return pointer
     }
 
-    func message<M: CBridgedMessage>(
+    mutating func message<M: CBridgedMessage>(
         _ value: M, _ zero: M.CMessage, _ initialize: (UnsafeMutablePointer<M.CMessage>?) -> Void
     ) -> UnsafeMutablePointer<M.CMessage>? {
-        let pointer = cAllocate(M.CMessage.self, count: 1)
+        let pointer = allocate(byteCount: MemoryLayout<M.CMessage>.stride).bindMemory(to: M.CMessage.self, capacity: 1)
         pointer.initialize(to: zero)
         initialize(pointer)
-        value.fill(&pointer.pointee, arena: self)
+        value.fill(&pointer.pointee, arena: &self)
         return pointer
     }
 
-    /// malloc, not Swift's allocator, because `releaseAll` frees with free().
-    private func cAllocate<T>(_: T.Type, count: Int) -> UnsafeMutablePointer<T> {
-        let raw = malloc(max(1, count) * MemoryLayout<T>.stride)!
-        allocations.append(raw)
-        return raw.bindMemory(to: T.self, capacity: max(1, count))
-    }
-
-    /// The arena holds only trivially-destructible C values, so deallocating
-    /// without deinitializing is correct.
-    func releaseAll() {
-        for allocation in allocations { free(allocation) }
-        allocations.removeAll()
+    /// protobuf-c's allocator interface over this arena, for `unpack` and
+    /// `free_unpacked` (whose frees are no-ops: the arena frees at the end).
+    static func withUnpackAllocator<R>(_ body: (UnsafeMutablePointer<ProtobufCAllocator>) throws -> R) rethrows -> R {
+        try with { arena in
+            try withUnsafeMutablePointer(to: &arena) { arenaPointer in
+                var allocator = ProtobufCAllocator(
+                    alloc: { data, size in
+                        data!.assumingMemoryBound(to: CodecArena.self).pointee.allocate(byteCount: size)
+                    },
+                    free: { _, _ in },
+                    allocator_data: UnsafeMutableRawPointer(arenaPointer))
+                return try body(&allocator)
+            }
+        }
     }
 }
 
 /// Internal half of the generated bridge.
 protocol CBridgedMessage {
     associatedtype CMessage
-    func fill(_ c: inout CMessage, arena: Arena)
+    func fill(_ c: inout CMessage, arena: inout CodecArena)
 }
 
-func wireString(_ pointer: UnsafeMutablePointer<CChar>?, path: String) throws -> String {
+extension WireError {
+    /// The same error one message further out: "model" becomes
+    /// "thread_start.model". Paths are built only while an error unwinds, so
+    /// a decode that succeeds formats no strings.
+    func nested(in field: StaticString) -> WireError {
+        switch self {
+        case let .invalidUTF8(path):
+            return .invalidUTF8(field: fieldPath("\(field)", path))
+        case let .invalidEnumValue(path, value):
+            return .invalidEnumValue(field: fieldPath("\(field)", path), value: value)
+        case .malformed, .invalidJSON:
+            return self
+        }
+    }
+}
+
+@inline(__always)
+func wireString(_ pointer: UnsafeMutablePointer<CChar>?, field: StaticString) throws(WireError) -> String {
     guard let pointer else { return "" }
     guard let string = String(validatingCString: pointer) else {
-        throw WireError.invalidUTF8(field: path)
+        throw WireError.invalidUTF8(field: "\(field)")
     }
     return string
 }
 
-func wirePointee<T>(_ pointer: UnsafeMutablePointer<T>?) throws -> T {
+@inline(__always)
+func wireEnum<E: WireEnum>(_ raw: Int32, field: StaticString) throws(WireError) -> E {
+    guard let value = E(rawValue: raw) else { throw WireError.invalidEnumValue(field: "\(field)", value: raw) }
+    return value
+}
+
+/// A submessage pointer protobuf-c left NULL where the contract needs one.
+@inline(__always)
+func wireRequired<T>(_ pointer: UnsafeMutablePointer<T>?) throws(WireError) -> UnsafeMutablePointer<T> {
     guard let pointer else { throw WireError.malformed(type: String(describing: T.self), byteCount: 0) }
-    return pointer.pointee
+    return pointer
 }
 
 /// "parent.field", or "field" at the top level.

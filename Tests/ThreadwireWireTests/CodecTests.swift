@@ -51,6 +51,26 @@ struct CodecTests {
         }
     }
 
+    @Test("an error deep in nested and repeated messages names the whole path")
+    func nestedErrorPath() throws {
+        let turn = Wire.Turn(id: "t", items: [Wire.ThreadItem(id: "a"), Wire.ThreadItem(id: "\u{1}\u{1}")])
+        var bytes = Wire.Envelope(kind: .response(Wire.Response(id: 1, code: 0, result: .threadRead(
+            Wire.ThreadReadResult(thread: Wire.Thread(id: "x", turns: [turn])))))).serializedBytes()
+        // The second item's id bytes (01 01) become an invalid UTF-8 sequence.
+        let at = try #require(bytes.indices.first { bytes[$0] == 1 && bytes[$0 + 1] == 1 })
+        bytes[at] = 0xC3; bytes[at + 1] = 0x28
+        #expect(throws: WireError.invalidUTF8(field: "response.thread_read.thread.turns.items.id")) {
+            try Wire.Envelope(serializedBytes: bytes)
+        }
+        // Messages far larger than the arena's first (stack) block decode the same,
+        // and a string larger than a whole block gets one of its own.
+        let big = Wire.ThreadReadResult(thread: Wire.Thread(id: "x", turns: (0..<40).map { index in
+            Wire.Turn(id: "turn-\(index)", items: (0..<20).map { Wire.ThreadItem(id: "item-\($0)", text: String(repeating: "x", count: 300)) }
+                + [Wire.ThreadItem(text: String(repeating: "y", count: index == 3 ? 40_000 : 1))])
+        }))
+        #expect(try Wire.ThreadReadResult(serializedBytes: big.serializedBytes()) == big)
+    }
+
     @Test("an enum number outside the contract is rejected, naming the field")
     func unknownEnum() {
         // ThreadStartParams.multi_agent_mode (field 4, varint) = 9

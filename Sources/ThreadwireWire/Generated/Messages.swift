@@ -254,14 +254,14 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ClientInfo"
   typealias CMessage = Threadwire__V1__ClientInfo
 
-  init(c: Threadwire__V1__ClientInfo, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ClientInfo>) throws(WireError) {
     self.init()
-    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
-    if let v = c.title { self.title = try wireString(v, path: fieldPath(path, "title")) }
-    if let v = c.version { self.version = try wireString(v, path: fieldPath(path, "version")) }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if let v = c.pointee.title { self.title = try wireString(v, field: "title") }
+    if let v = c.pointee.version { self.version = try wireString(v, field: "version") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ClientInfo, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ClientInfo, arena: inout CodecArena) {
     if let v = self.name { c.name = arena.cString(v) }
     if let v = self.title { c.title = arena.cString(v) }
     if let v = self.version { c.version = arena.cString(v) }
@@ -270,24 +270,26 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__client_info__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__client_info__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__client_info__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__client_info__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ClientInfo()
-    threadwire__v1__client_info__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__client_info__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__client_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ClientInfo()
+      threadwire__v1__client_info__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__client_info__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__client_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -331,42 +333,44 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Capabilities"
   typealias CMessage = Threadwire__V1__Capabilities
 
-  init(c: Threadwire__V1__Capabilities, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Capabilities>) throws(WireError) {
     self.init()
-    if c.n_opt_out_notification_methods > 0, let items = c.opt_out_notification_methods {
-      self.optOutNotificationMethods.reserveCapacity(c.n_opt_out_notification_methods)
-      for index in 0..<c.n_opt_out_notification_methods { self.optOutNotificationMethods.append(try wireString(items[index], path: fieldPath(path, "opt_out_notification_methods"))) }
+    if c.pointee.n_opt_out_notification_methods > 0, let items = c.pointee.opt_out_notification_methods {
+      self.optOutNotificationMethods.reserveCapacity(c.pointee.n_opt_out_notification_methods)
+      for index in 0..<c.pointee.n_opt_out_notification_methods { self.optOutNotificationMethods.append(try wireString(items[index], field: "opt_out_notification_methods")) }
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Capabilities, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Capabilities, arena: inout CodecArena) {
     if !self.optOutNotificationMethods.isEmpty {
       c.n_opt_out_notification_methods = self.optOutNotificationMethods.count
-      c.opt_out_notification_methods = arena.array(self.optOutNotificationMethods.map { arena.cString($0) })
+      c.opt_out_notification_methods = arena.array(self.optOutNotificationMethods) { value, arena in arena.cString(value) }
     }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__capabilities__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__capabilities__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__capabilities__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__capabilities__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Capabilities()
-    threadwire__v1__capabilities__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__capabilities__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__capabilities__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Capabilities()
+      threadwire__v1__capabilities__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__capabilities__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__capabilities__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -412,14 +416,18 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.InitializeParams"
   typealias CMessage = Threadwire__V1__InitializeParams
 
-  init(c: Threadwire__V1__InitializeParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__InitializeParams>) throws(WireError) {
     self.init()
-    if let v = c.client_info { self.clientInfo = try Wire.ClientInfo(c: wirePointee(v), path: fieldPath(path, "client_info")) }
-    if c.has_protocol_version != 0 { self.protocolVersion = c.protocol_version }
-    if let v = c.capabilities { self.capabilities = try Wire.Capabilities(c: wirePointee(v), path: fieldPath(path, "capabilities")) }
+    if let v = c.pointee.client_info {
+      do throws(WireError) { self.clientInfo = try Wire.ClientInfo(c: v) } catch { throw error.nested(in: "client_info") }
+    }
+    if c.pointee.has_protocol_version != 0 { self.protocolVersion = c.pointee.protocol_version }
+    if let v = c.pointee.capabilities {
+      do throws(WireError) { self.capabilities = try Wire.Capabilities(c: v) } catch { throw error.nested(in: "capabilities") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__InitializeParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__InitializeParams, arena: inout CodecArena) {
     if let v = self.clientInfo { c.client_info = arena.message(v, Threadwire__V1__ClientInfo(), threadwire__v1__client_info__init) }
     if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
     if let v = self.capabilities { c.capabilities = arena.message(v, Threadwire__V1__Capabilities(), threadwire__v1__capabilities__init) }
@@ -428,24 +436,26 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__initialize_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__initialize_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__initialize_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__initialize_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__InitializeParams()
-    threadwire__v1__initialize_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__initialize_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__initialize_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__InitializeParams()
+      threadwire__v1__initialize_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__initialize_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__initialize_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -492,13 +502,13 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ServerInfo"
   typealias CMessage = Threadwire__V1__ServerInfo
 
-  init(c: Threadwire__V1__ServerInfo, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ServerInfo>) throws(WireError) {
     self.init()
-    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
-    if let v = c.version { self.version = try wireString(v, path: fieldPath(path, "version")) }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if let v = c.pointee.version { self.version = try wireString(v, field: "version") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ServerInfo, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ServerInfo, arena: inout CodecArena) {
     if let v = self.name { c.name = arena.cString(v) }
     if let v = self.version { c.version = arena.cString(v) }
   }
@@ -506,24 +516,26 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__server_info__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__server_info__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__server_info__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__server_info__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ServerInfo()
-    threadwire__v1__server_info__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__server_info__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__server_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ServerInfo()
+      threadwire__v1__server_info__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__server_info__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__server_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -580,17 +592,17 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ServerLimits"
   typealias CMessage = Threadwire__V1__ServerLimits
 
-  init(c: Threadwire__V1__ServerLimits, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ServerLimits>) throws(WireError) {
     self.init()
-    if c.has_max_frame_bytes != 0 { self.maxFrameBytes = c.max_frame_bytes }
-    if c.has_max_queued_requests != 0 { self.maxQueuedRequests = c.max_queued_requests }
-    if c.has_handshake_timeout_ms != 0 { self.handshakeTimeoutMs = c.handshake_timeout_ms }
-    if c.has_max_queued_request_bytes != 0 { self.maxQueuedRequestBytes = c.max_queued_request_bytes }
-    if c.has_max_notification_backlog_bytes != 0 { self.maxNotificationBacklogBytes = c.max_notification_backlog_bytes }
-    if c.has_idle_timeout_ms != 0 { self.idleTimeoutMs = c.idle_timeout_ms }
+    if c.pointee.has_max_frame_bytes != 0 { self.maxFrameBytes = c.pointee.max_frame_bytes }
+    if c.pointee.has_max_queued_requests != 0 { self.maxQueuedRequests = c.pointee.max_queued_requests }
+    if c.pointee.has_handshake_timeout_ms != 0 { self.handshakeTimeoutMs = c.pointee.handshake_timeout_ms }
+    if c.pointee.has_max_queued_request_bytes != 0 { self.maxQueuedRequestBytes = c.pointee.max_queued_request_bytes }
+    if c.pointee.has_max_notification_backlog_bytes != 0 { self.maxNotificationBacklogBytes = c.pointee.max_notification_backlog_bytes }
+    if c.pointee.has_idle_timeout_ms != 0 { self.idleTimeoutMs = c.pointee.idle_timeout_ms }
   }
 
-  func fill(_ c: inout Threadwire__V1__ServerLimits, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ServerLimits, arena: inout CodecArena) {
     if let v = self.maxFrameBytes { c.has_max_frame_bytes = 1; c.max_frame_bytes = v }
     if let v = self.maxQueuedRequests { c.has_max_queued_requests = 1; c.max_queued_requests = v }
     if let v = self.handshakeTimeoutMs { c.has_handshake_timeout_ms = 1; c.handshake_timeout_ms = v }
@@ -602,24 +614,26 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__server_limits__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__server_limits__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__server_limits__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__server_limits__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ServerLimits()
-    threadwire__v1__server_limits__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__server_limits__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__server_limits__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ServerLimits()
+      threadwire__v1__server_limits__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__server_limits__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__server_limits__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -675,14 +689,18 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.InitializeResult"
   typealias CMessage = Threadwire__V1__InitializeResult
 
-  init(c: Threadwire__V1__InitializeResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__InitializeResult>) throws(WireError) {
     self.init()
-    if let v = c.server_info { self.serverInfo = try Wire.ServerInfo(c: wirePointee(v), path: fieldPath(path, "server_info")) }
-    if c.has_protocol_version != 0 { self.protocolVersion = c.protocol_version }
-    if let v = c.limits { self.limits = try Wire.ServerLimits(c: wirePointee(v), path: fieldPath(path, "limits")) }
+    if let v = c.pointee.server_info {
+      do throws(WireError) { self.serverInfo = try Wire.ServerInfo(c: v) } catch { throw error.nested(in: "server_info") }
+    }
+    if c.pointee.has_protocol_version != 0 { self.protocolVersion = c.pointee.protocol_version }
+    if let v = c.pointee.limits {
+      do throws(WireError) { self.limits = try Wire.ServerLimits(c: v) } catch { throw error.nested(in: "limits") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__InitializeResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__InitializeResult, arena: inout CodecArena) {
     if let v = self.serverInfo { c.server_info = arena.message(v, Threadwire__V1__ServerInfo(), threadwire__v1__server_info__init) }
     if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
     if let v = self.limits { c.limits = arena.message(v, Threadwire__V1__ServerLimits(), threadwire__v1__server_limits__init) }
@@ -691,24 +709,26 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__initialize_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__initialize_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__initialize_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__initialize_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__InitializeResult()
-    threadwire__v1__initialize_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__initialize_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__initialize_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__InitializeResult()
+      threadwire__v1__initialize_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__initialize_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__initialize_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -752,36 +772,38 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.HealthCheckParams"
   typealias CMessage = Threadwire__V1__HealthCheckParams
 
-  init(c: Threadwire__V1__HealthCheckParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__HealthCheckParams>) throws(WireError) {
     self.init()
-    if let v = c.service { self.service = try wireString(v, path: fieldPath(path, "service")) }
+    if let v = c.pointee.service { self.service = try wireString(v, field: "service") }
   }
 
-  func fill(_ c: inout Threadwire__V1__HealthCheckParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__HealthCheckParams, arena: inout CodecArena) {
     if let v = self.service { c.service = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__health_check_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__health_check_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__health_check_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__health_check_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__HealthCheckParams()
-    threadwire__v1__health_check_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__health_check_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__health_check_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__HealthCheckParams()
+      threadwire__v1__health_check_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__health_check_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__health_check_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -821,36 +843,38 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.HealthCheckResult"
   typealias CMessage = Threadwire__V1__HealthCheckResult
 
-  init(c: Threadwire__V1__HealthCheckResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__HealthCheckResult>) throws(WireError) {
     self.init()
-    if c.has_status != 0 { self.status = try Wire.ServingStatus(wireRawValue: Int32(truncatingIfNeeded: c.status.rawValue), path: fieldPath(path, "status")) }
+    if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ServingStatus }
   }
 
-  func fill(_ c: inout Threadwire__V1__HealthCheckResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__HealthCheckResult, arena: inout CodecArena) {
     if let v = self.status { c.has_status = 1; c.status = Threadwire__V1__ServingStatus(rawValue: numericCast(v.rawValue)) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__health_check_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__health_check_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__health_check_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__health_check_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__HealthCheckResult()
-    threadwire__v1__health_check_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__health_check_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__health_check_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__HealthCheckResult()
+      threadwire__v1__health_check_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__health_check_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__health_check_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -893,13 +917,13 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.KeyValue"
   typealias CMessage = Threadwire__V1__KeyValue
 
-  init(c: Threadwire__V1__KeyValue, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__KeyValue>) throws(WireError) {
     self.init()
-    if let v = c.key { self.key = try wireString(v, path: fieldPath(path, "key")) }
-    if let v = c.value { self.value = try wireString(v, path: fieldPath(path, "value")) }
+    if let v = c.pointee.key { self.key = try wireString(v, field: "key") }
+    if let v = c.pointee.value { self.value = try wireString(v, field: "value") }
   }
 
-  func fill(_ c: inout Threadwire__V1__KeyValue, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__KeyValue, arena: inout CodecArena) {
     if let v = self.key { c.key = arena.cString(v) }
     if let v = self.value { c.value = arena.cString(v) }
   }
@@ -907,24 +931,26 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__key_value__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__key_value__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__key_value__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__key_value__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__KeyValue()
-    threadwire__v1__key_value__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__key_value__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__key_value__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__KeyValue()
+      threadwire__v1__key_value__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__key_value__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__key_value__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -975,15 +1001,15 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadSettings"
   typealias CMessage = Threadwire__V1__ThreadSettings
 
-  init(c: Threadwire__V1__ThreadSettings, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadSettings>) throws(WireError) {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: inout CodecArena) {
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.cwd { c.cwd = arena.cString(v) }
     if let v = self.multiAgentMode { c.has_multi_agent_mode = 1; c.multi_agent_mode = Threadwire__V1__MultiAgentMode(rawValue: numericCast(v.rawValue)) }
@@ -993,24 +1019,26 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_settings__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_settings__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_settings__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_settings__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettings()
-    threadwire__v1__thread_settings__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_settings__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSettings()
+      threadwire__v1__thread_settings__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_settings__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_settings__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1097,19 +1125,19 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadSettingsUpdateParams"
   typealias CMessage = Threadwire__V1__ThreadSettingsUpdateParams
 
-  init(c: Threadwire__V1__ThreadSettingsUpdateParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadSettingsUpdateParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
-    switch Int(c.multi_agent_mode_update_case.rawValue) {
-    case 4: self.multiAgentModeUpdate = .multiAgentMode(try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")))
-    case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.clear_multi_agent_mode != 0)
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
+    case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
+    case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
     default: self.multiAgentModeUpdate = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdateParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdateParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.cwd { c.cwd = arena.cString(v) }
@@ -1127,24 +1155,26 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_settings_update_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_settings_update_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_settings_update_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_settings_update_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettingsUpdateParams()
-    threadwire__v1__thread_settings_update_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings_update_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_settings_update_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSettingsUpdateParams()
+      threadwire__v1__thread_settings_update_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_settings_update_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_settings_update_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1199,13 +1229,15 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadSettingsUpdateResult"
   typealias CMessage = Threadwire__V1__ThreadSettingsUpdateResult
 
-  init(c: Threadwire__V1__ThreadSettingsUpdateResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadSettingsUpdateResult>) throws(WireError) {
     self.init()
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
-    if c.has_changed != 0 { self.changed = c.changed != 0 }
+    if let v = c.pointee.settings {
+      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+    }
+    if c.pointee.has_changed != 0 { self.changed = c.pointee.changed != 0 }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdateResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdateResult, arena: inout CodecArena) {
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
     if let v = self.changed { c.has_changed = 1; c.changed = v ? 1 : 0 }
   }
@@ -1213,24 +1245,26 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_settings_update_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_settings_update_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_settings_update_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_settings_update_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettingsUpdateResult()
-    threadwire__v1__thread_settings_update_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings_update_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_settings_update_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSettingsUpdateResult()
+      threadwire__v1__thread_settings_update_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_settings_update_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_settings_update_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1275,13 +1309,15 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadSettingsUpdatedNotification"
   typealias CMessage = Threadwire__V1__ThreadSettingsUpdatedNotification
 
-  init(c: Threadwire__V1__ThreadSettingsUpdatedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadSettingsUpdatedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.settings {
+      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdatedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdatedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
   }
@@ -1289,24 +1325,26 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_settings_updated_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_settings_updated_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_settings_updated_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_settings_updated_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSettingsUpdatedNotification()
-    threadwire__v1__thread_settings_updated_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_settings_updated_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_settings_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSettingsUpdatedNotification()
+      threadwire__v1__thread_settings_updated_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_settings_updated_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_settings_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1380,16 +1418,16 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.UserInput"
   typealias CMessage = Threadwire__V1__UserInput
 
-  init(c: Threadwire__V1__UserInput, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__UserInput>) throws(WireError) {
     self.init()
-    switch Int(c.content_case.rawValue) {
-    case 1: self.content = .text(try wireString(c.text, path: fieldPath(path, "text")))
-    case 2: self.content = .imageUrl(try wireString(c.image_url, path: fieldPath(path, "image_url")))
+    switch Int(c.pointee.content_case.rawValue) {
+    case 1: self.content = .text(try wireString(c.pointee.text, field: "text"))
+    case 2: self.content = .imageUrl(try wireString(c.pointee.image_url, field: "image_url"))
     default: self.content = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__UserInput, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__UserInput, arena: inout CodecArena) {
     switch self.content {
     case .text(let v)?:
       c.content_case = .init(rawValue: 1)
@@ -1404,24 +1442,26 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__user_input__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__user_input__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__user_input__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__user_input__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__UserInput()
-    threadwire__v1__user_input__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__user_input__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__user_input__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__UserInput()
+      threadwire__v1__user_input__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__user_input__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__user_input__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1485,18 +1525,18 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadItem"
   typealias CMessage = Threadwire__V1__ThreadItem
 
-  init(c: Threadwire__V1__ThreadItem, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadItem>) throws(WireError) {
     self.init()
-    if let v = c.id { self.id = try wireString(v, path: fieldPath(path, "id")) }
-    if c.has_type != 0 { self.type = try Wire.ItemType(wireRawValue: Int32(truncatingIfNeeded: c.type.rawValue), path: fieldPath(path, "type")) }
-    if let v = c.text { self.text = try wireString(v, path: fieldPath(path, "text")) }
-    if let v = c.tool_name { self.toolName = try wireString(v, path: fieldPath(path, "tool_name")) }
-    if let v = c.tool_arguments { self.toolArguments = try wireString(v, path: fieldPath(path, "tool_arguments")) }
-    if let v = c.tool_output { self.toolOutput = try wireString(v, path: fieldPath(path, "tool_output")) }
-    if let v = c.receiver_thread_id { self.receiverThreadId = try wireString(v, path: fieldPath(path, "receiver_thread_id")) }
+    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    if c.pointee.has_type != 0 { self.type = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ItemType }
+    if let v = c.pointee.text { self.text = try wireString(v, field: "text") }
+    if let v = c.pointee.tool_name { self.toolName = try wireString(v, field: "tool_name") }
+    if let v = c.pointee.tool_arguments { self.toolArguments = try wireString(v, field: "tool_arguments") }
+    if let v = c.pointee.tool_output { self.toolOutput = try wireString(v, field: "tool_output") }
+    if let v = c.pointee.receiver_thread_id { self.receiverThreadId = try wireString(v, field: "receiver_thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadItem, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadItem, arena: inout CodecArena) {
     if let v = self.id { c.id = arena.cString(v) }
     if let v = self.type { c.has_type = 1; c.type = Threadwire__V1__ItemType(rawValue: numericCast(v.rawValue)) }
     if let v = self.text { c.text = arena.cString(v) }
@@ -1509,24 +1549,26 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_item__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_item__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_item__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_item__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadItem()
-    threadwire__v1__thread_item__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_item__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadItem()
+      threadwire__v1__thread_item__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_item__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1590,16 +1632,16 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ContextItem"
   typealias CMessage = Threadwire__V1__ContextItem
 
-  init(c: Threadwire__V1__ContextItem, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ContextItem>) throws(WireError) {
     self.init()
-    if c.has_role != 0 { self.role = try Wire.ContextRole(wireRawValue: Int32(truncatingIfNeeded: c.role.rawValue), path: fieldPath(path, "role")) }
-    if c.has_kind != 0 { self.kind = try Wire.ContextKind(wireRawValue: Int32(truncatingIfNeeded: c.kind.rawValue), path: fieldPath(path, "kind")) }
-    if let v = c.text { self.text = try wireString(v, path: fieldPath(path, "text")) }
-    if let v = c.tool_name { self.toolName = try wireString(v, path: fieldPath(path, "tool_name")) }
-    if let v = c.call_id { self.callId = try wireString(v, path: fieldPath(path, "call_id")) }
+    if c.pointee.has_role != 0 { self.role = try wireEnum(Int32(truncatingIfNeeded: c.pointee.role.rawValue), field: "role") as Wire.ContextRole }
+    if c.pointee.has_kind != 0 { self.kind = try wireEnum(Int32(truncatingIfNeeded: c.pointee.kind.rawValue), field: "kind") as Wire.ContextKind }
+    if let v = c.pointee.text { self.text = try wireString(v, field: "text") }
+    if let v = c.pointee.tool_name { self.toolName = try wireString(v, field: "tool_name") }
+    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ContextItem, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ContextItem, arena: inout CodecArena) {
     if let v = self.role { c.has_role = 1; c.role = Threadwire__V1__ContextRole(rawValue: numericCast(v.rawValue)) }
     if let v = self.kind { c.has_kind = 1; c.kind = Threadwire__V1__ContextKind(rawValue: numericCast(v.rawValue)) }
     if let v = self.text { c.text = arena.cString(v) }
@@ -1610,24 +1652,26 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__context_item__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__context_item__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__context_item__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__context_item__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ContextItem()
-    threadwire__v1__context_item__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__context_item__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__context_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ContextItem()
+      threadwire__v1__context_item__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__context_item__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__context_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1681,14 +1725,14 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ToolSpec"
   typealias CMessage = Threadwire__V1__ToolSpec
 
-  init(c: Threadwire__V1__ToolSpec, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ToolSpec>) throws(WireError) {
     self.init()
-    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
-    if let v = c.tool_namespace { self.toolNamespace = try wireString(v, path: fieldPath(path, "tool_namespace")) }
-    if let v = c.description { self.description = try wireString(v, path: fieldPath(path, "description")) }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if let v = c.pointee.tool_namespace { self.toolNamespace = try wireString(v, field: "tool_namespace") }
+    if let v = c.pointee.description { self.description = try wireString(v, field: "description") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ToolSpec, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ToolSpec, arena: inout CodecArena) {
     if let v = self.name { c.name = arena.cString(v) }
     if let v = self.toolNamespace { c.tool_namespace = arena.cString(v) }
     if let v = self.description { c.description = arena.cString(v) }
@@ -1697,24 +1741,26 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__tool_spec__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__tool_spec__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__tool_spec__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__tool_spec__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ToolSpec()
-    threadwire__v1__tool_spec__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__tool_spec__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__tool_spec__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ToolSpec()
+      threadwire__v1__tool_spec__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__tool_spec__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__tool_spec__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1767,29 +1813,33 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ModelRequest"
   typealias CMessage = Threadwire__V1__ModelRequest
 
-  init(c: Threadwire__V1__ModelRequest, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ModelRequest>) throws(WireError) {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if c.n_context > 0, let items = c.context {
-      self.context.reserveCapacity(c.n_context)
-      for index in 0..<c.n_context { self.context.append(try Wire.ContextItem(c: wirePointee(items[index]), path: fieldPath(path, "context"))) }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.n_context > 0, let items = c.pointee.context {
+      self.context.reserveCapacity(c.pointee.n_context)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_context { self.context.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "context") }
     }
-    if c.n_tools > 0, let items = c.tools {
-      self.tools.reserveCapacity(c.n_tools)
-      for index in 0..<c.n_tools { self.tools.append(try Wire.ToolSpec(c: wirePointee(items[index]), path: fieldPath(path, "tools"))) }
+    if c.pointee.n_tools > 0, let items = c.pointee.tools {
+      self.tools.reserveCapacity(c.pointee.n_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_tools { self.tools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "tools") }
     }
-    if c.has_history_count != 0 { self.historyCount = c.history_count }
+    if c.pointee.has_history_count != 0 { self.historyCount = c.pointee.history_count }
   }
 
-  func fill(_ c: inout Threadwire__V1__ModelRequest, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ModelRequest, arena: inout CodecArena) {
     if let v = self.model { c.model = arena.cString(v) }
     if !self.context.isEmpty {
       c.n_context = self.context.count
-      c.context = arena.array(self.context.map { arena.message($0, Threadwire__V1__ContextItem(), threadwire__v1__context_item__init) })
+      c.context = arena.array(self.context) { value, arena in arena.message(value, Threadwire__V1__ContextItem(), threadwire__v1__context_item__init) }
     }
     if !self.tools.isEmpty {
       c.n_tools = self.tools.count
-      c.tools = arena.array(self.tools.map { arena.message($0, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) })
+      c.tools = arena.array(self.tools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
     }
     if let v = self.historyCount { c.has_history_count = 1; c.history_count = v }
   }
@@ -1797,24 +1847,26 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__model_request__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__model_request__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__model_request__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__model_request__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ModelRequest()
-    threadwire__v1__model_request__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__model_request__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__model_request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ModelRequest()
+      threadwire__v1__model_request__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__model_request__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__model_request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1869,15 +1921,15 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnContext"
   typealias CMessage = Threadwire__V1__TurnContext
 
-  init(c: Threadwire__V1__TurnContext, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnContext>) throws(WireError) {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
-    if c.has_effective_multi_agent_mode != 0 { self.effectiveMultiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.effective_multi_agent_mode.rawValue), path: fieldPath(path, "effective_multi_agent_mode")) }
-    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_effective_multi_agent_mode != 0 { self.effectiveMultiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.effective_multi_agent_mode.rawValue), field: "effective_multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnContext, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnContext, arena: inout CodecArena) {
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
     if let v = self.effectiveMultiAgentMode { c.has_effective_multi_agent_mode = 1; c.effective_multi_agent_mode = Threadwire__V1__MultiAgentMode(rawValue: numericCast(v.rawValue)) }
@@ -1887,24 +1939,26 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_context__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_context__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_context__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_context__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnContext()
-    threadwire__v1__turn_context__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_context__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_context__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnContext()
+      threadwire__v1__turn_context__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_context__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_context__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -1971,25 +2025,31 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Turn"
   typealias CMessage = Threadwire__V1__Turn
 
-  init(c: Threadwire__V1__Turn, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Turn>) throws(WireError) {
     self.init()
-    if let v = c.id { self.id = try wireString(v, path: fieldPath(path, "id")) }
-    if c.has_status != 0 { self.status = try Wire.TurnStatus(wireRawValue: Int32(truncatingIfNeeded: c.status.rawValue), path: fieldPath(path, "status")) }
-    if let v = c.error { self.error = try wireString(v, path: fieldPath(path, "error")) }
-    if c.has_started_at != 0 { self.startedAt = c.started_at }
-    if c.has_completed_at != 0 { self.completedAt = c.completed_at }
-    if c.n_items > 0, let items = c.items {
-      self.items.reserveCapacity(c.n_items)
-      for index in 0..<c.n_items { self.items.append(try Wire.ThreadItem(c: wirePointee(items[index]), path: fieldPath(path, "items"))) }
+    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.TurnStatus }
+    if let v = c.pointee.error { self.error = try wireString(v, field: "error") }
+    if c.pointee.has_started_at != 0 { self.startedAt = c.pointee.started_at }
+    if c.pointee.has_completed_at != 0 { self.completedAt = c.pointee.completed_at }
+    if c.pointee.n_items > 0, let items = c.pointee.items {
+      self.items.reserveCapacity(c.pointee.n_items)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_items { self.items.append(try Wire.ThreadItem(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "items") }
     }
-    if let v = c.context { self.context = try Wire.TurnContext(c: wirePointee(v), path: fieldPath(path, "context")) }
-    if c.n_model_requests > 0, let items = c.model_requests {
-      self.modelRequests.reserveCapacity(c.n_model_requests)
-      for index in 0..<c.n_model_requests { self.modelRequests.append(try Wire.ModelRequest(c: wirePointee(items[index]), path: fieldPath(path, "model_requests"))) }
+    if let v = c.pointee.context {
+      do throws(WireError) { self.context = try Wire.TurnContext(c: v) } catch { throw error.nested(in: "context") }
+    }
+    if c.pointee.n_model_requests > 0, let items = c.pointee.model_requests {
+      self.modelRequests.reserveCapacity(c.pointee.n_model_requests)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_model_requests { self.modelRequests.append(try Wire.ModelRequest(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "model_requests") }
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Turn, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Turn, arena: inout CodecArena) {
     if let v = self.id { c.id = arena.cString(v) }
     if let v = self.status { c.has_status = 1; c.status = Threadwire__V1__TurnStatus(rawValue: numericCast(v.rawValue)) }
     if let v = self.error { c.error = arena.cString(v) }
@@ -1997,36 +2057,38 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     if let v = self.completedAt { c.has_completed_at = 1; c.completed_at = v }
     if !self.items.isEmpty {
       c.n_items = self.items.count
-      c.items = arena.array(self.items.map { arena.message($0, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) })
+      c.items = arena.array(self.items) { value, arena in arena.message(value, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
     }
     if let v = self.context { c.context = arena.message(v, Threadwire__V1__TurnContext(), threadwire__v1__turn_context__init) }
     if !self.modelRequests.isEmpty {
       c.n_model_requests = self.modelRequests.count
-      c.model_requests = arena.array(self.modelRequests.map { arena.message($0, Threadwire__V1__ModelRequest(), threadwire__v1__model_request__init) })
+      c.model_requests = arena.array(self.modelRequests) { value, arena in arena.message(value, Threadwire__V1__ModelRequest(), threadwire__v1__model_request__init) }
     }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Turn()
-    threadwire__v1__turn__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Turn()
+      threadwire__v1__turn__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2121,26 +2183,28 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnStartParams"
   typealias CMessage = Threadwire__V1__TurnStartParams
 
-  init(c: Threadwire__V1__TurnStartParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnStartParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if c.n_input > 0, let items = c.input {
-      self.input.reserveCapacity(c.n_input)
-      for index in 0..<c.n_input { self.input.append(try Wire.UserInput(c: wirePointee(items[index]), path: fieldPath(path, "input"))) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.n_input > 0, let items = c.pointee.input {
+      self.input.reserveCapacity(c.pointee.n_input)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_input { self.input.append(try Wire.UserInput(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "input") }
     }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    switch Int(c.multi_agent_mode_update_case.rawValue) {
-    case 4: self.multiAgentModeUpdate = .multiAgentMode(try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")))
-    case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.clear_multi_agent_mode != 0)
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
+    case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
+    case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
     default: self.multiAgentModeUpdate = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnStartParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnStartParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if !self.input.isEmpty {
       c.n_input = self.input.count
-      c.input = arena.array(self.input.map { arena.message($0, Threadwire__V1__UserInput(), threadwire__v1__user_input__init) })
+      c.input = arena.array(self.input) { value, arena in arena.message(value, Threadwire__V1__UserInput(), threadwire__v1__user_input__init) }
     }
     if let v = self.model { c.model = arena.cString(v) }
     switch self.multiAgentModeUpdate {
@@ -2157,24 +2221,26 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_start_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_start_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_start_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_start_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnStartParams()
-    threadwire__v1__turn_start_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_start_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnStartParams()
+      threadwire__v1__turn_start_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_start_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2226,36 +2292,40 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnStartResult"
   typealias CMessage = Threadwire__V1__TurnStartResult
 
-  init(c: Threadwire__V1__TurnStartResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnStartResult>) throws(WireError) {
     self.init()
-    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: fieldPath(path, "turn")) }
+    if let v = c.pointee.turn {
+      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnStartResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnStartResult, arena: inout CodecArena) {
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_start_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_start_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_start_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_start_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnStartResult()
-    threadwire__v1__turn_start_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_start_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_start_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnStartResult()
+      threadwire__v1__turn_start_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_start_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_start_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2298,13 +2368,13 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnInterruptParams"
   typealias CMessage = Threadwire__V1__TurnInterruptParams
 
-  init(c: Threadwire__V1__TurnInterruptParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnInterruptParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.turn_id { self.turnId = try wireString(v, path: fieldPath(path, "turn_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnInterruptParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnInterruptParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.turnId { c.turn_id = arena.cString(v) }
   }
@@ -2312,24 +2382,26 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_interrupt_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_interrupt_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_interrupt_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_interrupt_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnInterruptParams()
-    threadwire__v1__turn_interrupt_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_interrupt_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_interrupt_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnInterruptParams()
+      threadwire__v1__turn_interrupt_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_interrupt_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_interrupt_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2364,35 +2436,37 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnInterruptResult"
   typealias CMessage = Threadwire__V1__TurnInterruptResult
 
-  init(c: Threadwire__V1__TurnInterruptResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnInterruptResult>) throws(WireError) {
     self.init()
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnInterruptResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnInterruptResult, arena: inout CodecArena) {
     _ = arena
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_interrupt_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_interrupt_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_interrupt_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_interrupt_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnInterruptResult()
-    threadwire__v1__turn_interrupt_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_interrupt_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_interrupt_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnInterruptResult()
+      threadwire__v1__turn_interrupt_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_interrupt_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_interrupt_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2433,13 +2507,15 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnStartedNotification"
   typealias CMessage = Threadwire__V1__TurnStartedNotification
 
-  init(c: Threadwire__V1__TurnStartedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnStartedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: fieldPath(path, "turn")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn {
+      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnStartedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnStartedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
   }
@@ -2447,24 +2523,26 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_started_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_started_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_started_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_started_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnStartedNotification()
-    threadwire__v1__turn_started_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_started_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnStartedNotification()
+      threadwire__v1__turn_started_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_started_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2509,13 +2587,15 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.TurnCompletedNotification"
   typealias CMessage = Threadwire__V1__TurnCompletedNotification
 
-  init(c: Threadwire__V1__TurnCompletedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__TurnCompletedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.turn { self.turn = try Wire.Turn(c: wirePointee(v), path: fieldPath(path, "turn")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn {
+      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__TurnCompletedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__TurnCompletedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
   }
@@ -2523,24 +2603,26 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__turn_completed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_completed_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_completed_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__turn_completed_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__TurnCompletedNotification()
-    threadwire__v1__turn_completed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__turn_completed_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__turn_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnCompletedNotification()
+      threadwire__v1__turn_completed_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_completed_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2588,14 +2670,16 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ItemStartedNotification"
   typealias CMessage = Threadwire__V1__ItemStartedNotification
 
-  init(c: Threadwire__V1__ItemStartedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ItemStartedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.turn_id { self.turnId = try wireString(v, path: fieldPath(path, "turn_id")) }
-    if let v = c.item { self.item = try Wire.ThreadItem(c: wirePointee(v), path: fieldPath(path, "item")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.item {
+      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__ItemStartedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ItemStartedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.turnId { c.turn_id = arena.cString(v) }
     if let v = self.item { c.item = arena.message(v, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
@@ -2604,24 +2688,26 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__item_started_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__item_started_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__item_started_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__item_started_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ItemStartedNotification()
-    threadwire__v1__item_started_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__item_started_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__item_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ItemStartedNotification()
+      threadwire__v1__item_started_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__item_started_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__item_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2671,14 +2757,16 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ItemCompletedNotification"
   typealias CMessage = Threadwire__V1__ItemCompletedNotification
 
-  init(c: Threadwire__V1__ItemCompletedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ItemCompletedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.turn_id { self.turnId = try wireString(v, path: fieldPath(path, "turn_id")) }
-    if let v = c.item { self.item = try Wire.ThreadItem(c: wirePointee(v), path: fieldPath(path, "item")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.item {
+      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__ItemCompletedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ItemCompletedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.turnId { c.turn_id = arena.cString(v) }
     if let v = self.item { c.item = arena.message(v, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
@@ -2687,24 +2775,26 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__item_completed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__item_completed_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__item_completed_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__item_completed_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ItemCompletedNotification()
-    threadwire__v1__item_completed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__item_completed_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__item_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ItemCompletedNotification()
+      threadwire__v1__item_completed_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__item_completed_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__item_completed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2751,13 +2841,13 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadStatus"
   typealias CMessage = Threadwire__V1__ThreadStatus
 
-  init(c: Threadwire__V1__ThreadStatus, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadStatus>) throws(WireError) {
     self.init()
-    if c.has_type != 0 { self.type = try Wire.ThreadStatusType(wireRawValue: Int32(truncatingIfNeeded: c.type.rawValue), path: fieldPath(path, "type")) }
-    if let v = c.active_turn_id { self.activeTurnId = try wireString(v, path: fieldPath(path, "active_turn_id")) }
+    if c.pointee.has_type != 0 { self.type = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ThreadStatusType }
+    if let v = c.pointee.active_turn_id { self.activeTurnId = try wireString(v, field: "active_turn_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadStatus, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadStatus, arena: inout CodecArena) {
     if let v = self.type { c.has_type = 1; c.type = Threadwire__V1__ThreadStatusType(rawValue: numericCast(v.rawValue)) }
     if let v = self.activeTurnId { c.active_turn_id = arena.cString(v) }
   }
@@ -2765,24 +2855,26 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_status__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_status__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_status__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_status__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStatus()
-    threadwire__v1__thread_status__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_status__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_status__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadStatus()
+      threadwire__v1__thread_status__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_status__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_status__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2836,16 +2928,16 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadSource"
   typealias CMessage = Threadwire__V1__ThreadSource
 
-  init(c: Threadwire__V1__ThreadSource, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadSource>) throws(WireError) {
     self.init()
-    if c.has_kind != 0 { self.kind = try Wire.ThreadSourceKind(wireRawValue: Int32(truncatingIfNeeded: c.kind.rawValue), path: fieldPath(path, "kind")) }
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
-    if c.has_depth != 0 { self.depth = c.depth }
-    if let v = c.agent_nickname { self.agentNickname = try wireString(v, path: fieldPath(path, "agent_nickname")) }
-    if let v = c.task_name { self.taskName = try wireString(v, path: fieldPath(path, "task_name")) }
+    if c.pointee.has_kind != 0 { self.kind = try wireEnum(Int32(truncatingIfNeeded: c.pointee.kind.rawValue), field: "kind") as Wire.ThreadSourceKind }
+    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
+    if c.pointee.has_depth != 0 { self.depth = c.pointee.depth }
+    if let v = c.pointee.agent_nickname { self.agentNickname = try wireString(v, field: "agent_nickname") }
+    if let v = c.pointee.task_name { self.taskName = try wireString(v, field: "task_name") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadSource, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadSource, arena: inout CodecArena) {
     if let v = self.kind { c.has_kind = 1; c.kind = Threadwire__V1__ThreadSourceKind(rawValue: numericCast(v.rawValue)) }
     if let v = self.parentThreadId { c.parent_thread_id = arena.cString(v) }
     if let v = self.depth { c.has_depth = 1; c.depth = v }
@@ -2856,24 +2948,26 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_source__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_source__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_source__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_source__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadSource()
-    threadwire__v1__thread_source__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_source__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_source__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSource()
+      threadwire__v1__thread_source__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_source__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_source__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -2966,30 +3060,36 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Thread"
   typealias CMessage = Threadwire__V1__Thread
 
-  init(c: Threadwire__V1__Thread, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Thread>) throws(WireError) {
     self.init()
-    if let v = c.id { self.id = try wireString(v, path: fieldPath(path, "id")) }
-    if let v = c.session_id { self.sessionId = try wireString(v, path: fieldPath(path, "session_id")) }
-    if let v = c.forked_from_id { self.forkedFromId = try wireString(v, path: fieldPath(path, "forked_from_id")) }
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
-    if let v = c.preview { self.preview = try wireString(v, path: fieldPath(path, "preview")) }
-    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
-    if c.has_created_at != 0 { self.createdAt = c.created_at }
-    if c.has_updated_at != 0 { self.updatedAt = c.updated_at }
-    if let v = c.status { self.status = try Wire.ThreadStatus(c: wirePointee(v), path: fieldPath(path, "status")) }
-    if let v = c.source { self.source = try Wire.ThreadSource(c: wirePointee(v), path: fieldPath(path, "source")) }
-    if c.has_archived != 0 { self.archived = c.archived != 0 }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
-    if c.n_turns > 0, let items = c.turns {
-      self.turns.reserveCapacity(c.n_turns)
-      for index in 0..<c.n_turns { self.turns.append(try Wire.Turn(c: wirePointee(items[index]), path: fieldPath(path, "turns"))) }
+    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    if let v = c.pointee.session_id { self.sessionId = try wireString(v, field: "session_id") }
+    if let v = c.pointee.forked_from_id { self.forkedFromId = try wireString(v, field: "forked_from_id") }
+    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
+    if let v = c.pointee.preview { self.preview = try wireString(v, field: "preview") }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
+    if c.pointee.has_updated_at != 0 { self.updatedAt = c.pointee.updated_at }
+    if let v = c.pointee.status {
+      do throws(WireError) { self.status = try Wire.ThreadStatus(c: v) } catch { throw error.nested(in: "status") }
+    }
+    if let v = c.pointee.source {
+      do throws(WireError) { self.source = try Wire.ThreadSource(c: v) } catch { throw error.nested(in: "source") }
+    }
+    if c.pointee.has_archived != 0 { self.archived = c.pointee.archived != 0 }
+    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    if c.pointee.n_turns > 0, let items = c.pointee.turns {
+      self.turns.reserveCapacity(c.pointee.n_turns)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_turns { self.turns.append(try Wire.Turn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "turns") }
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Thread, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Thread, arena: inout CodecArena) {
     if let v = self.id { c.id = arena.cString(v) }
     if let v = self.sessionId { c.session_id = arena.cString(v) }
     if let v = self.forkedFromId { c.forked_from_id = arena.cString(v) }
@@ -3007,31 +3107,33 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if let v = self.cwd { c.cwd = arena.cString(v) }
     if !self.turns.isEmpty {
       c.n_turns = self.turns.count
-      c.turns = arena.array(self.turns.map { arena.message($0, Threadwire__V1__Turn(), threadwire__v1__turn__init) })
+      c.turns = arena.array(self.turns) { value, arena in arena.message(value, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
     }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Thread()
-    threadwire__v1__thread__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Thread()
+      threadwire__v1__thread__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3119,26 +3221,28 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadStartParams"
   typealias CMessage = Threadwire__V1__ThreadStartParams
 
-  init(c: Threadwire__V1__ThreadStartParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadStartParams>) throws(WireError) {
     self.init()
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if let v = c.cwd { self.cwd = try wireString(v, path: fieldPath(path, "cwd")) }
-    if c.n_config > 0, let items = c.config {
-      self.config.reserveCapacity(c.n_config)
-      for index in 0..<c.n_config { self.config.append(try Wire.KeyValue(c: wirePointee(items[index]), path: fieldPath(path, "config"))) }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    if c.pointee.n_config > 0, let items = c.pointee.config {
+      self.config.reserveCapacity(c.pointee.n_config)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_config { self.config.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "config") }
     }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
-    if let v = c.name { self.name = try wireString(v, path: fieldPath(path, "name")) }
-    if c.has_source != 0 { self.source = try Wire.ThreadSourceKind(wireRawValue: Int32(truncatingIfNeeded: c.source.rawValue), path: fieldPath(path, "source")) }
-    if let v = c.base_instructions { self.baseInstructions = try wireString(v, path: fieldPath(path, "base_instructions")) }
+    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if c.pointee.has_source != 0 { self.source = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ThreadSourceKind }
+    if let v = c.pointee.base_instructions { self.baseInstructions = try wireString(v, field: "base_instructions") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.cwd { c.cwd = arena.cString(v) }
     if !self.config.isEmpty {
       c.n_config = self.config.count
-      c.config = arena.array(self.config.map { arena.message($0, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) })
+      c.config = arena.array(self.config) { value, arena in arena.message(value, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) }
     }
     if let v = self.multiAgentMode { c.has_multi_agent_mode = 1; c.multi_agent_mode = Threadwire__V1__MultiAgentMode(rawValue: numericCast(v.rawValue)) }
     if let v = self.name { c.name = arena.cString(v) }
@@ -3149,24 +3253,26 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_start_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_start_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_start_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_start_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStartParams()
-    threadwire__v1__thread_start_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_start_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadStartParams()
+      threadwire__v1__thread_start_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_start_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3233,17 +3339,21 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadLifecycleResult"
   typealias CMessage = Threadwire__V1__ThreadLifecycleResult
 
-  init(c: Threadwire__V1__ThreadLifecycleResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadLifecycleResult>) throws(WireError) {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if c.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try Wire.MultiAgentRuntime(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_runtime.rawValue), path: fieldPath(path, "multi_agent_runtime")) }
-    if c.has_multi_agent_mode != 0 { self.multiAgentMode = try Wire.MultiAgentMode(wireRawValue: Int32(truncatingIfNeeded: c.multi_agent_mode.rawValue), path: fieldPath(path, "multi_agent_mode")) }
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
-    if let v = c.turns_next_cursor { self.turnsNextCursor = try wireString(v, path: fieldPath(path, "turns_next_cursor")) }
+    if let v = c.pointee.thread {
+      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+    }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.settings {
+      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+    }
+    if let v = c.pointee.turns_next_cursor { self.turnsNextCursor = try wireString(v, field: "turns_next_cursor") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: inout CodecArena) {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
@@ -3255,24 +3365,26 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_lifecycle_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_lifecycle_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_lifecycle_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_lifecycle_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadLifecycleResult()
-    threadwire__v1__thread_lifecycle_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_lifecycle_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_lifecycle_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadLifecycleResult()
+      threadwire__v1__thread_lifecycle_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_lifecycle_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_lifecycle_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3328,14 +3440,14 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadResumeParams"
   typealias CMessage = Threadwire__V1__ThreadResumeParams
 
-  init(c: Threadwire__V1__ThreadResumeParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadResumeParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if c.has_exclude_turns != 0 { self.excludeTurns = c.exclude_turns != 0 }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.has_exclude_turns != 0 { self.excludeTurns = c.pointee.exclude_turns != 0 }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadResumeParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadResumeParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.excludeTurns { c.has_exclude_turns = 1; c.exclude_turns = v ? 1 : 0 }
@@ -3344,24 +3456,26 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_resume_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_resume_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_resume_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_resume_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadResumeParams()
-    threadwire__v1__thread_resume_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_resume_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_resume_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadResumeParams()
+      threadwire__v1__thread_resume_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_resume_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_resume_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3411,14 +3525,14 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadForkParams"
   typealias CMessage = Threadwire__V1__ThreadForkParams
 
-  init(c: Threadwire__V1__ThreadForkParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadForkParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if c.has_exclude_turns != 0 { self.excludeTurns = c.exclude_turns != 0 }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.has_exclude_turns != 0 { self.excludeTurns = c.pointee.exclude_turns != 0 }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadForkParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadForkParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.excludeTurns { c.has_exclude_turns = 1; c.exclude_turns = v ? 1 : 0 }
@@ -3427,24 +3541,26 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_fork_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_fork_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_fork_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_fork_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadForkParams()
-    threadwire__v1__thread_fork_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_fork_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_fork_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadForkParams()
+      threadwire__v1__thread_fork_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_fork_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_fork_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3497,15 +3613,15 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadReadParams"
   typealias CMessage = Threadwire__V1__ThreadReadParams
 
-  init(c: Threadwire__V1__ThreadReadParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadReadParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if c.has_include_turns != 0 { self.includeTurns = c.include_turns != 0 }
-    if c.has_include_model_requests != 0 { self.includeModelRequests = c.include_model_requests != 0 }
-    if c.has_turns_limit != 0 { self.turnsLimit = c.turns_limit }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.has_include_turns != 0 { self.includeTurns = c.pointee.include_turns != 0 }
+    if c.pointee.has_include_model_requests != 0 { self.includeModelRequests = c.pointee.include_model_requests != 0 }
+    if c.pointee.has_turns_limit != 0 { self.turnsLimit = c.pointee.turns_limit }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadReadParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadReadParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.includeTurns { c.has_include_turns = 1; c.include_turns = v ? 1 : 0 }
     if let v = self.includeModelRequests { c.has_include_model_requests = 1; c.include_model_requests = v ? 1 : 0 }
@@ -3515,24 +3631,26 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_read_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_read_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_read_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_read_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadReadParams()
-    threadwire__v1__thread_read_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_read_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_read_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadReadParams()
+      threadwire__v1__thread_read_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_read_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_read_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3584,14 +3702,18 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadReadResult"
   typealias CMessage = Threadwire__V1__ThreadReadResult
 
-  init(c: Threadwire__V1__ThreadReadResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadReadResult>) throws(WireError) {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
-    if let v = c.settings { self.settings = try Wire.ThreadSettings(c: wirePointee(v), path: fieldPath(path, "settings")) }
-    if let v = c.turns_next_cursor { self.turnsNextCursor = try wireString(v, path: fieldPath(path, "turns_next_cursor")) }
+    if let v = c.pointee.thread {
+      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+    }
+    if let v = c.pointee.settings {
+      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+    }
+    if let v = c.pointee.turns_next_cursor { self.turnsNextCursor = try wireString(v, field: "turns_next_cursor") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadReadResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadReadResult, arena: inout CodecArena) {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
     if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
@@ -3600,24 +3722,26 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_read_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_read_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_read_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_read_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadReadResult()
-    threadwire__v1__thread_read_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_read_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_read_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadReadResult()
+      threadwire__v1__thread_read_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_read_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_read_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3670,15 +3794,15 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadTurnsListParams"
   typealias CMessage = Threadwire__V1__ThreadTurnsListParams
 
-  init(c: Threadwire__V1__ThreadTurnsListParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadTurnsListParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.cursor { self.cursor = try wireString(v, path: fieldPath(path, "cursor")) }
-    if c.has_limit != 0 { self.limit = c.limit }
-    if c.has_sort_direction != 0 { self.sortDirection = try Wire.SortDirection(wireRawValue: Int32(truncatingIfNeeded: c.sort_direction.rawValue), path: fieldPath(path, "sort_direction")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
+    if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadTurnsListParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadTurnsListParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.cursor { c.cursor = arena.cString(v) }
     if let v = self.limit { c.has_limit = 1; c.limit = v }
@@ -3688,24 +3812,26 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_turns_list_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_turns_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_turns_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_turns_list_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadTurnsListParams()
-    threadwire__v1__thread_turns_list_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_turns_list_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_turns_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadTurnsListParams()
+      threadwire__v1__thread_turns_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_turns_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_turns_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3754,19 +3880,21 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadTurnsListResult"
   typealias CMessage = Threadwire__V1__ThreadTurnsListResult
 
-  init(c: Threadwire__V1__ThreadTurnsListResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadTurnsListResult>) throws(WireError) {
     self.init()
-    if c.n_data > 0, let items = c.data {
-      self.data.reserveCapacity(c.n_data)
-      for index in 0..<c.n_data { self.data.append(try Wire.Turn(c: wirePointee(items[index]), path: fieldPath(path, "data"))) }
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.Turn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
     }
-    if let v = c.next_cursor { self.nextCursor = try wireString(v, path: fieldPath(path, "next_cursor")) }
+    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadTurnsListResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadTurnsListResult, arena: inout CodecArena) {
     if !self.data.isEmpty {
       c.n_data = self.data.count
-      c.data = arena.array(self.data.map { arena.message($0, Threadwire__V1__Turn(), threadwire__v1__turn__init) })
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
     }
     if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
   }
@@ -3774,24 +3902,26 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_turns_list_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_turns_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_turns_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_turns_list_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadTurnsListResult()
-    threadwire__v1__thread_turns_list_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_turns_list_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_turns_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadTurnsListResult()
+      threadwire__v1__thread_turns_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_turns_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_turns_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3848,17 +3978,17 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadListParams"
   typealias CMessage = Threadwire__V1__ThreadListParams
 
-  init(c: Threadwire__V1__ThreadListParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadListParams>) throws(WireError) {
     self.init()
-    if let v = c.cursor { self.cursor = try wireString(v, path: fieldPath(path, "cursor")) }
-    if c.has_limit != 0 { self.limit = c.limit }
-    if c.has_sort_key != 0 { self.sortKey = try Wire.ThreadSortKey(wireRawValue: Int32(truncatingIfNeeded: c.sort_key.rawValue), path: fieldPath(path, "sort_key")) }
-    if c.has_sort_direction != 0 { self.sortDirection = try Wire.SortDirection(wireRawValue: Int32(truncatingIfNeeded: c.sort_direction.rawValue), path: fieldPath(path, "sort_direction")) }
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
-    if c.has_archived != 0 { self.archived = c.archived != 0 }
+    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
+    if c.pointee.has_sort_key != 0 { self.sortKey = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_key.rawValue), field: "sort_key") as Wire.ThreadSortKey }
+    if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
+    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
+    if c.pointee.has_archived != 0 { self.archived = c.pointee.archived != 0 }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadListParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadListParams, arena: inout CodecArena) {
     if let v = self.cursor { c.cursor = arena.cString(v) }
     if let v = self.limit { c.has_limit = 1; c.limit = v }
     if let v = self.sortKey { c.has_sort_key = 1; c.sort_key = Threadwire__V1__ThreadSortKey(rawValue: numericCast(v.rawValue)) }
@@ -3870,24 +4000,26 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_list_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_list_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadListParams()
-    threadwire__v1__thread_list_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_list_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadListParams()
+      threadwire__v1__thread_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -3940,19 +4072,21 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadListResult"
   typealias CMessage = Threadwire__V1__ThreadListResult
 
-  init(c: Threadwire__V1__ThreadListResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadListResult>) throws(WireError) {
     self.init()
-    if c.n_data > 0, let items = c.data {
-      self.data.reserveCapacity(c.n_data)
-      for index in 0..<c.n_data { self.data.append(try Wire.Thread(c: wirePointee(items[index]), path: fieldPath(path, "data"))) }
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.Thread(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
     }
-    if let v = c.next_cursor { self.nextCursor = try wireString(v, path: fieldPath(path, "next_cursor")) }
+    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadListResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadListResult, arena: inout CodecArena) {
     if !self.data.isEmpty {
       c.n_data = self.data.count
-      c.data = arena.array(self.data.map { arena.message($0, Threadwire__V1__Thread(), threadwire__v1__thread__init) })
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
     }
     if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
   }
@@ -3960,24 +4094,26 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_list_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_list_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadListResult()
-    threadwire__v1__thread_list_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_list_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadListResult()
+      threadwire__v1__thread_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4019,36 +4155,38 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadArchiveParams"
   typealias CMessage = Threadwire__V1__ThreadArchiveParams
 
-  init(c: Threadwire__V1__ThreadArchiveParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadArchiveParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadArchiveParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadArchiveParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_archive_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_archive_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_archive_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_archive_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadArchiveParams()
-    threadwire__v1__thread_archive_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_archive_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_archive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadArchiveParams()
+      threadwire__v1__thread_archive_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_archive_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_archive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4081,35 +4219,37 @@ extension Wire.ThreadArchiveResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadArchiveResult"
   typealias CMessage = Threadwire__V1__ThreadArchiveResult
 
-  init(c: Threadwire__V1__ThreadArchiveResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadArchiveResult>) throws(WireError) {
     self.init()
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadArchiveResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadArchiveResult, arena: inout CodecArena) {
     _ = arena
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_archive_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_archive_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_archive_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_archive_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadArchiveResult()
-    threadwire__v1__thread_archive_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_archive_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_archive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadArchiveResult()
+      threadwire__v1__thread_archive_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_archive_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_archive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4147,36 +4287,38 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadUnarchiveParams"
   typealias CMessage = Threadwire__V1__ThreadUnarchiveParams
 
-  init(c: Threadwire__V1__ThreadUnarchiveParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadUnarchiveParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadUnarchiveParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadUnarchiveParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_unarchive_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_unarchive_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_unarchive_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_unarchive_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnarchiveParams()
-    threadwire__v1__thread_unarchive_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unarchive_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_unarchive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadUnarchiveParams()
+      threadwire__v1__thread_unarchive_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_unarchive_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_unarchive_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4216,36 +4358,40 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadUnarchiveResult"
   typealias CMessage = Threadwire__V1__ThreadUnarchiveResult
 
-  init(c: Threadwire__V1__ThreadUnarchiveResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadUnarchiveResult>) throws(WireError) {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
+    if let v = c.pointee.thread {
+      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadUnarchiveResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadUnarchiveResult, arena: inout CodecArena) {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_unarchive_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_unarchive_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_unarchive_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_unarchive_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnarchiveResult()
-    threadwire__v1__thread_unarchive_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unarchive_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_unarchive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadUnarchiveResult()
+      threadwire__v1__thread_unarchive_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_unarchive_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_unarchive_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4285,36 +4431,38 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadUnsubscribeParams"
   typealias CMessage = Threadwire__V1__ThreadUnsubscribeParams
 
-  init(c: Threadwire__V1__ThreadUnsubscribeParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadUnsubscribeParams>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_unsubscribe_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_unsubscribe_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_unsubscribe_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_unsubscribe_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnsubscribeParams()
-    threadwire__v1__thread_unsubscribe_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unsubscribe_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_unsubscribe_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadUnsubscribeParams()
+      threadwire__v1__thread_unsubscribe_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_unsubscribe_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_unsubscribe_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4354,36 +4502,38 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadUnsubscribeResult"
   typealias CMessage = Threadwire__V1__ThreadUnsubscribeResult
 
-  init(c: Threadwire__V1__ThreadUnsubscribeResult, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadUnsubscribeResult>) throws(WireError) {
     self.init()
-    if c.has_was_subscribed != 0 { self.wasSubscribed = c.was_subscribed != 0 }
+    if c.pointee.has_was_subscribed != 0 { self.wasSubscribed = c.pointee.was_subscribed != 0 }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeResult, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeResult, arena: inout CodecArena) {
     if let v = self.wasSubscribed { c.has_was_subscribed = 1; c.was_subscribed = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_unsubscribe_result__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_unsubscribe_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_unsubscribe_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_unsubscribe_result__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnsubscribeResult()
-    threadwire__v1__thread_unsubscribe_result__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unsubscribe_result__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_unsubscribe_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadUnsubscribeResult()
+      threadwire__v1__thread_unsubscribe_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_unsubscribe_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_unsubscribe_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4435,16 +4585,16 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.AgentSpawnParams"
   typealias CMessage = Threadwire__V1__AgentSpawnParams
 
-  init(c: Threadwire__V1__AgentSpawnParams, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__AgentSpawnParams>) throws(WireError) {
     self.init()
-    if let v = c.parent_thread_id { self.parentThreadId = try wireString(v, path: fieldPath(path, "parent_thread_id")) }
-    if let v = c.message { self.message = try wireString(v, path: fieldPath(path, "message")) }
-    if let v = c.model { self.model = try wireString(v, path: fieldPath(path, "model")) }
-    if let v = c.task_name { self.taskName = try wireString(v, path: fieldPath(path, "task_name")) }
-    if c.has_review != 0 { self.review = c.review != 0 }
+    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
+    if let v = c.pointee.message { self.message = try wireString(v, field: "message") }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if let v = c.pointee.task_name { self.taskName = try wireString(v, field: "task_name") }
+    if c.pointee.has_review != 0 { self.review = c.pointee.review != 0 }
   }
 
-  func fill(_ c: inout Threadwire__V1__AgentSpawnParams, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__AgentSpawnParams, arena: inout CodecArena) {
     if let v = self.parentThreadId { c.parent_thread_id = arena.cString(v) }
     if let v = self.message { c.message = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
@@ -4455,24 +4605,26 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__agent_spawn_params__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__agent_spawn_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__agent_spawn_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__agent_spawn_params__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__AgentSpawnParams()
-    threadwire__v1__agent_spawn_params__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__agent_spawn_params__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__agent_spawn_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__AgentSpawnParams()
+      threadwire__v1__agent_spawn_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__agent_spawn_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__agent_spawn_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4520,36 +4672,40 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadStartedNotification"
   typealias CMessage = Threadwire__V1__ThreadStartedNotification
 
-  init(c: Threadwire__V1__ThreadStartedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadStartedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread { self.thread = try Wire.Thread(c: wirePointee(v), path: fieldPath(path, "thread")) }
+    if let v = c.pointee.thread {
+      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadStartedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadStartedNotification, arena: inout CodecArena) {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_started_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_started_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_started_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_started_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStartedNotification()
-    threadwire__v1__thread_started_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_started_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadStartedNotification()
+      threadwire__v1__thread_started_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_started_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_started_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4592,13 +4748,15 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadStatusChangedNotification"
   typealias CMessage = Threadwire__V1__ThreadStatusChangedNotification
 
-  init(c: Threadwire__V1__ThreadStatusChangedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadStatusChangedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
-    if let v = c.status { self.status = try Wire.ThreadStatus(c: wirePointee(v), path: fieldPath(path, "status")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.status {
+      do throws(WireError) { self.status = try Wire.ThreadStatus(c: v) } catch { throw error.nested(in: "status") }
+    }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadStatusChangedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadStatusChangedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.status { c.status = arena.message(v, Threadwire__V1__ThreadStatus(), threadwire__v1__thread_status__init) }
   }
@@ -4606,24 +4764,26 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_status_changed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_status_changed_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_status_changed_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_status_changed_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadStatusChangedNotification()
-    threadwire__v1__thread_status_changed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_status_changed_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_status_changed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadStatusChangedNotification()
+      threadwire__v1__thread_status_changed_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_status_changed_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_status_changed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4665,36 +4825,38 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadArchivedNotification"
   typealias CMessage = Threadwire__V1__ThreadArchivedNotification
 
-  init(c: Threadwire__V1__ThreadArchivedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadArchivedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadArchivedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadArchivedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_archived_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_archived_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_archived_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_archived_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadArchivedNotification()
-    threadwire__v1__thread_archived_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_archived_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_archived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadArchivedNotification()
+      threadwire__v1__thread_archived_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_archived_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_archived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4734,36 +4896,38 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadUnarchivedNotification"
   typealias CMessage = Threadwire__V1__ThreadUnarchivedNotification
 
-  init(c: Threadwire__V1__ThreadUnarchivedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadUnarchivedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadUnarchivedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadUnarchivedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_unarchived_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_unarchived_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_unarchived_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_unarchived_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadUnarchivedNotification()
-    threadwire__v1__thread_unarchived_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_unarchived_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_unarchived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadUnarchivedNotification()
+      threadwire__v1__thread_unarchived_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_unarchived_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_unarchived_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4803,36 +4967,38 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.ThreadClosedNotification"
   typealias CMessage = Threadwire__V1__ThreadClosedNotification
 
-  init(c: Threadwire__V1__ThreadClosedNotification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__ThreadClosedNotification>) throws(WireError) {
     self.init()
-    if let v = c.thread_id { self.threadId = try wireString(v, path: fieldPath(path, "thread_id")) }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
   }
 
-  func fill(_ c: inout Threadwire__V1__ThreadClosedNotification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__ThreadClosedNotification, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__thread_closed_notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_closed_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_closed_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__thread_closed_notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__ThreadClosedNotification()
-    threadwire__v1__thread_closed_notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__thread_closed_notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__thread_closed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadClosedNotification()
+      threadwire__v1__thread_closed_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_closed_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_closed_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -4908,17 +5074,20 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Envelope"
   typealias CMessage = Threadwire__V1__Envelope
 
-  init(c: Threadwire__V1__Envelope, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Envelope>) throws(WireError) {
     self.init()
-    switch Int(c.kind_case.rawValue) {
-    case 1: self.kind = .request(try Wire.Request(c: wirePointee(c.request), path: fieldPath(path, "request")))
-    case 2: self.kind = .response(try Wire.Response(c: wirePointee(c.response), path: fieldPath(path, "response")))
-    case 3: self.kind = .notification(try Wire.Notification(c: wirePointee(c.notification), path: fieldPath(path, "notification")))
+    switch Int(c.pointee.kind_case.rawValue) {
+    case 1:
+      do throws(WireError) { self.kind = .request(try Wire.Request(c: wireRequired(c.pointee.request))) } catch { throw error.nested(in: "request") }
+    case 2:
+      do throws(WireError) { self.kind = .response(try Wire.Response(c: wireRequired(c.pointee.response))) } catch { throw error.nested(in: "response") }
+    case 3:
+      do throws(WireError) { self.kind = .notification(try Wire.Notification(c: wireRequired(c.pointee.notification))) } catch { throw error.nested(in: "notification") }
     default: self.kind = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Envelope, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Envelope, arena: inout CodecArena) {
     switch self.kind {
     case .request(let v)?:
       c.kind_case = .init(rawValue: 1)
@@ -4936,24 +5105,26 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__envelope__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__envelope__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__envelope__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__envelope__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Envelope()
-    threadwire__v1__envelope__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__envelope__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__envelope__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Envelope()
+      threadwire__v1__envelope__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__envelope__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__envelope__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -5093,40 +5264,57 @@ extension Wire.Request: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Request"
   typealias CMessage = Threadwire__V1__Request
 
-  init(c: Threadwire__V1__Request, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Request>) throws(WireError) {
     self.init()
-    if c.has_id != 0 { self.id = c.id }
-    if c.has_timeout_ms != 0 { self.timeoutMs = c.timeout_ms }
-    if c.n_metadata > 0, let items = c.metadata {
-      self.metadata.reserveCapacity(c.n_metadata)
-      for index in 0..<c.n_metadata { self.metadata.append(try Wire.KeyValue(c: wirePointee(items[index]), path: fieldPath(path, "metadata"))) }
+    if c.pointee.has_id != 0 { self.id = c.pointee.id }
+    if c.pointee.has_timeout_ms != 0 { self.timeoutMs = c.pointee.timeout_ms }
+    if c.pointee.n_metadata > 0, let items = c.pointee.metadata {
+      self.metadata.reserveCapacity(c.pointee.n_metadata)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_metadata { self.metadata.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "metadata") }
     }
-    switch Int(c.params_case.rawValue) {
-    case 10: self.params = .initialize(try Wire.InitializeParams(c: wirePointee(c.initialize), path: fieldPath(path, "initialize")))
-    case 11: self.params = .healthCheck(try Wire.HealthCheckParams(c: wirePointee(c.health_check), path: fieldPath(path, "health_check")))
-    case 20: self.params = .threadStart(try Wire.ThreadStartParams(c: wirePointee(c.thread_start), path: fieldPath(path, "thread_start")))
-    case 21: self.params = .threadResume(try Wire.ThreadResumeParams(c: wirePointee(c.thread_resume), path: fieldPath(path, "thread_resume")))
-    case 22: self.params = .threadFork(try Wire.ThreadForkParams(c: wirePointee(c.thread_fork), path: fieldPath(path, "thread_fork")))
-    case 23: self.params = .threadRead(try Wire.ThreadReadParams(c: wirePointee(c.thread_read), path: fieldPath(path, "thread_read")))
-    case 24: self.params = .threadList(try Wire.ThreadListParams(c: wirePointee(c.thread_list), path: fieldPath(path, "thread_list")))
-    case 25: self.params = .threadArchive(try Wire.ThreadArchiveParams(c: wirePointee(c.thread_archive), path: fieldPath(path, "thread_archive")))
-    case 26: self.params = .threadUnarchive(try Wire.ThreadUnarchiveParams(c: wirePointee(c.thread_unarchive), path: fieldPath(path, "thread_unarchive")))
-    case 27: self.params = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wirePointee(c.thread_unsubscribe), path: fieldPath(path, "thread_unsubscribe")))
-    case 28: self.params = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wirePointee(c.thread_settings_update), path: fieldPath(path, "thread_settings_update")))
-    case 29: self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wirePointee(c.agent_spawn), path: fieldPath(path, "agent_spawn")))
-    case 30: self.params = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wirePointee(c.thread_turns_list), path: fieldPath(path, "thread_turns_list")))
-    case 40: self.params = .turnStart(try Wire.TurnStartParams(c: wirePointee(c.turn_start), path: fieldPath(path, "turn_start")))
-    case 41: self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wirePointee(c.turn_interrupt), path: fieldPath(path, "turn_interrupt")))
+    switch Int(c.pointee.params_case.rawValue) {
+    case 10:
+      do throws(WireError) { self.params = .initialize(try Wire.InitializeParams(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
+    case 11:
+      do throws(WireError) { self.params = .healthCheck(try Wire.HealthCheckParams(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
+    case 20:
+      do throws(WireError) { self.params = .threadStart(try Wire.ThreadStartParams(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
+    case 21:
+      do throws(WireError) { self.params = .threadResume(try Wire.ThreadResumeParams(c: wireRequired(c.pointee.thread_resume))) } catch { throw error.nested(in: "thread_resume") }
+    case 22:
+      do throws(WireError) { self.params = .threadFork(try Wire.ThreadForkParams(c: wireRequired(c.pointee.thread_fork))) } catch { throw error.nested(in: "thread_fork") }
+    case 23:
+      do throws(WireError) { self.params = .threadRead(try Wire.ThreadReadParams(c: wireRequired(c.pointee.thread_read))) } catch { throw error.nested(in: "thread_read") }
+    case 24:
+      do throws(WireError) { self.params = .threadList(try Wire.ThreadListParams(c: wireRequired(c.pointee.thread_list))) } catch { throw error.nested(in: "thread_list") }
+    case 25:
+      do throws(WireError) { self.params = .threadArchive(try Wire.ThreadArchiveParams(c: wireRequired(c.pointee.thread_archive))) } catch { throw error.nested(in: "thread_archive") }
+    case 26:
+      do throws(WireError) { self.params = .threadUnarchive(try Wire.ThreadUnarchiveParams(c: wireRequired(c.pointee.thread_unarchive))) } catch { throw error.nested(in: "thread_unarchive") }
+    case 27:
+      do throws(WireError) { self.params = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wireRequired(c.pointee.thread_unsubscribe))) } catch { throw error.nested(in: "thread_unsubscribe") }
+    case 28:
+      do throws(WireError) { self.params = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wireRequired(c.pointee.thread_settings_update))) } catch { throw error.nested(in: "thread_settings_update") }
+    case 29:
+      do throws(WireError) { self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
+    case 30:
+      do throws(WireError) { self.params = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
+    case 40:
+      do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
+    case 41:
+      do throws(WireError) { self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
     default: self.params = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Request, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Request, arena: inout CodecArena) {
     if let v = self.id { c.has_id = 1; c.id = v }
     if let v = self.timeoutMs { c.has_timeout_ms = 1; c.timeout_ms = v }
     if !self.metadata.isEmpty {
       c.n_metadata = self.metadata.count
-      c.metadata = arena.array(self.metadata.map { arena.message($0, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) })
+      c.metadata = arena.array(self.metadata) { value, arena in arena.message(value, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) }
     }
     switch self.params {
     case .initialize(let v)?:
@@ -5181,24 +5369,26 @@ extension Wire.Request: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__request__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__request__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__request__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__request__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Request()
-    threadwire__v1__request__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__request__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Request()
+      threadwire__v1__request__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__request__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -5356,32 +5546,47 @@ extension Wire.Response: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Response"
   typealias CMessage = Threadwire__V1__Response
 
-  init(c: Threadwire__V1__Response, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Response>) throws(WireError) {
     self.init()
-    if c.has_id != 0 { self.id = c.id }
-    if c.has_code != 0 { self.code = c.code }
-    if let v = c.message { self.message = try wireString(v, path: fieldPath(path, "message")) }
-    switch Int(c.result_case.rawValue) {
-    case 10: self.result = .initialize(try Wire.InitializeResult(c: wirePointee(c.initialize), path: fieldPath(path, "initialize")))
-    case 11: self.result = .healthCheck(try Wire.HealthCheckResult(c: wirePointee(c.health_check), path: fieldPath(path, "health_check")))
-    case 20: self.result = .threadStart(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_start), path: fieldPath(path, "thread_start")))
-    case 21: self.result = .threadResume(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_resume), path: fieldPath(path, "thread_resume")))
-    case 22: self.result = .threadFork(try Wire.ThreadLifecycleResult(c: wirePointee(c.thread_fork), path: fieldPath(path, "thread_fork")))
-    case 23: self.result = .threadRead(try Wire.ThreadReadResult(c: wirePointee(c.thread_read), path: fieldPath(path, "thread_read")))
-    case 24: self.result = .threadList(try Wire.ThreadListResult(c: wirePointee(c.thread_list), path: fieldPath(path, "thread_list")))
-    case 25: self.result = .threadArchive(try Wire.ThreadArchiveResult(c: wirePointee(c.thread_archive), path: fieldPath(path, "thread_archive")))
-    case 26: self.result = .threadUnarchive(try Wire.ThreadUnarchiveResult(c: wirePointee(c.thread_unarchive), path: fieldPath(path, "thread_unarchive")))
-    case 27: self.result = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wirePointee(c.thread_unsubscribe), path: fieldPath(path, "thread_unsubscribe")))
-    case 28: self.result = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wirePointee(c.thread_settings_update), path: fieldPath(path, "thread_settings_update")))
-    case 29: self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wirePointee(c.agent_spawn), path: fieldPath(path, "agent_spawn")))
-    case 30: self.result = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wirePointee(c.thread_turns_list), path: fieldPath(path, "thread_turns_list")))
-    case 40: self.result = .turnStart(try Wire.TurnStartResult(c: wirePointee(c.turn_start), path: fieldPath(path, "turn_start")))
-    case 41: self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wirePointee(c.turn_interrupt), path: fieldPath(path, "turn_interrupt")))
+    if c.pointee.has_id != 0 { self.id = c.pointee.id }
+    if c.pointee.has_code != 0 { self.code = c.pointee.code }
+    if let v = c.pointee.message { self.message = try wireString(v, field: "message") }
+    switch Int(c.pointee.result_case.rawValue) {
+    case 10:
+      do throws(WireError) { self.result = .initialize(try Wire.InitializeResult(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
+    case 11:
+      do throws(WireError) { self.result = .healthCheck(try Wire.HealthCheckResult(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
+    case 20:
+      do throws(WireError) { self.result = .threadStart(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
+    case 21:
+      do throws(WireError) { self.result = .threadResume(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_resume))) } catch { throw error.nested(in: "thread_resume") }
+    case 22:
+      do throws(WireError) { self.result = .threadFork(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_fork))) } catch { throw error.nested(in: "thread_fork") }
+    case 23:
+      do throws(WireError) { self.result = .threadRead(try Wire.ThreadReadResult(c: wireRequired(c.pointee.thread_read))) } catch { throw error.nested(in: "thread_read") }
+    case 24:
+      do throws(WireError) { self.result = .threadList(try Wire.ThreadListResult(c: wireRequired(c.pointee.thread_list))) } catch { throw error.nested(in: "thread_list") }
+    case 25:
+      do throws(WireError) { self.result = .threadArchive(try Wire.ThreadArchiveResult(c: wireRequired(c.pointee.thread_archive))) } catch { throw error.nested(in: "thread_archive") }
+    case 26:
+      do throws(WireError) { self.result = .threadUnarchive(try Wire.ThreadUnarchiveResult(c: wireRequired(c.pointee.thread_unarchive))) } catch { throw error.nested(in: "thread_unarchive") }
+    case 27:
+      do throws(WireError) { self.result = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wireRequired(c.pointee.thread_unsubscribe))) } catch { throw error.nested(in: "thread_unsubscribe") }
+    case 28:
+      do throws(WireError) { self.result = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wireRequired(c.pointee.thread_settings_update))) } catch { throw error.nested(in: "thread_settings_update") }
+    case 29:
+      do throws(WireError) { self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
+    case 30:
+      do throws(WireError) { self.result = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
+    case 40:
+      do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
+    case 41:
+      do throws(WireError) { self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
     default: self.result = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Response, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Response, arena: inout CodecArena) {
     if let v = self.id { c.has_id = 1; c.id = v }
     if let v = self.code { c.has_code = 1; c.code = v }
     if let v = self.message { c.message = arena.cString(v) }
@@ -5438,24 +5643,26 @@ extension Wire.Response: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__response__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__response__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__response__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__response__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Response()
-    threadwire__v1__response__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__response__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__response__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Response()
+      threadwire__v1__response__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__response__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__response__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
@@ -5587,25 +5794,35 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   public static let protoName = "threadwire.v1.Notification"
   typealias CMessage = Threadwire__V1__Notification
 
-  init(c: Threadwire__V1__Notification, path: String) throws {
+  init(c: UnsafePointer<Threadwire__V1__Notification>) throws(WireError) {
     self.init()
-    if c.has_sequence != 0 { self.sequence = c.sequence }
-    switch Int(c.payload_case.rawValue) {
-    case 10: self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wirePointee(c.thread_started), path: fieldPath(path, "thread_started")))
-    case 11: self.payload = .threadStatusChanged(try Wire.ThreadStatusChangedNotification(c: wirePointee(c.thread_status_changed), path: fieldPath(path, "thread_status_changed")))
-    case 12: self.payload = .threadArchived(try Wire.ThreadArchivedNotification(c: wirePointee(c.thread_archived), path: fieldPath(path, "thread_archived")))
-    case 13: self.payload = .threadUnarchived(try Wire.ThreadUnarchivedNotification(c: wirePointee(c.thread_unarchived), path: fieldPath(path, "thread_unarchived")))
-    case 14: self.payload = .threadClosed(try Wire.ThreadClosedNotification(c: wirePointee(c.thread_closed), path: fieldPath(path, "thread_closed")))
-    case 15: self.payload = .threadSettingsUpdated(try Wire.ThreadSettingsUpdatedNotification(c: wirePointee(c.thread_settings_updated), path: fieldPath(path, "thread_settings_updated")))
-    case 20: self.payload = .turnStarted(try Wire.TurnStartedNotification(c: wirePointee(c.turn_started), path: fieldPath(path, "turn_started")))
-    case 21: self.payload = .turnCompleted(try Wire.TurnCompletedNotification(c: wirePointee(c.turn_completed), path: fieldPath(path, "turn_completed")))
-    case 22: self.payload = .itemStarted(try Wire.ItemStartedNotification(c: wirePointee(c.item_started), path: fieldPath(path, "item_started")))
-    case 23: self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wirePointee(c.item_completed), path: fieldPath(path, "item_completed")))
+    if c.pointee.has_sequence != 0 { self.sequence = c.pointee.sequence }
+    switch Int(c.pointee.payload_case.rawValue) {
+    case 10:
+      do throws(WireError) { self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wireRequired(c.pointee.thread_started))) } catch { throw error.nested(in: "thread_started") }
+    case 11:
+      do throws(WireError) { self.payload = .threadStatusChanged(try Wire.ThreadStatusChangedNotification(c: wireRequired(c.pointee.thread_status_changed))) } catch { throw error.nested(in: "thread_status_changed") }
+    case 12:
+      do throws(WireError) { self.payload = .threadArchived(try Wire.ThreadArchivedNotification(c: wireRequired(c.pointee.thread_archived))) } catch { throw error.nested(in: "thread_archived") }
+    case 13:
+      do throws(WireError) { self.payload = .threadUnarchived(try Wire.ThreadUnarchivedNotification(c: wireRequired(c.pointee.thread_unarchived))) } catch { throw error.nested(in: "thread_unarchived") }
+    case 14:
+      do throws(WireError) { self.payload = .threadClosed(try Wire.ThreadClosedNotification(c: wireRequired(c.pointee.thread_closed))) } catch { throw error.nested(in: "thread_closed") }
+    case 15:
+      do throws(WireError) { self.payload = .threadSettingsUpdated(try Wire.ThreadSettingsUpdatedNotification(c: wireRequired(c.pointee.thread_settings_updated))) } catch { throw error.nested(in: "thread_settings_updated") }
+    case 20:
+      do throws(WireError) { self.payload = .turnStarted(try Wire.TurnStartedNotification(c: wireRequired(c.pointee.turn_started))) } catch { throw error.nested(in: "turn_started") }
+    case 21:
+      do throws(WireError) { self.payload = .turnCompleted(try Wire.TurnCompletedNotification(c: wireRequired(c.pointee.turn_completed))) } catch { throw error.nested(in: "turn_completed") }
+    case 22:
+      do throws(WireError) { self.payload = .itemStarted(try Wire.ItemStartedNotification(c: wireRequired(c.pointee.item_started))) } catch { throw error.nested(in: "item_started") }
+    case 23:
+      do throws(WireError) { self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wireRequired(c.pointee.item_completed))) } catch { throw error.nested(in: "item_completed") }
     default: self.payload = nil
     }
   }
 
-  func fill(_ c: inout Threadwire__V1__Notification, arena: Arena) {
+  func fill(_ c: inout Threadwire__V1__Notification, arena: inout CodecArena) {
     if let v = self.sequence { c.has_sequence = 1; c.sequence = v }
     switch self.payload {
     case .threadStarted(let v)?:
@@ -5645,24 +5862,26 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
   public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
     let count = bytes.count
-    guard let message = threadwire__v1__notification__unpack(nil, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
-      throw WireError.malformed(type: Self.protoName, byteCount: count)
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
     }
-    defer { threadwire__v1__notification__free_unpacked(message, nil) }
-    try self.init(c: message.pointee, path: "")
   }
 
   /// Packs straight into storage the caller provides: `body` gets the
   /// packed size and a function that writes that many bytes at a pointer.
   public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
-    let arena = Arena()
-    defer { arena.releaseAll() }
-    var c = Threadwire__V1__Notification()
-    threadwire__v1__notification__init(&c)
-    fill(&c, arena: arena)
-    let size = threadwire__v1__notification__get_packed_size(&c)
-    return try body(size) { pointer in
-      _ = threadwire__v1__notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__Notification()
+      threadwire__v1__notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
     }
   }
 
