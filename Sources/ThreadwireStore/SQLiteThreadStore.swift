@@ -22,11 +22,12 @@ public final class SQLiteThreadStore: ThreadStore {
         path = (directory as NSString).appendingPathComponent("threadwire.sqlite")
         self.directory = directory
         var configuration = Configuration()
-        configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         configuration.busyMode = .timeout(10)
         pool = try DatabasePool(path: path, configuration: configuration)
+        // Not in prepareDatabase: DatabasePool switches its writer to WAL and
+        // then sets synchronous = NORMAL, which would override it and leave
+        // commits unsynced (lost on power loss). Only the writer commits.
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try Self.migrator.migrate(pool)
         queue = CommitQueue(pool: pool, logger: logger)
     }
@@ -132,6 +133,12 @@ public final class SQLiteThreadStore: ThreadStore {
         try await pool.write { db in
             try db.execute(sql: "INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, ?)", arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
         }
+    }
+
+    /// The writer connection's `PRAGMA synchronous` (2 is FULL: every commit
+    /// syncs the WAL before it returns).
+    public var synchronousLevel: Int {
+        get throws { try pool.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 } }
     }
 
     /// Transactions written so far (fewer than commits when group commit works).

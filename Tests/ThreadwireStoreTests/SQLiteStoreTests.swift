@@ -27,6 +27,15 @@ struct SQLiteStoreTests {
         for i in 0..<200 { #expect(try await reopened.threadRecord("t\(i)") != nil) }
     }
 
+    @Test("the connection that commits syncs the WAL on every commit (synchronous = FULL), also after a reopen")
+    func commitsAreSynced() async throws {
+        // GRDB's pool sets synchronous = NORMAL on its writer after opening it;
+        // NORMAL would lose acknowledged commits on power loss.
+        let dir = directory()
+        #expect(try SQLiteThreadStore(directory: dir).synchronousLevel == 2)
+        #expect(try SQLiteThreadStore(directory: dir).synchronousLevel == 2)
+    }
+
     @Test("one failing commit fails alone inside a group")
     func failureIsolation() async throws {
         let store = try SQLiteThreadStore(directory: directory())

@@ -169,6 +169,32 @@ enum Frames {
         Wire.Envelope(kind: .request(Wire.Request(id: id, params: params))).serializedBytes()
     }
 
+    /// The id of a Response, read from the frame's first bytes (Envelope
+    /// field 2, its length, then Response field 1, which protobuf-c writes
+    /// first) without decoding the rest: the generator shares the cores with
+    /// the server, so matching answers must cost it as little as the echo's
+    /// does. nil for notifications and anything else.
+    static func responseID(_ payload: [UInt8]) -> UInt64? {
+        var index = 0
+        func varint() -> UInt64? {
+            var value: UInt64 = 0
+            var shift: UInt64 = 0
+            while index < payload.count, shift < 64 {
+                let byte = payload[index]
+                index += 1
+                value |= UInt64(byte & 0x7F) << shift
+                if byte & 0x80 == 0 { return value }
+                shift += 7
+            }
+            return nil
+        }
+        guard payload.first == 0x12 else { return nil }
+        index = 1
+        guard varint() != nil, index < payload.count, payload[index] == 0x08 else { return nil }
+        index += 1
+        return varint()
+    }
+
     static func response(_ payload: [UInt8]) -> Wire.Response? {
         guard case let .response(response)? = try? Wire.Envelope(serializedBytes: payload).kind else { return nil }
         return response

@@ -123,12 +123,17 @@ struct Run: AsyncParsableCommand {
                         ? Frames.request(7, .healthCheck(.init()))
                         : Frames.request(7, .threadRead(Wire.ThreadReadParams(threadId: threadIDs[index])))
                 }
+                // The generator matches answers by their id's first bytes only; check once that it reads them right.
+                let sample = try await twConnections[0].roundTrip(payloads[0], until: { Frames.response($0)?.id == 7 })
+                guard let full = Frames.response(sample), full.code == 0, Frames.responseID(sample) == full.id else {
+                    throw BenchError("unexpected \(workload) answer, or its id misread")
+                }
                 let echoResult = try await medianLoad {
                     try await FrameLoad.run(connections: echoConnections, seconds: seconds) { i, _ in .init(payload: payloads[i]) }
                 }
                 let twResult = try await medianLoad {
                     try await FrameLoad.run(connections: twConnections, seconds: seconds) { i, _ in
-                        .init(payload: payloads[i], until: { Frames.response($0)?.id == 7 })
+                        .init(payload: payloads[i], until: { Frames.responseID($0) == 7 })
                     }
                 }
                 var grpcText = "-", ratioText = "-"
@@ -154,7 +159,7 @@ struct Run: AsyncParsableCommand {
                 try await FrameLoad.run(connections: connections, seconds: seconds, totalRate: rate) { i, _ in
                     let payload = workload == "health/check" ? Frames.request(7, .healthCheck(.init()))
                         : Frames.request(7, .threadRead(Wire.ThreadReadParams(threadId: threadIDs[i])))
-                    return .init(payload: payload, until: { Frames.response($0)?.id == 7 })
+                    return .init(payload: payload, until: { Frames.responseID($0) == 7 })
                 }
             }
             print(String(format: "| %@ | %d | %.0f | %d | %d | %d | %d | %d |", workload, count, rate,
@@ -218,7 +223,7 @@ struct Run: AsyncParsableCommand {
                 let result = try await FrameLoad.run(connections: connections, seconds: seconds) { i, _ in
                     let payload = workload == "health/check" ? Frames.request(7, .healthCheck(.init()))
                         : Frames.request(7, .threadRead(Wire.ThreadReadParams(threadId: threadIDs[i])))
-                    return .init(payload: payload, until: { Frames.response($0)?.id == 7 })
+                    return .init(payload: payload, until: { Frames.responseID($0) == 7 })
                 }
                 if record { recorded.append(result.throughput) } else { plain.append(result.throughput) }
                 for c in connections { await c.close() }
@@ -289,7 +294,7 @@ struct Run: AsyncParsableCommand {
         let settings = try await medianLoad {
             try await FrameLoad.run(connections: connections, seconds: seconds) { i, n in
                 .init(payload: Frames.request(UInt64(n + 10), .threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: threadIDs[i], model: "m\(n)"))),
-                      until: { Frames.response($0)?.id == UInt64(n + 10) })
+                      until: { Frames.responseID($0) == UInt64(n + 10) })
             }
         }
         print(String(format: "| thread/settings/update (acknowledged) | %d | %.0f | %d | %d |", count, settings.throughput, settings.p50, settings.p99))
