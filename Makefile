@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-ownership bench-pressure bench-ceiling deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -107,7 +107,13 @@ bench-pressure: apt-deps
 ## Issue 10: threadwire vs a single-threaded C epoll echo, one C load generator for both.
 bench-ceiling: apt-deps py-deps
 	swift build -c release
+	cd Benchmarks && swift build -c release --product ThreadwireBench
 	Benchmarks/ceiling.sh
+
+## Issue 10: perf profile of health/check in the release server (SERVER_BIN=... for another build).
+bench-profile: apt-deps py-deps
+	swift build -c release
+	Benchmarks/profile.sh
 
 ## Regenerates the swift-protobuf peer code the codec benchmark compares against
 ## (needs protoc-gen-swift from swift-protobuf 1.39.0 on the PATH).

@@ -2,7 +2,9 @@
 # Issue 10: threadwire against the physical ceiling of its framing on this
 # machine, a single-threaded C epoll echo (Benchmarks/c/epoll_echo.c), driven
 # by one independent C load generator (Benchmarks/c/frame_load.c: one blocking
-# thread per connection, closed loop) for every server. make bench-ceiling.
+# thread per connection, closed loop) for every server, next to the SwiftNIO
+# echo of the Benchmarks package (same framing, ByteToMessageHandler) so
+# threadwire is reported against both in one run. make bench-ceiling.
 set -euo pipefail
 BIN=${BIN:-.build/release}
 DUR=${DUR:-3}
@@ -27,23 +29,30 @@ pids=()
 trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
 .build/c/epoll_echo 7591 > "$data/echo.out" &
 pids+=($!)
+NIO_ECHO_BIN=${NIO_ECHO_BIN:-Benchmarks/.build/release/ThreadwireBench}
+"$NIO_ECHO_BIN" echo-server --port 7594 > "$data/nio.out" &
+pids+=($!)
 "${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7592 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && break; sleep 0.05; done
+for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && grep -q listening "$data/nio.out" && break; sleep 0.05; done
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 
 load() { .build/c/frame_load "$@"; }
 field() { "$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print(r['$2'])" "$1"; }
-printf "connections\tC echo req/s (p50 µs)\thealth/check req/s (p50 µs) = %% of echo\tthread/read req/s (p50 µs) = %% of echo\n"
+pct() { "$PY" -c "print(round(100*$1/$2))"; }
+printf "connections\tC echo req/s (p50 µs)\tNIO echo req/s (p50 µs)\thealth/check req/s (p50 µs) = %% of C echo, %% of NIO echo\tthread/read req/s (p50 µs) = %% of C echo, %% of NIO echo\n"
 for c in 1 16 64; do
   echo_r=$(load 7591 $c "$DUR" "$HEALTH")
+  nio_r=$(load 7594 $c "$DUR" "$HEALTH")
   health_r=$(load 7592 $c "$DUR" "$HEALTH")
   read_r=$(load 7592 $c "$DUR" "$READ" "$INIT")
-  e=$(field "$echo_r" requests_per_second); h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
-  printf "%s\t%s (%s)\t%s (%s) = %s %%\t%s (%s) = %s %%\n" "$c" "$e" "$(field "$echo_r" p50_us)" \
-    "$h" "$(field "$health_r" p50_us)" "$("$PY" -c "print(round(100*$h/$e))")" \
-    "$r" "$(field "$read_r" p50_us)" "$("$PY" -c "print(round(100*$r/$e))")"
+  e=$(field "$echo_r" requests_per_second); n=$(field "$nio_r" requests_per_second)
+  h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
+  printf "%s\t%s (%s)\t%s (%s)\t%s (%s) = %s %%, %s %%\t%s (%s) = %s %%, %s %%\n" "$c" "$e" "$(field "$echo_r" p50_us)" \
+    "$n" "$(field "$nio_r" p50_us)" \
+    "$h" "$(field "$health_r" p50_us)" "$(pct "$h" "$e")" "$(pct "$h" "$n")" \
+    "$r" "$(field "$read_r" p50_us)" "$(pct "$r" "$e")" "$(pct "$r" "$n")"
   for x in "$health_r" "$read_r"; do [ "$(field "$x" errors)" = 0 ] || echo "errors: $x"; done
 done
 

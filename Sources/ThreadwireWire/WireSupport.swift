@@ -118,7 +118,9 @@ struct CodecArena {
     private var blocks: UnsafeMutableRawPointer?
     private let exact: Bool
 
-    static let firstBlockBytes = 4096
+    /// At most 1 KiB: larger temporary allocations make the runtime check
+    /// the stack bounds first, which costs more than the block saves.
+    static let firstBlockBytes = 1024
     private static let alignment = 16
     private static let headerBytes = 16
     static let exactAllocations: Bool = {
