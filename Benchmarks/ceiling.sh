@@ -35,6 +35,7 @@ pids+=($!)
 "${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7592 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && grep -q listening "$data/nio.out" && break; sleep 0.05; done
+grep -q listening "$data/tw.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/tw.out")" >&2; exit 1; }; grep -q listening "$data/echo.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/echo.out")" >&2; exit 1; }; grep -q listening "$data/nio.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/nio.out")" >&2; exit 1; };
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 

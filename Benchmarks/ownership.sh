@@ -13,6 +13,7 @@ data=$(mktemp -d)
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 100); do grep -q listening "$data/out" 2>/dev/null && break; sleep 0.05; done
+grep -q listening "$data/out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/out")" >&2; exit 1; };
 export THREADWIRE_SERVER="127.0.0.1:$PORT"
 
 row() {  # name workload connections [extra bench args]

@@ -23,6 +23,7 @@ start() {  # binary port [extra args]; sets pid and data
   "$binary" --listen "127.0.0.1:$port" --data-dir "$data/store" --log-level error "$@" > "$data/out" 2>&1 &
   pid=$!
   for _ in $(seq 200); do grep -q listening "$data/out" 2>/dev/null && break; sleep 0.05; done
+  grep -q listening "$data/out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/out")" >&2; exit 1; };
 }
 stop() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; rm -rf "$data"; }
 trap 'stop' EXIT

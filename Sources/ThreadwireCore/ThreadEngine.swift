@@ -174,11 +174,12 @@ public final class ThreadEngine: Sendable {
     /// A loaded thread's view from its published snapshot, without
     /// suspending; nil when the thread is not loaded.
     public func snapshotView(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) -> ThreadView? {
-        guard let snapshot = directory.snapshot(id) else { return nil }
-        var view = ThreadView(stored: snapshot, includeTurns: false, includeHistory: includeModelRequests)
-        if includeTurns { view.setNewestTurns(snapshot.turns, limit: turnsLimit) }
-        return view
+        directory.published(id)?.view(includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit)
     }
+
+    /// A loaded thread's committed state as last published, with a memo for
+    /// what readers derive from it; nil when the thread is not loaded.
+    public func published(_ id: ThreadID) -> PublishedThread? { directory.published(id) }
 
     /// One page of a thread's turns, loaded or not, in the asked order; `more`
     /// tells whether turns remain past the page.
@@ -622,12 +623,50 @@ final class ThreadOwner: @unchecked Sendable {
     var settingsView: ThreadSettingsView { ThreadView(stored: state!, includeTurns: false).settings }
 }
 
+/// One published snapshot of a loaded thread and its memo. A class, so a
+/// reader takes it out of the directory with one retain rather than one per
+/// string of the record: readers on every event loop share the same objects,
+/// and each atomic reference count they touch moves a cache line between cores.
+public final class PublishedThread: Sendable {
+    let stored: StoredThread
+    public let memo: SnapshotMemo
+
+    init(stored: StoredThread, memo: SnapshotMemo) {
+        self.stored = stored
+        self.memo = memo
+    }
+
+    public func view(includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) -> ThreadView {
+        var view = ThreadView(stored: stored, includeTurns: false, includeHistory: includeModelRequests)
+        if includeTurns { view.setNewestTurns(stored.turns, limit: turnsLimit) }
+        return view
+    }
+}
+
+/// Keeps one value derived from one published snapshot (the server keeps a
+/// thread/read answer's encoding here), so readers of an unchanged thread
+/// derive it once. Made anew with every publish, so it cannot go stale.
+public final class SnapshotMemo: Sendable {
+    private let slot = Mutex<(any Sendable)?>(nil)
+
+    public init() {}
+
+    /// The kept value if it is a `T`, else `make()`, kept for next time.
+    /// Two readers racing may both make it; either result is the same.
+    public func value<T: Sendable>(_ make: () throws -> T) rethrows -> T {
+        if let kept = slot.withLock({ $0 }) as? T { return kept }
+        let made = try make()
+        slot.withLock { $0 = made }
+        return made
+    }
+}
+
 /// Loaded threads by id, and their published snapshots. A snapshot is the
 /// committed state; readers take it under a short lock and never wait for a
 /// thread's commands.
 final class ThreadDirectory: Sendable {
     private let owners = Mutex<[ThreadID: ThreadOwner]>([:])
-    private let snapshots = Mutex<[ThreadID: StoredThread]>([:])
+    private let snapshots = Mutex<[ThreadID: PublishedThread]>([:])
 
     func owner(_ id: ThreadID, orMake make: () -> ThreadOwner) -> ThreadOwner {
         owners.withLock { table in
@@ -650,23 +689,29 @@ final class ThreadDirectory: Sendable {
 
     var all: [ThreadOwner] { owners.withLock { Array($0.values) } }
 
-    func publish(_ stored: StoredThread) { snapshots.withLock { $0[stored.record.id] = stored } }
+    /// Every publish starts a new memo, so nothing derived from an older
+    /// snapshot is served after a commit.
+    func publish(_ stored: StoredThread) {
+        let published = PublishedThread(stored: stored, memo: SnapshotMemo())
+        snapshots.withLock { $0[stored.record.id] = published }
+    }
     func drop(_ id: ThreadID) { _ = snapshots.withLock { $0.removeValue(forKey: id) } }
-    func snapshot(_ id: ThreadID) -> StoredThread? { snapshots.withLock { $0[id] } }
+    func snapshot(_ id: ThreadID) -> StoredThread? { snapshots.withLock { $0[id]?.stored } }
+    func published(_ id: ThreadID) -> PublishedThread? { snapshots.withLock { $0[id] } }
 
     func statuses(_ ids: [ThreadID]) -> [ThreadID: ThreadStatus] {
         snapshots.withLock { table in
             var result: [ThreadID: ThreadStatus] = [:]
-            for id in ids { if let stored = table[id] { result[id] = stored.status } }
+            for id in ids { if let published = table[id] { result[id] = published.stored.status } }
             return result
         }
     }
 
     var counts: (loaded: Int, running: Int) {
-        snapshots.withLock { table in (table.count, table.values.reduce(0) { $0 + ($1.activeTurnIndex == nil ? 0 : 1) }) }
+        snapshots.withLock { table in (table.count, table.values.reduce(0) { $0 + ($1.stored.activeTurnIndex == nil ? 0 : 1) }) }
     }
 
-    var hasActiveTurns: Bool { snapshots.withLock { $0.values.contains { $0.activeTurnIndex != nil } } }
+    var hasActiveTurns: Bool { snapshots.withLock { $0.values.contains { $0.stored.activeTurnIndex != nil } } }
 }
 
 extension StoredThread {

@@ -137,13 +137,23 @@ final class Connection: Sendable {
     /// `flush: false` only on the event loop within a read batch; the
     /// connection handler flushes at the batch's end.
     func send(_ response: Wire.Response, flush: Bool = true) {
+        write(Wire.Envelope(kind: .response(response)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes),
+              id: response.id, flush: flush)
+    }
+
+    /// An OK response whose result was encoded before.
+    func send(id: UInt64?, encoded: EncodedResult, flush: Bool = true) {
+        write(encoded.responseFrame(id: id, allocator: channel.allocator, maxPayload: limits.maxFrameBytes), id: id, flush: flush)
+    }
+
+    private func write(_ framed: FrameResult, id: UInt64?, flush: Bool) {
         let frame: ByteBuffer
-        switch Wire.Envelope(kind: .response(response)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+        switch framed {
         case let .framed(buffer):
             frame = buffer
         case let .tooLarge(size):
             // Never a frame larger than the limit the client was told.
-            let refused = Wire.Response(id: response.id, code: StatusCode.resourceExhausted.rawValue, message:
+            let refused = Wire.Response(id: id, code: StatusCode.resourceExhausted.rawValue, message:
                 "the response is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); page through turns with thread/turns/list")
             frame = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
         }
@@ -284,6 +294,55 @@ final class FlowControlHandler: ChannelDuplexHandler, @unchecked Sendable {
 enum FrameResult {
     case framed(ByteBuffer)
     case tooLarge(Int)
+}
+
+/// The bytes of a Response's result field, encoded once and reused: a
+/// Response frame is then its id and code packed by protobuf-c, followed by
+/// these bytes. protobuf-c writes fields in field-number order and every
+/// result field comes after id (1) and code (2), so the frame is byte for byte
+/// what packing the whole Response gives (a test checks).
+struct EncodedResult: Sendable {
+    let resultField: [UInt8]
+
+    init(_ result: Wire.Response.Result) {
+        resultField = Wire.Response(result: result).serializedBytes()
+    }
+
+    /// Envelope field 2 (response) as protobuf-c writes its key.
+    private static let responseKey: [UInt8] = Array(Wire.Envelope(kind: .response(Wire.Response())).serializedBytes().dropLast())
+
+    func responseFrame(id: UInt64?, allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
+        Wire.Response(id: id, code: StatusCode.ok.rawValue).pack { headSize, writeHead in
+            let responseSize = headSize + resultField.count
+            let size = Self.responseKey.count + Self.varintSize(UInt64(responseSize)) + responseSize
+            guard size <= maxPayload else { return .tooLarge(size) }
+            var buffer = allocator.buffer(capacity: Framing.headerSize + size)
+            buffer.writeInteger(UInt8(0))
+            buffer.writeInteger(UInt32(size))
+            buffer.writeBytes(Self.responseKey)
+            var length = UInt64(responseSize)
+            while length >= 0x80 {
+                buffer.writeInteger(UInt8(truncatingIfNeeded: length) | 0x80)
+                length >>= 7
+            }
+            buffer.writeInteger(UInt8(length))
+            if headSize > 0 {
+                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: headSize) { raw in
+                    writeHead(raw.baseAddress!)
+                    return headSize
+                }
+            }
+            buffer.writeBytes(resultField)
+            return .framed(buffer)
+        }
+    }
+
+    private static func varintSize(_ value: UInt64) -> Int {
+        var size = 1
+        var rest = value >> 7
+        while rest > 0 { size += 1; rest >>= 7 }
+        return size
+    }
 }
 
 extension Wire.Envelope {

@@ -316,8 +316,14 @@ enum RequestLoop {
             guard let inline = spec.inline else { return false }
             let context = RequestContext(connection: connection, engine: services.engine, server: services.info)
             do {
-                guard let result = try inline(params, context) else { return false }
-                connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: result), flush: false)
+                switch try inline(params, context) {
+                case nil:
+                    return false
+                case let .result(result)?:
+                    connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: result), flush: false)
+                case let .encoded(encoded)?:
+                    connection.send(id: id, encoded: encoded, flush: false)
+                }
                 services.metrics.request(method: spec.name, code: .ok, duration: .now - received)
             } catch {
                 let mapped = RequestError(error)

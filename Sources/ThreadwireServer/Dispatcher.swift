@@ -35,7 +35,15 @@ public struct ServerInfo: Sendable {
 typealias Handler = @Sendable (Wire.Request.Params, RequestContext) async throws -> Outcome<Wire.Response.Result>
 /// Answers without suspending, on the event loop that read the request, or
 /// returns nil when it cannot (the request then takes the async path).
-typealias InlineHandler = @Sendable (Wire.Request.Params, RequestContext) throws -> Wire.Response.Result?
+typealias InlineHandler = @Sendable (Wire.Request.Params, RequestContext) throws -> InlineAnswer?
+
+/// An inline handler's OK answer: a result to encode, or one encoded before
+/// (a thread/read of an unchanged snapshot is encoded once, see
+/// `EncodedResult`).
+enum InlineAnswer {
+    case result(Wire.Response.Result)
+    case encoded(EncodedResult)
+}
 
 /// One entry of the method table: checks that apply before the handler runs.
 struct MethodSpec: Sendable {
@@ -53,12 +61,8 @@ enum MethodTable {
 
     static let methods: [String: MethodSpec] = {
         let specs: [MethodSpec] = [
-            MethodSpec(name: "initialize", requiresHandshake: false, handler: { params, context in
-                Outcome(try initializeInline(params, context)!)
-            }, inline: initializeInline),
-            MethodSpec(name: "health/check", requiresHandshake: false, handler: { params, context in
-                Outcome(try healthCheckInline(params, context)!)
-            }, inline: healthCheckInline),
+            MethodSpec(name: "initialize", requiresHandshake: false, handler: queued(initializeInline), inline: initializeInline),
+            MethodSpec(name: "health/check", requiresHandshake: false, handler: queued(healthCheckInline), inline: healthCheckInline),
             MethodSpec(name: "thread/start", requiresHandshake: true, handler: threadStart),
             MethodSpec(name: "thread/resume", requiresHandshake: true, handler: threadResume),
             MethodSpec(name: "thread/fork", requiresHandshake: true, handler: threadFork),
@@ -97,6 +101,17 @@ enum MethodTable {
         }
     }
 
+    /// The same answer on the async path, for a request that arrives while
+    /// others of its connection are queued; for handlers that always answer.
+    static func queued(_ inline: @escaping InlineHandler) -> Handler {
+        { params, context in
+            guard case let .result(result)? = try inline(params, context) else {
+                throw RequestError(.internal, "an inline handler without an async path did not answer")
+            }
+            return Outcome(result)
+        }
+    }
+
     static func mismatch(_ method: String) -> RequestError {
         RequestError(.internal, "method table entry \(method) received other params")
     }
@@ -116,7 +131,7 @@ enum MethodTable {
         }
         let info = context.server
         let limits = info.limits
-        return .initialize(Wire.InitializeResult(
+        return .result(.initialize(Wire.InitializeResult(
             serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
             protocolVersion: info.protocolVersion,
             limits: Wire.ServerLimits(
@@ -124,7 +139,7 @@ enum MethodTable {
                 handshakeTimeoutMs: UInt32(limits.handshakeTimeoutMs),
                 maxQueuedRequestBytes: UInt32(clamping: limits.maxQueuedRequestBytes),
                 maxNotificationBacklogBytes: UInt32(clamping: limits.maxNotificationBacklogBytes),
-                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs))))
+                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs)))))
     }
 
     static let healthCheckInline: InlineHandler = { params, context in
@@ -133,7 +148,7 @@ enum MethodTable {
             throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")
         }
         let serving = !context.server.draining() && context.server.storeHealthy()
-        return .healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing))
+        return .result(.healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing)))
     }
 
     static let threadStart: Handler = { params, context in
@@ -197,11 +212,18 @@ enum MethodTable {
     static let threadReadInline: InlineHandler = { params, context in
         guard case let .threadRead(p) = params else { throw mismatch("thread/read") }
         let includeTurns = p.includeTurns ?? false
-        guard let view = context.engine.snapshotView(
-            try required(p.threadId, "thread_id"), includeTurns: includeTurns,
-            includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
-            turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100)) else { return nil }
-        return threadReadResult(view, includeTurns: includeTurns, context)
+        let threadID = try required(p.threadId, "thread_id")
+        let turnsLimit = try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100)
+        guard let published = context.engine.published(threadID) else { return nil }
+        guard includeTurns else {
+            // The common read depends only on the snapshot: encoded once per commit.
+            return .encoded(published.memo.value {
+                EncodedResult(threadReadResult(published.view(includeTurns: false, includeModelRequests: false),
+                                               includeTurns: false, context))
+            })
+        }
+        let view = published.view(includeTurns: true, includeModelRequests: p.includeModelRequests ?? false, turnsLimit: turnsLimit)
+        return .result(threadReadResult(view, includeTurns: true, context))
     }
 
     static func threadReadResult(_ view: ThreadView, includeTurns: Bool, _ context: RequestContext) -> Wire.Response.Result {

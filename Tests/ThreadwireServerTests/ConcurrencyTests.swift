@@ -77,6 +77,28 @@ struct ConcurrencyTests {
         #expect(after.model == lastModel && after.multiAgentMode == lastMode)
     }
 
+    @Test("thread/read, answered from the snapshot's kept encoding, always shows the last acknowledged change while other readers hammer it")
+    func readsFollowAcknowledgedWrites() async throws {
+        let server = try ServerProcess()
+        let writer = try await server.client()
+        let reader = try await server.client()
+        let hammer = try await server.client()
+        let thread = try #require(try await writer.startThread().thread?.id)
+        // Keeps the snapshot's encoding in use (and re-made after each commit) from another connection.
+        let hammering = Task {
+            var reads = 0
+            while !Task.isCancelled, (try? await hammer.read(thread, turns: false)) != nil { reads += 1 }
+            return reads
+        }
+        for round in 0..<100 {
+            _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "model-\(round)"))
+            let seen = try #require(try await reader.read(thread, turns: false).thread)
+            #expect(seen.model == "model-\(round)", "round \(round) read \(seen.model ?? "nil")")
+        }
+        hammering.cancel()
+        #expect(await hammering.value > 0)
+    }
+
     @Test("archive racing settings/update: both acknowledged changes are kept")
     func archiveVersusSettings() async throws {
         let server = try ServerProcess()

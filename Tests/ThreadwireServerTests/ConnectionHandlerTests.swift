@@ -39,6 +39,36 @@ struct ConnectionHandlerTests {
         return response
     }
 
+    @Test("a response spliced from an encoded result is byte for byte the packed Response, and too large alike")
+    func splicedResponseFrame() throws {
+        // A long preview makes the lengths multi-byte varints.
+        let thread = Wire.Thread(id: "01a2009d-034d-7cb8-915e-5dcfcfc5f2ae", preview: String(repeating: "p", count: 20_000),
+                                 createdAt: 1, updatedAt: 2, status: Wire.ThreadStatus(type: .idle),
+                                 multiAgentRuntime: .v2, multiAgentMode: .proactive, model: "gpt-x", cwd: "/work")
+        let results: [Wire.Response.Result] = [
+            .threadRead(Wire.ThreadReadResult(thread: thread, settings: Wire.ThreadSettings(model: "gpt-x"))),
+            .threadRead(Wire.ThreadReadResult()),
+            .healthCheck(Wire.HealthCheckResult(status: .serving)),
+        ]
+        let allocator = ByteBufferAllocator()
+        for result in results {
+            let encoded = EncodedResult(result)
+            for id: UInt64? in [nil, 0, 7, 300, 1 << 40, .max] {
+                let packed = Wire.Envelope(kind: .response(Wire.Response(id: id, code: 0, result: result)))
+                guard case let .framed(expected) = packed.frame(allocator: allocator, maxPayload: .max),
+                      case let .framed(spliced) = encoded.responseFrame(id: id, allocator: allocator, maxPayload: .max) else {
+                    Issue.record("unbounded frames must fit"); continue
+                }
+                #expect(Array(spliced.readableBytesView) == Array(expected.readableBytesView), "id \(String(describing: id))")
+                let size = expected.readableBytes - Framing.headerSize
+                guard case let .tooLarge(refused) = encoded.responseFrame(id: id, allocator: allocator, maxPayload: size - 1) else {
+                    Issue.record("a frame one byte over the limit was built"); continue
+                }
+                #expect(refused == size)
+            }
+        }
+    }
+
     @Test("an undecodable payload is answered INVALID_ARGUMENT and the channel stays open")
     func malformedPayload() throws {
         let channel = try pipeline()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 10: where a health/check goes in the release server. Runs the C load
+# generator (16 connections, closed loop) against SERVER_BIN while
+# `perf record -g` samples the server, then prints the server's CPU time per
+# request and its samples by shared object and by symbol.
+# Usage: SERVER_BIN=path/to/threadwire-server Benchmarks/profile.sh   (make bench-profile)
+set -euo pipefail
+BIN=${BIN:-.build/release}
+SERVER_BIN=${SERVER_BIN:-$BIN/threadwire-server}
+DUR=${DUR:-4}
+CONNS=${CONNS:-16}
+PY=${PY:-.build/venv/bin/python}
+mkdir -p .build/c
+cc -O2 -pthread -o .build/c/frame_load Benchmarks/c/frame_load.c
+HEALTH=$("$PY" -c "
+from threadwire_client import messages
+e = messages.envelope.Envelope(); e.request.id = 1; e.request.health_check.SetInParent()
+p = e.SerializeToString(); print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())")
+data=$(mktemp -d)
+"$SERVER_BIN" --listen 127.0.0.1:7593 --data-dir "$data/store" --log-level error > "$data/out" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
+for _ in $(seq 200); do grep -q listening "$data/out" 2>/dev/null && break; sleep 0.05; done
+grep -q listening "$data/out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/out")" >&2; exit 1; };
+.build/c/frame_load 7593 "$CONNS" 1 "$HEALTH" > /dev/null  # warm up
+ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
+before=$(ticks)
+perf record -F 4000 -g -p $pid -o "$data/perf.data" -- sleep "$DUR" > /dev/null 2>&1 &
+perf_pid=$!
+result=$(.build/c/frame_load 7593 "$CONNS" "$DUR" "$HEALTH")
+wait $perf_pid
+after=$(ticks)
+hz=$(getconf CLK_TCK)
+"$PY" -c "
+import json, sys
+r = json.loads(sys.argv[1]); n = r['requests_per_second'] * $DUR
+print(f\"{r['requests_per_second']:.0f} req/s under perf, p50 {r['p50_us']} µs; server CPU {($after - $before) / $hz * 1e6 / n:.1f} µs per request\")" "$result"
+echo "--- samples by shared object"
+perf report -i "$data/perf.data" --no-children --sort dso 2>/dev/null | grep -E '^ +[0-9]' | head -12
+echo "--- top symbols"
+perf report -i "$data/perf.data" --no-children --sort symbol 2>/dev/null | grep -E '^ +[0-9]' | head -${TOP:-25} | cut -c1-150
