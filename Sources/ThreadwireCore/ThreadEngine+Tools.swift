@@ -86,20 +86,19 @@ extension ThreadEngine {
                 let status = try await withOwner(target.id) { child -> String in
                     guard child.state!.record.agentClosed else { return Self.reportedStatus(child.state!.record) }
                     // Reopening takes a slot: reserved under the tree's gate like a spawn.
-                    let gate = treeGate(caller.record.sessionID)
-                    await gate.lock()
-                    defer { gate.unlock() }
-                    let cap = owner.config.childAgentCap(for: runtime)
-                    let open = try await store.agentTree(caller.record.sessionID)
-                        .filter { $0.source == .threadSpawn && !$0.agentClosed }.count
-                    if open >= cap.limit {
-                        throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
+                    return try await withTreeGate(caller.record.sessionID) {
+                        let cap = owner.config.childAgentCap(for: runtime)
+                        let open = try await store.agentTree(caller.record.sessionID)
+                            .filter { $0.source == .threadSpawn && !$0.agentClosed }.count
+                        if open >= cap.limit {
+                            throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
+                        }
+                        var next = child.state!
+                        next.record.agentClosed = false
+                        try await install(child, next, [.putThread(next.record.bumped())])
+                        changes.changed(target.id)
+                        return Self.reportedStatus(next.record)
                     }
-                    var next = child.state!
-                    next.record.agentClosed = false
-                    try await install(child, next, [.putThread(next.record.bumped())])
-                    changes.changed(target.id)
-                    return Self.reportedStatus(next.record)
                 }
                 return ToolResult(output: jsonText(["status": status]), receiver: target.id)
             default:

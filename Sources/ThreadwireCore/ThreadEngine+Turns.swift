@@ -317,14 +317,33 @@ extension ThreadEngine {
 
     // MARK: - Child agents
 
-    func treeGate(_ sessionID: ThreadID) -> AsyncGate {
-        treeGates.withLock { table in
-            if let gate = table[sessionID] { return gate }
+    /// Runs `body` holding the agent tree's gate. A tree's gate stays in the
+    /// table only while someone holds it or waits for it, so the table does
+    /// not grow with every tree the process has seen; a gate is replaced only
+    /// when nobody uses it, so the exclusion holds.
+    func withTreeGate<T>(_ sessionID: ThreadID, _ body: () async throws -> T) async throws -> T {
+        let gate = treeGates.withLock { table -> AsyncGate in
+            if let entry = table[sessionID] {
+                table[sessionID] = TreeGateEntry(gate: entry.gate, users: entry.users + 1)
+                return entry.gate
+            }
             let gate = AsyncGate()
-            table[sessionID] = gate
+            table[sessionID] = TreeGateEntry(gate: gate, users: 1)
             return gate
         }
+        defer {
+            treeGates.withLock { table in
+                guard let entry = table[sessionID] else { return }
+                table[sessionID] = entry.users > 1 ? TreeGateEntry(gate: entry.gate, users: entry.users - 1) : nil
+            }
+        }
+        await gate.lock()
+        defer { gate.unlock() }
+        return try await body()
     }
+
+    /// Agent trees whose gate is in use now (a test checks the table shrinks).
+    var treeGatesInUse: Int { treeGates.withLock { $0.count } }
 
     struct Spawned {
         var view: ThreadView
@@ -356,11 +375,7 @@ extension ThreadEngine {
                     "agent depth limit reached: a child of thread \(parentID) would have depth \(depth) > agents.max_depth = \(parentOwner.config.maxDepth)")
             }
         }
-        let gate = treeGate(session)
-        await gate.lock()
-        let record: ThreadRecord
-        do {
-            defer { gate.unlock() }
+        let record = try await withTreeGate(session) { () async throws -> ThreadRecord in
             let tree = try await store.agentTree(session)
             if !request.review {
                 let cap = parentOwner.config.childAgentCap(for: parentRuntime)
@@ -403,7 +418,7 @@ extension ThreadEngine {
                 child.selectedMode = spawningMode
             }
             try await commit([.putThread(child)])
-            record = child
+            return child
         }
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber)
         owner.subscribe(all: parentOwner.subscribers)

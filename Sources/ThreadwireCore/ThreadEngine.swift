@@ -22,7 +22,7 @@ public final class ThreadEngine: Sendable {
     let changes = ChangeBoard()
     /// One gate per agent tree (keyed by the root's session id): a child slot
     /// is reserved under it, so caps hold across API and tool spawns alike.
-    let treeGates = Mutex<[ThreadID: AsyncGate]>([:])
+    let treeGates = Mutex<[ThreadID: TreeGateEntry]>([:])
     let stopping = Atomic<Bool>(false)
     /// Turn runners and mailbox deliveries; shutdown awaits them.
     let tasks = TaskTracker()
@@ -621,6 +621,12 @@ final class ThreadOwner: @unchecked Sendable {
     }
 
     var settingsView: ThreadSettingsView { ThreadView(stored: state!, includeTurns: false).settings }
+}
+
+/// An agent tree's gate and how many commands hold it or wait for it.
+struct TreeGateEntry {
+    let gate: AsyncGate
+    let users: Int
 }
 
 /// One published snapshot of a loaded thread and its memo. A class, so a

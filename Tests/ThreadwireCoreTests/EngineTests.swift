@@ -1,5 +1,5 @@
 import Testing
-import ThreadwireCore
+@testable import ThreadwireCore
 import ThreadwireTesting
 
 /// The engine with an in-memory store and a recording sink: no sockets, no disk.
@@ -32,6 +32,31 @@ struct EngineTests {
         let turn = try await runTurn(engine, id, "hi")
         #expect(turn.context.runtime == .v2)
         #expect(try await store.threadRecord(id)?.runtime == .v2)
+    }
+
+    @Test("an agent tree's gate is kept only while spawns hold or wait for it; the cap holds meanwhile")
+    func treeGatesArePruned() async throws {
+        let (engine, _, _) = engine { $0.threadDefaults.flags.multiAgentV2 = true }
+        var parents: [ThreadID] = []
+        for _ in 0..<4 {
+            let id = try await engine.startThread(.init(), connection: 1).value.record.id
+            _ = try await runTurn(engine, id, "hi")
+            parents.append(id)
+        }
+        // 8 concurrent spawns on each of 4 trees.
+        let successes = await withTaskGroup(of: (Int, Bool).self) { group in
+            for (tree, parent) in parents.enumerated() {
+                for _ in 0..<8 {
+                    group.addTask { (tree, (try? await engine.spawnAgent(parentID: parent, .init(), connection: 1)) != nil) }
+                }
+            }
+            var counts = [Int](repeating: 0, count: parents.count)
+            for await (tree, ok) in group where ok { counts[tree] += 1 }
+            return counts
+        }
+        let cap = ThreadConfig().childAgentCap(for: .v2).limit
+        #expect(successes.allSatisfy { $0 == cap }, "spawns that succeeded per tree: \(successes), cap \(cap)")
+        #expect(engine.treeGatesInUse == 0)
     }
 
     @Test("a legacy thread is pinned to v1 on load, timestamps and history kept")
