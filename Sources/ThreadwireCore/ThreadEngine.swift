@@ -528,10 +528,7 @@ public final class ThreadEngine: Sendable {
     /// next process finds nothing to recover.
     public func shutdown() async {
         stopping.store(true, ordering: .releasing)
-        let deadline = ContinuousClock.now + .milliseconds(settings.shutdownTurnGraceMs)
-        while ContinuousClock.now < deadline, directory.hasActiveTurns {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        await directory.waitUntilNoActiveTurns(until: .now + .milliseconds(settings.shutdownTurnGraceMs))
         for owner in directory.all where directory.snapshot(owner.id)?.activeTurnIndex != nil {
             _ = try? await withOwner(owner.id) { owner in
                 guard owner.state!.activeTurnIndex != nil else { return }
@@ -700,8 +697,63 @@ final class ThreadDirectory: Sendable {
     func publish(_ stored: StoredThread) {
         let published = PublishedThread(stored: stored, memo: SnapshotMemo())
         snapshots.withLock { $0[stored.record.id] = published }
+        wakeIdleWaitersIfIdle()
     }
-    func drop(_ id: ThreadID) { _ = snapshots.withLock { $0.removeValue(forKey: id) } }
+    func drop(_ id: ThreadID) {
+        _ = snapshots.withLock { $0.removeValue(forKey: id) }
+        wakeIdleWaitersIfIdle()
+    }
+
+    // Shutdown waits for running turns to end without polling: every publish
+    // (a turn ends by committing) wakes the waiters once no turn is active.
+    private let idleWaiters = Mutex<[UInt64: CheckedContinuation<Void, Never>]>([:])
+    private let idleWaiterCount = Atomic<Int>(0)
+    private let nextIdleWaiter = Atomic<UInt64>(0)
+
+    /// Returns once no loaded thread has a running turn, or at `deadline`.
+    func waitUntilNoActiveTurns(until deadline: ContinuousClock.Instant) async {
+        let id = nextIdleWaiter.add(1, ordering: .relaxed).newValue
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    self.idleWaiters.withLock { waiters in
+                        waiters[id] = continuation
+                        self.idleWaiterCount.add(1, ordering: .sequentiallyConsistent)
+                    }
+                    // A turn that ended before the registration woke nobody.
+                    if !self.hasActiveTurns { self.resumeIdleWaiter(id) }
+                }
+            }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
+            resumeIdleWaiter(id)
+        }
+    }
+
+    /// Whether shutdown is waiting for running turns (tests wait for this).
+    var isWaitingForTurns: Bool { idleWaiterCount.load(ordering: .sequentiallyConsistent) > 0 }
+
+    private func resumeIdleWaiter(_ id: UInt64) {
+        let waiter = idleWaiters.withLock { waiters -> CheckedContinuation<Void, Never>? in
+            guard let waiter = waiters.removeValue(forKey: id) else { return nil }
+            idleWaiterCount.subtract(1, ordering: .sequentiallyConsistent)
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    private func wakeIdleWaitersIfIdle() {
+        guard idleWaiterCount.load(ordering: .sequentiallyConsistent) > 0, !hasActiveTurns else { return }
+        let waiters = idleWaiters.withLock { waiters -> [CheckedContinuation<Void, Never>] in
+            defer {
+                idleWaiterCount.subtract(waiters.count, ordering: .sequentiallyConsistent)
+                waiters.removeAll()
+            }
+            return Array(waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
     func snapshot(_ id: ThreadID) -> StoredThread? { snapshots.withLock { $0[id]?.stored } }
     func published(_ id: ThreadID) -> PublishedThread? { snapshots.withLock { $0[id] } }
 

@@ -123,17 +123,19 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if flushPending {
-            flushPending = false
-            context.flush()
-        }
-        // Once per socket read, not per frame: the idle clock and the counters.
+        // Once per socket read, not per frame: the idle clock and the counters,
+        // before the answers go out, so a client that has its answer and then
+        // scrapes /metrics finds its frames counted.
         if pendingFrames > 0 {
             services.metrics.framesIn.increment(by: Int64(pendingFrames))
             services.metrics.bytesIn.increment(by: Int64(pendingBytes))
             pendingFrames = 0
             pendingBytes = 0
             lastRead = .now()
+        }
+        if flushPending {
+            flushPending = false
+            context.flush()
         }
         context.fireChannelReadComplete()
     }
@@ -263,8 +265,9 @@ enum RequestLoop {
             respond(connection, id: id, error: mapped, method: method, received: received, services: services)
             return
         }
-        connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
+        // Counted before it is sent: a client holding its answer finds it in /metrics.
         services.metrics.request(method: method, code: .ok, duration: .now - received)
+        connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
         if let recorder = services.recorder, let id {
             switch outcome.value {
             case let .threadStart(created), let .threadFork(created), let .agentSpawn(created):
@@ -342,8 +345,8 @@ enum RequestLoop {
 
     static func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String,
                         received: ContinuousClock.Instant, services: ServerServices, flush: Bool = true) {
-        connection.send(Wire.Response(id: id, code: error.code.rawValue, message: error.message), flush: flush)
         services.metrics.request(method: method, code: error.code, duration: .now - received)
+        connection.send(Wire.Response(id: id, code: error.code.rawValue, message: error.message), flush: flush)
     }
 
     /// The task's value, or nil if the timeout passes first.

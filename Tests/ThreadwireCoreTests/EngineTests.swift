@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @testable import ThreadwireCore
 import ThreadwireTesting
@@ -57,6 +58,51 @@ struct EngineTests {
         let cap = ThreadConfig().childAgentCap(for: .v2).limit
         #expect(successes.allSatisfy { $0 == cap }, "spawns that succeeded per tree: \(successes), cap \(cap)")
         #expect(engine.treeGatesInUse == 0)
+    }
+
+    /// Answers once the test opens it.
+    final class GatedBackend: ModelBackend, Sendable {
+        private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+        func open() {
+            let waiters = state.withLock { state in
+                state.open = true
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+        func respond(to request: ModelRequest) async throws -> [ModelOutput] {
+            await withCheckedContinuation { continuation in
+                let now = state.withLock { state -> Bool in
+                    if state.open { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+            return [.message("done")]
+        }
+    }
+
+    // The grace is 2 minutes and the limit 1: a shutdown that did not wake at
+    // the turn's end would sleep out the grace and fail the test.
+    @Test("shutdown waits for a running turn that ends within the grace, which then completes rather than being interrupted",
+          .timeLimit(.minutes(1)))
+    func shutdownWaitsForTurnWithinGrace() async throws {
+        var settings = ServerSettings()
+        settings.shutdownTurnGraceMs = 120_000
+        let backend = GatedBackend()
+        let store = InMemoryThreadStore()
+        let engine = ThreadEngine(store: store, backend: backend, settings: settings, sink: RecordingSink())
+        let id = try await engine.startThread(.init(), connection: 1).value.record.id
+        let started = try await engine.startTurn(id, .init(input: ["hi"]), connection: 1)
+        started.publish()
+        let shutdown = Task { await engine.shutdown() }
+        while !engine.directory.isWaitingForTurns { await Task.yield() }
+        backend.open()
+        await shutdown.value
+        let turn = try #require(try await store.loadThread(id)?.turns.last)
+        #expect(turn.status == .completed)
     }
 
     @Test("a legacy thread is pinned to v1 on load, timestamps and history kept")
