@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -65,6 +65,44 @@ test: deps check-generated
 	$(MAKE) --no-print-directory memcheck
 	swift test --skip-build $(SWIFT_BUILD_FLAGS)
 	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory fuzz-smoke
+
+## Coverage-guided fuzzing (libFuzzer + AddressSanitizer) of the frame decoder,
+## the binary codec and the JSON mapping: Fuzz/ (see FUZZING.md). The harness
+## is its own package, built only with the sanitizers.
+FUZZ_HARNESSES = frames envelope json
+FUZZ_RUNS ?= 10000000
+FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_BIN = Fuzz/.build/release/ThreadwireFuzz
+fuzz-build: apt-deps
+	cd Fuzz && swift build -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library \
+	  -Xcc -fsanitize=fuzzer-no-link,address
+
+## FUZZ_RUNS executions per harness, from the committed seeds plus what earlier
+## runs found (.build/fuzz/HARNESS); a crash stops it and leaves the input there.
+fuzz: fuzz-build
+	@for h in $(FUZZ_HARNESSES); do \
+	  mkdir -p .build/fuzz/$$h; \
+	  echo "== $$h: $(FUZZ_RUNS) runs"; \
+	  SWIFT_BACKTRACE=enable=no THREADWIRE_FUZZ_HARNESS=$$h $(FUZZ_BIN) -runs=$(FUZZ_RUNS) -print_final_stats=1 \
+	    -artifact_prefix=.build/fuzz/$$h- .build/fuzz/$$h Fuzz/corpus/$$h 2>&1 | \
+	    grep -E '^#[0-9]+.*DONE|^Done|stat::number_of_executed_units|stat::peak_rss_mb|threadwire fuzz|ERROR|SUMMARY' || true; \
+	  test "$${PIPESTATUS[0]}" = 0 || { echo "fuzz: $$h failed; the input is in .build/fuzz/"; exit 1; }; \
+	done
+
+## Part of make test: each harness for FUZZ_SMOKE_SECONDS, seeds only.
+fuzz-smoke: fuzz-build
+	@for h in $(FUZZ_HARNESSES); do \
+	  mkdir -p .build/fuzz-smoke/$$h; \
+	  SWIFT_BACKTRACE=enable=no THREADWIRE_FUZZ_HARNESS=$$h $(FUZZ_BIN) -max_total_time=$(FUZZ_SMOKE_SECONDS) \
+	    -artifact_prefix=.build/fuzz-smoke/$$h- .build/fuzz-smoke/$$h Fuzz/corpus/$$h > .build/fuzz-smoke/$$h.log 2>&1 \
+	    || { tail -40 .build/fuzz-smoke/$$h.log; echo "fuzz smoke: $$h failed; the input is in .build/fuzz-smoke/"; exit 1; }; \
+	  echo "fuzz smoke $$h: $$(grep -E '^#[0-9]+' .build/fuzz-smoke/$$h.log | tail -1)"; \
+	done
+
+## Rewrites the committed seed corpus (needs the Python client: make py-deps).
+fuzz-corpus: py-deps
+	$(PYTHON) Fuzz/make_corpus.py
 
 test-swift: apt-deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS) && swift test --skip-build $(SWIFT_BUILD_FLAGS)

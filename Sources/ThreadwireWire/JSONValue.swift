@@ -153,6 +153,11 @@ public enum JSONValue: Sendable, Equatable {
 
     func stringValue(path: String) throws -> String {
         guard case let .string(s) = self else { throw WireError.invalidJSON(path: path, reason: "expected a string") }
+        // protobuf-c carries strings as C strings: the bytes after a NUL
+        // would be dropped without a word, so refuse them here.
+        guard !s.utf8.contains(0) else {
+            throw WireError.invalidJSON(path: path, reason: "a string may not contain U+0000 (the binary protocol's strings end at NUL)")
+        }
         return s
     }
 

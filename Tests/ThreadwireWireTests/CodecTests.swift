@@ -71,6 +71,15 @@ struct CodecTests {
         #expect(try Wire.ThreadReadResult(serializedBytes: big.serializedBytes()) == big)
     }
 
+    @Test("a JSON string with U+0000 is refused, naming the path, rather than cut short on the wire (found by the json fuzz harness)")
+    func jsonNulRefused() throws {
+        let json = try JSONValue.parse(#"{"request":{"id":1,"thread_start":{"model":"a\u0000b"}}}"#)
+        #expect(throws: WireError.invalidJSON(path: "request.thread_start.model",
+                                              reason: "a string may not contain U+0000 (the binary protocol's strings end at NUL)")) {
+            try Wire.Envelope(json: json, path: "")
+        }
+    }
+
     @Test("an enum number outside the contract is rejected, naming the field")
     func unknownEnum() {
         // ThreadStartParams.multi_agent_mode (field 4, varint) = 9

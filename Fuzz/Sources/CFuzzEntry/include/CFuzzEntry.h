@@ -1,0 +1,2 @@
+// The libFuzzer entry point for the threadwire harness (see entry.c).
+int ThreadwireFuzz_main(int argc, char **argv);
