@@ -317,8 +317,7 @@ struct EncodedResult: Sendable {
             let size = Self.responseKey.count + Self.varintSize(UInt64(responseSize)) + responseSize
             guard size <= maxPayload else { return .tooLarge(size) }
             var buffer = allocator.buffer(capacity: Framing.headerSize + size)
-            buffer.writeInteger(UInt8(0))
-            buffer.writeInteger(UInt32(size))
+            buffer.writeFrameHeader(payloadSize: size)
             buffer.writeBytes(Self.responseKey)
             var length = UInt64(responseSize)
             while length >= 0x80 {
@@ -326,12 +325,7 @@ struct EncodedResult: Sendable {
                 length >>= 7
             }
             buffer.writeInteger(UInt8(length))
-            if headSize > 0 {
-                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: headSize) { raw in
-                    writeHead(raw.baseAddress!)
-                    return headSize
-                }
-            }
+            buffer.writePacked(size: headSize, writeHead)
             buffer.writeBytes(resultField)
             return .framed(buffer)
         }
@@ -345,19 +339,30 @@ struct EncodedResult: Sendable {
     }
 }
 
+extension ByteBuffer {
+    /// Flags (none) and the payload length: the frame header of docs/protocol.md.
+    mutating func writeFrameHeader(payloadSize: Int) {
+        writeInteger(UInt8(0))
+        writeInteger(UInt32(payloadSize))
+    }
+
+    /// Lets protobuf-c pack `size` bytes straight into this buffer.
+    mutating func writePacked(size: Int, _ write: (UnsafeMutableRawPointer) -> Void) {
+        guard size > 0 else { return }
+        writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
+            write(raw.baseAddress!)
+            return size
+        }
+    }
+}
+
 extension Wire.Envelope {
     func frame(allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
         pack { size, write in
             guard size <= maxPayload else { return .tooLarge(size) }
             var buffer = allocator.buffer(capacity: Framing.headerSize + size)
-            buffer.writeInteger(UInt8(0))
-            buffer.writeInteger(UInt32(size))
-            if size > 0 {
-                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
-                    write(raw.baseAddress!)
-                    return size
-                }
-            }
+            buffer.writeFrameHeader(payloadSize: size)
+            buffer.writePacked(size: size, write)
             return .framed(buffer)
         }
     }
