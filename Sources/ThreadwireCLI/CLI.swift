@@ -16,12 +16,15 @@ struct ServerOptions: ParsableArguments {
     @Option(name: .long, help: "Server HOST:PORT.")
     var server = ProcessInfo.processInfo.environment["THREADWIRE_SERVER"] ?? "127.0.0.1:7420"
 
+    @Option(name: .long, help: "Bearer token for a server that authenticates (default: $THREADWIRE_AUTH_TOKEN). Prefer the variable: arguments show in ps.")
+    var authToken = ProcessInfo.processInfo.environment["THREADWIRE_AUTH_TOKEN"]
+
     func connect(initialize: Bool = true) async throws -> ThreadwireClient {
         guard let colon = server.lastIndex(of: ":"), let port = Int(server[server.index(after: colon)...]) else {
             throw ValidationError("--server must be HOST:PORT, got '\(server)'")
         }
         let client = try await ThreadwireClient.connect(host: String(server[..<colon]), port: port)
-        if initialize { try await client.initialize(name: "threadwire-cli") }
+        if initialize { try await client.initialize(name: "threadwire-cli", authToken: authToken) }
         return client
     }
 }

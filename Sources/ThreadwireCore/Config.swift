@@ -144,6 +144,7 @@ public struct ServerSettings: Sendable, Equatable {
     /// How long graceful shutdown lets running turns finish before it
     /// interrupts them (recorded like any interruption).
     public var shutdownTurnGraceMs = 5_000
+    public var principalLimits = PrincipalLimits()
 
     public init() {}
 

@@ -59,6 +59,9 @@ public struct ThreadRecord: Sendable, Equatable {
     public var agentFinalMessage: String?
     /// Closed children no longer count against the tree's cap.
     public var agentClosed = false
+    /// The principal the thread belongs to; only it can see or change the
+    /// thread (see `Principal`). Never changes after creation.
+    public var owner: Principal = .standalone
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,

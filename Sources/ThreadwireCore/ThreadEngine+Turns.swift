@@ -62,6 +62,9 @@ extension ThreadEngine {
         let firstSequence = next.history.count
         next.history += added
         next.turns.append(turn)
+        // Held until the publish counts the turn as running.
+        let slot = try directory.runningTurns.reserve(next.record.owner, limit: settings.principalLimits.maxRunningTurns)
+        defer { directory.runningTurns.release(next.record.owner, slot) }
         try await install(owner, next, [
             .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
         ])
@@ -390,6 +393,7 @@ extension ThreadEngine {
                 id: newID(), sessionID: session, source: request.review ? .review : .threadSpawn, depth: depth,
                 createdAt: nowMillis(), model: model ?? parent.record.model, cwd: parent.record.cwd)
             child.parentID = parentID
+            child.owner = parent.record.owner
             child.configOverrides = parent.record.configOverrides
             child.baseInstructions = parent.record.baseInstructions
             child.nickname = Self.nicknames[siblings.count % Self.nicknames.count]
@@ -417,7 +421,7 @@ extension ThreadEngine {
                 // A V2 child takes the spawning turn's effective mode as its selection.
                 child.selectedMode = spawningMode
             }
-            try await commit([.putThread(child)])
+            try await commitCreation(child.owner, [.putThread(child)])
             return child
         }
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber)

@@ -26,6 +26,8 @@ public final class ThreadEngine: Sendable {
     let stopping = Atomic<Bool>(false)
     /// Turn runners and mailbox deliveries; shutdown awaits them.
     let tasks = TaskTracker()
+    /// Per-principal limits (settings.principalLimits).
+    let threadStarts = ThreadStartWindow()
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
@@ -48,6 +50,8 @@ public final class ThreadEngine: Sendable {
         public var name: String?
         public var review = false
         public var baseInstructions: String?
+        /// The principal the new thread belongs to.
+        public var owner: Principal = .standalone
         public init() {}
     }
 
@@ -64,7 +68,8 @@ public final class ThreadEngine: Sendable {
         record.selectedMode = request.mode ?? settings.defaultMultiAgentMode
         // Review threads never see collaboration tools: pinned disabled from birth.
         record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
-        try await commit([.putThread(record)])
+        record.owner = request.owner
+        try await commitCreation(record.owner, [.putThread(record)])
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection)
         let view = ThreadView(stored: owner.state!, includeTurns: false)
         return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
@@ -141,7 +146,8 @@ public final class ThreadEngine: Sendable {
         }
         var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: history)]
         operations += turns.map { .putTurn($0) }
-        try await commit(operations)
+        // The fork keeps the source's owner (only the owner reaches the source).
+        try await commitCreation(record.owner, operations)
         let owner = adopt(StoredThread(record: record, history: history, turns: turns),
                           config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection)
         let started = ThreadView(stored: owner.state!, includeTurns: false)
@@ -180,6 +186,17 @@ public final class ThreadEngine: Sendable {
     /// A loaded thread's committed state as last published, with a memo for
     /// what readers derive from it; nil when the thread is not loaded.
     public func published(_ id: ThreadID) -> PublishedThread? { directory.published(id) }
+
+    /// The principal a thread belongs to (nil if there is no such thread):
+    /// from its snapshot when loaded, else the store. It never changes, so a
+    /// check against it cannot go stale.
+    public func threadOwner(_ id: ThreadID) async throws -> Principal? {
+        if let published = directory.published(id) { return published.owner }
+        return try await store.threadRecord(id)?.owner
+    }
+
+    /// Turns in progress across `principal`'s loaded threads.
+    public func runningTurns(of principal: Principal) -> Int { directory.runningTurns.running(principal) }
 
     /// One page of a thread's turns, loaded or not, in the asked order; `more`
     /// tells whether turns remain past the page.
@@ -377,6 +394,18 @@ public final class ThreadEngine: Sendable {
     /// owner carries its thread's next version (compare-and-set), so a stale
     /// owner (one that lost the thread, e.g. to another process after a crash
     /// or a partition) fails loudly instead of overwriting turns or history.
+    /// Commits the creation of a thread within its principal's
+    /// threads-per-minute limit; a failed commit gives the slot back.
+    func commitCreation(_ principal: Principal, _ operations: [StoreOperation]) async throws {
+        let reservation = try threadStarts.reserve(principal, limit: settings.principalLimits.maxThreadsStartedPerMinute)
+        do {
+            try await commit(operations)
+        } catch {
+            threadStarts.refund(principal, reservation)
+            throw error
+        }
+    }
+
     func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {
         var next = next
         var operations = operations
@@ -639,6 +668,9 @@ public final class PublishedThread: Sendable {
         self.memo = memo
     }
 
+    /// The principal the thread belongs to.
+    public var owner: Principal { stored.record.owner }
+
     public func view(includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) -> ThreadView {
         var view = ThreadView(stored: stored, includeTurns: false, includeHistory: includeModelRequests)
         if includeTurns { view.setNewestTurns(stored.turns, limit: turnsLimit) }
@@ -670,6 +702,8 @@ public final class SnapshotMemo: Sendable {
 final class ThreadDirectory: Sendable {
     private let owners = Mutex<[ThreadID: ThreadOwner]>([:])
     private let snapshots = Mutex<[ThreadID: PublishedThread]>([:])
+    /// Turns running per principal, kept with every publish and drop.
+    let runningTurns = RunningTurnCounts()
 
     func owner(_ id: ThreadID, orMake make: () -> ThreadOwner) -> ThreadOwner {
         owners.withLock { table in
@@ -696,11 +730,19 @@ final class ThreadDirectory: Sendable {
     /// snapshot is served after a commit.
     func publish(_ stored: StoredThread) {
         let published = PublishedThread(stored: stored, memo: SnapshotMemo())
-        snapshots.withLock { $0[stored.record.id] = published }
+        snapshots.withLock { table in
+            let wasRunning = table[stored.record.id]?.stored.activeTurnIndex != nil
+            table[stored.record.id] = published
+            runningTurns.changed(stored.record.owner, wasRunning: wasRunning, isRunning: stored.activeTurnIndex != nil)
+        }
         wakeIdleWaitersIfIdle()
     }
     func drop(_ id: ThreadID) {
-        _ = snapshots.withLock { $0.removeValue(forKey: id) }
+        snapshots.withLock { table in
+            if let dropped = table.removeValue(forKey: id), dropped.stored.activeTurnIndex != nil {
+                runningTurns.changed(dropped.stored.record.owner, wasRunning: true, isRunning: false)
+            }
+        }
         wakeIdleWaitersIfIdle()
     }
 

@@ -38,6 +38,9 @@ public struct ThreadListQuery: Sendable, Equatable {
     public var cursor: String?
     public var parentID: ThreadID?
     public var archived = false
+    /// Only threads of this principal (nil: every thread, for a server
+    /// without authentication).
+    public var owner: Principal?
     public init() {}
 
     /// The cursor of the page that starts after `record` (keyset: sort value, id).

@@ -64,18 +64,34 @@ public final class PartialFrameBudget: Sendable {
     }
 }
 
+/// One connection's frame size limit, which can change while it is open: a
+/// server that authenticates accepts only small frames until `initialize`
+/// succeeds, then raises it.
+public final class FrameSizeLimit: Sendable {
+    private let bytes: Atomic<Int>
+    public init(_ bytes: Int) { self.bytes = Atomic(bytes) }
+    public var current: Int { bytes.load(ordering: .relaxed) }
+    public func raise(to bytes: Int) { self.bytes.store(bytes, ordering: .relaxed) }
+}
+
 /// Splits the stream into frame payloads. The length is checked against the
 /// limit from the header alone, before any payload is buffered.
 public struct FrameDecoder: ByteToMessageDecoder {
     public typealias InboundOut = ByteBuffer
 
-    public let maxFrameBytes: Int
+    private let limit: FrameSizeLimit
     private let budget: PartialFrameBudget?
     /// What this decoder has taken from the budget.
     private var reserved = 0
 
+    public var maxFrameBytes: Int { limit.current }
+
     public init(maxFrameBytes: Int = Framing.defaultMaxFrameBytes, budget: PartialFrameBudget? = nil) {
-        self.maxFrameBytes = maxFrameBytes
+        self.init(limit: FrameSizeLimit(maxFrameBytes), budget: budget)
+    }
+
+    public init(limit: FrameSizeLimit, budget: PartialFrameBudget? = nil) {
+        self.limit = limit
         self.budget = budget
     }
 

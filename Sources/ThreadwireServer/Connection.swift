@@ -26,6 +26,10 @@ final class Connection: Sendable {
         var initialized = false
         var optOut: Set<String> = []
         var nextSequence: UInt64 = 1
+        var principal: Principal = .standalone
+        /// The token this connection authenticated with, to close it if the
+        /// token is revoked (SIGHUP). Never logged.
+        var credential: [UInt8]?
     }
     private let state = NIOLockedValueBox(State())
     private struct Queue {
@@ -41,25 +45,48 @@ final class Connection: Sendable {
     private let notificationBacklog = Atomic<Int>(0)
     /// Resumes reads on the channel's event loop once the queue drains.
     private let resumeReads: @Sendable () -> Void
+    /// Small until initialize authenticates, then `limits.maxFrameBytes`.
+    let frameLimit: FrameSizeLimit
+    /// The principal a verified client certificate names (mutual TLS).
+    let certificatePrincipal: Principal?
 
     init(id: ConnectionID, channel: any Channel, limits: ServerLimits, metrics: ServerMetrics,
+         frameLimit: FrameSizeLimit? = nil, certificatePrincipal: Principal? = nil,
          resumeReads: @escaping @Sendable () -> Void) {
         self.id = id
         self.channel = channel
         self.limits = limits
         self.metrics = metrics
+        self.frameLimit = frameLimit ?? FrameSizeLimit(limits.maxFrameBytes)
+        self.certificatePrincipal = certificatePrincipal
         self.resumeReads = resumeReads
     }
 
     var isInitialized: Bool { state.withLockedValue { $0.initialized } }
 
-    func markInitialized(optOut: [String]) -> Bool {
-        state.withLockedValue { state in
+    /// Who this connection acts as (`Principal.standalone` until initialize,
+    /// and always on a server without authentication).
+    var principal: Principal { state.withLockedValue { $0.principal } }
+
+    func markInitialized(optOut: [String], principal: Principal = .standalone, credential: [UInt8]? = nil) -> Bool {
+        let done = state.withLockedValue { state in
             if state.initialized { return false }
             state.initialized = true
             state.optOut = Set(optOut)
+            state.principal = principal
+            state.credential = credential
             return true
         }
+        if done { frameLimit.raise(to: limits.maxFrameBytes) }
+        return done
+    }
+
+    /// After the tokens were reloaded: false if this connection authenticated
+    /// with a token that no longer names its principal.
+    func credentialStillValid(_ authenticator: Authenticator) -> Bool {
+        let (principal, credential) = state.withLockedValue { ($0.principal, $0.credential) }
+        guard let credential else { return true }
+        return authenticator.principal(presenting: credential) == principal
     }
 
     // MARK: Inbound queue
@@ -203,6 +230,16 @@ final class Connection: Sendable {
             metrics.slowSubscriberDisconnects.increment()
             close(code: .resourceExhausted, message: overLimit)
         }
+    }
+
+    /// A last response (a refusal that ends the connection), then close.
+    func sendThenClose(_ response: Wire.Response) {
+        closing.store(true, ordering: .relaxed)
+        let frame = Wire.Envelope(kind: .response(response)).framed(allocator: channel.allocator)
+        let channel = self.channel
+        metrics.frameOut(bytes: frame.readableBytes)
+        channel.writeAndFlush(frame).whenComplete { _ in channel.close(promise: nil) }
+        channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
     }
 
     /// A last error frame (a Response without id), then close. The close

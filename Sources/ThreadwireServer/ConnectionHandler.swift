@@ -16,6 +16,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private let connectionID: ConnectionID
     private let services: ServerServices
     private let flowControl: FlowControlHandler
+    private let frameLimit: FrameSizeLimit
+    private let certificatePrincipal: @Sendable (any Channel) -> Principal?
     private var connection: Connection?
     private var lastRead = NIODeadline.now()
     private var pendingFrames = 0
@@ -25,10 +27,13 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private var requests: AsyncStream<QueuedRequest>.Continuation?
     private var logger: Logger
 
-    init(connectionID: ConnectionID, services: ServerServices, flowControl: FlowControlHandler) {
+    init(connectionID: ConnectionID, services: ServerServices, flowControl: FlowControlHandler,
+         frameLimit: FrameSizeLimit, certificatePrincipal: @escaping @Sendable (any Channel) -> Principal? = { _ in nil }) {
         self.connectionID = connectionID
         self.services = services
         self.flowControl = flowControl
+        self.frameLimit = frameLimit
+        self.certificatePrincipal = certificatePrincipal
         var logger = services.logger
         logger[metadataKey: "tw.connection.id"] = "\(connectionID)"
         self.logger = logger
@@ -39,6 +44,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let loopBound = NIOLoopBound(flowControl, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
         let connection = Connection(id: connectionID, channel: context.channel, limits: limits, metrics: services.metrics,
+                                    frameLimit: frameLimit, certificatePrincipal: certificatePrincipal(context.channel),
                                     resumeReads: { eventLoop.execute { loopBound.value.resumeIfAllowed() } })
         if services.descriptors.takeRefusal() {
             // Accepted on the reserved descriptor: refuse it and take the spare back.
@@ -146,13 +152,11 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let size = payload.readableBytes
         pendingFrames += 1
         pendingBytes += size + Framing.headerSize
-        if let recorder = services.recorder {
-            recorder.record(connection: connectionID, payload: Array(payload.readableBytesView))
-        }
         let request: Wire.Request
         do {
             // Decoded from the inbound buffer's bytes: no copy into an array.
             let envelope = try payload.withUnsafeReadableBytes { try Wire.Envelope(serializedBytes: $0) }
+            record(envelope, payload: payload)
             guard case let .request(decoded)? = envelope.kind else {
                 connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue,
                                               message: "expected an Envelope carrying a request"))
@@ -160,6 +164,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             }
             request = decoded
         } catch {
+            if let recorder = services.recorder { recorder.record(connection: connectionID, payload: Array(payload.readableBytesView)) }
             // The frame boundary is intact, so the connection stays usable.
             connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue, message: "malformed request: \(error)"))
             return
@@ -176,6 +181,19 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         // requests: the client's own TCP window pushes back on it.
         _ = connection.admit(bytes: size)
         requests?.yield(QueuedRequest(request: request, bytes: size, received: received))
+    }
+
+    /// Captures never hold a bearer token: an initialize that carries one is
+    /// recorded without it (a replay supplies its own).
+    private func record(_ envelope: Wire.Envelope, payload: ByteBuffer) {
+        guard let recorder = services.recorder else { return }
+        if case var .request(request)? = envelope.kind, case var .initialize(params)? = request.params, params.authToken != nil {
+            params.authToken = nil
+            request.params = .initialize(params)
+            recorder.record(connection: connectionID, payload: Wire.Envelope(kind: .request(request)).serializedBytes())
+            return
+        }
+        recorder.record(connection: connectionID, payload: Array(payload.readableBytesView))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -346,7 +364,16 @@ enum RequestLoop {
     static func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String,
                         received: ContinuousClock.Instant, services: ServerServices, flush: Bool = true) {
         services.metrics.request(method: method, code: error.code, duration: .now - received)
-        connection.send(Wire.Response(id: id, code: error.code.rawValue, message: error.message), flush: flush)
+        let response = Wire.Response(id: id, code: error.code.rawValue, message: error.message)
+        guard error.code != .unauthenticated else {
+            // A failed authentication ends the connection: no second guess on it.
+            services.metrics.serverClosed(reason: "unauthenticated")
+            services.logger.notice("authentication failed; closing", metadata: [
+                "tw.connection.id": "\(connection.id)", "tw.peer": "\(connection.channel.remoteAddress.map { "\($0)" } ?? "?")"])
+            connection.sendThenClose(response)
+            return
+        }
+        connection.send(response, flush: flush)
     }
 
     /// The task's value, or nil if the timeout passes first.

@@ -13,6 +13,23 @@ struct RequestContext: Sendable {
     func baseInstructions(_ record: ThreadRecord) -> String {
         server.settings.baseInstructions(for: record)
     }
+
+    /// The principal this request acts for.
+    var principal: Principal { connection.principal }
+
+    /// Tenant isolation: a thread of another principal is NOT_FOUND, with the
+    /// very message a missing thread gets, so ids cannot be probed. Owners
+    /// never change, so the check cannot go stale before the command runs.
+    func authorize(_ id: ThreadID) async throws {
+        guard server.authenticates else { return }
+        guard try await engine.threadOwner(id) == principal else { throw DomainError.notFound("thread \(id) not found") }
+    }
+
+    /// `authorize` for a loaded thread's snapshot, without suspending.
+    func authorize(_ published: PublishedThread, id: ThreadID) throws {
+        guard server.authenticates, published.owner != principal else { return }
+        throw DomainError.notFound("thread \(id) not found")
+    }
 }
 
 /// Facts about the server that initialize and health/check report.
@@ -24,6 +41,17 @@ public struct ServerInfo: Sendable {
     public var draining: @Sendable () -> Bool
     public var storeHealthy: @Sendable () -> Bool
     public var settings = ServerSettings()
+    public var authenticator: Authenticator = .disabled
+    /// Mutual TLS: a verified client certificate names the principal.
+    public var clientCertificatesName = false
+    /// Until initialize succeeds on a server that authenticates, frames are
+    /// capped at this size, so an unauthenticated client cannot make the
+    /// server buffer much.
+    public var unauthenticatedMaxFrameBytes = 65_536
+
+    /// Whether connections act as distinct principals (tokens or client
+    /// certificates); otherwise everything belongs to one principal.
+    public var authenticates: Bool { authenticator.isEnabled || clientCertificatesName }
 
     public init(limits: ServerLimits, draining: @escaping @Sendable () -> Bool, storeHealthy: @escaping @Sendable () -> Bool = { true }) {
         self.limits = limits
@@ -126,11 +154,17 @@ enum MethodTable {
         guard let name = p.clientInfo?.name, !name.isEmpty else {
             throw RequestError(.invalidArgument, "client_info.name is required")
         }
-        guard context.connection.markInitialized(optOut: p.capabilities?.optOutNotificationMethods ?? []) else {
+        if context.connection.isInitialized {
+            throw RequestError(.failedPrecondition, "initialize was already called on this connection")
+        }
+        let (principal, credential) = try authenticate(p.authToken, context)
+        guard context.connection.markInitialized(optOut: p.capabilities?.optOutNotificationMethods ?? [],
+                                                  principal: principal, credential: credential) else {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
         let info = context.server
         let limits = info.limits
+        let principalLimits = info.settings.principalLimits
         return .result(.initialize(Wire.InitializeResult(
             serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
             protocolVersion: info.protocolVersion,
@@ -139,7 +173,32 @@ enum MethodTable {
                 handshakeTimeoutMs: UInt32(limits.handshakeTimeoutMs),
                 maxQueuedRequestBytes: UInt32(clamping: limits.maxQueuedRequestBytes),
                 maxNotificationBacklogBytes: UInt32(clamping: limits.maxNotificationBacklogBytes),
-                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs)))))
+                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs),
+                maxThreadsStartedPerMinute: UInt32(clamping: principalLimits.maxThreadsStartedPerMinute),
+                maxRunningTurns: UInt32(clamping: principalLimits.maxRunningTurns)),
+            principal: principal)))
+    }
+
+    /// The principal of a connection: its bearer token's, else its verified
+    /// client certificate's; on a server without authentication, the one
+    /// principal. UNAUTHENTICATED ends the connection (see `respond`).
+    static func authenticate(_ token: String?, _ context: RequestContext) throws -> (Principal, [UInt8]?) {
+        let server = context.server
+        guard server.authenticates else { return (.standalone, nil) }
+        if let token, !token.isEmpty {
+            let presented = Array(token.utf8)
+            guard let principal = server.authenticator.principal(presenting: presented) else {
+                throw RequestError(.unauthenticated, "auth_token is not valid for this server; closing")
+            }
+            if let certified = context.connection.certificatePrincipal, certified != principal {
+                throw RequestError(.unauthenticated, "auth_token names another principal than the client certificate; closing")
+            }
+            return (principal, presented)
+        }
+        if let certified = context.connection.certificatePrincipal { return (certified, nil) }
+        throw RequestError(.unauthenticated, server.clientCertificatesName
+            ? "this server authenticates clients: present a client certificate or set auth_token in initialize; closing"
+            : "this server authenticates clients: set auth_token in initialize; closing")
     }
 
     static let healthCheckInline: InlineHandler = { params, context in
@@ -173,6 +232,7 @@ enum MethodTable {
         case let other?:
             throw RequestError(.invalidArgument, "source must be APP_SERVER or REVIEW, got \(other.protoValueName)")
         }
+        request.owner = context.principal
         let outcome = try await context.engine.startThread(request, connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
         return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
@@ -180,8 +240,10 @@ enum MethodTable {
 
     static let threadResume: Handler = { params, context in
         guard case let .threadResume(p) = params else { throw mismatch("thread/resume") }
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
         let outcome = try await context.engine.resumeThread(
-            try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
+            threadID, model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
         let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: context.server.limits) { .threadResume($0) }
@@ -190,8 +252,10 @@ enum MethodTable {
 
     static let threadFork: Handler = { params, context in
         guard case let .threadFork(p) = params else { throw mismatch("thread/fork") }
+        let sourceID = try required(p.threadId, "thread_id")
+        try await context.authorize(sourceID)
         let outcome = try await context.engine.forkThread(
-            try required(p.threadId, "thread_id"), model: p.model, excludeTurns: p.excludeTurns ?? false,
+            sourceID, model: p.model, excludeTurns: p.excludeTurns ?? false,
             connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
         let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: context.server.limits) { .threadFork($0) }
@@ -201,8 +265,10 @@ enum MethodTable {
     static let threadRead: Handler = { params, context in
         guard case let .threadRead(p) = params else { throw mismatch("thread/read") }
         let includeTurns = p.includeTurns ?? false
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
         let view = try await context.engine.readThread(
-            try required(p.threadId, "thread_id"), includeTurns: includeTurns,
+            threadID, includeTurns: includeTurns,
             includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
             turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100))
         return Outcome(threadReadResult(view, includeTurns: includeTurns, context))
@@ -215,6 +281,7 @@ enum MethodTable {
         let threadID = try required(p.threadId, "thread_id")
         let turnsLimit = try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100)
         guard let published = context.engine.published(threadID) else { return nil }
+        try context.authorize(published, id: threadID)
         guard includeTurns else {
             // The common read depends only on the snapshot: encoded once per commit.
             return .encoded(published.memo.value {
@@ -247,8 +314,10 @@ enum MethodTable {
         guard case let .threadTurnsList(p) = params else { throw mismatch("thread/turns/list") }
         let descending = p.sortDirection != .ascending
         let limit = try TurnPaging.limit(p.limit, field: "limit", default: 25)
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
         let page = try await context.engine.listTurns(
-            try required(p.threadId, "thread_id"), cursor: p.cursor, limit: limit, descending: descending)
+            threadID, cursor: p.cursor, limit: limit, descending: descending)
         let fitted = try TurnPaging.inOrderThatFit(page.turns, more: page.more, limits: context.server.limits)
         return Outcome(.threadTurnsList(Wire.ThreadTurnsListResult(data: fitted.turns, nextCursor: fitted.nextCursor)))
     }
@@ -265,6 +334,7 @@ enum MethodTable {
         query.cursor = p.cursor
         query.parentID = p.parentThreadId
         query.archived = p.archived ?? false
+        if context.server.authenticates { query.owner = context.principal }
         let page = try await context.engine.listThreads(query)
         let threads = page.threads.map { $0.wire(baseInstructions: "") }
         // A page of large threads is cut where the frame would overflow.
@@ -282,19 +352,25 @@ enum MethodTable {
 
     static let threadArchive: Handler = { params, context in
         guard case let .threadArchive(p) = params else { throw mismatch("thread/archive") }
-        let outcome = try await context.engine.setArchived(try required(p.threadId, "thread_id"), archived: true)
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
+        let outcome = try await context.engine.setArchived(threadID, archived: true)
         return Outcome(.threadArchive(Wire.ThreadArchiveResult()), carrying: outcome)
     }
 
     static let threadUnarchive: Handler = { params, context in
         guard case let .threadUnarchive(p) = params else { throw mismatch("thread/unarchive") }
-        let outcome = try await context.engine.setArchived(try required(p.threadId, "thread_id"), archived: false)
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
+        let outcome = try await context.engine.setArchived(threadID, archived: false)
         return Outcome(.threadUnarchive(Wire.ThreadUnarchiveResult(thread: outcome.value.wire(baseInstructions: ""))), carrying: outcome)
     }
 
     static let threadUnsubscribe: Handler = { params, context in
         guard case let .threadUnsubscribe(p) = params else { throw mismatch("thread/unsubscribe") }
-        let was = try await context.engine.unsubscribe(try required(p.threadId, "thread_id"), connection: context.connection.id)
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
+        let was = try await context.engine.unsubscribe(threadID, connection: context.connection.id)
         return Outcome(.threadUnsubscribe(Wire.ThreadUnsubscribeResult(wasSubscribed: was)))
     }
 
@@ -308,7 +384,9 @@ enum MethodTable {
         case let .multiAgentMode(mode)?: update.mode = try modeUpdate(.multiAgentMode(mode), field: "thread/settings/update")
         case let .clearMultiAgentMode(clear)?: update.mode = try modeUpdate(.clearMultiAgentMode(clear), field: "thread/settings/update")
         }
-        let outcome = try await context.engine.updateSettings(try required(p.threadId, "thread_id"), update)
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
+        let outcome = try await context.engine.updateSettings(threadID, update)
         return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
             settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
     }
@@ -320,8 +398,9 @@ enum MethodTable {
         request.model = p.model
         request.taskName = p.taskName
         request.review = p.review ?? false
-        let outcome = try await context.engine.spawnAgent(
-            parentID: try required(p.parentThreadId, "parent_thread_id"), request, connection: context.connection.id)
+        let parentID = try required(p.parentThreadId, "parent_thread_id")
+        try await context.authorize(parentID)
+        let outcome = try await context.engine.spawnAgent(parentID: parentID, request, connection: context.connection.id)
         let base = context.baseInstructions(outcome.value.record)
         return Outcome(.agentSpawn(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
     }
@@ -337,15 +416,18 @@ enum MethodTable {
         })
         request.model = p.model
         request.mode = try modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
-        let outcome = try await context.engine.startTurn(
-            try required(p.threadId, "thread_id"), request, connection: context.connection.id)
+        let threadID = try required(p.threadId, "thread_id")
+        try await context.authorize(threadID)
+        let outcome = try await context.engine.startTurn(threadID, request, connection: context.connection.id)
         return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())), carrying: outcome)
     }
 
     static let turnInterrupt: Handler = { params, context in
         guard case let .turnInterrupt(p) = params else { throw mismatch("turn/interrupt") }
-        let outcome = try await context.engine.interruptTurn(
-            try required(p.threadId, "thread_id"), turnID: try required(p.turnId, "turn_id"))
+        let threadID = try required(p.threadId, "thread_id")
+        let turnID = try required(p.turnId, "turn_id")
+        try await context.authorize(threadID)
+        let outcome = try await context.engine.interruptTurn(threadID, turnID: turnID)
         return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), carrying: outcome)
     }
 }

@@ -18,7 +18,30 @@ public struct ServerConfiguration: Sendable {
     public var finalFlush: Duration = .milliseconds(500)
     /// Write every inbound frame to this capture file.
     public var recordPath: String?
+    /// Bearer tokens (see `Authenticator`); disabled by default.
+    public var authenticator: Authenticator = .disabled
+    /// Serve a non-loopback address without authentication anyway.
+    public var allowUnauthenticated = false
     public init() {}
+
+    /// A server reachable from other machines must authenticate, unless the
+    /// operator says otherwise on purpose.
+    public func validateExposure(clientCertificatesName: Bool = false) throws {
+        guard !Self.isLoopback(host), !authenticator.isEnabled, !clientCertificatesName, !allowUnauthenticated else { return }
+        throw ExposureError(description: """
+            refusing to listen on \(host):\(port) without authentication: any client that reaches it could read and change every thread. \
+            Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN), or pass --allow-unauthenticated if the network is trusted \
+            (for example inside a service mesh that authenticates).
+            """)
+    }
+
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+}
+
+public struct ExposureError: Error, CustomStringConvertible {
+    public let description: String
 }
 
 /// What every connection shares.
@@ -57,6 +80,7 @@ public final class ThreadwireServer: Service, Sendable {
                 backend: any ModelBackend = ScriptedEchoBackend(), logger: Logger,
                 onListening: @escaping @Sendable (SocketAddress) -> Void = { _ in }) throws {
         try configuration.limits.validate()
+        try configuration.validateExposure()
         self.configuration = configuration
         self.onListening = onListening
         group = MultiThreadedEventLoopGroup.singleton
@@ -65,6 +89,7 @@ public final class ThreadwireServer: Service, Sendable {
         storeHealth = health
         var info = ServerInfo(limits: configuration.limits, draining: { flag.value }, storeHealthy: { health.isHealthy })
         info.settings = settings
+        info.authenticator = configuration.authenticator
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)))
@@ -77,6 +102,23 @@ public final class ThreadwireServer: Service, Sendable {
         if draining.value { return (false, "draining: the server is shutting down") }
         if let failure = storeHealth.failure { return (false, "the store cannot commit: \(failure)") }
         return (true, "ready")
+    }
+
+    /// Re-reads the tokens file (SIGHUP) and closes every connection whose
+    /// token no longer names its principal, with UNAUTHENTICATED. On an
+    /// error the tokens in use stay as they were.
+    @discardableResult
+    public func reloadCredentials() throws -> (tokens: Int, closed: Int) {
+        let authenticator = services.info.authenticator
+        let count = try authenticator.reload()
+        var closed = 0
+        for connection in services.registry.all where !connection.credentialStillValid(authenticator) {
+            closed += 1
+            services.metrics.serverClosed(reason: "tokenRevoked")
+            connection.close(code: .unauthenticated, message: "the token this connection authenticated with was revoked; closing")
+        }
+        services.logger.notice("reloaded auth tokens", metadata: ["tw.tokens": "\(count)", "tw.connections.closed": "\(closed)"])
+        return (count, closed)
     }
 
     /// Gauges that are read rather than counted, refreshed before a scrape.
@@ -142,11 +184,15 @@ public final class ThreadwireServer: Service, Sendable {
                     let flowControl = FlowControlHandler(metrics: metrics)
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(flowControl)
+                    // Small frames until initialize authenticates the client.
+                    let info = services.info
+                    let frameLimit = FrameSizeLimit(info.authenticates
+                        ? min(info.unauthenticatedMaxFrameBytes, limits.maxFrameBytes) : limits.maxFrameBytes)
                     // Outbound frames are packed straight into ByteBuffers
                     // (Wire.Envelope.frame), so no encoder handler is needed.
                     try sync.addHandlers([
-                        ByteToMessageHandler(FrameDecoder(maxFrameBytes: limits.maxFrameBytes, budget: budget)),
-                        ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl),
+                        ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)),
+                        ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl, frameLimit: frameLimit),
                     ])
                 }
             }

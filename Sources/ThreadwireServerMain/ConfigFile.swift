@@ -15,7 +15,7 @@ import ThreadwireServer
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
-///                  "handshake_timeout_ms": 10000}
+///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0}
 ///     }
 enum ConfigFile {
     struct Loaded {
@@ -47,6 +47,8 @@ enum ConfigFile {
         var idle_timeout_ms: Int?
         var max_partial_frame_bytes: Int?
         var handshake_timeout_ms: Int?
+        var max_threads_started_per_minute: Int?
+        var max_running_turns: Int?
     }
 
     struct ConfigError: Error, CustomStringConvertible { var description: String }
@@ -105,6 +107,14 @@ enum ConfigFile {
             if let v = l.idle_timeout_ms { limits.idleTimeoutMs = v }
             if let v = l.max_partial_frame_bytes { limits.maxPartialFrameBytes = v }
             if let v = l.handshake_timeout_ms { limits.handshakeTimeoutMs = v }
+            if let v = l.max_threads_started_per_minute {
+                guard v >= 0 else { throw ConfigError(description: "config file \(path): limits.max_threads_started_per_minute must not be negative (0: no limit)") }
+                settings.principalLimits.maxThreadsStartedPerMinute = v
+            }
+            if let v = l.max_running_turns {
+                guard v >= 0 else { throw ConfigError(description: "config file \(path): limits.max_running_turns must not be negative (0: no limit)") }
+                settings.principalLimits.maxRunningTurns = v
+            }
             do { try limits.validate() } catch { throw ConfigError(description: "config file \(path): limits.\(error)") }
         }
         return Loaded(settings: settings, limits: limits)

@@ -61,6 +61,18 @@ struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Milliseconds a connection may stay open without initialize (limits.handshake_timeout_ms; default 10000).")
     var handshakeTimeoutMs: Int?
 
+    @Option(help: "Threads one principal may create per rolling minute; 0 for no limit (limits.max_threads_started_per_minute; default 0).")
+    var maxThreadsStartedPerMinute: Int?
+
+    @Option(help: "Turns one principal may have running at once; 0 for no limit (limits.max_running_turns; default 0).")
+    var maxRunningTurns: Int?
+
+    @Option(help: "File of bearer tokens, one 'principal token' per line (# comments). Re-read on SIGHUP; revoked tokens' connections are closed. THREADWIRE_AUTH_TOKEN adds one token for the principal 'default'.")
+    var authTokens: String?
+
+    @Flag(help: "Serve a non-loopback address without authentication (logs a warning). Without it the server refuses to start there.")
+    var allowUnauthenticated = false
+
     @Option(help: "Seconds an unsubscribed idle thread stays loaded.")
     var idleUnloadSeconds = 1800.0
 
@@ -92,18 +104,44 @@ struct ServerCommand: AsyncParsableCommand {
         let file = try config.map(ConfigFile.load) ?? ConfigFile.Loaded()
         var settings = file.settings
         settings.shutdownTurnGraceMs = Int(turnGraceSeconds * 1000)
+        if let maxThreadsStartedPerMinute {
+            guard maxThreadsStartedPerMinute >= 0 else { throw ValidationError("--max-threads-started-per-minute must not be negative (0: no limit)") }
+            settings.principalLimits.maxThreadsStartedPerMinute = maxThreadsStartedPerMinute
+        }
+        if let maxRunningTurns {
+            guard maxRunningTurns >= 0 else { throw ValidationError("--max-running-turns must not be negative (0: no limit)") }
+            settings.principalLimits.maxRunningTurns = maxRunningTurns
+        }
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
         configuration.limits = try limits(over: file.limits)
         configuration.idleUnloadSeconds = idleUnloadSeconds
         configuration.recordPath = record
+        do {
+            configuration.authenticator = try Authenticator(
+                tokensFile: authTokens, environmentToken: ProcessInfo.processInfo.environment["THREADWIRE_AUTH_TOKEN"])
+        } catch {
+            throw ValidationError("authentication: \(error)")
+        }
+        configuration.allowUnauthenticated = allowUnauthenticated
+        try configuration.validateExposure()
+        if !configuration.authenticator.isEnabled, !ServerConfiguration.isLoopback(host) {
+            logger.warning("serving \(host):\(port) WITHOUT authentication (--allow-unauthenticated): any client that reaches it can read and change every thread")
+        }
+        if let authTokens { Self.warnIfReadableByOthers(authTokens, logger: logger) }
 
         let store = try SQLiteThreadStore(directory: dataDir, logger: logger)
         let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger) { address in
             // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
             FileHandle.standardOutput.write(Data("threadwire listening on \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))
         }
+        let reloads = configuration.authenticator.isEnabled ? Self.onSIGHUP {
+            do { try server.reloadCredentials() } catch {
+                logger.error("auth tokens not reloaded; the previous tokens stay in use", metadata: ["tw.error": "\(error)"])
+            }
+        } : nil
+        defer { reloads?.cancel() }
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server.storeHealth, serviceName: "store-health")]
         if let adminListen {
             let (adminHost, adminPort) = try Self.hostPort(adminListen, flag: "--admin-listen")
@@ -127,6 +165,21 @@ struct ServerCommand: AsyncParsableCommand {
         // Everything is committed and every server task awaited; skip the
         // runtime's teardown of its thread pools (it took seconds here).
         Glibc.exit(0)
+    }
+
+    /// Runs `reload` on every SIGHUP, off the signal handler.
+    static func onSIGHUP(_ reload: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        source.setEventHandler(handler: reload)
+        source.resume()
+        return source
+    }
+
+    static func warnIfReadableByOthers(_ path: String, logger: Logger) {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & 0o077 != 0 else { return }
+        logger.warning("the tokens file can be read by other users; chmod 600 it", metadata: ["tw.file": "\(path)"])
     }
 
     /// Flags win over the config file's "limits", which win over defaults.

@@ -107,6 +107,16 @@ public final class SQLiteThreadStore: ThreadStore {
                 CREATE TABLE health_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL);
                 """)
         }
+        migrator.registerMigration("v4: owning principal") { db in
+            try db.execute(sql: """
+                -- The principal a thread belongs to (set at creation, never changed).
+                -- Threads from before authentication belong to 'default'.
+                ALTER TABLE threads ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
+                -- thread/list of one principal pages by these.
+                CREATE INDEX threads_owner_created ON threads(owner, archived, created_at, id);
+                CREATE INDEX threads_owner_updated ON threads(owner, archived, updated_at, id);
+                """)
+        }
         return migrator
     }
 
@@ -171,6 +181,10 @@ public final class SQLiteThreadStore: ThreadStore {
         if let parent = query.parentID {
             sql += " AND parent_id = ?"
             _ = arguments.append(contentsOf: [parent])
+        }
+        if let owner = query.owner {
+            sql += " AND owner = ?"
+            _ = arguments.append(contentsOf: [owner])
         }
         if let cursor = query.cursor {
             let parts = cursor.split(separator: "|", maxSplits: 1)
@@ -252,6 +266,7 @@ public final class SQLiteThreadStore: ThreadStore {
         record.agentStatus = (row["agent_status"] as String?).flatMap(AgentStatus.init(rawValue:))
         record.agentFinalMessage = row["agent_final_message"]
         record.agentClosed = row["agent_closed"]
+        record.owner = row["owner"]
         return record
     }
 
@@ -272,9 +287,9 @@ public final class SQLiteThreadStore: ThreadStore {
                 try db.cachedStatement(sql: """
                     INSERT INTO threads (session_id, parent_id, forked_from_id, source, depth, task_name,
                         nickname, preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model,
-                        cwd, base_instructions, config_overrides, version, agent_status, agent_final_message, agent_closed, id)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """).execute(arguments: values + [r.id])
+                        cwd, base_instructions, config_overrides, version, agent_status, agent_final_message, agent_closed, id, owner)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """).execute(arguments: values + [r.id, r.owner])
             } else {
                 // Compare-and-set: only on top of the version this one replaces.
                 try db.cachedStatement(sql: """

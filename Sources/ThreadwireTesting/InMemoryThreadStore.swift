@@ -57,7 +57,7 @@ public actor InMemoryThreadStore: ThreadStore {
     public func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) {
         let key: (ThreadRecord) -> Millis = query.sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
         let sorted = threads.values.map(\.record)
-            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) }
+            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.owner == nil || $0.owner == query.owner) }
             .sorted { query.ascending ? (key($0), $0.id) < (key($1), $1.id) : (key($0), $0.id) > (key($1), $1.id) }
         return (Array(sorted.prefix(query.limit)), nil)
     }

@@ -22,6 +22,7 @@ public enum WireFixtures {
         message.clientInfo = ClientInfo(0)
         message.protocolVersion = UInt32(4000000002)
         message.capabilities = Capabilities(0)
+        message.authToken = "auth_token héllo ✓ 0"
         return message
     }
 
@@ -40,6 +41,8 @@ public enum WireFixtures {
         message.maxQueuedRequestBytes = UInt32(4000000004)
         message.maxNotificationBacklogBytes = UInt32(4000000005)
         message.idleTimeoutMs = UInt32(4000000006)
+        message.maxThreadsStartedPerMinute = UInt32(4000000007)
+        message.maxRunningTurns = UInt32(4000000008)
         return message
     }
 
@@ -48,6 +51,7 @@ public enum WireFixtures {
         message.serverInfo = ServerInfo(0)
         message.protocolVersion = UInt32(4000000002)
         message.limits = ServerLimits(0)
+        message.principal = "principal héllo ✓ 0"
         return message
     }
 

@@ -23,10 +23,11 @@ struct ConnectionHandlerTests {
         let services = ServerServices(engine: engine, registry: registry, info: info, logger: Logger(label: "test"), recorder: nil, metrics: metrics)
         let channel = EmbeddedChannel()
         let flowControl = FlowControlHandler(metrics: metrics)
+        let frameLimit = FrameSizeLimit(maxFrameBytes)
         try channel.pipeline.syncOperations.addHandlers([
             flowControl,
-            ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
-            ConnectionHandler(connectionID: 1, services: services, flowControl: flowControl),
+            ByteToMessageHandler(FrameDecoder(limit: frameLimit)),
+            ConnectionHandler(connectionID: 1, services: services, flowControl: flowControl, frameLimit: frameLimit),
         ])
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         return channel

@@ -13,6 +13,11 @@ final class ServerProcess: @unchecked Sendable {
     private let configPath: String?
     private let extraArguments: [String]
     private let fileLimit: Int?
+    private let environment: [String: String]
+    /// The server's standard error, appended to across restarts.
+    var stderrPath: String { dataDir + "/stderr.log" }
+    /// Bearer token `client()` presents.
+    var token: String?
 
     static var binary: String {
         if let path = ProcessInfo.processInfo.environment["THREADWIRE_SERVER_BIN"] { return path }
@@ -22,7 +27,7 @@ final class ServerProcess: @unchecked Sendable {
 
     /// - Parameter config: the server's JSON config file contents.
     /// - Parameter fileLimit: the server's `ulimit -n`.
-    init(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil) throws {
+    init(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil, environment: [String: String] = [:]) throws {
         dataDir = NSTemporaryDirectory() + "threadwire-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
         if let config {
@@ -34,6 +39,7 @@ final class ServerProcess: @unchecked Sendable {
         }
         extraArguments = arguments
         self.fileLimit = fileLimit
+        self.environment = environment
         try start()
     }
 
@@ -54,6 +60,14 @@ final class ServerProcess: @unchecked Sendable {
         }
         let stdout = Pipe()
         process.standardOutput = stdout
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
+        if !FileManager.default.fileExists(atPath: stderrPath) { FileManager.default.createFile(atPath: stderrPath, contents: nil) }
+        if let log = FileHandle(forWritingAtPath: stderrPath) {
+            log.seekToEndOfFile()
+            process.standardError = log
+        }
         try process.run()
         self.process = process
         // The server prints one line when it is ready to accept, and one
@@ -84,7 +98,7 @@ final class ServerProcess: @unchecked Sendable {
 
     func client(initialize: Bool = true, optOut: [String] = []) async throws -> ThreadwireClient {
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: port)
-        if initialize { try await client.initialize(name: "tests", optOut: optOut) }
+        if initialize { try await client.initialize(name: "tests", optOut: optOut, authToken: token) }
         return client
     }
 

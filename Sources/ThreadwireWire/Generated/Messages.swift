@@ -397,17 +397,20 @@ extension Wire {
     public var clientInfo: Wire.ClientInfo?
     public var protocolVersion: UInt32?
     public var capabilities: Wire.Capabilities?
+    public var authToken: String?
 
     public init() {
       self.clientInfo = nil
       self.protocolVersion = nil
       self.capabilities = nil
+      self.authToken = nil
     }
 
-    public init(clientInfo: Wire.ClientInfo? = nil, protocolVersion: UInt32? = nil, capabilities: Wire.Capabilities? = nil) {
+    public init(clientInfo: Wire.ClientInfo? = nil, protocolVersion: UInt32? = nil, capabilities: Wire.Capabilities? = nil, authToken: String? = nil) {
       self.clientInfo = clientInfo
       self.protocolVersion = protocolVersion
       self.capabilities = capabilities
+      self.authToken = authToken
     }
   }
 }
@@ -425,12 +428,14 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.capabilities {
       do throws(WireError) { self.capabilities = try Wire.Capabilities(c: v) } catch { throw error.nested(in: "capabilities") }
     }
+    if let v = c.pointee.auth_token { self.authToken = try wireString(v, field: "auth_token") }
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeParams, arena: inout CodecArena) {
     if let v = self.clientInfo { c.client_info = arena.message(v, Threadwire__V1__ClientInfo(), threadwire__v1__client_info__init) }
     if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
     if let v = self.capabilities { c.capabilities = arena.message(v, Threadwire__V1__Capabilities(), threadwire__v1__capabilities__init) }
+    if let v = self.authToken { c.auth_token = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -464,6 +469,7 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     if let v = clientInfo { object.append(("client_info", v.jsonValue())) }
     if let v = protocolVersion { object.append(("protocol_version", .uint(UInt64(v)))) }
     if let v = capabilities { object.append(("capabilities", v.jsonValue())) }
+    if let v = authToken { object.append(("auth_token", .string(v))) }
     return .object(object)
   }
 
@@ -475,6 +481,7 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
       case "client_info", "clientInfo": self.clientInfo = try Wire.ClientInfo(json: value, path: keyPath)
       case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
       case "capabilities": self.capabilities = try Wire.Capabilities(json: value, path: keyPath)
+      case "auth_token", "authToken": self.authToken = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -567,6 +574,8 @@ extension Wire {
     public var maxQueuedRequestBytes: UInt32?
     public var maxNotificationBacklogBytes: UInt32?
     public var idleTimeoutMs: UInt32?
+    public var maxThreadsStartedPerMinute: UInt32?
+    public var maxRunningTurns: UInt32?
 
     public init() {
       self.maxFrameBytes = nil
@@ -575,15 +584,19 @@ extension Wire {
       self.maxQueuedRequestBytes = nil
       self.maxNotificationBacklogBytes = nil
       self.idleTimeoutMs = nil
+      self.maxThreadsStartedPerMinute = nil
+      self.maxRunningTurns = nil
     }
 
-    public init(maxFrameBytes: UInt32? = nil, maxQueuedRequests: UInt32? = nil, handshakeTimeoutMs: UInt32? = nil, maxQueuedRequestBytes: UInt32? = nil, maxNotificationBacklogBytes: UInt32? = nil, idleTimeoutMs: UInt32? = nil) {
+    public init(maxFrameBytes: UInt32? = nil, maxQueuedRequests: UInt32? = nil, handshakeTimeoutMs: UInt32? = nil, maxQueuedRequestBytes: UInt32? = nil, maxNotificationBacklogBytes: UInt32? = nil, idleTimeoutMs: UInt32? = nil, maxThreadsStartedPerMinute: UInt32? = nil, maxRunningTurns: UInt32? = nil) {
       self.maxFrameBytes = maxFrameBytes
       self.maxQueuedRequests = maxQueuedRequests
       self.handshakeTimeoutMs = handshakeTimeoutMs
       self.maxQueuedRequestBytes = maxQueuedRequestBytes
       self.maxNotificationBacklogBytes = maxNotificationBacklogBytes
       self.idleTimeoutMs = idleTimeoutMs
+      self.maxThreadsStartedPerMinute = maxThreadsStartedPerMinute
+      self.maxRunningTurns = maxRunningTurns
     }
   }
 }
@@ -600,6 +613,8 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if c.pointee.has_max_queued_request_bytes != 0 { self.maxQueuedRequestBytes = c.pointee.max_queued_request_bytes }
     if c.pointee.has_max_notification_backlog_bytes != 0 { self.maxNotificationBacklogBytes = c.pointee.max_notification_backlog_bytes }
     if c.pointee.has_idle_timeout_ms != 0 { self.idleTimeoutMs = c.pointee.idle_timeout_ms }
+    if c.pointee.has_max_threads_started_per_minute != 0 { self.maxThreadsStartedPerMinute = c.pointee.max_threads_started_per_minute }
+    if c.pointee.has_max_running_turns != 0 { self.maxRunningTurns = c.pointee.max_running_turns }
   }
 
   func fill(_ c: inout Threadwire__V1__ServerLimits, arena: inout CodecArena) {
@@ -609,6 +624,8 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if let v = self.maxQueuedRequestBytes { c.has_max_queued_request_bytes = 1; c.max_queued_request_bytes = v }
     if let v = self.maxNotificationBacklogBytes { c.has_max_notification_backlog_bytes = 1; c.max_notification_backlog_bytes = v }
     if let v = self.idleTimeoutMs { c.has_idle_timeout_ms = 1; c.idle_timeout_ms = v }
+    if let v = self.maxThreadsStartedPerMinute { c.has_max_threads_started_per_minute = 1; c.max_threads_started_per_minute = v }
+    if let v = self.maxRunningTurns { c.has_max_running_turns = 1; c.max_running_turns = v }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -645,6 +662,8 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if let v = maxQueuedRequestBytes { object.append(("max_queued_request_bytes", .uint(UInt64(v)))) }
     if let v = maxNotificationBacklogBytes { object.append(("max_notification_backlog_bytes", .uint(UInt64(v)))) }
     if let v = idleTimeoutMs { object.append(("idle_timeout_ms", .uint(UInt64(v)))) }
+    if let v = maxThreadsStartedPerMinute { object.append(("max_threads_started_per_minute", .uint(UInt64(v)))) }
+    if let v = maxRunningTurns { object.append(("max_running_turns", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -659,6 +678,8 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
       case "max_queued_request_bytes", "maxQueuedRequestBytes": self.maxQueuedRequestBytes = try value.uint32Value(path: keyPath)
       case "max_notification_backlog_bytes", "maxNotificationBacklogBytes": self.maxNotificationBacklogBytes = try value.uint32Value(path: keyPath)
       case "idle_timeout_ms", "idleTimeoutMs": self.idleTimeoutMs = try value.uint32Value(path: keyPath)
+      case "max_threads_started_per_minute", "maxThreadsStartedPerMinute": self.maxThreadsStartedPerMinute = try value.uint32Value(path: keyPath)
+      case "max_running_turns", "maxRunningTurns": self.maxRunningTurns = try value.uint32Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -670,17 +691,20 @@ extension Wire {
     public var serverInfo: Wire.ServerInfo?
     public var protocolVersion: UInt32?
     public var limits: Wire.ServerLimits?
+    public var principal: String?
 
     public init() {
       self.serverInfo = nil
       self.protocolVersion = nil
       self.limits = nil
+      self.principal = nil
     }
 
-    public init(serverInfo: Wire.ServerInfo? = nil, protocolVersion: UInt32? = nil, limits: Wire.ServerLimits? = nil) {
+    public init(serverInfo: Wire.ServerInfo? = nil, protocolVersion: UInt32? = nil, limits: Wire.ServerLimits? = nil, principal: String? = nil) {
       self.serverInfo = serverInfo
       self.protocolVersion = protocolVersion
       self.limits = limits
+      self.principal = principal
     }
   }
 }
@@ -698,12 +722,14 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     if let v = c.pointee.limits {
       do throws(WireError) { self.limits = try Wire.ServerLimits(c: v) } catch { throw error.nested(in: "limits") }
     }
+    if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeResult, arena: inout CodecArena) {
     if let v = self.serverInfo { c.server_info = arena.message(v, Threadwire__V1__ServerInfo(), threadwire__v1__server_info__init) }
     if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
     if let v = self.limits { c.limits = arena.message(v, Threadwire__V1__ServerLimits(), threadwire__v1__server_limits__init) }
+    if let v = self.principal { c.principal = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -737,6 +763,7 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     if let v = serverInfo { object.append(("server_info", v.jsonValue())) }
     if let v = protocolVersion { object.append(("protocol_version", .uint(UInt64(v)))) }
     if let v = limits { object.append(("limits", v.jsonValue())) }
+    if let v = principal { object.append(("principal", .string(v))) }
     return .object(object)
   }
 
@@ -748,6 +775,7 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
       case "server_info", "serverInfo": self.serverInfo = try Wire.ServerInfo(json: value, path: keyPath)
       case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
       case "limits": self.limits = try Wire.ServerLimits(json: value, path: keyPath)
+      case "principal": self.principal = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

@@ -469,7 +469,7 @@ const ProtobufCMessageDescriptor threadwire__v1__capabilities__descriptor =
   (ProtobufCMessageInit) threadwire__v1__capabilities__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__initialize_params__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__initialize_params__field_descriptors[4] =
 {
   {
     "client_info",
@@ -507,8 +507,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__initialize_params__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "auth_token",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__InitializeParams, auth_token),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__initialize_params__field_indices_by_name[] = {
+  3,   /* field[3] = auth_token */
   2,   /* field[2] = capabilities */
   0,   /* field[0] = client_info */
   1,   /* field[1] = protocol_version */
@@ -516,7 +529,7 @@ static const unsigned threadwire__v1__initialize_params__field_indices_by_name[]
 static const ProtobufCIntRange threadwire__v1__initialize_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__initialize_params__descriptor =
 {
@@ -526,7 +539,7 @@ const ProtobufCMessageDescriptor threadwire__v1__initialize_params__descriptor =
   "Threadwire__V1__InitializeParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__InitializeParams),
-  3,
+  4,
   threadwire__v1__initialize_params__field_descriptors,
   threadwire__v1__initialize_params__field_indices_by_name,
   1,  threadwire__v1__initialize_params__number_ranges,
@@ -584,7 +597,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_info__descriptor =
   (ProtobufCMessageInit) threadwire__v1__server_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descriptors[8] =
 {
   {
     "max_frame_bytes",
@@ -658,6 +671,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_threads_started_per_minute",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_max_threads_started_per_minute),
+    offsetof(Threadwire__V1__ServerLimits, max_threads_started_per_minute),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_running_turns",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_max_running_turns),
+    offsetof(Threadwire__V1__ServerLimits, max_running_turns),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__server_limits__field_indices_by_name[] = {
   2,   /* field[2] = handshake_timeout_ms */
@@ -666,11 +703,13 @@ static const unsigned threadwire__v1__server_limits__field_indices_by_name[] = {
   4,   /* field[4] = max_notification_backlog_bytes */
   3,   /* field[3] = max_queued_request_bytes */
   1,   /* field[1] = max_queued_requests */
+  7,   /* field[7] = max_running_turns */
+  6,   /* field[6] = max_threads_started_per_minute */
 };
 static const ProtobufCIntRange threadwire__v1__server_limits__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
 {
@@ -680,14 +719,14 @@ const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
   "Threadwire__V1__ServerLimits",
   "threadwire.v1",
   sizeof(Threadwire__V1__ServerLimits),
-  6,
+  8,
   threadwire__v1__server_limits__field_descriptors,
   threadwire__v1__server_limits__field_indices_by_name,
   1,  threadwire__v1__server_limits__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__server_limits__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__initialize_result__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__initialize_result__field_descriptors[4] =
 {
   {
     "server_info",
@@ -725,16 +764,29 @@ static const ProtobufCFieldDescriptor threadwire__v1__initialize_result__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "principal",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__InitializeResult, principal),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__initialize_result__field_indices_by_name[] = {
   2,   /* field[2] = limits */
+  3,   /* field[3] = principal */
   1,   /* field[1] = protocol_version */
   0,   /* field[0] = server_info */
 };
 static const ProtobufCIntRange threadwire__v1__initialize_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__initialize_result__descriptor =
 {
@@ -744,7 +796,7 @@ const ProtobufCMessageDescriptor threadwire__v1__initialize_result__descriptor =
   "Threadwire__V1__InitializeResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__InitializeResult),
-  3,
+  4,
   threadwire__v1__initialize_result__field_descriptors,
   threadwire__v1__initialize_result__field_indices_by_name,
   1,  threadwire__v1__initialize_result__number_ranges,

@@ -92,10 +92,19 @@ struct  Threadwire__V1__InitializeParams
   protobuf_c_boolean has_protocol_version;
   uint32_t protocol_version;
   Threadwire__V1__Capabilities *capabilities;
+  /*
+   * Bearer token, when the server authenticates (--auth-tokens or
+   * THREADWIRE_AUTH_TOKEN). Missing or wrong: UNAUTHENTICATED, then the
+   * connection closes. Until initialize succeeds only initialize and
+   * health/check are served and frames are capped at 65536 bytes. The server
+   * never logs or records it. Ignored by a server without authentication.
+   * Over mutual TLS a client certificate that names a principal needs no token.
+   */
+  char *auth_token;
 };
 #define THREADWIRE__V1__INITIALIZE_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__initialize_params__descriptor) \
-    , NULL, 0, 0, NULL }
+    , NULL, 0, 0, NULL, NULL }
 
 
 struct  Threadwire__V1__ServerInfo
@@ -152,10 +161,20 @@ struct  Threadwire__V1__ServerLimits
    */
   protobuf_c_boolean has_idle_timeout_ms;
   uint32_t idle_timeout_ms;
+  /*
+   * Per principal (all of its connections together): threads created per
+   * rolling minute by thread/start, thread/fork and agent/spawn, and turns
+   * running at once. Past either: RESOURCE_EXHAUSTED naming the limit.
+   * 0: no limit.
+   */
+  protobuf_c_boolean has_max_threads_started_per_minute;
+  uint32_t max_threads_started_per_minute;
+  protobuf_c_boolean has_max_running_turns;
+  uint32_t max_running_turns;
 };
 #define THREADWIRE__V1__SERVER_LIMITS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__server_limits__descriptor) \
-    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 struct  Threadwire__V1__InitializeResult
@@ -165,10 +184,16 @@ struct  Threadwire__V1__InitializeResult
   protobuf_c_boolean has_protocol_version;
   uint32_t protocol_version;
   Threadwire__V1__ServerLimits *limits;
+  /*
+   * The principal this connection acts as: threads it creates belong to it,
+   * and it sees no other principal's threads. "default" when the server does
+   * not authenticate.
+   */
+  char *principal;
 };
 #define THREADWIRE__V1__INITIALIZE_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__initialize_result__descriptor) \
-    , NULL, 0, 0, NULL }
+    , NULL, 0, 0, NULL, NULL }
 
 
 /*
