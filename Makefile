@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
-APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy
+APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
@@ -42,7 +42,7 @@ C_EXAMPLE := .build/threadwire-c-example
 $(C_EXAMPLE): clients/c/threadwire_example.c $(wildcard Sources/CThreadwireProto/threadwire/v1/*.c)
 	@mkdir -p .build
 	cc -Wall -Wextra -O1 -I Sources/CThreadwireProto/include clients/c/threadwire_example.c \
-	  Sources/CThreadwireProto/threadwire/v1/*.pb-c.c -lprotobuf-c -o $@
+	  Sources/CThreadwireProto/threadwire/v1/*.pb-c.c -lprotobuf-c -lssl -lcrypto -o $@
 
 c-client: apt-deps $(C_EXAMPLE)
 

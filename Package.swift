@@ -34,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -85,6 +86,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -112,6 +114,7 @@ let package = Package(
                 "ThreadwireWire", "ThreadwireNIO",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -19,11 +19,29 @@ struct ServerOptions: ParsableArguments {
     @Option(name: .long, help: "Bearer token for a server that authenticates (default: $THREADWIRE_AUTH_TOKEN). Prefer the variable: arguments show in ps.")
     var authToken = ProcessInfo.processInfo.environment["THREADWIRE_AUTH_TOKEN"]
 
+    @Flag(name: .long, help: "Speak TLS, verifying the server against the system's CA certificates (implied by --tls-ca).")
+    var tls = false
+
+    @Option(name: .long, help: "Speak TLS, verifying the server against this PEM CA certificate.")
+    var tlsCa: String?
+
+    @Option(name: .long, help: "Mutual TLS: PEM client certificate (with --tls-key).")
+    var tlsCert: String?
+
+    @Option(name: .long, help: "Mutual TLS: PEM private key of --tls-cert.")
+    var tlsKey: String?
+
+    var clientTLS: ClientTLS? {
+        guard tls || tlsCa != nil || tlsCert != nil else { return nil }
+        return ClientTLS(caFile: tlsCa, certificateFile: tlsCert, keyFile: tlsKey)
+    }
+
     func connect(initialize: Bool = true) async throws -> ThreadwireClient {
         guard let colon = server.lastIndex(of: ":"), let port = Int(server[server.index(after: colon)...]) else {
             throw ValidationError("--server must be HOST:PORT, got '\(server)'")
         }
-        let client = try await ThreadwireClient.connect(host: String(server[..<colon]), port: port)
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        let client = try await ThreadwireClient.connect(host: String(server[..<colon]), port: port, tls: clientTLS)
         if initialize { try await client.initialize(name: "threadwire-cli", authToken: authToken) }
         return client
     }

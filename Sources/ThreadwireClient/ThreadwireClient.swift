@@ -1,6 +1,7 @@
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOPosix
+import NIOSSL
 public import ThreadwireNIO
 public import ThreadwireWire
 
@@ -19,6 +20,35 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
     }
 }
 
+/// TLS for a client connection: the server is verified against `caFile`
+/// (the system's roots when nil); `certificateFile` and `keyFile` present a
+/// client certificate (mutual TLS).
+public struct ClientTLS: Sendable {
+    public var caFile: String?
+    public var certificateFile: String?
+    public var keyFile: String?
+    /// The name checked against the server certificate (default: the host).
+    public var serverName: String?
+
+    public init(caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil, serverName: String? = nil) {
+        self.caFile = caFile
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+        self.serverName = serverName
+    }
+
+    func makeContext() throws -> NIOSSLContext {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        if let caFile { configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(caFile)) }
+        if let certificateFile, let keyFile {
+            configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificateFile).map { .certificate($0) }
+            configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem))
+        }
+        return try NIOSSLContext(configuration: configuration)
+    }
+}
+
 /// A threadwire connection: pipelined calls matched by id, plus the stream of
 /// notifications and of responses that carry no id (protocol errors).
 public final class ThreadwireClient: Sendable {
@@ -28,7 +58,10 @@ public final class ThreadwireClient: Sendable {
     /// Responses the server could not tie to a request (undecodable frames, framing errors).
     public let unmatchedResponses: AsyncStream<Wire.Response>
 
-    public static func connect(host: String, port: Int, maxFrameBytes: Int = Framing.defaultMaxFrameBytes) async throws -> ThreadwireClient {
+    public static func connect(host: String, port: Int, maxFrameBytes: Int = Framing.defaultMaxFrameBytes,
+                               tls: ClientTLS? = nil) async throws -> ThreadwireClient {
+        let tlsContext = try tls?.makeContext()
+        let serverName = tls.map { $0.serverName ?? host }
         let (notifications, notificationSink) = AsyncStream<Wire.Notification>.makeStream()
         let (unmatched, unmatchedSink) = AsyncStream<Wire.Response>.makeStream()
         let state = ClientState(notifications: notificationSink, unmatched: unmatchedSink)
@@ -36,6 +69,12 @@ public final class ThreadwireClient: Sendable {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tlsContext {
+                        // SNI is for names only; an address is verified without it.
+                        let name = serverName.flatMap { (try? SocketAddress(ipAddress: $0, port: 0)) == nil ? $0 : nil }
+                        try channel.pipeline.syncOperations.addHandler(
+                            try NIOSSLClientHandler(context: tlsContext, serverHostname: name))
+                    }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(FrameDecoder(maxFrameBytes: maxFrameBytes)),
                         MessageToByteHandler(FrameEncoder()),

@@ -47,18 +47,20 @@ final class Connection: Sendable {
     private let resumeReads: @Sendable () -> Void
     /// Small until initialize authenticates, then `limits.maxFrameBytes`.
     let frameLimit: FrameSizeLimit
-    /// The principal a verified client certificate names (mutual TLS).
-    let certificatePrincipal: Principal?
+    /// The principal a verified client certificate names (mutual TLS), read
+    /// once the handshake is done (before the first request is handled).
+    private let certified = NIOLockedValueBox<Principal?>(nil)
+    var certificatePrincipal: Principal? { certified.withLockedValue { $0 } }
+    func setCertificatePrincipal(_ principal: Principal?) { certified.withLockedValue { $0 = principal } }
 
     init(id: ConnectionID, channel: any Channel, limits: ServerLimits, metrics: ServerMetrics,
-         frameLimit: FrameSizeLimit? = nil, certificatePrincipal: Principal? = nil,
+         frameLimit: FrameSizeLimit? = nil,
          resumeReads: @escaping @Sendable () -> Void) {
         self.id = id
         self.channel = channel
         self.limits = limits
         self.metrics = metrics
         self.frameLimit = frameLimit ?? FrameSizeLimit(limits.maxFrameBytes)
-        self.certificatePrincipal = certificatePrincipal
         self.resumeReads = resumeReads
     }
 

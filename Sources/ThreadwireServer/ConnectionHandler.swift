@@ -17,7 +17,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private let services: ServerServices
     private let flowControl: FlowControlHandler
     private let frameLimit: FrameSizeLimit
-    private let certificatePrincipal: @Sendable (any Channel) -> Principal?
+    /// Reads the client certificate's principal (mutual TLS), nil otherwise.
+    private let certificatePrincipal: (@Sendable (any Channel) -> Principal?)?
     private var connection: Connection?
     private var lastRead = NIODeadline.now()
     private var pendingFrames = 0
@@ -28,7 +29,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private var logger: Logger
 
     init(connectionID: ConnectionID, services: ServerServices, flowControl: FlowControlHandler,
-         frameLimit: FrameSizeLimit, certificatePrincipal: @escaping @Sendable (any Channel) -> Principal? = { _ in nil }) {
+         frameLimit: FrameSizeLimit, certificatePrincipal: (@Sendable (any Channel) -> Principal?)? = nil) {
         self.connectionID = connectionID
         self.services = services
         self.flowControl = flowControl
@@ -44,7 +45,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let loopBound = NIOLoopBound(flowControl, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
         let connection = Connection(id: connectionID, channel: context.channel, limits: limits, metrics: services.metrics,
-                                    frameLimit: frameLimit, certificatePrincipal: certificatePrincipal(context.channel),
+                                    frameLimit: frameLimit,
                                     resumeReads: { eventLoop.execute { loopBound.value.resumeIfAllowed() } })
         if services.descriptors.takeRefusal() {
             // Accepted on the reserved descriptor: refuse it and take the spare back.
@@ -148,6 +149,10 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let connection else { return }
+        if let lookup = certificatePrincipal, !connection.isInitialized, connection.certificatePrincipal == nil {
+            // A request means the handshake is done: the certificate is known.
+            connection.setCertificatePrincipal(lookup(context.channel))
+        }
         let payload = unwrapInboundIn(data)
         let size = payload.readableBytes
         pendingFrames += 1

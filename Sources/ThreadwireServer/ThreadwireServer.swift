@@ -4,6 +4,7 @@ import Metrics
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOPosix
+import NIOSSL
 public import ServiceLifecycle
 public import ThreadwireCore
 import ThreadwireNIO
@@ -22,15 +23,17 @@ public struct ServerConfiguration: Sendable {
     public var authenticator: Authenticator = .disabled
     /// Serve a non-loopback address without authentication anyway.
     public var allowUnauthenticated = false
+    /// TLS (and mutual TLS) for every connection; plain TCP when nil.
+    public var tls: ServerTLS?
     public init() {}
 
     /// A server reachable from other machines must authenticate, unless the
     /// operator says otherwise on purpose.
-    public func validateExposure(clientCertificatesName: Bool = false) throws {
-        guard !Self.isLoopback(host), !authenticator.isEnabled, !clientCertificatesName, !allowUnauthenticated else { return }
+    public func validateExposure() throws {
+        guard !Self.isLoopback(host), !authenticator.isEnabled, tls?.clientCAFile == nil, !allowUnauthenticated else { return }
         throw ExposureError(description: """
             refusing to listen on \(host):\(port) without authentication: any client that reaches it could read and change every thread. \
-            Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN), or pass --allow-unauthenticated if the network is trusted \
+            Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN) or client certificates (--tls-client-ca), or pass --allow-unauthenticated if the network is trusted \
             (for example inside a service mesh that authenticates).
             """)
     }
@@ -74,6 +77,7 @@ public final class ThreadwireServer: Service, Sendable {
     private let draining = ManagedAtomicFlag()
     public let storeHealth: StoreHealth
     private let onListening: @Sendable (SocketAddress) -> Void
+    private let tlsContext: NIOSSLContext?
 
     /// - Parameter onListening: called once the listener is bound (port 0 picks one).
     public init(configuration: ServerConfiguration, settings: ServerSettings, store: any ThreadStore,
@@ -90,6 +94,8 @@ public final class ThreadwireServer: Service, Sendable {
         var info = ServerInfo(limits: configuration.limits, draining: { flag.value }, storeHealthy: { health.isHealthy })
         info.settings = settings
         info.authenticator = configuration.authenticator
+        info.clientCertificatesName = configuration.tls?.clientCAFile != nil
+        tlsContext = try configuration.tls?.makeContext()
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)))
@@ -160,6 +166,7 @@ public final class ThreadwireServer: Service, Sendable {
         let counter = ManagedAtomicCounter()
         let metrics = services.metrics
         let logger = services.logger
+        let tlsContext = self.tlsContext
         return try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -183,6 +190,7 @@ public final class ThreadwireServer: Service, Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let flowControl = FlowControlHandler(metrics: metrics)
                     let sync = channel.pipeline.syncOperations
+                    if let tlsContext { try sync.addHandler(NIOSSLServerHandler(context: tlsContext)) }
                     try sync.addHandler(flowControl)
                     // Small frames until initialize authenticates the client.
                     let info = services.info
@@ -192,7 +200,8 @@ public final class ThreadwireServer: Service, Sendable {
                     // (Wire.Envelope.frame), so no encoder handler is needed.
                     try sync.addHandlers([
                         ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)),
-                        ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl, frameLimit: frameLimit),
+                        ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl, frameLimit: frameLimit,
+                                          certificatePrincipal: info.clientCertificatesName ? ClientCertificate.principal(of:) : nil),
                     ])
                 }
             }

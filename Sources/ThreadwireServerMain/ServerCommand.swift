@@ -73,6 +73,15 @@ struct ServerCommand: AsyncParsableCommand {
     @Flag(help: "Serve a non-loopback address without authentication (logs a warning). Without it the server refuses to start there.")
     var allowUnauthenticated = false
 
+    @Option(help: "TLS: PEM certificate chain (the server's certificate first). With --tls-key, every connection speaks TLS.")
+    var tlsCert: String?
+
+    @Option(help: "TLS: PEM private key of --tls-cert.")
+    var tlsKey: String?
+
+    @Option(help: "Mutual TLS: PEM CA certificate(s); clients must present a certificate it signed, whose subject common name names their principal.")
+    var tlsClientCa: String?
+
     @Option(help: "Seconds an unsubscribed idle thread stays loaded.")
     var idleUnloadSeconds = 1800.0
 
@@ -125,8 +134,13 @@ struct ServerCommand: AsyncParsableCommand {
             throw ValidationError("authentication: \(error)")
         }
         configuration.allowUnauthenticated = allowUnauthenticated
+        switch (tlsCert, tlsKey) {
+        case let (cert?, key?): configuration.tls = ServerTLS(certificateChainFile: cert, privateKeyFile: key, clientCAFile: tlsClientCa)
+        case (nil, nil): if tlsClientCa != nil { throw ValidationError("--tls-client-ca needs --tls-cert and --tls-key") }
+        default: throw ValidationError("--tls-cert and --tls-key go together")
+        }
         try configuration.validateExposure()
-        if !configuration.authenticator.isEnabled, !ServerConfiguration.isLoopback(host) {
+        if !configuration.authenticator.isEnabled, configuration.tls?.clientCAFile == nil, !ServerConfiguration.isLoopback(host) {
             logger.warning("serving \(host):\(port) WITHOUT authentication (--allow-unauthenticated): any client that reaches it can read and change every thread")
         }
         if let authTokens { Self.warnIfReadableByOthers(authTokens, logger: logger) }

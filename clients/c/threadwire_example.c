@@ -5,6 +5,13 @@
  * reported. Exit status 0 on success.
  *
  *   threadwire_example HOST PORT
+ *
+ * Environment (all optional):
+ *   THREADWIRE_AUTH_TOKEN  bearer token for a server that authenticates
+ *   THREADWIRE_TLS_CA      PEM CA certificate: speak TLS and verify the server
+ *                          (its certificate must name HOST)
+ *   THREADWIRE_TLS_CERT, THREADWIRE_TLS_KEY
+ *                          PEM client certificate and key (mutual TLS)
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -15,11 +22,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include "threadwire/v1/envelope.pb-c.h"
 
-static int write_all(int fd, const uint8_t *data, size_t len) {
+/* A connection: a socket, and a TLS session on it when TLS is on. */
+typedef struct { int fd; SSL *ssl; } Conn;
+
+static int write_all(Conn *conn, const uint8_t *data, size_t len) {
     while (len > 0) {
-        ssize_t n = write(fd, data, len);
+        ssize_t n = conn->ssl ? SSL_write(conn->ssl, data, (int)len) : write(conn->fd, data, len);
         if (n <= 0) return -1;
         data += n;
         len -= (size_t)n;
@@ -27,18 +41,50 @@ static int write_all(int fd, const uint8_t *data, size_t len) {
     return 0;
 }
 
-static int read_all(int fd, uint8_t *data, size_t len) {
+static int read_all(Conn *conn, uint8_t *data, size_t len) {
     while (len > 0) {
-        ssize_t n = read(fd, data, len);
+        ssize_t n = conn->ssl ? SSL_read(conn->ssl, data, (int)len) : read(conn->fd, data, len);
         if (n <= 0) return -1;
         data += n;
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* TLS 1.2+ with the server verified against `ca` for `host`. */
+static SSL *start_tls(int fd, const char *host, const char *ca, const char *cert, const char *key) {
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) return NULL;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) { fprintf(stderr, "cannot load CA %s\n", ca); return NULL; }
+    if (cert && key && (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+                        SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)) {
+        fprintf(stderr, "cannot load client certificate %s / key %s\n", cert, key);
+        return NULL;
+    }
+    SSL *ssl = SSL_new(ctx);
+    SSL_CTX_free(ctx);  /* the session keeps its own reference */
+    if (!ssl) return NULL;
+    X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+    struct in6_addr addr;
+    if (inet_pton(AF_INET, host, &addr) == 1 || inet_pton(AF_INET6, host, &addr) == 1) {
+        X509_VERIFY_PARAM_set1_ip_asc(param, host);
+    } else {
+        X509_VERIFY_PARAM_set1_host(param, host, 0);
+        SSL_set_tlsext_host_name(ssl, host);
+    }
+    SSL_set_fd(ssl, fd);
+    if (SSL_connect(ssl) != 1) {
+        ERR_print_errors_fp(stderr);
+        SSL_free(ssl);
+        return NULL;
+    }
+    return ssl;
 }
 
 /* Frames and sends one request envelope. */
-static int send_request(int fd, Threadwire__V1__Request *request) {
+static int send_request(Conn *fd, Threadwire__V1__Request *request) {
     Threadwire__V1__Envelope envelope = THREADWIRE__V1__ENVELOPE__INIT;
     envelope.kind_case = THREADWIRE__V1__ENVELOPE__KIND_REQUEST;
     envelope.request = request;
@@ -56,7 +102,7 @@ static int send_request(int fd, Threadwire__V1__Request *request) {
 
 /* Reads frames until the response for `id`; notifications are skipped.
  * The caller frees the result with threadwire__v1__envelope__free_unpacked. */
-static Threadwire__V1__Envelope *wait_response(int fd, uint64_t id) {
+static Threadwire__V1__Envelope *wait_response(Conn *fd, uint64_t id) {
     for (;;) {
         uint8_t header[5];
         if (read_all(fd, header, 5) != 0) return NULL;
@@ -87,9 +133,16 @@ int main(int argc, char **argv) {
     struct addrinfo hints = {0}, *address;
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(argv[1], argv[2], &hints, &address) != 0) { perror("getaddrinfo"); return 1; }
-    int fd = socket(address->ai_family, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, address->ai_addr, address->ai_addrlen) != 0) { perror("connect"); return 1; }
+    int sock = socket(address->ai_family, SOCK_STREAM, 0);
+    if (sock < 0 || connect(sock, address->ai_addr, address->ai_addrlen) != 0) { perror("connect"); return 1; }
     freeaddrinfo(address);
+    Conn connection = { sock, NULL };
+    Conn *fd = &connection;
+    const char *ca = getenv("THREADWIRE_TLS_CA");
+    if (ca) {
+        connection.ssl = start_tls(sock, argv[1], ca, getenv("THREADWIRE_TLS_CERT"), getenv("THREADWIRE_TLS_KEY"));
+        if (!connection.ssl) { fprintf(stderr, "TLS handshake failed\n"); return 1; }
+    }
 
     /* initialize */
     Threadwire__V1__ClientInfo info = THREADWIRE__V1__CLIENT_INFO__INIT;
@@ -98,6 +151,7 @@ int main(int argc, char **argv) {
     init.client_info = &info;
     init.has_protocol_version = 1;
     init.protocol_version = 1;
+    init.auth_token = getenv("THREADWIRE_AUTH_TOKEN");
     Threadwire__V1__Request request = THREADWIRE__V1__REQUEST__INIT;
     request.has_id = 1; request.id = 1;
     request.params_case = THREADWIRE__V1__REQUEST__PARAMS_INITIALIZE;
@@ -135,6 +189,7 @@ int main(int argc, char **argv) {
     printf("thread %s runtime %d mode %s\n", result->thread->id, result->multi_agent_runtime,
            result->has_multi_agent_mode && result->multi_agent_mode == THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_PROACTIVE ? "proactive" : "unset");
     threadwire__v1__envelope__free_unpacked(reply, NULL);
-    close(fd);
+    if (connection.ssl) { SSL_shutdown(connection.ssl); SSL_free(connection.ssl); }
+    close(sock);
     return 0;
 }

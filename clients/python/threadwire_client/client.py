@@ -2,6 +2,7 @@
 pipelining), iterate notifications."""
 import importlib
 import socket
+import ssl
 import struct
 import sys
 import types
@@ -28,9 +29,26 @@ class StatusError(Exception):
         self.message = message
 
 
+def tls_context(ca_file=None, cert_file=None, key_file=None):
+    """A client TLS context: the server verified against `ca_file` (the
+    system's CA certificates when None); `cert_file` and `key_file` present a
+    client certificate (mutual TLS)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
 class Client:
-    def __init__(self, host="127.0.0.1", port=7420, timeout=30.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    """`tls`: an ssl.SSLContext (see `tls_context`) to speak TLS; the server
+    certificate must name `server_hostname` (default: `host`)."""
+
+    def __init__(self, host="127.0.0.1", port=7420, timeout=30.0, tls=None, server_hostname=None):
+        sock = socket.create_connection((host, port), timeout=timeout)
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=server_hostname or host)
+        self.sock = sock
         self._buffer = b""
         self._next_id = 0
         self._responses = {}
@@ -107,12 +125,16 @@ class Client:
         ids = [self.send(method, params) for method, params in calls]
         return [self.wait(i) for i in ids]
 
-    def initialize(self, name="threadwire-python", opt_out=()):
-        return self.call("initialize", {
+    def initialize(self, name="threadwire-python", opt_out=(), auth_token=None):
+        """`auth_token`: the bearer token of a server that authenticates."""
+        params = {
             "client_info": {"name": name, "version": "0.1.0"},
             "protocol_version": 1,
             "capabilities": {"opt_out_notification_methods": list(opt_out)},
-        })
+        }
+        if auth_token is not None:
+            params["auth_token"] = auth_token
+        return self.call("initialize", params)
 
     def iter_notifications(self):
         """Yields notifications as they arrive (blocks between them)."""
