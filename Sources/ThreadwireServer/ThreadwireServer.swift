@@ -222,7 +222,15 @@ public final class ThreadwireServer: Service, Sendable {
         try? await Task.sleep(for: configuration.finalFlush)
         for connection in services.registry.all { try? await connection.channel.close() }
         await services.tasks.waitForAll()
-        services.recorder?.close()
+        if let recorder = services.recorder {
+            // Closing waits for the writer thread: not on an event loop.
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().async {
+                    recorder.close()
+                    done.resume()
+                }
+            }
+        }
     }
 }
 

@@ -130,7 +130,9 @@ public final class SQLiteThreadStore: ThreadStore {
     public func probe() async throws {
         let file = (directory as NSString).appendingPathComponent(".health-probe")
         let spareBytes = 256 * 1024
-        try await Task.detached {
+        // On a thread of its own: an fsync can block for seconds on a busy
+        // disk, and the concurrency pool's threads are the server's event loops.
+        try await Self.offExecutor {
             let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
             guard fd >= 0 else { throw StoreFailure(message: "cannot create \(file): \(String(cString: strerror(errno)))") }
             defer { close(fd); unlink(file) }
@@ -139,9 +141,23 @@ public final class SQLiteThreadStore: ThreadStore {
             guard written == spareBytes, fsync(fd) == 0 else {
                 throw StoreFailure(message: "cannot write to \(file): \(String(cString: strerror(errno)))")
             }
-        }.value
+        }
         try await pool.write { db in
             try db.execute(sql: "INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, ?)", arguments: [Int64(Date().timeIntervalSince1970 * 1000)])
+        }
+    }
+
+    /// Runs blocking file I/O on a Dispatch thread, never on the caller's executor.
+    static func offExecutor(_ body: @escaping @Sendable () throws -> Void) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue.global(qos: .utility).async {
+                do {
+                    try body()
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
         }
     }
 

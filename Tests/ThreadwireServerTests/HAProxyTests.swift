@@ -38,7 +38,11 @@ struct HAProxyTests {
     @Test("the health-check bytes documented in the README get exactly the documented bytes back: SERVING, then NOT_SERVING while draining")
     func documentedHealthBytes() async throws {
         #expect(!DocumentedHealthCheck.request.isEmpty && !DocumentedHealthCheck.serving.isEmpty && !DocumentedHealthCheck.notServing.isEmpty)
-        let server = try ServerProcess(arguments: ["--turn-grace-seconds", "5"])
+        // A long grace and handshake timeout: on a loaded machine this test's
+        // own steps can be late, and the server must still be draining (and
+        // not closing the raw connection for not initializing) when they come.
+        let server = try ServerProcess(arguments: ["--turn-grace-seconds", "60", "--handshake-timeout-ms", "120000"])
+        defer { server.kill9() }
         let socket = try RawSocket(port: server.port)
         defer { socket.close() }
         try socket.send(DocumentedHealthCheck.bytes(DocumentedHealthCheck.request))

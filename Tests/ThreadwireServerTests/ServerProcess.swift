@@ -53,6 +53,9 @@ final class ServerProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: Self.binary)
         var arguments = ["--listen", "127.0.0.1:0", "--data-dir", dataDir + "/store", "--log-level", "error"]
         if configPath != nil { arguments += ["--config", dataDir + "/config.json"] }
+        // stop() blocks its test's thread while the server drains; tests that
+        // are about the grace period set their own.
+        if !extraArguments.contains("--turn-grace-seconds") { arguments += ["--turn-grace-seconds", "0.5"] }
         process.arguments = arguments + extraArguments
         if let fileLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -156,7 +159,12 @@ final class ServerProcess: @unchecked Sendable {
             var status: Int32 = 0
             let result = waitpid(pid, &status, WNOHANG)
             if result == pid { return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f) }
-            if (result == -1 && errno == ECHILD) || !process.isRunning {
+            // Foundation may reap the child first (then waitpid says ECHILD):
+            // its status arrives through Process a moment later.
+            if !process.isRunning { return process.terminationStatus }
+            if result == -1 && errno == ECHILD {
+                let reaped = Date().addingTimeInterval(5)
+                while process.isRunning && Date() < reaped { usleep(1_000) }
                 return process.isRunning ? -1 : process.terminationStatus
             }
             usleep(5_000)
