@@ -75,8 +75,13 @@ struct Call: AsyncParsableCommand {
 
     func run() async throws {
         let field = method.replacingOccurrences(of: "/", with: "_")
-        guard let params = try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "") else {
+        guard var params = try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "") else {
             throw ValidationError("unknown method '\(method)'; known: \(Wire.Request.Params.fieldNames.map { $0.replacingOccurrences(of: "_", with: "/") }.joined(separator: ", "))")
+        }
+        // A hand-written initialize gets the --auth-token unless it names one.
+        if case var .initialize(initialize) = params, initialize.authToken == nil, let token = options.authToken {
+            initialize.authToken = token
+            params = .initialize(initialize)
         }
         // initialize and health/check work on a fresh connection; others initialize first.
         let client = try await options.connect(initialize: field != "initialize" && field != "health_check")

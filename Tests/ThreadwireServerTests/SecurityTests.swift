@@ -147,6 +147,11 @@ struct SecurityTests {
             return
         }
         #expect(result.principal == "default")
+        // The CLI adds its token to an initialize written by hand.
+        let (status, output) = try runCLI(["call", "initialize", "--json", #"{"client_info": {"name": "by hand"}}"#,
+                                           "--server", "127.0.0.1:\(server.port)", "--auth-token", carolToken])
+        #expect(status == 0)
+        #expect(output.contains(#""principal": "default""#))
     }
 
     @Test("tokens appear in no log line and no capture file, at trace level, for accepted and refused initializes")
