@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
-APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev
+APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420

@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "ThreadwireCore", targets: ["ThreadwireCore"]),
         .library(name: "ThreadwireContract", targets: ["ThreadwireContract"]),
         .library(name: "ThreadwireStore", targets: ["ThreadwireStore"]),
+        .library(name: "ThreadwirePostgres", targets: ["ThreadwirePostgres"]),
         .library(name: "ThreadwireNIO", targets: ["ThreadwireNIO"]),
         .library(name: "ThreadwireClient", targets: ["ThreadwireClient"]),
         .executable(name: "threadwire-codec-check", targets: ["ThreadwireCodecCheck"]),
@@ -35,6 +36,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -74,6 +76,18 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The PostgreSQL store (several instances on one database).
+        .target(
+            name: "ThreadwirePostgres",
+            dependencies: [
+                "ThreadwireCore", "ThreadwireWire", "ThreadwireContract",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -121,7 +135,7 @@ let package = Package(
         .executableTarget(
             name: "ThreadwireServerMain",
             dependencies: [
-                "ThreadwireServer", "ThreadwireStore", "ThreadwireCore", "ThreadwireAdmin",
+                "ThreadwireServer", "ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -158,7 +172,8 @@ let package = Package(
         ),
         .testTarget(
             name: "ThreadwireStoreTests",
-            dependencies: ["ThreadwireStore", "ThreadwireCore"],
+            dependencies: ["ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireTesting",
+                           .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -10,6 +10,7 @@ import ThreadwireAdmin
 import ThreadwireCore
 import ThreadwireServer
 import ThreadwireStore
+import ThreadwirePostgres
 
 #if canImport(Glibc)
 import Glibc
@@ -26,6 +27,9 @@ struct ServerCommand: AsyncParsableCommand {
 
     @Option(help: "Directory of the embedded store (created if missing).")
     var dataDir = "./data"
+
+    @Option(help: "The store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE for PostgreSQL (default: $THREADWIRE_STORE, else SQLite in --data-dir). The password may also come from PGPASSWORD.")
+    var store: String?
 
     @Option(help: "JSON config file (feature flags, agent limits, model catalog).")
     var config: String?
@@ -145,7 +149,17 @@ struct ServerCommand: AsyncParsableCommand {
         }
         if let authTokens { Self.warnIfReadableByOthers(authTokens, logger: logger) }
 
-        let store = try SQLiteThreadStore(directory: dataDir, logger: logger)
+        let store: any ThreadStore
+        let postgres: PostgresThreadStore?
+        if let url = self.store ?? ProcessInfo.processInfo.environment["THREADWIRE_STORE"], !url.isEmpty {
+            postgres = try await PostgresThreadStore.connect(url: url, logger: logger)
+            logger.info("store: PostgreSQL", metadata: ["tw.store": "\(postgres!.location)"])
+            store = postgres!
+        } else {
+            postgres = nil
+            store = try SQLiteThreadStore(directory: dataDir, logger: logger)
+        }
+        defer { postgres?.close() }
         let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger) { address in
             // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
             FileHandle.standardOutput.write(Data("threadwire listening on \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))

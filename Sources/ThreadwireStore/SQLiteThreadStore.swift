@@ -313,8 +313,8 @@ public final class SQLiteThreadStore: ThreadStore {
                         task_name = ?, nickname = ?, preview = ?, name = ?, created_at = ?, updated_at = ?, archived = ?,
                         runtime = ?, legacy = ?, selected_mode = ?, model = ?, cwd = ?, base_instructions = ?,
                         config_overrides = ?, version = ?, agent_status = ?, agent_final_message = ?, agent_closed = ?
-                    WHERE id = ? AND version = ?
-                    """).execute(arguments: values + [r.id, r.version - 1])
+                    WHERE id = ? AND version = ? AND owner = ?
+                    """).execute(arguments: values + [r.id, r.version - 1, r.owner])
                 guard db.changesCount == 1 else { throw StoreConflict(threadID: r.id, expectedVersion: r.version - 1) }
             }
         case let .appendHistory(id, first, items):

@@ -1,9 +1,14 @@
 public import ThreadwireCore
 
-/// A ThreadStore in memory, for domain tests without disk. It applies the same
-/// operations with the same rules as the SQLite store (set-if-unset, append-only history).
+/// A ThreadStore in memory, for domain tests without disk. It passes the same
+/// conformance suite as the SQLite and PostgreSQL stores (ThreadwireStoreTests):
+/// the same compare-and-set, append-only history, keyset pages and atomic commits.
 public actor InMemoryThreadStore: ThreadStore {
-    private var threads: [ThreadID: StoredThread] = [:]
+    private var records: [ThreadID: ThreadRecord] = [:]
+    /// History items by sequence, and turns by id, kept like rows: apart
+    /// from their thread's row.
+    private var history: [ThreadID: [Int: ContextItem]] = [:]
+    private var turns: [ThreadID: [TurnID: TurnRecord]] = [:]
     private var mailbox: [(sequence: Int64, recipient: ThreadID, item: ContextItem)] = []
     private var nextMailboxSequence: Int64 = 1
     public private(set) var commits = 0
@@ -12,31 +17,31 @@ public actor InMemoryThreadStore: ThreadStore {
 
     /// All or nothing, like a transaction: a failing operation leaves no trace.
     public func commit(_ operations: [StoreOperation]) async throws {
-        var threads = self.threads
+        var records = self.records
+        var history = self.history
+        var turns = self.turns
         var mailbox = self.mailbox
         var nextSequence = nextMailboxSequence
         for operation in operations {
             switch operation {
             case let .putThread(record):
                 if record.version <= 1 {
-                    guard threads[record.id] == nil else { throw StoreConflict(threadID: record.id, expectedVersion: 0) }
-                    threads[record.id] = StoredThread(record: record, history: [], turns: [])
+                    guard records[record.id] == nil else { throw StoreConflict(threadID: record.id, expectedVersion: 0) }
                 } else {
-                    guard threads[record.id]?.record.version == record.version - 1 else {
+                    guard let stored = records[record.id], stored.version == record.version - 1, stored.owner == record.owner else {
                         throw StoreConflict(threadID: record.id, expectedVersion: record.version - 1)
                     }
-                    threads[record.id]!.record = record
                 }
+                records[record.id] = record
             case let .appendHistory(id, first, items):
-                guard threads[id]?.history.count == first else { throw DomainError.internal("history sequence mismatch for \(id)") }
-                threads[id]!.history += items
-            case let .putTurn(turn):
-                guard threads[turn.threadID] != nil else { throw DomainError.internal("turn of unknown thread \(turn.threadID)") }
-                if let index = threads[turn.threadID]!.turns.firstIndex(where: { $0.id == turn.id }) {
-                    threads[turn.threadID]!.turns[index] = turn
-                } else {
-                    threads[turn.threadID]!.turns.append(turn)
+                for (offset, item) in items.enumerated() {
+                    guard history[id]?[first + offset] == nil else {
+                        throw DomainError.internal("history item \(first + offset) of \(id) is already stored")
+                    }
+                    history[id, default: [:]][first + offset] = item
                 }
+            case let .putTurn(turn):
+                turns[turn.threadID, default: [:]][turn.id] = turn
             case let .enqueueMailbox(recipient, item):
                 mailbox.append((nextSequence, recipient, item))
                 nextSequence += 1
@@ -45,25 +50,48 @@ public actor InMemoryThreadStore: ThreadStore {
             }
         }
         commits += 1
-        self.threads = threads
+        self.records = records
+        self.history = history
+        self.turns = turns
         self.mailbox = mailbox
         nextMailboxSequence = nextSequence
     }
 
-    public func loadThread(_ id: ThreadID) async throws -> StoredThread? { threads[id] }
+    private func sortedTurns(_ id: ThreadID) -> [TurnRecord] {
+        (turns[id]?.values).map { $0.sorted { $0.sequence < $1.sequence } } ?? []
+    }
 
-    public func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? { threads[id]?.record }
+    public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
+        guard let record = records[id] else { return nil }
+        let items = (history[id] ?? [:]).sorted { $0.key < $1.key }.map(\.value)
+        return StoredThread(record: record, history: items, turns: sortedTurns(id))
+    }
+
+    public func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? { records[id] }
 
     public func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) {
         let key: (ThreadRecord) -> Millis = query.sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
-        let sorted = threads.values.map(\.record)
+        var after: (Millis, String)?
+        if let cursor = query.cursor {
+            let parts = cursor.split(separator: "|", maxSplits: 1)
+            guard parts.count == 2, let value = Int64(parts[0]) else {
+                throw DomainError.invalidArgument("cursor '\(cursor)' is not a cursor this server returned")
+            }
+            after = (value, String(parts[1]))
+        }
+        let sorted = records.values
             .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.owner == nil || $0.owner == query.owner) }
+            .filter { record in
+                guard let after else { return true }
+                return query.ascending ? (key(record), record.id) > after : (key(record), record.id) < after
+            }
             .sorted { query.ascending ? (key($0), $0.id) < (key($1), $1.id) : (key($0), $0.id) > (key($1), $1.id) }
-        return (Array(sorted.prefix(query.limit)), nil)
+        let page = Array(sorted.prefix(query.limit))
+        return (page, sorted.count > query.limit ? page.last.map(query.cursor(after:)) : nil)
     }
 
     public func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] {
-        threads.values.map(\.record).filter { $0.sessionID == sessionID && $0.parentID != nil }
+        records.values.filter { $0.sessionID == sessionID && $0.parentID != nil }
             .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
     }
 
@@ -72,15 +100,21 @@ public actor InMemoryThreadStore: ThreadStore {
     }
 
     public func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
-        threads[id].map { $0.turns.page(afterSequence: afterSequence, limit: limit, descending: descending) }
+        guard records[id] != nil else { return nil }
+        return sortedTurns(id).page(afterSequence: afterSequence, limit: limit, descending: descending)
     }
 
     public func threadsWithRunningTurns() async throws -> [ThreadID] {
-        threads.values.filter { $0.turns.contains { $0.status == .inProgress } }.map(\.record.id).sorted()
+        turns.filter { $0.value.values.contains { $0.status == .inProgress } }.map(\.key).sorted()
     }
 
     /// Test hook: put a stored thread as-is (e.g. a legacy import).
-    public func seed(_ thread: StoredThread) { threads[thread.record.id] = thread }
+    public func seed(_ thread: StoredThread) {
+        let id = thread.record.id
+        records[id] = thread.record
+        history[id] = Dictionary(uniqueKeysWithValues: thread.history.enumerated().map { ($0.offset, $0.element) })
+        turns[id] = Dictionary(uniqueKeysWithValues: thread.turns.map { ($0.id, $0) })
+    }
 }
 
 /// Collects deliveries, for assertions.

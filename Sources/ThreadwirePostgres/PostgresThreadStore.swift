@@ -1,0 +1,409 @@
+import Foundation
+public import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+public import ThreadwireCore
+import ThreadwireContract
+import ThreadwireWire
+
+/// The store on PostgreSQL (postgres-nio), for deployments that already run
+/// it and for several threadwire instances on one database. Same records and
+/// rules as the SQLite store: a commit is one transaction, a thread row is
+/// replaced only on top of the version it replaces (compare-and-set), history
+/// is append-only. Concurrent commits run on the client's pooled connections
+/// in parallel; PostgreSQL groups their WAL flushes.
+public final class PostgresThreadStore: ThreadStore {
+    private let client: PostgresClient
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+    /// Where it connects, without the password (for logs and errors).
+    public let location: String
+
+    /// Connects (`postgres://user[:password]@host[:port]/database`; the
+    /// password may also come from PGPASSWORD) and brings the schema up to
+    /// date. Safe when several instances start at once.
+    public static func connect(url: String, logger: Logger, startupTimeout: Duration = .seconds(15)) async throws -> PostgresThreadStore {
+        let target = try PostgresURL(url)
+        var configuration = PostgresClient.Configuration(
+            host: target.host, port: target.port, username: target.user,
+            password: target.password ?? ProcessInfo.processInfo.environment["PGPASSWORD"],
+            database: target.database, tls: .disable)
+        configuration.options.maximumConnections = 16
+        // One direct connection first: a refused port or a wrong password is
+        // reported at once (the pool would retry it quietly).
+        do {
+            let probe = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.next(),
+                configuration: PostgresConnection.Configuration(
+                    host: target.host, port: target.port, username: target.user, password: configuration.password,
+                    database: target.database, tls: .disable),
+                id: 0, logger: logger).get()
+            try await probe.close()
+        } catch {
+            throw PostgresStoreError(description: "cannot connect to PostgreSQL at \(target.redacted): \(String(reflecting: error))")
+        }
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        let store = PostgresThreadStore(client: client, logger: logger, location: target.redacted)
+        do {
+            // The pool retries a refused connection for ever: startup gives up.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await store.migrate() }
+                group.addTask {
+                    try await Task.sleep(for: startupTimeout)
+                    throw PostgresStoreError(description: "no answer within \(startupTimeout)")
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        } catch {
+            store.close()
+            throw PostgresStoreError(description: "PostgreSQL at \(target.redacted): \(String(reflecting: error))")
+        }
+        return store
+    }
+
+    private init(client: PostgresClient, logger: Logger, location: String) {
+        self.client = client
+        self.logger = logger
+        self.location = location
+        runner = Task { await client.run() }
+    }
+
+    /// Closes the pool's connections.
+    public func close() { runner.cancel() }
+
+    deinit { runner.cancel() }
+
+    // MARK: Schema
+
+    /// Versioned migrations, each applied once, under an advisory lock so
+    /// instances starting together do not race.
+    static let migrations: [(version: Int, statements: [String])] = [
+        (1, [
+            """
+            CREATE TABLE threads (
+                id TEXT PRIMARY KEY, session_id TEXT NOT NULL, parent_id TEXT, forked_from_id TEXT,
+                source TEXT NOT NULL, depth INTEGER NOT NULL, task_name TEXT, nickname TEXT, preview TEXT NOT NULL,
+                name TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, archived BOOLEAN NOT NULL,
+                runtime TEXT, legacy BOOLEAN NOT NULL, selected_mode TEXT, model TEXT NOT NULL, cwd TEXT NOT NULL,
+                base_instructions TEXT, config_overrides TEXT NOT NULL, version BIGINT NOT NULL,
+                agent_status TEXT, agent_final_message TEXT, agent_closed BOOLEAN NOT NULL, owner TEXT NOT NULL)
+            """,
+            "CREATE INDEX threads_created ON threads (archived, created_at, id)",
+            "CREATE INDEX threads_updated ON threads (archived, updated_at, id)",
+            "CREATE INDEX threads_owner_created ON threads (owner, archived, created_at, id)",
+            "CREATE INDEX threads_owner_updated ON threads (owner, archived, updated_at, id)",
+            "CREATE INDEX threads_parent ON threads (parent_id)",
+            "CREATE INDEX threads_session ON threads (session_id) WHERE parent_id IS NOT NULL",
+            // Model-visible history, append-only; each row a threadwire.v1.ContextItem.
+            "CREATE TABLE context_items (thread_id TEXT NOT NULL, seq INTEGER NOT NULL, record BYTEA NOT NULL, PRIMARY KEY (thread_id, seq))",
+            // Each row a threadwire.v1.Turn; status finds turns a dead process left running.
+            """
+            CREATE TABLE turns (thread_id TEXT NOT NULL, turn_id TEXT NOT NULL, seq INTEGER NOT NULL,
+                record BYTEA NOT NULL, status TEXT, PRIMARY KEY (thread_id, turn_id))
+            """,
+            "CREATE INDEX turns_sequence ON turns (thread_id, seq)",
+            "CREATE INDEX turns_running ON turns (thread_id) WHERE status = 'inProgress'",
+            "CREATE TABLE mailbox (seq BIGSERIAL PRIMARY KEY, recipient_id TEXT NOT NULL, record BYTEA NOT NULL)",
+            "CREATE INDEX mailbox_recipient ON mailbox (recipient_id, seq)",
+            "CREATE TABLE health_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at BIGINT NOT NULL)",
+        ]),
+    ]
+
+    /// The advisory lock key of migrations ("twmigr" in ASCII).
+    static let migrationLock: Int64 = 0x74_77_6D_69_67_72
+
+    func migrate() async throws {
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+            try await connection.query("CREATE TABLE IF NOT EXISTS threadwire_schema (version INTEGER PRIMARY KEY)", logger: logger)
+            var applied: Set<Int> = []
+            for try await version in try await connection.query("SELECT version FROM threadwire_schema", logger: logger).decode(Int.self) {
+                applied.insert(version)
+            }
+            for migration in Self.migrations where !applied.contains(migration.version) {
+                for statement in migration.statements {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("INSERT INTO threadwire_schema (version) VALUES (\(migration.version))", logger: logger)
+                logger.info("applied PostgreSQL migration", metadata: ["tw.migration": "\(migration.version)"])
+            }
+        }
+    }
+
+    // MARK: Writes
+
+    public func commit(_ operations: [StoreOperation]) async throws {
+        try await client.withTransaction(logger: logger) { connection in
+            for operation in operations { try await self.apply(operation, connection) }
+        }
+    }
+
+    private func apply(_ operation: StoreOperation, _ connection: PostgresConnection) async throws {
+        switch operation {
+        case let .putThread(r):
+            let overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
+            var binds = PostgresBindings()
+            for value: (any PostgresEncodable)? in [
+                r.id, r.sessionID, r.parentID, r.forkedFromID, r.source.rawValue, r.depth, r.taskName, r.nickname,
+                r.preview, r.name, r.createdAt, r.updatedAt, r.archived, r.runtime?.rawValue, r.legacy,
+                r.selectedMode?.rawValue, r.model, r.cwd, r.baseInstructions, overrides, r.version,
+                r.agentStatus?.rawValue, r.agentFinalMessage, r.agentClosed, r.owner,
+            ] {
+                if let value { try binds.append(value, context: .default) } else { binds.appendNull() }
+            }
+            let sql: String
+            if r.version <= 1 {
+                sql = """
+                    INSERT INTO threads (id, session_id, parent_id, forked_from_id, source, depth, task_name, nickname,
+                        preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model, cwd,
+                        base_instructions, config_overrides, version, agent_status, agent_final_message, agent_closed, owner)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                        $21, $22, $23, $24, $25)
+                    ON CONFLICT (id) DO NOTHING RETURNING 1
+                    """
+            } else {
+                // Compare-and-set: only on top of the version this one replaces.
+                // The owner never changes, so it is not written again.
+                try binds.append(r.version - 1, context: .default)
+                sql = """
+                    UPDATE threads SET session_id = $2, parent_id = $3, forked_from_id = $4, source = $5, depth = $6,
+                        task_name = $7, nickname = $8, preview = $9, name = $10, created_at = $11, updated_at = $12,
+                        archived = $13, runtime = $14, legacy = $15, selected_mode = $16, model = $17, cwd = $18,
+                        base_instructions = $19, config_overrides = $20, version = $21, agent_status = $22,
+                        agent_final_message = $23, agent_closed = $24
+                    WHERE id = $1 AND version = $26 AND owner = $25 RETURNING 1
+                    """
+            }
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+            var changed = 0
+            for try await _ in rows { changed += 1 }
+            guard changed == 1 else { throw StoreConflict(threadID: r.id, expectedVersion: r.version <= 1 ? 0 : r.version - 1) }
+        case let .appendHistory(id, first, items):
+            for (offset, item) in items.enumerated() {
+                try await connection.query(
+                    "INSERT INTO context_items (thread_id, seq, record) VALUES (\(id), \(first + offset), \(Data(item.wire.serializedBytes())))",
+                    logger: logger)
+            }
+        case let .putTurn(turn):
+            try await connection.query("""
+                INSERT INTO turns (thread_id, turn_id, seq, record, status)
+                VALUES (\(turn.threadID), \(turn.id), \(turn.sequence), \(Data(turn.storedWire.serializedBytes())), \(turn.status.rawValue))
+                ON CONFLICT (thread_id, turn_id) DO UPDATE SET seq = EXCLUDED.seq, record = EXCLUDED.record, status = EXCLUDED.status
+                """, logger: logger)
+        case let .enqueueMailbox(recipient, item):
+            try await connection.query(
+                "INSERT INTO mailbox (recipient_id, record) VALUES (\(recipient), \(Data(item.wire.serializedBytes())))", logger: logger)
+        case let .removeMailbox(recipient, through):
+            try await connection.query("DELETE FROM mailbox WHERE recipient_id = \(recipient) AND seq <= \(through)", logger: logger)
+        }
+    }
+
+    /// One real write, so health follows whether commits work.
+    public func probe() async throws {
+        try await client.query(
+            "INSERT INTO health_probe (id, at) VALUES (1, \(nowMillis())) ON CONFLICT (id) DO UPDATE SET at = EXCLUDED.at",
+            logger: logger)
+    }
+
+    // MARK: Reads
+
+    static let threadColumns = """
+        id, session_id, parent_id, forked_from_id, source, depth, task_name, nickname, preview, name, created_at,
+        updated_at, archived, runtime, legacy, selected_mode, model, cwd, base_instructions, config_overrides, version,
+        agent_status, agent_final_message, agent_closed, owner
+        """
+
+    public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
+        try await client.withConnection { connection in
+            // One snapshot for the row, its history and its turns.
+            try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            do {
+                guard let record = try await self.records(connection, PostgresQuery(
+                    unsafeSQL: "SELECT \(Self.threadColumns) FROM threads WHERE id = $1", binds: Self.binds(id))).first else {
+                    try await connection.query("COMMIT", logger: logger)
+                    return nil
+                }
+                var history: [ContextItem] = []
+                for try await record in try await connection.query(
+                    "SELECT record FROM context_items WHERE thread_id = \(id) ORDER BY seq", logger: logger).decode(Data.self) {
+                    history.append(try ContextItem(wire: Wire.ContextItem(serializedBytes: [UInt8](record))))
+                }
+                let turns = try await self.turns(connection, PostgresQuery(
+                    unsafeSQL: "SELECT seq, record FROM turns WHERE thread_id = $1 ORDER BY seq", binds: Self.binds(id)), threadID: id)
+                try await connection.query("COMMIT", logger: logger)
+                return StoredThread(record: record, history: history, turns: turns)
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    public func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? {
+        try await client.withConnection { connection in
+            try await self.records(connection, PostgresQuery(
+                unsafeSQL: "SELECT \(Self.threadColumns) FROM threads WHERE id = $1", binds: Self.binds(id))).first
+        }
+    }
+
+    public func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) {
+        let column = query.sortKey == .createdAt ? "created_at" : "updated_at"
+        let order = query.ascending ? "ASC" : "DESC"
+        var binds = PostgresBindings()
+        binds.append(query.archived)
+        var sql = "SELECT \(Self.threadColumns) FROM threads WHERE archived = $1"
+        if let parent = query.parentID {
+            binds.append(parent)
+            sql += " AND parent_id = $\(binds.count)"
+        }
+        if let owner = query.owner {
+            binds.append(owner)
+            sql += " AND owner = $\(binds.count)"
+        }
+        if let cursor = query.cursor {
+            let parts = cursor.split(separator: "|", maxSplits: 1)
+            guard parts.count == 2, let value = Int64(parts[0]) else {
+                throw DomainError.invalidArgument("cursor '\(cursor)' is not a cursor this server returned")
+            }
+            binds.append(value)
+            binds.append(String(parts[1]))
+            sql += " AND (\(column), id) \(query.ascending ? ">" : "<") ($\(binds.count - 1), $\(binds.count))"
+        }
+        binds.append(query.limit + 1)
+        sql += " ORDER BY \(column) \(order), id \(order) LIMIT $\(binds.count)"
+        let rows = try await client.withConnection { connection in
+            try await self.records(connection, PostgresQuery(unsafeSQL: sql, binds: binds))
+        }
+        let page = Array(rows.prefix(query.limit))
+        let next = rows.count > query.limit ? page.last.map(query.cursor(after:)) : nil
+        return (page, next)
+    }
+
+    public func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] {
+        try await client.withConnection { connection in
+            try await self.records(connection, PostgresQuery(
+                unsafeSQL: "SELECT \(Self.threadColumns) FROM threads WHERE session_id = $1 AND parent_id IS NOT NULL ORDER BY created_at, id",
+                binds: Self.binds(sessionID)))
+        }
+    }
+
+    public func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] {
+        var result: [(sequence: Int64, item: ContextItem)] = []
+        for try await (sequence, record) in try await client.query(
+            "SELECT seq, record FROM mailbox WHERE recipient_id = \(recipient) ORDER BY seq", logger: logger).decode((Int64, Data).self) {
+            result.append((sequence, try ContextItem(wire: Wire.ContextItem(serializedBytes: [UInt8](record)))))
+        }
+        return result
+    }
+
+    public func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
+        try await client.withConnection { connection in
+            var exists = false
+            for try await _ in try await connection.query("SELECT 1 FROM threads WHERE id = \(id)", logger: logger) { exists = true }
+            guard exists else { return nil }
+            var binds = Self.binds(id)
+            var sql = "SELECT seq, record FROM turns WHERE thread_id = $1"
+            if let afterSequence {
+                binds.append(afterSequence)
+                sql += descending ? " AND seq < $2" : " AND seq > $2"
+            }
+            binds.append(limit)
+            sql += descending ? " ORDER BY seq DESC LIMIT $\(binds.count)" : " ORDER BY seq ASC LIMIT $\(binds.count)"
+            return try await self.turns(connection, PostgresQuery(unsafeSQL: sql, binds: binds), threadID: id)
+        }
+    }
+
+    public func threadsWithRunningTurns() async throws -> [ThreadID] {
+        var ids: [ThreadID] = []
+        for try await id in try await client.query(
+            "SELECT DISTINCT thread_id FROM turns WHERE status = 'inProgress' ORDER BY thread_id", logger: logger).decode(String.self) {
+            ids.append(id)
+        }
+        return ids
+    }
+
+    // MARK: Rows
+
+    private static func binds(_ id: String) -> PostgresBindings {
+        var binds = PostgresBindings()
+        binds.append(id)
+        return binds
+    }
+
+    private func turns(_ connection: PostgresConnection, _ query: PostgresQuery, threadID: ThreadID) async throws -> [TurnRecord] {
+        var turns: [TurnRecord] = []
+        for try await (sequence, record) in try await connection.query(query, logger: logger).decode((Int, Data).self) {
+            turns.append(try TurnRecord(storedWire: Wire.Turn(serializedBytes: [UInt8](record)), threadID: threadID, sequence: sequence))
+        }
+        return turns
+    }
+
+    private func records(_ connection: PostgresConnection, _ query: PostgresQuery) async throws -> [ThreadRecord] {
+        var records: [ThreadRecord] = []
+        for try await row in try await connection.query(query, logger: logger) {
+            let cells = row.makeRandomAccess()
+            func value<T: PostgresDecodable>(_ name: String, _: T.Type = T.self) throws -> T { try cells[name].decode(T.self) }
+            var record = ThreadRecord(
+                id: try value("id"), sessionID: try value("session_id"),
+                source: ThreadSourceKind(rawValue: try value("source")) ?? .appServer, depth: try value("depth"),
+                createdAt: try value("created_at"), model: try value("model"), cwd: try value("cwd"))
+            record.parentID = try value("parent_id")
+            record.forkedFromID = try value("forked_from_id")
+            record.taskName = try value("task_name")
+            record.nickname = try value("nickname")
+            record.preview = try value("preview")
+            record.name = try value("name")
+            record.updatedAt = try value("updated_at")
+            record.archived = try value("archived")
+            record.runtime = try value("runtime", String?.self).flatMap(MultiAgentRuntime.init(rawValue:))
+            record.legacy = try value("legacy")
+            record.selectedMode = try value("selected_mode", String?.self).flatMap(MultiAgentMode.init(rawValue:))
+            record.baseInstructions = try value("base_instructions")
+            record.configOverrides = try JSONDecoder().decode([KeyValuePair].self, from: Data(try value("config_overrides", String.self).utf8))
+            record.version = try value("version")
+            record.agentStatus = try value("agent_status", String?.self).flatMap(AgentStatus.init(rawValue:))
+            record.agentFinalMessage = try value("agent_final_message")
+            record.agentClosed = try value("agent_closed")
+            record.owner = try value("owner")
+            records.append(record)
+        }
+        return records
+    }
+}
+
+/// `postgres://user[:password]@host[:port]/database`.
+struct PostgresURL {
+    var user: String
+    var password: String?
+    var host: String
+    var port: Int
+    var database: String
+
+    init(_ text: String) throws {
+        guard let components = URLComponents(string: text), ["postgres", "postgresql"].contains(components.scheme ?? ""),
+              let host = components.host, !host.isEmpty, let user = components.user, !user.isEmpty else {
+            throw PostgresStoreError(description: "--store must be postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE, got '\(Self.redact(text))'")
+        }
+        let database = String(components.path.drop { $0 == "/" })
+        guard !database.isEmpty else { throw PostgresStoreError(description: "--store \(Self.redact(text)) names no database (…/DATABASE)") }
+        self.user = user
+        password = components.password
+        self.host = host
+        port = components.port ?? 5432
+        self.database = database
+    }
+
+    var redacted: String { "postgres://\(user)@\(host):\(port)/\(database)" }
+
+    static func redact(_ text: String) -> String {
+        guard var components = URLComponents(string: text), components.password != nil else { return text }
+        components.password = "***"
+        return components.string ?? "(unparseable)"
+    }
+}
+
+public struct PostgresStoreError: Error, CustomStringConvertible {
+    public let description: String
+}

@@ -1,0 +1,114 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A throwaway PostgreSQL cluster for the tests: Debian's `initdb` into a
+/// temporary directory (as the `postgres` user when running as root: initdb
+/// refuses root), `pg_ctl start` on a free port, stopped and deleted when the
+/// test process exits, also when tests fail. `THREADWIRE_TEST_POSTGRES`
+/// (`postgres://user@host:port`) uses a running server instead.
+public final class PostgresCluster: @unchecked Sendable {
+    public static let shared: Result<PostgresCluster, any Error> = Result { try PostgresCluster() }
+
+    /// `postgres://user@127.0.0.1:port` (no database).
+    public let base: String
+    private let directory: String?
+    private let binaries: String
+    private let owner: String?
+    private let counter = NSLock()
+    private var databases = 0
+
+    private init() throws {
+        let found = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        guard let version = found.compactMap(Int.init).max() else {
+            throw ClusterError("PostgreSQL is not installed (make test installs Debian's postgresql package)")
+        }
+        binaries = "/usr/lib/postgresql/\(version)/bin"
+        if let external = ProcessInfo.processInfo.environment["THREADWIRE_TEST_POSTGRES"] {
+            base = external
+            directory = nil
+            owner = nil
+            return
+        }
+        let dir = NSTemporaryDirectory() + "threadwire-pg-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        owner = getuid() == 0 ? "postgres" : nil
+        if let owner { try Self.run("/bin/chown", [owner, dir]) }
+        directory = dir
+        let port = try Self.freePort()
+        try Self.run(binaries + "/initdb", ["-D", dir + "/data", "-U", "threadwire", "--auth=trust", "--no-sync"], as: owner)
+        try Self.run(binaries + "/pg_ctl", [
+            "-D", dir + "/data", "-l", dir + "/server.log", "-w", "-t", "60",
+            "-o", "-p \(port) -k \(dir) -c listen_addresses=127.0.0.1 -c max_connections=300", "start",
+        ], as: owner)
+        base = "postgres://threadwire@127.0.0.1:\(port)"
+        PostgresCluster.stopAtExit = { [binaries, owner] in
+            try? Self.run(binaries + "/pg_ctl", ["-D", dir + "/data", "-m", "immediate", "-w", "stop"], as: owner)
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+        atexit { PostgresCluster.stopAtExit?() }
+    }
+
+    nonisolated(unsafe) static var stopAtExit: (() -> Void)?
+
+    /// A new empty database; its URL.
+    public func makeDatabase() throws -> String {
+        let name = counter.withLock { () -> String in
+            databases += 1
+            return "tw_\(getpid())_\(databases)"
+        }
+        let components = URLComponents(string: base)!
+        try Self.run(binaries + "/createdb", [
+            "-h", components.host!, "-p", "\(components.port ?? 5432)", "-U", components.user!, name,
+        ])
+        return base + "/" + name
+    }
+
+    /// posix_spawn and waitpid: Foundation's Process.waitUntilExit can hang
+    /// on a test's thread (it waits on a run loop that is not running).
+    private static func run(_ path: String, _ arguments: [String], as user: String? = nil) throws {
+        let argv = user.map { ["/usr/sbin/runuser", "-u", $0, "--", path] } ?? [path]
+        let all = argv + arguments
+        // A file, not a pipe: the server pg_ctl starts inherits it and never closes it.
+        let log = NSTemporaryDirectory() + "threadwire-pg-output-" + UUID().uuidString
+        defer { unlink(log) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o666)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        var pid: pid_t = 0
+        let cArguments = all.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        let spawned = posix_spawn(&pid, all[0], &actions, nil, cArguments, environ)
+        guard spawned == 0 else { throw ClusterError("cannot start \(all[0]): \(String(cString: strerror(spawned)))") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let exitCode = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        guard exitCode == 0 else {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            throw ClusterError("\((path as NSString).lastPathComponent) failed (\(exitCode)): \(text)")
+        }
+    }
+
+    private static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw ClusterError("no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+public struct ClusterError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}

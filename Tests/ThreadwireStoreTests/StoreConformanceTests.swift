@@ -1,0 +1,241 @@
+import Foundation
+import Logging
+import Testing
+import ThreadwireCore
+import ThreadwirePostgres
+import ThreadwireStore
+import ThreadwireTesting
+
+/// Every ThreadStore backend, fresh and empty.
+enum Backend: String, CaseIterable, CustomStringConvertible, Sendable {
+    case memory, sqlite, postgres
+
+    var description: String { rawValue }
+
+    func make() async throws -> any ThreadStore {
+        switch self {
+        case .memory:
+            return InMemoryThreadStore()
+        case .sqlite:
+            return try SQLiteThreadStore(directory: NSTemporaryDirectory() + "threadwire-conformance-" + UUID().uuidString)
+        case .postgres:
+            let url = try PostgresCluster.shared.get().makeDatabase()
+            return try await PostgresThreadStore.connect(url: url, logger: Logger(label: "conformance"))
+        }
+    }
+}
+
+private func thread(_ id: String, created: Millis, owner: Principal = .standalone, parent: ThreadID? = nil,
+                    session: ThreadID? = nil) -> ThreadRecord {
+    var record = ThreadRecord(id: id, sessionID: session ?? id, source: parent == nil ? .appServer : .threadSpawn,
+                              depth: parent == nil ? 0 : 1, createdAt: created, model: "m", cwd: "/w")
+    record.parentID = parent
+    record.owner = owner
+    record.updatedAt = created + 1000 - (created % 7)   // another order than created_at
+    return record
+}
+
+private func turn(_ threadID: ThreadID, _ sequence: Int, status: TurnStatus = .completed) -> TurnRecord {
+    var turn = TurnRecord(id: "\(threadID)-turn-\(sequence)", threadID: threadID, sequence: sequence, startedAt: 1000 + Int64(sequence),
+                          items: [ItemRecord(type: .userMessage, text: "input \(sequence)")],
+                          context: TurnContext(model: "m", runtime: .v2, effectiveMode: nil, cwd: "/w"))
+    turn.status = status
+    return turn
+}
+
+private func expectConflict(_ store: any ThreadStore, _ operations: [StoreOperation], sourceLocation: SourceLocation = #_sourceLocation) async {
+    do {
+        try await store.commit(operations)
+        Issue.record("expected the commit to fail", sourceLocation: sourceLocation)
+    } catch {}
+}
+
+@Suite("ThreadStore conformance: in-memory, SQLite and PostgreSQL", .timeLimit(.minutes(3)))
+struct StoreConformanceTests {
+    @Test("a thread is inserted once; an update lands only on the version it replaces, and never changes the owner", arguments: Backend.allCases)
+    func compareAndSet(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        var record = thread("t1", created: 100, owner: "alice")
+        try await store.commit([.putThread(record)])
+        await expectConflict(store, [.putThread(record)])                     // a second insert
+        var next = record
+        next.version = 2
+        next.model = "second"
+        try await store.commit([.putThread(next)])
+        var stale = record
+        stale.version = 2
+        stale.model = "stale"
+        await expectConflict(store, [.putThread(stale)])                      // on top of version 1 again
+        var skipping = next
+        skipping.version = 4
+        await expectConflict(store, [.putThread(skipping)])
+        var stolen = next
+        stolen.version = 3
+        stolen.owner = "mallory"
+        await expectConflict(store, [.putThread(stolen)])
+        let stored = try #require(try await store.threadRecord("t1"))
+        #expect(stored == next)
+        #expect(stored.owner == "alice")
+        record = stored
+        record.version = 3
+        record.archived = true
+        record.agentStatus = .running
+        record.configOverrides = [KeyValuePair(key: "agents.max_threads", value: "2")]
+        try await store.commit([.putThread(record)])
+        #expect(try await store.threadRecord("t1") == record)
+    }
+
+    @Test("a commit is all or nothing: one failing operation leaves no trace of the others", arguments: Backend.allCases)
+    func atomicCommits(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        try await store.commit([.putThread(thread("a", created: 1))])
+        let stale = thread("a", created: 1)
+        await expectConflict(store, [
+            .putThread(thread("b", created: 2)), .appendHistory("b", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "x")]),
+            .putTurn(turn("b", 0)), .enqueueMailbox(recipient: "a", item: ContextItem(role: .developer, kind: .mailbox, text: "m")),
+            .putThread(stale),
+        ])
+        #expect(try await store.threadRecord("b") == nil)
+        #expect(try await store.loadThread("b") == nil)
+        #expect(try await store.pendingMailbox("a").isEmpty)
+        // A history item stored twice fails the same way.
+        let item = ContextItem(role: .user, kind: .userInput, text: "once")
+        try await store.commit([.appendHistory("a", firstSequence: 0, items: [item])])
+        await expectConflict(store, [.putThread(thread("c", created: 3)), .appendHistory("a", firstSequence: 0, items: [item])])
+        #expect(try await store.threadRecord("c") == nil)
+        #expect(try await store.loadThread("a")?.history == [item])
+    }
+
+    @Test("load returns the record, history in sequence order and turns (replaced in place) in sequence order", arguments: Backend.allCases)
+    func loadThread(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        let record = thread("t", created: 5)
+        let items = (0..<5).map { ContextItem(role: .user, kind: .userInput, text: "item \($0)") }
+        try await store.commit([.putThread(record), .appendHistory("t", firstSequence: 0, items: Array(items.prefix(2))), .putTurn(turn("t", 1))])
+        try await store.commit([.appendHistory("t", firstSequence: 2, items: Array(items.suffix(3))), .putTurn(turn("t", 0))])
+        var replaced = turn("t", 1)
+        replaced.items.append(ItemRecord(type: .agentMessage, text: "answer"))
+        replaced.status = .interrupted
+        try await store.commit([.putTurn(replaced)])
+        let loaded = try #require(try await store.loadThread("t"))
+        #expect(loaded.record == record)
+        #expect(loaded.history == items)
+        #expect(loaded.turns.map(\.id) == ["t-turn-0", "t-turn-1"])
+        #expect(loaded.turns[1] == replaced)
+        #expect(try await store.loadThread("missing") == nil)
+    }
+
+    @Test("thread lists page by keyset cursor in both directions and both sorts, filtered by archived, parent and owner", arguments: Backend.allCases)
+    func listPages(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        var records = (0..<9).map { thread("t\($0)", created: 100 + Int64($0) * 10, owner: $0 % 3 == 0 ? "bob" : "alice") }
+        records[4].archived = true
+        records[5].parentID = "t1"
+        records[6].parentID = "t1"
+        try await store.commit(records.map { .putThread($0) })
+        let live = records.filter { !$0.archived }
+        for sortKey in [ThreadListQuery.SortKey.createdAt, .updatedAt] {
+            for ascending in [true, false] {
+                for owner in [nil, "alice"] as [Principal?] {
+                    var query = ThreadListQuery()
+                    query.sortKey = sortKey
+                    query.ascending = ascending
+                    query.limit = 2
+                    query.owner = owner
+                    var seen: [ThreadID] = []
+                    while true {
+                        let page = try await store.listThreads(query)
+                        #expect(page.records.count <= 2)
+                        seen += page.records.map(\.id)
+                        guard let next = page.nextCursor else { break }
+                        query.cursor = next
+                    }
+                    let key: (ThreadRecord) -> Millis = sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
+                    let expected = live.filter { owner == nil || $0.owner == owner }
+                        .sorted { ascending ? (key($0), $0.id) < (key($1), $1.id) : (key($0), $0.id) > (key($1), $1.id) }
+                    #expect(seen == expected.map(\.id), "\(sortKey) ascending \(ascending) owner \(owner ?? "any")")
+                }
+            }
+        }
+        var archived = ThreadListQuery()
+        archived.archived = true
+        #expect(try await store.listThreads(archived).records.map(\.id) == ["t4"])
+        var children = ThreadListQuery()
+        children.parentID = "t1"
+        children.ascending = true
+        #expect(try await store.listThreads(children).records.map(\.id) == ["t5", "t6"])
+        var bad = ThreadListQuery()
+        bad.cursor = "not a cursor"
+        await #expect(throws: (any Error).self) { _ = try await store.listThreads(bad) }
+    }
+
+    @Test("turn pages in both directions after a sequence; nil for a thread that does not exist", arguments: Backend.allCases)
+    func turnPages(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        try await store.commit([.putThread(thread("t", created: 1))] + (0..<7).map { .putTurn(turn("t", $0)) })
+        #expect(try await store.turnsPage("t", afterSequence: nil, limit: 3, descending: false)?.map(\.sequence) == [0, 1, 2])
+        #expect(try await store.turnsPage("t", afterSequence: 2, limit: 3, descending: false)?.map(\.sequence) == [3, 4, 5])
+        #expect(try await store.turnsPage("t", afterSequence: nil, limit: 3, descending: true)?.map(\.sequence) == [6, 5, 4])
+        #expect(try await store.turnsPage("t", afterSequence: 4, limit: 10, descending: true)?.map(\.sequence) == [3, 2, 1, 0])
+        #expect(try await store.turnsPage("t", afterSequence: 6, limit: 3, descending: false)?.isEmpty == true)
+        #expect(try await store.turnsPage("missing", afterSequence: nil, limit: 3, descending: false) == nil)
+    }
+
+    @Test("agent trees, the mailbox (in order, removed through a sequence) and threads with running turns", arguments: Backend.allCases)
+    func treesMailboxRunning(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        let root = thread("root", created: 1)
+        let first = thread("c1", created: 2, parent: "root", session: "root")
+        let second = thread("c2", created: 3, parent: "c1", session: "root")
+        let other = thread("other", created: 4)
+        try await store.commit([.putThread(root), .putThread(second), .putThread(first), .putThread(other)])
+        #expect(try await store.agentTree("root").map(\.id) == ["c1", "c2"])
+        #expect(try await store.agentTree("other").isEmpty)
+
+        let items = (0..<3).map { ContextItem(role: .developer, kind: .mailbox, text: "report \($0)") }
+        for item in items { try await store.commit([.enqueueMailbox(recipient: "root", item: item)]) }
+        try await store.commit([.enqueueMailbox(recipient: "other", item: items[0])])
+        let pending = try await store.pendingMailbox("root")
+        #expect(pending.map(\.item) == items)
+        #expect(pending.map(\.sequence) == pending.map(\.sequence).sorted())
+        try await store.commit([.removeMailbox(recipient: "root", throughSequence: pending[1].sequence)])
+        #expect(try await store.pendingMailbox("root").map(\.item) == [items[2]])
+        #expect(try await store.pendingMailbox("other").map(\.item) == [items[0]])
+
+        try await store.commit([.putTurn(turn("c1", 0, status: .inProgress)), .putTurn(turn("root", 0)), .putTurn(turn("c2", 0, status: .inProgress))])
+        #expect(try await store.threadsWithRunningTurns() == ["c1", "c2"])
+        try await store.commit([.putTurn(turn("c1", 0, status: .interrupted))])
+        #expect(try await store.threadsWithRunningTurns() == ["c2"])
+    }
+
+    @Test("concurrent commits on different threads all land, and each thread's compare-and-set admits exactly one writer per version", arguments: Backend.allCases)
+    func concurrentCommits(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        try await store.commit((0..<8).map { .putThread(thread("t\($0)", created: Int64($0))) })
+        // 8 threads x 4 writers racing for version 2 of each.
+        let winners = await withTaskGroup(of: String?.self) { group in
+            for index in 0..<32 {
+                group.addTask {
+                    var record = thread("t\(index % 8)", created: Int64(index % 8))
+                    record.version = 2
+                    record.model = "writer \(index)"
+                    do {
+                        try await store.commit([.putThread(record)])
+                        return record.model
+                    } catch {
+                        return nil
+                    }
+                }
+            }
+            var all: [String] = []
+            for await winner in group { if let winner { all.append(winner) } }
+            return all
+        }
+        #expect(winners.count == 8)
+        for index in 0..<8 {
+            let stored = try #require(try await store.threadRecord("t\(index)"))
+            #expect(stored.version == 2)
+            #expect(winners.contains(stored.model))
+        }
+    }
+}
