@@ -52,6 +52,17 @@ public final class PostgresCluster: @unchecked Sendable {
 
     nonisolated(unsafe) static var stopAtExit: (() -> Void)?
 
+    /// A new empty database of the shared cluster (started on first use); its
+    /// URL. The blocking work (initdb, pg_ctl, createdb) runs on a thread of
+    /// its own, never on the test's concurrency pool, which it would starve.
+    public static func database() async throws -> String {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<String, any Error>) in
+            Thread.detachNewThread {
+                continuation.resume(with: Result { try shared.get().makeDatabase() })
+            }
+        }
+    }
+
     /// A new empty database; its URL.
     public func makeDatabase() throws -> String {
         let name = counter.withLock { () -> String in

@@ -10,8 +10,8 @@ import ThreadwireWire
 struct PostgresServerTests {
     @Test("kill -9 during concurrent writes loses no acknowledged change; a turn left running is recovered as interrupted")
     func killNineOnPostgres() async throws {
-        let url = try PostgresCluster.shared.get().makeDatabase()
-        let server = try ServerProcess(arguments: ["--store", url])
+        let url = try await PostgresCluster.database()
+        let server = try await ServerProcess.launch(arguments: ["--store", url])
         let writers = try await (0..<4).asyncMap { _ in try await server.client() }
         let owned = try await writers.asyncMap { try #require(try await $0.startThread().thread?.id) }
         let held = try #require(try await writers[0].startThread().thread?.id)
@@ -42,7 +42,7 @@ struct PostgresServerTests {
         let threads = await acknowledged.threads
         let lastModels = await acknowledged.lastModels
 
-        try server.start()
+        try await server.startOffPool()
         defer { server.stop() }
         let client = try await server.client()
         for thread in threads {
@@ -61,9 +61,9 @@ struct PostgresServerTests {
 
     @Test("two instances starting at once on an empty database both migrate it and serve the same threads")
     func concurrentStartAndSharedThreads() async throws {
-        let url = try PostgresCluster.shared.get().makeDatabase()
+        let url = try await PostgresCluster.database()
         let (a, b) = try await withThrowingTaskGroup(of: ServerProcess.self) { group in
-            for _ in 0..<2 { group.addTask { try ServerProcess(arguments: ["--store", url]) } }
+            for _ in 0..<2 { group.addTask { try await ServerProcess.launch(arguments: ["--store", url]) } }
             let first = try await group.next()!
             let second = try await group.next()!
             return (first, second)

@@ -110,9 +110,10 @@ struct ProtocolTests {
 
     @Test("a client that never initializes is closed after the handshake timeout")
     func handshakeTimeout() async throws {
-        let server = try ServerProcess(arguments: ["--handshake-timeout-ms", "1500"])
-        let idle = try await server.client(initialize: false)
+        let server = try ServerProcess(arguments: ["--handshake-timeout-ms", "4000"])
+        // Initialized first: a late step of this test must not leave it uninitialized past the timeout.
         let ready = try await server.client()
+        let idle = try await server.client(initialize: false)
         await idle.waitUntilClosed()
         #expect(!idle.isActive)
         _ = try await ready.startThread()  // initialized connections stay

@@ -148,7 +148,7 @@ struct SecurityTests {
         }
         #expect(result.principal == "default")
         // The CLI adds its token to an initialize written by hand.
-        let (status, output) = try runCLI(["call", "initialize", "--json", #"{"client_info": {"name": "by hand"}}"#,
+        let (status, output) = try await runCLI(["call", "initialize", "--json", #"{"client_info": {"name": "by hand"}}"#,
                                            "--server", "127.0.0.1:\(server.port)", "--auth-token", carolToken])
         #expect(status == 0)
         #expect(output.contains(#""principal": "default""#))
@@ -352,7 +352,10 @@ struct SecurityTests {
     @Test("listening off loopback without authentication refuses to start and names both ways out; --allow-unauthenticated starts with a warning")
     func refusesInsecureExposure() async throws {
         let dataDir = NSTemporaryDirectory() + "threadwire-exposure-" + UUID().uuidString
-        func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32?, stdout: String, stderr: String) {
+        func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32?, stdout: String, stderr: String) {
+            try await offThread { try runBlocking(arguments, environment: environment) }
+        }
+        @Sendable func runBlocking(_ arguments: [String], environment: [String: String]) throws -> (status: Int32?, stdout: String, stderr: String) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: ServerProcess.binary)
             process.arguments = ["--listen", "0.0.0.0:0", "--data-dir", dataDir] + arguments
@@ -379,23 +382,23 @@ struct SecurityTests {
             return (process.terminationStatus, String(decoding: stdout, as: UTF8.self),
                     String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
         }
-        let refused = try run([])
+        let refused = try await run([])
         #expect(refused.status != 0)
         #expect(!refused.stdout.contains("listening on"))
         #expect(refused.stderr.contains("--auth-tokens"))
         #expect(refused.stderr.contains("--allow-unauthenticated"))
 
-        let allowed = try run(["--allow-unauthenticated"])
+        let allowed = try await run(["--allow-unauthenticated"])
         #expect(allowed.stdout.contains("listening on"))
         #expect(allowed.stderr.contains("WITHOUT authentication"))
 
-        let authenticated = try run([], environment: ["THREADWIRE_AUTH_TOKEN": carolToken])
+        let authenticated = try await run([], environment: ["THREADWIRE_AUTH_TOKEN": carolToken])
         #expect(authenticated.stdout.contains("listening on"))
         #expect(!authenticated.stderr.contains("WITHOUT authentication"))
 
         // Client certificates authenticate too.
-        let certs = try makeCertificates()
-        let mutual = try run(["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem"])
+        let certs = try await makeCertificates()
+        let mutual = try await run(["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem"])
         #expect(mutual.stdout.contains("listening on"))
         #expect(!mutual.stderr.contains("WITHOUT authentication"))
     }
@@ -443,7 +446,20 @@ extension Wire.Response {
 }
 
 /// Certificates made by tests/make_test_certs.sh (openssl) in a fresh directory.
-private func makeCertificates() throws -> String {
+private func makeCertificates() async throws -> String {
+    try await offThread { try makeCertificatesBlocking() }
+}
+
+/// Blocking work (child processes) on a thread of its own: the test
+/// concurrency pool has as many threads as cores, and a blocked one starves
+/// other tests.
+func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+private func makeCertificatesBlocking() throws -> String {
     let dir = NSTemporaryDirectory() + "threadwire-certs-" + UUID().uuidString
     let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("tests/make_test_certs.sh").path
@@ -457,7 +473,11 @@ private func makeCertificates() throws -> String {
 }
 
 /// Runs the CLI; returns its exit status and standard output.
-private func runCLI(_ arguments: [String]) throws -> (Int32, String) {
+private func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
+    try await offThread { try runCLIBlocking(arguments) }
+}
+
+private func runCLIBlocking(_ arguments: [String]) throws -> (Int32, String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
     process.arguments = arguments
@@ -485,7 +505,7 @@ private func refused(_ server: ServerProcess, _ tls: ClientTLS) async -> Bool {
 struct TLSTests {
     @Test("over TLS the Swift client and the CLI work end to end; plain TCP and a client trusting another CA get nothing")
     func tlsEndToEnd() async throws {
-        let certs = try makeCertificates()
+        let certs = try await makeCertificates()
         let server = try ServerProcess(arguments: ["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key"])
         defer { server.stop() }
         let tls = ClientTLS(caFile: certs + "/ca.pem")
@@ -495,10 +515,10 @@ struct TLSTests {
         _ = try await client.runTurn(thread, "hello over TLS")
         #expect(try await client.read(thread).thread?.turns.count == 1)
 
-        let (status, output) = try runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)", "--tls-ca", certs + "/ca.pem"])
+        let (status, output) = try await runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)", "--tls-ca", certs + "/ca.pem"])
         #expect(status == 0)
         #expect(output.contains("over tls"))
-        let (plainStatus, _) = try runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)"])
+        let (plainStatus, _) = try await runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)"])
         #expect(plainStatus != 0)
 
         // A plain-TCP client's frames are not TLS: no frame ever comes back.
@@ -515,7 +535,7 @@ struct TLSTests {
 
     @Test("mutual TLS: the certificate's common name is the principal; no certificate or another CA's is refused; a token must agree with the certificate")
     func mutualTLS() async throws {
-        let certs = try makeCertificates()
+        let certs = try await makeCertificates()
         let tokens = certs + "/tokens"
         try "alice \(aliceToken)\nbob \(bobToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
         let server = try ServerProcess(arguments: [
@@ -545,7 +565,7 @@ struct TLSTests {
         #expect(try await alice.read(thread).thread?.id == thread)
 
         // The CLI presents its certificate too.
-        let (status, output) = try runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)",
+        let (status, output) = try await runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)",
                                            "--tls-ca", certs + "/ca.pem", "--tls-cert", certs + "/alice.pem", "--tls-key", certs + "/alice.key"])
         #expect(status == 0)
         #expect(output.contains(thread))

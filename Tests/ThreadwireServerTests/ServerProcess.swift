@@ -43,6 +43,18 @@ final class ServerProcess: @unchecked Sendable {
         try start()
     }
 
+    /// `init` on a thread of its own: waiting for a slow start (a server that
+    /// first migrates a PostgreSQL database) must not hold one of the test
+    /// concurrency pool's few threads, which other tests need meanwhile.
+    static func launch(config: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) async throws -> ServerProcess {
+        try await offThread { try ServerProcess(config: config, arguments: arguments, environment: environment) }
+    }
+
+    /// `start` on a thread of its own (see `launch`).
+    func startOffPool() async throws {
+        try await offThread { [self] in try start() }
+    }
+
     /// Writes a new config (takes effect at the next restart).
     func rewriteConfig(_ config: String) throws {
         try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8)
@@ -177,9 +189,23 @@ final class ServerProcess: @unchecked Sendable {
         try start()
     }
 
+    /// A server nobody stopped: SIGTERM now, and the waiting (up to 10 s, then
+    /// SIGKILL) on a thread of its own, never on the test's concurrency pool
+    /// (a server still draining a client that does not read would hold one of
+    /// its few threads for seconds and starve other tests).
     deinit {
-        stop()
-        try? FileManager.default.removeItem(atPath: dataDir)
+        let dataDir = self.dataDir
+        guard let process, process.isRunning else {
+            try? FileManager.default.removeItem(atPath: dataDir)
+            return
+        }
+        process.terminate()
+        Thread.detachNewThread {
+            let deadline = Date().addingTimeInterval(10)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            try? FileManager.default.removeItem(atPath: dataDir)
+        }
     }
 }
 

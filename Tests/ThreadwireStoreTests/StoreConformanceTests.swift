@@ -19,7 +19,7 @@ enum Backend: String, CaseIterable, CustomStringConvertible, Sendable {
         case .sqlite:
             return try SQLiteThreadStore(directory: NSTemporaryDirectory() + "threadwire-conformance-" + UUID().uuidString)
         case .postgres:
-            let url = try PostgresCluster.shared.get().makeDatabase()
+            let url = try await PostgresCluster.database()
             return try await PostgresThreadStore.connect(url: url, logger: Logger(label: "conformance"))
         }
     }
