@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-security fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-security bench-postgres fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -152,6 +152,11 @@ bench-ceiling: apt-deps py-deps
 bench-security: apt-deps
 	swift build -c release
 	Benchmarks/security.sh
+
+## Issue 12: the PostgreSQL store vs SQLite, and vs pgbench's durable one-row updates.
+bench-postgres: apt-deps
+	swift build -c release
+	Benchmarks/postgres.sh
 
 ## Issue 10: perf profile of health/check in the release server (SERVER_BIN=... for another build).
 bench-profile: apt-deps py-deps

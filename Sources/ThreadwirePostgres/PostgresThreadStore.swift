@@ -135,6 +135,12 @@ public final class PostgresThreadStore: ThreadStore {
     // MARK: Writes
 
     public func commit(_ operations: [StoreOperation]) async throws {
+        // One statement is atomic by itself: no BEGIN and COMMIT round trips
+        // (a settings update is then one round trip, like pgbench's).
+        if operations.count == 1 {
+            try await client.withConnection { connection in try await self.apply(operations[0], connection) }
+            return
+        }
         try await client.withTransaction(logger: logger) { connection in
             for operation in operations { try await self.apply(operation, connection) }
         }
@@ -181,11 +187,19 @@ public final class PostgresThreadStore: ThreadStore {
             for try await _ in rows { changed += 1 }
             guard changed == 1 else { throw StoreConflict(threadID: r.id, expectedVersion: r.version <= 1 ? 0 : r.version - 1) }
         case let .appendHistory(id, first, items):
+            guard !items.isEmpty else { return }
+            // One statement for all the items (one round trip).
+            var binds = PostgresBindings()
+            var rows: [String] = []
             for (offset, item) in items.enumerated() {
-                try await connection.query(
-                    "INSERT INTO context_items (thread_id, seq, record) VALUES (\(id), \(first + offset), \(Data(item.wire.serializedBytes())))",
-                    logger: logger)
+                binds.append(id)
+                binds.append(first + offset)
+                try binds.append(Data(item.wire.serializedBytes()), context: .default)
+                rows.append("($\(binds.count - 2), $\(binds.count - 1), $\(binds.count))")
             }
+            try await connection.query(PostgresQuery(
+                unsafeSQL: "INSERT INTO context_items (thread_id, seq, record) VALUES " + rows.joined(separator: ", "), binds: binds),
+                logger: logger)
         case let .putTurn(turn):
             try await connection.query("""
                 INSERT INTO turns (thread_id, turn_id, seq, record, status)
