@@ -14,24 +14,7 @@ struct LifecycleTests {
         let writers = try await (0..<4).asyncMap { _ in try await server.client() }
         let owned = try await writers.asyncMap { try #require(try await $0.startThread().thread?.id) }
         let acknowledged = Acknowledged()
-        let stream = Task {
-            await withTaskGroup(of: Void.self) { group in
-                for (w, writer) in writers.enumerated() {
-                    group.addTask {
-                        for n in 0..<100_000 {
-                            if n % 2 == 0 {
-                                guard let thread = try? await writer.startThread(Wire.ThreadStartParams(name: "w\(w)-\(n)")).thread?.id else { return }
-                                await acknowledged.thread(thread)
-                            } else {
-                                let update = Wire.ThreadSettingsUpdateParams(threadId: owned[w], model: "m-\(n)")
-                                guard (try? await writer.updateSettings(update)) != nil else { return }
-                                await acknowledged.model(w, n)
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let stream = acknowledged.writeUntilFailure(writers, owned: owned)
         // Kill at a random moment once the stream is well under way.
         while await acknowledged.count < 40 { try await Task.sleep(for: .milliseconds(5)) }
         try await Task.sleep(for: .milliseconds(Int.random(in: 0...150)))
@@ -42,14 +25,7 @@ struct LifecycleTests {
 
         try server.start()
         let client = try await server.client()
-        for thread in threads {
-            #expect(try await client.read(thread, turns: false).thread?.id == thread, "acknowledged thread \(thread) lost")
-        }
-        for (w, thread) in owned.enumerated() {
-            let stored = try #require(try await client.read(thread, turns: false).thread?.model)
-            let counter = stored.hasPrefix("m-") ? Int(stored.dropFirst(2)) ?? -1 : -1
-            #expect(counter >= lastModels[w] ?? -1, "writer \(w): stored \(stored), last acknowledged m-\(lastModels[w] ?? -1)")
-        }
+        try await Acknowledged.expectPresent(threads: threads, lastModels: lastModels, owned: owned, client)
     }
 
     @Test("thread/list pages with a cursor, sorts, filters by parent and archived")
@@ -150,6 +126,45 @@ actor Acknowledged {
     var count: Int { threads.count + lastModels.count }
     func thread(_ id: String) { threads.append(id) }
     func model(_ writer: Int, _ n: Int) { lastModels[writer] = n }
+}
+
+extension Acknowledged {
+    /// Each writer owns `owned[w]`: it alternately starts a thread and sets its
+    /// own thread's model to a counter, recording every acknowledged change,
+    /// until a call fails (the server died).
+    nonisolated func writeUntilFailure(_ writers: [ThreadwireClient], owned: [String]) -> Task<Void, Never> {
+        Task {
+            await withTaskGroup(of: Void.self) { group in
+                for (w, writer) in writers.enumerated() {
+                    group.addTask {
+                        for n in 0..<100_000 {
+                            if n % 2 == 0 {
+                                guard let thread = try? await writer.startThread(Wire.ThreadStartParams(name: "w\(w)-\(n)")).thread?.id else { return }
+                                await self.thread(thread)
+                            } else {
+                                let update = Wire.ThreadSettingsUpdateParams(threadId: owned[w], model: "m-\(n)")
+                                guard (try? await writer.updateSettings(update)) != nil else { return }
+                                await self.model(w, n)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every acknowledged thread exists, and each owned thread's model is at
+    /// least the last acknowledged counter.
+    static func expectPresent(threads: [String], lastModels: [Int: Int], owned: [String], _ client: ThreadwireClient) async throws {
+        for thread in threads {
+            #expect(try await client.read(thread, turns: false).thread?.id == thread, "acknowledged thread \(thread) lost")
+        }
+        for (w, thread) in owned.enumerated() {
+            let stored = try #require(try await client.read(thread, turns: false).thread?.model)
+            let counter = stored.hasPrefix("m-") ? Int(stored.dropFirst(2)) ?? -1 : -1
+            #expect(counter >= lastModels[w] ?? -1, "writer \(w): stored \(stored), last acknowledged m-\(lastModels[w] ?? -1)")
+        }
+    }
 }
 
 extension Sequence {

@@ -17,24 +17,7 @@ struct PostgresServerTests {
         let held = try #require(try await writers[0].startThread().thread?.id)
         let heldTurn = try await writers[0].startTurn(held, "#hold")
         let acknowledged = Acknowledged()
-        let stream = Task {
-            await withTaskGroup(of: Void.self) { group in
-                for (w, writer) in writers.enumerated() {
-                    group.addTask {
-                        for n in 0..<100_000 {
-                            if n % 2 == 0 {
-                                guard let thread = try? await writer.startThread(Wire.ThreadStartParams(name: "w\(w)-\(n)")).thread?.id else { return }
-                                await acknowledged.thread(thread)
-                            } else {
-                                let update = Wire.ThreadSettingsUpdateParams(threadId: owned[w], model: "m-\(n)")
-                                guard (try? await writer.updateSettings(update)) != nil else { return }
-                                await acknowledged.model(w, n)
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let stream = acknowledged.writeUntilFailure(writers, owned: owned)
         while await acknowledged.count < 200 { try await Task.sleep(for: .milliseconds(5)) }
         try await Task.sleep(for: .milliseconds(Int.random(in: 0...150)))
         server.kill9()
@@ -45,14 +28,7 @@ struct PostgresServerTests {
         try await server.startOffPool()
         defer { server.stop() }
         let client = try await server.client()
-        for thread in threads {
-            #expect(try await client.read(thread, turns: false).thread?.id == thread, "acknowledged thread \(thread) lost")
-        }
-        for (w, thread) in owned.enumerated() {
-            let stored = try #require(try await client.read(thread, turns: false).thread?.model)
-            let counter = stored.hasPrefix("m-") ? Int(stored.dropFirst(2)) ?? -1 : -1
-            #expect(counter >= lastModels[w] ?? -1, "writer \(w): stored \(stored), last acknowledged m-\(lastModels[w] ?? -1)")
-        }
+        try await Acknowledged.expectPresent(threads: threads, lastModels: lastModels, owned: owned, client)
         let recovered = try #require(try await client.read(held).thread?.turns.first { $0.id == heldTurn })
         #expect(recovered.status == .interrupted)
         // And the thread takes a new turn.
