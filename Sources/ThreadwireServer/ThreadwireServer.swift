@@ -212,9 +212,11 @@ public final class ThreadwireServer: Service, Sendable {
     private func drain() async {
         services.logger.info("draining", metadata: ["tw.connections": "\(services.registry.count)"])
         // In-flight requests finish: each connection's queue empties (new
-        // requests are answered UNAVAILABLE while draining).
+        // requests are answered UNAVAILABLE while draining). A connection
+        // whose client does not take its answers (not writable) cannot
+        // finish its queue: it is not waited for.
         let deadline = ContinuousClock.now + .seconds(10)
-        while services.registry.all.contains(where: \.hasRequestsInFlight), ContinuousClock.now < deadline {
+        while services.registry.all.contains(where: { $0.hasRequestsInFlight && $0.channel.isWritable }), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
         // Running turns get their grace, then are interrupted and recorded.

@@ -91,8 +91,10 @@ struct LimitsTests {
         _ = await first.readFrames(1, seconds: 10)
         try first.send(header + part)
         let good = try await server.client()
-        // The first connection's share is held before the second arrives.
-        try await Task.sleep(for: .milliseconds(200))
+        // The first connection's share is held before the second arrives:
+        // its bytes reached the server's socket, and the server reads eagerly.
+        await first.waitUntilSent(seconds: 10)
+        try await Task.sleep(for: .milliseconds(300))
         let second = try RawSocket(port: server.port)
         defer { second.close() }
         try second.send(header + part)

@@ -40,6 +40,18 @@ final class RawSocket: @unchecked Sendable {
     static let initialize = frame(id: 1, .initialize(Wire.InitializeParams(
         clientInfo: Wire.ClientInfo(name: "raw"), protocolVersion: 1)))
 
+    /// Bytes sent but not yet acknowledged by the peer's kernel (SIOCOUTQ).
+    var unsentBytes: Int {
+        var count: Int32 = 0
+        return ioctl(fd, UInt(TIOCOUTQ), &count) == 0 ? Int(count) : -1
+    }
+
+    /// Waits until the peer's kernel took everything sent (at most `seconds`).
+    func waitUntilSent(seconds: Double) async {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while unsentBytes > 0, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+    }
+
     /// Sends all of `bytes` (blocking).
     func send(_ bytes: [UInt8]) throws {
         var offset = 0
