@@ -22,17 +22,9 @@ struct ReplayTests {
             await client.close()
         }
         try await Task.sleep(for: .milliseconds(200))  // the recorder writes its buffer every 20 ms
-        let replay = Process()
-        replay.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
-        replay.arguments = ["replay", "--server", "127.0.0.1:\(server.port)", capture, "--connections", "64", "--json"]
-        let output = Pipe()
-        replay.standardOutput = output
-        replay.standardError = Pipe()
-        try replay.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        replay.waitUntilExit()
-        let report = try JSONValue.parse(String(decoding: data, as: UTF8.self))
-        #expect(replay.terminationStatus == 0)
+        let (status, output) = try await runCLI(["replay", "--server", "127.0.0.1:\(server.port)", capture, "--connections", "64", "--json"])
+        let report = try JSONValue.parse(output)
+        #expect(status == 0)
         #expect(report["errors"] == .int(0))
         // 64 connections x at least 8 recorded requests per session (initialize is
         // not replayed; the turn waits add thread/read polls).

@@ -267,13 +267,8 @@ struct SecurityTests {
             {"timestamp":"2026-05-01T10:00:00.000Z","type":"session_meta","payload":{"id":"0196a000-0000-7000-8000-0000000a11ce","timestamp":"2026-05-01T10:00:00.000Z","cwd":"/repo","originator":"codex_cli_rs","cli_version":"0.40.0","source":"cli","model_provider":"openai"}}
             {"timestamp":"2026-05-01T10:00:01.500Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"fix the bug"}]}}
             """.write(toFile: rollout, atomically: true, encoding: .utf8)
-        let importer = Process()
-        importer.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
-        importer.arguments = ["import", "--owner", "alice", "--data-dir", server.dataDir + "/store", rollout]
-        importer.standardOutput = Pipe()
-        try importer.run()
-        importer.waitUntilExit()
-        #expect(importer.terminationStatus == 0)
+        let (status, _) = try await runCLI(["import", "--owner", "alice", "--data-dir", server.dataDir + "/store", rollout])
+        #expect(status == 0)
         try server.start()
         defer { server.stop() }
         let id = "0196a000-0000-7000-8000-0000000a11ce"
@@ -470,24 +465,6 @@ private func makeCertificatesBlocking() throws -> String {
     process.waitUntilExit()
     guard process.terminationStatus == 0 else { throw TestTimeout(description: "make_test_certs.sh failed") }
     return dir
-}
-
-/// Runs the CLI; returns its exit status and standard output.
-private func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
-    try await offThread { try runCLIBlocking(arguments) }
-}
-
-private func runCLIBlocking(_ arguments: [String]) throws -> (Int32, String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
-    process.arguments = arguments
-    let out = Pipe()
-    process.standardOutput = out
-    process.standardError = Pipe()
-    try process.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
 /// True when a TLS client cannot get an initialize answered (handshake refused).

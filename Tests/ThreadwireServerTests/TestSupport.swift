@@ -139,3 +139,20 @@ func expectStatus(_ code: UInt32, mentioning: String, _ body: () async throws ->
         Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
     }
 }
+
+/// Runs the `threadwire` CLI beside the server binary, off the test
+/// concurrency pool; returns its exit status and standard output.
+func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
+    try await offThread {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = Pipe()
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
