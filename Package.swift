@@ -94,7 +94,7 @@ let package = Package(
         .target(
             name: "ThreadwireServer",
             dependencies: [
-                "ThreadwireCore", "ThreadwireWire", "ThreadwireStore", "ThreadwireContract", "ThreadwireNIO",
+                "ThreadwireCore", "ThreadwireWire", "ThreadwireStore", "ThreadwireContract", "ThreadwireNIO", "ThreadwireClient",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -135,7 +135,7 @@ let package = Package(
         .executableTarget(
             name: "ThreadwireServerMain",
             dependencies: [
-                "ThreadwireServer", "ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin",
+                "ThreadwireServer", "ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Metrics", package: "swift-metrics"),

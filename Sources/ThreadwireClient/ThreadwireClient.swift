@@ -130,10 +130,11 @@ public final class ThreadwireClient: Sendable {
 
     /// initialize with a client name.
     @discardableResult
-    public func initialize(name: String = "threadwire-swift", optOut: [String] = [], authToken: String? = nil) async throws -> Wire.InitializeResult {
+    public func initialize(name: String = "threadwire-swift", optOut: [String] = [], authToken: String? = nil,
+                           peer: Wire.PeerHello? = nil) async throws -> Wire.InitializeResult {
         let result = try await self.result(.initialize(Wire.InitializeParams(
             clientInfo: Wire.ClientInfo(name: name, version: "0.1.0"), protocolVersion: 1,
-            capabilities: Wire.Capabilities(optOutNotificationMethods: optOut), authToken: authToken)))
+            capabilities: Wire.Capabilities(optOutNotificationMethods: optOut), authToken: authToken, peer: peer)))
         guard case let .initialize(value) = result else { throw ClientError.unexpectedResult("\(result)") }
         return value
     }

@@ -17,6 +17,7 @@ public protocol ModelBackend: Sendable {
 ///   `#tool NAME {json}`  emit a tool call on the turn's first model call
 ///   `#hold`              keep the turn running until it is interrupted
 ///   `#fail`              fail the turn
+///   `#sleep MS`          answer after MS milliseconds (a slow model)
 public struct ScriptedEchoBackend: ModelBackend {
     public init() {}
 
@@ -34,6 +35,9 @@ public struct ScriptedEchoBackend: ModelBackend {
         }
         if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#hold" }) {
             while true { try await Task.sleep(nanoseconds: 3_600_000_000_000) }
+        }
+        if let line = lines.first(where: { $0.hasPrefix("#sleep ") }), let ms = Int(line.dropFirst("#sleep ".count).trimmingCharacters(in: .whitespaces)) {
+            try await Task.sleep(for: .milliseconds(max(0, ms)))
         }
         let plain = lines.filter { !$0.hasPrefix("#") }.joined(separator: "\n")
         let toolsAlreadyRan = afterInput.contains { $0.kind == .toolOutput }

@@ -421,10 +421,13 @@ extension ThreadEngine {
                 // A V2 child takes the spawning turn's effective mode as its selection.
                 child.selectedMode = spawningMode
             }
-            try await commitCreation(child.owner, [.putThread(child)])
+            try await commitCreation(child.owner, [.putThread(child)], fence: parentOwner.fence)
             return child
         }
-        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber)
+        // The child joins its parent's agent tree, held under the same lease.
+        if let fence = parentOwner.fence { _ = heldTrees.join(fence.tree, record.id) }
+        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber,
+                          fence: parentOwner.fence)
         owner.subscribe(all: parentOwner.subscribers)
         let view = ThreadView(stored: owner.state!, includeTurns: false)
         var publications = [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: owner.subscribers)])]

@@ -28,16 +28,21 @@ public final class ThreadEngine: Sendable {
     let tasks = TaskTracker()
     /// Per-principal limits (settings.principalLimits).
     let threadStarts = ThreadStartWindow()
+    /// With several instances on one store: who may change which agent tree
+    /// (nil: this process owns every thread).
+    let coordinator: (any OwnershipCoordinator)?
+    let heldTrees = HeldTrees()
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
-        idleUnloadAfter: Duration = .seconds(1800)
+        idleUnloadAfter: Duration = .seconds(1800), coordinator: (any OwnershipCoordinator)? = nil
     ) {
         self.store = store
         self.backend = backend
         self.settings = settings
         self.sink = sink
         self.idleUnloadAfter = idleUnloadAfter
+        self.coordinator = coordinator
     }
 
     // MARK: - Requests
@@ -69,8 +74,9 @@ public final class ThreadEngine: Sendable {
         // Review threads never see collaboration tools: pinned disabled from birth.
         record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
         record.owner = request.owner
-        try await commitCreation(record.owner, [.putThread(record)])
-        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection)
+        let fence = try await claimNewTree(id)
+        try await commitCreation(record.owner, [.putThread(record)], fence: fence, newTree: true)
+        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
         let view = ThreadView(stored: owner.state!, includeTurns: false)
         return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
     }
@@ -99,7 +105,7 @@ public final class ThreadEngine: Sendable {
     public func forkThread(_ sourceID: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
         let source: StoredThread
-        if let live = directory.snapshot(sourceID) {
+        if let live = liveSnapshot(sourceID)?.stored {
             source = live
         } else if let stored = try await store.loadThread(sourceID) {
             source = stored
@@ -147,9 +153,11 @@ public final class ThreadEngine: Sendable {
         var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: history)]
         operations += turns.map { .putTurn($0) }
         // The fork keeps the source's owner (only the owner reaches the source).
-        try await commitCreation(record.owner, operations)
+        let fence = try await claimNewTree(id)
+        try await commitCreation(record.owner, operations, fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: history, turns: turns),
-                          config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection)
+                          config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection,
+                          fence: fence)
         let started = ThreadView(stored: owner.state!, includeTurns: false)
         return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
                        publications: [owner.publisher.ticket([Delivery(event: .threadStarted(started), recipients: [connection])])])
@@ -161,6 +169,7 @@ public final class ThreadEngine: Sendable {
         if let view = snapshotView(id, includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit) {
             return view
         }
+        try await readFromOwnerIfElsewhere(id)
         if includeModelRequests {
             guard let stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
             var view = ThreadView(record: stored.record, status: .notLoaded, turns: nil, history: stored.history)
@@ -180,12 +189,19 @@ public final class ThreadEngine: Sendable {
     /// A loaded thread's view from its published snapshot, without
     /// suspending; nil when the thread is not loaded.
     public func snapshotView(_ id: ThreadID, includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) -> ThreadView? {
-        directory.published(id)?.view(includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit)
+        liveSnapshot(id)?.view(includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit)
     }
 
     /// A loaded thread's committed state as last published, with a memo for
     /// what readers derive from it; nil when the thread is not loaded.
-    public func published(_ id: ThreadID) -> PublishedThread? { directory.published(id) }
+    public func published(_ id: ThreadID) -> PublishedThread? { liveSnapshot(id) }
+
+    /// A loaded thread's snapshot, unless this instance may have lost its
+    /// lease unnoticed (paused past its expiry): the store answers then.
+    func liveSnapshot(_ id: ThreadID) -> PublishedThread? {
+        guard coordinator == nil || heldTrees.surelyValid else { return nil }
+        return directory.published(id)
+    }
 
     /// The principal a thread belongs to (nil if there is no such thread):
     /// from its snapshot when loaded, else the store. It never changes, so a
@@ -203,9 +219,10 @@ public final class ThreadEngine: Sendable {
     public func listTurns(_ id: ThreadID, cursor: String?, limit: Int, descending: Bool) async throws -> (turns: [TurnRecord], more: Bool) {
         let after = try cursor.map(TurnCursor.decode)
         let turns: [TurnRecord]
-        if let snapshot = directory.snapshot(id) {
+        if let snapshot = liveSnapshot(id)?.stored {
             turns = snapshot.turns.page(afterSequence: after, limit: limit + 1, descending: descending)
         } else {
+            try await readFromOwnerIfElsewhere(id)
             guard let stored = try await store.turnsPage(id, afterSequence: after, limit: limit + 1, descending: descending) else {
                 throw DomainError.notFound("thread \(id) not found")
             }
@@ -374,8 +391,9 @@ public final class ThreadEngine: Sendable {
     }
 
     /// Registers a thread this engine just created and committed.
-    func adopt(_ stored: StoredThread, config: ThreadConfig, subscriber: ConnectionID?) -> ThreadOwner {
+    func adopt(_ stored: StoredThread, config: ThreadConfig, subscriber: ConnectionID?, fence: LeaseFence?) -> ThreadOwner {
         let owner = ThreadOwner(id: stored.record.id, sink: sink)
+        owner.fence = fence
         owner.state = stored
         owner.config = config
         if let subscriber { owner.subscribe(subscriber) }
@@ -387,6 +405,9 @@ public final class ThreadEngine: Sendable {
     func retire(_ owner: ThreadOwner) {
         owner.retired = true
         directory.remove(owner)
+        if let fence = owner.fence, let coordinator, let released = heldTrees.leave(fence, owner.id) {
+            tasks.spawn { await coordinator.release([released]) }
+        }
     }
 
     /// Commits `operations` and installs `next` as the owner's state and
@@ -396,12 +417,20 @@ public final class ThreadEngine: Sendable {
     /// or a partition) fails loudly instead of overwriting turns or history.
     /// Commits the creation of a thread within its principal's
     /// threads-per-minute limit; a failed commit gives the slot back.
-    func commitCreation(_ principal: Principal, _ operations: [StoreOperation]) async throws {
-        let reservation = try threadStarts.reserve(principal, limit: settings.principalLimits.maxThreadsStartedPerMinute)
+    /// With `newTree`, a failed commit also gives the new tree's lease back.
+    func commitCreation(_ principal: Principal, _ operations: [StoreOperation], fence: LeaseFence?, newTree: Bool = false) async throws {
+        let reservation: ContinuousClock.Instant?
         do {
-            try await commit(operations)
+            reservation = try threadStarts.reserve(principal, limit: settings.principalLimits.maxThreadsStartedPerMinute)
+        } catch {
+            if newTree { abandonNewTree(fence) }
+            throw error
+        }
+        do {
+            try await commit(operations, fence: fence)
         } catch {
             threadStarts.refund(principal, reservation)
+            if newTree { abandonNewTree(fence) }
             throw error
         }
     }
@@ -413,7 +442,7 @@ public final class ThreadEngine: Sendable {
             operations.insert(.putThread(next.record.bumped()), at: 0)
         }
         for case let .putThread(record) in operations where record.id == owner.id { next.record.version = record.version }
-        try await commit(operations)
+        try await commit(operations, fence: owner.fence)
         owner.state = next
         directory.publish(next)
     }
@@ -428,6 +457,12 @@ public final class ThreadEngine: Sendable {
     /// items move into the history.
     func load(_ owner: ThreadOwner) async throws {
         let id = owner.id
+        if coordinator != nil, owner.fence == nil {
+            // The tree is claimed before the thread is read, so the read sees
+            // every commit of the previous owner.
+            guard let head = try await store.threadRecord(id) else { throw DomainError.notFound("thread \(id) not found") }
+            owner.fence = try await claimTree(head.sessionID, thread: id)
+        }
         guard var stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
         let before = stored.record
         var operations: [StoreOperation] = []
@@ -452,7 +487,7 @@ public final class ThreadEngine: Sendable {
             stored.record.version = before.version + 1
             operations.insert(.putThread(stored.record), at: 0)
         }
-        if !operations.isEmpty { try await commit(operations) }
+        if !operations.isEmpty { try await commit(operations, fence: owner.fence) }
         owner.config = try threadConfig(overrides: stored.record.configOverrides, ceilings: .clamp)
         owner.state = stored
         directory.publish(stored)
@@ -464,12 +499,24 @@ public final class ThreadEngine: Sendable {
 
     /// Recovers every turn a dead process left running, so no thread reports
     /// ACTIVE for a turn nobody runs. Run once at startup, before serving.
+    /// With several instances, only threads no live instance owns.
     public func recoverInterruptedTurns() async throws -> Int {
-        let ids = try await store.threadsWithRunningTurns()
-        for id in ids {
-            try await withOwner(id) { owner in scheduleUnloadIfIdle(owner) }
+        let ids: [ThreadID]
+        if let coordinator {
+            ids = try await coordinator.orphanedRunningThreads()
+        } else {
+            ids = try await store.threadsWithRunningTurns()
         }
-        return ids.count
+        var recovered = 0
+        for id in ids {
+            do {
+                try await withOwner(id) { owner in scheduleUnloadIfIdle(owner) }
+                recovered += 1
+            } catch is OwnedElsewhere {
+                continue  // another instance took it meanwhile and recovers it
+            }
+        }
+        return recovered
     }
 
     /// Moves a thread's undelivered mailbox items into its history (a
@@ -508,11 +555,14 @@ public final class ThreadEngine: Sendable {
         return value
     }
 
-    func commit(_ operations: [StoreOperation]) async throws {
+    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
         do {
-            try await store.commit(operations)
+            try await store.commit(operations, fence: fence)
         } catch let error as DomainError {
             throw error
+        } catch let lost as LeaseLost {
+            tasks.spawn { [self] in await treeLost(lost.fence) }
+            throw DomainError.unavailable(lost.description + "; retry, the request then reaches the new owner")
         } catch let conflict as StoreConflict {
             throw conflict.expectedVersion == 0
                 ? DomainError.alreadyExists(conflict.description)
@@ -568,6 +618,7 @@ public final class ThreadEngine: Sendable {
         // Runners of interrupted turns were cancelled; they and any mailbox
         // delivery end here rather than being abandoned at exit.
         await tasks.waitForAll(timeout: .seconds(5))
+        await releaseAllLeases()
     }
 
     // MARK: - Views
@@ -592,6 +643,9 @@ final class ThreadOwner: @unchecked Sendable {
     var config = ThreadConfig()
     /// Set when unloaded; a command that queued on a retired owner looks again.
     var retired = false
+    /// The lease of its agent tree this owner commits under (several
+    /// instances on one store), nil otherwise.
+    var fence: LeaseFence?
     var runner: Task<Void, Never>?
     var unloadTimer: Task<Void, Never>?
 

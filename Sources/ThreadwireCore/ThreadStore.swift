@@ -54,6 +54,10 @@ public struct ThreadListQuery: Sendable, Equatable {
 /// knows how it stores (no SQL leaves it).
 public protocol ThreadStore: Sendable {
     func commit(_ operations: [StoreOperation]) async throws
+    /// A commit applied only while `fence` is the current lease of its agent
+    /// tree (several instances on one store); throws `LeaseLost` otherwise.
+    /// Stores that one process owns alone never receive a fence.
+    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws
     func loadThread(_ id: ThreadID) async throws -> StoredThread?
     func threadRecord(_ id: ThreadID) async throws -> ThreadRecord?
     /// A page of records and the cursor of the next page (nil on the last).
@@ -75,6 +79,13 @@ public protocol ThreadStore: Sendable {
 
 extension ThreadStore {
     public func probe() async throws {}
+
+    public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        guard fence == nil else {
+            throw DomainError.internal("this store cannot check lease fences; it serves one instance only")
+        }
+        try await commit(operations)
+    }
 }
 
 /// Turn page cursors: opaque to clients, a turn sequence to the server.

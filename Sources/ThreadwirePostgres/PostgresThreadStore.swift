@@ -14,9 +14,9 @@ import ThreadwireWire
 /// is append-only. Concurrent commits run on the client's pooled connections
 /// in parallel; PostgreSQL groups their WAL flushes.
 public final class PostgresThreadStore: ThreadStore {
-    private let client: PostgresClient
+    let client: PostgresClient
     private let runner: Task<Void, Never>
-    private let logger: Logger
+    let logger: Logger
     /// Where it connects, without the password (for logs and errors).
     public let location: String
 
@@ -109,6 +109,16 @@ public final class PostgresThreadStore: ThreadStore {
             "CREATE INDEX mailbox_recipient ON mailbox (recipient_id, seq)",
             "CREATE TABLE health_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at BIGINT NOT NULL)",
         ]),
+        (2, [
+            // One row per agent tree (its root's session id) ever owned: the
+            // epoch only grows, so a fence of a former owner never matches again.
+            """
+            CREATE TABLE thread_leases (tree TEXT PRIMARY KEY, instance_id TEXT NOT NULL, address TEXT NOT NULL,
+                epoch BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)
+            """,
+            "CREATE INDEX thread_leases_instance ON thread_leases (instance_id)",
+            "CREATE INDEX threads_session_all ON threads (session_id)",
+        ]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -134,6 +144,22 @@ public final class PostgresThreadStore: ThreadStore {
 
     // MARK: Writes
 
+    /// Fenced: the lease row is read FOR SHARE in the commit's transaction,
+    /// so a takeover (which updates that row) waits for this commit, and a
+    /// commit after a takeover finds another epoch and writes nothing.
+    public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        guard let fence else { return try await commit(operations) }
+        try await transaction { connection in
+            var held = false
+            for try await _ in try await connection.query(
+                "SELECT 1 FROM thread_leases WHERE tree = \(fence.tree) AND epoch = \(fence.epoch) FOR SHARE", logger: logger) {
+                held = true
+            }
+            guard held else { throw LeaseLost(fence: fence) }
+            for operation in operations { try await self.apply(operation, connection) }
+        }
+    }
+
     public func commit(_ operations: [StoreOperation]) async throws {
         // One statement is atomic by itself: no BEGIN and COMMIT round trips
         // (a settings update is then one round trip, like pgbench's).
@@ -141,8 +167,20 @@ public final class PostgresThreadStore: ThreadStore {
             try await client.withConnection { connection in try await self.apply(operations[0], connection) }
             return
         }
-        try await client.withTransaction(logger: logger) { connection in
+        try await transaction { connection in
             for operation in operations { try await self.apply(operation, connection) }
+        }
+    }
+
+    /// A transaction whose refusals (a stale version, a lost lease) reach
+    /// the caller as themselves, not wrapped in the driver's error.
+    private func transaction(_ body: (PostgresConnection) async throws -> Void) async throws {
+        do {
+            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        } catch let error as PostgresTransactionError {
+            if let refusal = error.closureError as? StoreConflict { throw refusal }
+            if let refusal = error.closureError as? LeaseLost { throw refusal }
+            throw error
         }
     }
 

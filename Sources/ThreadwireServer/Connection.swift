@@ -30,6 +30,8 @@ final class Connection: Sendable {
         /// The token this connection authenticated with, to close it if the
         /// token is revoked (SIGHUP). Never logged.
         var credential: [UInt8]?
+        /// Another instance relaying its clients' requests.
+        var peer = false
     }
     private let state = NIOLockedValueBox(State())
     private struct Queue {
@@ -70,13 +72,24 @@ final class Connection: Sendable {
     /// and always on a server without authentication).
     var principal: Principal { state.withLockedValue { $0.principal } }
 
-    func markInitialized(optOut: [String], principal: Principal = .standalone, credential: [UInt8]? = nil) -> Bool {
+    /// Whether this is another instance relaying requests (never relayed again).
+    var isPeer: Bool { state.withLockedValue { $0.peer } }
+
+    /// The notification methods the client opted out of.
+    var optedOut: [String] { state.withLockedValue { Array($0.optOut) } }
+
+    /// Requests relayed to other instances for this client (set by the
+    /// forwarder; closed with the connection).
+    let upstreams = NIOLockedValueBox<[String: Upstream]>([:])
+
+    func markInitialized(optOut: [String], principal: Principal = .standalone, credential: [UInt8]? = nil, peer: Bool = false) -> Bool {
         let done = state.withLockedValue { state in
             if state.initialized { return false }
             state.initialized = true
             state.optOut = Set(optOut)
             state.principal = principal
             state.credential = credential
+            state.peer = peer
             return true
         }
         if done { frameLimit.raise(to: limits.maxFrameBytes) }
@@ -155,6 +168,11 @@ final class Connection: Sendable {
     }
 
     func closed() {
+        let relays = upstreams.withLockedValue { table in
+            defer { table.removeAll() }
+            return Array(table.values)
+        }
+        for relay in relays { relay.close() }
         let waiters = writableWaiters.withLockedValue { waiters in
             closing.store(true, ordering: .relaxed)
             defer { waiters.removeAll() }

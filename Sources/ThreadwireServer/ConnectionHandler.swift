@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 import Metrics
 import NIOCore
 import ThreadwireCore
@@ -280,6 +281,13 @@ enum RequestLoop {
             } else {
                 outcome = try await spec.handler(params, context)
             }
+        } catch let elsewhere as OwnedElsewhere {
+            let response = await Forwarding.forward(request, params, to: elsewhere, connection: connection, services: services)
+            let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
+            services.metrics.request(method: method, code: code, duration: .now - received)
+            services.metrics.forwarded(method: method, code: code, duration: .now - received)
+            connection.send(response)
+            return
         } catch {
             let mapped = RequestError(error)
             if mapped.code == .internal {
@@ -381,17 +389,39 @@ enum RequestLoop {
         connection.send(response, flush: flush)
     }
 
-    /// The task's value, or nil if the timeout passes first.
+    /// The task's value, or nil if the timeout passes first. Returns at the
+    /// timeout even if the task never ends (a task group would wait for it:
+    /// awaiting a task's value ignores cancellation).
     static func firstOf<T: Sendable>(_ task: Task<T, any Error>, timeoutMs: UInt32) async throws -> T? {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await task.value }
-            group.addTask {
-                try? await Task.sleep(for: .milliseconds(Int(timeoutMs)))
-                return nil
+        let outcome = OneShot<T?>()
+        return try await withCheckedThrowingContinuation { continuation in
+            outcome.arm(continuation)
+            Task {
+                do { outcome.finish(.success(try await task.value)) } catch { outcome.finish(.failure(error)) }
             }
-            let first = try await group.next()!
-            group.cancelAll()
-            return first
+            Task {
+                try? await Task.sleep(for: .milliseconds(Int(timeoutMs)))
+                outcome.finish(.success(nil))
+            }
         }
+    }
+}
+
+/// Resumes a continuation with the first result offered, once.
+final class OneShot<T: Sendable>: Sendable {
+    private let state = NIOLockedValueBox<(continuation: CheckedContinuation<T, any Error>?, done: Bool)>((nil, false))
+
+    func arm(_ continuation: CheckedContinuation<T, any Error>) {
+        state.withLockedValue { $0.continuation = continuation }
+    }
+
+    func finish(_ result: Result<T, any Error>) {
+        let continuation = state.withLockedValue { state -> CheckedContinuation<T, any Error>? in
+            guard !state.done else { return nil }
+            state.done = true
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(with: result)
     }
 }

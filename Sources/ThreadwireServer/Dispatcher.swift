@@ -48,6 +48,9 @@ public struct ServerInfo: Sendable {
     /// capped at this size, so an unauthenticated client cannot make the
     /// server buffer much.
     public var unauthenticatedMaxFrameBytes = 65_536
+    /// The cluster's shared secret other instances present when they relay
+    /// requests (several instances on one store).
+    public var peerToken: [UInt8]?
 
     /// Whether connections act as distinct principals (tokens or client
     /// certificates); otherwise everything belongs to one principal.
@@ -157,9 +160,9 @@ enum MethodTable {
         if context.connection.isInitialized {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
-        let (principal, credential) = try authenticate(p.authToken, context)
+        let (principal, credential) = try p.peer.map { try authenticatePeer($0, context) } ?? authenticate(p.authToken, context)
         guard context.connection.markInitialized(optOut: p.capabilities?.optOutNotificationMethods ?? [],
-                                                  principal: principal, credential: credential) else {
+                                                  principal: principal, credential: credential, peer: p.peer != nil) else {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
         let info = context.server
@@ -199,6 +202,25 @@ enum MethodTable {
         throw RequestError(.unauthenticated, server.clientCertificatesName
             ? "this server authenticates clients: present a client certificate or set auth_token in initialize; closing"
             : "this server authenticates clients: set auth_token in initialize; closing")
+    }
+
+    /// Another instance relaying for a client: it must know the cluster's
+    /// secret when this server authenticates (or was given one), and then
+    /// acts for the principal it names.
+    static func authenticatePeer(_ hello: Wire.PeerHello, _ context: RequestContext) throws -> (Principal, [UInt8]?) {
+        let server = context.server
+        if let secret = server.peerToken {
+            guard let token = hello.token, ConstantTime.equal(secret, Array(token.utf8)) else {
+                throw RequestError(.unauthenticated, "peer.token is not this cluster's peer token; closing")
+            }
+        } else if server.authenticates {
+            throw RequestError(.unauthenticated, "this server takes no relayed requests: it authenticates clients and has no --peer-token; closing")
+        }
+        guard server.authenticates else { return (.standalone, nil) }
+        guard let principal = hello.principal, !principal.isEmpty else {
+            throw RequestError(.invalidArgument, "peer.principal is required on a server that authenticates")
+        }
+        return (principal, nil)
     }
 
     static let healthCheckInline: InlineHandler = { params, context in

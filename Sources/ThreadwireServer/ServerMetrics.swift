@@ -61,6 +61,22 @@ final class ServerMetrics: Sendable {
         instruments.latency.record(duration: duration)
     }
 
+    private let relays = NIOLockedValueBox([String: Counter]())
+
+    /// A request relayed to the instance owning its thread, by method and
+    /// the owner's status code (also counted in threadwire_requests_total).
+    func forwarded(method: String, code: StatusCode, duration: Duration) {
+        let key = "\(method) \(code.rawValue)"
+        let counter = relays.withLockedValue { table in
+            table[key] ?? {
+                let made = Counter(label: "threadwire_forwarded_requests_total", dimensions: [("method", method), ("code", "\(code.rawValue)")])
+                table[key] = made
+                return made
+            }()
+        }
+        counter.increment()
+    }
+
     /// A connection the server closed, by reason (maxConnections, idle,
     /// handshakeTimeout, partialFrames, slowSubscriber, frameError).
     func serverClosed(reason: String) {

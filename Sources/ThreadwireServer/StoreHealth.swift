@@ -66,10 +66,16 @@ struct MonitoredStore: ThreadStore {
     let health: StoreHealth
 
     func commit(_ operations: [StoreOperation]) async throws {
+        try await commit(operations, fence: nil)
+    }
+
+    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
         do {
-            try await base.commit(operations)
+            try await base.commit(operations, fence: fence)
         } catch let conflict as StoreConflict {
             throw conflict
+        } catch let lost as LeaseLost {
+            throw lost  // the store works; this instance lost the thread
         } catch {
             health.commitFailed(error)
             throw DomainError.unavailable("the store cannot commit (\(error)); the change was not made")

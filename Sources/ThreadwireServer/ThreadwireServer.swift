@@ -25,6 +25,10 @@ public struct ServerConfiguration: Sendable {
     public var allowUnauthenticated = false
     /// TLS (and mutual TLS) for every connection; plain TCP when nil.
     public var tls: ServerTLS?
+    /// Several instances on one store: who owns which agent tree (nil: this
+    /// process owns everything), and how requests reach the owner.
+    public var coordinator: (any OwnershipCoordinator)?
+    public var peers = PeerSettings()
     public init() {}
 
     /// A server reachable from other machines must authenticate, unless the
@@ -57,8 +61,11 @@ final class ServerServices: Sendable {
     let metrics: ServerMetrics
     let tasks = TaskTracker()
     let descriptors = DescriptorReserve()
+    let peers: PeerSettings
 
-    init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics) {
+    init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
+         peers: PeerSettings = PeerSettings()) {
+        self.peers = peers
         self.engine = engine
         self.registry = registry
         self.info = info
@@ -95,12 +102,15 @@ public final class ThreadwireServer: Service, Sendable {
         info.settings = settings
         info.authenticator = configuration.authenticator
         info.clientCertificatesName = configuration.tls?.clientCAFile != nil
+        info.peerToken = configuration.peers.token.map { Array($0.utf8) }
         tlsContext = try configuration.tls?.makeContext()
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
-                                  idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)))
+                                  idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)),
+                                  coordinator: configuration.coordinator)
         let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }
-        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics())
+        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics(),
+                                  peers: configuration.peers)
     }
 
     /// Ready for new work: not draining and the store commits.
@@ -147,6 +157,11 @@ public final class ThreadwireServer: Service, Sendable {
         if recovered > 0 {
             services.logger.notice("recovered threads whose turns were left running", metadata: ["tw.threads": "\(recovered)"])
         }
+        let logger = services.logger
+        let leases = Task { [engine = services.engine] in
+            await engine.maintainLeases { logger.notice("\($0)") }
+        }
+        defer { leases.cancel() }
         let listener = try await bind()
         onListening(listener.localAddress!)
         await withGracefulShutdownHandler {

@@ -7,6 +7,7 @@ import NIOPosix
 import Prometheus
 import ServiceLifecycle
 import ThreadwireAdmin
+import ThreadwireClient
 import ThreadwireCore
 import ThreadwireServer
 import ThreadwireStore
@@ -30,6 +31,18 @@ struct ServerCommand: AsyncParsableCommand {
 
     @Option(help: "The store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE for PostgreSQL (default: $THREADWIRE_STORE, else SQLite in --data-dir). The password may also come from PGPASSWORD.")
     var store: String?
+
+    @Option(help: "With a PostgreSQL store: HOST:PORT where the other instances reach this one (default: --listen, when its host and port are concrete). Requests for threads another instance owns are relayed there.")
+    var advertise: String?
+
+    @Option(help: "With a PostgreSQL store: seconds a thread's ownership lease lasts without renewal; an instance that dies is replaced after at most this long.")
+    var leaseSeconds = 10.0
+
+    @Option(help: "With a PostgreSQL store and authentication: the cluster's shared secret (at least 16 bytes) instances present when relaying requests to each other (default: $THREADWIRE_PEER_TOKEN).")
+    var peerToken: String?
+
+    @Option(help: "With a PostgreSQL store and TLS: PEM CA certificate(s) that verify the other instances (default: --tls-client-ca, else the system's roots).")
+    var peerTlsCa: String?
 
     @Option(help: "JSON config file (feature flags, agent limits, model catalog).")
     var config: String?
@@ -160,6 +173,10 @@ struct ServerCommand: AsyncParsableCommand {
             store = try SQLiteThreadStore(directory: dataDir, logger: logger)
         }
         defer { postgres?.close() }
+        if let postgres {
+            let leases = try await clustering(postgres, host: host, port: port, configuration: &configuration, logger: logger)
+            configuration.coordinator = leases
+        }
         let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger) { address in
             // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
             FileHandle.standardOutput.write(Data("threadwire listening on \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))
@@ -193,6 +210,47 @@ struct ServerCommand: AsyncParsableCommand {
         // Everything is committed and every server task awaited; skip the
         // runtime's teardown of its thread pools (it took seconds here).
         Glibc.exit(0)
+    }
+
+    /// Several instances on one PostgreSQL store: leases, the address others
+    /// relay to, and how this instance authenticates to them.
+    func clustering(_ store: PostgresThreadStore, host: String, port: Int, configuration: inout ServerConfiguration,
+                    logger: Logger) async throws -> PostgresLeaseCoordinator {
+        guard leaseSeconds >= 1, leaseSeconds <= 300 else { throw ValidationError("--lease-seconds must be from 1 to 300, got \(leaseSeconds)") }
+        let address: String
+        if let advertise {
+            let (advertisedHost, advertisedPort) = try Self.hostPort(advertise, flag: "--advertise")
+            guard !advertisedHost.isEmpty, advertisedPort != 0, !["0.0.0.0", "::", "[::]"].contains(advertisedHost) else {
+                throw ValidationError("--advertise must name a host and port other instances can reach, got '\(advertise)'")
+            }
+            address = advertise
+        } else {
+            guard port != 0, !["0.0.0.0", "::", "[::]", ""].contains(host) else {
+                throw ValidationError("with a PostgreSQL store, give --advertise HOST:PORT (where other instances reach this one): --listen \(listen) does not name one")
+            }
+            address = listen
+        }
+        let token = peerToken ?? ProcessInfo.processInfo.environment["THREADWIRE_PEER_TOKEN"]
+        if let token, token.utf8.count < 16 { throw ValidationError("the peer token must be at least 16 bytes") }
+        let authenticates = configuration.authenticator.isEnabled || configuration.tls?.clientCAFile != nil
+        if authenticates, token == nil {
+            throw ValidationError("""
+                this server authenticates clients and shares a PostgreSQL store: give every instance the same --peer-token \
+                (or THREADWIRE_PEER_TOKEN), so they can relay requests for threads another instance owns
+                """)
+        }
+        configuration.peers.token = token
+        configuration.peers.requestTimeout = .seconds(max(5, leaseSeconds * 1.5))
+        if let tls = configuration.tls {
+            configuration.peers.tls = ClientTLS(caFile: peerTlsCa ?? tls.clientCAFile, certificateFile: tls.certificateChainFile,
+                                                keyFile: tls.privateKeyFile)
+        }
+        let leases = PostgresLeaseCoordinator(store: store, address: address, leaseDuration: .milliseconds(Int(leaseSeconds * 1000)))
+        let expired = try await leases.start()
+        logger.info("sharing the store with other instances", metadata: [
+            "tw.advertise": "\(address)", "tw.lease.seconds": "\(leaseSeconds)", "tw.instance": "\(leases.instanceID)",
+            "tw.leases.reclaimed": "\(expired)"])
+        return leases
     }
 
     /// Runs `reload` on every SIGHUP, off the signal handler.

@@ -104,7 +104,7 @@ public final class PostgresCluster: @unchecked Sendable {
         }
     }
 
-    private static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()

@@ -23,6 +23,14 @@ public enum WireFixtures {
         message.protocolVersion = UInt32(4000000002)
         message.capabilities = Capabilities(0)
         message.authToken = "auth_token héllo ✓ 0"
+        message.peer = PeerHello(0)
+        return message
+    }
+
+    public static func PeerHello(_ variant: Int) -> Wire.PeerHello {
+        var message = Wire.PeerHello()
+        message.token = "token héllo ✓ 0"
+        message.principal = "principal héllo ✓ 0"
         return message
     }
 
@@ -526,6 +534,7 @@ public enum WireFixtures {
         ("ClientInfo#0", { try roundTrip(ClientInfo(0)) }),
         ("Capabilities#0", { try roundTrip(Capabilities(0)) }),
         ("InitializeParams#0", { try roundTrip(InitializeParams(0)) }),
+        ("PeerHello#0", { try roundTrip(PeerHello(0)) }),
         ("ServerInfo#0", { try roundTrip(ServerInfo(0)) }),
         ("ServerLimits#0", { try roundTrip(ServerLimits(0)) }),
         ("InitializeResult#0", { try roundTrip(InitializeResult(0)) }),

@@ -398,19 +398,22 @@ extension Wire {
     public var protocolVersion: UInt32?
     public var capabilities: Wire.Capabilities?
     public var authToken: String?
+    public var peer: Wire.PeerHello?
 
     public init() {
       self.clientInfo = nil
       self.protocolVersion = nil
       self.capabilities = nil
       self.authToken = nil
+      self.peer = nil
     }
 
-    public init(clientInfo: Wire.ClientInfo? = nil, protocolVersion: UInt32? = nil, capabilities: Wire.Capabilities? = nil, authToken: String? = nil) {
+    public init(clientInfo: Wire.ClientInfo? = nil, protocolVersion: UInt32? = nil, capabilities: Wire.Capabilities? = nil, authToken: String? = nil, peer: Wire.PeerHello? = nil) {
       self.clientInfo = clientInfo
       self.protocolVersion = protocolVersion
       self.capabilities = capabilities
       self.authToken = authToken
+      self.peer = peer
     }
   }
 }
@@ -429,6 +432,9 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
       do throws(WireError) { self.capabilities = try Wire.Capabilities(c: v) } catch { throw error.nested(in: "capabilities") }
     }
     if let v = c.pointee.auth_token { self.authToken = try wireString(v, field: "auth_token") }
+    if let v = c.pointee.peer {
+      do throws(WireError) { self.peer = try Wire.PeerHello(c: v) } catch { throw error.nested(in: "peer") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeParams, arena: inout CodecArena) {
@@ -436,6 +442,7 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
     if let v = self.capabilities { c.capabilities = arena.message(v, Threadwire__V1__Capabilities(), threadwire__v1__capabilities__init) }
     if let v = self.authToken { c.auth_token = arena.cString(v) }
+    if let v = self.peer { c.peer = arena.message(v, Threadwire__V1__PeerHello(), threadwire__v1__peer_hello__init) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -470,6 +477,7 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
     if let v = protocolVersion { object.append(("protocol_version", .uint(UInt64(v)))) }
     if let v = capabilities { object.append(("capabilities", v.jsonValue())) }
     if let v = authToken { object.append(("auth_token", .string(v))) }
+    if let v = peer { object.append(("peer", v.jsonValue())) }
     return .object(object)
   }
 
@@ -482,6 +490,85 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
       case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
       case "capabilities": self.capabilities = try Wire.Capabilities(json: value, path: keyPath)
       case "auth_token", "authToken": self.authToken = try value.stringValue(path: keyPath)
+      case "peer": self.peer = try Wire.PeerHello(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct PeerHello: Sendable, Equatable {
+    public var token: String?
+    public var principal: String?
+
+    public init() {
+      self.token = nil
+      self.principal = nil
+    }
+
+    public init(token: String? = nil, principal: String? = nil) {
+      self.token = token
+      self.principal = principal
+    }
+  }
+}
+
+extension Wire.PeerHello: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.PeerHello"
+  typealias CMessage = Threadwire__V1__PeerHello
+
+  init(c: UnsafePointer<Threadwire__V1__PeerHello>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.token { self.token = try wireString(v, field: "token") }
+    if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__PeerHello, arena: inout CodecArena) {
+    if let v = self.token { c.token = arena.cString(v) }
+    if let v = self.principal { c.principal = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__peer_hello__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__peer_hello__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__PeerHello()
+      threadwire__v1__peer_hello__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__peer_hello__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__peer_hello__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = token { object.append(("token", .string(v))) }
+    if let v = principal { object.append(("principal", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "token": self.token = try value.stringValue(path: keyPath)
+      case "principal": self.principal = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

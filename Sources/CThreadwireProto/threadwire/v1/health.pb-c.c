@@ -142,6 +142,51 @@ void   threadwire__v1__initialize_params__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__initialize_params__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__peer_hello__init
+                     (Threadwire__V1__PeerHello         *message)
+{
+  static const Threadwire__V1__PeerHello init_value = THREADWIRE__V1__PEER_HELLO__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__peer_hello__get_packed_size
+                     (const Threadwire__V1__PeerHello *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__peer_hello__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__peer_hello__pack
+                     (const Threadwire__V1__PeerHello *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__peer_hello__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__peer_hello__pack_to_buffer
+                     (const Threadwire__V1__PeerHello *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__peer_hello__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__PeerHello *
+       threadwire__v1__peer_hello__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__PeerHello *)
+     protobuf_c_message_unpack (&threadwire__v1__peer_hello__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__peer_hello__free_unpacked
+                     (Threadwire__V1__PeerHello *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__peer_hello__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__server_info__init
                      (Threadwire__V1__ServerInfo         *message)
 {
@@ -469,7 +514,7 @@ const ProtobufCMessageDescriptor threadwire__v1__capabilities__descriptor =
   (ProtobufCMessageInit) threadwire__v1__capabilities__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__initialize_params__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__initialize_params__field_descriptors[5] =
 {
   {
     "client_info",
@@ -519,17 +564,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__initialize_params__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "peer",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__InitializeParams, peer),
+    &threadwire__v1__peer_hello__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__initialize_params__field_indices_by_name[] = {
   3,   /* field[3] = auth_token */
   2,   /* field[2] = capabilities */
   0,   /* field[0] = client_info */
+  4,   /* field[4] = peer */
   1,   /* field[1] = protocol_version */
 };
 static const ProtobufCIntRange threadwire__v1__initialize_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__initialize_params__descriptor =
 {
@@ -539,11 +597,62 @@ const ProtobufCMessageDescriptor threadwire__v1__initialize_params__descriptor =
   "Threadwire__V1__InitializeParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__InitializeParams),
-  4,
+  5,
   threadwire__v1__initialize_params__field_descriptors,
   threadwire__v1__initialize_params__field_indices_by_name,
   1,  threadwire__v1__initialize_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__initialize_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__peer_hello__field_descriptors[2] =
+{
+  {
+    "token",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__PeerHello, token),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "principal",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__PeerHello, principal),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__peer_hello__field_indices_by_name[] = {
+  1,   /* field[1] = principal */
+  0,   /* field[0] = token */
+};
+static const ProtobufCIntRange threadwire__v1__peer_hello__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__peer_hello__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.PeerHello",
+  "PeerHello",
+  "Threadwire__V1__PeerHello",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__PeerHello),
+  2,
+  threadwire__v1__peer_hello__field_descriptors,
+  threadwire__v1__peer_hello__field_indices_by_name,
+  1,  threadwire__v1__peer_hello__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__peer_hello__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__server_info__field_descriptors[2] =

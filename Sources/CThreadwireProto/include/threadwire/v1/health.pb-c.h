@@ -18,6 +18,7 @@ PROTOBUF_C__BEGIN_DECLS
 typedef struct Threadwire__V1__ClientInfo Threadwire__V1__ClientInfo;
 typedef struct Threadwire__V1__Capabilities Threadwire__V1__Capabilities;
 typedef struct Threadwire__V1__InitializeParams Threadwire__V1__InitializeParams;
+typedef struct Threadwire__V1__PeerHello Threadwire__V1__PeerHello;
 typedef struct Threadwire__V1__ServerInfo Threadwire__V1__ServerInfo;
 typedef struct Threadwire__V1__ServerLimits Threadwire__V1__ServerLimits;
 typedef struct Threadwire__V1__InitializeResult Threadwire__V1__InitializeResult;
@@ -101,10 +102,34 @@ struct  Threadwire__V1__InitializeParams
    * Over mutual TLS a client certificate that names a principal needs no token.
    */
   char *auth_token;
+  /*
+   * Set only by another threadwire instance that relays a client's requests
+   * to the instance owning their thread (several instances on one
+   * PostgreSQL store). Clients never set it.
+   */
+  Threadwire__V1__PeerHello *peer;
 };
 #define THREADWIRE__V1__INITIALIZE_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__initialize_params__descriptor) \
-    , NULL, 0, 0, NULL, NULL }
+    , NULL, 0, 0, NULL, NULL, NULL }
+
+
+/*
+ * A relaying instance: on a server that authenticates, `token` must be the
+ * cluster's shared secret (--peer-token or THREADWIRE_PEER_TOKEN, at least
+ * 16 bytes) and the connection then acts for `principal`; a wrong or missing
+ * token is UNAUTHENTICATED. Requests a peer connection relays are never
+ * relayed again.
+ */
+struct  Threadwire__V1__PeerHello
+{
+  ProtobufCMessage base;
+  char *token;
+  char *principal;
+};
+#define THREADWIRE__V1__PEER_HELLO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__peer_hello__descriptor) \
+    , NULL, NULL }
 
 
 struct  Threadwire__V1__ServerInfo
@@ -281,6 +306,25 @@ Threadwire__V1__InitializeParams *
 void   threadwire__v1__initialize_params__free_unpacked
                      (Threadwire__V1__InitializeParams *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__PeerHello methods */
+void   threadwire__v1__peer_hello__init
+                     (Threadwire__V1__PeerHello         *message);
+size_t threadwire__v1__peer_hello__get_packed_size
+                     (const Threadwire__V1__PeerHello   *message);
+size_t threadwire__v1__peer_hello__pack
+                     (const Threadwire__V1__PeerHello   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__peer_hello__pack_to_buffer
+                     (const Threadwire__V1__PeerHello   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__PeerHello *
+       threadwire__v1__peer_hello__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__peer_hello__free_unpacked
+                     (Threadwire__V1__PeerHello *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ServerInfo methods */
 void   threadwire__v1__server_info__init
                      (Threadwire__V1__ServerInfo         *message);
@@ -387,6 +431,9 @@ typedef void (*Threadwire__V1__Capabilities_Closure)
 typedef void (*Threadwire__V1__InitializeParams_Closure)
                  (const Threadwire__V1__InitializeParams *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__PeerHello_Closure)
+                 (const Threadwire__V1__PeerHello *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ServerInfo_Closure)
                  (const Threadwire__V1__ServerInfo *message,
                   void *closure_data);
@@ -412,6 +459,7 @@ extern const ProtobufCEnumDescriptor    threadwire__v1__serving_status__descript
 extern const ProtobufCMessageDescriptor threadwire__v1__client_info__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__capabilities__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__initialize_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__peer_hello__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__server_info__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__initialize_result__descriptor;

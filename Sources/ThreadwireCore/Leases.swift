@@ -1,0 +1,152 @@
+import Foundation
+import Synchronization
+
+/// Proof of ownership a commit carries when several processes share a store:
+/// the agent tree (its root's session id) and the epoch this process was
+/// granted. The store applies the commit only while the lease still has
+/// that epoch, so a paused or partitioned former owner can never overwrite
+/// what the new owner wrote.
+public struct LeaseFence: Sendable, Hashable, CustomStringConvertible {
+    public var tree: ThreadID
+    public var epoch: Int64
+    public init(tree: ThreadID, epoch: Int64) {
+        self.tree = tree
+        self.epoch = epoch
+    }
+    public var description: String { "\(tree)@\(epoch)" }
+}
+
+/// A fenced commit found the tree's lease moved on: nothing was written.
+public struct LeaseLost: Error, CustomStringConvertible {
+    public var fence: LeaseFence
+    public init(fence: LeaseFence) { self.fence = fence }
+    public var description: String {
+        "this instance no longer owns agent tree \(fence.tree) (lease epoch \(fence.epoch) was taken over); the change was not made"
+    }
+}
+
+/// The thread belongs to an agent tree another live instance owns: the
+/// request goes there (see the server's forwarder), never to this engine.
+public struct OwnedElsewhere: Error, CustomStringConvertible {
+    public var threadID: ThreadID
+    /// The owner's advertised HOST:PORT.
+    public var address: String
+    public init(threadID: ThreadID, address: String) {
+        self.threadID = threadID
+        self.address = address
+    }
+    public var description: String { "thread \(threadID) is owned by the instance at \(address)" }
+}
+
+public enum LeaseClaim: Sendable, Equatable {
+    case held(LeaseFence)
+    /// A live lease of another instance.
+    case elsewhere(address: String)
+}
+
+/// Grants agent trees to one instance at a time, through a lease the store
+/// keeps (owner, advertised address, epoch, expiry). Every grant raises the
+/// epoch, so fences of earlier holders stop working.
+public protocol OwnershipCoordinator: Sendable {
+    /// How long a grant lasts without renewal.
+    var leaseDuration: Duration { get }
+    /// Grants the tree to this instance if nobody holds it or its lease
+    /// expired (a new epoch), else names the live holder.
+    func acquire(_ tree: ThreadID) async throws -> LeaseClaim
+    /// Extends the leases this instance still holds; returns those (a fence
+    /// missing from the answer was taken over).
+    func renew(_ fences: [LeaseFence]) async throws -> Set<LeaseFence>
+    /// Gives a tree up at once (its expiry becomes now; the epoch stays, so
+    /// the next grant is a higher one).
+    func release(_ fences: [LeaseFence]) async
+    /// The advertised address of another instance holding a live lease on
+    /// the tree (nil: nobody, or this instance).
+    func holder(_ tree: ThreadID) async throws -> String?
+    /// Threads with a turn stored as running whose tree no live instance
+    /// holds: left by a dead instance, waiting to be recovered.
+    func orphanedRunningThreads() async throws -> [ThreadID]
+}
+
+/// The trees this process holds and which of its loaded threads use each.
+/// A tree is held while any of its threads is loaded here.
+final class HeldTrees: Sendable {
+    struct Entry {
+        var fence: LeaseFence
+        var threads: Set<ThreadID>
+        var grantedAt: ContinuousClock.Instant
+    }
+    private let table = Mutex<[ThreadID: Entry]>([:])
+    /// Until when, by the last renewal, every held lease is surely still
+    /// ours (nanoseconds of the monotonic clock; 0: not yet granted).
+    private let validUntilNanos = Atomic<UInt64>(0)
+
+    /// The tree's fence if held (the thread joins it).
+    func join(_ tree: ThreadID, _ thread: ThreadID) -> LeaseFence? {
+        table.withLock { table in
+            guard var entry = table[tree] else { return nil }
+            entry.threads.insert(thread)
+            table[tree] = entry
+            return entry.fence
+        }
+    }
+
+    func granted(_ fence: LeaseFence, thread: ThreadID, leaseDuration: Duration) {
+        table.withLock { $0[fence.tree] = Entry(fence: fence, threads: [thread], grantedAt: .now) }
+        extendValidity(from: .now, by: leaseDuration, onlyIfUnset: true)
+    }
+
+    /// The thread left; returns the fence to release when it was the last.
+    func leave(_ fence: LeaseFence, _ thread: ThreadID) -> LeaseFence? {
+        table.withLock { table in
+            guard var entry = table[fence.tree], entry.fence == fence else { return nil }
+            entry.threads.remove(thread)
+            if entry.threads.isEmpty {
+                table[fence.tree] = nil
+                return fence
+            }
+            table[fence.tree] = entry
+            return nil
+        }
+    }
+
+    /// Forgets a tree whose lease moved on; returns its threads.
+    func lost(_ fence: LeaseFence) -> Set<ThreadID> {
+        table.withLock { table in
+            guard let entry = table[fence.tree], entry.fence == fence else { return [] }
+            table[fence.tree] = nil
+            return entry.threads
+        }
+    }
+
+    var all: [Entry] { table.withLock { Array($0.values) } }
+
+    func removeAll() -> [LeaseFence] {
+        table.withLock { table in
+            defer { table.removeAll() }
+            return table.values.map(\.fence)
+        }
+    }
+
+    func extendValidity(from start: ContinuousClock.Instant, by duration: Duration, onlyIfUnset: Bool = false) {
+        let until = Self.nanos(start + duration)
+        if onlyIfUnset {
+            _ = validUntilNanos.compareExchange(expected: 0, desired: until, ordering: .relaxed)
+        } else {
+            validUntilNanos.store(until, ordering: .relaxed)
+        }
+    }
+
+    /// False once the leases may have expired unrenewed (the process was
+    /// paused or the database unreachable): loaded state may then be stale.
+    var surelyValid: Bool {
+        let until = validUntilNanos.load(ordering: .relaxed)
+        return until == 0 || Self.nanos(.now) < until
+    }
+
+    private static func nanos(_ instant: ContinuousClock.Instant) -> UInt64 {
+        let elapsed = instant - Self.origin
+        let (seconds, attoseconds) = elapsed.components
+        return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
+    }
+    private static let origin = ContinuousClock.now - .seconds(1)
+}

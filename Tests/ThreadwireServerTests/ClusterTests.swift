@@ -1,0 +1,274 @@
+import Foundation
+import Synchronization
+import Testing
+import ThreadwireClient
+import ThreadwireTesting
+import ThreadwireWire
+
+/// Real instances of the real server on one real PostgreSQL (a throwaway
+/// cluster), each on its own fixed port that it advertises to the others.
+final class InstanceGroup: Sendable {
+    let instances: [ServerProcess]
+
+    static func start(_ count: Int, leaseSeconds: Double = 2, extra: [String] = []) async throws -> InstanceGroup {
+        let url = try await PostgresCluster.database()
+        var instances: [ServerProcess] = []
+        for _ in 0..<count {
+            let port = try PostgresCluster.freePort()
+            instances.append(try await ServerProcess.launch(arguments: [
+                "--store", url, "--listen", "127.0.0.1:\(port)", "--lease-seconds", "\(leaseSeconds)",
+            ] + extra))
+        }
+        return InstanceGroup(instances: instances)
+    }
+
+    private init(instances: [ServerProcess]) { self.instances = instances }
+
+    func stopAll() { for instance in instances { instance.stop() } }
+}
+
+@Suite("several instances on one PostgreSQL (real servers, real PostgreSQL)", .timeLimit(.minutes(4)))
+struct ClusterTests {
+    @Test("three instances: clients on every instance change the same threads at once; every subscriber gets every change exactly once, in one order")
+    func threeInstancesOneOrder() async throws {
+        let group = try await InstanceGroup.start(3)
+        defer { group.stopAll() }
+        let creators = try await group.instances.asyncMap { try await $0.client() }
+        let threads = try await creators.asyncMap { try #require(try await $0.startThread().thread?.id) }
+        // Two clients per instance, each subscribed to every thread (two of
+        // the three through a relay to the owning instance).
+        var clients: [ThreadwireClient] = []
+        var inboxes: [Inbox] = []
+        for instance in group.instances {
+            for _ in 0..<2 {
+                let client = try await instance.client()
+                inboxes.append(Inbox(client))
+                for thread in threads { _ = try await client.resume(thread) }
+                clients.append(client)
+            }
+        }
+        let rounds = 8
+        let acknowledged = try await withThrowingTaskGroup(of: [String: [String]].self) { group in
+            for (c, client) in clients.enumerated() {
+                group.addTask {
+                    var mine: [String: [String]] = [:]
+                    for round in 0..<rounds {
+                        for thread in threads {
+                            let model = "c\(c)-r\(round)"
+                            let answer = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: model))
+                            #expect(answer.changed == true)
+                            mine[thread, default: []].append(model)
+                        }
+                    }
+                    return mine
+                }
+            }
+            var all: [String: [String]] = [:]
+            for try await mine in group { for (thread, models) in mine { all[thread, default: []] += models } }
+            return all
+        }
+        for thread in threads {
+            let expected = Set(acknowledged[thread] ?? [])
+            #expect(expected.count == clients.count * rounds)
+            var orders: [[String]] = []
+            for inbox in inboxes {
+                let deadline = ContinuousClock.now + .seconds(20)
+                var seen: [String] = []
+                while ContinuousClock.now < deadline {
+                    seen = await inbox.payloads().compactMap { payload -> String? in
+                        guard case let .threadSettingsUpdated(update) = payload, update.threadId == thread else { return nil }
+                        return update.settings?.model
+                    }
+                    if seen.count >= expected.count { break }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(seen.count == expected.count, "each acknowledged change notified once: \(seen.count) of \(expected.count)")
+                #expect(Set(seen) == expected, "exactly the acknowledged changes")
+                orders.append(seen)
+            }
+            #expect(Set(orders).count == 1, "every subscriber, on every instance, saw thread \(thread)'s changes in the same order")
+            // That order is the commit order: its last change is the stored one.
+            for instance in group.instances {
+                let reader = try await instance.client()
+                #expect(try await reader.read(thread, turns: false).settings?.model == orders.first?.last)
+            }
+        }
+    }
+
+    @Test("chaos: instances are killed (-9) and restarted while writers run through every instance; no acknowledged change is lost, caps hold across instances, turns of dead instances end interrupted with markers")
+    func chaos() async throws {
+        let group = try await InstanceGroup.start(3)
+        defer { group.stopAll() }
+        // A turn left running on every instance: each instance dies once below.
+        var held: [(thread: String, turn: String)] = []
+        for instance in group.instances {
+            let client = try await instance.client()
+            let thread = try #require(try await client.startThread().thread?.id)
+            held.append((thread, try await client.startTurn(thread, "#hold")))
+        }
+        // Writers: writer w's thread was created on instance w % 3 and is
+        // written through instance (w + 1) % 3 (relayed while both live).
+        let writerCount = 6
+        let owned = try await (0..<writerCount).asyncMap { w in
+            try #require(try await group.instances[w % 3].client().startThread().thread?.id)
+        }
+        let ledger = Ledger()
+        let stop = Flag()
+        let writers = Task {
+            await withTaskGroup(of: Void.self) { tasks in
+                for w in 0..<writerCount {
+                    tasks.addTask {
+                        let through = group.instances[(w + 1) % 3]
+                        var client: ThreadwireClient?
+                        var n = 0
+                        while !stop.isSet {
+                            n += 1
+                            do {
+                                if client == nil || client?.isActive == false { client = try await through.client() }
+                                if n % 5 == 0 {
+                                    let created = try await client!.startThread(Wire.ThreadStartParams(name: "w\(w)-\(n)"))
+                                    if let id = created.thread?.id { await ledger.created(id) }
+                                } else {
+                                    _ = try await client!.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: owned[w], model: "\(n)"))
+                                    await ledger.acknowledged(writer: w, n)
+                                }
+                            } catch {
+                                // UNAVAILABLE while an owner is dead, or the
+                                // instance itself died: retry shortly.
+                                if statusCode(error) == nil { client = nil }
+                                try? await Task.sleep(for: .milliseconds(50))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        try await Task.sleep(for: .seconds(1))
+        for victim in [0, 1, 2].shuffled() {
+            group.instances[victim].kill9()
+            try await Task.sleep(for: .milliseconds(Int.random(in: 200...800)))
+            try await group.instances[victim].startOffPool()
+            try await Task.sleep(for: .milliseconds(1500))
+        }
+        // Every writer gets acknowledged changes after the last restart.
+        let before = await ledger.total
+        let deadline = ContinuousClock.now + .seconds(20)
+        while await ledger.total < before + 50, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        stop.set()
+        await writers.value
+        #expect(await ledger.total >= before + 50, "writers make progress after the chaos")
+
+        let checker = try await group.instances[0].client()
+        for id in await ledger.threads {
+            #expect(try await checker.read(id, turns: false).thread?.id == id, "acknowledged thread \(id) lost")
+        }
+        let last = await ledger.lastModels
+        for (w, thread) in owned.enumerated() {
+            let stored = Int(try #require(try await checker.read(thread, turns: false).settings?.model)) ?? -1
+            #expect(stored >= (last[w] ?? 0), "writer \(w): acknowledged change \(last[w] ?? 0) lost (stored \(stored))")
+        }
+        // Turns the dead instances were running: interrupted, with the reason,
+        // and the marker in the history the next turn sees.
+        for (thread, turn) in held {
+            let read = try #require(try await checker.read(thread).thread)
+            let recovered = try #require(read.turns.first { $0.id == turn })
+            #expect(recovered.status == .interrupted, "turn \(turn) of a killed instance: \(String(describing: recovered.status))")
+            let next = try await checker.runTurn(thread, "after the chaos")
+            #expect(next.status == .completed)
+            #expect(next.lastContext.of(.interruptionMarker).count == 1)
+        }
+
+        // Caps across instances: spawns on one parent from clients of every
+        // instance at once never pass the v2 cap of 3.
+        let parentClient = try await group.instances[1].client()
+        let parent = try #require(try await parentClient.startThread(
+            Wire.ThreadStartParams(config: [Wire.KeyValue(key: "features.multi_agent_v2", value: "true")])).thread?.id)
+        try await parentClient.runTurn(parent, "hi")
+        let spawners = try await (0..<12).asyncMap { i in try await group.instances[i % 3].client() }
+        let barrier = Barrier(spawners.count)
+        let accepted = await withTaskGroup(of: Int.self) { tasks in
+            for spawner in spawners {
+                tasks.addTask {
+                    await barrier.arrive()
+                    return (try? await spawner.spawn(parent)) == nil ? 0 : 1
+                }
+            }
+            return await tasks.reduce(0, +)
+        }
+        #expect(accepted == 3, "\(accepted) spawns accepted across instances, cap 3")
+    }
+
+    @Test("fencing: an owner paused (SIGSTOP) past its lease loses the thread; after SIGCONT its late commit is refused, it serves nothing stale, its subscribers hear thread/closed")
+    func fencing() async throws {
+        let group = try await InstanceGroup.start(2)
+        defer { group.stopAll() }
+        let (old, new) = (group.instances[0], group.instances[1])
+        let onOld = try await old.client()
+        let inbox = Inbox(onOld)
+        let thread = try #require(try await onOld.startThread().thread?.id)
+        try await onOld.runTurn(thread, "before")
+        // A turn whose model answers in 3 s: its completion is the commit the
+        // paused owner still has pending when it wakes.
+        let slow = try await onOld.startTurn(thread, "#sleep 3000\nlate answer")
+        kill(old.pid, SIGSTOP)
+        var resumed = false
+        defer { if !resumed { kill(old.pid, SIGCONT) } }
+
+        // The other instance takes the thread over once the lease expired
+        // (requests meanwhile get UNAVAILABLE: the owner does not answer).
+        let onNew = try await new.client()
+        let takeoverDeadline = ContinuousClock.now + .seconds(30)
+        var taken = false
+        while !taken, ContinuousClock.now < takeoverDeadline {
+            do {
+                _ = try await onNew.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "after-takeover"))
+                taken = true
+            } catch {
+                #expect(statusCode(error) == 14, "while the owner is paused: UNAVAILABLE, got \(error)")
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        #expect(taken, "the thread was taken over")
+        let takenOver = try #require(try await onNew.read(thread).thread)
+        #expect(takenOver.turns.first { $0.id == slow }?.status == .interrupted, "the new owner recovered the paused owner's turn")
+
+        // Wake the old owner after its model answered (its commit is pending).
+        try await Task.sleep(for: .seconds(3))
+        kill(old.pid, SIGCONT)
+        resumed = true
+        // Its subscriber learns it lost the thread.
+        try await inbox.waitFor("thread/closed") {
+            if case let .threadClosed(closed) = $0 { return closed.threadId == thread }
+            return false
+        }
+        // Whatever it is asked now, it serves nothing stale: a read (answered
+        // by the new owner through the relay) shows the takeover.
+        let readOnOld = try await onOld.read(thread)
+        #expect(readOnOld.settings?.model == "after-takeover")
+        #expect(readOnOld.thread?.turns.first { $0.id == slow }?.status == .interrupted)
+        // Nothing it wrote late landed: the slow turn never completed, its
+        // answer is in no history.
+        try await Task.sleep(for: .milliseconds(500))
+        let final = try await onNew.read(thread)
+        #expect(final.thread?.turns.first { $0.id == slow }?.status == .interrupted)
+        let next = try await onNew.runTurn(thread, "on the new owner")
+        #expect(!next.lastContext.contains { $0.text?.contains("late answer") == true && $0.kind != .userInput },
+                "the paused owner's late answer never landed")
+        #expect(next.lastContext.of(.interruptionMarker).count == 1)
+        #expect(final.settings?.model == "after-takeover")
+    }
+}
+
+actor Ledger {
+    var threads: [String] = []
+    var lastModels: [Int: Int] = [:]
+    var total = 0
+    func created(_ id: String) { threads.append(id); total += 1 }
+    func acknowledged(writer: Int, _ n: Int) { lastModels[writer] = n; total += 1 }
+}
+
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    var isSet: Bool { value.withLock { $0 } }
+    func set() { value.withLock { $0 = true } }
+}
