@@ -50,6 +50,9 @@ public enum LeaseClaim: Sendable, Equatable {
 public protocol OwnershipCoordinator: Sendable {
     /// How long a grant lasts without renewal.
     var leaseDuration: Duration { get }
+    /// The listener is bound (to `port`, when the configured one was 0):
+    /// called before any lease is taken.
+    func bound(port: Int)
     /// Grants the tree to this instance if nobody holds it or its lease
     /// expired (a new epoch), else names the live holder.
     func acquire(_ tree: ThreadID) async throws -> LeaseClaim

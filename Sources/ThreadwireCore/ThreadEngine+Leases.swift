@@ -39,13 +39,22 @@ extension ThreadEngine {
         }
     }
 
-    /// Another live instance has the thread loaded: its snapshot (status,
-    /// running turn) is the truth, so the read goes there.
-    func readFromOwnerIfElsewhere(_ id: ThreadID) async throws {
-        guard let coordinator, let record = try await store.threadRecord(id) else { return }
+    /// Before a read of a thread not loaded here: if another live instance
+    /// has it loaded, its snapshot (status, running turn) is the truth and
+    /// the read goes there; if nobody does but a turn is stored as running,
+    /// its instance died: the thread is taken over (recovering the turn)
+    /// first. True when the thread is now loaded here.
+    @discardableResult
+    func readFromOwnerIfElsewhere(_ id: ThreadID) async throws -> Bool {
+        guard let coordinator, let record = try await store.threadRecord(id) else { return false }
         if let address = try await coordinator.holder(record.sessionID) {
             throw OwnedElsewhere(threadID: id, address: address)
         }
+        guard try await store.turnsPage(id, afterSequence: nil, limit: 1, descending: true)?.first?.status == .inProgress else {
+            return false
+        }
+        try await withOwner(id) { owner in scheduleUnloadIfIdle(owner) }
+        return true
     }
 
     func abandonNewTree(_ fence: LeaseFence?) {

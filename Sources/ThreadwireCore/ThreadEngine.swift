@@ -169,7 +169,10 @@ public final class ThreadEngine: Sendable {
         if let view = snapshotView(id, includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit) {
             return view
         }
-        try await readFromOwnerIfElsewhere(id)
+        if try await readFromOwnerIfElsewhere(id),
+           let view = snapshotView(id, includeTurns: includeTurns, includeModelRequests: includeModelRequests, turnsLimit: turnsLimit) {
+            return view
+        }
         if includeModelRequests {
             guard let stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
             var view = ThreadView(record: stored.record, status: .notLoaded, turns: nil, history: stored.history)

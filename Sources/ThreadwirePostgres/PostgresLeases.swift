@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 import PostgresNIO
+import Synchronization
 public import ThreadwireCore
 
 /// Agent-tree leases in PostgreSQL's `thread_leases` (owner instance,
@@ -12,15 +13,24 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
     /// Unique per process: a restarted instance never mistakes its former
     /// self's leases for its own.
     public let instanceID: String
-    /// HOST:PORT where other instances reach this one.
-    public let address: String
+    /// HOST:PORT where other instances reach this one (a port 0 is filled
+    /// in once the listener is bound).
+    public var address: String { advertised.withLock { $0 } }
+    private let advertised: Mutex<String>
     public let leaseDuration: Duration
 
     public init(store: PostgresThreadStore, address: String, leaseDuration: Duration) {
         self.store = store
-        self.address = address
+        advertised = Mutex(address)
         self.leaseDuration = leaseDuration
         instanceID = UUID().uuidString.lowercased()
+    }
+
+    public func bound(port: Int) {
+        advertised.withLock { address in
+            guard address.hasSuffix(":0"), let colon = address.lastIndex(of: ":") else { return }
+            address = address[..<colon] + ":\(port)"
+        }
     }
 
     private var seconds: Double {

@@ -23,13 +23,22 @@ public final class PostgresThreadStore: ThreadStore {
     /// Connects (`postgres://user[:password]@host[:port]/database`; the
     /// password may also come from PGPASSWORD) and brings the schema up to
     /// date. Safe when several instances start at once.
-    public static func connect(url: String, logger: Logger, startupTimeout: Duration = .seconds(15)) async throws -> PostgresThreadStore {
+    /// `stalledTransactionTimeout`: a transaction left open that long
+    /// between statements is ended by PostgreSQL. A fenced commit holds its
+    /// lease row while it runs; if its process is paused or cut off
+    /// mid-commit, this is how the lock is freed so another instance can
+    /// take the thread over (the paused commit then fails).
+    public static func connect(url: String, logger: Logger, startupTimeout: Duration = .seconds(15),
+                               stalledTransactionTimeout: Duration = .seconds(5)) async throws -> PostgresThreadStore {
         let target = try PostgresURL(url)
         var configuration = PostgresClient.Configuration(
             host: target.host, port: target.port, username: target.user,
             password: target.password ?? ProcessInfo.processInfo.environment["PGPASSWORD"],
             database: target.database, tls: .disable)
         configuration.options.maximumConnections = 16
+        let (seconds, attoseconds) = stalledTransactionTimeout.components
+        let stalledMs = max(100, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        configuration.options.additionalStartupParameters = [("idle_in_transaction_session_timeout", "\(stalledMs)")]
         // One direct connection first: a refused port or a wrong password is
         // reported at once (the pool would retry it quietly).
         do {
@@ -44,7 +53,8 @@ public final class PostgresThreadStore: ThreadStore {
             throw PostgresStoreError(description: "cannot connect to PostgreSQL at \(target.redacted): \(String(reflecting: error))")
         }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        let store = PostgresThreadStore(client: client, logger: logger, location: target.redacted)
+        let store = PostgresThreadStore(client: client, logger: logger, location: target.redacted,
+                                        operationTimeout: max(.seconds(5), stalledTransactionTimeout * 2))
         do {
             // The pool retries a refused connection for ever: startup gives up.
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -63,7 +73,11 @@ public final class PostgresThreadStore: ThreadStore {
         return store
     }
 
-    private init(client: PostgresClient, logger: Logger, location: String) {
+    /// See `bounded`.
+    let operationTimeout: Duration
+
+    private init(client: PostgresClient, logger: Logger, location: String, operationTimeout: Duration) {
+        self.operationTimeout = operationTimeout
         self.client = client
         self.logger = logger
         self.location = location
@@ -149,6 +163,21 @@ public final class PostgresThreadStore: ThreadStore {
     /// commit after a takeover finds another epoch and writes nothing.
     public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
         guard let fence else { return try await commit(operations) }
+        try await bounded("a commit") { try await self.fencedCommit(operations, fence: fence) }
+    }
+
+    /// A call that does not end within `operationTimeout` fails (the
+    /// connection it waits on may be dead: a paused process, a partition),
+    /// so no request or turn waits on it for ever.
+    private func bounded<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let timeout = operationTimeout
+        let location = self.location
+        return try await withDeadline(timeout, timeoutError: {
+            PostgresStoreError(description: "PostgreSQL at \(location) did not complete \(what) within \(timeout)")
+        }, body)
+    }
+
+    private func fencedCommit(_ operations: [StoreOperation], fence: LeaseFence) async throws {
         try await transaction { connection in
             var held = false
             for try await _ in try await connection.query(
@@ -161,6 +190,10 @@ public final class PostgresThreadStore: ThreadStore {
     }
 
     public func commit(_ operations: [StoreOperation]) async throws {
+        try await bounded("a commit") { try await self.unfencedCommit(operations) }
+    }
+
+    private func unfencedCommit(_ operations: [StoreOperation]) async throws {
         // One statement is atomic by itself: no BEGIN and COMMIT round trips
         // (a settings update is then one round trip, like pgbench's).
         if operations.count == 1 {
@@ -252,12 +285,26 @@ public final class PostgresThreadStore: ThreadStore {
         }
     }
 
-    /// One real write, so health follows whether commits work.
+    /// One real write, so health follows whether commits work. The pool
+    /// waits for ever for a connection to a database that went away: the
+    /// probe gives up after `probeTimeout`, so readiness fails instead.
     public func probe() async throws {
-        try await client.query(
-            "INSERT INTO health_probe (id, at) VALUES (1, \(nowMillis())) ON CONFLICT (id) DO UPDATE SET at = EXCLUDED.at",
-            logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await self.client.query(
+                    "INSERT INTO health_probe (id, at) VALUES (1, \(nowMillis())) ON CONFLICT (id) DO UPDATE SET at = EXCLUDED.at",
+                    logger: self.logger)
+            }
+            group.addTask {
+                try await Task.sleep(for: Self.probeTimeout)
+                throw PostgresStoreError(description: "PostgreSQL at \(self.location) did not commit within \(Self.probeTimeout)")
+            }
+            try await group.next()
+            group.cancelAll()
+        }
     }
+
+    static let probeTimeout: Duration = .seconds(3)
 
     // MARK: Reads
 
@@ -268,6 +315,10 @@ public final class PostgresThreadStore: ThreadStore {
         """
 
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
+        try await bounded("a thread's load") { try await self.load(id) }
+    }
+
+    private func load(_ id: ThreadID) async throws -> StoredThread? {
         try await client.withConnection { connection in
             // One snapshot for the row, its history and its turns.
             try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
@@ -294,9 +345,11 @@ public final class PostgresThreadStore: ThreadStore {
     }
 
     public func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? {
-        try await client.withConnection { connection in
-            try await self.records(connection, PostgresQuery(
-                unsafeSQL: "SELECT \(Self.threadColumns) FROM threads WHERE id = $1", binds: Self.binds(id))).first
+        try await bounded("a thread's read") {
+            try await self.client.withConnection { connection in
+                try await self.records(connection, PostgresQuery(
+                    unsafeSQL: "SELECT \(Self.threadColumns) FROM threads WHERE id = $1", binds: Self.binds(id))).first
+            }
         }
     }
 

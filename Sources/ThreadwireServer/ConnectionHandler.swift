@@ -267,10 +267,11 @@ enum RequestLoop {
         let method = spec.name
         let context = RequestContext(connection: connection, engine: services.engine, server: services.info)
         let outcome: Outcome<Wire.Response.Result>
+        let handler = services.info.relays ? Forwarding.relaying(spec.handler, request, connection: connection, services: services) : spec.handler
         do {
             if let timeout = request.timeoutMs {
                 // Only a deadline needs the handler in a task of its own.
-                let work = Task { try await spec.handler(params, context) }
+                let work = Task { try await handler(params, context) }
                 guard let result = try await firstOf(work, timeoutMs: timeout) else {
                     respond(connection, id: id, error: RequestError(.deadlineExceeded, "\(method) did not finish within \(timeout) ms"), method: method, received: received, services: services)
                     // The change may still complete; its events and follow-up still happen.
@@ -279,10 +280,11 @@ enum RequestLoop {
                 }
                 outcome = result
             } else {
-                outcome = try await spec.handler(params, context)
+                outcome = try await handler(params, context)
             }
-        } catch let elsewhere as OwnedElsewhere {
-            let response = await Forwarding.forward(request, params, to: elsewhere, connection: connection, services: services)
+        } catch let relayed as RelayedAnswer {
+            var response = relayed.response
+            response.id = id
             let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
             services.metrics.request(method: method, code: code, duration: .now - received)
             services.metrics.forwarded(method: method, code: code, duration: .now - received)

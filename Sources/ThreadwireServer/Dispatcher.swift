@@ -51,6 +51,9 @@ public struct ServerInfo: Sendable {
     /// The cluster's shared secret other instances present when they relay
     /// requests (several instances on one store).
     public var peerToken: [UInt8]?
+    /// Several instances share the store: requests for threads another
+    /// instance owns are relayed there.
+    public var relays = false
 
     /// Whether connections act as distinct principals (tokens or client
     /// certificates); otherwise everything belongs to one principal.

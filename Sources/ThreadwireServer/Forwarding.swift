@@ -15,6 +15,9 @@ public struct PeerSettings: Sendable {
     /// How long a relayed request may take before the client gets
     /// UNAVAILABLE (an owner that is paused answers nothing).
     public var requestTimeout: Duration = .seconds(15)
+    /// How long a request for a thread whose owner died waits for the
+    /// owner's lease to expire (then this instance takes the thread over).
+    public var takeoverWait: Duration = .seconds(11)
     public init() {}
 }
 
@@ -68,14 +71,50 @@ final class Upstream: Sendable {
     }
 }
 
+/// The answer of the instance that owns the request's thread, carried out
+/// of the handler to the request loop, which sends it as it is.
+struct RelayedAnswer: Error {
+    var response: Wire.Response
+}
+
 enum Forwarding {
+    /// `handler`, relaying to the owner when the thread is owned elsewhere.
+    /// An owner that refuses connections is dead: its lease expires within
+    /// the lease duration, and the request waits for that (trying again
+    /// every 250 ms) rather than failing, so a crash is a pause to clients.
+    static func relaying(_ handler: @escaping Handler, _ request: Wire.Request, connection: Connection,
+                         services: ServerServices) -> Handler {
+        { params, context in
+            let deadline = ContinuousClock.now + services.peers.takeoverWait
+            while true {
+                do {
+                    return try await handler(params, context)
+                } catch let elsewhere as OwnedElsewhere {
+                    switch await forward(request, params, to: elsewhere, connection: connection, services: services) {
+                    case let .answered(response):
+                        throw RelayedAnswer(response: response)
+                    case let .unreachable(response):
+                        guard ContinuousClock.now < deadline, !services.info.draining() else { throw RelayedAnswer(response: response) }
+                        try await Task.sleep(for: .milliseconds(250))
+                    }
+                }
+            }
+        }
+    }
+
+    enum Relay {
+        case answered(Wire.Response)
+        /// The owner refused the connection (its process is gone).
+        case unreachable(Wire.Response)
+    }
+
     /// Relays a request that names a thread another live instance owns and
     /// returns that instance's answer under the client's request id.
     static func forward(_ request: Wire.Request, _ params: Wire.Request.Params, to owner: OwnedElsewhere,
-                        connection: Connection, services: ServerServices) async -> Wire.Response {
+                        connection: Connection, services: ServerServices) async -> Relay {
         guard !connection.isPeer else {
             // Ownership moved between the two instances' reads: no second hop.
-            return refusal(request, "thread \(owner.threadID) moved to the instance at \(owner.address) while this request was relayed; retry")
+            return .answered(refusal(request, "thread \(owner.threadID) moved to the instance at \(owner.address) while this request was relayed; retry"))
         }
         let timeout = UInt32(clamping: services.peers.requestTimeout.components.seconds * 1000)
         // Connecting counts against the same time: a paused owner's kernel
@@ -86,13 +125,13 @@ enum Forwarding {
             guard let open = try await RequestLoop.firstOf(opened, timeoutMs: timeout) else {
                 opened.cancel()
                 Task { try? await opened.value.close() }
-                return refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
-                    + "once its lease expires any instance takes the thread over: retry")
+                return .answered(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
+                    + "once its lease expires any instance takes the thread over: retry"))
             }
             upstream = open
         } catch {
-            return refusal(request, "thread \(owner.threadID) is owned by the instance at \(owner.address), which cannot be reached (\(error)); "
-                + "once its lease expires any instance takes the thread over: retry")
+            return .unreachable(refusal(request, "thread \(owner.threadID) is owned by the instance at \(owner.address), which cannot be reached (\(error)); "
+                + "once its lease expires any instance takes the thread over: retry"))
         }
         let call = Task { try await upstream.client.call(params, timeoutMs: request.timeoutMs, metadata: request.metadata) }
         let answer = try? await RequestLoop.firstOf(call, timeoutMs: timeout)
@@ -102,12 +141,12 @@ enum Forwarding {
             call.cancel()
             connection.upstreams.withLockedValue { table in if table[owner.address] === upstream { table[owner.address] = nil } }
             upstream.close()
-            return refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
-                + "the change may or may not have been made: read the thread, then retry")
+            return .answered(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
+                + "the change may or may not have been made: read the thread, then retry"))
         }
         response.id = request.id
         if response.code ?? 0 == 0 { track(params, response, upstream) }
-        return response
+        return .answered(response)
     }
 
     static func refusal(_ request: Wire.Request, _ message: String) -> Wire.Response {

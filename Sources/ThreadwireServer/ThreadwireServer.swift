@@ -103,6 +103,7 @@ public final class ThreadwireServer: Service, Sendable {
         info.authenticator = configuration.authenticator
         info.clientCertificatesName = configuration.tls?.clientCAFile != nil
         info.peerToken = configuration.peers.token.map { Array($0.utf8) }
+        info.relays = configuration.coordinator != nil
         tlsContext = try configuration.tls?.makeContext()
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
@@ -151,9 +152,20 @@ public final class ThreadwireServer: Service, Sendable {
     /// interrupted with markers recorded, connections get a last flush and
     /// close, and every task the server started is awaited.
     public func run() async throws {
-        // Turns that a dead process left running are recovered first, so no
-        // client ever sees a thread ACTIVE with a turn nobody runs.
-        let recovered = try await services.engine.recoverInterruptedTurns()
+        // Bound first: with several instances the advertised address (a
+        // port 0 resolved) must be known before any lease is taken.
+        let listener = try await bind()
+        configuration.coordinator?.bound(port: listener.localAddress?.port ?? configuration.port)
+        // Turns that a dead process left running are recovered before the
+        // server says it listens, so no client of a supervisor that waits for
+        // that line sees a thread ACTIVE with a turn nobody runs.
+        let recovered: Int
+        do {
+            recovered = try await services.engine.recoverInterruptedTurns()
+        } catch {
+            try? await listener.close()
+            throw error
+        }
         if recovered > 0 {
             services.logger.notice("recovered threads whose turns were left running", metadata: ["tw.threads": "\(recovered)"])
         }
@@ -162,7 +174,6 @@ public final class ThreadwireServer: Service, Sendable {
             await engine.maintainLeases { logger.notice("\($0)") }
         }
         defer { leases.cancel() }
-        let listener = try await bind()
         onListening(listener.localAddress!)
         await withGracefulShutdownHandler {
             try? await listener.closeFuture.get()

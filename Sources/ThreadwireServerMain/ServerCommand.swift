@@ -165,7 +165,8 @@ struct ServerCommand: AsyncParsableCommand {
         let store: any ThreadStore
         let postgres: PostgresThreadStore?
         if let url = self.store ?? ProcessInfo.processInfo.environment["THREADWIRE_STORE"], !url.isEmpty {
-            postgres = try await PostgresThreadStore.connect(url: url, logger: logger)
+            postgres = try await PostgresThreadStore.connect(
+                url: url, logger: logger, stalledTransactionTimeout: .milliseconds(Int(min(5, leaseSeconds / 2) * 1000)))
             logger.info("store: PostgreSQL", metadata: ["tw.store": "\(postgres!.location)"])
             store = postgres!
         } else {
@@ -225,8 +226,9 @@ struct ServerCommand: AsyncParsableCommand {
             }
             address = advertise
         } else {
-            guard port != 0, !["0.0.0.0", "::", "[::]", ""].contains(host) else {
-                throw ValidationError("with a PostgreSQL store, give --advertise HOST:PORT (where other instances reach this one): --listen \(listen) does not name one")
+            // Port 0 is advertised as the port bound.
+            guard !["0.0.0.0", "::", "[::]", ""].contains(host) else {
+                throw ValidationError("with a PostgreSQL store, give --advertise HOST:PORT (where other instances reach this one): --listen \(listen) names no host they can reach")
             }
             address = listen
         }
@@ -241,6 +243,7 @@ struct ServerCommand: AsyncParsableCommand {
         }
         configuration.peers.token = token
         configuration.peers.requestTimeout = .seconds(max(5, leaseSeconds * 1.5))
+        configuration.peers.takeoverWait = .seconds(leaseSeconds + 1)
         if let tls = configuration.tls {
             configuration.peers.tls = ClientTLS(caFile: peerTlsCa ?? tls.clientCAFile, certificateFile: tls.certificateChainFile,
                                                 keyFile: tls.privateKeyFile)

@@ -57,20 +57,63 @@ struct PostgresServerTests {
     }
 
     @Test("a --store that cannot be reached or parsed stops startup with a message naming it, without the password")
-    func badStore() throws {
+    func badStore() async throws {
         for (url, mentions) in [("postgres://nobody:secret-pw@127.0.0.1:1/db", "127.0.0.1:1"), ("mysql://x@y/z", "postgres://")] {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: ServerProcess.binary)
-            process.arguments = ["--listen", "127.0.0.1:0", "--store", url]
-            let err = Pipe()
-            process.standardError = err
-            process.standardOutput = Pipe()
-            try process.run()
-            let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            #expect(process.terminationStatus != 0)
+            let (status, _, text) = try await runBinary(ServerProcess.binary, ["--listen", "127.0.0.1:0", "--store", url])
+            #expect(status != 0)
             #expect(text.contains(mentions), "\(text)")
             #expect(!text.contains("secret-pw"))
         }
+    }
+}
+
+extension PostgresServerTests {
+    /// psql against the test cluster, off the test concurrency pool.
+    static func psql(_ url: String, _ sql: String) async throws {
+        let components = try #require(URLComponents(string: url))
+        _ = try await offThread {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+            process.arguments = ["-h", components.host!, "-p", "\(components.port!)", "-U", components.user!, "-d", "postgres",
+                                 "-v", "ON_ERROR_STOP=1", "-qc", sql]
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            guard process.terminationStatus == 0 else { throw TestTimeout(description: "psql failed: \(sql)") }
+        }
+    }
+
+    @Test("/readyz includes the database: 503 naming the store while PostgreSQL refuses the server, ready again when it accepts")
+    func readinessFollowsTheDatabase() async throws {
+        let url = try await PostgresCluster.database()
+        let database = try #require(url.split(separator: "/").last.map(String.init))
+        let server = try await ServerProcess.launch(arguments: ["--store", url, "--admin-listen", "127.0.0.1:0"])
+        defer { server.stop() }
+        #expect(try await httpGet(port: server.adminPort, path: "/readyz").status == 200)
+
+        try await Self.psql(url, "ALTER DATABASE \(database) WITH ALLOW_CONNECTIONS false")
+        try await Self.psql(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(database)'")
+        var readyz = (status: 0, body: "")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            readyz = try await httpGet(port: server.adminPort, path: "/readyz")
+            if readyz.status == 503 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(readyz.status == 503 && readyz.body.contains("store"), "\(readyz)")
+        let health = try await server.client(initialize: false)
+        guard case let .healthCheck(answer) = try await health.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
+        #expect(answer.status == .notServing)
+
+        try await Self.psql(url, "ALTER DATABASE \(database) WITH ALLOW_CONNECTIONS true")
+        let recovered = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < recovered {
+            readyz = try await httpGet(port: server.adminPort, path: "/readyz")
+            if readyz.status == 200 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(readyz.status == 200, "ready again once the database accepts the server: \(readyz)")
+        let client = try await server.client()
+        _ = try await client.startThread()
     }
 }

@@ -143,16 +143,37 @@ func expectStatus(_ code: UInt32, mentioning: String, _ body: () async throws ->
 /// Runs the `threadwire` CLI beside the server binary, off the test
 /// concurrency pool; returns its exit status and standard output.
 func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
+    let (status, out, _) = try await runBinary(
+        ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"), arguments)
+    return (status, out)
+}
+
+/// Runs a program to its end off the test concurrency pool; its exit status,
+/// standard output and standard error (read together, so neither pipe fills).
+func runBinary(_ path: String, _ arguments: [String]) async throws -> (Int32, String, String) {
     try await offThread {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire"))
+        process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         let out = Pipe()
+        let err = Pipe()
         process.standardOutput = out
-        process.standardError = Pipe()
+        process.standardError = err
         try process.run()
+        let errText = LockedText()
+        let errReader = Thread { errText.set(err.fileHandleForReading.readDataToEndOfFile()) }
+        errReader.start()
         let data = out.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        while !errText.isSet { usleep(1_000) }
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self), errText.text)
     }
+}
+
+final class LockedText: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data: Data?
+    func set(_ value: Data) { lock.withLock { data = value } }
+    var isSet: Bool { lock.withLock { data != nil } }
+    var text: String { lock.withLock { String(decoding: data ?? Data(), as: UTF8.self) } }
 }

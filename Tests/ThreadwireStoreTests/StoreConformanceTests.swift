@@ -239,3 +239,62 @@ struct StoreConformanceTests {
         }
     }
 }
+
+/// The leases behind several instances on one PostgreSQL store, driven
+/// directly: two coordinators stand for two instances.
+@Suite("PostgreSQL agent-tree leases and fenced commits", .timeLimit(.minutes(2)))
+struct PostgresLeaseTests {
+    @Test("one holder at a time; a takeover after expiry raises the epoch; a commit fenced with the old epoch fails and writes nothing")
+    func fencedCommitAfterTakeover() async throws {
+        let url = try await PostgresCluster.database()
+        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
+        defer { store.close() }
+        let first = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:1", leaseDuration: .seconds(1))
+        let second = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:2", leaseDuration: .seconds(1))
+        var record = thread("tree", created: 100)
+
+        guard case let .held(oldFence) = try await first.acquire("tree") else { Issue.record("a free tree is granted"); return }
+        try await store.commit([.putThread(record)], fence: oldFence)
+        #expect(try await second.acquire("tree") == .elsewhere(address: "127.0.0.1:1"), "a live lease is not taken")
+        #expect(try await second.holder("tree") == "127.0.0.1:1")
+        #expect(try await first.holder("tree") == nil, "an instance is not its own other holder")
+        #expect(try await first.renew([oldFence]) == [oldFence])
+
+        try await Task.sleep(for: .milliseconds(1300))  // the first instance stops renewing
+        guard case let .held(newFence) = try await second.acquire("tree") else { Issue.record("an expired lease is taken over"); return }
+        #expect(newFence.epoch > oldFence.epoch)
+        #expect(try await first.renew([oldFence]).isEmpty, "the former holder learns it lost the tree")
+
+        record.model = "late write of the former owner"
+        record.version = 2
+        do {
+            try await store.commit([.putThread(record)], fence: oldFence)
+            Issue.record("a commit with a superseded fence must fail")
+        } catch is LeaseLost {}
+        #expect(try await store.threadRecord("tree")?.model == "m", "nothing of the refused commit landed")
+        record.model = "the new owner's write"
+        try await store.commit([.putThread(record)], fence: newFence)
+        #expect(try await store.threadRecord("tree")?.model == "the new owner's write")
+
+        // A released lease is free at once, and the epoch keeps growing.
+        await second.release([newFence])
+        guard case let .held(again) = try await first.acquire("tree") else { Issue.record("a released tree is granted at once"); return }
+        #expect(again.epoch > newFence.epoch)
+    }
+
+    @Test("threads with a running turn count as orphaned only while no live lease covers their tree")
+    func orphanedRunningThreads() async throws {
+        let url = try await PostgresCluster.database()
+        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
+        defer { store.close() }
+        let instance = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:3", leaseDuration: .seconds(30))
+        try await store.commit([.putThread(thread("root", created: 1)), .putTurn(turn("root", 0, status: .inProgress))])
+        try await store.commit([.putThread(thread("child", created: 2, parent: "root", session: "root")),
+                                .putTurn(turn("child", 0, status: .inProgress))])
+        #expect(try await instance.orphanedRunningThreads() == ["child", "root"])
+        guard case let .held(fence) = try await instance.acquire("root") else { Issue.record("granted"); return }
+        #expect(try await instance.orphanedRunningThreads().isEmpty, "a live lease on the tree covers the child too")
+        await instance.release([fence])
+        #expect(try await instance.orphanedRunningThreads() == ["child", "root"])
+    }
+}
