@@ -198,6 +198,47 @@ struct ClusterTests {
         #expect(accepted == 3, "\(accepted) spawns accepted across instances, cap 3")
     }
 
+    @Test("three instances behind HAProxy (the README's config): any connection reaches any thread; after kill -9 of one instance its threads are served again once its lease expires")
+    func behindHAProxy() async throws {
+        guard let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"].first(where: FileManager.default.isExecutableFile) else {
+            Issue.record("haproxy is not installed (make test installs it with apt-get)")
+            return
+        }
+        let group = try await InstanceGroup.start(3)
+        defer { group.stopAll() }
+        let proxy = try HAProxy(binary: haproxy, servers: ["a": group.instances[0].port, "b": group.instances[1].port,
+                                                           "c": group.instances[2].port])
+        defer { proxy.stop() }
+        for name in ["a", "b", "c"] { try await proxy.waitFor(server: name, status: "UP", within: .seconds(10)) }
+        func viaProxy() async throws -> ThreadwireClient {
+            let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: proxy.port)
+            try await client.initialize(name: "via-haproxy")
+            return client
+        }
+        // Round robin puts these connections on all three instances; each
+        // acts on every thread, wherever it lives.
+        let clients = try await (0..<6).asyncMap { _ in try await viaProxy() }
+        let threads = try await clients.asyncMap { try #require(try await $0.startThread().thread?.id) }
+        for (c, client) in clients.enumerated() {
+            for thread in threads {
+                _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "by-\(c)"))
+            }
+        }
+        for thread in threads { #expect(try await clients[0].read(thread, turns: false).settings?.model == "by-5") }
+
+        group.instances[0].kill9()
+        try await proxy.waitFor(server: "a", status: "DOWN", within: .seconds(20))
+        let after = try await viaProxy()
+        for thread in threads {
+            // Threads of the dead instance wait for its lease (2 s) inside the
+            // request, then are taken over: no error reaches the client.
+            let answer = try await after.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "after-kill"))
+            #expect(answer.changed == true)
+            let turn = try await after.runTurn(thread, "after the kill")
+            #expect(turn.status == .completed)
+        }
+    }
+
     @Test("fencing: an owner paused (SIGSTOP) past its lease loses the thread; after SIGCONT its late commit is refused, it serves nothing stale, its subscribers hear thread/closed")
     func fencing() async throws {
         let group = try await InstanceGroup.start(2)

@@ -249,7 +249,9 @@ struct PostgresLeaseTests {
         let url = try await PostgresCluster.database()
         let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
         defer { store.close() }
-        let first = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:1", leaseDuration: .seconds(1))
+        // Long enough that the checks below run while it is live, even on a
+        // loaded machine; the takeover then waits for its expiry.
+        let first = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:1", leaseDuration: .seconds(5))
         let second = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:2", leaseDuration: .seconds(1))
         var record = thread("tree", created: 100)
 
@@ -260,8 +262,14 @@ struct PostgresLeaseTests {
         #expect(try await first.holder("tree") == nil, "an instance is not its own other holder")
         #expect(try await first.renew([oldFence]) == [oldFence])
 
-        try await Task.sleep(for: .milliseconds(1300))  // the first instance stops renewing
-        guard case let .held(newFence) = try await second.acquire("tree") else { Issue.record("an expired lease is taken over"); return }
+        // The first instance stops renewing: the second takes over once the lease expired.
+        var claim = try await second.acquire("tree")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while case .elsewhere = claim, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(200))
+            claim = try await second.acquire("tree")
+        }
+        guard case let .held(newFence) = claim else { Issue.record("an expired lease is taken over"); return }
         #expect(newFence.epoch > oldFence.epoch)
         #expect(try await first.renew([oldFence]).isEmpty, "the former holder learns it lost the tree")
 
