@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-security bench-postgres fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -157,6 +157,11 @@ bench-security: apt-deps
 bench-postgres: apt-deps
 	swift build -c release
 	Benchmarks/postgres.sh
+
+## Issue 12: relay hop latency and failover time, two instances on one PostgreSQL.
+bench-cluster: apt-deps py-deps
+	swift build -c release
+	Benchmarks/cluster.sh
 
 ## Issue 10: perf profile of health/check in the release server (SERVER_BIN=... for another build).
 bench-profile: apt-deps py-deps
