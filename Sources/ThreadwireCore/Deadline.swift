@@ -31,14 +31,16 @@ public func withDeadline<T: Sendable>(
 }
 
 /// Resumes a continuation with the first result offered, once.
-final class FirstOutcome<T: Sendable>: Sendable {
+public final class FirstOutcome<T: Sendable>: Sendable {
     private let state = Mutex<(continuation: CheckedContinuation<T, any Error>?, done: Bool)>((nil, false))
 
-    func arm(_ continuation: CheckedContinuation<T, any Error>) {
+    public init() {}
+
+    public func arm(_ continuation: CheckedContinuation<T, any Error>) {
         state.withLock { $0.continuation = continuation }
     }
 
-    func finish(_ result: Result<T, any Error>) {
+    public func finish(_ result: Result<T, any Error>) {
         let continuation = state.withLock { state -> CheckedContinuation<T, any Error>? in
             guard !state.done else { return nil }
             state.done = true

@@ -395,7 +395,7 @@ enum RequestLoop {
     /// timeout even if the task never ends (a task group would wait for it:
     /// awaiting a task's value ignores cancellation).
     static func firstOf<T: Sendable>(_ task: Task<T, any Error>, timeoutMs: UInt32) async throws -> T? {
-        let outcome = OneShot<T?>()
+        let outcome = FirstOutcome<T?>()
         return try await withCheckedThrowingContinuation { continuation in
             outcome.arm(continuation)
             Task {
@@ -406,24 +406,5 @@ enum RequestLoop {
                 outcome.finish(.success(nil))
             }
         }
-    }
-}
-
-/// Resumes a continuation with the first result offered, once.
-final class OneShot<T: Sendable>: Sendable {
-    private let state = NIOLockedValueBox<(continuation: CheckedContinuation<T, any Error>?, done: Bool)>((nil, false))
-
-    func arm(_ continuation: CheckedContinuation<T, any Error>) {
-        state.withLockedValue { $0.continuation = continuation }
-    }
-
-    func finish(_ result: Result<T, any Error>) {
-        let continuation = state.withLockedValue { state -> CheckedContinuation<T, any Error>? in
-            guard !state.done else { return nil }
-            state.done = true
-            defer { state.continuation = nil }
-            return state.continuation
-        }
-        continuation?.resume(with: result)
     }
 }
