@@ -31,9 +31,13 @@ public struct OwnedElsewhere: Error, CustomStringConvertible {
     public var threadID: ThreadID
     /// The owner's advertised HOST:PORT.
     public var address: String
-    public init(threadID: ThreadID, address: String) {
+    /// Known from an earlier lookup rather than the store just now: the
+    /// owner may have changed since (see `KnownOwners`).
+    public var remembered: Bool
+    public init(threadID: ThreadID, address: String, remembered: Bool = false) {
         self.threadID = threadID
         self.address = address
+        self.remembered = remembered
     }
     public var description: String { "thread \(threadID) is owned by the instance at \(address)" }
 }
@@ -68,6 +72,43 @@ public protocol OwnershipCoordinator: Sendable {
     /// Threads with a turn stored as running whose tree no live instance
     /// holds: left by a dead instance, waiting to be recovered.
     func orphanedRunningThreads() async throws -> [ThreadID]
+}
+
+/// Which instance owned threads this one relayed for, remembered briefly so
+/// a stream of requests for a thread owned elsewhere does not ask the store
+/// twice per request. A stale entry costs one relay that the former owner
+/// refuses or takes over (its lease lapsed), after which the server forgets
+/// the entry and looks again.
+final class KnownOwners: Sendable {
+    private let table = Mutex<[ThreadID: (address: String, until: ContinuousClock.Instant)]>([:])
+    private let ttl: Duration
+    private static let capacity = 10_000
+
+    init(ttl: Duration) { self.ttl = ttl }
+
+    func address(_ thread: ThreadID) -> String? {
+        table.withLock { table in
+            guard let entry = table[thread] else { return nil }
+            guard entry.until > .now else {
+                table[thread] = nil
+                return nil
+            }
+            return entry.address
+        }
+    }
+
+    func remember(_ thread: ThreadID, at address: String) {
+        let now = ContinuousClock.now
+        table.withLock { table in
+            if table.count >= Self.capacity {
+                table = table.filter { $0.value.until > now }
+                if table.count >= Self.capacity { table.removeAll() }
+            }
+            table[thread] = (address, now + ttl)
+        }
+    }
+
+    func forget(_ thread: ThreadID) { _ = table.withLock { $0.removeValue(forKey: thread) } }
 }
 
 /// The trees this process holds and which of its loaded threads use each.

@@ -16,10 +16,20 @@ extension ThreadEngine {
                 heldTrees.granted(fence, thread: thread, leaseDuration: coordinator.leaseDuration)
                 return fence
             case let .elsewhere(address):
+                knownOwners.remember(thread, at: address)
                 throw OwnedElsewhere(threadID: thread, address: address)
             }
         }
     }
+
+    /// A thread not loaded here whose owner was found elsewhere moments ago.
+    func throwIfKnownElsewhere(_ id: ThreadID) throws {
+        guard coordinator != nil, directory.existing(id) == nil, let address = knownOwners.address(id) else { return }
+        throw OwnedElsewhere(threadID: id, address: address, remembered: true)
+    }
+
+    /// The relay to a remembered owner failed: the next lookup asks the store.
+    public func forgetOwner(of id: ThreadID) { knownOwners.forget(id) }
 
     /// A new root thread is a new tree: nobody else can hold it.
     func claimNewTree(_ id: ThreadID) async throws -> LeaseFence? {
@@ -46,8 +56,10 @@ extension ThreadEngine {
     /// first. True when the thread is now loaded here.
     @discardableResult
     func readFromOwnerIfElsewhere(_ id: ThreadID) async throws -> Bool {
+        try throwIfKnownElsewhere(id)
         guard let coordinator, let record = try await store.threadRecord(id) else { return false }
         if let address = try await coordinator.holder(record.sessionID) {
+            knownOwners.remember(id, at: address)
             throw OwnedElsewhere(threadID: id, address: address)
         }
         guard try await store.turnsPage(id, afterSequence: nil, limit: 1, descending: true)?.first?.status == .inProgress else {

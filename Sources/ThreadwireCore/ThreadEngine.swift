@@ -32,6 +32,7 @@ public final class ThreadEngine: Sendable {
     /// (nil: this process owns every thread).
     let coordinator: (any OwnershipCoordinator)?
     let heldTrees = HeldTrees()
+    let knownOwners: KnownOwners
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
@@ -43,6 +44,7 @@ public final class ThreadEngine: Sendable {
         self.sink = sink
         self.idleUnloadAfter = idleUnloadAfter
         self.coordinator = coordinator
+        knownOwners = KnownOwners(ttl: (coordinator?.leaseDuration ?? .seconds(10)) / 2)
     }
 
     // MARK: - Requests
@@ -373,6 +375,7 @@ public final class ThreadEngine: Sendable {
     /// Runs `body` as the thread's only command, loading the thread first if
     /// needed. The owner's state is non-nil inside `body`.
     func withOwner<T>(_ id: ThreadID, _ body: (ThreadOwner) async throws -> T) async throws -> T {
+        try throwIfKnownElsewhere(id)
         while true {
             let owner = directory.owner(id) { ThreadOwner(id: id, sink: sink) }
             await owner.gate.lock()

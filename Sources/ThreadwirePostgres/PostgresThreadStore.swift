@@ -178,6 +178,12 @@ public final class PostgresThreadStore: ThreadStore {
     }
 
     private func fencedCommit(_ operations: [StoreOperation], fence: LeaseFence) async throws {
+        if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1 {
+            // The common change (settings, archive): one statement that locks
+            // the lease row and updates the thread, instead of four round trips.
+            try await client.withConnection { connection in try await self.apply(operations[0], connection, fence: fence) }
+            return
+        }
         try await transaction { connection in
             var held = false
             for try await _ in try await connection.query(
@@ -217,7 +223,9 @@ public final class PostgresThreadStore: ThreadStore {
         }
     }
 
-    private func apply(_ operation: StoreOperation, _ connection: PostgresConnection) async throws {
+    /// `fence` (only for a thread update): the statement also locks the
+    /// lease row and changes nothing unless it still has the fence's epoch.
+    private func apply(_ operation: StoreOperation, _ connection: PostgresConnection, fence: LeaseFence? = nil) async throws {
         switch operation {
         case let .putThread(r):
             let overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
@@ -244,19 +252,37 @@ public final class PostgresThreadStore: ThreadStore {
                 // Compare-and-set: only on top of the version this one replaces.
                 // The owner never changes, so it is not written again.
                 try binds.append(r.version - 1, context: .default)
-                sql = """
+                var fenced = ""
+                if let fence {
+                    binds.append(fence.tree)
+                    try binds.append(fence.epoch, context: .default)
+                    fenced = """
+                        WITH fence AS (SELECT 1 FROM thread_leases WHERE tree = $27 AND epoch = $28 FOR SHARE)
+                        """
+                }
+                sql = fenced + """
                     UPDATE threads SET session_id = $2, parent_id = $3, forked_from_id = $4, source = $5, depth = $6,
                         task_name = $7, nickname = $8, preview = $9, name = $10, created_at = $11, updated_at = $12,
                         archived = $13, runtime = $14, legacy = $15, selected_mode = $16, model = $17, cwd = $18,
                         base_instructions = $19, config_overrides = $20, version = $21, agent_status = $22,
                         agent_final_message = $23, agent_closed = $24
-                    WHERE id = $1 AND version = $26 AND owner = $25 RETURNING 1
-                    """
+                    WHERE id = $1 AND version = $26 AND owner = $25
+                    """ + (fence == nil ? "" : " AND EXISTS (SELECT 1 FROM fence)") + " RETURNING 1"
             }
             let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
             var changed = 0
             for try await _ in rows { changed += 1 }
-            guard changed == 1 else { throw StoreConflict(threadID: r.id, expectedVersion: r.version <= 1 ? 0 : r.version - 1) }
+            guard changed == 1 else {
+                if let fence {
+                    var held = false
+                    for try await _ in try await connection.query(
+                        "SELECT 1 FROM thread_leases WHERE tree = \(fence.tree) AND epoch = \(fence.epoch)", logger: logger) {
+                        held = true
+                    }
+                    if !held { throw LeaseLost(fence: fence) }
+                }
+                throw StoreConflict(threadID: r.id, expectedVersion: r.version <= 1 ? 0 : r.version - 1)
+            }
         case let .appendHistory(id, first, items):
             guard !items.isEmpty else { return }
             // One statement for all the items (one round trip).

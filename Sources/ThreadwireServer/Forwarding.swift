@@ -90,8 +90,14 @@ enum Forwarding {
                 do {
                     return try await handler(params, context)
                 } catch let elsewhere as OwnedElsewhere {
-                    switch await forward(request, params, to: elsewhere, connection: connection, services: services) {
-                    case let .answered(response):
+                    let relay = await forward(request, params, to: elsewhere, connection: connection, services: services)
+                    if elsewhere.remembered, relay.refusedWithoutEffect {
+                        // The remembered owner moved on: look it up afresh.
+                        context.engine.forgetOwner(of: elsewhere.threadID)
+                        continue
+                    }
+                    switch relay {
+                    case let .answered(response), let .noAnswer(response):
                         throw RelayedAnswer(response: response)
                     case let .unreachable(response):
                         guard ContinuousClock.now < deadline, !services.info.draining() else { throw RelayedAnswer(response: response) }
@@ -103,9 +109,24 @@ enum Forwarding {
     }
 
     enum Relay {
+        /// The owner's answer (or this instance's refusal to relay).
         case answered(Wire.Response)
         /// The owner refused the connection (its process is gone).
         case unreachable(Wire.Response)
+        /// The owner took the request and did not answer in time: its
+        /// outcome is unknown, so it is never sent again.
+        case noAnswer(Wire.Response)
+
+        /// The request surely had no effect: the owner is gone, or it
+        /// answered UNAVAILABLE (draining, moved, lost its lease, store down;
+        /// none of them changes anything).
+        var refusedWithoutEffect: Bool {
+            switch self {
+            case .unreachable: true
+            case let .answered(response): response.code == StatusCode.unavailable.rawValue
+            case .noAnswer: false
+            }
+        }
     }
 
     /// Relays a request that names a thread another live instance owns and
@@ -125,7 +146,7 @@ enum Forwarding {
             guard let open = try await RequestLoop.firstOf(opened, timeoutMs: timeout) else {
                 opened.cancel()
                 Task { try? await opened.value.close() }
-                return .answered(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
+                return .unreachable(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
                     + "once its lease expires any instance takes the thread over: retry"))
             }
             upstream = open
@@ -141,7 +162,7 @@ enum Forwarding {
             call.cancel()
             connection.upstreams.withLockedValue { table in if table[owner.address] === upstream { table[owner.address] = nil } }
             upstream.close()
-            return .answered(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
+            return .noAnswer(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
                 + "the change may or may not have been made: read the thread, then retry"))
         }
         response.id = request.id

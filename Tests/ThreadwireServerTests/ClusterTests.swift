@@ -239,6 +239,31 @@ struct ClusterTests {
         }
     }
 
+    @Test("a thread that moved to another instance is reached without an error by an instance that relayed to its former owner moments ago")
+    func ownerMoves() async throws {
+        // Long leases: the relaying instance still remembers the former
+        // owner when the thread has moved (it remembers for half a lease).
+        let group = try await InstanceGroup.start(3, leaseSeconds: 10, extra: ["--idle-unload-seconds", "0.5"])
+        defer { group.stopAll() }
+        let (a, b, c) = (group.instances[0], group.instances[1], group.instances[2])
+        let creator = try await a.client()
+        let thread = try #require(try await creator.startThread().thread?.id)
+        let viaB = try await b.client()
+        _ = try await viaB.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "via-b-1"))
+        // The creator leaves; a unloads the idle thread and gives its tree up.
+        await creator.close()
+        try await Task.sleep(for: .seconds(2))
+        let viaC = try await c.client()
+        _ = try await viaC.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "via-c"))
+        // b relays to a (remembered), which no longer owns it: b looks again.
+        for round in 2...4 {
+            let answer = try await viaB.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "via-b-\(round)"))
+            #expect(answer.settings?.model == "via-b-\(round)")
+        }
+        let read = try await (try await a.client()).read(thread, turns: false)
+        #expect(read.settings?.model == "via-b-4")
+    }
+
     @Test("fencing: an owner paused (SIGSTOP) past its lease loses the thread; after SIGCONT its late commit is refused, it serves nothing stale, its subscribers hear thread/closed")
     func fencing() async throws {
         let group = try await InstanceGroup.start(2)

@@ -283,6 +283,11 @@ struct PostgresLeaseTests {
         record.model = "the new owner's write"
         try await store.commit([.putThread(record)], fence: newFence)
         #expect(try await store.threadRecord("tree")?.model == "the new owner's write")
+        // With a valid fence, a stale version is still a conflict, not a lost lease.
+        do {
+            try await store.commit([.putThread(record)], fence: newFence)
+            Issue.record("a second write of version 2 must conflict")
+        } catch is StoreConflict {}
 
         // A released lease is free at once, and the epoch keeps growing.
         await second.release([newFence])
