@@ -84,10 +84,10 @@ extension ThreadEngine {
         let threads = heldTrees.lost(fence)
         for id in threads {
             guard let owner = directory.existing(id) else { continue }
-            owner.runner?.cancel()
             await owner.gate.lock()
             defer { owner.gate.unlock() }
             guard !owner.retired, owner.fence == fence else { continue }
+            owner.runner?.cancel()  // a turn runner between its steps stops here
             owner.retired = true
             owner.cancelUnload()
             directory.remove(owner)
