@@ -6,9 +6,11 @@
 #   - the release server on SQLite, then on PostgreSQL, each loaded by the
 #     release CLI's closed-loop generator: settings (thread/settings/update,
 #     one durable commit each) and turn (turn/start to turn/completed);
-#   - pgbench with a custom script: one UPDATE of one row of a 64-column-free
-#     table per transaction, as many clients as connections: the most durable
-#     single-row transactions PostgreSQL does here.
+#   - pgbench (prepared, as many clients as connections) with two scripts:
+#     one UPDATE of a minimal two-column row per transaction (the most durable
+#     single-row transactions PostgreSQL does here), and the same change
+#     threadwire's settings update makes (a threads row with its 8 indexes,
+#     the lease row locked FOR SHARE): PostgreSQL's ceiling for the same rows.
 # Medians of RUNS runs of SECONDS_PER_RUN s. Usage: Benchmarks/postgres.sh (make bench-postgres)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,16 +50,36 @@ for store in sqlite postgres; do
   kill "$server_pid"; wait "$server_pid" 2>/dev/null || true
 done
 
-# PostgreSQL's own ceiling for durable single-row updates.
-"$pgbin/psql" -q -h 127.0.0.1 -p "$pgport" -U threadwire -d tw -c \
-  "CREATE TABLE bench_rows (id INT PRIMARY KEY, v BIGINT NOT NULL); INSERT INTO bench_rows SELECT g, 0 FROM generate_series(1, 10000) g;"
-printf '\\set id random(1, 10000)\nUPDATE bench_rows SET v = v + 1 WHERE id = :id;\n' > "$work/update.sql"
+# PostgreSQL's own ceilings: durable one-row updates of a minimal table, and
+# of the same rows threadwire writes (a threads row with its 8 indexes, one
+# row per client, with the lease row locked FOR SHARE as a fenced commit
+# does), prepared, as many clients as connections.
+psql_tw() { "$pgbin/psql" -q -h 127.0.0.1 -p "$pgport" -U threadwire -d tw "$@"; }
+psql_tw -c "CREATE TABLE bench_rows (id INT PRIMARY KEY, v BIGINT NOT NULL); INSERT INTO bench_rows SELECT g, 0 FROM generate_series(1, 10000) g;"
+psql_tw -c "CREATE TABLE bench_ids AS SELECT row_number() OVER (ORDER BY id) AS n, id, session_id FROM threads;
+            INSERT INTO thread_leases SELECT session_id, 'pgbench', '-', 1, now() + interval '1 day' FROM bench_ids
+            ON CONFLICT (tree) DO UPDATE SET epoch = 1, expires_at = EXCLUDED.expires_at;"
+printf '\\set id random(1, 10000)\nUPDATE bench_rows SET v = v + 1 WHERE id = :id;\n' > "$work/minimal.sql"
+cat > "$work/same-rows.sql" <<'SQL'
+\set n :client_id + 1
+WITH b AS (SELECT id, session_id FROM bench_ids WHERE n = :n),
+     fence AS (SELECT 1 FROM thread_leases l, b WHERE l.tree = b.session_id AND l.epoch = 1 FOR SHARE OF l)
+UPDATE threads t SET session_id = t.session_id, parent_id = t.parent_id, forked_from_id = t.forked_from_id,
+    source = t.source, depth = t.depth, task_name = t.task_name, nickname = t.nickname, preview = t.preview,
+    name = t.name, created_at = t.created_at, updated_at = t.updated_at + 1, archived = t.archived,
+    runtime = t.runtime, legacy = t.legacy, selected_mode = t.selected_mode, model = t.model, cwd = t.cwd,
+    base_instructions = t.base_instructions, config_overrides = t.config_overrides, version = t.version + 1,
+    agent_status = t.agent_status, agent_final_message = t.agent_final_message, agent_closed = t.agent_closed
+FROM b WHERE t.id = b.id AND EXISTS (SELECT 1 FROM fence);
+SQL
 declare -A ceiling
-for connections in 1 16; do
-  ceiling[$connections]=$(for _ in $(seq "$runs"); do
-    "$pgbin/pgbench" -n -h 127.0.0.1 -p "$pgport" -U threadwire -c "$connections" -j "$connections" -T "$seconds" -f "$work/update.sql" tw 2>/dev/null |
-      sed -n 's/^tps = \([0-9.]*\).*/\1/p' | cut -d. -f1
-  done | median)
+for script in minimal same-rows; do
+  for connections in 1 16; do
+    ceiling[$script,$connections]=$(for _ in $(seq "$runs"); do
+      "$pgbin/pgbench" -n -M prepared -h 127.0.0.1 -p "$pgport" -U threadwire -c "$connections" -j "$connections" -T "$seconds" -f "$work/$script.sql" tw 2>/dev/null |
+        sed -n 's/^tps = \([0-9.]*\).*/\1/p' | cut -d. -f1
+    done | median)
+  done
 done
 
 printf '\n| workload | connections | SQLite req/s (p50 / p99 µs) | PostgreSQL req/s (p50 / p99 µs) | PostgreSQL vs SQLite |\n|---|---|---|---|---|\n'
@@ -68,8 +90,9 @@ for workload in settings turn; do
     echo "| $workload | $connections | $s_rps ($s_p50 / $s_p99) | $p_rps ($p_p50 / $p_p99) | $(python3 -c "print(f'{$p_rps/$s_rps*100:.0f} %')") |"
   done
 done
-printf '\n| pgbench one-row UPDATE transactions | connections | tps | threadwire settings/update on PostgreSQL vs it |\n|---|---|---|---|\n'
+printf '\n| connections | pgbench minimal row tps | pgbench same rows tps | threadwire settings/update on PostgreSQL | vs minimal | vs same rows |\n|---|---|---|---|---|---|\n'
 for connections in 1 16; do
   read -r p_rps _ _ <<< "${result[postgres,settings,$connections]}"
-  echo "| pgbench | $connections | ${ceiling[$connections]} | $(python3 -c "print(f'{$p_rps/${ceiling[$connections]}*100:.0f} %')") |"
+  minimal=${ceiling[minimal,$connections]}; same=${ceiling[same-rows,$connections]}
+  echo "| $connections | $minimal | $same | $p_rps | $(python3 -c "print(f'{$p_rps/$minimal*100:.0f} %')") | $(python3 -c "print(f'{$p_rps/$same*100:.0f} %')") |"
 done

@@ -77,9 +77,13 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
         guard !fences.isEmpty else { return [] }
         var renewed: Set<LeaseFence> = []
         for try await (tree, epoch) in try await store.client.query("""
-            UPDATE thread_leases SET expires_at = now() + make_interval(secs => \(seconds))
-            WHERE instance_id = \(instanceID) AND expires_at > now() AND tree = ANY(\(fences.map(\.tree)))
-            RETURNING tree, epoch
+            WITH locked AS (
+                SELECT tree FROM thread_leases
+                WHERE instance_id = \(instanceID) AND expires_at > now() AND tree = ANY(\(fences.map(\.tree)))
+                ORDER BY tree FOR NO KEY UPDATE)
+            UPDATE thread_leases l SET expires_at = now() + make_interval(secs => \(seconds))
+            FROM locked WHERE l.tree = locked.tree
+            RETURNING l.tree, l.epoch
             """, logger: store.logger).decode((String, Int64).self) {
             renewed.insert(LeaseFence(tree: tree, epoch: epoch))
         }
@@ -90,9 +94,13 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
         guard !fences.isEmpty else { return }
         do {
             try await store.client.query("""
-                UPDATE thread_leases AS l SET expires_at = now()
-                FROM unnest(\(fences.map(\.tree))::text[], \(fences.map(\.epoch))::bigint[]) AS r(tree, epoch)
-                WHERE l.tree = r.tree AND l.epoch = r.epoch AND l.instance_id = \(instanceID)
+                WITH locked AS (
+                    SELECT l.tree FROM thread_leases l
+                    JOIN unnest(\(fences.map(\.tree))::text[], \(fences.map(\.epoch))::bigint[]) AS r(tree, epoch)
+                        ON l.tree = r.tree AND l.epoch = r.epoch
+                    WHERE l.instance_id = \(instanceID)
+                    ORDER BY l.tree FOR NO KEY UPDATE OF l)
+                UPDATE thread_leases AS l SET expires_at = now() FROM locked WHERE l.tree = locked.tree
                 """, logger: store.logger)
         } catch {
             // Unreleased, a lease simply expires.

@@ -75,12 +75,14 @@ public final class PostgresThreadStore: ThreadStore {
 
     /// See `bounded`.
     let operationTimeout: Duration
+    private let commits: CommitBatcher
 
     private init(client: PostgresClient, logger: Logger, location: String, operationTimeout: Duration) {
         self.operationTimeout = operationTimeout
         self.client = client
         self.logger = logger
         self.location = location
+        commits = CommitBatcher(client: client, logger: logger, timeout: operationTimeout, location: location)
         runner = Task { await client.run() }
     }
 
@@ -133,6 +135,7 @@ public final class PostgresThreadStore: ThreadStore {
             "CREATE INDEX thread_leases_instance ON thread_leases (instance_id)",
             "CREATE INDEX threads_session_all ON threads (session_id)",
         ]),
+        (3, [CommitFunction.definition]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -158,13 +161,20 @@ public final class PostgresThreadStore: ThreadStore {
 
     // MARK: Writes
 
-    /// Fenced: the lease row is read FOR SHARE in the commit's transaction,
-    /// so a takeover (which updates that row) waits for this commit, and a
-    /// commit after a takeover finds another epoch and writes nothing.
+    /// Fenced: the commit writes nothing unless its tree is still leased at
+    /// the fence's epoch, and holds the lease row FOR SHARE until it is
+    /// durable, so a takeover (which updates that row) waits for it.
+    /// Concurrent commits are grouped (`CommitBatcher`).
     public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
-        guard let fence else { return try await commit(operations) }
-        try await bounded("a commit") { try await self.fencedCommit(operations, fence: fence) }
+        try await commits.commit(operations, fence: fence)
     }
+
+    public func commit(_ operations: [StoreOperation]) async throws {
+        try await commits.commit(operations, fence: nil)
+    }
+
+    /// Commits so far and the calls they took (fewer calls: more grouping).
+    public var commitStatistics: CommitStatistics { commits.statistics }
 
     /// A call that does not end within `operationTimeout` fails (the
     /// connection it waits on may be dead: a paused process, a partition),
@@ -175,140 +185,6 @@ public final class PostgresThreadStore: ThreadStore {
         return try await withDeadline(timeout, timeoutError: {
             PostgresStoreError(description: "PostgreSQL at \(location) did not complete \(what) within \(timeout)")
         }, body)
-    }
-
-    private func fencedCommit(_ operations: [StoreOperation], fence: LeaseFence) async throws {
-        if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1 {
-            // The common change (settings, archive): one statement that locks
-            // the lease row and updates the thread, instead of four round trips.
-            try await client.withConnection { connection in try await self.apply(operations[0], connection, fence: fence) }
-            return
-        }
-        try await transaction { connection in
-            var held = false
-            for try await _ in try await connection.query(
-                "SELECT 1 FROM thread_leases WHERE tree = \(fence.tree) AND epoch = \(fence.epoch) FOR SHARE", logger: logger) {
-                held = true
-            }
-            guard held else { throw LeaseLost(fence: fence) }
-            for operation in operations { try await self.apply(operation, connection) }
-        }
-    }
-
-    public func commit(_ operations: [StoreOperation]) async throws {
-        try await bounded("a commit") { try await self.unfencedCommit(operations) }
-    }
-
-    private func unfencedCommit(_ operations: [StoreOperation]) async throws {
-        // One statement is atomic by itself: no BEGIN and COMMIT round trips
-        // (a settings update is then one round trip, like pgbench's).
-        if operations.count == 1 {
-            try await client.withConnection { connection in try await self.apply(operations[0], connection) }
-            return
-        }
-        try await transaction { connection in
-            for operation in operations { try await self.apply(operation, connection) }
-        }
-    }
-
-    /// A transaction whose refusals (a stale version, a lost lease) reach
-    /// the caller as themselves, not wrapped in the driver's error.
-    private func transaction(_ body: (PostgresConnection) async throws -> Void) async throws {
-        do {
-            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
-        } catch let error as PostgresTransactionError {
-            if let refusal = error.closureError as? StoreConflict { throw refusal }
-            if let refusal = error.closureError as? LeaseLost { throw refusal }
-            throw error
-        }
-    }
-
-    /// `fence` (only for a thread update): the statement also locks the
-    /// lease row and changes nothing unless it still has the fence's epoch.
-    private func apply(_ operation: StoreOperation, _ connection: PostgresConnection, fence: LeaseFence? = nil) async throws {
-        switch operation {
-        case let .putThread(r):
-            let overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
-            var binds = PostgresBindings()
-            for value: (any PostgresEncodable)? in [
-                r.id, r.sessionID, r.parentID, r.forkedFromID, r.source.rawValue, r.depth, r.taskName, r.nickname,
-                r.preview, r.name, r.createdAt, r.updatedAt, r.archived, r.runtime?.rawValue, r.legacy,
-                r.selectedMode?.rawValue, r.model, r.cwd, r.baseInstructions, overrides, r.version,
-                r.agentStatus?.rawValue, r.agentFinalMessage, r.agentClosed, r.owner,
-            ] {
-                if let value { try binds.append(value, context: .default) } else { binds.appendNull() }
-            }
-            let sql: String
-            if r.version <= 1 {
-                sql = """
-                    INSERT INTO threads (id, session_id, parent_id, forked_from_id, source, depth, task_name, nickname,
-                        preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model, cwd,
-                        base_instructions, config_overrides, version, agent_status, agent_final_message, agent_closed, owner)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-                        $21, $22, $23, $24, $25)
-                    ON CONFLICT (id) DO NOTHING RETURNING 1
-                    """
-            } else {
-                // Compare-and-set: only on top of the version this one replaces.
-                // The owner never changes, so it is not written again.
-                try binds.append(r.version - 1, context: .default)
-                var fenced = ""
-                if let fence {
-                    binds.append(fence.tree)
-                    try binds.append(fence.epoch, context: .default)
-                    fenced = """
-                        WITH fence AS (SELECT 1 FROM thread_leases WHERE tree = $27 AND epoch = $28 FOR SHARE)
-                        """
-                }
-                sql = fenced + """
-                    UPDATE threads SET session_id = $2, parent_id = $3, forked_from_id = $4, source = $5, depth = $6,
-                        task_name = $7, nickname = $8, preview = $9, name = $10, created_at = $11, updated_at = $12,
-                        archived = $13, runtime = $14, legacy = $15, selected_mode = $16, model = $17, cwd = $18,
-                        base_instructions = $19, config_overrides = $20, version = $21, agent_status = $22,
-                        agent_final_message = $23, agent_closed = $24
-                    WHERE id = $1 AND version = $26 AND owner = $25
-                    """ + (fence == nil ? "" : " AND EXISTS (SELECT 1 FROM fence)") + " RETURNING 1"
-            }
-            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
-            var changed = 0
-            for try await _ in rows { changed += 1 }
-            guard changed == 1 else {
-                if let fence {
-                    var held = false
-                    for try await _ in try await connection.query(
-                        "SELECT 1 FROM thread_leases WHERE tree = \(fence.tree) AND epoch = \(fence.epoch)", logger: logger) {
-                        held = true
-                    }
-                    if !held { throw LeaseLost(fence: fence) }
-                }
-                throw StoreConflict(threadID: r.id, expectedVersion: r.version <= 1 ? 0 : r.version - 1)
-            }
-        case let .appendHistory(id, first, items):
-            guard !items.isEmpty else { return }
-            // One statement for all the items (one round trip).
-            var binds = PostgresBindings()
-            var rows: [String] = []
-            for (offset, item) in items.enumerated() {
-                binds.append(id)
-                binds.append(first + offset)
-                try binds.append(Data(item.wire.serializedBytes()), context: .default)
-                rows.append("($\(binds.count - 2), $\(binds.count - 1), $\(binds.count))")
-            }
-            try await connection.query(PostgresQuery(
-                unsafeSQL: "INSERT INTO context_items (thread_id, seq, record) VALUES " + rows.joined(separator: ", "), binds: binds),
-                logger: logger)
-        case let .putTurn(turn):
-            try await connection.query("""
-                INSERT INTO turns (thread_id, turn_id, seq, record, status)
-                VALUES (\(turn.threadID), \(turn.id), \(turn.sequence), \(Data(turn.storedWire.serializedBytes())), \(turn.status.rawValue))
-                ON CONFLICT (thread_id, turn_id) DO UPDATE SET seq = EXCLUDED.seq, record = EXCLUDED.record, status = EXCLUDED.status
-                """, logger: logger)
-        case let .enqueueMailbox(recipient, item):
-            try await connection.query(
-                "INSERT INTO mailbox (recipient_id, record) VALUES (\(recipient), \(Data(item.wire.serializedBytes())))", logger: logger)
-        case let .removeMailbox(recipient, through):
-            try await connection.query("DELETE FROM mailbox WHERE recipient_id = \(recipient) AND seq <= \(through)", logger: logger)
-        }
     }
 
     /// One real write, so health follows whether commits work. The pool
@@ -462,6 +338,7 @@ public final class PostgresThreadStore: ThreadStore {
         binds.append(id)
         return binds
     }
+
 
     private func turns(_ connection: PostgresConnection, _ query: PostgresQuery, threadID: ThreadID) async throws -> [TurnRecord] {
         var turns: [TurnRecord] = []

@@ -240,6 +240,66 @@ struct StoreConformanceTests {
     }
 }
 
+extension StoreConformanceTests {
+    @Test("concurrent commits that are refused (stale version) or fail (history sequence taken) write nothing, and the others all land", arguments: Backend.allCases)
+    func refusedCommitsAmongConcurrentOnes(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        try await store.commit((0..<8).map { .putThread(thread("t\($0)", created: Int64($0))) })
+        try await store.commit((0..<8).map { .appendHistory("t\($0)", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "first")]) })
+        enum Kind: CaseIterable { case good, stale, taken }
+        // Launched together, so the PostgreSQL store groups them into shared calls.
+        let outcomes = await withTaskGroup(of: (Int, Kind, Bool).self) { group in
+            for index in 0..<8 {
+                for kind in Kind.allCases {
+                    group.addTask {
+                        let id = "t\(index)"
+                        var record = thread(id, created: Int64(index))
+                        var operations: [StoreOperation] = []
+                        switch kind {
+                        case .good:
+                            record.version = 2
+                            record.model = "good"
+                            operations = [.appendHistory(id, firstSequence: 1, items: [ContextItem(role: .user, kind: .userInput, text: "good")]),
+                                          .putTurn(turn(id, 0)), .putThread(record)]
+                        case .stale:
+                            record.version = 7
+                            record.model = "stale"
+                            operations = [.appendHistory(id, firstSequence: 5, items: [ContextItem(role: .user, kind: .userInput, text: "stale")]),
+                                          .putTurn(turn("stale-\(id)", 0)), .putThread(record),
+                                          .enqueueMailbox(recipient: id, item: ContextItem(role: .user, kind: .userInput, text: "stale"))]
+                        case .taken:
+                            operations = [.enqueueMailbox(recipient: id, item: ContextItem(role: .user, kind: .userInput, text: "taken")),
+                                          .appendHistory(id, firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "taken")])]
+                        }
+                        do {
+                            try await store.commit(operations)
+                            return (index, kind, true)
+                        } catch {
+                            return (index, kind, false)
+                        }
+                    }
+                }
+            }
+            var all: [(Int, Kind, Bool)] = []
+            for await outcome in group { all.append(outcome) }
+            return all
+        }
+        #expect(outcomes.count == 24)
+        for (index, kind, landed) in outcomes {
+            #expect(landed == (kind == .good), "t\(index) \(kind)")
+        }
+        for index in 0..<8 {
+            let stored = try #require(try await store.loadThread("t\(index)"))
+            #expect(stored.record.model == "good")
+            #expect(stored.record.version == 2)
+            #expect(stored.history.map(\.text) == ["first", "good"])
+            #expect(stored.turns.map(\.id) == ["t\(index)-turn-0"])
+            #expect(try await store.pendingMailbox("t\(index)").isEmpty)
+        }
+        #expect(try await store.loadThread("stale-t0") == nil)
+    }
+}
+
 /// The leases behind several instances on one PostgreSQL store, driven
 /// directly: two coordinators stand for two instances.
 @Suite("PostgreSQL agent-tree leases and fenced commits", .timeLimit(.minutes(2)))
@@ -293,6 +353,73 @@ struct PostgresLeaseTests {
         await second.release([newFence])
         guard case let .held(again) = try await first.acquire("tree") else { Issue.record("a released tree is granted at once"); return }
         #expect(again.epoch > newFence.epoch)
+    }
+
+    @Test("commits grouped into one call each keep their own fence: those of a lost lease write nothing, the others land")
+    func groupedFencedCommits() async throws {
+        let url = try await PostgresCluster.database()
+        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
+        defer { store.close() }
+        let instance = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:4", leaseDuration: .seconds(30))
+        var fences: [String: LeaseFence] = [:]
+        for index in 0..<8 {
+            let tree = "tree\(index)"
+            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted"); return }
+            try await store.commit([.putThread(thread(tree, created: Int64(index)))], fence: fence)
+            fences[tree] = fence
+        }
+        // Trees 0-3 are released and taken again: their first fences are stale.
+        var current = fences
+        for index in 0..<4 {
+            let tree = "tree\(index)"
+            await instance.release([fences[tree]!])
+            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted again"); return }
+            current[tree] = fence
+        }
+        let (first, latest) = (fences, current)
+        let before = store.commitStatistics
+        let outcomes = await withTaskGroup(of: (String, Bool, Bool).self) { group in
+            for index in 0..<8 {
+                for stale in [false, true] {
+                    group.addTask {
+                        let tree = "tree\(index)"
+                        var record = thread(tree, created: Int64(index))
+                        record.version = 2
+                        record.model = stale ? "written with the first fence" : "written with the current fence"
+                        do {
+                            try await store.commit([.putTurn(turn(tree, stale ? 1 : 0)), .putThread(record)],
+                                                   fence: stale ? first[tree]! : latest[tree]!)
+                            return (tree, stale, true)
+                        } catch is LeaseLost {
+                            return (tree, stale, false)
+                        } catch {
+                            return (tree, stale, false)
+                        }
+                    }
+                }
+            }
+            var all: [(String, Bool, Bool)] = []
+            for await outcome in group { all.append(outcome) }
+            return all
+        }
+        let after = store.commitStatistics
+        #expect(after.commits - before.commits == 16)
+        #expect(after.calls - before.calls < 16, "concurrent commits were grouped into shared calls")
+        for index in 0..<8 {
+            let tree = "tree\(index)"
+            let stored = try #require(try await store.loadThread(tree))
+            let landed = outcomes.filter { $0.0 == tree && $0.2 }
+            if index < 4 {
+                // The first fence is stale: only the current one's commit lands.
+                #expect(landed.map(\.1) == [false], "\(tree)")
+                #expect(stored.record.model == "written with the current fence")
+                #expect(stored.turns.map(\.id) == ["\(tree)-turn-0"])
+            } else {
+                // Both fences are current: exactly one of the two racing version-2 writes lands.
+                #expect(landed.count == 1, "\(tree)")
+                #expect(stored.turns.count == 1)
+            }
+        }
     }
 
     @Test("threads with a running turn count as orphaned only while no live lease covers their tree")

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A/B of two server builds on the PostgreSQL store, interleaved on one
+# throwaway cluster (each build on its own database) so that machine noise
+# hits both alike. Usage:
+#   BASE_BIN=/path/to/baseline/release Benchmarks/postgres-ab.sh
+# where BASE_BIN holds a threadwire-server built from the baseline commit
+# (e.g. `git stash -u && swift build -c release && cp .build/release/threadwire-server DIR`).
+# Medians of RUNS rounds of SECONDS_PER_RUN s per workload and connection count.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+base_server=${BASE_BIN:?set BASE_BIN to a directory with the baseline threadwire-server}/threadwire-server
+new_server=$root/.build/release/threadwire-server
+cli_bin=$root/.build/release/threadwire
+runs=${RUNS:-3}
+seconds=${SECONDS_PER_RUN:-5}
+. "$root/Benchmarks/pg-cluster.sh"
+"$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U threadwire tw_base
+
+declare -A samples
+for round in $(seq "$runs"); do
+  for build in base new; do
+    if [ $build = base ]; then bin=$base_server; db=tw_base; else bin=$new_server; db=tw; fi
+    "$bin" --listen 127.0.0.1:0 --data-dir "$work/data-$build" --log-level error \
+      --store "postgres://threadwire@127.0.0.1:$pgport/$db" > "$work/$build.out" &
+    pid=$!
+    for _ in $(seq 150); do grep -q "listening on" "$work/$build.out" 2>/dev/null && break; sleep 0.1; done
+    port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$work/$build.out" | head -1)
+    for workload in settings turn; do
+      for connections in 1 16; do
+        rps=$("$cli_bin" bench --server "127.0.0.1:$port" --workload $workload --connections $connections --duration "$seconds" --json |
+          python3 -c 'import json,sys; r=json.load(sys.stdin); print(int(r["throughput_per_second"]), r["latency_us"]["p50"], r["latency_us"]["p99"])')
+        samples[$build,$workload,$connections]+="$rps"$'\n'
+      done
+    done
+    kill $pid; wait $pid 2>/dev/null || true
+  done
+done
+
+median() { grep . | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
+printf '\n| workload | connections | baseline req/s (p50 / p99 µs) | this build req/s (p50 / p99 µs) | change |\n|---|---|---|---|---|\n'
+for workload in settings turn; do
+  for connections in 1 16; do
+    read -r b_rps b_p50 b_p99 <<< "$(printf '%s' "${samples[base,$workload,$connections]}" | median)"
+    read -r n_rps n_p50 n_p99 <<< "$(printf '%s' "${samples[new,$workload,$connections]}" | median)"
+    echo "| $workload | $connections | $b_rps ($b_p50 / $b_p99) | $n_rps ($n_p50 / $n_p99) | $(python3 -c "print(f'{$n_rps/$b_rps:.2f}×')") |"
+  done
+done

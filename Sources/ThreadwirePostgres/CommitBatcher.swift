@@ -1,0 +1,366 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+import ThreadwireCore
+
+/// Group commit. Every commit becomes one element of a call to
+/// `threadwire_commit` (a PL/pgSQL function, `CommitFunction`): commits that
+/// arrive while `maxCallsInFlight` calls run wait and then go together, in
+/// one round trip, one transaction and one WAL flush; a lone commit is sent
+/// at once, so a quiet server adds no delay. Before it writes anything, the
+/// function checks each commit's fence and versions, so a refused commit
+/// (stale version, lost lease) writes nothing and does not disturb the others
+/// of its call. A call that fails as a whole (a constraint, a dropped
+/// connection) is retried one commit per call, so only the commit at fault fails.
+final class CommitBatcher: Sendable {
+    private struct Pending: Sendable {
+        let commit: CommitFunction.Commit
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var pending: [Pending] = []
+        var callsInFlight = 0
+        var statistics = CommitStatistics()
+
+        mutating func take(_ count: Int) -> [Pending] {
+            let taken = Array(pending.prefix(count))
+            pending.removeFirst(taken.count)
+            return taken
+        }
+    }
+
+    /// Two calls overlap: one is flushing the WAL while the next fills.
+    static let maxCallsInFlight = 2
+    /// Fences locked by one call stay few (lock table, statement size).
+    static let maxCommitsPerCall = 64
+
+    private let state = Mutex(State())
+    private let client: PostgresClient
+    private let logger: Logger
+    private let timeout: Duration
+    private let location: String
+
+    /// `timeout`: a call that does not end within it fails (see `PostgresThreadStore.bounded`).
+    init(client: PostgresClient, logger: Logger, timeout: Duration, location: String) {
+        self.client = client
+        self.logger = logger
+        self.timeout = timeout
+        self.location = location
+    }
+
+    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        let commit = try CommitFunction.Commit(operations, fence: fence)
+        try await withCheckedThrowingContinuation { continuation in
+            let startCalling = state.withLock { state -> Bool in
+                state.pending.append(Pending(commit: commit, continuation: continuation))
+                guard state.callsInFlight < Self.maxCallsInFlight else { return false }
+                state.callsInFlight += 1
+                return true
+            }
+            if startCalling { Task { await self.drain() } }
+        }
+    }
+
+    var statistics: CommitStatistics { state.withLock { $0.statistics } }
+
+    /// Calls until nothing waits.
+    private func drain() async {
+        while true {
+            let batch = state.withLock { state -> [Pending] in
+                let batch = state.take(Self.maxCommitsPerCall)
+                if batch.isEmpty {
+                    state.callsInFlight -= 1
+                } else {
+                    state.statistics.calls += 1
+                    state.statistics.commits += batch.count
+                }
+                return batch
+            }
+            if batch.isEmpty { return }
+            // The call runs in this task; if it hangs (a dead connection, a
+            // paused database), the alarm answers its commits with an error
+            // and frees its slot, and this task is abandoned.
+            let answer = Answer(batch.map(\.continuation))
+            let (timeout, location) = (self.timeout, self.location)
+            let alarm = DeadlineTimer.shared.schedule(after: timeout) {
+                let error = PostgresStoreError(description: "PostgreSQL at \(location) did not complete a commit within \(timeout)")
+                if answer.give(batch.map { _ in .failure(error) }) { self.abandoned() }
+            }
+            let outcomes = await run(batch.map(\.commit))
+            DeadlineTimer.shared.cancel(alarm)
+            guard answer.give(outcomes) else { return }
+        }
+    }
+
+    /// A hung call's slot is free again; commits that wait get a new call.
+    private func abandoned() {
+        let restart = state.withLock { state -> Bool in
+            guard !state.pending.isEmpty else {
+                state.callsInFlight -= 1
+                return false
+            }
+            return true
+        }
+        if restart { Task { await self.drain() } }
+    }
+
+    /// One outcome per commit.
+    private func run(_ commits: [CommitFunction.Commit]) async -> [Result<Void, any Error>] {
+        do {
+            return try await call(commits)
+        } catch where commits.count > 1 {
+            logger.debug("a grouped commit failed; committing its commits one by one", metadata: [
+                "tw.commits": "\(commits.count)", "tw.error": "\(String(reflecting: error))"])
+            var outcomes: [Result<Void, any Error>] = []
+            for commit in commits {
+                do { outcomes.append(try await call([commit])[0]) } catch { outcomes.append(.failure(error)) }
+            }
+            return outcomes
+        } catch {
+            return [.failure(error)]
+        }
+    }
+
+    private func call(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
+        var binds = PostgresBindings()
+        binds.append(String(decoding: try JSONEncoder().encode(commits), as: UTF8.self))
+        var statuses: [String] = []
+        for try await row in try await client.execute(CommitFunction.Call(bindings: binds), logger: logger) {
+            statuses = row
+        }
+        guard statuses.count == commits.count else {
+            throw PostgresStoreError(description: "threadwire_commit answered \(statuses.count) outcomes for \(commits.count) commits")
+        }
+        return zip(commits, statuses).map { commit, status in
+            switch status {
+            case "ok":
+                return .success(())
+            case "lease_lost":
+                return .failure(LeaseLost(fence: LeaseFence(tree: commit.tree ?? "", epoch: commit.epoch ?? 0)))
+            default:
+                // "conflict <id> <expected version>"
+                let parts = status.split(separator: " ")
+                guard parts.count == 3, parts[0] == "conflict", let expected = Int64(parts[2]) else {
+                    return .failure(PostgresStoreError(description: "threadwire_commit answered '\(status)'"))
+                }
+                return .failure(StoreConflict(threadID: String(parts[1]), expectedVersion: expected))
+            }
+        }
+    }
+}
+
+/// Answers the commits of one call once: with the call's outcomes, or with
+/// a timeout error if its alarm comes first.
+private final class Answer: Sendable {
+    private let continuations: Mutex<[CheckedContinuation<Void, any Error>]?>
+
+    init(_ continuations: [CheckedContinuation<Void, any Error>]) { self.continuations = Mutex(continuations) }
+
+    /// False if they were already answered.
+    func give(_ outcomes: [Result<Void, any Error>]) -> Bool {
+        guard let continuations = continuations.withLock({ state in defer { state = nil }; return state }) else { return false }
+        for (continuation, outcome) in zip(continuations, outcomes) { continuation.resume(with: outcome) }
+        return true
+    }
+}
+
+/// How well commits were grouped: `commits` sent in `calls` calls.
+public struct CommitStatistics: Sendable, Equatable {
+    public var calls = 0
+    public var commits = 0
+}
+
+/// The PL/pgSQL function every commit goes through, and its input.
+enum CommitFunction {
+    /// One commit as JSON: its fence and its operations (bytes in base64).
+    struct Commit: Encodable, Sendable {
+        var tree: String?
+        var epoch: Int64?
+        var ops: [Operation]
+
+        init(_ operations: [StoreOperation], fence: LeaseFence?) throws {
+            tree = fence?.tree
+            epoch = fence?.epoch
+            ops = try operations.map(Operation.init)
+        }
+    }
+
+    /// `k` names the kind; the other keys are the kind's.
+    struct Operation: Encodable, Sendable {
+        var k: String
+        var r: ThreadRow?
+        var id: String?
+        var first: Int?
+        var items: [Data]?
+        var seq: Int?
+        var record: Data?
+        var status: String?
+        var through: Int64?
+        var turnID: String?
+
+        init(_ operation: StoreOperation) throws {
+            switch operation {
+            case let .putThread(record):
+                k = "thread"
+                r = try ThreadRow(record)
+            case let .appendHistory(thread, first, items):
+                k = "history"
+                id = thread
+                self.first = first
+                self.items = items.map { Data($0.wire.serializedBytes()) }
+            case let .putTurn(turn):
+                k = "turn"
+                id = turn.threadID
+                turnID = turn.id
+                seq = turn.sequence
+                record = Data(turn.storedWire.serializedBytes())
+                status = turn.status.rawValue
+            case let .enqueueMailbox(recipient, item):
+                k = "mail+"
+                id = recipient
+                record = Data(item.wire.serializedBytes())
+            case let .removeMailbox(recipient, through):
+                k = "mail-"
+                id = recipient
+                self.through = through
+            }
+        }
+
+        enum CodingKeys: String, CodingKey { case k, r, id, first, items, seq, record, status, through, turnID = "turn" }
+    }
+
+    /// A `threads` row by column name (read with jsonb_populate_record).
+    struct ThreadRow: Encodable, Sendable {
+        var id, session_id: String
+        var parent_id, forked_from_id: String?
+        var source: String
+        var depth: Int
+        var task_name, nickname: String?
+        var preview: String
+        var name: String?
+        var created_at, updated_at: Int64
+        var archived: Bool
+        var runtime: String?
+        var legacy: Bool
+        var selected_mode: String?
+        var model, cwd: String
+        var base_instructions: String?
+        var config_overrides: String
+        var version: Int64
+        var agent_status, agent_final_message: String?
+        var agent_closed: Bool
+        var owner: String
+
+        init(_ r: ThreadRecord) throws {
+            id = r.id; session_id = r.sessionID; parent_id = r.parentID; forked_from_id = r.forkedFromID
+            source = r.source.rawValue; depth = r.depth; task_name = r.taskName; nickname = r.nickname
+            preview = r.preview; name = r.name; created_at = r.createdAt; updated_at = r.updatedAt
+            archived = r.archived; runtime = r.runtime?.rawValue; legacy = r.legacy
+            selected_mode = r.selectedMode?.rawValue; model = r.model; cwd = r.cwd
+            base_instructions = r.baseInstructions
+            config_overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
+            version = r.version; agent_status = r.agentStatus?.rawValue; agent_final_message = r.agentFinalMessage
+            agent_closed = r.agentClosed; owner = r.owner
+        }
+    }
+
+    struct Call: PostgresPreparedStatement {
+        typealias Row = [String]
+        static let name = "threadwire_commit_call"
+        static let sql = "SELECT threadwire_commit($1::jsonb)"
+        let bindings: PostgresBindings
+        func makeBindings() throws -> PostgresBindings { bindings }
+        func decodeRow(_ row: PostgresRow) throws -> [String] { try row.decode([String].self) }
+    }
+
+    /// Outcomes, one per commit: "ok", "lease_lost", or "conflict <thread>
+    /// <expected version>". The fences of the whole call are locked first,
+    /// FOR SHARE and in tree order (lease renewal locks in the same order, so
+    /// the two never deadlock); a takeover of a tree then waits for the call.
+    /// A refused commit writes nothing: its thread rows (compare-and-set) go
+    /// first, and when it has several, all are checked and locked before the
+    /// first write.
+    static let definition = """
+        CREATE OR REPLACE FUNCTION threadwire_commit(batch jsonb) RETURNS text[] LANGUAGE plpgsql AS $fn$
+        DECLARE
+            c jsonb; op jsonb; r jsonb; outcome text; outcomes text[] := '{}'; held text[];
+            found_version bigint; changed bigint;
+        BEGIN
+            SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') INTO held FROM (
+                SELECT tree, epoch FROM thread_leases
+                WHERE tree IN (SELECT e->>'tree' FROM jsonb_array_elements(batch) e WHERE e ? 'tree')
+                ORDER BY tree FOR SHARE) l;
+            FOR c IN SELECT value FROM jsonb_array_elements(batch) LOOP
+                outcome := 'ok';
+                IF c->>'tree' IS NOT NULL AND NOT ((c->>'tree') || ' ' || (c->>'epoch') = ANY (held)) THEN
+                    outcome := 'lease_lost';
+                END IF;
+                IF outcome = 'ok' AND (SELECT count(*) FROM jsonb_array_elements(c->'ops') o WHERE o->>'k' = 'thread') > 1 THEN
+                    FOR op IN SELECT value FROM jsonb_array_elements(c->'ops') o WHERE o->>'k' = 'thread' LOOP
+                        r := op->'r';
+                        IF (r->>'version')::bigint > 1 THEN
+                            SELECT version INTO found_version FROM threads
+                            WHERE id = r->>'id' AND owner = r->>'owner' FOR UPDATE;
+                            IF found_version IS DISTINCT FROM (r->>'version')::bigint - 1 THEN
+                                outcome := 'conflict ' || (r->>'id') || ' ' || ((r->>'version')::bigint - 1);
+                                EXIT;
+                            END IF;
+                        ELSIF EXISTS (SELECT 1 FROM threads WHERE id = r->>'id') THEN
+                            outcome := 'conflict ' || (r->>'id') || ' 0';
+                            EXIT;
+                        END IF;
+                    END LOOP;
+                END IF;
+                IF outcome = 'ok' THEN
+                    FOR op IN SELECT o.value FROM jsonb_array_elements(c->'ops') WITH ORDINALITY AS o(value, ordinal)
+                              ORDER BY o.value->>'k' <> 'thread', o.ordinal LOOP
+                        CASE op->>'k'
+                        WHEN 'thread' THEN
+                            r := op->'r';
+                            IF (r->>'version')::bigint > 1 THEN
+                                UPDATE threads t SET session_id = v.session_id, parent_id = v.parent_id,
+                                    forked_from_id = v.forked_from_id, source = v.source, depth = v.depth,
+                                    task_name = v.task_name, nickname = v.nickname, preview = v.preview, name = v.name,
+                                    created_at = v.created_at, updated_at = v.updated_at, archived = v.archived,
+                                    runtime = v.runtime, legacy = v.legacy, selected_mode = v.selected_mode,
+                                    model = v.model, cwd = v.cwd, base_instructions = v.base_instructions,
+                                    config_overrides = v.config_overrides, version = v.version,
+                                    agent_status = v.agent_status, agent_final_message = v.agent_final_message,
+                                    agent_closed = v.agent_closed
+                                FROM jsonb_populate_record(NULL::threads, r) v
+                                WHERE t.id = v.id AND t.owner = v.owner AND t.version = v.version - 1;
+                            ELSE
+                                INSERT INTO threads SELECT * FROM jsonb_populate_record(NULL::threads, r)
+                                ON CONFLICT (id) DO NOTHING;
+                            END IF;
+                            GET DIAGNOSTICS changed = ROW_COUNT;
+                            IF changed = 0 THEN
+                                -- Only the commit's first write can get here (see above).
+                                outcome := 'conflict ' || (r->>'id') || ' ' || greatest((r->>'version')::bigint - 1, 0);
+                                EXIT;
+                            END IF;
+                        WHEN 'history' THEN
+                            INSERT INTO context_items (thread_id, seq, record)
+                            SELECT op->>'id', (op->>'first')::integer + i.ordinal - 1, decode(i.item, 'base64')
+                            FROM jsonb_array_elements_text(op->'items') WITH ORDINALITY AS i(item, ordinal);
+                        WHEN 'turn' THEN
+                            INSERT INTO turns (thread_id, turn_id, seq, record, status)
+                            VALUES (op->>'id', op->>'turn', (op->>'seq')::integer, decode(op->>'record', 'base64'), op->>'status')
+                            ON CONFLICT (thread_id, turn_id) DO UPDATE
+                                SET seq = EXCLUDED.seq, record = EXCLUDED.record, status = EXCLUDED.status;
+                        WHEN 'mail+' THEN
+                            INSERT INTO mailbox (recipient_id, record) VALUES (op->>'id', decode(op->>'record', 'base64'));
+                        WHEN 'mail-' THEN
+                            DELETE FROM mailbox WHERE recipient_id = op->>'id' AND seq <= (op->>'through')::bigint;
+                        END CASE;
+                    END LOOP;
+                END IF;
+                outcomes := outcomes || outcome;
+            END LOOP;
+            RETURN outcomes;
+        END
+        $fn$
+        """
+}
