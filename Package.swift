@@ -37,6 +37,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -91,6 +92,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Model providers: OpenAI-compatible Chat Completions, streamed.
+        .target(
+            name: "ThreadwireModels",
+            dependencies: [
+                "ThreadwireCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ThreadwireServer",
             dependencies: [
@@ -135,6 +148,7 @@ let package = Package(
         .executableTarget(
             name: "ThreadwireServerMain",
             dependencies: [
+                "ThreadwireModels",
                 "ThreadwireServer", "ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -179,6 +193,7 @@ let package = Package(
         .testTarget(
             name: "ThreadwireServerTests",
             dependencies: [
+                "ThreadwireModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireStore", "ThreadwireClient", "ThreadwireNIO",
                 "ThreadwireTesting", "ThreadwireContract", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

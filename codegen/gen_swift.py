@@ -26,6 +26,14 @@ SCALARS = {
 }
 
 
+# Names whose segments contain "_" themselves (envelope.proto says which).
+METHOD_NAME_OVERRIDES = {"item_agent_message_delta": "item/agent_message/delta"}
+
+
+def method_name(field_name):
+    return METHOD_NAME_OVERRIDES.get(field_name, field_name.replace("_", "/"))
+
+
 def camel(name, upper=False):
     parts = name.split("_")
     out = parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
@@ -157,7 +165,7 @@ class Gen:
             self.w("      public var methodName: String {")
             self.w("        switch self {")
             for f in members:
-                self.w(f'        case .{camel(f.name)}: return "{f.name.replace("_", "/")}"')
+                self.w(f'        case .{camel(f.name)}: return "{method_name(f.name)}"')
             self.w("        }")
             self.w("      }")
             self.w("")

@@ -70,9 +70,46 @@ extension ContextItem {
 }
 
 extension ToolSpec {
-    public var wire: Wire.ToolSpec { Wire.ToolSpec(name: name, toolNamespace: namespace, description: description) }
+    public var wire: Wire.ToolSpec {
+        Wire.ToolSpec(name: name, toolNamespace: namespace, description: description,
+                      parametersJsonSchema: parametersSchema.isEmpty ? nil : parametersSchema)
+    }
     public init(wire: Wire.ToolSpec) {
-        self.init(name: wire.name ?? "", namespace: wire.toolNamespace ?? "", description: wire.description ?? "")
+        self.init(name: wire.name ?? "", namespace: wire.toolNamespace ?? "", description: wire.description ?? "",
+                  parametersSchema: wire.parametersJsonSchema ?? "")
+    }
+}
+
+extension TokenUsage {
+    public var wire: Wire.TokenUsage {
+        Wire.TokenUsage(inputTokens: UInt64(max(0, inputTokens)), outputTokens: UInt64(max(0, outputTokens)),
+                        totalTokens: UInt64(max(0, totalTokens)))
+    }
+    public init(wire: Wire.TokenUsage) {
+        self.init(inputTokens: Int(clamping: wire.inputTokens ?? 0), outputTokens: Int(clamping: wire.outputTokens ?? 0),
+                  totalTokens: Int(clamping: wire.totalTokens ?? 0))
+    }
+}
+
+extension TurnFailureReason {
+    public var wire: Wire.TurnFailureReason {
+        switch self {
+        case .rateLimited: return .rateLimited
+        case .providerError: return .providerError
+        case .timeout: return .timeout
+        case .badResponse: return .badResponse
+        case .internalError: return .internalError
+        }
+    }
+    public init?(wire: Wire.TurnFailureReason?) {
+        switch wire {
+        case .rateLimited?: self = .rateLimited
+        case .providerError?: self = .providerError
+        case .timeout?: self = .timeout
+        case .badResponse?: self = .badResponse
+        case .internalError?: self = .internalError
+        case .unspecified?, nil: return nil
+        }
     }
 }
 
@@ -116,21 +153,21 @@ extension TurnRecord {
         if let modelRequests {
             requests = zip(modelRequests, self.modelRequests).map { request, ref in
                 Wire.ModelRequest(model: request.model, context: request.context.map(\.wire),
-                                  tools: request.tools.map(\.wire), historyCount: UInt32(ref.contextCount))
+                                  tools: request.tools.map(\.wire), historyCount: UInt32(ref.contextCount), usage: ref.usage?.wire)
             }
         } else {
             requests = []
         }
         return Wire.Turn(
             id: id, status: status.wire, error: error, startedAt: startedAt, completedAt: completedAt,
-            items: items.map(\.wire), context: context.wire, modelRequests: requests)
+            items: items.map(\.wire), context: context.wire, modelRequests: requests, failureReason: failureReason?.wire)
     }
 
     /// The stored form: model requests keep only their model, tools and history count.
     public var storedWire: Wire.Turn {
         var turn = wire()
         turn.modelRequests = modelRequests.map {
-            Wire.ModelRequest(model: $0.model, tools: $0.tools.map(\.wire), historyCount: UInt32($0.contextCount))
+            Wire.ModelRequest(model: $0.model, tools: $0.tools.map(\.wire), historyCount: UInt32($0.contextCount), usage: $0.usage?.wire)
         }
         return turn
     }
@@ -140,9 +177,11 @@ extension TurnRecord {
                   items: turn.items.map(ItemRecord.init(wire:)), context: TurnContext(wire: turn.context))
         status = TurnStatus(wire: turn.status)
         error = turn.error
+        failureReason = TurnFailureReason(wire: turn.failureReason)
         completedAt = turn.completedAt
         modelRequests = turn.modelRequests.map {
-            ModelRequestRecord(model: $0.model ?? "", contextCount: Int($0.historyCount ?? 0), tools: $0.tools.map(ToolSpec.init(wire:)))
+            ModelRequestRecord(model: $0.model ?? "", contextCount: Int($0.historyCount ?? 0), tools: $0.tools.map(ToolSpec.init(wire:)),
+                               usage: $0.usage.map(TokenUsage.init(wire:)))
         }
     }
 }

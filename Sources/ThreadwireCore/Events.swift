@@ -59,6 +59,8 @@ public enum ThreadEvent: Sendable, Equatable {
     case turnCompleted(ThreadID, TurnRecord)
     case itemStarted(ThreadID, TurnID, ItemRecord)
     case itemCompleted(ThreadID, TurnID, ItemRecord)
+    /// Text of agent message `itemID` while the model streams it.
+    case agentMessageDelta(ThreadID, TurnID, itemID: String, delta: String)
 }
 
 public struct Delivery: Sendable, Equatable {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// What a model call produces.
 public enum ModelOutput: Sendable, Equatable {
@@ -6,10 +7,60 @@ public enum ModelOutput: Sendable, Equatable {
     case toolCall(name: String, arguments: String, callID: String)
 }
 
-/// The seam a real model provider plugs into. `respond` may suspend for as long
-/// as the model takes; cancellation means the turn was interrupted.
+/// A model call's answer: its outputs in order, and what it used.
+public struct ModelResponse: Sendable, Equatable {
+    public var outputs: [ModelOutput]
+    public var usage: TokenUsage?
+    public init(outputs: [ModelOutput], usage: TokenUsage? = nil) {
+        self.outputs = outputs
+        self.usage = usage
+    }
+}
+
+/// Where a backend sends the text of the answer's message as it arrives
+/// (clients see it as item/agent_message/delta). The outputs it returns stay
+/// authoritative.
+public struct ModelStream: Sendable {
+    private let onText: @Sendable (String) -> Void
+    public init(onText: @escaping @Sendable (String) -> Void) { self.onText = onText }
+    public func text(_ delta: String) { if !delta.isEmpty { onText(delta) } }
+    /// For callers that do not stream.
+    public static let discard = ModelStream { _ in }
+}
+
+/// The seam a model provider plugs into. `respond` may suspend for as long
+/// as the model takes; cancellation means the turn was interrupted and must
+/// end the call at once.
 public protocol ModelBackend: Sendable {
-    func respond(to request: ModelRequest) async throws -> [ModelOutput]
+    func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse
+}
+
+/// A model call that failed in a way the turn records (`Turn.failure_reason`).
+public struct ModelCallError: Error, CustomStringConvertible, Equatable {
+    public var reason: TurnFailureReason
+    public var message: String
+    public init(_ reason: TurnFailureReason, _ message: String) {
+        self.reason = reason
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+/// Picks the backend of a request's model: the models a config file maps to
+/// a provider go there, every other model to the fallback (the embedded
+/// scripted backend).
+public struct ModelRouter: ModelBackend {
+    public let backends: [String: any ModelBackend]
+    public let fallback: any ModelBackend
+
+    public init(backends: [String: any ModelBackend], fallback: any ModelBackend) {
+        self.backends = backends
+        self.fallback = fallback
+    }
+
+    public func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse {
+        try await (backends[request.model] ?? fallback).respond(to: request, stream: stream)
+    }
 }
 
 /// The embedded, offline, deterministic backend. It echoes the user's input and
@@ -18,10 +69,15 @@ public protocol ModelBackend: Sendable {
 ///   `#hold`              keep the turn running until it is interrupted
 ///   `#fail`              fail the turn
 ///   `#sleep MS`          answer after MS milliseconds (a slow model)
+///   `#stream`            stream the echo word by word (item/agent_message/delta)
 public struct ScriptedEchoBackend: ModelBackend {
     public init() {}
 
-    public func respond(to request: ModelRequest) async throws -> [ModelOutput] {
+    public func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse {
+        ModelResponse(outputs: try await outputs(for: request, stream: stream))
+    }
+
+    func outputs(for request: ModelRequest, stream: ModelStream) async throws -> [ModelOutput] {
         // The current turn's input is the newest user input; tool outputs after
         // it mean the scripted calls already ran.
         guard let inputIndex = request.context.lastIndex(where: { $0.kind == .userInput }) else {
@@ -31,7 +87,7 @@ public struct ScriptedEchoBackend: ModelBackend {
         let afterInput = request.context[(inputIndex + 1)...]
         let lines = input.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#fail" }) {
-            throw ScriptedFailure()
+            throw ModelCallError(.providerError, "the scripted backend was asked to fail (#fail)")
         }
         if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#hold" }) {
             while true { try await Task.sleep(nanoseconds: 3_600_000_000_000) }
@@ -51,11 +107,16 @@ public struct ScriptedEchoBackend: ModelBackend {
             }
             if !calls.isEmpty { return calls }
         }
-        return [.message("echo: " + plain)]
+        let answer = "echo: " + plain
+        if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#stream" }) {
+            var pieces = answer.split(separator: " ", omittingEmptySubsequences: false).map { $0 + " " }
+            pieces[pieces.count - 1].removeLast()
+            for piece in pieces {
+                try Task.checkCancellation()
+                stream.text(String(piece))
+                await Task.yield()
+            }
+        }
+        return [.message(answer)]
     }
 }
-
-public struct ScriptedFailure: Error, CustomStringConvertible {
-    public var description: String { "the scripted backend was asked to fail (#fail)" }
-}
-

@@ -112,11 +112,32 @@ public struct ToolSpec: Sendable, Equatable {
     public var name: String
     public var namespace: String
     public var description: String
-    public init(name: String, namespace: String, description: String) {
+    /// The JSON Schema of the arguments object, as JSON text ("" if none).
+    public var parametersSchema: String
+    public init(name: String, namespace: String, description: String, parametersSchema: String = "") {
         self.name = name
         self.namespace = namespace
         self.description = description
+        self.parametersSchema = parametersSchema
     }
+}
+
+/// Tokens one model call used, as the provider reported them.
+public struct TokenUsage: Sendable, Equatable {
+    public var inputTokens: Int
+    public var outputTokens: Int
+    public var totalTokens: Int
+    public init(inputTokens: Int, outputTokens: Int, totalTokens: Int) {
+        self.inputTokens = inputTokens
+        self.outputTokens = outputTokens
+        self.totalTokens = totalTokens
+    }
+}
+
+/// Why a turn failed.
+public enum TurnFailureReason: String, Sendable, CaseIterable {
+    case rateLimited = "rate_limited", providerError = "provider_error", timeout, badResponse = "bad_response"
+    case internalError = "internal_error"
 }
 
 /// Exactly what one model call saw.
@@ -137,10 +158,13 @@ public struct ModelRequestRecord: Sendable, Equatable {
     public var model: String
     public var contextCount: Int
     public var tools: [ToolSpec]
-    public init(model: String, contextCount: Int, tools: [ToolSpec]) {
+    /// Set when the call ended and the provider reported it.
+    public var usage: TokenUsage?
+    public init(model: String, contextCount: Int, tools: [ToolSpec], usage: TokenUsage? = nil) {
         self.model = model
         self.contextCount = contextCount
         self.tools = tools
+        self.usage = usage
     }
 }
 
@@ -203,6 +227,8 @@ public struct TurnRecord: Sendable, Equatable {
     public var sequence: Int
     public var status: TurnStatus
     public var error: String?
+    /// Set on a failed turn.
+    public var failureReason: TurnFailureReason?
     public var startedAt: Millis
     public var completedAt: Millis?
     public var items: [ItemRecord]

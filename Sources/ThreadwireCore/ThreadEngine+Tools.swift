@@ -14,20 +14,18 @@ extension ThreadEngine {
     func executeTool(
         _ owner: ThreadOwner, _ caller: StoredThread, turnIndex: Int, name: String, arguments: String, offered: [ToolSpec]
     ) async -> ToolResult {
-        guard offered.contains(where: { $0.name == name }) else {
+        let runtime = caller.record.runtime ?? .disabled
+        guard offered.contains(where: { $0.name == name }), let tool = ToolCatalog.definition(name, runtime: runtime) else {
             return ToolResult(output: jsonText(["error": "tool '\(name)' is not available in this thread"]))
         }
-        guard let args = (try? JSONSerialization.jsonObject(with: Data(arguments.utf8))) as? [String: Any] else {
-            return ToolResult(output: jsonText(["error": "arguments of \(name) must be a JSON object"]))
-        }
-        let runtime = caller.record.runtime ?? .disabled
         do {
             switch name {
             case "spawn_agent":
+                let args = try tool.decode(arguments, as: ToolArguments.Spawn.self)
                 var request = SpawnRequest()
-                request.message = args["message"] as? String
-                request.model = args["model"] as? String
-                request.taskName = args["task_name"] as? String
+                request.message = args.message
+                request.model = args.model
+                request.taskName = args.task_name
                 let spawned = try await spawnChild(
                     of: owner, caller, request, spawningMode: caller.turns[turnIndex].context.effectiveMode, extraSubscriber: nil)
                 let child = spawned.view.record
@@ -36,16 +34,18 @@ extension ThreadEngine {
                     : jsonText(["agent_id": child.id, "nickname": child.nickname ?? ""])
                 return ToolResult(output: output, receiver: child.id, publications: spawned.publications)
             case "send_input", "followup_task":
-                guard let target = try await target(of: caller.record, args) else { return unknownTarget(args) }
-                let message = args["message"] as? String ?? ""
+                let args = try tool.decode(arguments, as: ToolArguments.TargetedMessage.self)
+                guard let target = try await target(of: caller.record, args.target) else { return unknownTarget(args.target) }
+                let message = args.message
                 let (turn, publication) = try await withOwner(target.id) { child in
                     try await beginTurn(child, TurnRequest(input: [message]))
                 }
                 return ToolResult(output: jsonText(["submission_id": turn.id]), receiver: target.id, publications: [publication])
             case "send_message":
-                guard let target = try await target(of: caller.record, args) else { return unknownTarget(args) }
+                let args = try tool.decode(arguments, as: ToolArguments.TargetedMessage.self)
+                guard let target = try await target(of: caller.record, args.target) else { return unknownTarget(args.target) }
                 let item = ContextItem(role: .user, kind: .mailbox, text: jsonText([
-                    "from": caller.record.taskName ?? "/root", "message": args["message"] as? String ?? "",
+                    "from": caller.record.taskName ?? "/root", "message": args.message,
                 ]))
                 try await withOwner(target.id) { child in
                     var next = child.state!
@@ -55,7 +55,7 @@ extension ThreadEngine {
                 }
                 return ToolResult(output: jsonText(["queued": "true"]), receiver: target.id)
             case "list_agents":
-                let prefix = args["path_prefix"] as? String
+                let prefix = try tool.decode(arguments, as: ToolArguments.List.self).path_prefix
                 let agents = try await descendants(of: caller.record)
                     .filter { prefix == nil || ($0.taskName ?? "").hasPrefix(prefix!) }
                     .map { agent -> [String: String] in
@@ -66,7 +66,8 @@ extension ThreadEngine {
                     }
                 return ToolResult(output: jsonText(["agents": agents]))
             case "close_agent":
-                guard let target = try await target(of: caller.record, args) else { return unknownTarget(args) }
+                let key = try tool.decode(arguments, as: ToolArguments.Target.self).target
+                guard let target = try await target(of: caller.record, key) else { return unknownTarget(key) }
                 let publication = try await withOwner(target.id) { child -> Publication? in
                     guard !child.state!.record.agentClosed else { return nil }
                     var publication: Publication?
@@ -82,7 +83,8 @@ extension ThreadEngine {
                 return ToolResult(output: jsonText(["status": "shutdown"]), receiver: target.id,
                                   publications: publication.map { [$0] } ?? [])
             case "resume_agent":
-                guard let target = try await target(of: caller.record, args) else { return unknownTarget(args) }
+                let key = try tool.decode(arguments, as: ToolArguments.Resume.self).id
+                guard let target = try await target(of: caller.record, key) else { return unknownTarget(key) }
                 let status = try await withOwner(target.id) { child -> String in
                     guard child.state!.record.agentClosed else { return Self.reportedStatus(child.state!.record) }
                     // Reopening takes a slot: reserved under the tree's gate like a spawn.
@@ -102,6 +104,7 @@ extension ThreadEngine {
                 }
                 return ToolResult(output: jsonText(["status": status]), receiver: target.id)
             default:
+                // wait_agent runs before the commit (waitForAgents), with no gate held.
                 return ToolResult(output: jsonText(["error": "tool '\(name)' is not implemented"]))
             }
         } catch {
@@ -109,9 +112,8 @@ extension ThreadEngine {
         }
     }
 
-    func unknownTarget(_ args: [String: Any]) -> ToolResult {
-        let named = (args["target"] ?? args["id"]) as? String ?? "(none given)"
-        return ToolResult(output: jsonText(["error": "unknown target '\(named)': not a child agent of this thread"]))
+    func unknownTarget(_ named: String) -> ToolResult {
+        ToolResult(output: jsonText(["error": "unknown target '\(named)': not a child agent of this thread"]))
     }
 
     static func reportedStatus(_ record: ThreadRecord) -> String {
@@ -119,8 +121,8 @@ extension ThreadEngine {
     }
 
     /// A child of `caller` named by id, task path, or the last part of its path.
-    func target(of caller: ThreadRecord, _ args: [String: Any]) async throws -> ThreadRecord? {
-        guard let key = (args["target"] ?? args["id"]) as? String, !key.isEmpty else { return nil }
+    func target(of caller: ThreadRecord, _ key: String) async throws -> ThreadRecord? {
+        guard !key.isEmpty else { return nil }
         return try await store.agentTree(caller.sessionID).first {
             $0.parentID == caller.id && $0.source == .threadSpawn
                 && ($0.id == key || $0.taskName == key || $0.taskName?.hasSuffix("/" + key) == true)
@@ -149,11 +151,16 @@ extension ThreadEngine {
     /// Arguments: `targets` (ids or task names; default: the caller's open
     /// children) and `timeout_ms` (default and maximum from the server config).
     func waitForAgents(caller: ThreadRecord, arguments: String) async -> String {
-        let args = (try? JSONSerialization.jsonObject(with: Data(arguments.utf8))) as? [String: Any] ?? [:]
+        let args: ToolArguments.Wait
+        do {
+            args = try ToolCatalog.definition("wait_agent", runtime: caller.runtime)!.decode(arguments)
+        } catch {
+            return jsonText(["error": "\(error)"])
+        }
         var timeoutMs = settings.agentWaitDefaultMs
-        if let asked = args["timeout_ms"] as? Int { timeoutMs = max(0, min(asked, settings.agentWaitMaxMs)) }
+        if let asked = args.timeout_ms { timeoutMs = max(0, min(asked, settings.agentWaitMaxMs)) }
         let deadline = ContinuousClock.now + .milliseconds(timeoutMs)
-        let names: [String]? = (args["targets"] as? [String]) ?? (args["target"] as? String).map { [$0] }
+        let names = args.targets
         do {
             while true {
                 let children = try await store.agentTree(caller.sessionID).filter { $0.parentID == caller.id && $0.source == .threadSpawn }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 extension ThreadEngine {
     /// Starts a turn, with the owner's gate held: applies sticky overrides,
@@ -106,7 +107,7 @@ extension ThreadEngine {
                 do {
                     try await install(owner, next, [.putTurn(next.turns[index])])
                 } catch {
-                    await failTurn(owner, turnID: turnID, error: "\(error)")
+                    await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                     return nil
                 }
                 let request = ModelRequest(
@@ -114,20 +115,28 @@ extension ThreadEngine {
                     context: [ContextItem(role: .system, kind: .baseInstructions, text: settings.baseInstructions(for: state.record))]
                         + state.history,
                     tools: tools)
+                owner.messageStream = MessageStream(owner: owner, turnID: turnID)
                 return (request, tools)
             }
             guard let (request, tools) = prepared else { return }
+            guard let stream = await locked(owner, { owner.messageStream }) else { return }
 
-            // 2. The model, with no gate held.
-            let outputs: [ModelOutput]
+            // 2. The model, with no gate held; its message text is published
+            //    as it streams.
+            let response: ModelResponse
             do {
-                outputs = try await backend.respond(to: request)
+                response = try await backend.respond(to: request, stream: ModelStream { stream.text($0) })
             } catch is CancellationError {
                 return  // interrupted: whoever cancelled did the bookkeeping
+            } catch let error as ModelCallError {
+                await locked(owner) { await failTurn(owner, turnID: turnID, error: error.message, reason: error.reason) }
+                return
             } catch {
-                await locked(owner) { await failTurn(owner, turnID: turnID, error: "\(error)") }
+                if Task.isCancelled { return }
+                await locked(owner) { await failTurn(owner, turnID: turnID, error: "\(error)", reason: .providerError) }
                 return
             }
+            let outputs = response.outputs
 
             // 3. Apply the outputs in order, in as few commits as possible; a
             //    wait_agent runs between commits with the gate released.
@@ -143,7 +152,7 @@ extension ThreadEngine {
                 let end = outputs[(start + 1)...].firstIndex(where: Self.isWait) ?? outputs.count
                 let stillRunning = await applyOutputs(
                     owner, turnID: turnID, outputs[start..<end], waited: waited, tools: tools,
-                    finish: end == outputs.count && !calledTools)
+                    usage: start == 0 ? response.usage : nil, finish: end == outputs.count && !calledTools)
                 guard stillRunning else { return }
                 start = end
             }
@@ -159,11 +168,18 @@ extension ThreadEngine {
     /// Applies outputs in one commit; with `finish`, the turn completes in the
     /// same commit. False when the turn is no longer running.
     func applyOutputs(
-        _ owner: ThreadOwner, turnID: TurnID, _ outputs: ArraySlice<ModelOutput>, waited: String?, tools: [ToolSpec], finish: Bool
+        _ owner: ThreadOwner, turnID: TurnID, _ outputs: ArraySlice<ModelOutput>, waited: String?, tools: [ToolSpec],
+        usage: TokenUsage?, finish: Bool
     ) async -> Bool {
         await locked(owner) {
+            // No delta of this call may follow what this commit publishes.
+            var streamed = owner.messageStream.map { (itemID: $0.itemID, started: $0.close()) }
+            owner.messageStream = nil
             guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID else { return false }
             var next = state
+            if let usage, !next.turns[at].modelRequests.isEmpty {
+                next.turns[at].modelRequests[next.turns[at].modelRequests.count - 1].usage = usage
+            }
             var added: [ContextItem] = []
             var deliveries: [Delivery] = []
             var publications: [Publication] = []
@@ -171,9 +187,15 @@ extension ThreadEngine {
                 switch output {
                 case let .message(text):
                     added.append(ContextItem(role: .assistant, kind: .assistantMessage, text: text))
-                    let item = ItemRecord(type: .agentMessage, text: text)
+                    // The first message is the one whose text streamed (same item id).
+                    let item = ItemRecord(id: streamed?.itemID ?? newID(), type: .agentMessage, text: text)
                     next.turns[at].items.append(item)
-                    deliveries += itemEvents(owner, turnID: turnID, item)
+                    if streamed?.started == true {
+                        deliveries.append(Delivery(event: .itemCompleted(owner.id, turnID, item), recipients: owner.subscribers))
+                    } else {
+                        deliveries += itemEvents(owner, turnID: turnID, item)
+                    }
+                    streamed = nil
                 case let .toolCall(name, arguments, callID):
                     added.append(ContextItem(role: .assistant, kind: .toolCall, text: arguments, toolName: name, callID: callID))
                     var item = ItemRecord(type: .collabToolCall)
@@ -207,7 +229,7 @@ extension ThreadEngine {
                 try await install(owner, next, operations)
             } catch {
                 for publication in publications { publication.publish() }
-                await failTurn(owner, turnID: turnID, error: "\(error)")
+                await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                 return false
             }
             if finished { deliveries += afterFinish(owner, next.turns[at]) }
@@ -226,20 +248,24 @@ extension ThreadEngine {
     }
 
     /// With the gate held.
-    func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String) async {
+    func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String, reason: TurnFailureReason) async {
         guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return }
-        (try? await endActiveTurn(owner, status: .failed, error: error))?.publish()
+        (try? await endActiveTurn(owner, status: .failed, error: error, reason: reason))?.publish()
     }
 
     /// Ends the active turn (gate held): cancels its runner, commits the end,
     /// and returns the notifications to publish.
-    func endActiveTurn(_ owner: ThreadOwner, status: TurnStatus, error: String?) async throws -> Publication {
+    func endActiveTurn(_ owner: ThreadOwner, status: TurnStatus, error: String?, reason: TurnFailureReason? = nil) async throws -> Publication {
         var next = owner.state!
         guard let index = next.activeTurnIndex else { return owner.publisher.ticket([]) }
         if status != .completed && status != .failed {
             owner.runner?.cancel()
         }
         owner.runner = nil
+        // No delta may follow the turn's end.
+        _ = owner.messageStream?.close()
+        owner.messageStream = nil
+        if status == .failed { next.turns[index].failureReason = reason ?? .internalError }
         var operations = finish(&next, index: index, status: status, error: error)
         operations.insert(.putThread(next.record.bumped()), at: 0)
         try await install(owner, next, operations)
@@ -445,4 +471,44 @@ extension ThreadEngine {
 func jsonText(_ object: Any) -> String {
     guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
     return String(decoding: data, as: UTF8.self)
+}
+
+/// One model call's streamed message: item/started for the message item at
+/// its first piece of text, then item/agent_message/delta per piece. The
+/// thread's next commit closes it (with the gate held) before it takes its
+/// own publication ticket, so no delta follows the item's item/completed or
+/// the turn's end, even when an interrupt races the stream.
+final class MessageStream: Sendable {
+    let itemID = newID()
+    private let owner: ThreadOwner
+    private let turnID: TurnID
+    private let state = Mutex<(open: Bool, started: Bool)>((true, false))
+
+    init(owner: ThreadOwner, turnID: TurnID) {
+        self.owner = owner
+        self.turnID = turnID
+    }
+
+    func text(_ delta: String) {
+        state.withLock { state in
+            guard state.open else { return }
+            let recipients = owner.subscribers
+            var deliveries: [Delivery] = []
+            if !state.started {
+                state.started = true
+                deliveries.append(Delivery(
+                    event: .itemStarted(owner.id, turnID, ItemRecord(id: itemID, type: .agentMessage, text: "")), recipients: recipients))
+            }
+            deliveries.append(Delivery(event: .agentMessageDelta(owner.id, turnID, itemID: itemID, delta: delta), recipients: recipients))
+            owner.publisher.ticket(deliveries).publish()
+        }
+    }
+
+    /// Ends the stream; true if its item/started went out.
+    func close() -> Bool {
+        state.withLock { state in
+            state.open = false
+            return state.started
+        }
+    }
 }

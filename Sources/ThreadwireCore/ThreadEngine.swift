@@ -654,6 +654,8 @@ final class ThreadOwner: @unchecked Sendable {
     var fence: LeaseFence?
     var runner: Task<Void, Never>?
     var unloadTimer: Task<Void, Never>?
+    /// The running model call's streamed message, if any.
+    var messageStream: MessageStream?
 
     private struct Subscriptions {
         var current: Set<ConnectionID> = []

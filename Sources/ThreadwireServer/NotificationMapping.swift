@@ -25,6 +25,8 @@ enum NotificationMapping {
             return .itemStarted(Wire.ItemStartedNotification(threadId: id, turnId: turnID, item: item.wire))
         case let .itemCompleted(id, turnID, item):
             return .itemCompleted(Wire.ItemCompletedNotification(threadId: id, turnId: turnID, item: item.wire))
+        case let .agentMessageDelta(id, turnID, itemID, delta):
+            return .itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification(threadId: id, turnId: turnID, itemId: itemID, delta: delta))
         }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import ThreadwireCore
+import ThreadwireModels
 import ThreadwireServer
 
 /// The server's JSON config file. Every key is optional:
@@ -11,7 +12,10 @@ import ThreadwireServer
 ///       "features": {"multi_agent": true, "multi_agent_v2": false, "multi_agent_mode": false},
 ///       "agents": {"max_threads": 6, "max_depth": 1, "wait_default_ms": 30000, "wait_max_ms": 300000},
 ///       "multi_agent_v2": {"max_concurrent_threads_per_session": 4, "usage_hint_enabled": true},
-///       "models": [{"slug": "gpt-x", "multi_agent_version": "v2"}],
+///       "model_providers": [{"name": "openai", "base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY",
+///                            "wire_api": "chat", "request_timeout_ms": 120000, "stream_idle_timeout_ms": 60000,
+///                            "max_retries": 3, "retry_base_delay_ms": 500}],
+///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2"}],
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
@@ -21,13 +25,26 @@ enum ConfigFile {
     struct Loaded {
         var settings = ServerSettings()
         var limits = ServerLimits()
+        /// Model slug → its provider; models not listed use the embedded scripted backend.
+        var modelProviders: [String: ModelProviderConfig] = [:]
     }
 
     struct File: Decodable {
         struct Features: Decodable { var multi_agent: Bool?; var multi_agent_v2: Bool?; var multi_agent_mode: Bool? }
         struct Agents: Decodable { var max_threads: Int?; var max_depth: Int?; var wait_default_ms: Int?; var wait_max_ms: Int? }
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
-        struct Model: Decodable { var slug: String; var multi_agent_version: String? }
+        struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String? }
+        struct Provider: Decodable {
+            var name: String
+            var base_url: String
+            var api_key_env: String?
+            var wire_api: String?
+            var request_timeout_ms: Int?
+            var stream_idle_timeout_ms: Int?
+            var max_retries: Int?
+            var retry_base_delay_ms: Int?
+        }
+        var model_providers: [Provider]?
         var default_model: String?
         var base_instructions: String?
         var default_multi_agent_mode: String?
@@ -52,6 +69,44 @@ enum ConfigFile {
     }
 
     struct ConfigError: Error, CustomStringConvertible { var description: String }
+
+    static func providers(_ file: File, path: String) throws -> [String: ModelProviderConfig] {
+        var byName: [String: ModelProviderConfig] = [:]
+        for entry in file.model_providers ?? [] {
+            func fail(_ problem: String) -> ConfigError {
+                ConfigError(description: "config file \(path): model provider '\(entry.name)': \(problem)")
+            }
+            guard byName[entry.name] == nil else { throw fail("named twice") }
+            guard let url = URL(string: entry.base_url), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+                throw fail("base_url must be an http:// or https:// URL, got '\(entry.base_url)'")
+            }
+            guard (entry.wire_api ?? "chat") == "chat" else {
+                throw fail("wire_api '\(entry.wire_api!)' is not supported (only \"chat\": Chat Completions)")
+            }
+            for (key, value) in [("request_timeout_ms", entry.request_timeout_ms), ("stream_idle_timeout_ms", entry.stream_idle_timeout_ms),
+                                 ("max_retries", entry.max_retries), ("retry_base_delay_ms", entry.retry_base_delay_ms)] {
+                if let value, value < 0 || (key.hasSuffix("timeout_ms") && value == 0) {
+                    throw fail("\(key) must be \(key.hasSuffix("timeout_ms") ? "positive" : "zero or more"), got \(value)")
+                }
+            }
+            var provider = ModelProviderConfig(name: entry.name, baseURL: entry.base_url, apiKeyEnv: entry.api_key_env)
+            if let ms = entry.request_timeout_ms { provider.requestTimeout = .milliseconds(ms) }
+            if let ms = entry.stream_idle_timeout_ms { provider.streamIdleTimeout = .milliseconds(ms) }
+            if let count = entry.max_retries { provider.maxRetries = count }
+            if let ms = entry.retry_base_delay_ms { provider.retryBaseDelay = .milliseconds(ms) }
+            byName[entry.name] = provider
+        }
+        var byModel: [String: ModelProviderConfig] = [:]
+        for model in file.models ?? [] {
+            guard let name = model.provider else { continue }
+            guard let provider = byName[name] else {
+                throw ConfigError(description: "config file \(path): model '\(model.slug)' names provider '\(name)', "
+                    + "which model_providers does not define")
+            }
+            byModel[model.slug] = provider
+        }
+        return byModel
+    }
 
     static func load(_ path: String) throws -> Loaded {
         guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError(description: "cannot read config file \(path)") }
@@ -117,6 +172,6 @@ enum ConfigFile {
             }
             do { try limits.validate() } catch { throw ConfigError(description: "config file \(path): limits.\(error)") }
         }
-        return Loaded(settings: settings, limits: limits)
+        return Loaded(settings: settings, limits: limits, modelProviders: try providers(file, path: path))
     }
 }

@@ -9,6 +9,7 @@ import ServiceLifecycle
 import ThreadwireAdmin
 import ThreadwireClient
 import ThreadwireCore
+import ThreadwireModels
 import ThreadwireServer
 import ThreadwireStore
 import ThreadwirePostgres
@@ -178,7 +179,18 @@ struct ServerCommand: AsyncParsableCommand {
             let leases = try await clustering(postgres, host: host, port: port, configuration: &configuration, logger: logger)
             configuration.coordinator = leases
         }
-        let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, logger: logger) { address in
+        var backends: [String: any ModelBackend] = [:]
+        for (slug, provider) in file.modelProviders {
+            do {
+                backends[slug] = try OpenAICompatibleBackend(provider: provider, logger: logger)
+            } catch {
+                throw ValidationError("\(error)")
+            }
+            logger.info("model served by a provider", metadata: ["tw.model": "\(slug)", "tw.provider": "\(provider.name)"])
+        }
+        let backend = ModelRouter(backends: backends, fallback: ScriptedEchoBackend())
+        let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, backend: backend,
+                                          logger: logger) { address in
             // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
             FileHandle.standardOutput.write(Data("threadwire listening on \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))
         }

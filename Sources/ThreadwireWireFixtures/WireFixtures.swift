@@ -153,6 +153,15 @@ public enum WireFixtures {
         message.name = "name héllo ✓ 0"
         message.toolNamespace = "tool_namespace héllo ✓ 0"
         message.description = "description héllo ✓ 0"
+        message.parametersJsonSchema = "parameters_json_schema héllo ✓ 0"
+        return message
+    }
+
+    public static func TokenUsage(_ variant: Int) -> Wire.TokenUsage {
+        var message = Wire.TokenUsage()
+        message.inputTokens = UInt64(9223372036854775809)
+        message.outputTokens = UInt64(9223372036854775810)
+        message.totalTokens = UInt64(9223372036854775811)
         return message
     }
 
@@ -162,6 +171,7 @@ public enum WireFixtures {
         message.context = [ContextItem(0), ContextItem(0)]
         message.tools = [ToolSpec(0), ToolSpec(0)]
         message.historyCount = UInt32(4000000004)
+        message.usage = TokenUsage(0)
         return message
     }
 
@@ -184,6 +194,7 @@ public enum WireFixtures {
         message.items = [ThreadItem(0), ThreadItem(0)]
         message.context = TurnContext(0)
         message.modelRequests = [ModelRequest(0), ModelRequest(0)]
+        message.failureReason = Wire.TurnFailureReason.internalError
         return message
     }
 
@@ -236,6 +247,15 @@ public enum WireFixtures {
         message.threadId = "thread_id héllo ✓ 0"
         message.turnId = "turn_id héllo ✓ 0"
         message.item = ThreadItem(0)
+        return message
+    }
+
+    public static func ItemAgentMessageDeltaNotification(_ variant: Int) -> Wire.ItemAgentMessageDeltaNotification {
+        var message = Wire.ItemAgentMessageDeltaNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.turnId = "turn_id héllo ✓ 0"
+        message.itemId = "item_id héllo ✓ 0"
+        message.delta = "delta héllo ✓ 0"
         return message
     }
 
@@ -514,7 +534,7 @@ public enum WireFixtures {
     public static func Notification(_ variant: Int) -> Wire.Notification {
         var message = Wire.Notification()
         message.sequence = UInt64(9223372036854775809)
-        switch variant % 10 {
+        switch variant % 11 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -524,7 +544,8 @@ public enum WireFixtures {
         case 6: message.payload = .turnStarted(TurnStartedNotification(0))
         case 7: message.payload = .turnCompleted(TurnCompletedNotification(0))
         case 8: message.payload = .itemStarted(ItemStartedNotification(0))
-        default: message.payload = .itemCompleted(ItemCompletedNotification(0))
+        case 9: message.payload = .itemCompleted(ItemCompletedNotification(0))
+        default: message.payload = .itemAgentMessageDelta(ItemAgentMessageDeltaNotification(0))
         }
         return message
     }
@@ -551,6 +572,7 @@ public enum WireFixtures {
         ("ThreadItem#0", { try roundTrip(ThreadItem(0)) }),
         ("ContextItem#0", { try roundTrip(ContextItem(0)) }),
         ("ToolSpec#0", { try roundTrip(ToolSpec(0)) }),
+        ("TokenUsage#0", { try roundTrip(TokenUsage(0)) }),
         ("ModelRequest#0", { try roundTrip(ModelRequest(0)) }),
         ("TurnContext#0", { try roundTrip(TurnContext(0)) }),
         ("Turn#0", { try roundTrip(Turn(0)) }),
@@ -562,6 +584,7 @@ public enum WireFixtures {
         ("TurnStartedNotification#0", { try roundTrip(TurnStartedNotification(0)) }),
         ("TurnCompletedNotification#0", { try roundTrip(TurnCompletedNotification(0)) }),
         ("ItemStartedNotification#0", { try roundTrip(ItemStartedNotification(0)) }),
+        ("ItemAgentMessageDeltaNotification#0", { try roundTrip(ItemAgentMessageDeltaNotification(0)) }),
         ("ItemCompletedNotification#0", { try roundTrip(ItemCompletedNotification(0)) }),
         ("ThreadStatus#0", { try roundTrip(ThreadStatus(0)) }),
         ("ThreadSource#0", { try roundTrip(ThreadSource(0)) }),
@@ -631,6 +654,7 @@ public enum WireFixtures {
         ("Notification#7", { try roundTrip(Notification(7)) }),
         ("Notification#8", { try roundTrip(Notification(8)) }),
         ("Notification#9", { try roundTrip(Notification(9)) }),
+        ("Notification#10", { try roundTrip(Notification(10)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

@@ -71,7 +71,7 @@ struct EngineTests {
             }
             for waiter in waiters { waiter.resume() }
         }
-        func respond(to request: ModelRequest) async throws -> [ModelOutput] {
+        func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse {
             await withCheckedContinuation { continuation in
                 let now = state.withLock { state -> Bool in
                     if state.open { return true }
@@ -80,7 +80,7 @@ struct EngineTests {
                 }
                 if now { continuation.resume() }
             }
-            return [.message("done")]
+            return ModelResponse(outputs: [.message("done")])
         }
     }
 

@@ -155,6 +155,29 @@ extension Wire {
 }
 
 extension Wire {
+  public enum TurnFailureReason: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case rateLimited = 1
+    case providerError = 2
+    case timeout = 3
+    case badResponse = 4
+    case internalError = 5
+
+    public static let protoName = "threadwire.v1.TurnFailureReason"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "TURN_FAILURE_REASON_UNSPECIFIED"
+      case .rateLimited: return "TURN_FAILURE_REASON_RATE_LIMITED"
+      case .providerError: return "TURN_FAILURE_REASON_PROVIDER_ERROR"
+      case .timeout: return "TURN_FAILURE_REASON_TIMEOUT"
+      case .badResponse: return "TURN_FAILURE_REASON_BAD_RESPONSE"
+      case .internalError: return "TURN_FAILURE_REASON_INTERNAL_ERROR"
+      }
+    }
+  }
+}
+
+extension Wire {
   public enum ThreadStatusType: Int32, Sendable, CaseIterable, WireEnum {
     case unspecified = 0
     case notLoaded = 1
@@ -1821,17 +1844,20 @@ extension Wire {
     public var name: String?
     public var toolNamespace: String?
     public var description: String?
+    public var parametersJsonSchema: String?
 
     public init() {
       self.name = nil
       self.toolNamespace = nil
       self.description = nil
+      self.parametersJsonSchema = nil
     }
 
-    public init(name: String? = nil, toolNamespace: String? = nil, description: String? = nil) {
+    public init(name: String? = nil, toolNamespace: String? = nil, description: String? = nil, parametersJsonSchema: String? = nil) {
       self.name = name
       self.toolNamespace = toolNamespace
       self.description = description
+      self.parametersJsonSchema = parametersJsonSchema
     }
   }
 }
@@ -1845,12 +1871,14 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
     if let v = c.pointee.tool_namespace { self.toolNamespace = try wireString(v, field: "tool_namespace") }
     if let v = c.pointee.description { self.description = try wireString(v, field: "description") }
+    if let v = c.pointee.parameters_json_schema { self.parametersJsonSchema = try wireString(v, field: "parameters_json_schema") }
   }
 
   func fill(_ c: inout Threadwire__V1__ToolSpec, arena: inout CodecArena) {
     if let v = self.name { c.name = arena.cString(v) }
     if let v = self.toolNamespace { c.tool_namespace = arena.cString(v) }
     if let v = self.description { c.description = arena.cString(v) }
+    if let v = self.parametersJsonSchema { c.parameters_json_schema = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1884,6 +1912,7 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     if let v = name { object.append(("name", .string(v))) }
     if let v = toolNamespace { object.append(("tool_namespace", .string(v))) }
     if let v = description { object.append(("description", .string(v))) }
+    if let v = parametersJsonSchema { object.append(("parameters_json_schema", .string(v))) }
     return .object(object)
   }
 
@@ -1895,6 +1924,92 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
       case "name": self.name = try value.stringValue(path: keyPath)
       case "tool_namespace", "toolNamespace": self.toolNamespace = try value.stringValue(path: keyPath)
       case "description": self.description = try value.stringValue(path: keyPath)
+      case "parameters_json_schema", "parametersJsonSchema": self.parametersJsonSchema = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct TokenUsage: Sendable, Equatable {
+    public var inputTokens: UInt64?
+    public var outputTokens: UInt64?
+    public var totalTokens: UInt64?
+
+    public init() {
+      self.inputTokens = nil
+      self.outputTokens = nil
+      self.totalTokens = nil
+    }
+
+    public init(inputTokens: UInt64? = nil, outputTokens: UInt64? = nil, totalTokens: UInt64? = nil) {
+      self.inputTokens = inputTokens
+      self.outputTokens = outputTokens
+      self.totalTokens = totalTokens
+    }
+  }
+}
+
+extension Wire.TokenUsage: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TokenUsage"
+  typealias CMessage = Threadwire__V1__TokenUsage
+
+  init(c: UnsafePointer<Threadwire__V1__TokenUsage>) throws(WireError) {
+    self.init()
+    if c.pointee.has_input_tokens != 0 { self.inputTokens = c.pointee.input_tokens }
+    if c.pointee.has_output_tokens != 0 { self.outputTokens = c.pointee.output_tokens }
+    if c.pointee.has_total_tokens != 0 { self.totalTokens = c.pointee.total_tokens }
+  }
+
+  func fill(_ c: inout Threadwire__V1__TokenUsage, arena: inout CodecArena) {
+    if let v = self.inputTokens { c.has_input_tokens = 1; c.input_tokens = v }
+    if let v = self.outputTokens { c.has_output_tokens = 1; c.output_tokens = v }
+    if let v = self.totalTokens { c.has_total_tokens = 1; c.total_tokens = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__token_usage__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__token_usage__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TokenUsage()
+      threadwire__v1__token_usage__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__token_usage__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__token_usage__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = inputTokens { object.append(("input_tokens", .uint(UInt64(v)))) }
+    if let v = outputTokens { object.append(("output_tokens", .uint(UInt64(v)))) }
+    if let v = totalTokens { object.append(("total_tokens", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "input_tokens", "inputTokens": self.inputTokens = try value.uint64Value(path: keyPath)
+      case "output_tokens", "outputTokens": self.outputTokens = try value.uint64Value(path: keyPath)
+      case "total_tokens", "totalTokens": self.totalTokens = try value.uint64Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -1907,19 +2022,22 @@ extension Wire {
     public var context: [Wire.ContextItem]
     public var tools: [Wire.ToolSpec]
     public var historyCount: UInt32?
+    public var usage: Wire.TokenUsage?
 
     public init() {
       self.model = nil
       self.context = []
       self.tools = []
       self.historyCount = nil
+      self.usage = nil
     }
 
-    public init(model: String? = nil, context: [Wire.ContextItem] = [], tools: [Wire.ToolSpec] = [], historyCount: UInt32? = nil) {
+    public init(model: String? = nil, context: [Wire.ContextItem] = [], tools: [Wire.ToolSpec] = [], historyCount: UInt32? = nil, usage: Wire.TokenUsage? = nil) {
       self.model = model
       self.context = context
       self.tools = tools
       self.historyCount = historyCount
+      self.usage = usage
     }
   }
 }
@@ -1944,6 +2062,9 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
       } catch { throw error.nested(in: "tools") }
     }
     if c.pointee.has_history_count != 0 { self.historyCount = c.pointee.history_count }
+    if let v = c.pointee.usage {
+      do throws(WireError) { self.usage = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "usage") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ModelRequest, arena: inout CodecArena) {
@@ -1957,6 +2078,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
       c.tools = arena.array(self.tools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
     }
     if let v = self.historyCount { c.has_history_count = 1; c.history_count = v }
+    if let v = self.usage { c.usage = arena.message(v, Threadwire__V1__TokenUsage(), threadwire__v1__token_usage__init) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1991,6 +2113,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     if !context.isEmpty { object.append(("context", .array(context.map { $0.jsonValue() }))) }
     if !tools.isEmpty { object.append(("tools", .array(tools.map { $0.jsonValue() }))) }
     if let v = historyCount { object.append(("history_count", .uint(UInt64(v)))) }
+    if let v = usage { object.append(("usage", v.jsonValue())) }
     return .object(object)
   }
 
@@ -2003,6 +2126,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
       case "context": self.context = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
       case "tools": self.tools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
       case "history_count", "historyCount": self.historyCount = try value.uint32Value(path: keyPath)
+      case "usage": self.usage = try Wire.TokenUsage(json: value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -2111,6 +2235,7 @@ extension Wire {
     public var items: [Wire.ThreadItem]
     public var context: Wire.TurnContext?
     public var modelRequests: [Wire.ModelRequest]
+    public var failureReason: Wire.TurnFailureReason?
 
     public init() {
       self.id = nil
@@ -2121,9 +2246,10 @@ extension Wire {
       self.items = []
       self.context = nil
       self.modelRequests = []
+      self.failureReason = nil
     }
 
-    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = []) {
+    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil) {
       self.id = id
       self.status = status
       self.error = error
@@ -2132,6 +2258,7 @@ extension Wire {
       self.items = items
       self.context = context
       self.modelRequests = modelRequests
+      self.failureReason = failureReason
     }
   }
 }
@@ -2162,6 +2289,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_model_requests { self.modelRequests.append(try Wire.ModelRequest(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "model_requests") }
     }
+    if c.pointee.has_failure_reason != 0 { self.failureReason = try wireEnum(Int32(truncatingIfNeeded: c.pointee.failure_reason.rawValue), field: "failure_reason") as Wire.TurnFailureReason }
   }
 
   func fill(_ c: inout Threadwire__V1__Turn, arena: inout CodecArena) {
@@ -2179,6 +2307,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       c.n_model_requests = self.modelRequests.count
       c.model_requests = arena.array(self.modelRequests) { value, arena in arena.message(value, Threadwire__V1__ModelRequest(), threadwire__v1__model_request__init) }
     }
+    if let v = self.failureReason { c.has_failure_reason = 1; c.failure_reason = Threadwire__V1__TurnFailureReason(rawValue: numericCast(v.rawValue)) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -2217,6 +2346,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     if !items.isEmpty { object.append(("items", .array(items.map { $0.jsonValue() }))) }
     if let v = context { object.append(("context", v.jsonValue())) }
     if !modelRequests.isEmpty { object.append(("model_requests", .array(modelRequests.map { $0.jsonValue() }))) }
+    if let v = failureReason { object.append(("failure_reason", .string(v.protoValueName))) }
     return .object(object)
   }
 
@@ -2233,6 +2363,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       case "items": self.items = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ThreadItem(json: element, path: path) }
       case "context": self.context = try Wire.TurnContext(json: value, path: keyPath)
       case "model_requests", "modelRequests": self.modelRequests = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ModelRequest(json: element, path: path) }
+      case "failure_reason", "failureReason": self.failureReason = try Wire.TurnFailureReason(json: value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -2842,6 +2973,98 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
       case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
       case "item": self.item = try Wire.ThreadItem(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ItemAgentMessageDeltaNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var turnId: String?
+    public var itemId: String?
+    public var delta: String?
+
+    public init() {
+      self.threadId = nil
+      self.turnId = nil
+      self.itemId = nil
+      self.delta = nil
+    }
+
+    public init(threadId: String? = nil, turnId: String? = nil, itemId: String? = nil, delta: String? = nil) {
+      self.threadId = threadId
+      self.turnId = turnId
+      self.itemId = itemId
+      self.delta = delta
+    }
+  }
+}
+
+extension Wire.ItemAgentMessageDeltaNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ItemAgentMessageDeltaNotification"
+  typealias CMessage = Threadwire__V1__ItemAgentMessageDeltaNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ItemAgentMessageDeltaNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
+    if let v = c.pointee.delta { self.delta = try wireString(v, field: "delta") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ItemAgentMessageDeltaNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.turnId { c.turn_id = arena.cString(v) }
+    if let v = self.itemId { c.item_id = arena.cString(v) }
+    if let v = self.delta { c.delta = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__item_agent_message_delta_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__item_agent_message_delta_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ItemAgentMessageDeltaNotification()
+      threadwire__v1__item_agent_message_delta_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__item_agent_message_delta_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__item_agent_message_delta_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = turnId { object.append(("turn_id", .string(v))) }
+    if let v = itemId { object.append(("item_id", .string(v))) }
+    if let v = delta { object.append(("delta", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "item_id", "itemId": self.itemId = try value.stringValue(path: keyPath)
+      case "delta": self.delta = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -5840,6 +6063,7 @@ extension Wire {
       case turnCompleted(Wire.TurnCompletedNotification)
       case itemStarted(Wire.ItemStartedNotification)
       case itemCompleted(Wire.ItemCompletedNotification)
+      case itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -5854,6 +6078,7 @@ extension Wire {
         case .turnCompleted: return "turn_completed"
         case .itemStarted: return "item_started"
         case .itemCompleted: return "item_completed"
+        case .itemAgentMessageDelta: return "item_agent_message_delta"
         }
       }
 
@@ -5870,10 +6095,11 @@ extension Wire {
         case .turnCompleted: return "turn/completed"
         case .itemStarted: return "item/started"
         case .itemCompleted: return "item/completed"
+        case .itemAgentMessageDelta: return "item/agent_message/delta"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -5888,6 +6114,7 @@ extension Wire {
         case "turn_completed", "turnCompleted": return .turnCompleted(try Wire.TurnCompletedNotification(json: json, path: path))
         case "item_started", "itemStarted": return .itemStarted(try Wire.ItemStartedNotification(json: json, path: path))
         case "item_completed", "itemCompleted": return .itemCompleted(try Wire.ItemCompletedNotification(json: json, path: path))
+        case "item_agent_message_delta", "itemAgentMessageDelta": return .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -5933,6 +6160,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .itemStarted(try Wire.ItemStartedNotification(c: wireRequired(c.pointee.item_started))) } catch { throw error.nested(in: "item_started") }
     case 23:
       do throws(WireError) { self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wireRequired(c.pointee.item_completed))) } catch { throw error.nested(in: "item_completed") }
+    case 24:
+      do throws(WireError) { self.payload = .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(c: wireRequired(c.pointee.item_agent_message_delta))) } catch { throw error.nested(in: "item_agent_message_delta") }
     default: self.payload = nil
     }
   }
@@ -5970,6 +6199,9 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .itemCompleted(let v)?:
       c.payload_case = .init(rawValue: 23)
       c.item_completed = arena.message(v, Threadwire__V1__ItemCompletedNotification(), threadwire__v1__item_completed_notification__init)
+    case .itemAgentMessageDelta(let v)?:
+      c.payload_case = .init(rawValue: 24)
+      c.item_agent_message_delta = arena.message(v, Threadwire__V1__ItemAgentMessageDeltaNotification(), threadwire__v1__item_agent_message_delta_notification__init)
     case nil: break
     }
   }
@@ -6014,6 +6246,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .turnCompleted(let v)?: object.append(("turn_completed", v.jsonValue()))
     case .itemStarted(let v)?: object.append(("item_started", v.jsonValue()))
     case .itemCompleted(let v)?: object.append(("item_completed", v.jsonValue()))
+    case .itemAgentMessageDelta(let v)?: object.append(("item_agent_message_delta", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -6025,7 +6258,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

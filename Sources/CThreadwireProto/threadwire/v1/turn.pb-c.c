@@ -187,6 +187,51 @@ void   threadwire__v1__tool_spec__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__tool_spec__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__token_usage__init
+                     (Threadwire__V1__TokenUsage         *message)
+{
+  static const Threadwire__V1__TokenUsage init_value = THREADWIRE__V1__TOKEN_USAGE__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__token_usage__get_packed_size
+                     (const Threadwire__V1__TokenUsage *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__token_usage__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__token_usage__pack
+                     (const Threadwire__V1__TokenUsage *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__token_usage__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__token_usage__pack_to_buffer
+                     (const Threadwire__V1__TokenUsage *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__token_usage__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TokenUsage *
+       threadwire__v1__token_usage__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TokenUsage *)
+     protobuf_c_message_unpack (&threadwire__v1__token_usage__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__token_usage__free_unpacked
+                     (Threadwire__V1__TokenUsage *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__token_usage__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__model_request__init
                      (Threadwire__V1__ModelRequest         *message)
 {
@@ -637,6 +682,51 @@ void   threadwire__v1__item_started_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__item_started_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__item_agent_message_delta_notification__init
+                     (Threadwire__V1__ItemAgentMessageDeltaNotification         *message)
+{
+  static const Threadwire__V1__ItemAgentMessageDeltaNotification init_value = THREADWIRE__V1__ITEM_AGENT_MESSAGE_DELTA_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__item_agent_message_delta_notification__get_packed_size
+                     (const Threadwire__V1__ItemAgentMessageDeltaNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__item_agent_message_delta_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__item_agent_message_delta_notification__pack
+                     (const Threadwire__V1__ItemAgentMessageDeltaNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__item_agent_message_delta_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__item_agent_message_delta_notification__pack_to_buffer
+                     (const Threadwire__V1__ItemAgentMessageDeltaNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__item_agent_message_delta_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ItemAgentMessageDeltaNotification *
+       threadwire__v1__item_agent_message_delta_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ItemAgentMessageDeltaNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__item_agent_message_delta_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__item_agent_message_delta_notification__free_unpacked
+                     (Threadwire__V1__ItemAgentMessageDeltaNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__item_agent_message_delta_notification__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__item_completed_notification__init
                      (Threadwire__V1__ItemCompletedNotification         *message)
 {
@@ -939,7 +1029,7 @@ const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor =
   (ProtobufCMessageInit) threadwire__v1__context_item__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__tool_spec__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__tool_spec__field_descriptors[4] =
 {
   {
     "name",
@@ -977,16 +1067,29 @@ static const ProtobufCFieldDescriptor threadwire__v1__tool_spec__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "parameters_json_schema",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ToolSpec, parameters_json_schema),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__tool_spec__field_indices_by_name[] = {
   2,   /* field[2] = description */
   0,   /* field[0] = name */
+  3,   /* field[3] = parameters_json_schema */
   1,   /* field[1] = tool_namespace */
 };
 static const ProtobufCIntRange threadwire__v1__tool_spec__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__tool_spec__descriptor =
 {
@@ -996,14 +1099,78 @@ const ProtobufCMessageDescriptor threadwire__v1__tool_spec__descriptor =
   "Threadwire__V1__ToolSpec",
   "threadwire.v1",
   sizeof(Threadwire__V1__ToolSpec),
-  3,
+  4,
   threadwire__v1__tool_spec__field_descriptors,
   threadwire__v1__tool_spec__field_indices_by_name,
   1,  threadwire__v1__tool_spec__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__tool_spec__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__token_usage__field_descriptors[3] =
+{
+  {
+    "input_tokens",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__TokenUsage, has_input_tokens),
+    offsetof(Threadwire__V1__TokenUsage, input_tokens),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "output_tokens",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__TokenUsage, has_output_tokens),
+    offsetof(Threadwire__V1__TokenUsage, output_tokens),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "total_tokens",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__TokenUsage, has_total_tokens),
+    offsetof(Threadwire__V1__TokenUsage, total_tokens),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__token_usage__field_indices_by_name[] = {
+  0,   /* field[0] = input_tokens */
+  1,   /* field[1] = output_tokens */
+  2,   /* field[2] = total_tokens */
+};
+static const ProtobufCIntRange threadwire__v1__token_usage__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__token_usage__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TokenUsage",
+  "TokenUsage",
+  "Threadwire__V1__TokenUsage",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TokenUsage),
+  3,
+  threadwire__v1__token_usage__field_descriptors,
+  threadwire__v1__token_usage__field_indices_by_name,
+  1,  threadwire__v1__token_usage__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__token_usage__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[5] =
 {
   {
     "model",
@@ -1053,17 +1220,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "usage",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelRequest, usage),
+    &threadwire__v1__token_usage__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__model_request__field_indices_by_name[] = {
   1,   /* field[1] = context */
   3,   /* field[3] = history_count */
   0,   /* field[0] = model */
   2,   /* field[2] = tools */
+  4,   /* field[4] = usage */
 };
 static const ProtobufCIntRange threadwire__v1__model_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor =
 {
@@ -1073,7 +1253,7 @@ const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor =
   "Threadwire__V1__ModelRequest",
   "threadwire.v1",
   sizeof(Threadwire__V1__ModelRequest),
-  4,
+  5,
   threadwire__v1__model_request__field_descriptors,
   threadwire__v1__model_request__field_indices_by_name,
   1,  threadwire__v1__model_request__number_ranges,
@@ -1157,7 +1337,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn_context__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[8] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[9] =
 {
   {
     "id",
@@ -1255,11 +1435,24 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[8]
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "failure_reason",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__Turn, has_failure_reason),
+    offsetof(Threadwire__V1__Turn, failure_reason),
+    &threadwire__v1__turn_failure_reason__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
   4,   /* field[4] = completed_at */
   6,   /* field[6] = context */
   2,   /* field[2] = error */
+  8,   /* field[8] = failure_reason */
   0,   /* field[0] = id */
   5,   /* field[5] = items */
   7,   /* field[7] = model_requests */
@@ -1269,7 +1462,7 @@ static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__turn__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
 {
@@ -1279,7 +1472,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   "Threadwire__V1__Turn",
   "threadwire.v1",
   sizeof(Threadwire__V1__Turn),
-  8,
+  9,
   threadwire__v1__turn__field_descriptors,
   threadwire__v1__turn__field_indices_by_name,
   1,  threadwire__v1__turn__number_ranges,
@@ -1649,6 +1842,83 @@ const ProtobufCMessageDescriptor threadwire__v1__item_started_notification__desc
   (ProtobufCMessageInit) threadwire__v1__item_started_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor threadwire__v1__item_agent_message_delta_notification__field_descriptors[4] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ItemAgentMessageDeltaNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "turn_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ItemAgentMessageDeltaNotification, turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "item_id",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ItemAgentMessageDeltaNotification, item_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "delta",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ItemAgentMessageDeltaNotification, delta),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__item_agent_message_delta_notification__field_indices_by_name[] = {
+  3,   /* field[3] = delta */
+  2,   /* field[2] = item_id */
+  0,   /* field[0] = thread_id */
+  1,   /* field[1] = turn_id */
+};
+static const ProtobufCIntRange threadwire__v1__item_agent_message_delta_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__item_agent_message_delta_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ItemAgentMessageDeltaNotification",
+  "ItemAgentMessageDeltaNotification",
+  "Threadwire__V1__ItemAgentMessageDeltaNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ItemAgentMessageDeltaNotification),
+  4,
+  threadwire__v1__item_agent_message_delta_notification__field_descriptors,
+  threadwire__v1__item_agent_message_delta_notification__field_indices_by_name,
+  1,  threadwire__v1__item_agent_message_delta_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__item_agent_message_delta_notification__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor threadwire__v1__item_completed_notification__field_descriptors[3] =
 {
   {
@@ -1861,5 +2131,41 @@ const ProtobufCEnumDescriptor threadwire__v1__context_kind__descriptor =
   threadwire__v1__context_kind__enum_values_by_name,
   1,
   threadwire__v1__context_kind__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__turn_failure_reason__enum_values_by_number[6] =
+{
+  { "TURN_FAILURE_REASON_UNSPECIFIED", "THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED", 0 },
+  { "TURN_FAILURE_REASON_RATE_LIMITED", "THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_RATE_LIMITED", 1 },
+  { "TURN_FAILURE_REASON_PROVIDER_ERROR", "THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_PROVIDER_ERROR", 2 },
+  { "TURN_FAILURE_REASON_TIMEOUT", "THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_TIMEOUT", 3 },
+  { "TURN_FAILURE_REASON_BAD_RESPONSE", "THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_BAD_RESPONSE", 4 },
+  { "TURN_FAILURE_REASON_INTERNAL_ERROR", "THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_INTERNAL_ERROR", 5 },
+};
+static const ProtobufCIntRange threadwire__v1__turn_failure_reason__value_ranges[] = {
+{0, 0},{0, 6}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__turn_failure_reason__enum_values_by_name[6] =
+{
+  { "TURN_FAILURE_REASON_BAD_RESPONSE", 4 },
+  { "TURN_FAILURE_REASON_INTERNAL_ERROR", 5 },
+  { "TURN_FAILURE_REASON_PROVIDER_ERROR", 2 },
+  { "TURN_FAILURE_REASON_RATE_LIMITED", 1 },
+  { "TURN_FAILURE_REASON_TIMEOUT", 3 },
+  { "TURN_FAILURE_REASON_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__turn_failure_reason__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TurnFailureReason",
+  "TurnFailureReason",
+  "Threadwire__V1__TurnFailureReason",
+  "threadwire.v1",
+  6,
+  threadwire__v1__turn_failure_reason__enum_values_by_number,
+  6,
+  threadwire__v1__turn_failure_reason__enum_values_by_name,
+  1,
+  threadwire__v1__turn_failure_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

@@ -204,7 +204,8 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_TURN_STARTED = 20,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_TURN_COMPLETED = 21,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_STARTED = 22,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_COMPLETED = 23
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_COMPLETED = 23,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_AGENT_MESSAGE_DELTA = 24
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -231,6 +232,11 @@ struct  Threadwire__V1__Notification
     Threadwire__V1__TurnCompletedNotification *turn_completed;
     Threadwire__V1__ItemStartedNotification *item_started;
     Threadwire__V1__ItemCompletedNotification *item_completed;
+    /*
+     * "item/agent_message/delta": text of an agent message while the model
+     * streams it; item/completed (sent after the last delta) is authoritative.
+     */
+    Threadwire__V1__ItemAgentMessageDeltaNotification *item_agent_message_delta;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

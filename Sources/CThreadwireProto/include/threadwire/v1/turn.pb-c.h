@@ -20,6 +20,7 @@ typedef struct Threadwire__V1__UserInput Threadwire__V1__UserInput;
 typedef struct Threadwire__V1__ThreadItem Threadwire__V1__ThreadItem;
 typedef struct Threadwire__V1__ContextItem Threadwire__V1__ContextItem;
 typedef struct Threadwire__V1__ToolSpec Threadwire__V1__ToolSpec;
+typedef struct Threadwire__V1__TokenUsage Threadwire__V1__TokenUsage;
 typedef struct Threadwire__V1__ModelRequest Threadwire__V1__ModelRequest;
 typedef struct Threadwire__V1__TurnContext Threadwire__V1__TurnContext;
 typedef struct Threadwire__V1__Turn Threadwire__V1__Turn;
@@ -30,6 +31,7 @@ typedef struct Threadwire__V1__TurnInterruptResult Threadwire__V1__TurnInterrupt
 typedef struct Threadwire__V1__TurnStartedNotification Threadwire__V1__TurnStartedNotification;
 typedef struct Threadwire__V1__TurnCompletedNotification Threadwire__V1__TurnCompletedNotification;
 typedef struct Threadwire__V1__ItemStartedNotification Threadwire__V1__ItemStartedNotification;
+typedef struct Threadwire__V1__ItemAgentMessageDeltaNotification Threadwire__V1__ItemAgentMessageDeltaNotification;
 typedef struct Threadwire__V1__ItemCompletedNotification Threadwire__V1__ItemCompletedNotification;
 
 
@@ -100,6 +102,35 @@ typedef enum _Threadwire__V1__ContextKind {
   THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE = 11
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__CONTEXT_KIND)
 } Threadwire__V1__ContextKind;
+/*
+ * Why a turn failed (Turn.failure_reason).
+ */
+typedef enum _Threadwire__V1__TurnFailureReason {
+  THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED = 0,
+  /*
+   * The provider kept answering 429 through every retry.
+   */
+  THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_RATE_LIMITED = 1,
+  /*
+   * The provider answered an error (5xx after every retry, or 4xx), or the
+   * connection to it failed.
+   */
+  THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_PROVIDER_ERROR = 2,
+  /*
+   * No answer within request_timeout_ms, or the stream stalled longer than
+   * stream_idle_timeout_ms.
+   */
+  THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_TIMEOUT = 3,
+  /*
+   * The provider's answer could not be understood (malformed JSON or events).
+   */
+  THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_BAD_RESPONSE = 4,
+  /*
+   * Anything else (e.g. the store refused the turn's commit).
+   */
+  THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_INTERNAL_ERROR = 5
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__TURN_FAILURE_REASON)
+} Threadwire__V1__TurnFailureReason;
 
 /* --- messages --- */
 
@@ -183,10 +214,33 @@ struct  Threadwire__V1__ToolSpec
    */
   char *tool_namespace;
   char *description;
+  /*
+   * The JSON Schema of the tool's arguments (an object schema), as sent to
+   * the model provider.
+   */
+  char *parameters_json_schema;
 };
 #define THREADWIRE__V1__TOOL_SPEC__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__tool_spec__descriptor) \
-    , NULL, NULL, NULL }
+    , NULL, NULL, NULL, NULL }
+
+
+/*
+ * Tokens one model call used, as the provider reported them.
+ */
+struct  Threadwire__V1__TokenUsage
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean has_input_tokens;
+  uint64_t input_tokens;
+  protobuf_c_boolean has_output_tokens;
+  uint64_t output_tokens;
+  protobuf_c_boolean has_total_tokens;
+  uint64_t total_tokens;
+};
+#define THREADWIRE__V1__TOKEN_USAGE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__token_usage__descriptor) \
+    , 0, 0, 0, 0, 0, 0 }
 
 
 /*
@@ -209,10 +263,14 @@ struct  Threadwire__V1__ModelRequest
    */
   protobuf_c_boolean has_history_count;
   uint32_t history_count;
+  /*
+   * What the call used; absent while it runs or when the provider did not say.
+   */
+  Threadwire__V1__TokenUsage *usage;
 };
 #define THREADWIRE__V1__MODEL_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_request__descriptor) \
-    , NULL, 0,NULL, 0,NULL, 0, 0 }
+    , NULL, 0,NULL, 0,NULL, 0, 0, NULL }
 
 
 /*
@@ -269,10 +327,15 @@ struct  Threadwire__V1__Turn
    */
   size_t n_model_requests;
   Threadwire__V1__ModelRequest **model_requests;
+  /*
+   * FAILED: the kind of failure; `error` says more.
+   */
+  protobuf_c_boolean has_failure_reason;
+  Threadwire__V1__TurnFailureReason failure_reason;
 };
 #define THREADWIRE__V1__TURN__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn__descriptor) \
-    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL }
+    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED }
 
 
 typedef enum {
@@ -387,6 +450,27 @@ struct  Threadwire__V1__ItemStartedNotification
 
 
 /*
+ * Notification "item/agent_message/delta" (a client may opt out of it in
+ * initialize): the next piece of an agent message's text while the model
+ * streams it, between that item's item/started and item/completed.
+ */
+struct  Threadwire__V1__ItemAgentMessageDeltaNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *turn_id;
+  /*
+   * The id item/started announced and item/completed carries.
+   */
+  char *item_id;
+  char *delta;
+};
+#define THREADWIRE__V1__ITEM_AGENT_MESSAGE_DELTA_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__item_agent_message_delta_notification__descriptor) \
+    , NULL, NULL, NULL, NULL }
+
+
+/*
  * Notification "item/completed" (authoritative item content).
  */
 struct  Threadwire__V1__ItemCompletedNotification
@@ -476,6 +560,25 @@ Threadwire__V1__ToolSpec *
                       const uint8_t       *data);
 void   threadwire__v1__tool_spec__free_unpacked
                      (Threadwire__V1__ToolSpec *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__TokenUsage methods */
+void   threadwire__v1__token_usage__init
+                     (Threadwire__V1__TokenUsage         *message);
+size_t threadwire__v1__token_usage__get_packed_size
+                     (const Threadwire__V1__TokenUsage   *message);
+size_t threadwire__v1__token_usage__pack
+                     (const Threadwire__V1__TokenUsage   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__token_usage__pack_to_buffer
+                     (const Threadwire__V1__TokenUsage   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TokenUsage *
+       threadwire__v1__token_usage__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__token_usage__free_unpacked
+                     (Threadwire__V1__TokenUsage *message,
                       ProtobufCAllocator *allocator);
 /* Threadwire__V1__ModelRequest methods */
 void   threadwire__v1__model_request__init
@@ -667,6 +770,25 @@ Threadwire__V1__ItemStartedNotification *
 void   threadwire__v1__item_started_notification__free_unpacked
                      (Threadwire__V1__ItemStartedNotification *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ItemAgentMessageDeltaNotification methods */
+void   threadwire__v1__item_agent_message_delta_notification__init
+                     (Threadwire__V1__ItemAgentMessageDeltaNotification         *message);
+size_t threadwire__v1__item_agent_message_delta_notification__get_packed_size
+                     (const Threadwire__V1__ItemAgentMessageDeltaNotification   *message);
+size_t threadwire__v1__item_agent_message_delta_notification__pack
+                     (const Threadwire__V1__ItemAgentMessageDeltaNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__item_agent_message_delta_notification__pack_to_buffer
+                     (const Threadwire__V1__ItemAgentMessageDeltaNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ItemAgentMessageDeltaNotification *
+       threadwire__v1__item_agent_message_delta_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__item_agent_message_delta_notification__free_unpacked
+                     (Threadwire__V1__ItemAgentMessageDeltaNotification *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ItemCompletedNotification methods */
 void   threadwire__v1__item_completed_notification__init
                      (Threadwire__V1__ItemCompletedNotification         *message);
@@ -700,6 +822,9 @@ typedef void (*Threadwire__V1__ContextItem_Closure)
 typedef void (*Threadwire__V1__ToolSpec_Closure)
                  (const Threadwire__V1__ToolSpec *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__TokenUsage_Closure)
+                 (const Threadwire__V1__TokenUsage *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ModelRequest_Closure)
                  (const Threadwire__V1__ModelRequest *message,
                   void *closure_data);
@@ -730,6 +855,9 @@ typedef void (*Threadwire__V1__TurnCompletedNotification_Closure)
 typedef void (*Threadwire__V1__ItemStartedNotification_Closure)
                  (const Threadwire__V1__ItemStartedNotification *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ItemAgentMessageDeltaNotification_Closure)
+                 (const Threadwire__V1__ItemAgentMessageDeltaNotification *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ItemCompletedNotification_Closure)
                  (const Threadwire__V1__ItemCompletedNotification *message,
                   void *closure_data);
@@ -743,10 +871,12 @@ extern const ProtobufCEnumDescriptor    threadwire__v1__turn_status__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__item_type__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_role__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_kind__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__turn_failure_reason__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__user_input__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__tool_spec__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__token_usage__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor;
@@ -757,6 +887,7 @@ extern const ProtobufCMessageDescriptor threadwire__v1__turn_interrupt_result__d
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_started_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_completed_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__item_started_notification__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__item_agent_message_delta_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__item_completed_notification__descriptor;
 
 PROTOBUF_C__END_DECLS

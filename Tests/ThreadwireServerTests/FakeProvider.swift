@@ -1,0 +1,115 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import Testing
+
+/// Tests/provider/fake_openai.py as a real process: an OpenAI-compatible
+/// Chat Completions server scripted per test (see that file).
+final class FakeProvider: @unchecked Sendable {
+    let process: Process
+    let port: Int
+    var baseURL: String { "http://127.0.0.1:\(port)/v1" }
+
+    static var script: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("provider/fake_openai.py").path
+    }
+
+    private init(process: Process, port: Int) {
+        self.process = process
+        self.port = port
+    }
+
+    static func launch() async throws -> FakeProvider {
+        try await offThread {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["python3", script]
+            let stdout = Pipe()
+            process.standardOutput = stdout
+            try process.run()
+            var buffered = Data()
+            while !buffered.contains(UInt8(ascii: "\n")) {
+                let chunk = stdout.fileHandleForReading.availableData
+                if chunk.isEmpty { throw TestTimeout(description: "the fake provider did not start") }
+                buffered += chunk
+            }
+            let line = String(decoding: buffered, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard line.hasPrefix("listening "), let port = Int(line.dropFirst("listening ".count)) else {
+                throw TestTimeout(description: "the fake provider said '\(line)'")
+            }
+            return FakeProvider(process: process, port: port)
+        }
+    }
+
+    func stop() {
+        if process.isRunning { process.terminate() }
+    }
+
+    deinit { stop() }
+
+    /// Queues responses, served in order to the next chat requests.
+    func script(_ responses: [[String: Any]]) async throws {
+        _ = try await call("POST", "/control/script", JSONSerialization.data(withJSONObject: ["responses": responses]))
+    }
+
+    /// Every chat request so far, in arrival order.
+    func requests() async throws -> [[String: Any]] {
+        let data = try await call("GET", "/control/requests", nil)
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [[String: Any]])
+    }
+
+    private func call(_ method: String, _ path: String, _ body: Data?) async throws -> Data {
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)")
+        request.method = .RAW(value: method)
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let buffer = try await response.body.collect(upTo: 64 << 20)
+        return Data(buffer.readableBytesView)
+    }
+
+    // MARK: Building responses
+
+    /// A streamed answer: text pieces, then tool calls (arguments split into
+    /// `pieces` chunks each), then a usage chunk.
+    static func stream(text: [String] = [], toolCalls: [(name: String, arguments: String)] = [], pieces: Int = 3,
+                       usage: (input: Int, output: Int)? = (12, 5), delayMs: Int = 0) -> [String: Any] {
+        var events: [[String: Any]] = []
+        func chunk(_ delta: [String: Any], finish: String? = nil) {
+            var choice: [String: Any] = ["index": 0, "delta": delta]
+            choice["finish_reason"] = finish ?? NSNull()
+            events.append(["delay_ms": delayMs, "data": json(["id": "c1", "object": "chat.completion.chunk", "choices": [choice]])])
+        }
+        chunk(["role": "assistant", "content": ""])
+        for piece in text { chunk(["content": piece]) }
+        for (index, call) in toolCalls.enumerated() {
+            let arguments = Array(call.arguments)
+            let size = max(1, (arguments.count + pieces - 1) / pieces)
+            var start = 0
+            var first = true
+            repeat {
+                let part = String(arguments[start..<min(start + size, arguments.count)])
+                var entry: [String: Any] = ["index": index, "function": ["arguments": part]]
+                if first {
+                    entry["id"] = "call_\(index)"
+                    entry["type"] = "function"
+                    entry["function"] = ["name": call.name, "arguments": part]
+                }
+                chunk(["tool_calls": [entry]])
+                first = false
+                start += size
+            } while start < arguments.count
+        }
+        chunk([:], finish: toolCalls.isEmpty ? "stop" : "tool_calls")
+        if let usage {
+            events.append(["data": json(["id": "c1", "choices": [Any](),
+                                         "usage": ["prompt_tokens": usage.input, "completion_tokens": usage.output,
+                                                   "total_tokens": usage.input + usage.output]])])
+        }
+        return ["events": events]
+    }
+
+    static func json(_ value: Any) -> String {
+        String(decoding: try! JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]), as: UTF8.self)
+    }
+}

@@ -1,0 +1,253 @@
+import Foundation
+import Testing
+import ThreadwireClient
+import ThreadwireWire
+
+/// The OpenAI-compatible backend against a real HTTP provider process
+/// (Tests/provider/fake_openai.py), through the real server over TCP.
+@Suite("a real model provider over HTTP (OpenAI-compatible, streamed)", .timeLimit(.minutes(3)))
+struct ModelProviderTests {
+    static func config(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2, mode: Bool = true) -> String {
+        """
+        {"features": {"multi_agent_v2": true, "multi_agent_mode": \(mode)},
+         "model_providers": [{"name": "fake", "base_url": "\(provider.baseURL)", "api_key_env": "FAKE_PROVIDER_KEY",
+                              "request_timeout_ms": 5000, "stream_idle_timeout_ms": \(idleMs), "max_retries": \(retries),
+                              "retry_base_delay_ms": 20}],
+         "models": [{"slug": "remote-1", "provider": "fake", "multi_agent_version": "v2"}]}
+        """
+    }
+
+    static func launch(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2) async throws -> ServerProcess {
+        try await ServerProcess.launch(config: config(provider, idleMs: idleMs, retries: retries),
+                                       environment: ["FAKE_PROVIDER_KEY": "sk-test-123"])
+    }
+
+    @Test("deltas stream between item/started and item/completed; the HTTP body is the persisted model request; usage is recorded")
+    func streamingAndRequestBody() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider)
+        defer { _ = server.stop() }
+        try await provider.script([FakeProvider.stream(text: ["Hel", "lo, ", "world"], usage: (40, 3), delayMs: 5)])
+
+        let client = try await server.client()
+        let quiet = try await server.client(optOut: ["item/agent_message/delta"])
+        let started = try await client.startThread(Wire.ThreadStartParams(model: "remote-1", multiAgentMode: .proactive))
+        let id = try #require(started.thread?.id)
+        _ = try await quiet.resume(id)
+        let inbox = Inbox(client)
+        let quietInbox = Inbox(quiet)
+        let turn = try await client.runTurn(id, "say hello")
+
+        #expect(turn.status == .completed)
+        let message = try #require(turn.items.last)
+        #expect(message.type == .agentMessage)
+        #expect(message.text == "Hello, world")
+        try await inbox.waitFor("turn/completed") { if case .turnCompleted = $0 { true } else { false } }
+        // item/started (empty) → deltas → item/completed, all for the same item id.
+        let events = await inbox.payloads().compactMap { payload -> String? in
+            switch payload {
+            case let .itemStarted(n) where n.item?.id == message.id: return "started:\(n.item?.text ?? "")"
+            case let .itemAgentMessageDelta(n) where n.itemId == message.id: return "delta:\(n.delta ?? "")"
+            case let .itemCompleted(n) where n.item?.id == message.id: return "completed:\(n.item?.text ?? "")"
+            default: return nil
+            }
+        }
+        #expect(events == ["started:", "delta:Hel", "delta:lo, ", "delta:world", "completed:Hello, world"])
+        try await quietInbox.waitFor("turn/completed") { if case .turnCompleted = $0 { true } else { false } }
+        #expect(await quietInbox.payloads().allSatisfy { if case .itemAgentMessageDelta = $0 { false } else { true } },
+                "a client that opted out gets no deltas")
+        #expect(await quietInbox.payloads().contains { if case let .itemCompleted(n) = $0 { n.item?.id == message.id } else { false } })
+
+        // What the provider received is what thread/read shows as the model request.
+        let sent = try await provider.requests()
+        #expect(sent.count == 1)
+        let body = try #require(sent[0]["body"] as? [String: Any])
+        let headers = try #require(sent[0]["headers"] as? [String: String])
+        #expect(headers["authorization"] == "Bearer sk-test-123")
+        #expect(body["model"] as? String == "remote-1")
+        #expect(body["stream"] as? Bool == true)
+        let request = try #require(turn.modelRequests.last)
+        let messages = try #require(body["messages"] as? [[String: Any]])
+        #expect(messages.count == request.context.count)
+        for (sentMessage, item) in zip(messages, request.context) {
+            let role: String
+            switch item.role {
+            case .system?, .developer?: role = "system"
+            case .assistant?: role = "assistant"
+            case .tool?: role = "tool"
+            default: role = "user"
+            }
+            #expect(sentMessage["role"] as? String == role)
+            #expect(sentMessage["content"] as? String == item.text)
+        }
+        #expect(messages.contains { ($0["content"] as? String)?.hasPrefix("<multi_agent_mode>") == true },
+                "the proactive mode fragment was sent, as persisted")
+        let tools = try #require(body["tools"] as? [[String: Any]])
+        #expect(tools.count == request.tools.count)
+        for (sentTool, spec) in zip(tools, request.tools) {
+            let function = try #require(sentTool["function"] as? [String: Any])
+            #expect(function["name"] as? String == spec.name)
+            let schema = try JSONSerialization.jsonObject(with: Data(try #require(spec.parametersJsonSchema).utf8)) as? NSDictionary
+            #expect((function["parameters"] as? NSDictionary) == schema, "the tool's schema as ToolSpec carries it")
+        }
+        #expect(Set(tools.compactMap { ($0["function"] as? [String: Any])?["name"] as? String })
+                == ["spawn_agent", "send_message", "followup_task", "wait_agent", "list_agents", "close_agent"])
+        #expect(request.usage?.inputTokens == 40)
+        #expect(request.usage?.outputTokens == 3)
+        #expect(request.usage?.totalTokens == 43)
+    }
+
+    @Test("tool calls whose arguments arrive split are reassembled; malformed arguments become a tool error the model reads")
+    func toolCalls() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider)
+        defer { _ = server.stop() }
+        try await provider.script([
+            FakeProvider.stream(toolCalls: [
+                (name: "spawn_agent", arguments: #"{"task_name": "docs", "message": "write the docs"}"#),
+                (name: "close_agent", arguments: #"{"target": 7"#),
+                (name: "list_agents", arguments: #"{"path_prefix": 3}"#),
+            ], pieces: 4),
+            FakeProvider.stream(text: ["spawned"]).merging(["match": "tool_call_id"]) { $1 },
+        ])
+        let client = try await server.client()
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        // The child runs on the provider too: give it its own scripted answer.
+        try await provider.script([FakeProvider.stream(text: ["docs written"])])
+        let turn = try await client.runTurn(id, "delegate")
+        #expect(turn.status == .completed, "malformed arguments never fail the turn")
+        let calls = turn.items.filter { $0.type == .collabToolCall }
+        #expect(calls.map(\.toolName) == ["spawn_agent", "close_agent", "list_agents"])
+        #expect(calls[0].toolArguments == #"{"task_name": "docs", "message": "write the docs"}"#)
+        #expect(calls[0].receiverThreadId != nil)
+        #expect(calls[1].toolOutput?.contains("must be a JSON object") == true)
+        #expect(calls[2].toolOutput?.contains("argument 'path_prefix' of list_agents must be a string") == true)
+        #expect(turn.items.last?.text == "spawned")
+
+        // The second call showed the model its tool calls and their outputs.
+        let requests = try await provider.requests()
+        let second = try #require(requests.first { request in
+            ((request["body"] as? [String: Any])?["messages"] as? [[String: Any]])?.contains { $0["role"] as? String == "tool" } == true
+        })
+        let messages = try #require((second["body"] as? [String: Any])?["messages"] as? [[String: Any]])
+        let toolMessages = messages.filter { $0["role"] as? String == "tool" }
+        #expect(toolMessages.compactMap { $0["tool_call_id"] as? String } == ["call_0", "call_1", "call_2"])
+        #expect((toolMessages[1]["content"] as? String)?.contains("error") == true)
+        let assistantCalls = messages.compactMap { ($0["tool_calls"] as? [[String: Any]])?.first?["function"] as? [String: Any] }
+        #expect(assistantCalls.compactMap { $0["arguments"] as? String }.first == #"{"task_name": "docs", "message": "write the docs"}"#)
+    }
+
+    @Test("429 with Retry-After and 500 are retried before anything streamed; past max_retries the turn fails as rate_limited or provider_error")
+    func retries() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider, retries: 2)
+        defer { _ = server.stop() }
+        let client = try await server.client()
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+
+        try await provider.script([
+            ["status": 429, "headers": ["Retry-After": "0"], "body": #"{"error": {"message": "slow down"}}"#],
+            ["status": 503, "body": "busy"],
+            FakeProvider.stream(text: ["after retries"]),
+        ])
+        let recovered = try await client.runTurn(id, "one")
+        #expect(recovered.status == .completed)
+        #expect(recovered.items.last?.text == "after retries")
+        #expect(try await provider.requests().count == 3)
+
+        try await provider.script(Array(repeating: ["status": 429, "headers": ["Retry-After": "0"], "body": "limited"], count: 3))
+        let limited = try await client.runTurn(id, "two")
+        #expect(limited.status == .failed)
+        #expect(limited.failureReason == .rateLimited)
+        #expect(limited.error?.contains("429") == true)
+
+        try await provider.script(Array(repeating: ["status": 500, "body": "boom"], count: 3))
+        let broken = try await client.runTurn(id, "three")
+        #expect(broken.failureReason == .providerError)
+        #expect(broken.error?.contains("500") == true)
+        #expect(try await provider.requests().count == 9, "1 + max_retries attempts each")
+
+        try await provider.script([["status": 400, "body": #"{"error": {"message": "bad model"}}"#]])
+        let rejected = try await client.runTurn(id, "four")
+        #expect(rejected.failureReason == .providerError)
+        #expect(try await provider.requests().count == 10, "a 400 is not retried")
+
+        // The failure reason is stored: a fresh read after the fact shows it.
+        let stored = try #require(try await client.read(id).thread?.turns.first { $0.id == limited.id })
+        #expect(stored.failureReason == .rateLimited)
+    }
+
+    @Test("malformed JSON in the stream fails the turn as bad_response; a stalled stream as timeout, and the connection is closed")
+    func badResponseAndStall() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider, idleMs: 300)
+        defer { _ = server.stop() }
+        let client = try await server.client()
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+
+        try await provider.script([["events": [["data": #"{"choices": [{"delta": {"content": "ok"}}]}"#], ["data": "{not json"]]]])
+        let bad = try await client.runTurn(id, "one")
+        #expect(bad.status == .failed)
+        #expect(bad.failureReason == .badResponse)
+
+        var stalled = FakeProvider.stream(text: ["partial"])
+        stalled["done"] = false
+        stalled["events"] = Array((stalled["events"] as! [[String: Any]]).prefix(2))
+        stalled["stall"] = true
+        try await provider.script([stalled])
+        let timedOut = try await client.runTurn(id, "two")
+        #expect(timedOut.status == .failed)
+        #expect(timedOut.failureReason == .timeout)
+        #expect(timedOut.error?.contains("stalled") == true)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline, try await provider.requests().last?["disconnected"] as? Bool != true {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(try await provider.requests().last?["disconnected"] as? Bool == true, "the stalled HTTP request was closed")
+    }
+
+    @Test("turn/interrupt cancels the HTTP stream at once: the provider sees the disconnect and no delta follows the turn's end")
+    func interruptCancelsStream() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider)
+        defer { _ = server.stop() }
+        try await provider.script([FakeProvider.stream(text: (0..<100).map { "piece \($0) " }, delayMs: 50)])
+        let client = try await server.client()
+        let inbox = Inbox(client)
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        let turnID = try await client.startTurn(id, "talk for a while")
+        try await inbox.waitFor("a delta") { if case .itemAgentMessageDelta = $0 { true } else { false } }
+        _ = try await client.result(.turnInterrupt(Wire.TurnInterruptParams(threadId: id, turnId: turnID)))
+        let turn = try await client.waitForTurn(id, turnID)
+        #expect(turn.status == .interrupted)
+        let deadline = ContinuousClock.now + .seconds(3)
+        while ContinuousClock.now < deadline, try await provider.requests().first?["disconnected"] as? Bool != true {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let request = try #require(try await provider.requests().first)
+        #expect(request["disconnected"] as? Bool == true)
+        #expect((request["events_sent"] as? Int ?? 0) < 50, "the stream was cut, not read to its end")
+        try await inbox.waitFor("turn/completed") { if case .turnCompleted = $0 { true } else { false } }
+        try await Task.sleep(for: .milliseconds(300))
+        let payloads = await inbox.payloads()
+        let end = try #require(payloads.firstIndex { if case .turnCompleted = $0 { true } else { false } })
+        #expect(!payloads[end...].contains { if case .itemAgentMessageDelta = $0 { true } else { false } })
+    }
+
+    @Test("a provider whose API key variable is unset stops startup with a message naming it")
+    func missingAPIKey() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let config = NSTemporaryDirectory() + "threadwire-provider-\(UUID().uuidString).json"
+        try Self.config(provider).write(toFile: config, atomically: true, encoding: .utf8)
+        let (status, _, stderr) = try await runBinary(ServerProcess.binary, [
+            "--listen", "127.0.0.1:0", "--data-dir", NSTemporaryDirectory() + "threadwire-provider-\(UUID().uuidString)", "--config", config])
+        #expect(status != 0)
+        #expect(stderr.contains("FAKE_PROVIDER_KEY"))
+    }
+}
