@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -162,6 +162,12 @@ bench-postgres: apt-deps
 bench-cluster: apt-deps py-deps
 	swift build -c release
 	Benchmarks/cluster.sh
+
+## Issue 13: provider chunk -> client delta latency and memory per streaming turn.
+bench-streaming: apt-deps
+	swift build -c release
+	cd Benchmarks && swift build -c release --product ThreadwireBench
+	Benchmarks/streaming.sh
 
 ## Issue 10: perf profile of health/check in the release server (SERVER_BIN=... for another build).
 bench-profile: apt-deps py-deps

@@ -185,6 +185,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "ThreadwireModelsTests",
+            dependencies: ["ThreadwireModels", "ThreadwireCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ThreadwireStoreTests",
             dependencies: ["ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireTesting",
                            .product(name: "Logging", package: "swift-log")],

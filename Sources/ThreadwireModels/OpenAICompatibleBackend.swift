@@ -203,3 +203,24 @@ private final class LastActivity: Sendable {
     var instant: ContinuousClock.Instant { at.withLock { $0 } }
     func touch() { at.withLock { $0 = .now } }
 }
+
+/// The HTTP client every provider shares. Its pool allows many connections
+/// per host: each streaming turn holds one for as long as the model talks,
+/// and async-http-client's default (8 per host) would queue the ninth
+/// concurrent turn behind the first eight.
+public final class ModelProviderHTTP: Sendable {
+    public let client: HTTPClient
+    public static let maxConnectionsPerHost = 1024
+
+    public init() {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool = .init(idleTimeout: .seconds(60),
+                                             concurrentHTTP1ConnectionsPerHostSoftLimit: Self.maxConnectionsPerHost)
+        configuration.timeout = .init(connect: .seconds(10))
+        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
+    public func shutdown() async {
+        try? await client.shutdown()
+    }
+}

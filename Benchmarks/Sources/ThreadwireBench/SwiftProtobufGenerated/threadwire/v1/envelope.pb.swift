@@ -19,7 +19,9 @@
 ///
 /// Method and notification names are the oneof field names below with "_"
 /// read as "/": `thread_settings_update` is "thread/settings/update",
-/// `health_check` is "health/check".
+/// `health_check` is "health/check". One exception, whose last-but-one segment
+/// has an underscore of its own: `item_agent_message_delta` is
+/// "item/agent_message/delta".
 ///
 /// proto2 for field presence; see health.proto for why.
 
@@ -215,6 +217,14 @@ nonisolated struct Threadwire_V1_Request: Sendable {
     set {params = .agentSpawn(newValue)}
   }
 
+  var threadTurnsList: Threadwire_V1_ThreadTurnsListParams {
+    get {
+      if case .threadTurnsList(let v)? = params {return v}
+      return Threadwire_V1_ThreadTurnsListParams()
+    }
+    set {params = .threadTurnsList(newValue)}
+  }
+
   var turnStart: Threadwire_V1_TurnStartParams {
     get {
       if case .turnStart(let v)? = params {return v}
@@ -246,6 +256,7 @@ nonisolated struct Threadwire_V1_Request: Sendable {
     case threadUnsubscribe(Threadwire_V1_ThreadUnsubscribeParams)
     case threadSettingsUpdate(Threadwire_V1_ThreadSettingsUpdateParams)
     case agentSpawn(Threadwire_V1_AgentSpawnParams)
+    case threadTurnsList(Threadwire_V1_ThreadTurnsListParams)
     case turnStart(Threadwire_V1_TurnStartParams)
     case turnInterrupt(Threadwire_V1_TurnInterruptParams)
 
@@ -395,6 +406,14 @@ nonisolated struct Threadwire_V1_Response: Sendable {
     set {result = .agentSpawn(newValue)}
   }
 
+  var threadTurnsList: Threadwire_V1_ThreadTurnsListResult {
+    get {
+      if case .threadTurnsList(let v)? = result {return v}
+      return Threadwire_V1_ThreadTurnsListResult()
+    }
+    set {result = .threadTurnsList(newValue)}
+  }
+
   var turnStart: Threadwire_V1_TurnStartResult {
     get {
       if case .turnStart(let v)? = result {return v}
@@ -426,6 +445,7 @@ nonisolated struct Threadwire_V1_Response: Sendable {
     case threadUnsubscribe(Threadwire_V1_ThreadUnsubscribeResult)
     case threadSettingsUpdate(Threadwire_V1_ThreadSettingsUpdateResult)
     case agentSpawn(Threadwire_V1_ThreadLifecycleResult)
+    case threadTurnsList(Threadwire_V1_ThreadTurnsListResult)
     case turnStart(Threadwire_V1_TurnStartResult)
     case turnInterrupt(Threadwire_V1_TurnInterruptResult)
 
@@ -536,6 +556,16 @@ nonisolated struct Threadwire_V1_Notification: Sendable {
     set {payload = .itemCompleted(newValue)}
   }
 
+  /// "item/agent_message/delta": text of an agent message while the model
+  /// streams it; item/completed (sent after the last delta) is authoritative.
+  var itemAgentMessageDelta: Threadwire_V1_ItemAgentMessageDeltaNotification {
+    get {
+      if case .itemAgentMessageDelta(let v)? = payload {return v}
+      return Threadwire_V1_ItemAgentMessageDeltaNotification()
+    }
+    set {payload = .itemAgentMessageDelta(newValue)}
+  }
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   nonisolated enum OneOf_Payload: Equatable, Sendable {
@@ -549,6 +579,9 @@ nonisolated struct Threadwire_V1_Notification: Sendable {
     case turnCompleted(Threadwire_V1_TurnCompletedNotification)
     case itemStarted(Threadwire_V1_ItemStartedNotification)
     case itemCompleted(Threadwire_V1_ItemCompletedNotification)
+    /// "item/agent_message/delta": text of an agent message while the model
+    /// streams it; item/completed (sent after the last delta) is authoritative.
+    case itemAgentMessageDelta(Threadwire_V1_ItemAgentMessageDeltaNotification)
 
   }
 
@@ -647,7 +680,7 @@ nonisolated extension Threadwire_V1_Envelope: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Threadwire_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".Request"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}timeout_ms\0\u{1}metadata\0\u{2}\u{7}initialize\0\u{3}health_check\0\u{4}\u{9}thread_start\0\u{3}thread_resume\0\u{3}thread_fork\0\u{3}thread_read\0\u{3}thread_list\0\u{3}thread_archive\0\u{3}thread_unarchive\0\u{3}thread_unsubscribe\0\u{3}thread_settings_update\0\u{3}agent_spawn\0\u{4}\u{b}turn_start\0\u{3}turn_interrupt\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}timeout_ms\0\u{1}metadata\0\u{2}\u{7}initialize\0\u{3}health_check\0\u{4}\u{9}thread_start\0\u{3}thread_resume\0\u{3}thread_fork\0\u{3}thread_read\0\u{3}thread_list\0\u{3}thread_archive\0\u{3}thread_unarchive\0\u{3}thread_unsubscribe\0\u{3}thread_settings_update\0\u{3}agent_spawn\0\u{3}thread_turns_list\0\u{4}\u{a}turn_start\0\u{3}turn_interrupt\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -814,6 +847,19 @@ nonisolated extension Threadwire_V1_Request: SwiftProtobuf.Message, SwiftProtobu
           self.params = .agentSpawn(v)
         }
       }()
+      case 30: try {
+        var v: Threadwire_V1_ThreadTurnsListParams?
+        var hadOneofValue = false
+        if let current = self.params {
+          hadOneofValue = true
+          if case .threadTurnsList(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.params = .threadTurnsList(v)
+        }
+      }()
       case 40: try {
         var v: Threadwire_V1_TurnStartParams?
         var hadOneofValue = false
@@ -908,6 +954,10 @@ nonisolated extension Threadwire_V1_Request: SwiftProtobuf.Message, SwiftProtobu
       guard case .agentSpawn(let v)? = self.params else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 29)
     }()
+    case .threadTurnsList?: try {
+      guard case .threadTurnsList(let v)? = self.params else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+    }()
     case .turnStart?: try {
       guard case .turnStart(let v)? = self.params else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 40)
@@ -933,7 +983,7 @@ nonisolated extension Threadwire_V1_Request: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Threadwire_V1_Response: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".Response"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}code\0\u{1}message\0\u{2}\u{7}initialize\0\u{3}health_check\0\u{4}\u{9}thread_start\0\u{3}thread_resume\0\u{3}thread_fork\0\u{3}thread_read\0\u{3}thread_list\0\u{3}thread_archive\0\u{3}thread_unarchive\0\u{3}thread_unsubscribe\0\u{3}thread_settings_update\0\u{3}agent_spawn\0\u{4}\u{b}turn_start\0\u{3}turn_interrupt\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}code\0\u{1}message\0\u{2}\u{7}initialize\0\u{3}health_check\0\u{4}\u{9}thread_start\0\u{3}thread_resume\0\u{3}thread_fork\0\u{3}thread_read\0\u{3}thread_list\0\u{3}thread_archive\0\u{3}thread_unarchive\0\u{3}thread_unsubscribe\0\u{3}thread_settings_update\0\u{3}agent_spawn\0\u{3}thread_turns_list\0\u{4}\u{a}turn_start\0\u{3}turn_interrupt\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1100,6 +1150,19 @@ nonisolated extension Threadwire_V1_Response: SwiftProtobuf.Message, SwiftProtob
           self.result = .agentSpawn(v)
         }
       }()
+      case 30: try {
+        var v: Threadwire_V1_ThreadTurnsListResult?
+        var hadOneofValue = false
+        if let current = self.result {
+          hadOneofValue = true
+          if case .threadTurnsList(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.result = .threadTurnsList(v)
+        }
+      }()
       case 40: try {
         var v: Threadwire_V1_TurnStartResult?
         var hadOneofValue = false
@@ -1194,6 +1257,10 @@ nonisolated extension Threadwire_V1_Response: SwiftProtobuf.Message, SwiftProtob
       guard case .agentSpawn(let v)? = self.result else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 29)
     }()
+    case .threadTurnsList?: try {
+      guard case .threadTurnsList(let v)? = self.result else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+    }()
     case .turnStart?: try {
       guard case .turnStart(let v)? = self.result else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 40)
@@ -1219,7 +1286,7 @@ nonisolated extension Threadwire_V1_Response: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Threadwire_V1_Notification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".Notification"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sequence\0\u{4}\u{9}thread_started\0\u{3}thread_status_changed\0\u{3}thread_archived\0\u{3}thread_unarchived\0\u{3}thread_closed\0\u{3}thread_settings_updated\0\u{4}\u{5}turn_started\0\u{3}turn_completed\0\u{3}item_started\0\u{3}item_completed\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sequence\0\u{4}\u{9}thread_started\0\u{3}thread_status_changed\0\u{3}thread_archived\0\u{3}thread_unarchived\0\u{3}thread_closed\0\u{3}thread_settings_updated\0\u{4}\u{5}turn_started\0\u{3}turn_completed\0\u{3}item_started\0\u{3}item_completed\0\u{3}item_agent_message_delta\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1358,6 +1425,19 @@ nonisolated extension Threadwire_V1_Notification: SwiftProtobuf.Message, SwiftPr
           self.payload = .itemCompleted(v)
         }
       }()
+      case 24: try {
+        var v: Threadwire_V1_ItemAgentMessageDeltaNotification?
+        var hadOneofValue = false
+        if let current = self.payload {
+          hadOneofValue = true
+          if case .itemAgentMessageDelta(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.payload = .itemAgentMessageDelta(v)
+        }
+      }()
       default: break
       }
     }
@@ -1411,6 +1491,10 @@ nonisolated extension Threadwire_V1_Notification: SwiftProtobuf.Message, SwiftPr
     case .itemCompleted?: try {
       guard case .itemCompleted(let v)? = self.payload else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
+    case .itemAgentMessageDelta?: try {
+      guard case .itemAgentMessageDelta(let v)? = self.payload else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
     }()
     case nil: break
     }

@@ -32,7 +32,9 @@ nonisolated enum Threadwire_V1_ServingStatus: Int, SwiftProtobuf.Enum, Swift.Cas
   case unspecified = 0
   case serving = 1
 
-  /// The server is draining (SIGTERM received); stop sending new work.
+  /// The server is draining (SIGTERM received) or its store cannot commit
+  /// (disk full, I/O error); stop sending new work. SERVING again once the
+  /// store commits.
   case notServing = 2
 
   init() {
@@ -135,6 +137,33 @@ nonisolated struct Threadwire_V1_InitializeParams: Sendable {
   /// Clears the value of `capabilities`. Subsequent reads from it will return its default value.
   mutating func clearCapabilities() {self._capabilities = nil}
 
+  /// Bearer token, when the server authenticates (--auth-tokens or
+  /// THREADWIRE_AUTH_TOKEN). Missing or wrong: UNAUTHENTICATED, then the
+  /// connection closes. Until initialize succeeds only initialize and
+  /// health/check are served and frames are capped at 65536 bytes. The server
+  /// never logs or records it. Ignored by a server without authentication.
+  /// Over mutual TLS a client certificate that names a principal needs no token.
+  var authToken: String {
+    get {_authToken ?? String()}
+    set {_authToken = newValue}
+  }
+  /// Returns true if `authToken` has been explicitly set.
+  var hasAuthToken: Bool {self._authToken != nil}
+  /// Clears the value of `authToken`. Subsequent reads from it will return its default value.
+  mutating func clearAuthToken() {self._authToken = nil}
+
+  /// Set only by another threadwire instance that relays a client's requests
+  /// to the instance owning their thread (several instances on one
+  /// PostgreSQL store). Clients never set it.
+  var peer: Threadwire_V1_PeerHello {
+    get {_peer ?? Threadwire_V1_PeerHello()}
+    set {_peer = newValue}
+  }
+  /// Returns true if `peer` has been explicitly set.
+  var hasPeer: Bool {self._peer != nil}
+  /// Clears the value of `peer`. Subsequent reads from it will return its default value.
+  mutating func clearPeer() {self._peer = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -142,6 +171,44 @@ nonisolated struct Threadwire_V1_InitializeParams: Sendable {
   fileprivate var _clientInfo: Threadwire_V1_ClientInfo? = nil
   fileprivate var _protocolVersion: UInt32? = nil
   fileprivate var _capabilities: Threadwire_V1_Capabilities? = nil
+  fileprivate var _authToken: String? = nil
+  fileprivate var _peer: Threadwire_V1_PeerHello? = nil
+}
+
+/// A relaying instance: on a server that authenticates, `token` must be the
+/// cluster's shared secret (--peer-token or THREADWIRE_PEER_TOKEN, at least
+/// 16 bytes) and the connection then acts for `principal`; a wrong or missing
+/// token is UNAUTHENTICATED. Requests a peer connection relays are never
+/// relayed again.
+nonisolated struct Threadwire_V1_PeerHello: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var token: String {
+    get {_token ?? String()}
+    set {_token = newValue}
+  }
+  /// Returns true if `token` has been explicitly set.
+  var hasToken: Bool {self._token != nil}
+  /// Clears the value of `token`. Subsequent reads from it will return its default value.
+  mutating func clearToken() {self._token = nil}
+
+  var principal: String {
+    get {_principal ?? String()}
+    set {_principal = newValue}
+  }
+  /// Returns true if `principal` has been explicitly set.
+  var hasPrincipal: Bool {self._principal != nil}
+  /// Clears the value of `principal`. Subsequent reads from it will return its default value.
+  mutating func clearPrincipal() {self._principal = nil}
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+
+  fileprivate var _token: String? = nil
+  fileprivate var _principal: String? = nil
 }
 
 nonisolated struct Threadwire_V1_ServerInfo: Sendable {
@@ -182,6 +249,8 @@ nonisolated struct Threadwire_V1_ServerLimits: Sendable {
   // methods supported on all messages.
 
   /// Largest accepted frame payload in bytes (the 4-byte length field).
+  /// No frame the server sends is larger either: a response that would be
+  /// gets RESOURCE_EXHAUSTED naming this limit instead.
   var maxFrameBytes: UInt32 {
     get {_maxFrameBytes ?? 0}
     set {_maxFrameBytes = newValue}
@@ -191,7 +260,9 @@ nonisolated struct Threadwire_V1_ServerLimits: Sendable {
   /// Clears the value of `maxFrameBytes`. Subsequent reads from it will return its default value.
   mutating func clearMaxFrameBytes() {self._maxFrameBytes = nil}
 
-  /// Requests queued per connection before RESOURCE_EXHAUSTED is answered.
+  /// Requests read but not yet answered, per connection. At this count (or at
+  /// max_queued_request_bytes) the server stops reading the socket until
+  /// answers drain: TCP backpressure, not an error.
   var maxQueuedRequests: UInt32 {
     get {_maxQueuedRequests ?? 0}
     set {_maxQueuedRequests = newValue}
@@ -211,6 +282,61 @@ nonisolated struct Threadwire_V1_ServerLimits: Sendable {
   /// Clears the value of `handshakeTimeoutMs`. Subsequent reads from it will return its default value.
   mutating func clearHandshakeTimeoutMs() {self._handshakeTimeoutMs = nil}
 
+  /// Payload bytes of requests read but not yet answered, per connection.
+  var maxQueuedRequestBytes: UInt32 {
+    get {_maxQueuedRequestBytes ?? 0}
+    set {_maxQueuedRequestBytes = newValue}
+  }
+  /// Returns true if `maxQueuedRequestBytes` has been explicitly set.
+  var hasMaxQueuedRequestBytes: Bool {self._maxQueuedRequestBytes != nil}
+  /// Clears the value of `maxQueuedRequestBytes`. Subsequent reads from it will return its default value.
+  mutating func clearMaxQueuedRequestBytes() {self._maxQueuedRequestBytes = nil}
+
+  /// Notification bytes written but not yet taken by the client. A connection
+  /// past it gets one Response without id (RESOURCE_EXHAUSTED naming the
+  /// limit) and is closed: read notifications promptly or opt out of them.
+  var maxNotificationBacklogBytes: UInt32 {
+    get {_maxNotificationBacklogBytes ?? 0}
+    set {_maxNotificationBacklogBytes = newValue}
+  }
+  /// Returns true if `maxNotificationBacklogBytes` has been explicitly set.
+  var hasMaxNotificationBacklogBytes: Bool {self._maxNotificationBacklogBytes != nil}
+  /// Clears the value of `maxNotificationBacklogBytes`. Subsequent reads from it will return its default value.
+  mutating func clearMaxNotificationBacklogBytes() {self._maxNotificationBacklogBytes = nil}
+
+  /// Milliseconds an initialized connection with no request in flight and no
+  /// subscription may stay silent before the server closes it (0: never).
+  var idleTimeoutMs: UInt32 {
+    get {_idleTimeoutMs ?? 0}
+    set {_idleTimeoutMs = newValue}
+  }
+  /// Returns true if `idleTimeoutMs` has been explicitly set.
+  var hasIdleTimeoutMs: Bool {self._idleTimeoutMs != nil}
+  /// Clears the value of `idleTimeoutMs`. Subsequent reads from it will return its default value.
+  mutating func clearIdleTimeoutMs() {self._idleTimeoutMs = nil}
+
+  /// Per principal (all of its connections together): threads created per
+  /// rolling minute by thread/start, thread/fork and agent/spawn, and turns
+  /// running at once. Past either: RESOURCE_EXHAUSTED naming the limit.
+  /// 0: no limit.
+  var maxThreadsStartedPerMinute: UInt32 {
+    get {_maxThreadsStartedPerMinute ?? 0}
+    set {_maxThreadsStartedPerMinute = newValue}
+  }
+  /// Returns true if `maxThreadsStartedPerMinute` has been explicitly set.
+  var hasMaxThreadsStartedPerMinute: Bool {self._maxThreadsStartedPerMinute != nil}
+  /// Clears the value of `maxThreadsStartedPerMinute`. Subsequent reads from it will return its default value.
+  mutating func clearMaxThreadsStartedPerMinute() {self._maxThreadsStartedPerMinute = nil}
+
+  var maxRunningTurns: UInt32 {
+    get {_maxRunningTurns ?? 0}
+    set {_maxRunningTurns = newValue}
+  }
+  /// Returns true if `maxRunningTurns` has been explicitly set.
+  var hasMaxRunningTurns: Bool {self._maxRunningTurns != nil}
+  /// Clears the value of `maxRunningTurns`. Subsequent reads from it will return its default value.
+  mutating func clearMaxRunningTurns() {self._maxRunningTurns = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -218,6 +344,11 @@ nonisolated struct Threadwire_V1_ServerLimits: Sendable {
   fileprivate var _maxFrameBytes: UInt32? = nil
   fileprivate var _maxQueuedRequests: UInt32? = nil
   fileprivate var _handshakeTimeoutMs: UInt32? = nil
+  fileprivate var _maxQueuedRequestBytes: UInt32? = nil
+  fileprivate var _maxNotificationBacklogBytes: UInt32? = nil
+  fileprivate var _idleTimeoutMs: UInt32? = nil
+  fileprivate var _maxThreadsStartedPerMinute: UInt32? = nil
+  fileprivate var _maxRunningTurns: UInt32? = nil
 }
 
 nonisolated struct Threadwire_V1_InitializeResult: Sendable {
@@ -252,6 +383,18 @@ nonisolated struct Threadwire_V1_InitializeResult: Sendable {
   /// Clears the value of `limits`. Subsequent reads from it will return its default value.
   mutating func clearLimits() {self._limits = nil}
 
+  /// The principal this connection acts as: threads it creates belong to it,
+  /// and it sees no other principal's threads. "default" when the server does
+  /// not authenticate.
+  var principal: String {
+    get {_principal ?? String()}
+    set {_principal = newValue}
+  }
+  /// Returns true if `principal` has been explicitly set.
+  var hasPrincipal: Bool {self._principal != nil}
+  /// Clears the value of `principal`. Subsequent reads from it will return its default value.
+  mutating func clearPrincipal() {self._principal = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -259,6 +402,7 @@ nonisolated struct Threadwire_V1_InitializeResult: Sendable {
   fileprivate var _serverInfo: Threadwire_V1_ServerInfo? = nil
   fileprivate var _protocolVersion: UInt32? = nil
   fileprivate var _limits: Threadwire_V1_ServerLimits? = nil
+  fileprivate var _principal: String? = nil
 }
 
 /// Method "health/check". Allowed before initialize so a TCP health checker can
@@ -390,7 +534,7 @@ nonisolated extension Threadwire_V1_Capabilities: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Threadwire_V1_InitializeParams: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".InitializeParams"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}client_info\0\u{3}protocol_version\0\u{1}capabilities\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}client_info\0\u{3}protocol_version\0\u{1}capabilities\0\u{3}auth_token\0\u{1}peer\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -401,6 +545,8 @@ nonisolated extension Threadwire_V1_InitializeParams: SwiftProtobuf.Message, Swi
       case 1: try { try decoder.decodeSingularMessageField(value: &self._clientInfo) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self._protocolVersion) }()
       case 3: try { try decoder.decodeSingularMessageField(value: &self._capabilities) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self._authToken) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._peer) }()
       default: break
       }
     }
@@ -420,6 +566,12 @@ nonisolated extension Threadwire_V1_InitializeParams: SwiftProtobuf.Message, Swi
     try { if let v = self._capabilities {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     } }()
+    try { if let v = self._authToken {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 4)
+    } }()
+    try { if let v = self._peer {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -427,6 +579,47 @@ nonisolated extension Threadwire_V1_InitializeParams: SwiftProtobuf.Message, Swi
     if lhs._clientInfo != rhs._clientInfo {return false}
     if lhs._protocolVersion != rhs._protocolVersion {return false}
     if lhs._capabilities != rhs._capabilities {return false}
+    if lhs._authToken != rhs._authToken {return false}
+    if lhs._peer != rhs._peer {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Threadwire_V1_PeerHello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".PeerHello"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0\u{1}principal\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self._token) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self._principal) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._token {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._principal {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Threadwire_V1_PeerHello, rhs: Threadwire_V1_PeerHello) -> Bool {
+    if lhs._token != rhs._token {return false}
+    if lhs._principal != rhs._principal {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -473,7 +666,7 @@ nonisolated extension Threadwire_V1_ServerInfo: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Threadwire_V1_ServerLimits: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".ServerLimits"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_frame_bytes\0\u{3}max_queued_requests\0\u{3}handshake_timeout_ms\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_frame_bytes\0\u{3}max_queued_requests\0\u{3}handshake_timeout_ms\0\u{3}max_queued_request_bytes\0\u{3}max_notification_backlog_bytes\0\u{3}idle_timeout_ms\0\u{3}max_threads_started_per_minute\0\u{3}max_running_turns\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -484,6 +677,11 @@ nonisolated extension Threadwire_V1_ServerLimits: SwiftProtobuf.Message, SwiftPr
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self._maxFrameBytes) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self._maxQueuedRequests) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self._handshakeTimeoutMs) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self._maxQueuedRequestBytes) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self._maxNotificationBacklogBytes) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self._idleTimeoutMs) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self._maxThreadsStartedPerMinute) }()
+      case 8: try { try decoder.decodeSingularUInt32Field(value: &self._maxRunningTurns) }()
       default: break
       }
     }
@@ -503,6 +701,21 @@ nonisolated extension Threadwire_V1_ServerLimits: SwiftProtobuf.Message, SwiftPr
     try { if let v = self._handshakeTimeoutMs {
       try visitor.visitSingularUInt32Field(value: v, fieldNumber: 3)
     } }()
+    try { if let v = self._maxQueuedRequestBytes {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 4)
+    } }()
+    try { if let v = self._maxNotificationBacklogBytes {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 5)
+    } }()
+    try { if let v = self._idleTimeoutMs {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 6)
+    } }()
+    try { if let v = self._maxThreadsStartedPerMinute {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 7)
+    } }()
+    try { if let v = self._maxRunningTurns {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 8)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -510,6 +723,11 @@ nonisolated extension Threadwire_V1_ServerLimits: SwiftProtobuf.Message, SwiftPr
     if lhs._maxFrameBytes != rhs._maxFrameBytes {return false}
     if lhs._maxQueuedRequests != rhs._maxQueuedRequests {return false}
     if lhs._handshakeTimeoutMs != rhs._handshakeTimeoutMs {return false}
+    if lhs._maxQueuedRequestBytes != rhs._maxQueuedRequestBytes {return false}
+    if lhs._maxNotificationBacklogBytes != rhs._maxNotificationBacklogBytes {return false}
+    if lhs._idleTimeoutMs != rhs._idleTimeoutMs {return false}
+    if lhs._maxThreadsStartedPerMinute != rhs._maxThreadsStartedPerMinute {return false}
+    if lhs._maxRunningTurns != rhs._maxRunningTurns {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -517,7 +735,7 @@ nonisolated extension Threadwire_V1_ServerLimits: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Threadwire_V1_InitializeResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".InitializeResult"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}server_info\0\u{3}protocol_version\0\u{1}limits\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}server_info\0\u{3}protocol_version\0\u{1}limits\0\u{1}principal\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -528,6 +746,7 @@ nonisolated extension Threadwire_V1_InitializeResult: SwiftProtobuf.Message, Swi
       case 1: try { try decoder.decodeSingularMessageField(value: &self._serverInfo) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self._protocolVersion) }()
       case 3: try { try decoder.decodeSingularMessageField(value: &self._limits) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self._principal) }()
       default: break
       }
     }
@@ -547,6 +766,9 @@ nonisolated extension Threadwire_V1_InitializeResult: SwiftProtobuf.Message, Swi
     try { if let v = self._limits {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     } }()
+    try { if let v = self._principal {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 4)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -554,6 +776,7 @@ nonisolated extension Threadwire_V1_InitializeResult: SwiftProtobuf.Message, Swi
     if lhs._serverInfo != rhs._serverInfo {return false}
     if lhs._protocolVersion != rhs._protocolVersion {return false}
     if lhs._limits != rhs._limits {return false}
+    if lhs._principal != rhs._principal {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

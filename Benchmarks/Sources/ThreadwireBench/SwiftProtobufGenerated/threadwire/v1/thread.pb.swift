@@ -475,6 +475,18 @@ nonisolated struct Threadwire_V1_ThreadLifecycleResult: Sendable {
   /// Clears the value of `settings`. Subsequent reads from it will return its default value.
   mutating func clearSettings() {self._settings = nil}
 
+  /// thread.turns holds the newest turns that fit in one frame; when older
+  /// ones were left out, this continues with "thread/turns/list"
+  /// (sort_direction DESCENDING).
+  var turnsNextCursor: String {
+    get {_turnsNextCursor ?? String()}
+    set {_turnsNextCursor = newValue}
+  }
+  /// Returns true if `turnsNextCursor` has been explicitly set.
+  var hasTurnsNextCursor: Bool {self._turnsNextCursor != nil}
+  /// Clears the value of `turnsNextCursor`. Subsequent reads from it will return its default value.
+  mutating func clearTurnsNextCursor() {self._turnsNextCursor = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -484,6 +496,7 @@ nonisolated struct Threadwire_V1_ThreadLifecycleResult: Sendable {
   fileprivate var _multiAgentRuntime: Threadwire_V1_MultiAgentRuntime? = nil
   fileprivate var _multiAgentMode: Threadwire_V1_MultiAgentMode? = nil
   fileprivate var _settings: Threadwire_V1_ThreadSettings? = nil
+  fileprivate var _turnsNextCursor: String? = nil
 }
 
 /// Method "thread/resume": rejoins a loaded thread or loads a stored one
@@ -578,6 +591,10 @@ nonisolated struct Threadwire_V1_ThreadForkParams: Sendable {
 }
 
 /// Method "thread/read": a thread without loading or subscribing.
+/// With include_turns the thread carries its newest turns, oldest first: at most
+/// turns_limit of them and never more than fit in one frame. When older turns
+/// were left out, turns_next_cursor continues with "thread/turns/list"
+/// (sort_direction DESCENDING).
 nonisolated struct Threadwire_V1_ThreadReadParams: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -601,7 +618,7 @@ nonisolated struct Threadwire_V1_ThreadReadParams: Sendable {
   /// Clears the value of `includeTurns`. Subsequent reads from it will return its default value.
   mutating func clearIncludeTurns() {self._includeTurns = nil}
 
-  /// With include_turns: also every turn's model requests.
+  /// With include_turns: also every included turn's model requests.
   var includeModelRequests: Bool {
     get {_includeModelRequests ?? false}
     set {_includeModelRequests = newValue}
@@ -611,6 +628,16 @@ nonisolated struct Threadwire_V1_ThreadReadParams: Sendable {
   /// Clears the value of `includeModelRequests`. Subsequent reads from it will return its default value.
   mutating func clearIncludeModelRequests() {self._includeModelRequests = nil}
 
+  /// 1..1000, default 100.
+  var turnsLimit: UInt32 {
+    get {_turnsLimit ?? 0}
+    set {_turnsLimit = newValue}
+  }
+  /// Returns true if `turnsLimit` has been explicitly set.
+  var hasTurnsLimit: Bool {self._turnsLimit != nil}
+  /// Clears the value of `turnsLimit`. Subsequent reads from it will return its default value.
+  mutating func clearTurnsLimit() {self._turnsLimit = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -618,6 +645,7 @@ nonisolated struct Threadwire_V1_ThreadReadParams: Sendable {
   fileprivate var _threadID: String? = nil
   fileprivate var _includeTurns: Bool? = nil
   fileprivate var _includeModelRequests: Bool? = nil
+  fileprivate var _turnsLimit: UInt32? = nil
 }
 
 nonisolated struct Threadwire_V1_ThreadReadResult: Sendable {
@@ -643,12 +671,106 @@ nonisolated struct Threadwire_V1_ThreadReadResult: Sendable {
   /// Clears the value of `settings`. Subsequent reads from it will return its default value.
   mutating func clearSettings() {self._settings = nil}
 
+  /// Present when older turns were left out.
+  var turnsNextCursor: String {
+    get {_turnsNextCursor ?? String()}
+    set {_turnsNextCursor = newValue}
+  }
+  /// Returns true if `turnsNextCursor` has been explicitly set.
+  var hasTurnsNextCursor: Bool {self._turnsNextCursor != nil}
+  /// Clears the value of `turnsNextCursor`. Subsequent reads from it will return its default value.
+  mutating func clearTurnsNextCursor() {self._turnsNextCursor = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
 
   fileprivate var _thread: Threadwire_V1_Thread? = nil
   fileprivate var _settings: Threadwire_V1_ThreadSettings? = nil
+  fileprivate var _turnsNextCursor: String? = nil
+}
+
+/// Method "thread/turns/list": one page of a thread's turns without loading or
+/// subscribing. A page holds at most `limit` turns and never more than fit in
+/// one frame; a single turn too large for any frame is RESOURCE_EXHAUSTED
+/// naming the frame limit and the turn.
+nonisolated struct Threadwire_V1_ThreadTurnsListParams: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var threadID: String {
+    get {_threadID ?? String()}
+    set {_threadID = newValue}
+  }
+  /// Returns true if `threadID` has been explicitly set.
+  var hasThreadID: Bool {self._threadID != nil}
+  /// Clears the value of `threadID`. Subsequent reads from it will return its default value.
+  mutating func clearThreadID() {self._threadID = nil}
+
+  /// Opaque; from a previous result's next_cursor (or thread/read's
+  /// turns_next_cursor), used with the same sort_direction.
+  var cursor: String {
+    get {_cursor ?? String()}
+    set {_cursor = newValue}
+  }
+  /// Returns true if `cursor` has been explicitly set.
+  var hasCursor: Bool {self._cursor != nil}
+  /// Clears the value of `cursor`. Subsequent reads from it will return its default value.
+  mutating func clearCursor() {self._cursor = nil}
+
+  /// 1..1000, default 25.
+  var limit: UInt32 {
+    get {_limit ?? 0}
+    set {_limit = newValue}
+  }
+  /// Returns true if `limit` has been explicitly set.
+  var hasLimit: Bool {self._limit != nil}
+  /// Clears the value of `limit`. Subsequent reads from it will return its default value.
+  mutating func clearLimit() {self._limit = nil}
+
+  /// Default DESCENDING: newest turn first.
+  var sortDirection: Threadwire_V1_SortDirection {
+    get {_sortDirection ?? .unspecified}
+    set {_sortDirection = newValue}
+  }
+  /// Returns true if `sortDirection` has been explicitly set.
+  var hasSortDirection: Bool {self._sortDirection != nil}
+  /// Clears the value of `sortDirection`. Subsequent reads from it will return its default value.
+  mutating func clearSortDirection() {self._sortDirection = nil}
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+
+  fileprivate var _threadID: String? = nil
+  fileprivate var _cursor: String? = nil
+  fileprivate var _limit: UInt32? = nil
+  fileprivate var _sortDirection: Threadwire_V1_SortDirection? = nil
+}
+
+nonisolated struct Threadwire_V1_ThreadTurnsListResult: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var data: [Threadwire_V1_Turn] = []
+
+  /// Absent on the last page.
+  var nextCursor: String {
+    get {_nextCursor ?? String()}
+    set {_nextCursor = newValue}
+  }
+  /// Returns true if `nextCursor` has been explicitly set.
+  var hasNextCursor: Bool {self._nextCursor != nil}
+  /// Clears the value of `nextCursor`. Subsequent reads from it will return its default value.
+  mutating func clearNextCursor() {self._nextCursor = nil}
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+
+  fileprivate var _nextCursor: String? = nil
 }
 
 /// Method "thread/list": stored threads, newest first by default.
@@ -876,7 +998,10 @@ nonisolated struct Threadwire_V1_ThreadUnsubscribeResult: Sendable {
 /// THREAD_SPAWN, depth parent + 1) that inherits the parent's pinned runtime.
 /// Exceeding agents.max_depth: FAILED_PRECONDITION; exceeding the concurrency
 /// cap (V1: agents.max_threads; V2: max_concurrent_threads_per_session - 1):
-/// RESOURCE_EXHAUSTED naming the limit. With a message, the child starts a
+/// RESOURCE_EXHAUSTED naming the limit. The cap is per agent tree and counts
+/// the stored open (not closed) children, atomically with every other spawn in
+/// the tree, so concurrent spawns and restarts never pass it. A V2 task name
+/// already used in the tree: ALREADY_EXISTS. With a message, the child starts a
 /// turn at once.
 nonisolated struct Threadwire_V1_AgentSpawnParams: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -1415,7 +1540,7 @@ nonisolated extension Threadwire_V1_ThreadStartParams: SwiftProtobuf.Message, Sw
 
 nonisolated extension Threadwire_V1_ThreadLifecycleResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".ThreadLifecycleResult"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}thread\0\u{1}model\0\u{3}multi_agent_runtime\0\u{3}multi_agent_mode\0\u{1}settings\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}thread\0\u{1}model\0\u{3}multi_agent_runtime\0\u{3}multi_agent_mode\0\u{1}settings\0\u{3}turns_next_cursor\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1428,6 +1553,7 @@ nonisolated extension Threadwire_V1_ThreadLifecycleResult: SwiftProtobuf.Message
       case 3: try { try decoder.decodeSingularEnumField(value: &self._multiAgentRuntime) }()
       case 4: try { try decoder.decodeSingularEnumField(value: &self._multiAgentMode) }()
       case 5: try { try decoder.decodeSingularMessageField(value: &self._settings) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self._turnsNextCursor) }()
       default: break
       }
     }
@@ -1453,6 +1579,9 @@ nonisolated extension Threadwire_V1_ThreadLifecycleResult: SwiftProtobuf.Message
     try { if let v = self._settings {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
     } }()
+    try { if let v = self._turnsNextCursor {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 6)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1462,6 +1591,7 @@ nonisolated extension Threadwire_V1_ThreadLifecycleResult: SwiftProtobuf.Message
     if lhs._multiAgentRuntime != rhs._multiAgentRuntime {return false}
     if lhs._multiAgentMode != rhs._multiAgentMode {return false}
     if lhs._settings != rhs._settings {return false}
+    if lhs._turnsNextCursor != rhs._turnsNextCursor {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1557,7 +1687,7 @@ nonisolated extension Threadwire_V1_ThreadForkParams: SwiftProtobuf.Message, Swi
 
 nonisolated extension Threadwire_V1_ThreadReadParams: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".ThreadReadParams"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}thread_id\0\u{3}include_turns\0\u{3}include_model_requests\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}thread_id\0\u{3}include_turns\0\u{3}include_model_requests\0\u{3}turns_limit\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1568,6 +1698,7 @@ nonisolated extension Threadwire_V1_ThreadReadParams: SwiftProtobuf.Message, Swi
       case 1: try { try decoder.decodeSingularStringField(value: &self._threadID) }()
       case 2: try { try decoder.decodeSingularBoolField(value: &self._includeTurns) }()
       case 3: try { try decoder.decodeSingularBoolField(value: &self._includeModelRequests) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self._turnsLimit) }()
       default: break
       }
     }
@@ -1587,6 +1718,9 @@ nonisolated extension Threadwire_V1_ThreadReadParams: SwiftProtobuf.Message, Swi
     try { if let v = self._includeModelRequests {
       try visitor.visitSingularBoolField(value: v, fieldNumber: 3)
     } }()
+    try { if let v = self._turnsLimit {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 4)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1594,6 +1728,7 @@ nonisolated extension Threadwire_V1_ThreadReadParams: SwiftProtobuf.Message, Swi
     if lhs._threadID != rhs._threadID {return false}
     if lhs._includeTurns != rhs._includeTurns {return false}
     if lhs._includeModelRequests != rhs._includeModelRequests {return false}
+    if lhs._turnsLimit != rhs._turnsLimit {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1601,7 +1736,7 @@ nonisolated extension Threadwire_V1_ThreadReadParams: SwiftProtobuf.Message, Swi
 
 nonisolated extension Threadwire_V1_ThreadReadResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".ThreadReadResult"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}thread\0\u{1}settings\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}thread\0\u{1}settings\0\u{3}turns_next_cursor\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1611,6 +1746,7 @@ nonisolated extension Threadwire_V1_ThreadReadResult: SwiftProtobuf.Message, Swi
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularMessageField(value: &self._thread) }()
       case 2: try { try decoder.decodeSingularMessageField(value: &self._settings) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self._turnsNextCursor) }()
       default: break
       }
     }
@@ -1627,12 +1763,104 @@ nonisolated extension Threadwire_V1_ThreadReadResult: SwiftProtobuf.Message, Swi
     try { if let v = self._settings {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
     } }()
+    try { if let v = self._turnsNextCursor {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   static func ==(lhs: Threadwire_V1_ThreadReadResult, rhs: Threadwire_V1_ThreadReadResult) -> Bool {
     if lhs._thread != rhs._thread {return false}
     if lhs._settings != rhs._settings {return false}
+    if lhs._turnsNextCursor != rhs._turnsNextCursor {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Threadwire_V1_ThreadTurnsListParams: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".ThreadTurnsListParams"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}thread_id\0\u{1}cursor\0\u{1}limit\0\u{3}sort_direction\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self._threadID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self._cursor) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self._limit) }()
+      case 4: try { try decoder.decodeSingularEnumField(value: &self._sortDirection) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._threadID {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._cursor {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 2)
+    } }()
+    try { if let v = self._limit {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 3)
+    } }()
+    try { if let v = self._sortDirection {
+      try visitor.visitSingularEnumField(value: v, fieldNumber: 4)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Threadwire_V1_ThreadTurnsListParams, rhs: Threadwire_V1_ThreadTurnsListParams) -> Bool {
+    if lhs._threadID != rhs._threadID {return false}
+    if lhs._cursor != rhs._cursor {return false}
+    if lhs._limit != rhs._limit {return false}
+    if lhs._sortDirection != rhs._sortDirection {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Threadwire_V1_ThreadTurnsListResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".ThreadTurnsListResult"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}data\0\u{3}next_cursor\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.data) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self._nextCursor) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.data.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.data, fieldNumber: 1)
+    }
+    try { if let v = self._nextCursor {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Threadwire_V1_ThreadTurnsListResult, rhs: Threadwire_V1_ThreadTurnsListResult) -> Bool {
+    if lhs.data != rhs.data {return false}
+    if lhs._nextCursor != rhs._nextCursor {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

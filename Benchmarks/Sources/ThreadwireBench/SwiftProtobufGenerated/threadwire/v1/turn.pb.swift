@@ -100,6 +100,33 @@ nonisolated enum Threadwire_V1_ContextKind: Int, SwiftProtobuf.Enum, Swift.CaseI
 
 }
 
+/// Why a turn failed (Turn.failure_reason).
+nonisolated enum Threadwire_V1_TurnFailureReason: Int, SwiftProtobuf.Enum, Swift.CaseIterable {
+  case unspecified = 0
+
+  /// The provider kept answering 429 through every retry.
+  case rateLimited = 1
+
+  /// The provider answered an error (5xx after every retry, or 4xx), or the
+  /// connection to it failed.
+  case providerError = 2
+
+  /// No answer within request_timeout_ms, or the stream stalled longer than
+  /// stream_idle_timeout_ms.
+  case timeout = 3
+
+  /// The provider's answer could not be understood (malformed JSON or events).
+  case badResponse = 4
+
+  /// Anything else (e.g. the store refused the turn's commit).
+  case internalError = 5
+
+  init() {
+    self = .unspecified
+  }
+
+}
+
 /// One piece of user input.
 nonisolated struct Threadwire_V1_UserInput: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -316,6 +343,17 @@ nonisolated struct Threadwire_V1_ToolSpec: Sendable {
   /// Clears the value of `description_p`. Subsequent reads from it will return its default value.
   mutating func clearDescription_p() {self._description_p = nil}
 
+  /// The JSON Schema of the tool's arguments (an object schema), as sent to
+  /// the model provider.
+  var parametersJsonSchema: String {
+    get {_parametersJsonSchema ?? String()}
+    set {_parametersJsonSchema = newValue}
+  }
+  /// Returns true if `parametersJsonSchema` has been explicitly set.
+  var hasParametersJsonSchema: Bool {self._parametersJsonSchema != nil}
+  /// Clears the value of `parametersJsonSchema`. Subsequent reads from it will return its default value.
+  mutating func clearParametersJsonSchema() {self._parametersJsonSchema = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -323,6 +361,49 @@ nonisolated struct Threadwire_V1_ToolSpec: Sendable {
   fileprivate var _name: String? = nil
   fileprivate var _toolNamespace: String? = nil
   fileprivate var _description_p: String? = nil
+  fileprivate var _parametersJsonSchema: String? = nil
+}
+
+/// Tokens one model call used, as the provider reported them.
+nonisolated struct Threadwire_V1_TokenUsage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var inputTokens: UInt64 {
+    get {_inputTokens ?? 0}
+    set {_inputTokens = newValue}
+  }
+  /// Returns true if `inputTokens` has been explicitly set.
+  var hasInputTokens: Bool {self._inputTokens != nil}
+  /// Clears the value of `inputTokens`. Subsequent reads from it will return its default value.
+  mutating func clearInputTokens() {self._inputTokens = nil}
+
+  var outputTokens: UInt64 {
+    get {_outputTokens ?? 0}
+    set {_outputTokens = newValue}
+  }
+  /// Returns true if `outputTokens` has been explicitly set.
+  var hasOutputTokens: Bool {self._outputTokens != nil}
+  /// Clears the value of `outputTokens`. Subsequent reads from it will return its default value.
+  mutating func clearOutputTokens() {self._outputTokens = nil}
+
+  var totalTokens: UInt64 {
+    get {_totalTokens ?? 0}
+    set {_totalTokens = newValue}
+  }
+  /// Returns true if `totalTokens` has been explicitly set.
+  var hasTotalTokens: Bool {self._totalTokens != nil}
+  /// Clears the value of `totalTokens`. Subsequent reads from it will return its default value.
+  mutating func clearTotalTokens() {self._totalTokens = nil}
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+
+  fileprivate var _inputTokens: UInt64? = nil
+  fileprivate var _outputTokens: UInt64? = nil
+  fileprivate var _totalTokens: UInt64? = nil
 }
 
 /// Exactly what one model call was shown and which tools it had.
@@ -356,12 +437,23 @@ nonisolated struct Threadwire_V1_ModelRequest: Sendable {
   /// Clears the value of `historyCount`. Subsequent reads from it will return its default value.
   mutating func clearHistoryCount() {self._historyCount = nil}
 
+  /// What the call used; absent while it runs or when the provider did not say.
+  var usage: Threadwire_V1_TokenUsage {
+    get {_usage ?? Threadwire_V1_TokenUsage()}
+    set {_usage = newValue}
+  }
+  /// Returns true if `usage` has been explicitly set.
+  var hasUsage: Bool {self._usage != nil}
+  /// Clears the value of `usage`. Subsequent reads from it will return its default value.
+  mutating func clearUsage() {self._usage = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
 
   fileprivate var _model: String? = nil
   fileprivate var _historyCount: UInt32? = nil
+  fileprivate var _usage: Threadwire_V1_TokenUsage? = nil
 }
 
 /// The settings a turn ran with, persisted with every turn.
@@ -442,6 +534,10 @@ nonisolated struct Threadwire_V1_Turn: Sendable {
   /// Clears the value of `status`. Subsequent reads from it will return its default value.
   mutating func clearStatus() {self._status = nil}
 
+  /// FAILED: why. INTERRUPTED by the server rather than by turn/interrupt: the
+  /// reason ("interrupted: the server stopped while this turn was running" after
+  /// a crash, "... the server shut down ..." after a graceful shutdown, or "... the
+  /// agent was closed"). Absent for turns interrupted by a client.
   var error: String {
     get {_error ?? String()}
     set {_error = newValue}
@@ -485,6 +581,16 @@ nonisolated struct Threadwire_V1_Turn: Sendable {
   /// include_turns and include_model_requests).
   var modelRequests: [Threadwire_V1_ModelRequest] = []
 
+  /// FAILED: the kind of failure; `error` says more.
+  var failureReason: Threadwire_V1_TurnFailureReason {
+    get {_failureReason ?? .unspecified}
+    set {_failureReason = newValue}
+  }
+  /// Returns true if `failureReason` has been explicitly set.
+  var hasFailureReason: Bool {self._failureReason != nil}
+  /// Clears the value of `failureReason`. Subsequent reads from it will return its default value.
+  mutating func clearFailureReason() {self._failureReason = nil}
+
   var unknownFields = SwiftProtobuf.UnknownStorage()
 
   init() {}
@@ -495,6 +601,7 @@ nonisolated struct Threadwire_V1_Turn: Sendable {
   fileprivate var _startedAt: Int64? = nil
   fileprivate var _completedAt: Int64? = nil
   fileprivate var _context: Threadwire_V1_TurnContext? = nil
+  fileprivate var _failureReason: Threadwire_V1_TurnFailureReason? = nil
 }
 
 /// Method "turn/start": starts a turn and answers at once with its id;
@@ -733,6 +840,61 @@ nonisolated struct Threadwire_V1_ItemStartedNotification: Sendable {
   fileprivate var _item: Threadwire_V1_ThreadItem? = nil
 }
 
+/// Notification "item/agent_message/delta" (a client may opt out of it in
+/// initialize): the next piece of an agent message's text while the model
+/// streams it, between that item's item/started and item/completed.
+nonisolated struct Threadwire_V1_ItemAgentMessageDeltaNotification: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  var threadID: String {
+    get {_threadID ?? String()}
+    set {_threadID = newValue}
+  }
+  /// Returns true if `threadID` has been explicitly set.
+  var hasThreadID: Bool {self._threadID != nil}
+  /// Clears the value of `threadID`. Subsequent reads from it will return its default value.
+  mutating func clearThreadID() {self._threadID = nil}
+
+  var turnID: String {
+    get {_turnID ?? String()}
+    set {_turnID = newValue}
+  }
+  /// Returns true if `turnID` has been explicitly set.
+  var hasTurnID: Bool {self._turnID != nil}
+  /// Clears the value of `turnID`. Subsequent reads from it will return its default value.
+  mutating func clearTurnID() {self._turnID = nil}
+
+  /// The id item/started announced and item/completed carries.
+  var itemID: String {
+    get {_itemID ?? String()}
+    set {_itemID = newValue}
+  }
+  /// Returns true if `itemID` has been explicitly set.
+  var hasItemID: Bool {self._itemID != nil}
+  /// Clears the value of `itemID`. Subsequent reads from it will return its default value.
+  mutating func clearItemID() {self._itemID = nil}
+
+  var delta: String {
+    get {_delta ?? String()}
+    set {_delta = newValue}
+  }
+  /// Returns true if `delta` has been explicitly set.
+  var hasDelta: Bool {self._delta != nil}
+  /// Clears the value of `delta`. Subsequent reads from it will return its default value.
+  mutating func clearDelta() {self._delta = nil}
+
+  var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  init() {}
+
+  fileprivate var _threadID: String? = nil
+  fileprivate var _turnID: String? = nil
+  fileprivate var _itemID: String? = nil
+  fileprivate var _delta: String? = nil
+}
+
 /// Notification "item/completed" (authoritative item content).
 nonisolated struct Threadwire_V1_ItemCompletedNotification: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -793,6 +955,10 @@ nonisolated extension Threadwire_V1_ContextRole: SwiftProtobuf._ProtoNameProvidi
 
 nonisolated extension Threadwire_V1_ContextKind: SwiftProtobuf._ProtoNameProviding {
   static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CONTEXT_KIND_UNSPECIFIED\0\u{1}CONTEXT_KIND_BASE_INSTRUCTIONS\0\u{1}CONTEXT_KIND_USAGE_HINT\0\u{1}CONTEXT_KIND_MULTI_AGENT_MODE\0\u{1}CONTEXT_KIND_USER_INPUT\0\u{1}CONTEXT_KIND_ASSISTANT_MESSAGE\0\u{1}CONTEXT_KIND_TOOL_CALL\0\u{1}CONTEXT_KIND_TOOL_OUTPUT\0\u{1}CONTEXT_KIND_SUBAGENT_NOTIFICATION\0\u{1}CONTEXT_KIND_MAILBOX\0\u{1}CONTEXT_KIND_INTERRUPTION_MARKER\0\u{1}CONTEXT_KIND_DEVELOPER_MESSAGE\0")
+}
+
+nonisolated extension Threadwire_V1_TurnFailureReason: SwiftProtobuf._ProtoNameProviding {
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0TURN_FAILURE_REASON_UNSPECIFIED\0\u{1}TURN_FAILURE_REASON_RATE_LIMITED\0\u{1}TURN_FAILURE_REASON_PROVIDER_ERROR\0\u{1}TURN_FAILURE_REASON_TIMEOUT\0\u{1}TURN_FAILURE_REASON_BAD_RESPONSE\0\u{1}TURN_FAILURE_REASON_INTERNAL_ERROR\0")
 }
 
 nonisolated extension Threadwire_V1_UserInput: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -972,7 +1138,7 @@ nonisolated extension Threadwire_V1_ContextItem: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Threadwire_V1_ToolSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".ToolSpec"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{3}tool_namespace\0\u{1}description\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{3}tool_namespace\0\u{1}description\0\u{3}parameters_json_schema\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -983,6 +1149,7 @@ nonisolated extension Threadwire_V1_ToolSpec: SwiftProtobuf.Message, SwiftProtob
       case 1: try { try decoder.decodeSingularStringField(value: &self._name) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self._toolNamespace) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self._description_p) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self._parametersJsonSchema) }()
       default: break
       }
     }
@@ -1002,6 +1169,9 @@ nonisolated extension Threadwire_V1_ToolSpec: SwiftProtobuf.Message, SwiftProtob
     try { if let v = self._description_p {
       try visitor.visitSingularStringField(value: v, fieldNumber: 3)
     } }()
+    try { if let v = self._parametersJsonSchema {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 4)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1009,6 +1179,51 @@ nonisolated extension Threadwire_V1_ToolSpec: SwiftProtobuf.Message, SwiftProtob
     if lhs._name != rhs._name {return false}
     if lhs._toolNamespace != rhs._toolNamespace {return false}
     if lhs._description_p != rhs._description_p {return false}
+    if lhs._parametersJsonSchema != rhs._parametersJsonSchema {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Threadwire_V1_TokenUsage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".TokenUsage"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}input_tokens\0\u{3}output_tokens\0\u{3}total_tokens\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self._inputTokens) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self._outputTokens) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self._totalTokens) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._inputTokens {
+      try visitor.visitSingularUInt64Field(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._outputTokens {
+      try visitor.visitSingularUInt64Field(value: v, fieldNumber: 2)
+    } }()
+    try { if let v = self._totalTokens {
+      try visitor.visitSingularUInt64Field(value: v, fieldNumber: 3)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Threadwire_V1_TokenUsage, rhs: Threadwire_V1_TokenUsage) -> Bool {
+    if lhs._inputTokens != rhs._inputTokens {return false}
+    if lhs._outputTokens != rhs._outputTokens {return false}
+    if lhs._totalTokens != rhs._totalTokens {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1016,7 +1231,7 @@ nonisolated extension Threadwire_V1_ToolSpec: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Threadwire_V1_ModelRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".ModelRequest"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}model\0\u{1}context\0\u{1}tools\0\u{3}history_count\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}model\0\u{1}context\0\u{1}tools\0\u{3}history_count\0\u{1}usage\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1028,6 +1243,7 @@ nonisolated extension Threadwire_V1_ModelRequest: SwiftProtobuf.Message, SwiftPr
       case 2: try { try decoder.decodeRepeatedMessageField(value: &self.context) }()
       case 3: try { try decoder.decodeRepeatedMessageField(value: &self.tools) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self._historyCount) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._usage) }()
       default: break
       }
     }
@@ -1050,6 +1266,9 @@ nonisolated extension Threadwire_V1_ModelRequest: SwiftProtobuf.Message, SwiftPr
     try { if let v = self._historyCount {
       try visitor.visitSingularUInt32Field(value: v, fieldNumber: 4)
     } }()
+    try { if let v = self._usage {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1058,6 +1277,7 @@ nonisolated extension Threadwire_V1_ModelRequest: SwiftProtobuf.Message, SwiftPr
     if lhs.context != rhs.context {return false}
     if lhs.tools != rhs.tools {return false}
     if lhs._historyCount != rhs._historyCount {return false}
+    if lhs._usage != rhs._usage {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1114,7 +1334,7 @@ nonisolated extension Threadwire_V1_TurnContext: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Threadwire_V1_Turn: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   static let protoMessageName: String = _protobuf_package + ".Turn"
-  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}status\0\u{1}error\0\u{3}started_at\0\u{3}completed_at\0\u{1}items\0\u{1}context\0\u{3}model_requests\0")
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}status\0\u{1}error\0\u{3}started_at\0\u{3}completed_at\0\u{1}items\0\u{1}context\0\u{3}model_requests\0\u{3}failure_reason\0")
 
   mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1130,6 +1350,7 @@ nonisolated extension Threadwire_V1_Turn: SwiftProtobuf.Message, SwiftProtobuf._
       case 6: try { try decoder.decodeRepeatedMessageField(value: &self.items) }()
       case 7: try { try decoder.decodeSingularMessageField(value: &self._context) }()
       case 8: try { try decoder.decodeRepeatedMessageField(value: &self.modelRequests) }()
+      case 9: try { try decoder.decodeSingularEnumField(value: &self._failureReason) }()
       default: break
       }
     }
@@ -1164,6 +1385,9 @@ nonisolated extension Threadwire_V1_Turn: SwiftProtobuf.Message, SwiftProtobuf._
     if !self.modelRequests.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.modelRequests, fieldNumber: 8)
     }
+    try { if let v = self._failureReason {
+      try visitor.visitSingularEnumField(value: v, fieldNumber: 9)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1176,6 +1400,7 @@ nonisolated extension Threadwire_V1_Turn: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.items != rhs.items {return false}
     if lhs._context != rhs._context {return false}
     if lhs.modelRequests != rhs.modelRequests {return false}
+    if lhs._failureReason != rhs._failureReason {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1462,6 +1687,55 @@ nonisolated extension Threadwire_V1_ItemStartedNotification: SwiftProtobuf.Messa
     if lhs._threadID != rhs._threadID {return false}
     if lhs._turnID != rhs._turnID {return false}
     if lhs._item != rhs._item {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Threadwire_V1_ItemAgentMessageDeltaNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  static let protoMessageName: String = _protobuf_package + ".ItemAgentMessageDeltaNotification"
+  static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}thread_id\0\u{3}turn_id\0\u{3}item_id\0\u{1}delta\0")
+
+  mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self._threadID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self._turnID) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self._itemID) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self._delta) }()
+      default: break
+      }
+    }
+  }
+
+  func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._threadID {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._turnID {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 2)
+    } }()
+    try { if let v = self._itemID {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 3)
+    } }()
+    try { if let v = self._delta {
+      try visitor.visitSingularStringField(value: v, fieldNumber: 4)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  static func ==(lhs: Threadwire_V1_ItemAgentMessageDeltaNotification, rhs: Threadwire_V1_ItemAgentMessageDeltaNotification) -> Bool {
+    if lhs._threadID != rhs._threadID {return false}
+    if lhs._turnID != rhs._turnID {return false}
+    if lhs._itemID != rhs._itemID {return false}
+    if lhs._delta != rhs._delta {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
