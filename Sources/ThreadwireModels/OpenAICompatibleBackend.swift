@@ -52,7 +52,7 @@ public struct OpenAICompatibleBackend: ModelBackend {
 
     /// Fails when the provider names an API key variable that is not set.
     public init(provider: ModelProviderConfig, environment: [String: String] = ProcessInfo.processInfo.environment,
-                client: HTTPClient = .shared, logger: Logger) throws {
+                client: HTTPClient = ModelProviderHTTP.shared.client, logger: Logger) throws {
         self.provider = provider
         if let variable = provider.apiKeyEnv {
             guard let key = environment[variable], !key.isEmpty else {
@@ -208,11 +208,14 @@ private final class LastActivity: Sendable {
 /// per host: each streaming turn holds one for as long as the model talks,
 /// and async-http-client's default (8 per host) would queue the ninth
 /// concurrent turn behind the first eight.
+/// One per process, never shut down (like `HTTPClient.shared`): a startup
+/// that fails half-way cannot leave it to a deinit that would trap.
 public final class ModelProviderHTTP: Sendable {
     public let client: HTTPClient
     public static let maxConnectionsPerHost = 1024
+    public static let shared = ModelProviderHTTP()
 
-    public init() {
+    private init() {
         var configuration = HTTPClient.Configuration()
         configuration.connectionPool = .init(idleTimeout: .seconds(60),
                                              concurrentHTTP1ConnectionsPerHostSoftLimit: Self.maxConnectionsPerHost)
@@ -220,7 +223,4 @@ public final class ModelProviderHTTP: Sendable {
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 
-    public func shutdown() async {
-        try? await client.shutdown()
-    }
 }

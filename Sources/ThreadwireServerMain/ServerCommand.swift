@@ -180,10 +180,9 @@ struct ServerCommand: AsyncParsableCommand {
             configuration.coordinator = leases
         }
         var backends: [String: any ModelBackend] = [:]
-        let http = file.modelProviders.isEmpty ? nil : ModelProviderHTTP()
         for (slug, provider) in file.modelProviders {
             do {
-                backends[slug] = try OpenAICompatibleBackend(provider: provider, client: http!.client, logger: logger)
+                backends[slug] = try OpenAICompatibleBackend(provider: provider, logger: logger)
             } catch {
                 throw ValidationError("\(error)")
             }
@@ -220,7 +219,6 @@ struct ServerCommand: AsyncParsableCommand {
         let group = ServiceGroup(configuration: .init(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger))
         try await group.run()
-        await http?.shutdown()
         logger.info("stopped")
         // Everything is committed and every server task awaited; skip the
         // runtime's teardown of its thread pools (it took seconds here).

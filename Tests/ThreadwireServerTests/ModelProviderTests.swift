@@ -10,6 +10,7 @@ struct ModelProviderTests {
     static func config(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2, mode: Bool = true) -> String {
         """
         {"features": {"multi_agent_v2": true, "multi_agent_mode": \(mode)},
+         "multi_agent_v2": {"usage_hint_enabled": \(mode)},
          "model_providers": [{"name": "fake", "base_url": "\(provider.baseURL)", "api_key_env": "FAKE_PROVIDER_KEY",
                               "request_timeout_ms": 5000, "stream_idle_timeout_ms": \(idleMs), "max_retries": \(retries),
                               "retry_base_delay_ms": 20}],
@@ -237,6 +238,66 @@ struct ModelProviderTests {
         let payloads = await inbox.payloads()
         let end = try #require(payloads.firstIndex { if case .turnCompleted = $0 { true } else { false } })
         #expect(!payloads[end...].contains { if case .itemAgentMessageDelta = $0 { true } else { false } })
+    }
+
+    @Test("a child runs on the provider beside its parent; wait_agent returns when it finished, with its final message; no mode fragment where the rules give none (v2 without its usage hint)")
+    func childInParallel() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await ServerProcess.launch(config: Self.config(provider, mode: false),
+                                                    environment: ["FAKE_PROVIDER_KEY": "k"])
+        defer { _ = server.stop() }
+        try await provider.script([
+            // The parent: spawn, then wait in the same answer.
+            FakeProvider.stream(toolCalls: [
+                (name: "spawn_agent", arguments: #"{"task_name": "research", "message": "find the bug"}"#),
+                (name: "wait_agent", arguments: #"{"timeout_ms": 20000}"#),
+            ]).merging(["match": "say when done"]) { $1 },
+            // The child answers slowly; the parent's wait must outlast it.
+            FakeProvider.stream(text: ["found ", "it"], delayMs: 150).merging(["match": "find the bug"]) { $1 },
+            FakeProvider.stream(text: ["all done"]).merging(["match": "tool_call_id"]) { $1 },
+        ])
+        let client = try await server.client()
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        let turn = try await client.runTurn(id, "say when done")
+        #expect(turn.status == .completed)
+        let wait = try #require(turn.items.first { $0.toolName == "wait_agent" })
+        #expect(wait.toolOutput?.contains("found it") == true, "the child's final message: \(wait.toolOutput ?? "")")
+        #expect(wait.toolOutput?.contains("\"timed_out\":false") == true)
+        #expect(turn.items.last?.text == "all done")
+        let child = try #require(turn.items.first { $0.toolName == "spawn_agent" }?.receiverThreadId)
+        let childTurn = try #require(try await client.read(child).thread?.turns.last)
+        #expect(childTurn.status == .completed)
+        #expect(childTurn.items.last?.text == "found it")
+        // Mode does not apply (no usage hint): neither the persisted requests nor the bodies carry a fragment.
+        #expect(turn.modelRequests.allSatisfy { $0.context.of(.multiAgentMode).isEmpty })
+        for request in try await provider.requests() {
+            let messages = (request["body"] as? [String: Any])?["messages"] as? [[String: Any]] ?? []
+            #expect(!messages.contains { ($0["content"] as? String)?.contains("<multi_agent_mode>") == true })
+        }
+    }
+
+    @Test("a provider that cannot be reached is retried max_retries times, then the turn fails as provider_error")
+    func unreachable() async throws {
+        let closed = try await offThread { () -> Int in
+            // A port that was free a moment ago: nothing listens there.
+            let socket = try FakeProvider.freePort()
+            return socket
+        }
+        let config = """
+            {"model_providers": [{"name": "gone", "base_url": "http://127.0.0.1:\(closed)/v1", "max_retries": 2,
+                                  "retry_base_delay_ms": 10, "request_timeout_ms": 2000}],
+             "models": [{"slug": "remote-1", "provider": "gone"}]}
+            """
+        let server = try await ServerProcess.launch(config: config)
+        defer { _ = server.stop() }
+        let client = try await server.client()
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        let turn = try await client.runTurn(id, "anyone there?")
+        #expect(turn.status == .failed)
+        #expect(turn.failureReason == .providerError)
+        #expect(turn.error?.contains("cannot reach model provider 'gone'") == true)
+        #expect(turn.error?.contains("3 attempts") == true)
     }
 
     @Test("a provider whose API key variable is unset stops startup with a message naming it")
