@@ -96,7 +96,7 @@ extension ThreadEngine {
     func runTurn(_ owner: ThreadOwner, turnID: TurnID) async {
         while true {
             // 1. Persist the model request before the model sees it.
-            let prepared: (ModelRequest, [ToolSpec])? = await locked(owner) {
+            let prepared: (ModelRequest, [ToolSpec], MessageStream)? = await locked(owner) {
                 guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return nil }
                 let tools = ToolCatalog.offered(
                     runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
@@ -115,11 +115,11 @@ extension ThreadEngine {
                     context: [ContextItem(role: .system, kind: .baseInstructions, text: settings.baseInstructions(for: state.record))]
                         + state.history,
                     tools: tools)
-                owner.messageStream = MessageStream(owner: owner, turnID: turnID)
-                return (request, tools)
+                let stream = MessageStream(owner: owner, turnID: turnID)
+                owner.messageStream = stream
+                return (request, tools, stream)
             }
-            guard let (request, tools) = prepared else { return }
-            guard let stream = await locked(owner, { owner.messageStream }) else { return }
+            guard let (request, tools, stream) = prepared else { return }
 
             // 2. The model, with no gate held; its message text is published
             //    as it streams.

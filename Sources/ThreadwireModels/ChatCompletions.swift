@@ -83,10 +83,16 @@ public enum ChatCompletions {
 
     /// Builds the answer from the stream's chunks.
     struct Accumulator {
+        /// An answer (text plus tool arguments) larger than this is refused:
+        /// it could not be stored or sent in a frame anyway, and a provider
+        /// that streams without end must not grow the server's memory.
+        let maxAnswerBytes: Int
         private var text = ""
         private var calls: [Int: (id: String?, name: String, arguments: String)] = [:]
         private var usage: TokenUsage?
         private(set) var finished = false
+
+        init(maxAnswerBytes: Int = 4 << 20) { self.maxAnswerBytes = maxAnswerBytes }
 
         /// Applies one `data:` payload; returns the text it adds to the message.
         mutating func add(_ payload: String) throws -> String {
@@ -124,7 +130,14 @@ public enum ChatCompletions {
                 if choice.finish_reason != nil { finished = true }
             }
             text += added
+            guard text.utf8.count + calls.values.reduce(0, { $0 + $1.arguments.utf8.count }) <= maxAnswerBytes else {
+                throw tooLarge()
+            }
             return added
+        }
+
+        private func tooLarge() -> ModelCallError {
+            ModelCallError(.badResponse, "the provider's answer exceeds \(maxAnswerBytes) bytes")
         }
 
         func response() throws -> ModelResponse {

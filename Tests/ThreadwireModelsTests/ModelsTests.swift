@@ -96,6 +96,20 @@ struct ChatCompletionsTests {
         #expect(response.usage == TokenUsage(inputTokens: 10, outputTokens: 4, totalTokens: 14))
     }
 
+    @Test("an answer larger than the limit is refused as bad_response, so memory stays bounded")
+    func tooLarge() throws {
+        var answer = ChatCompletions.Accumulator(maxAnswerBytes: 1000)
+        let piece = #"{"choices":[{"index":0,"delta":{"content":"\#(String(repeating: "x", count: 100))"}}]}"#
+        for _ in 0..<10 { _ = try answer.add(piece) }
+        do {
+            _ = try answer.add(piece)
+            Issue.record("the 11th piece crosses 1000 bytes of text")
+        } catch let error as ModelCallError {
+            #expect(error.reason == .badResponse)
+            #expect(error.message.contains("exceeds 1000 bytes"))
+        }
+    }
+
     @Test("a chunk that is not JSON is a bad_response; an error object mid-stream a provider_error")
     func badChunks() throws {
         var answer = ChatCompletions.Accumulator()
