@@ -7,19 +7,21 @@ import ThreadwireWire
 /// (Tests/provider/fake_openai.py), through the real server over TCP.
 @Suite("a real model provider over HTTP (OpenAI-compatible, streamed)", .timeLimit(.minutes(3)))
 struct ModelProviderTests {
-    static func config(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2, mode: Bool = true) -> String {
+    static func config(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2, mode: Bool = true,
+                       requestMs: Int = 5000) -> String {
         """
         {"features": {"multi_agent_v2": true, "multi_agent_mode": \(mode)},
          "multi_agent_v2": {"usage_hint_enabled": \(mode)},
          "model_providers": [{"name": "fake", "base_url": "\(provider.baseURL)", "api_key_env": "FAKE_PROVIDER_KEY",
-                              "request_timeout_ms": 5000, "stream_idle_timeout_ms": \(idleMs), "max_retries": \(retries),
+                              "request_timeout_ms": \(requestMs), "stream_idle_timeout_ms": \(idleMs), "max_retries": \(retries),
                               "retry_base_delay_ms": 20}],
          "models": [{"slug": "remote-1", "provider": "fake", "multi_agent_version": "v2"}]}
         """
     }
 
-    static func launch(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2) async throws -> ServerProcess {
-        try await ServerProcess.launch(config: config(provider, idleMs: idleMs, retries: retries),
+    static func launch(_ provider: FakeProvider, idleMs: Int = 10_000, retries: Int = 2,
+                       requestMs: Int = 5000) async throws -> ServerProcess {
+        try await ServerProcess.launch(config: config(provider, idleMs: idleMs, retries: retries, requestMs: requestMs),
                                        environment: ["FAKE_PROVIDER_KEY": "sk-test-123"])
     }
 
@@ -147,6 +149,7 @@ struct ModelProviderTests {
         let server = try await Self.launch(provider, retries: 2)
         defer { _ = server.stop() }
         let client = try await server.client()
+        let inbox = Inbox(client)
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
 
         try await provider.script([
@@ -164,6 +167,11 @@ struct ModelProviderTests {
         #expect(limited.status == .failed)
         #expect(limited.failureReason == .rateLimited)
         #expect(limited.error?.contains("429") == true)
+        let completed = try await inbox.waitFor("turn/completed of the rate-limited turn") {
+            if case let .turnCompleted(n) = $0 { n.turn?.id == limited.id } else { false }
+        }
+        guard case let .turnCompleted(notification)? = completed.payload else { throw TestTimeout(description: "no payload") }
+        #expect(notification.turn?.failureReason == .rateLimited, "turn/completed shows the reason too")
 
         try await provider.script(Array(repeating: ["status": 500, "body": "boom"], count: 3))
         let broken = try await client.runTurn(id, "three")
@@ -181,14 +189,23 @@ struct ModelProviderTests {
         #expect(stored.failureReason == .rateLimited)
     }
 
-    @Test("malformed JSON in the stream fails the turn as bad_response; a stalled stream as timeout, and the connection is closed")
+    @Test("no response head in time and a stalled stream fail the turn as timeout (connection closed); malformed JSON as bad_response")
     func badResponseAndStall() async throws {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
-        let server = try await Self.launch(provider, idleMs: 300)
+        let server = try await Self.launch(provider, idleMs: 300, requestMs: 1500)
         defer { _ = server.stop() }
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+
+        // No response head within request_timeout_ms (1.5 s here): timeout, not retried.
+        var slow = FakeProvider.stream(text: ["late"])
+        slow["head_delay_ms"] = 6000
+        try await provider.script([slow])
+        let late = try await client.runTurn(id, "zero", timeout: .seconds(20))
+        #expect(late.failureReason == .timeout)
+        #expect(late.error?.contains("did not answer within") == true)
+        #expect(try await provider.requests().count == 1, "a timeout is not retried")
 
         try await provider.script([["events": [["data": #"{"choices": [{"delta": {"content": "ok"}}]}"#], ["data": "{not json"]]]])
         let bad = try await client.runTurn(id, "one")

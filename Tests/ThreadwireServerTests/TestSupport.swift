@@ -87,9 +87,9 @@ extension ThreadwireClient {
     /// Runs a turn to its end and returns the finished turn as stored.
     @discardableResult
     func runTurn(_ threadID: String, _ text: String, model: String? = nil,
-                 mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil) async throws -> Wire.Turn {
+                 mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil, timeout: Duration = .seconds(10)) async throws -> Wire.Turn {
         let id = try await startTurn(threadID, text, model: model, mode: mode)
-        return try await waitForTurn(threadID, id)
+        return try await waitForTurn(threadID, id, timeout: timeout)
     }
 
     func waitForTurn(_ threadID: String, _ turnID: String, timeout: Duration = .seconds(10)) async throws -> Wire.Turn {

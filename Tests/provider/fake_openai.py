@@ -20,7 +20,8 @@ RESPONSE:
      "stall": false,                     after the events, send nothing more and keep the
                                          connection open until the client goes away
      "echo_timestamps": false,           replace "{ts}" in data with time.time_ns()
-     "match": "text"}                    only for a request whose body contains this text
+     "match": "text",                    only for a request whose body contains this text
+     "head_delay_ms": 0}                 wait this long before the status line
 """
 import argparse
 import json
@@ -92,6 +93,9 @@ class Handler(BaseHTTPRequestHandler):
         self.serve(response, entry)
 
     def serve(self, response, entry):
+        if response.get("head_delay_ms") and self.client_gone(response["head_delay_ms"] / 1000.0):
+            entry["disconnected"] = True
+            return
         status = response.get("status", 200)
         self.send_response(status)
         for name, value in response.get("headers", {}).items():
