@@ -88,6 +88,8 @@ extension ThreadEngine {
             defer { owner.gate.unlock() }
             guard !owner.retired, owner.fence == fence else { continue }
             owner.runner?.cancel()  // a turn runner between its steps stops here
+            _ = owner.messageStream?.close()  // and no delta follows thread/closed
+            owner.messageStream = nil
             owner.retired = true
             owner.cancelUnload()
             directory.remove(owner)
