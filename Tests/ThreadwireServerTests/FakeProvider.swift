@@ -8,6 +8,10 @@ import Testing
 final class FakeProvider: @unchecked Sendable {
     let process: Process
     let port: Int
+    /// Its standard input: the provider exits when this closes, so it never
+    /// outlives the test process (an orphan would also keep the test
+    /// runner's output pipe open and hang it).
+    private let lifeline: Pipe
     var baseURL: String { "http://127.0.0.1:\(port)/v1" }
 
     static var script: String {
@@ -15,18 +19,22 @@ final class FakeProvider: @unchecked Sendable {
             .appendingPathComponent("provider/fake_openai.py").path
     }
 
-    private init(process: Process, port: Int) {
+    private init(process: Process, port: Int, lifeline: Pipe) {
         self.process = process
         self.port = port
+        self.lifeline = lifeline
     }
 
     static func launch() async throws -> FakeProvider {
         try await offThread {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", script]
+            process.arguments = ["python3", script, "--exit-on-stdin-eof"]
             let stdout = Pipe()
+            let lifeline = Pipe()
             process.standardOutput = stdout
+            process.standardInput = lifeline
+            process.standardError = FileHandle.nullDevice
             try process.run()
             var buffered = Data()
             while !buffered.contains(UInt8(ascii: "\n")) {
@@ -38,7 +46,7 @@ final class FakeProvider: @unchecked Sendable {
             guard line.hasPrefix("listening "), let port = Int(line.dropFirst("listening ".count)) else {
                 throw TestTimeout(description: "the fake provider said '\(line)'")
             }
-            return FakeProvider(process: process, port: port)
+            return FakeProvider(process: process, port: port, lifeline: lifeline)
         }
     }
 
@@ -60,7 +68,8 @@ final class FakeProvider: @unchecked Sendable {
     }
 
     func stop() {
-        if process.isRunning { process.terminate() }
+        try? lifeline.fileHandleForWriting.close()
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
     deinit { stop() }

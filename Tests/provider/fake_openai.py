@@ -2,7 +2,7 @@
 """A scripted OpenAI-compatible Chat Completions server for threadwire's tests
 and benchmarks (standard library only).
 
-    python3 fake_openai.py [--port N]     prints "listening PORT" once bound
+    python3 fake_openai.py [--port N] [--exit-on-stdin-eof]     prints "listening PORT" once bound
 
 Every POST /v1/chat/completions takes the next scripted response (FIFO) and
 is recorded. Control endpoints:
@@ -25,7 +25,9 @@ RESPONSE:
 """
 import argparse
 import json
+import os
 import select
+import signal
 import socket
 import sys
 import threading
@@ -154,9 +156,20 @@ def main():
     # socket writes), not every 5 ms: a chunk's timestamp is then taken right
     # before its write, whatever the other streams do.
     sys.setswitchinterval(1.0)
+    # A parent that blocks these signals (a test process may) would pass the
+    # block on, and SIGTERM would never end this server.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--exit-on-stdin-eof", action="store_true",
+                        help="exit once standard input closes (the parent went away, even by a crash)")
     args = parser.parse_args()
+    if args.exit_on_stdin_eof:
+        def watch():
+            while sys.stdin.buffer.read(4096):
+                pass
+            os._exit(0)
+        threading.Thread(target=watch, daemon=True).start()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     print("listening", server.server_address[1], flush=True)
