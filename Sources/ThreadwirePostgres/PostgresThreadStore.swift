@@ -135,6 +135,8 @@ public final class PostgresThreadStore: ThreadStore {
             "CREATE INDEX thread_leases_instance ON thread_leases (instance_id)",
             "CREATE INDEX threads_session_all ON threads (session_id)",
         ]),
+        // The commit function. A later change to it is a new migration with
+        // the new definition (CREATE OR REPLACE), never an edit of this one.
         (3, [CommitFunction.definition]),
     ]
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import ThreadwireClient
+import ThreadwireTesting
 import ThreadwireWire
 
 /// The OpenAI-compatible backend against a real HTTP provider process
@@ -296,11 +297,7 @@ struct ModelProviderTests {
 
     @Test("a provider that cannot be reached is retried max_retries times, then the turn fails as provider_error")
     func unreachable() async throws {
-        let closed = try await offThread { () -> Int in
-            // A port that was free a moment ago: nothing listens there.
-            let socket = try FakeProvider.freePort()
-            return socket
-        }
+        let closed = try PostgresCluster.freePort()  // free a moment ago: nothing listens there
         let config = """
             {"model_providers": [{"name": "gone", "base_url": "http://127.0.0.1:\(closed)/v1", "max_retries": 2,
                                   "retry_base_delay_ms": 10, "request_timeout_ms": 2000}],
