@@ -91,6 +91,7 @@ public enum ChatCompletions {
         private var calls: [Int: (id: String?, name: String, arguments: String)] = [:]
         private var usage: TokenUsage?
         private(set) var finished = false
+        private(set) var sawDone = false
 
         init(maxAnswerBytes: Int = 4 << 20) { self.maxAnswerBytes = maxAnswerBytes }
 
@@ -98,6 +99,7 @@ public enum ChatCompletions {
         mutating func add(_ payload: String) throws -> String {
             if payload == "[DONE]" {
                 finished = true
+                sawDone = true
                 return ""
             }
             let chunk: Chunk

@@ -10,8 +10,9 @@ public import ThreadwireCore
 public struct ModelProviderConfig: Sendable, Equatable {
     public var name: String
     /// e.g. https://api.openai.com/v1 or http://localhost:11434/v1; requests
-    /// go to `{base_url}/chat/completions`.
+    /// go to `{base_url}/chat/completions` (or `/responses`).
     public var baseURL: String
+    public var wireAPI: WireAPI
     /// The environment variable holding the API key (sent as a bearer token).
     public var apiKeyEnv: String?
     /// Until the response head arrives, per attempt.
@@ -24,11 +25,12 @@ public struct ModelProviderConfig: Sendable, Equatable {
     public var retryBaseDelay: Duration
     public var maxRetryDelay: Duration
 
-    public init(name: String, baseURL: String, apiKeyEnv: String? = nil, requestTimeout: Duration = .seconds(120),
+    public init(name: String, baseURL: String, wireAPI: WireAPI = .chat, apiKeyEnv: String? = nil, requestTimeout: Duration = .seconds(120),
                 streamIdleTimeout: Duration = .seconds(60), maxRetries: Int = 3,
                 retryBaseDelay: Duration = .milliseconds(500), maxRetryDelay: Duration = .seconds(30)) {
         self.name = name
         self.baseURL = baseURL
+        self.wireAPI = wireAPI
         self.apiKeyEnv = apiKeyEnv
         self.requestTimeout = requestTimeout
         self.streamIdleTimeout = streamIdleTimeout
@@ -64,13 +66,13 @@ public struct OpenAICompatibleBackend: ModelBackend {
         }
         var base = provider.baseURL
         while base.hasSuffix("/") { base.removeLast() }
-        endpoint = base + "/chat/completions"
+        endpoint = base + provider.wireAPI.path
         self.client = client
         self.logger = logger
     }
 
     public func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse {
-        let body = try ChatCompletions.body(for: request)
+        let body = try provider.wireAPI.body(for: request)
         var attempt = 0
         while true {
             try Task.checkCancellation()
@@ -145,19 +147,18 @@ public struct OpenAICompatibleBackend: ModelBackend {
         let lastActivity = LastActivity()
         let idle = provider.streamIdleTimeout
         let name = provider.name
+        let wireAPI = provider.wireAPI
         return try await withThrowingTaskGroup(of: ModelResponse?.self) { group in
             group.addTask {
                 var parser = ServerSentEventParser()
-                var answer = ChatCompletions.Accumulator()
-                var done = false
+                var answer = wireAPI.accumulator()
                 do {
                     for try await buffer in response.body {
                         lastActivity.touch()
                         for event in try parser.feed(buffer.readableBytesView) {
-                            stream.text(try answer.add(event.data))
-                            if event.data == "[DONE]" { done = true }
+                            stream.text(try answer.add(event))
                         }
-                        if done { break }
+                        if answer.complete { break }
                     }
                 } catch let error as ModelCallError {
                     throw error

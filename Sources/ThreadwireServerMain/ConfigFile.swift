@@ -13,7 +13,7 @@ import ThreadwireServer
 ///       "agents": {"max_threads": 6, "max_depth": 1, "wait_default_ms": 30000, "wait_max_ms": 300000},
 ///       "multi_agent_v2": {"max_concurrent_threads_per_session": 4, "usage_hint_enabled": true},
 ///       "model_providers": [{"name": "openai", "base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY",
-///                            "wire_api": "chat", "request_timeout_ms": 120000, "stream_idle_timeout_ms": 60000,
+///                            "wire_api": "chat" (or "responses"), "request_timeout_ms": 120000, "stream_idle_timeout_ms": 60000,
 ///                            "max_retries": 3, "retry_base_delay_ms": 500}],
 ///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2"}],
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
@@ -80,8 +80,8 @@ enum ConfigFile {
             guard let url = URL(string: entry.base_url), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
                 throw fail("base_url must be an http:// or https:// URL, got '\(entry.base_url)'")
             }
-            guard (entry.wire_api ?? "chat") == "chat" else {
-                throw fail("wire_api '\(entry.wire_api!)' is not supported (only \"chat\": Chat Completions)")
+            guard let wireAPI = WireAPI(rawValue: entry.wire_api ?? "chat") else {
+                throw fail("wire_api must be \"chat\" (Chat Completions) or \"responses\" (Responses API), got '\(entry.wire_api!)'")
             }
             for (key, value) in [("request_timeout_ms", entry.request_timeout_ms), ("stream_idle_timeout_ms", entry.stream_idle_timeout_ms),
                                  ("max_retries", entry.max_retries), ("retry_base_delay_ms", entry.retry_base_delay_ms)] {
@@ -89,7 +89,7 @@ enum ConfigFile {
                     throw fail("\(key) must be \(key.hasSuffix("timeout_ms") ? "positive" : "zero or more"), got \(value)")
                 }
             }
-            var provider = ModelProviderConfig(name: entry.name, baseURL: entry.base_url, apiKeyEnv: entry.api_key_env)
+            var provider = ModelProviderConfig(name: entry.name, baseURL: entry.base_url, wireAPI: wireAPI, apiKeyEnv: entry.api_key_env)
             if let ms = entry.request_timeout_ms { provider.requestTimeout = .milliseconds(ms) }
             if let ms = entry.stream_idle_timeout_ms { provider.streamIdleTimeout = .milliseconds(ms) }
             if let count = entry.max_retries { provider.maxRetries = count }

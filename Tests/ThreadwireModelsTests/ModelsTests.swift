@@ -154,3 +154,42 @@ struct BackoffTests {
         #expect(throws: ModelCallError.self) { try OpenAICompatibleBackend(provider: provider, environment: [:], logger: Logger(label: "t")) }
     }
 }
+
+@Suite("Responses API: streamed events")
+struct ResponsesAPITests {
+    @Test("text deltas, function calls by output index (arguments in pieces or whole at done), usage at completed; errors fail the call")
+    func events() throws {
+        var answer = ResponsesAPI.Accumulator()
+        let events = [
+            #"{"type":"response.created","response":{"id":"r"}}"#,
+            #"{"type":"response.output_text.delta","output_index":0,"delta":"On "}"#,
+            #"{"type":"response.output_text.delta","output_index":0,"delta":"it."}"#,
+            #"{"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","call_id":"b","name":"wait_agent","arguments":""}}"#,
+            #"{"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","call_id":"a","name":"spawn_agent","arguments":""}}"#,
+            #"{"type":"response.function_call_arguments.delta","output_index":1,"delta":"{\"task_name\":"}"#,
+            #"{"type":"response.function_call_arguments.delta","output_index":1,"delta":"\"t\"}"}"#,
+            #"{"type":"response.function_call_arguments.done","output_index":2,"arguments":"{}"}"#,
+            #"{"type":"response.completed","response":{"usage":{"input_tokens":9,"output_tokens":2,"total_tokens":11}}}"#,
+        ]
+        var text = ""
+        for event in events { text += try answer.add(ServerSentEventParser.Event(data: event)) }
+        #expect(text == "On it.")
+        #expect(answer.finished && answer.complete)
+        let response = try answer.response()
+        #expect(response.outputs == [
+            .message("On it."),
+            .toolCall(name: "spawn_agent", arguments: #"{"task_name":"t"}"#, callID: "a"),
+            .toolCall(name: "wait_agent", arguments: "{}", callID: "b"),
+        ])
+        #expect(response.usage == TokenUsage(inputTokens: 9, outputTokens: 2, totalTokens: 11))
+
+        var failing = ResponsesAPI.Accumulator()
+        do {
+            _ = try failing.add(ServerSentEventParser.Event(data: #"{"type":"response.failed","response":{"error":{"message":"quota"}}}"#))
+            Issue.record("response.failed must fail the call")
+        } catch let error as ModelCallError {
+            #expect(error.reason == .providerError)
+            #expect(error.message.contains("quota"))
+        }
+    }
+}

@@ -118,6 +118,35 @@ final class FakeProvider: @unchecked Sendable {
         return ["events": events]
     }
 
+    /// A streamed Responses API answer: text deltas, then function calls
+    /// (arguments in `pieces` deltas each), then `response.completed` with usage.
+    static func responsesStream(text: [String] = [], toolCalls: [(name: String, arguments: String)] = [], pieces: Int = 3,
+                                usage: (input: Int, output: Int) = (20, 6)) -> [String: Any] {
+        var events: [[String: Any]] = []
+        func event(_ type: String, _ fields: [String: Any]) {
+            events.append(["raw": "event: \(type)\ndata: \(json(fields.merging(["type": type]) { $1 }))\n\n"])
+        }
+        event("response.created", ["response": ["id": "r1", "status": "in_progress"]])
+        for piece in text { event("response.output_text.delta", ["output_index": 0, "delta": piece]) }
+        for (offset, call) in toolCalls.enumerated() {
+            let index = offset + 1
+            event("response.output_item.added", ["output_index": index,
+                                                 "item": ["type": "function_call", "call_id": "fc_\(offset)", "name": call.name, "arguments": ""]])
+            let arguments = Array(call.arguments)
+            let size = max(1, (arguments.count + pieces - 1) / pieces)
+            var start = 0
+            while start < arguments.count {
+                event("response.function_call_arguments.delta",
+                      ["output_index": index, "delta": String(arguments[start..<min(start + size, arguments.count)])])
+                start += size
+            }
+        }
+        event("response.completed", ["response": ["id": "r1", "status": "completed",
+                                                  "usage": ["input_tokens": usage.input, "output_tokens": usage.output,
+                                                            "total_tokens": usage.input + usage.output]]])
+        return ["events": events, "done": false]
+    }
+
     static func json(_ value: Any) -> String {
         String(decoding: try! JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]), as: UTF8.self)
     }

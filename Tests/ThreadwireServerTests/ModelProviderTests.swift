@@ -314,6 +314,49 @@ struct ModelProviderTests {
         #expect(turn.error?.contains("3 attempts") == true)
     }
 
+    @Test("wire_api responses: text deltas, a function call in pieces and usage; the body's input items carry the calls and outputs")
+    func responsesAPI() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let config = """
+            {"features": {"multi_agent_v2": true},
+             "model_providers": [{"name": "fake", "base_url": "\(provider.baseURL)", "wire_api": "responses"}],
+             "models": [{"slug": "remote-r", "provider": "fake", "multi_agent_version": "v2"}]}
+            """
+        let server = try await ServerProcess.launch(config: config)
+        defer { _ = server.stop() }
+        try await provider.script([
+            FakeProvider.responsesStream(text: ["Listing ", "agents."], toolCalls: [(name: "list_agents", arguments: #"{"path_prefix": "/root"}"#)]),
+            FakeProvider.responsesStream(text: ["None yet."], usage: (50, 3)).merging(["match": "function_call_output"]) { $1 },
+        ])
+        let client = try await server.client()
+        let inbox = Inbox(client)
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-r")).thread?.id)
+        let turn = try await client.runTurn(id, "who is there?")
+        #expect(turn.status == .completed)
+        #expect(turn.items.map(\.type) == [.userMessage, .agentMessage, .collabToolCall, .agentMessage])
+        #expect(turn.items[1].text == "Listing agents.")
+        #expect(turn.items[2].toolArguments == #"{"path_prefix": "/root"}"#)
+        #expect(turn.items[2].toolOutput?.contains("agents") == true)
+        #expect(turn.items.last?.text == "None yet.")
+        #expect(turn.modelRequests.last?.usage?.totalTokens == 53)
+        try await inbox.waitFor("a delta") { if case let .itemAgentMessageDelta(n) = $0 { n.delta == "agents." } else { false } }
+
+        let requests = try await provider.requests()
+        #expect(requests.map { $0["path"] as? String } == ["/v1/responses", "/v1/responses"])
+        let body = try #require(requests[1]["body"] as? [String: Any])
+        #expect(body["stream"] as? Bool == true)
+        let input = try #require(body["input"] as? [[String: Any]])
+        #expect(input.count == turn.modelRequests.last?.context.count)
+        let call = try #require(input.first { $0["type"] as? String == "function_call" })
+        #expect(call["call_id"] as? String == "fc_0")
+        #expect(call["name"] as? String == "list_agents")
+        let output = try #require(input.first { $0["type"] as? String == "function_call_output" })
+        #expect(output["call_id"] as? String == "fc_0")
+        let tools = try #require(body["tools"] as? [[String: Any]])
+        #expect(tools.allSatisfy { $0["type"] as? String == "function" && $0["parameters"] is [String: Any] })
+    }
+
     @Test("a provider whose API key variable is unset stops startup with a message naming it")
     func missingAPIKey() async throws {
         let provider = try await FakeProvider.launch()

@@ -4,8 +4,8 @@ and benchmarks (standard library only).
 
     python3 fake_openai.py [--port N] [--exit-on-stdin-eof]     prints "listening PORT" once bound
 
-Every POST /v1/chat/completions takes the next scripted response (FIFO) and
-is recorded. Control endpoints:
+Every POST /v1/chat/completions (or /v1/responses) takes the next scripted
+response (FIFO) and is recorded; "path" in the record says which. Control endpoints:
 
     POST /control/script    {"responses": [RESPONSE, ...]}   appends to the queue
     POST /control/default   RESPONSE                          used when the queue is empty
@@ -76,9 +76,10 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 default = json.loads(raw)
             return self.reply_json(200, {})
-        if not self.path.endswith("/chat/completions"):
+        if not (self.path.endswith("/chat/completions") or self.path.endswith("/responses")):
             return self.reply_json(404, {"error": {"message": "unknown path " + self.path}})
-        entry = {"headers": {k.lower(): v for k, v in self.headers.items()}, "events_sent": 0, "disconnected": False}
+        entry = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "events_sent": 0,
+                 "disconnected": False}
         try:
             entry["body"] = json.loads(raw)
         except ValueError:
