@@ -6,32 +6,19 @@ public import ThreadwireCore
 public enum ChatCompletions {
     /// The request body for a model request: exactly what thread/read shows
     /// as the turn's model request, mapped message by message.
-    /// - Developer items (usage hint, mode fragment, markers) are sent with the
-    ///   "system" role: not every compatible server knows "developer".
+    /// - Developer items go as "system" (`WireMapping.item`).
     /// - A tool call is an assistant message with one `tool_calls` entry; its
     ///   output is a "tool" message with the same `tool_call_id`.
     public static func body(for request: ModelRequest) throws -> Data {
-        var messages: [[String: Any]] = []
-        for item in request.context {
-            switch item.role {
-            case .system, .developer:
-                messages.append(["role": "system", "content": item.text])
-            case .user:
-                messages.append(["role": "user", "content": item.text])
-            case .assistant:
-                if item.kind == .toolCall {
-                    messages.append([
-                        "role": "assistant", "content": NSNull(),
-                        "tool_calls": [[
-                            "id": item.callID ?? "", "type": "function",
-                            "function": ["name": item.toolName ?? "", "arguments": item.text],
-                        ]],
-                    ])
-                } else {
-                    messages.append(["role": "assistant", "content": item.text])
-                }
-            case .tool:
-                messages.append(["role": "tool", "tool_call_id": item.callID ?? "", "content": item.text])
+        let messages = request.context.map { item -> [String: Any] in
+            switch WireMapping.item(item) {
+            case let .message(role, content):
+                return ["role": role, "content": content]
+            case let .toolCall(callID, name, arguments):
+                return ["role": "assistant", "content": NSNull(),
+                        "tool_calls": [["id": callID, "type": "function", "function": ["name": name, "arguments": arguments]]]]
+            case let .toolOutput(callID, output):
+                return ["role": "tool", "tool_call_id": callID, "content": output]
             }
         }
         var body: [String: Any] = [
@@ -39,10 +26,8 @@ public enum ChatCompletions {
         ]
         if !request.tools.isEmpty {
             body["tools"] = try request.tools.map { tool -> [String: Any] in
-                let schema = tool.parametersSchema.isEmpty
-                    ? ["type": "object", "properties": [String: Any]()] as [String: Any]
-                    : try JSONSerialization.jsonObject(with: Data(tool.parametersSchema.utf8))
-                return ["type": "function", "function": ["name": tool.name, "description": tool.description, "parameters": schema]]
+                ["type": "function",
+                 "function": ["name": tool.name, "description": tool.description, "parameters": try WireMapping.parameters(tool)]]
             }
         }
         return try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
@@ -83,17 +68,11 @@ public enum ChatCompletions {
 
     /// Builds the answer from the stream's chunks.
     struct Accumulator {
-        /// An answer (text plus tool arguments) larger than this is refused:
-        /// it could not be stored or sent in a frame anyway, and a provider
-        /// that streams without end must not grow the server's memory.
-        let maxAnswerBytes: Int
-        private var text = ""
-        private var calls: [Int: (id: String?, name: String, arguments: String)] = [:]
-        private var usage: TokenUsage?
+        private var answer: ModelAnswer
         private(set) var finished = false
         private(set) var sawDone = false
 
-        init(maxAnswerBytes: Int = 4 << 20) { self.maxAnswerBytes = maxAnswerBytes }
+        init(maxAnswerBytes: Int = 4 << 20) { answer = ModelAnswer(maxAnswerBytes: maxAnswerBytes) }
 
         /// Applies one `data:` payload; returns the text it adds to the message.
         mutating func add(_ payload: String) throws -> String {
@@ -114,46 +93,27 @@ public enum ChatCompletions {
             if let usage = chunk.usage {
                 let input = usage.prompt_tokens ?? 0
                 let output = usage.completion_tokens ?? 0
-                self.usage = TokenUsage(inputTokens: input, outputTokens: output, totalTokens: usage.total_tokens ?? input + output)
+                answer.usage = TokenUsage(inputTokens: input, outputTokens: output, totalTokens: usage.total_tokens ?? input + output)
             }
             var added = ""
             for choice in chunk.choices ?? [] {
                 if let content = choice.delta?.content {
+                    try answer.append(text: content)
                     added += content
                 }
                 for call in choice.delta?.tool_calls ?? [] {
-                    let index = call.index ?? calls.count
-                    var entry = calls[index] ?? (id: nil, name: "", arguments: "")
-                    if let id = call.id, !id.isEmpty { entry.id = id }
-                    if let name = call.function?.name { entry.name += name }
-                    if let arguments = call.function?.arguments { entry.arguments += arguments }
-                    calls[index] = entry
+                    try answer.call(call.index ?? answer.callCount) { entry in
+                        if let id = call.id, !id.isEmpty { entry.id = id }
+                        // Names and arguments may both come in pieces.
+                        entry.name += call.function?.name ?? ""
+                        entry.arguments += call.function?.arguments ?? ""
+                    }
                 }
                 if choice.finish_reason != nil { finished = true }
-            }
-            text += added
-            guard text.utf8.count + calls.values.reduce(0, { $0 + $1.arguments.utf8.count }) <= maxAnswerBytes else {
-                throw tooLarge()
             }
             return added
         }
 
-        private func tooLarge() -> ModelCallError {
-            ModelCallError(.badResponse, "the provider's answer exceeds \(maxAnswerBytes) bytes")
-        }
-
-        func response() throws -> ModelResponse {
-            var outputs: [ModelOutput] = []
-            if !text.isEmpty || calls.isEmpty { outputs.append(.message(text)) }
-            for index in calls.keys.sorted() {
-                let call = calls[index]!
-                guard !call.name.isEmpty else {
-                    throw ModelCallError(.badResponse, "the provider streamed a tool call without a name (index \(index))")
-                }
-                // Malformed arguments are the tool's business: the model reads the error.
-                outputs.append(.toolCall(name: call.name, arguments: call.arguments, callID: call.id ?? "call_\(index)"))
-            }
-            return ModelResponse(outputs: outputs, usage: usage)
-        }
+        func response() throws -> ModelResponse { try answer.response() }
     }
 }

@@ -40,35 +40,24 @@ extension ChatCompletions.Accumulator: StreamAccumulator {
 /// call's id and name), `response.function_call_arguments.delta` and
 /// `response.completed` (with usage).
 public enum ResponsesAPI {
-    /// Same mapping as `ChatCompletions.body`: base instructions and developer
-    /// items as "system" messages, tool calls as `function_call` items and
-    /// their outputs as `function_call_output` items with the same `call_id`.
+    /// The same items as `ChatCompletions.body` (`WireMapping.item`): tool
+    /// calls as `function_call` items and their outputs as
+    /// `function_call_output` items with the same `call_id`.
     public static func body(for request: ModelRequest) throws -> Data {
-        var input: [[String: Any]] = []
-        for item in request.context {
-            switch item.role {
-            case .system, .developer:
-                input.append(["role": "system", "content": item.text])
-            case .user:
-                input.append(["role": "user", "content": item.text])
-            case .assistant:
-                if item.kind == .toolCall {
-                    input.append(["type": "function_call", "call_id": item.callID ?? "", "name": item.toolName ?? "",
-                                  "arguments": item.text])
-                } else {
-                    input.append(["role": "assistant", "content": item.text])
-                }
-            case .tool:
-                input.append(["type": "function_call_output", "call_id": item.callID ?? "", "output": item.text])
+        let input = request.context.map { item -> [String: Any] in
+            switch WireMapping.item(item) {
+            case let .message(role, content):
+                return ["role": role, "content": content]
+            case let .toolCall(callID, name, arguments):
+                return ["type": "function_call", "call_id": callID, "name": name, "arguments": arguments]
+            case let .toolOutput(callID, output):
+                return ["type": "function_call_output", "call_id": callID, "output": output]
             }
         }
         var body: [String: Any] = ["model": request.model, "stream": true, "store": false, "input": input]
         if !request.tools.isEmpty {
             body["tools"] = try request.tools.map { tool -> [String: Any] in
-                let schema = tool.parametersSchema.isEmpty
-                    ? ["type": "object", "properties": [String: Any]()] as [String: Any]
-                    : try JSONSerialization.jsonObject(with: Data(tool.parametersSchema.utf8))
-                return ["type": "function", "name": tool.name, "description": tool.description, "parameters": schema]
+                ["type": "function", "name": tool.name, "description": tool.description, "parameters": try WireMapping.parameters(tool)]
             }
         }
         return try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
@@ -104,14 +93,11 @@ public enum ResponsesAPI {
     }
 
     struct Accumulator: StreamAccumulator {
-        let maxAnswerBytes: Int
-        private var text = ""
-        private var calls: [Int: (id: String, name: String, arguments: String)] = [:]
-        private var usage: TokenUsage?
+        private var answer: ModelAnswer
         private(set) var finished = false
         var complete: Bool { finished }
 
-        init(maxAnswerBytes: Int = 4 << 20) { self.maxAnswerBytes = maxAnswerBytes }
+        init(maxAnswerBytes: Int = 4 << 20) { answer = ModelAnswer(maxAnswerBytes: maxAnswerBytes) }
 
         mutating func add(_ event: ServerSentEventParser.Event) throws -> String {
             let decoded: Event
@@ -120,32 +106,30 @@ public enum ResponsesAPI {
             } catch {
                 throw ModelCallError(.badResponse, "the provider sent an event that is not a Responses API event: \(event.data.prefix(200))")
             }
-            var added = ""
             switch decoded.type ?? event.type ?? "" {
             case "response.output_text.delta":
-                added = decoded.delta ?? ""
-                text += added
+                let added = decoded.delta ?? ""
+                try answer.append(text: added)
+                return added
             case "response.output_item.added", "response.output_item.done":
                 if let item = decoded.item, item.type == "function_call", let index = decoded.output_index {
-                    var entry = calls[index] ?? (id: "", name: "", arguments: "")
-                    if let id = item.call_id { entry.id = id }
-                    if let name = item.name { entry.name = name }
-                    if let arguments = item.arguments, !arguments.isEmpty { entry.arguments = arguments }
-                    calls[index] = entry
+                    try answer.call(index) { entry in
+                        if let id = item.call_id { entry.id = id }
+                        if let name = item.name { entry.name = name }
+                        if let arguments = item.arguments, !arguments.isEmpty { entry.arguments = arguments }
+                    }
                 }
             case "response.function_call_arguments.delta":
-                if let index = decoded.output_index {
-                    calls[index, default: (id: "", name: "", arguments: "")].arguments += decoded.delta ?? ""
-                }
+                if let index = decoded.output_index { try answer.call(index) { $0.arguments += decoded.delta ?? "" } }
             case "response.function_call_arguments.done":
                 if let index = decoded.output_index, let arguments = decoded.arguments {
-                    calls[index, default: (id: "", name: "", arguments: "")].arguments = arguments
+                    try answer.call(index) { $0.arguments = arguments }
                 }
             case "response.completed":
                 if let usage = decoded.response?.usage {
                     let input = usage.input_tokens ?? 0
                     let output = usage.output_tokens ?? 0
-                    self.usage = TokenUsage(inputTokens: input, outputTokens: output, totalTokens: usage.total_tokens ?? input + output)
+                    answer.usage = TokenUsage(inputTokens: input, outputTokens: output, totalTokens: usage.total_tokens ?? input + output)
                 }
                 finished = true
             case "response.failed", "error":
@@ -154,23 +138,9 @@ public enum ResponsesAPI {
             default:
                 break  // created, in_progress, content_part, ...: nothing to keep
             }
-            guard text.utf8.count + calls.values.reduce(0, { $0 + $1.arguments.utf8.count }) <= maxAnswerBytes else {
-                throw ModelCallError(.badResponse, "the provider's answer exceeds \(maxAnswerBytes) bytes")
-            }
-            return added
+            return ""
         }
 
-        func response() throws -> ModelResponse {
-            var outputs: [ModelOutput] = []
-            if !text.isEmpty || calls.isEmpty { outputs.append(.message(text)) }
-            for index in calls.keys.sorted() {
-                let call = calls[index]!
-                guard !call.name.isEmpty else {
-                    throw ModelCallError(.badResponse, "the provider streamed a function call without a name (output \(index))")
-                }
-                outputs.append(.toolCall(name: call.name, arguments: call.arguments, callID: call.id.isEmpty ? "call_\(index)" : call.id))
-            }
-            return ModelResponse(outputs: outputs, usage: usage)
-        }
+        func response() throws -> ModelResponse { try answer.response() }
     }
 }
