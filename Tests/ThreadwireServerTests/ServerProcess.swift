@@ -97,7 +97,11 @@ final class ServerProcess: @unchecked Sendable {
                 continue
             }
             let chunk = stdout.fileHandleForReading.availableData
-            if chunk.isEmpty { throw ServerProcessError.exitedEarly }
+            if chunk.isEmpty {
+                process.waitUntilExit()
+                let log = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+                throw ServerProcessError.exitedEarly(status: process.terminationStatus, stderr: String(log.suffix(2000)))
+            }
             buffered.append(chunk)
         }
         for text in lines {
@@ -210,6 +214,7 @@ final class ServerProcess: @unchecked Sendable {
 }
 
 enum ServerProcessError: Error {
-    case exitedEarly
+    /// The server stopped before it printed that it listens: its exit status and the end of its standard error.
+    case exitedEarly(status: Int32, stderr: String)
     case unexpectedOutput(String)
 }
