@@ -48,15 +48,6 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let connection = Connection(id: connectionID, channel: context.channel, limits: limits, metrics: services.metrics,
                                     frameLimit: frameLimit,
                                     resumeReads: { eventLoop.execute { loopBound.value.resumeIfAllowed() } })
-        if services.descriptors.takeRefusal() {
-            // Accepted on the reserved descriptor: refuse it and take the spare back.
-            services.metrics.serverClosed(reason: "outOfDescriptors")
-            connection.close(code: .unavailable, message: "the server is out of file descriptors; try again later")
-            let descriptors = services.descriptors
-            context.channel.closeFuture.whenComplete { _ in descriptors.reacquire() }
-            context.fireChannelActive()
-            return
-        }
         guard services.registry.add(connection, limit: limits.maxConnections) else {
             logger.debug("refusing connection", metadata: ["tw.close.reason": "maxConnections"])
             services.metrics.serverClosed(reason: "maxConnections")

@@ -3,25 +3,51 @@ import Glibc
 #endif
 import NIOCore
 import Synchronization
+import ThreadwireWire
 
 /// One file descriptor kept in reserve for running out of them. When accept
 /// fails with EMFILE/ENFILE the pending connection stays in the backlog and
 /// the listener stays readable, so the event loop would retry at once, for
 /// ever (NIO keeps the read pending after a failed accept, so a delayed read
-/// alone does not stop it). Releasing the spare lets the next accept succeed;
-/// that connection gets an UNAVAILABLE error frame and is closed, and the
-/// spare is taken back: the backlog drains with clear errors instead of a
-/// spinning core.
+/// alone does not stop it). Instead the listener's event loop frees the
+/// spare, accepts one pending connection itself, sends it an UNAVAILABLE
+/// error frame, closes it and takes the spare back: the backlog drains with
+/// clear errors instead of a spinning core.
+///
+/// All of that happens in one step on the listener's event loop. An earlier
+/// version let NIO accept on the freed spare and refused the connection from
+/// its handler; the accept loop then took the descriptor the refused
+/// connection gave back before the spare was reopened, the spare was lost and
+/// the loop spun.
 final class DescriptorReserve: Sendable {
     private let spare = Mutex<Int32>(-1)
-    /// Connections accepted on the released spare, still to be refused.
-    private let toRefuse = Atomic<Int>(0)
+    private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
+    /// The refusal sent to a connection accepted on the spare (none with TLS:
+    /// there is no handshake to send it through).
+    private let refusal: [UInt8]?
 
-    init() { reacquire() }
+    init(sendsRefusal: Bool) {
+        refusal = sendsRefusal
+            ? Wire.Envelope(kind: .response(Wire.Response(code: StatusCode.unavailable.rawValue,
+                                                          message: "the server is out of file descriptors; try again later")))
+                .framed(allocator: ByteBufferAllocator()).readableBytesView.map { $0 }
+            : nil
+        reacquire()
+    }
 
-    func reacquire() {
+    private func reacquire() {
         spare.withLock { fd in
             if fd < 0 { fd = open("/dev/null", O_RDONLY | O_CLOEXEC) }
+        }
+    }
+
+    /// One warning per episode rather than one per refused connection.
+    func shouldWarn() -> Bool {
+        lastWarning.withLock { last in
+            let now = ContinuousClock.now
+            if let last, now - last < .seconds(10) { return false }
+            last = now
+            return true
         }
     }
 
@@ -29,25 +55,56 @@ final class DescriptorReserve: Sendable {
         error.errnoCode == EMFILE || error.errnoCode == ENFILE
     }
 
-    /// Frees the spare; true if there was one (the next accept can succeed).
-    func release() -> Bool {
+    /// Refuses one pending connection of `listener` on the spare descriptor;
+    /// false if there is no spare (it could not be reopened) or nothing was
+    /// pending. Runs on the listener's event loop.
+    func refusePending(listener: Int32) -> Bool {
         spare.withLock { fd in
+            if fd < 0 { fd = open("/dev/null", O_RDONLY | O_CLOEXEC) }
             guard fd >= 0 else { return false }
             close(fd)
-            fd = -1
-            toRefuse.add(1, ordering: .relaxed)
-            return true
+            let connection = accept(listener, nil, nil)
+            if connection >= 0 {
+                _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(connection, F_SETFL, fcntl(connection, F_GETFL) | O_NONBLOCK)
+                // What the client already sent is read first: closing with
+                // unread bytes would reset the connection before the client
+                // reads the refusal.
+                var scratch = [UInt8](repeating: 0, count: 4096)
+                _ = scratch.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if let refusal {
+                    _ = refusal.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+                }
+                shutdown(connection, Int32(SHUT_WR))
+                close(connection)
+            }
+            fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            return connection >= 0
         }
     }
+}
 
-    /// True for a connection that must be refused because it took the spare.
-    func takeRefusal() -> Bool {
-        var current = toRefuse.load(ordering: .relaxed)
-        while current > 0 {
-            let (done, original) = toRefuse.compareExchange(expected: current, desired: current - 1, ordering: .relaxed)
-            if done { return true }
-            current = original
+/// The listening socket, made here rather than by NIO's bind so that the
+/// server knows its descriptor (DescriptorReserve accepts on it directly).
+enum ListeningSocket {
+    static func open(host: String, port: Int, backlog: Int32) throws -> Int32 {
+        let address = try SocketAddress.makeAddressResolvingHost(host, port: port)
+        let fd = socket(address.protocolFamily, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw IOError(errnoCode: errno, reason: "socket") }
+        var on: Int32 = 1
+        guard setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size)) == 0,
+              address.withSockAddr({ bind(fd, $0, socklen_t($1)) }) == 0,
+              listen(fd, backlog) == 0 else {
+            let failure = IOError(errnoCode: errno, reason: "cannot listen on \(host):\(port)")
+            close(fd)
+            throw failure
         }
-        return false
+        return fd
+    }
+
+    /// NIO listens again with its own default backlog when it adopts the
+    /// socket; Linux lets a second listen set it back.
+    static func setBacklog(_ fd: Int32, _ backlog: Int32) {
+        _ = listen(fd, backlog)
     }
 }

@@ -60,7 +60,6 @@ final class ServerServices: Sendable {
     let recorder: FrameRecorder?
     let metrics: ServerMetrics
     let tasks = TaskTracker()
-    let descriptors = DescriptorReserve()
     let peers: PeerSettings
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
@@ -193,17 +192,20 @@ public final class ThreadwireServer: Service, Sendable {
         let metrics = services.metrics
         let logger = services.logger
         let tlsContext = self.tlsContext
-        return try await ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        let backlog: Int32 = 256
+        let descriptor = try ListeningSocket.open(host: configuration.host, port: configuration.port, backlog: backlog)
+        let reserve = DescriptorReserve(sendsRefusal: tlsContext == nil)
+        let channel = try await ServerBootstrap(group: group)
             .serverChannelInitializer { channel in
                 // Out of file descriptors, accept fails at once; without a
                 // pause the loop would spin on it.
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: { error in
                         metrics.acceptBackoffs.increment()
-                        if DescriptorReserve.isOutOfDescriptors(error), services.descriptors.release() {
-                            logger.warning("out of file descriptors; refusing pending connections", metadata: ["tw.error": "\(error)"])
+                        guard DescriptorReserve.isOutOfDescriptors(error) else { return .milliseconds(250) }
+                        if reserve.refusePending(listener: descriptor) {
+                            if reserve.shouldWarn() { logger.warning("out of file descriptors; refused a pending connection", metadata: ["tw.error": "\(error)"]) }
+                            metrics.serverClosed(reason: "outOfDescriptors")
                             return nil
                         }
                         return .milliseconds(250)
@@ -231,8 +233,10 @@ public final class ThreadwireServer: Service, Sendable {
                     ])
                 }
             }
-            .bind(host: configuration.host, port: configuration.port)
+            .withBoundSocket(descriptor)
             .get()
+        ListeningSocket.setBacklog(descriptor, backlog)
+        return channel
     }
 
     private func drain() async {

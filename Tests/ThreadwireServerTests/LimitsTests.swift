@@ -129,6 +129,13 @@ struct LimitsTests {
             Issue.record("bad result"); return
         }
         #expect(health.status == .serving)
+        // The connections past the limit were refused with a clear error,
+        // not left hanging (the last one queued is one of them).
+        let last = try #require(sockets.last)
+        let (frames, closed) = await last.readUntilClosed(seconds: 10)
+        #expect(closed)
+        let refusal = try #require(frames.last?.response)
+        #expect(refusal.code == 14 && refusal.message?.contains("out of file descriptors") == true, "\(refusal.message ?? "")")
         for socket in sockets { socket.close() }
         sockets.removeAll()
         // Once descriptors are free a new client is served.
