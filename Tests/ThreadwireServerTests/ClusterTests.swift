@@ -24,7 +24,7 @@ final class InstanceGroup: Sendable {
 
     private init(instances: [ServerProcess]) { self.instances = instances }
 
-    func stopAll() { for instance in instances { instance.stop() } }
+    func stopAll() { for instance in instances { instance.stopBlocking() } }
 }
 
 @Suite("several instances on one PostgreSQL (real servers, real PostgreSQL)", .timeLimit(.minutes(4)))
@@ -147,7 +147,7 @@ struct ClusterTests {
         for victim in [0, 1, 2].shuffled() {
             group.instances[victim].kill9()
             try await Task.sleep(for: .milliseconds(Int.random(in: 200...800)))
-            try await group.instances[victim].startOffPool()
+            try await group.instances[victim].start()
             try await Task.sleep(for: .milliseconds(1500))
         }
         // Every writer gets acknowledged changes after the last restart.

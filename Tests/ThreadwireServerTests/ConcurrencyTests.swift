@@ -52,7 +52,7 @@ struct ConcurrencyTests {
 
     @Test("settings/update racing settings/update on different fields: both acknowledged changes are kept, also after kill -9")
     func settingsVersusSettings() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let a = try await server.client()
         let b = try await server.client()
         let thread = try #require(try await a.startThread().thread?.id)
@@ -72,14 +72,14 @@ struct ConcurrencyTests {
             #expect(stored.model == model && stored.multiAgentMode == mode, "round \(round): \(stored.model ?? "") / \(String(describing: stored.multiAgentMode))")
         }
         server.kill9()
-        try server.start()
+        try await server.start()
         let after = try #require(try await server.client().read(thread, turns: false).thread)
         #expect(after.model == lastModel && after.multiAgentMode == lastMode)
     }
 
     @Test("thread/read, answered from the snapshot's kept encoding, always shows the last acknowledged change while other readers hammer it")
     func readsFollowAcknowledgedWrites() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let writer = try await server.client()
         let reader = try await server.client()
         let hammer = try await server.client()
@@ -101,7 +101,7 @@ struct ConcurrencyTests {
 
     @Test("archive racing settings/update: both acknowledged changes are kept")
     func archiveVersusSettings() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let a = try await server.client()
         let b = try await server.client()
         let thread = try #require(try await a.startThread().thread?.id)
@@ -118,14 +118,14 @@ struct ConcurrencyTests {
             #expect(stored.archived == archive && stored.model == model, "round \(round)")
         }
         server.kill9()
-        try server.start()
+        try await server.start()
         let after = try #require(try await server.client().read(thread, turns: false).thread)
         #expect(after.archived == ((Self.rounds - 1) % 2 == 0) && after.model == "m\(Self.rounds - 1)")
     }
 
     @Test("settings/update racing turn/start: every acknowledged selection survives, and the first turn always pins the runtime")
     func settingsVersusTurn() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let a = try await server.client()
         let b = try await server.client()
         var expectations: [(thread: String, mode: Wire.MultiAgentMode, model: String)] = []
@@ -147,7 +147,7 @@ struct ConcurrencyTests {
             expectations.append((thread, mode, model))
         }
         server.kill9()
-        try server.start()
+        try await server.start()
         let client = try await server.client()
         for expected in expectations {
             let after = try #require(try await client.read(expected.thread, turns: false).thread)
@@ -157,7 +157,7 @@ struct ConcurrencyTests {
 
     @Test("archive racing turn/start: never an archived thread with a running turn")
     func archiveVersusTurn() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let a = try await server.client()
         let b = try await server.client()
         let thread = try #require(try await a.startThread().thread?.id)
@@ -186,7 +186,7 @@ struct ConcurrencyTests {
         }
         #expect(archivedWins + turnWins == Self.rounds)
         server.kill9()
-        try server.start()
+        try await server.start()
         let after = try #require(try await server.client().read(thread).thread)
         #expect(!after.turns.contains { $0.status == .inProgress })
         #expect(after.turns.count == turnWins, "every acknowledged turn is stored, no other")
@@ -194,7 +194,7 @@ struct ConcurrencyTests {
 
     @Test("fork racing a running turn: the fork is a consistent copy, never a partial unmarked turn")
     func forkVersusTurn() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let a = try await server.client()
         let b = try await server.client()
         let source = try #require(try await a.startThread().thread?.id)
@@ -221,7 +221,7 @@ struct ConcurrencyTests {
 
     @Test("16 concurrent agent/spawn on one parent never pass the cap (v1 and v2), v2 task names stay unique, and the cap holds after kill -9")
     func spawnVersusSpawn() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let owner = try await server.client()
         let clients = try await (0..<16).asyncMap { _ in try await server.client() }
         var fullParents: [(parent: String, limitName: String)] = []
@@ -257,7 +257,7 @@ struct ConcurrencyTests {
         }
         // The caps are counted from the stored registry, not from memory.
         server.kill9()
-        try server.start()
+        try await server.start()
         let again = try await server.client()
         for (parent, limitName) in fullParents {
             await expectStatus(8, mentioning: limitName) { _ = try await again.spawn(parent) }
@@ -266,7 +266,7 @@ struct ConcurrencyTests {
 
     @Test("commands on one thread do not wait for another thread's held turn or slow commands")
     func otherThreadsAreNotDelayed() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let busy = try #require(try await client.startThread().thread?.id)
         let held = try await client.startTurn(busy, "#hold")

@@ -7,7 +7,7 @@ import ThreadwireWire
 struct LifecycleTests {
     @Test("kill -9 during a stream of writes loses no acknowledged change")
     func killNineDurability() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         // Four connections write concurrently. Each owns a thread whose model it
         // sets to a counter (settings update), and starts new threads in between;
         // every acknowledged write is recorded.
@@ -23,14 +23,14 @@ struct LifecycleTests {
         let threads = await acknowledged.threads
         let lastModels = await acknowledged.lastModels
 
-        try server.start()
+        try await server.start()
         let client = try await server.client()
         try await Acknowledged.expectPresent(threads: threads, lastModels: lastModels, owned: owned, client)
     }
 
     @Test("thread/list pages with a cursor, sorts, filters by parent and archived")
     func listPaging() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         var ids: [String] = []
         for i in 0..<7 { ids.append(try #require(try await client.startThread(Wire.ThreadStartParams(name: "t\(i)")).thread?.id)) }
@@ -55,7 +55,7 @@ struct LifecycleTests {
 
     @Test("archive and unarchive move a thread between lists and notify subscribers")
     func archive() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -72,7 +72,7 @@ struct LifecycleTests {
 
     @Test("an unsubscribed idle thread is unloaded: thread/closed, status NOT_LOADED, cold resume works")
     func unsubscribeUnloads() async throws {
-        let server = try ServerProcess(arguments: ["--idle-unload-seconds", "0.2"])
+        let server = try await ServerProcess.launch(arguments: ["--idle-unload-seconds", "0.2"])
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -88,7 +88,7 @@ struct LifecycleTests {
 
     @Test("a turn streams turn/started, item events and turn/completed to subscribers, with increasing sequence numbers")
     func turnNotifications() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let watcher = try await server.client(optOut: ["item/started"])
         let inbox = Inbox(client)
@@ -109,7 +109,7 @@ struct LifecycleTests {
 
     @Test("thread ids that do not exist are NOT_FOUND everywhere")
     func notFound() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         await expectStatus(5, mentioning: "missing") { _ = try await client.resume("missing") }
         await expectStatus(5, mentioning: "missing") { _ = try await client.fork("missing") }

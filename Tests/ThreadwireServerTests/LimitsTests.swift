@@ -11,7 +11,7 @@ struct LimitsTests {
     @Test("initialize reports every limit a client must respect, as configured by flags and the config file")
     func initializeReportsLimits() async throws {
         let config = #"{"limits": {"max_queued_requests": 77, "idle_timeout_ms": 45000}}"#
-        let server = try ServerProcess(config: config, arguments: ["--max-notification-backlog-bytes", "2097152", "--max-queued-requests", "99"])
+        let server = try await ServerProcess.launch(config: config, arguments: ["--max-notification-backlog-bytes", "2097152", "--max-queued-requests", "99"])
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         let limits = try #require(try await client.initialize(name: "limits").limits)
         #expect(limits.maxFrameBytes == 4_194_304)
@@ -23,16 +23,16 @@ struct LimitsTests {
     }
 
     @Test("a limit that cannot work stops startup with a message naming it")
-    func badLimitRefused() throws {
-        #expect(throws: ServerProcessError.self) { try ServerProcess(arguments: ["--max-connections", "0"]) }
-        #expect(throws: ServerProcessError.self) {
-            try ServerProcess(arguments: ["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"])
+    func badLimitRefused() async throws {
+        await #expect(throws: ServerProcessError.self) { try await ServerProcess.launch(arguments: ["--max-connections", "0"]) }
+        await #expect(throws: ServerProcessError.self) {
+            try await ServerProcess.launch(arguments: ["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"])
         }
     }
 
     @Test("past --max-connections a connection gets RESOURCE_EXHAUSTED, then a close; a freed slot is usable again")
     func connectionCap() async throws {
-        let server = try ServerProcess(arguments: ["--max-connections", "2"])
+        let server = try await ServerProcess.launch(arguments: ["--max-connections", "2"])
         let first = try await server.client()
         let second = try await server.client()
         let third = try RawSocket(port: server.port)
@@ -63,7 +63,7 @@ struct LimitsTests {
     func idleTimeout() async throws {
         // Long enough that a loaded test machine never leaves the subscriber
         // idle between its initialize and its thread/start.
-        let server = try ServerProcess(arguments: ["--idle-timeout-ms", "1500"])
+        let server = try await ServerProcess.launch(arguments: ["--idle-timeout-ms", "1500"])
         let idle = try RawSocket(port: server.port)
         defer { idle.close() }
         try idle.send(RawSocket.initialize)
@@ -81,7 +81,7 @@ struct LimitsTests {
 
     @Test("partial frames across connections are capped: the connection that passes the cap is refused, others go on")
     func partialFrameCap() async throws {
-        let server = try ServerProcess(arguments: ["--max-frame-bytes", "1000000", "--max-partial-frame-bytes", "1500000"])
+        let server = try await ServerProcess.launch(arguments: ["--max-frame-bytes", "1000000", "--max-partial-frame-bytes", "1500000"])
         // A 900 KB frame announced, 800 KB of it sent: held by the server.
         let header: [UInt8] = [0, 0, 0x0D, 0xBB, 0xA0]  // 900,000
         let part = [UInt8](repeating: 0x41, count: 800_000)
@@ -112,7 +112,7 @@ struct LimitsTests {
 
     @Test("out of file descriptors the server backs off accepting instead of spinning, and serves again once they free up")
     func fileDescriptorExhaustion() async throws {
-        let server = try ServerProcess(fileLimit: 64)
+        let server = try await ServerProcess.launch(fileLimit: 64)
         let established = try await server.client()
         var sockets: [RawSocket] = []
         defer { for socket in sockets { socket.close() } }
@@ -151,9 +151,22 @@ struct LimitsTests {
         #expect(served)
     }
 
+    @Test("a port already in use stops startup with a message naming the address and the cause")
+    func portInUse() async throws {
+        let first = try await ServerProcess.launch()
+        do {
+            _ = try await ServerProcess.launch(arguments: ["--listen", "127.0.0.1:\(first.port)"])
+            Issue.record("a second server started on a port already in use")
+        } catch let ServerProcessError.exitedEarly(status, stderr) {
+            #expect(status != 0)
+            #expect(stderr.contains("cannot listen on 127.0.0.1:\(first.port): Address already in use"), "\(stderr)")
+        }
+        _ = try await (try await first.client()).result(.healthCheck(.init()))
+    }
+
     @Test("/metrics is Prometheus text and its counters move with the traffic; /livez and /readyz answer")
     func metricsEndpoint() async throws {
-        let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0"])
+        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0"])
         #expect(server.adminPort > 0)
         #expect(try await httpGet(port: server.adminPort, path: "/livez").status == 200)
         let ready = try await httpGet(port: server.adminPort, path: "/readyz")
@@ -184,7 +197,7 @@ struct LimitsTests {
 
     @Test("SIGTERM: readiness and health fail first while a running turn gets its grace, then the server exits 0")
     func drainingFailsReadinessFirst() async throws {
-        let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0", "--turn-grace-seconds", "2"])
+        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0", "--turn-grace-seconds", "2"])
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
         _ = try await client.startTurn(thread, "#hold")
@@ -202,8 +215,8 @@ struct LimitsTests {
         #expect(readyz.status == 503 && readyz.body.contains("draining"), "\(readyz)")
         guard case let .healthCheck(answer) = try await health.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
         #expect(answer.status == .notServing)
-        #expect(server.stop() == 0)
-        try server.start()
+        #expect(await server.stop() == 0)
+        try await server.start()
         let after = try await server.client()
         let stored = try await after.read(thread, turns: true, modelRequests: false)
         #expect(stored.thread?.turns.last?.status == .interrupted)
@@ -225,7 +238,7 @@ struct LimitsTests {
             _ = shell("umount '\(mountPoint)'")
             try? FileManager.default.removeItem(atPath: mountPoint)
         }
-        let server = try ServerProcess(arguments: ["--admin-listen", "127.0.0.1:0", "--data-dir", mountPoint + "/store"])
+        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0", "--data-dir", mountPoint + "/store"])
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
         guard case let .healthCheck(before) = try await client.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
@@ -263,7 +276,7 @@ struct LimitsTests {
         #expect(serving)
         #expect(try await httpGet(port: server.adminPort, path: "/readyz").status == 200)
         _ = try await client.startThread()
-        server.stop()
+        await server.stop()
     }
 
     /// Every line is a comment or `name{labels} value`, and every sample's

@@ -45,7 +45,7 @@ struct PressureTests {
 
     @Test("3,000 pipelined thread/read include_turns never read: RSS stays under 256 MiB and another client keeps getting answers")
     func pipelinedReadsNeverRead() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let good = try await server.client()
         let thread = try #require(try await good.startThread().thread?.id)
         // About 2 MB per answer: ten turns of 100 KB input, echoed back.
@@ -76,7 +76,7 @@ struct PressureTests {
 
     @Test("2,000,000 pipelined health checks never read: RSS stays under 256 MiB and another client keeps getting answers")
     func pipelinedHealthNeverRead() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let good = try await server.client()
         let raw = try RawSocket(port: server.port, receiveBuffer: 4096)
         defer { raw.close() }
@@ -98,7 +98,7 @@ struct PressureTests {
 
     @Test("a subscriber that never reads notifications is cut off at the backlog limit with RESOURCE_EXHAUSTED; other subscribers get every notification")
     func slowSubscriberIsCutOff() async throws {
-        let server = try ServerProcess(arguments: ["--max-notification-backlog-bytes", "1048576", "--admin-listen", "127.0.0.1:0"])
+        let server = try await ServerProcess.launch(arguments: ["--max-notification-backlog-bytes", "1048576", "--admin-listen", "127.0.0.1:0"])
         let driver = try await server.client()
         let thread = try #require(try await driver.startThread().thread?.id)
         let listener = try await server.client()
@@ -143,7 +143,7 @@ struct PressureTests {
 
     @Test("a thread with about 30 MB of turns is read page by page; no frame exceeds the advertised limit, loaded or not")
     func largeThreadPages() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         var client = try await server.client()
         let limit = Int(try #require(try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
             .initialize(name: "limits").limits?.maxFrameBytes))
@@ -158,7 +158,7 @@ struct PressureTests {
 
         for pass in ["loaded", "from the store"] {
             if pass == "from the store" {
-                try server.restart()
+                try await server.restart()
                 client = try await server.client()
             }
             // The client's decoder refuses any frame over `limit`, so every
@@ -207,7 +207,7 @@ struct PressureTests {
 
     @Test("one turn too large for any frame is RESOURCE_EXHAUSTED naming the limit, never a bigger frame")
     func turnTooLargeForAnyFrame() async throws {
-        let server = try ServerProcess(arguments: ["--max-frame-bytes", "65536"])
+        let server = try await ServerProcess.launch(arguments: ["--max-frame-bytes", "65536"])
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, maxFrameBytes: 65536)
         try await client.initialize(name: "tests")
         let thread = try #require(try await client.startThread().thread?.id)
@@ -234,7 +234,7 @@ struct PressureTests {
 
     @Test("a thread/list page of large threads is cut to fit the frame and continues by cursor")
     func threadListFitsTheFrame() async throws {
-        let server = try ServerProcess(arguments: ["--max-frame-bytes", "65536", "--max-partial-frame-bytes", "1048576"])
+        let server = try await ServerProcess.launch(arguments: ["--max-frame-bytes", "65536", "--max-partial-frame-bytes", "1048576"])
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, maxFrameBytes: 65536)
         try await client.initialize(name: "tests")
         var created: Set<String> = []
@@ -259,7 +259,7 @@ struct PressureTests {
 
     @Test("pipelined requests mixing inline answers (health/check, thread/read) with stored changes are answered in request order")
     func inlineAnswersKeepOrder() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let setup = try await server.client()
         let thread = try #require(try await setup.startThread().thread?.id)
         let raw = try RawSocket(port: server.port)

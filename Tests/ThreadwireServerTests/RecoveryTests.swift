@@ -17,13 +17,13 @@ struct RecoveryTests {
 
     @Test("kill -9 during a running turn: after restart it is INTERRUPTED with its marker and reason, and turn/start works")
     func killDuringTurn() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(thread, "first")
         let held = try await client.startTurn(thread, "#hold")
         server.kill9()
-        try server.start()
+        try await server.start()
         let after = try await server.client()
         let stored = try #require(try await after.read(thread).thread)
         #expect(stored.status?.type != .active, "no thread is ACTIVE with a turn nobody runs")
@@ -40,12 +40,12 @@ struct RecoveryTests {
 
     @Test("SIGTERM during a running turn: after the grace period it is interrupted and recorded; the next process recovers nothing")
     func sigtermDuringTurn() async throws {
-        let server = try ServerProcess(arguments: ["--turn-grace-seconds", "0.2"])
+        let server = try await ServerProcess.launch(arguments: ["--turn-grace-seconds", "0.2"])
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
         let held = try await client.startTurn(thread, "#hold")
-        #expect(server.stop() == 0, "graceful exit")
-        try server.start()
+        #expect(await server.stop() == 0, "graceful exit")
+        try await server.start()
         let stored = try #require(try await server.client().read(thread).thread)
         let turn = try #require(stored.turns.first { $0.id == held })
         #expect(turn.status == .interrupted)
@@ -54,7 +54,7 @@ struct RecoveryTests {
 
     @Test("kill -9 with running children (v2): children are recovered, the parent hears through its mailbox, list_agents, wait_agent and caps work")
     func killDuringChildren() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")
@@ -63,7 +63,7 @@ struct RecoveryTests {
         let third = try #require(try await client.spawn(parent, message: "#hold").thread?.id)
         _ = try await client.waitForThread(second) { $0.turns.last?.status == .completed }
         server.kill9()
-        try server.start()
+        try await server.start()
         let after = try await server.client()
         for child in [first, third] {
             let stored = try #require(try await after.read(child).thread)
@@ -86,7 +86,7 @@ struct RecoveryTests {
         let closed = try await after.runTurn(parent, "#tool close_agent {\"target\": \"task1\"}")
         #expect(try toolOutput(closed, "close_agent")["status"] as? String == "shutdown")
         server.kill9()
-        try server.start()
+        try await server.start()
         let third2 = try await server.client()
         _ = try await third2.spawn(parent)
         await expectStatus(8, mentioning: "agent limit reached") { _ = try await third2.spawn(parent) }
@@ -94,13 +94,13 @@ struct RecoveryTests {
 
     @Test("a v2 tree survives a restart: wait_agent returns the final message at once, followup_task reaches the child, which keeps its model")
     func v2TreeAfterRestart() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")
         let child = try #require(try await client.spawn(parent, message: "write tests", model: "child-model").thread?.id)
         _ = try await client.waitForThread(child) { $0.turns.last?.status == .completed }
-        try server.restart()
+        try await server.restart()
         let after = try await server.client()
         let turn = try await after.runTurn(parent, "#tool wait_agent {}\n#tool followup_task {\"target\": \"task1\", \"message\": \"and docs\"}")
         let waited = try toolOutput(turn, "wait_agent")
@@ -115,7 +115,7 @@ struct RecoveryTests {
 
     @Test("a v1 tree stays reachable after unsubscribe and idle unload: send_input and wait_agent reach the child")
     func v1TreeAfterUnload() async throws {
-        let server = try ServerProcess(arguments: ["--idle-unload-seconds", "0.2"])
+        let server = try await ServerProcess.launch(arguments: ["--idle-unload-seconds", "0.2"])
         let client = try await server.client()
         let inbox = Inbox(client)
         let parent = try #require(try await client.startThread().thread?.id)
@@ -137,7 +137,7 @@ struct RecoveryTests {
 
     @Test("v1 close_agent frees a slot and resume_agent takes one back, counted from the stored registry")
     func v1CloseAndResume() async throws {
-        let server = try ServerProcess()
+        let server = try await ServerProcess.launch()
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(
             config: [Wire.KeyValue(key: "agents.max_threads", value: "1")])).thread?.id)
@@ -145,7 +145,7 @@ struct RecoveryTests {
         let first = try #require(try await client.spawn(parent).thread?.id)
         await expectStatus(8, mentioning: "agents.max_threads = 1") { _ = try await client.spawn(parent) }
         _ = try await client.runTurn(parent, "#tool close_agent {\"target\": \"\(first)\"}")
-        try server.restart()
+        try await server.restart()
         let after = try await server.client()
         _ = try await after.spawn(parent)
         let resumed = try await after.runTurn(parent, "#tool resume_agent {\"id\": \"\(first)\"}")
@@ -154,7 +154,7 @@ struct RecoveryTests {
 
     @Test("wait_agent honours the timeout it is given, bounded by the configured maximum")
     func waitAgentTimeouts() async throws {
-        let server = try ServerProcess(config: #"{"agents": {"wait_max_ms": 1500}}"#)
+        let server = try await ServerProcess.launch(config: #"{"agents": {"wait_max_ms": 1500}}"#)
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")
@@ -170,7 +170,7 @@ struct RecoveryTests {
 
     @Test("wait_agent wakes when a child's status changes, long before its timeout")
     func waitAgentWakes() async throws {
-        let server = try ServerProcess()  // default timeout 30 s
+        let server = try await ServerProcess.launch()  // default timeout 30 s
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")

@@ -9,7 +9,7 @@ struct ReplayTests {
     func recordAndReplay() async throws {
         let capture = NSTemporaryDirectory() + "threadwire-capture-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: capture) }
-        let server = try ServerProcess(arguments: ["--record", capture])
+        let server = try await ServerProcess.launch(arguments: ["--record", capture])
         for _ in 0..<2 {
             let client = try await server.client()
             let thread = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)

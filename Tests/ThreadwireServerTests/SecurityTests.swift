@@ -15,11 +15,11 @@ private let bobToken = "bob-2c4e6a8b0d1f3a5c7e9b"
 private let carolToken = "carol-9e8d7c6b5a4f3e2d1c0b"
 
 /// A server that authenticates with a tokens file of alice and bob.
-private func authenticatingServer(config: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) throws -> (ServerProcess, String) {
+private func authenticatingServer(config: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) async throws -> (ServerProcess, String) {
     let tokens = NSTemporaryDirectory() + "threadwire-tokens-" + UUID().uuidString
     try "# principal token\nalice \(aliceToken)\n\nbob \(bobToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
     chmod(tokens, 0o600)
-    return (try ServerProcess(config: config, arguments: ["--auth-tokens", tokens] + arguments, environment: environment), tokens)
+    return (try await ServerProcess.launch(config: config, arguments: ["--auth-tokens", tokens] + arguments, environment: environment), tokens)
 }
 
 private func connect(_ server: ServerProcess, token: String?) async throws -> ThreadwireClient {
@@ -48,8 +48,8 @@ private func expectClosed(_ client: ThreadwireClient, sourceLocation: SourceLoca
 struct SecurityTests {
     @Test("missing and wrong tokens get UNAUTHENTICATED and a close; before initialize only health/check answers and frames stay small")
     func missingAndWrongTokens() async throws {
-        let (server, _) = try authenticatingServer()
-        defer { server.stop() }
+        let (server, _) = try await authenticatingServer()
+        defer { server.stopBlocking() }
 
         // Missing token.
         let missing = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
@@ -99,8 +99,8 @@ struct SecurityTests {
 
     @Test("SIGHUP re-reads the tokens file: a revoked token's connections close and it no longer authenticates; a new token works; a broken file changes nothing")
     func revokedTokens() async throws {
-        let (server, tokens) = try authenticatingServer()
-        defer { server.stop() }
+        let (server, tokens) = try await authenticatingServer()
+        defer { server.stopBlocking() }
         let alice = try await connect(server, token: aliceToken)
         let bob = try await connect(server, token: bobToken)
         let bobThread = try #require(try await bob.startThread().thread?.id)
@@ -137,8 +137,8 @@ struct SecurityTests {
 
     @Test("THREADWIRE_AUTH_TOKEN alone authenticates one principal, 'default'")
     func environmentToken() async throws {
-        let server = try ServerProcess(environment: ["THREADWIRE_AUTH_TOKEN": carolToken])
-        defer { server.stop() }
+        let server = try await ServerProcess.launch(environment: ["THREADWIRE_AUTH_TOKEN": carolToken])
+        defer { server.stopBlocking() }
         let refused = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         #expect(try await refused.call(initializeParams(token: aliceToken)).code == unauthenticated)
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
@@ -157,13 +157,13 @@ struct SecurityTests {
     @Test("tokens appear in no log line and no capture file, at trace level, for accepted and refused initializes")
     func tokensNeverLeak() async throws {
         let capture = NSTemporaryDirectory() + "threadwire-capture-" + UUID().uuidString
-        let (server, _) = try authenticatingServer(arguments: ["--record", capture, "--log-level", "trace"])
+        let (server, _) = try await authenticatingServer(arguments: ["--record", capture, "--log-level", "trace"])
         let alice = try await connect(server, token: aliceToken)
         _ = try await alice.startThread()
         let wrong = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         _ = try await wrong.call(initializeParams(token: carolToken))
         await expectClosed(wrong)
-        #expect(server.stop() == 0)
+        #expect(await server.stop() == 0)
         let log = try String(contentsOfFile: server.stderrPath, encoding: .utf8)
         #expect(log.contains("authentication failed"), "the refusal is logged")
         let recorded = try #require(FileManager.default.contents(atPath: capture))
@@ -176,8 +176,8 @@ struct SecurityTests {
 
     @Test("another principal gets NOT_FOUND for every method on a thread, never sees it listed and never hears of it; forks and children stay the owner's")
     func isolationForEveryMethod() async throws {
-        let (server, _) = try authenticatingServer(config: #"{"features": {"multi_agent": true}}"#)
-        defer { server.stop() }
+        let (server, _) = try await authenticatingServer(config: #"{"features": {"multi_agent": true}}"#)
+        defer { server.stopBlocking() }
         let alice = try await connect(server, token: aliceToken)
         let aliceInbox = Inbox(alice)
         let bob = try await connect(server, token: bobToken)
@@ -246,8 +246,8 @@ struct SecurityTests {
         #expect(await bobInbox.all.count > 0, "bob hears of his own thread")
 
         // After a restart (nothing loaded, the store answers): still NOT_FOUND.
-        server.stop()
-        try server.start()
+        await server.stop()
+        try await server.start()
         let bobAgain = try await connect(server, token: bobToken)
         for id in [thread, child, fork] {
             let response = try await bobAgain.call(.threadRead(Wire.ThreadReadParams(threadId: id)))
@@ -260,8 +260,8 @@ struct SecurityTests {
 
     @Test("threadwire import --owner gives the imported thread to that principal only")
     func importOwner() async throws {
-        let (server, _) = try authenticatingServer()
-        server.stop()
+        let (server, _) = try await authenticatingServer()
+        await server.stop()
         let rollout = server.dataDir + "/rollout.jsonl"
         try """
             {"timestamp":"2026-05-01T10:00:00.000Z","type":"session_meta","payload":{"id":"0196a000-0000-7000-8000-0000000a11ce","timestamp":"2026-05-01T10:00:00.000Z","cwd":"/repo","originator":"codex_cli_rs","cli_version":"0.40.0","source":"cli","model_provider":"openai"}}
@@ -269,8 +269,8 @@ struct SecurityTests {
             """.write(toFile: rollout, atomically: true, encoding: .utf8)
         let (status, _) = try await runCLI(["import", "--owner", "alice", "--data-dir", server.dataDir + "/store", rollout])
         #expect(status == 0)
-        try server.start()
-        defer { server.stop() }
+        try await server.start()
+        defer { server.stopBlocking() }
         let id = "0196a000-0000-7000-8000-0000000a11ce"
         let alice = try await connect(server, token: aliceToken)
         #expect(try await alice.read(id).thread?.id == id)
@@ -280,8 +280,8 @@ struct SecurityTests {
 
     @Test("per-principal limits: threads started per minute and turns running at once are RESOURCE_EXHAUSTED naming the limit, also under concurrent requests; other principals are unaffected")
     func principalLimits() async throws {
-        let (server, _) = try authenticatingServer(arguments: ["--max-threads-started-per-minute", "4", "--max-running-turns", "2"])
-        defer { server.stop() }
+        let (server, _) = try await authenticatingServer(arguments: ["--max-threads-started-per-minute", "4", "--max-running-turns", "2"])
+        defer { server.stopBlocking() }
         let alice1 = try await connect(server, token: aliceToken)
         let alice2 = try await connect(server, token: aliceToken)
         guard case let .initialize(info) = try await (try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port))
@@ -483,8 +483,8 @@ struct TLSTests {
     @Test("over TLS the Swift client and the CLI work end to end; plain TCP and a client trusting another CA get nothing")
     func tlsEndToEnd() async throws {
         let certs = try await makeCertificates()
-        let server = try ServerProcess(arguments: ["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key"])
-        defer { server.stop() }
+        let server = try await ServerProcess.launch(arguments: ["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key"])
+        defer { server.stopBlocking() }
         let tls = ClientTLS(caFile: certs + "/ca.pem")
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls)
         try await client.initialize(name: "tls-test")
@@ -515,11 +515,11 @@ struct TLSTests {
         let certs = try await makeCertificates()
         let tokens = certs + "/tokens"
         try "alice \(aliceToken)\nbob \(bobToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
-        let server = try ServerProcess(arguments: [
+        let server = try await ServerProcess.launch(arguments: [
             "--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem",
             "--auth-tokens", tokens,
         ])
-        defer { server.stop() }
+        defer { server.stopBlocking() }
         func tls(_ name: String) -> ClientTLS {
             ClientTLS(caFile: certs + "/ca.pem", certificateFile: certs + "/\(name).pem", keyFile: certs + "/\(name).key")
         }

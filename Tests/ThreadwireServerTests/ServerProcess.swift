@@ -40,19 +40,37 @@ final class ServerProcess: @unchecked Sendable {
         extraArguments = arguments
         self.fileLimit = fileLimit
         self.environment = environment
-        try start()
+        try startBlocking()
     }
 
     /// `init` on a thread of its own: waiting for a slow start (a server that
     /// first migrates a PostgreSQL database) must not hold one of the test
     /// concurrency pool's few threads, which other tests need meanwhile.
-    static func launch(config: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) async throws -> ServerProcess {
-        try await offThread { try ServerProcess(config: config, arguments: arguments, environment: environment) }
+    /// Every test starts its servers this way: a blocking wait on the pool
+    /// also delays the other tests' client code, and timed steps (handshake
+    /// and idle timeouts) then fail for no fault of the server.
+    static func launch(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil,
+                       environment: [String: String] = [:]) async throws -> ServerProcess {
+        try await offThread { try ServerProcess(config: config, arguments: arguments, fileLimit: fileLimit, environment: environment) }
     }
 
-    /// `start` on a thread of its own (see `launch`).
-    func startOffPool() async throws {
-        try await offThread { [self] in try start() }
+    /// Starts the server again (after `stop` or `kill9`), on a thread of its own (see `launch`).
+    func start() async throws {
+        try await offThread { [self] in try startBlocking() }
+    }
+
+    /// `stopBlocking` on a thread of its own (see `launch`).
+    @discardableResult
+    func stop() async -> Int32? {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { [self] in continuation.resume(returning: stopBlocking()) }
+        }
+    }
+
+    /// Stops and starts the server, off the test concurrency pool.
+    func restart() async throws {
+        await stop()
+        try await start()
     }
 
     /// Writes a new config (takes effect at the next restart).
@@ -60,7 +78,7 @@ final class ServerProcess: @unchecked Sendable {
         try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8)
     }
 
-    func start() throws {
+    func startBlocking() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         var arguments = ["--listen", "127.0.0.1:0", "--data-dir", dataDir + "/store", "--log-level", "error"]
@@ -124,8 +142,13 @@ final class ServerProcess: @unchecked Sendable {
     /// SIGTERM, and SIGKILL if it has not exited within 10 s (a test must never
     /// hang). Returns the exit status when the server exited by itself.
     @discardableResult
-    func stop() -> Int32? {
-        guard let process, process.isRunning else { return nil }
+    func stopBlocking() -> Int32? {
+        guard let process else { return nil }
+        guard process.isRunning else {
+            // It exited by itself (a test sent SIGTERM): that exit's status.
+            self.process = nil
+            return process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+        }
         process.terminate()
         var status = waitForExit(process, seconds: 10)
         if status == nil {
@@ -186,11 +209,6 @@ final class ServerProcess: @unchecked Sendable {
             usleep(5_000)
         }
         return nil
-    }
-
-    func restart() throws {
-        stop()
-        try start()
     }
 
     /// A server nobody stopped: SIGTERM now, and the waiting (up to 10 s, then
