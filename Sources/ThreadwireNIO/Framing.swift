@@ -11,8 +11,11 @@ public enum Framing {
 
     /// One whole frame's header and payload bytes.
     public static func frame(_ payload: [UInt8]) -> [UInt8] {
-        let length = UInt32(payload.count)
-        return [0, UInt8(length >> 24), UInt8((length >> 16) & 0xff), UInt8((length >> 8) & 0xff), UInt8(length & 0xff)] + payload
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(headerSize + payload.count)
+        buffer.writeFrameHeader(payloadSize: payload.count)
+        buffer.writeBytes(payload)
+        return Array(buffer.readableBytesView)
     }
 }
 
@@ -150,8 +153,7 @@ public struct FrameEncoder: MessageToByteEncoder {
 
     public func encode(data: [UInt8], out: inout ByteBuffer) throws {
         out.reserveCapacity(Framing.headerSize + data.count)
-        out.writeInteger(UInt8(0))
-        out.writeInteger(UInt32(data.count))
+        out.writeFrameHeader(payloadSize: data.count)
         out.writeBytes(data)
     }
 }

@@ -23,15 +23,8 @@ final class Connection: Sendable {
     /// under this lock. A write can flush and fire writability events
     /// synchronously, so nothing those events touch uses this lock.
     private struct State {
-        var initialized = false
-        var optOut: Set<String> = []
+        var machine = ConnectionStateMachine()
         var nextSequence: UInt64 = 1
-        var principal: Principal = .standalone
-        /// The token this connection authenticated with, to close it if the
-        /// token is revoked (SIGHUP). Never logged.
-        var credential: [UInt8]?
-        /// Another instance relaying its clients' requests.
-        var peer = false
     }
     private let state = NIOLockedValueBox(State())
     private struct Queue {
@@ -41,6 +34,8 @@ final class Connection: Sendable {
     private let queue = NIOLockedValueBox(Queue())
     /// Reads stopped because the request queue is full.
     private let readsHeldForQueue = Atomic<Bool>(false)
+    /// Mirrors the state machine's closing for the paths that must not
+    /// take the lock (reads and writability).
     private let closing = Atomic<Bool>(false)
     private let writableWaiters = NIOLockedValueBox<[CheckedContinuation<Void, Never>]>([])
     /// Notification bytes written but not yet taken by the kernel.
@@ -66,32 +61,30 @@ final class Connection: Sendable {
         self.resumeReads = resumeReads
     }
 
-    var isInitialized: Bool { state.withLockedValue { $0.initialized } }
+    var isInitialized: Bool { state.withLockedValue { $0.machine.isInitialized } }
+
+    /// Whether a request may start now; the refusal otherwise.
+    func admits(requiresHandshake: Bool, method: String) -> RequestError? {
+        state.withLockedValue { $0.machine.admits(requiresHandshake: requiresHandshake, method: method) }
+    }
 
     /// Who this connection acts as (`Principal.standalone` until initialize,
     /// and always on a server without authentication).
-    var principal: Principal { state.withLockedValue { $0.principal } }
+    var principal: Principal { state.withLockedValue { $0.machine.session?.principal ?? .standalone } }
 
     /// Whether this is another instance relaying requests (never relayed again).
-    var isPeer: Bool { state.withLockedValue { $0.peer } }
+    var isPeer: Bool { state.withLockedValue { $0.machine.session?.peer ?? false } }
 
     /// The notification methods the client opted out of.
-    var optedOut: [String] { state.withLockedValue { Array($0.optOut) } }
+    var optedOut: [String] { state.withLockedValue { Array($0.machine.session?.optOut ?? []) } }
 
     /// Requests relayed to other instances for this client (set by the
     /// forwarder; closed with the connection).
     let upstreams = NIOLockedValueBox<[String: Upstream]>([:])
 
     func markInitialized(optOut: [String], principal: Principal = .standalone, credential: [UInt8]? = nil, peer: Bool = false) -> Bool {
-        let done = state.withLockedValue { state in
-            if state.initialized { return false }
-            state.initialized = true
-            state.optOut = Set(optOut)
-            state.principal = principal
-            state.credential = credential
-            state.peer = peer
-            return true
-        }
+        let session = ConnectionStateMachine.Session(principal: principal, optOut: Set(optOut), credential: credential, peer: peer)
+        let done = state.withLockedValue { $0.machine.initialized(session) }
         if done { frameLimit.raise(to: limits.maxFrameBytes) }
         return done
     }
@@ -99,9 +92,8 @@ final class Connection: Sendable {
     /// After the tokens were reloaded: false if this connection authenticated
     /// with a token that no longer names its principal.
     func credentialStillValid(_ authenticator: Authenticator) -> Bool {
-        let (principal, credential) = state.withLockedValue { ($0.principal, $0.credential) }
-        guard let credential else { return true }
-        return authenticator.principal(presenting: credential) == principal
+        guard let session = state.withLockedValue({ $0.machine.session }), let credential = session.credential else { return true }
+        return authenticator.principal(presenting: credential) == session.principal
     }
 
     // MARK: Inbound queue
@@ -168,6 +160,7 @@ final class Connection: Sendable {
     }
 
     func closed() {
+        state.withLockedValue { $0.machine.channelClosed() }
         let relays = upstreams.withLockedValue { table in
             defer { table.removeAll() }
             return Array(table.values)
@@ -189,7 +182,7 @@ final class Connection: Sendable {
     }
 
     /// An OK response whose result was encoded before.
-    func send(id: UInt64?, encoded: EncodedResult, flush: Bool = true) {
+    func send(id: UInt64?, encoded: Wire.EncodedResult, flush: Bool = true) {
         write(encoded.responseFrame(id: id, allocator: channel.allocator, maxPayload: limits.maxFrameBytes), id: id, flush: flush)
     }
 
@@ -214,8 +207,8 @@ final class Connection: Sendable {
 
     func notify(_ payload: Wire.Notification.Payload) {
         let method = payload.methodName
-        let overLimit = state.withLockedValue { state -> String? in
-            guard state.initialized, !closing.load(ordering: .relaxed), !state.optOut.contains(method) else { return nil }
+        let overLimit = state.withLockedValue { state -> ConnectionStateMachine.Action in
+            guard let session = state.machine.session, !state.machine.isClosing, !session.optOut.contains(method) else { return .none }
             let notification = Wire.Notification(sequence: state.nextSequence, payload: payload)
             let frame: ByteBuffer
             switch Wire.Envelope(kind: .notification(notification)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
@@ -230,13 +223,15 @@ final class Connection: Sendable {
                 let refusal = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
                 metrics.frameOut(bytes: refusal.readableBytes)
                 channel.writeAndFlush(refusal, promise: nil)
-                return nil
+                return .none
             }
             let count = frame.readableBytes
             let backlog = notificationBacklog.load(ordering: .relaxed)
             if backlog + count > limits.maxNotificationBacklogBytes {
                 closing.store(true, ordering: .relaxed)
-                return "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing"
+                return state.machine.close(.resourceExhausted,
+                    "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing",
+                    reason: "slowSubscriber")
             }
             state.nextSequence += 1
             notificationBacklog.add(count, ordering: .relaxed)
@@ -244,16 +239,17 @@ final class Connection: Sendable {
             let promise = channel.eventLoop.makePromise(of: Void.self)
             promise.futureResult.whenComplete { [self] _ in notificationBacklog.subtract(count, ordering: .relaxed) }
             channel.writeAndFlush(frame, promise: promise)
-            return nil
+            return .none
         }
-        if let overLimit {
+        if case .close = overLimit {
             metrics.slowSubscriberDisconnects.increment()
-            close(code: .resourceExhausted, message: overLimit)
+            perform(overLimit)
         }
     }
 
     /// A last response (a refusal that ends the connection), then close.
     func sendThenClose(_ response: Wire.Response) {
+        state.withLockedValue { $0.machine.closingAfterLastResponse() }
         closing.store(true, ordering: .relaxed)
         let frame = Wire.Envelope(kind: .response(response)).framed(allocator: channel.allocator)
         let channel = self.channel
@@ -262,9 +258,38 @@ final class Connection: Sendable {
         channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
     }
 
-    /// A last error frame (a Response without id), then close. The close
-    /// does not wait for a client that reads nothing.
-    func close(code: StatusCode, message: String) {
+    /// A last error frame (a Response without id), then close; nothing if
+    /// the connection is already closing. The action, for the caller's log.
+    @discardableResult
+    func close(code: StatusCode, message: String, reason: String = "closed") -> ConnectionStateMachine.Action {
+        let action = state.withLockedValue { $0.machine.close(code, message, reason: reason) }
+        perform(action)
+        return action
+    }
+
+    /// Closes the connection if initialize has not completed by now.
+    func handshakeDeadlinePassed() -> ConnectionStateMachine.Action {
+        let action = state.withLockedValue { $0.machine.handshakeDeadlinePassed(timeoutMs: limits.handshakeTimeoutMs) }
+        perform(action)
+        return action
+    }
+
+    /// Closes the connection if it has been quiet for the idle timeout with
+    /// nothing in flight and no subscription.
+    func idleTimeoutPassed(subscribed: Bool) -> ConnectionStateMachine.Action {
+        let inFlight = hasRequestsInFlight
+        let action = state.withLockedValue {
+            $0.machine.idleTimeoutPassed(timeoutMs: limits.idleTimeoutMs, requestsInFlight: inFlight, subscribed: subscribed)
+        }
+        perform(action)
+        return action
+    }
+
+    /// The server is shutting down: requests that need the handshake are refused.
+    func serverDraining() { state.withLockedValue { $0.machine.serverDraining() } }
+
+    private func perform(_ action: ConnectionStateMachine.Action) {
+        guard case let .close(code, message, _) = action else { return }
         closing.store(true, ordering: .relaxed)
         let frame = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).framed(allocator: channel.allocator)
         let channel = self.channel
@@ -272,161 +297,5 @@ final class Connection: Sendable {
         channel.writeAndFlush(frame).whenComplete { _ in channel.close(promise: nil) }
         // Long enough for a client that reads slowly to reach the error frame.
         channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
-    }
-}
-
-/// Live connections by id; the engine's notification sink.
-final class ConnectionRegistry: EventSink, Sendable {
-    private let connections = NIOLockedValueBox([ConnectionID: Connection]())
-    private let baseInstructions: @Sendable (ThreadRecord) -> String
-
-    init(baseInstructions: @escaping @Sendable (ThreadRecord) -> String) {
-        self.baseInstructions = baseInstructions
-    }
-
-    /// Adds the connection unless `limit` are open; the count after.
-    func add(_ connection: Connection, limit: Int) -> Bool {
-        connections.withLockedValue { table in
-            guard table.count < limit else { return false }
-            table[connection.id] = connection
-            return true
-        }
-    }
-
-    func remove(_ id: ConnectionID) { connections.withLockedValue { $0[id] = nil } }
-    var all: [Connection] { connections.withLockedValue { Array($0.values) } }
-    var count: Int { connections.withLockedValue { $0.count } }
-
-    func deliver(_ deliveries: [Delivery]) {
-        for delivery in deliveries where !delivery.recipients.isEmpty {
-            let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions)
-            let targets = connections.withLockedValue { table in delivery.recipients.compactMap { table[$0] } }
-            for connection in targets { connection.notify(payload) }
-        }
-    }
-}
-
-/// Stops reading a connection while its answers are not being taken (the
-/// channel is not writable) or its request queue is full, and reads again
-/// when both clear: the client's TCP window then pushes back on it.
-final class FlowControlHandler: ChannelDuplexHandler, @unchecked Sendable {
-    typealias InboundIn = NIOAny
-    typealias OutboundIn = NIOAny
-
-    private var context: ChannelHandlerContext?
-    private var readPending = false
-    var connection: Connection?
-    private let metrics: ServerMetrics
-
-    init(metrics: ServerMetrics) { self.metrics = metrics }
-
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
-    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
-
-    func read(context: ChannelHandlerContext) {
-        if let connection, !connection.readsAllowed {
-            if !readPending { metrics.backpressurePauses.increment() }
-            readPending = true
-            return
-        }
-        context.read()
-    }
-
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        connection?.writabilityChanged()
-        resumeIfAllowed()
-        context.fireChannelWritabilityChanged()
-    }
-
-    /// On the event loop: issues the read that was held, if reads may go on.
-    func resumeIfAllowed() {
-        guard readPending, let context, connection?.readsAllowed ?? true else { return }
-        readPending = false
-        context.read()
-    }
-}
-
-/// Outbound frames packed straight into the buffer the socket writes from:
-/// header and payload in one allocation, no intermediate array.
-enum FrameResult {
-    case framed(ByteBuffer)
-    case tooLarge(Int)
-}
-
-/// The bytes of a Response's result field, encoded once and reused: a
-/// Response frame is then its id and code packed by protobuf-c, followed by
-/// these bytes. protobuf-c writes fields in field-number order and every
-/// result field comes after id (1) and code (2), so the frame is byte for byte
-/// what packing the whole Response gives (a test checks).
-struct EncodedResult: Sendable {
-    let resultField: [UInt8]
-
-    init(_ result: Wire.Response.Result) {
-        resultField = Wire.Response(result: result).serializedBytes()
-    }
-
-    /// Envelope field 2 (response) as protobuf-c writes its key.
-    private static let responseKey: [UInt8] = Array(Wire.Envelope(kind: .response(Wire.Response())).serializedBytes().dropLast())
-
-    func responseFrame(id: UInt64?, allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
-        Wire.Response(id: id, code: StatusCode.ok.rawValue).pack { headSize, writeHead in
-            let responseSize = headSize + resultField.count
-            let size = Self.responseKey.count + Self.varintSize(UInt64(responseSize)) + responseSize
-            guard size <= maxPayload else { return .tooLarge(size) }
-            var buffer = allocator.buffer(capacity: Framing.headerSize + size)
-            buffer.writeFrameHeader(payloadSize: size)
-            buffer.writeBytes(Self.responseKey)
-            var length = UInt64(responseSize)
-            while length >= 0x80 {
-                buffer.writeInteger(UInt8(truncatingIfNeeded: length) | 0x80)
-                length >>= 7
-            }
-            buffer.writeInteger(UInt8(length))
-            buffer.writePacked(size: headSize, writeHead)
-            buffer.writeBytes(resultField)
-            return .framed(buffer)
-        }
-    }
-
-    private static func varintSize(_ value: UInt64) -> Int {
-        var size = 1
-        var rest = value >> 7
-        while rest > 0 { size += 1; rest >>= 7 }
-        return size
-    }
-}
-
-extension ByteBuffer {
-    /// Flags (none) and the payload length: the frame header of docs/protocol.md.
-    mutating func writeFrameHeader(payloadSize: Int) {
-        writeInteger(UInt8(0))
-        writeInteger(UInt32(payloadSize))
-    }
-
-    /// Lets protobuf-c pack `size` bytes straight into this buffer.
-    mutating func writePacked(size: Int, _ write: (UnsafeMutableRawPointer) -> Void) {
-        guard size > 0 else { return }
-        writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
-            write(raw.baseAddress!)
-            return size
-        }
-    }
-}
-
-extension Wire.Envelope {
-    func frame(allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
-        pack { size, write in
-            guard size <= maxPayload else { return .tooLarge(size) }
-            var buffer = allocator.buffer(capacity: Framing.headerSize + size)
-            buffer.writeFrameHeader(payloadSize: size)
-            buffer.writePacked(size: size, write)
-            return .framed(buffer)
-        }
-    }
-
-    /// For small frames the server makes itself (errors), never over any limit.
-    func framed(allocator: ByteBufferAllocator) -> ByteBuffer {
-        guard case let .framed(buffer) = frame(allocator: allocator, maxPayload: .max) else { preconditionFailure("unbounded") }
-        return buffer
     }
 }

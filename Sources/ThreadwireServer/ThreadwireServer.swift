@@ -181,6 +181,7 @@ public final class ThreadwireServer: Service, Sendable {
             listener.close(promise: nil)
         }
         draining.set()
+        for connection in services.registry.all { connection.serverDraining() }
         await drain()
     }
 

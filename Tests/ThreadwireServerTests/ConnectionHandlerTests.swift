@@ -53,7 +53,7 @@ struct ConnectionHandlerTests {
         ]
         let allocator = ByteBufferAllocator()
         for result in results {
-            let encoded = EncodedResult(result)
+            let encoded = Wire.EncodedResult(result)
             for id: UInt64? in [nil, 0, 7, 300, 1 << 40, .max] {
                 let packed = Wire.Envelope(kind: .response(Wire.Response(id: id, code: 0, result: result)))
                 guard case let .framed(expected) = packed.frame(allocator: allocator, maxPayload: .max),

@@ -1,108 +1,37 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
-public import ThreadwireClient
+import ThreadwireClient
 import ThreadwireContract
 import ThreadwireCore
 import ThreadwireWire
 
-/// How this instance reaches the others (several instances on one store).
-public struct PeerSettings: Sendable {
-    /// The cluster's shared secret, presented in `PeerHello.token`.
-    public var token: String?
-    /// TLS to the other instances (when they serve TLS).
-    public var tls: ClientTLS?
-    /// How long a relayed request may take before the client gets
-    /// UNAVAILABLE (an owner that is paused answers nothing).
-    public var requestTimeout: Duration = .seconds(15)
-    /// How long a request for a thread whose owner died waits for the
-    /// owner's lease to expire (then this instance takes the thread over).
-    public var takeoverWait: Duration = .seconds(11)
-    public init() {}
-}
-
-/// One client connection's relay to the instance that owns some of its
-/// threads: a connection of its own per (client, owner), so the owner's
-/// subscriptions, opt-outs and notification order are exactly the client's,
-/// and each notification reaches the client once, in the owner's order.
-final class Upstream: Sendable {
-    let address: String
-    let client: ThreadwireClient
-    /// Threads the client subscribed to through this relay: if the owner
-    /// goes away they hear thread/closed, so they know to resume.
-    private let subscribed = NIOLockedValueBox<Set<ThreadID>>([])
-    private let closing = NIOLockedValueBox(false)
-
-    init(address: String, client: ThreadwireClient) {
-        self.address = address
-        self.client = client
-    }
-
-    /// Relays the owner's notifications to `connection` until the upstream
-    /// closes; then tells the client its relayed subscriptions ended.
-    func relay(to connection: Connection) {
-        Task {
-            for await notification in client.notifications {
-                guard let payload = notification.payload else { continue }
-                if case let .threadClosed(closed) = payload, let id = closed.threadId {
-                    _ = subscribed.withLockedValue { $0.remove(id) }
-                }
-                connection.notify(payload)
-            }
-            let deliberate = closing.withLockedValue { $0 }
-            connection.upstreams.withLockedValue { table in
-                if table[address] === self { table[address] = nil }
-            }
-            guard !deliberate else { return }
-            for id in subscribed.withLockedValue({ $0 }).sorted() {
-                connection.notify(.threadStatusChanged(Wire.ThreadStatusChangedNotification(threadId: id, status: ThreadStatus.notLoaded.wire)))
-                connection.notify(.threadClosed(Wire.ThreadClosedNotification(threadId: id)))
-            }
-        }
-    }
-
-    func subscribed(_ ids: [ThreadID]) { subscribed.withLockedValue { $0.formUnion(ids) } }
-    func unsubscribed(_ id: ThreadID) { _ = subscribed.withLockedValue { $0.remove(id) } }
-
-    func close() {
-        closing.withLockedValue { $0 = true }
-        let client = self.client
-        Task { await client.close() }
-    }
-}
-
-/// The answer of the instance that owns the request's thread, carried out
-/// of the handler to the request loop, which sends it as it is.
-struct RelayedAnswer: Error {
-    var response: Wire.Response
-}
-
-enum Forwarding {
-    /// `handler`, relaying to the owner when the thread is owned elsewhere.
+/// Requests for threads another instance owns (several instances on one
+/// store) go to that instance, and its answer comes back as a value.
+enum RelayToOwner {
+    /// `local`, or the owner's answer when the thread is owned elsewhere.
     /// An owner that refuses connections is dead: its lease expires within
     /// the lease duration, and the request waits for that (trying again
     /// every 250 ms) rather than failing, so a crash is a pause to clients.
-    static func relaying(_ handler: @escaping Handler, _ request: Wire.Request, connection: Connection,
-                         services: ServerServices) -> Handler {
-        { params, context in
-            let deadline = ContinuousClock.now + services.peers.takeoverWait
-            while true {
-                do {
-                    return try await handler(params, context)
-                } catch let elsewhere as OwnedElsewhere {
-                    let relay = await forward(request, params, to: elsewhere, connection: connection, services: services)
-                    if elsewhere.remembered, relay.refusedWithoutEffect {
-                        // The remembered owner moved on: look it up afresh.
-                        context.engine.forgetOwner(of: elsewhere.threadID)
-                        continue
-                    }
-                    switch relay {
-                    case let .answered(response), let .noAnswer(response):
-                        throw RelayedAnswer(response: response)
-                    case let .unreachable(response):
-                        guard ContinuousClock.now < deadline, !services.info.draining() else { throw RelayedAnswer(response: response) }
-                        try await Task.sleep(for: .milliseconds(250))
-                    }
+    static func run(_ admitted: AdmittedCall, connection: Connection, services: ServerServices,
+                    local: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> CallOutput {
+        let deadline = ContinuousClock.now + services.peers.takeoverWait
+        while true {
+            do {
+                return .local(try await local())
+            } catch let elsewhere as OwnedElsewhere {
+                let relay = await forward(admitted.request, admitted.params, to: elsewhere, connection: connection, services: services)
+                if elsewhere.remembered, relay.refusedWithoutEffect {
+                    // The remembered owner moved on: look it up afresh.
+                    services.engine.forgetOwner(of: elsewhere.threadID)
+                    continue
+                }
+                switch relay {
+                case let .answered(response), let .noAnswer(response):
+                    return .relayed(response)
+                case let .unreachable(response):
+                    guard ContinuousClock.now < deadline, !services.info.draining() else { return .relayed(response) }
+                    try await Task.sleep(for: .milliseconds(250))
                 }
             }
         }
@@ -143,7 +72,7 @@ enum Forwarding {
         let opened = Task { try await self.upstream(owner.address, for: connection, services: services) }
         let upstream: Upstream
         do {
-            guard let open = try await RequestLoop.firstOf(opened, timeoutMs: timeout) else {
+            guard let open = try await firstOf(opened, timeoutMs: timeout) else {
                 opened.cancel()
                 Task { try? await opened.value.close() }
                 return .unreachable(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
@@ -155,7 +84,7 @@ enum Forwarding {
                 + "once its lease expires any instance takes the thread over: retry"))
         }
         let call = Task { try await upstream.client.call(params, timeoutMs: request.timeoutMs, metadata: request.metadata) }
-        let answer = try? await RequestLoop.firstOf(call, timeoutMs: timeout)
+        let answer = try? await firstOf(call, timeoutMs: timeout)
         guard var response = answer else {
             // No answer: the owner is gone or paused. The outcome is unknown
             // (like any UNAVAILABLE); a later request finds the new owner.

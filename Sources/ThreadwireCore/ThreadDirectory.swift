@@ -1,0 +1,145 @@
+import Foundation
+import Synchronization
+
+/// Loaded threads by id, and their published snapshots. A snapshot is the
+/// committed state; readers take it under a short lock and never wait for a
+/// thread's commands.
+final class ThreadDirectory: Sendable {
+    private let owners = Mutex<[ThreadID: ThreadOwner]>([:])
+    private let snapshots = Mutex<[ThreadID: PublishedThread]>([:])
+    /// Turns running per principal, kept with every publish and drop.
+    let runningTurns = RunningTurnCounts()
+
+    func owner(_ id: ThreadID, orMake make: () -> ThreadOwner) -> ThreadOwner {
+        owners.withLock { table in
+            if let existing = table[id] { return existing }
+            let made = make()
+            table[id] = made
+            return made
+        }
+    }
+
+    func existing(_ id: ThreadID) -> ThreadOwner? { owners.withLock { $0[id] } }
+
+    func insert(_ owner: ThreadOwner) { owners.withLock { $0[owner.id] = owner } }
+
+    func remove(_ owner: ThreadOwner) {
+        owners.withLock { table in
+            if table[owner.id] === owner { table[owner.id] = nil }
+        }
+    }
+
+    var all: [ThreadOwner] { owners.withLock { Array($0.values) } }
+
+    /// Every publish starts a new memo, so nothing derived from an older
+    /// snapshot is served after a commit.
+    func publish(_ stored: StoredThread) {
+        let published = PublishedThread(stored: stored, memo: SnapshotMemo())
+        snapshots.withLock { table in
+            let wasRunning = table[stored.record.id]?.stored.activeTurnIndex != nil
+            table[stored.record.id] = published
+            runningTurns.changed(stored.record.owner, wasRunning: wasRunning, isRunning: stored.activeTurnIndex != nil)
+        }
+        wakeIdleWaitersIfIdle()
+    }
+    func drop(_ id: ThreadID) {
+        snapshots.withLock { table in
+            if let dropped = table.removeValue(forKey: id), dropped.stored.activeTurnIndex != nil {
+                runningTurns.changed(dropped.stored.record.owner, wasRunning: true, isRunning: false)
+            }
+        }
+        wakeIdleWaitersIfIdle()
+    }
+
+    // Shutdown waits for running turns to end without polling: every publish
+    // (a turn ends by committing) wakes the waiters once no turn is active.
+    private let idleWaiters = Mutex<[UInt64: CheckedContinuation<Void, Never>]>([:])
+    private let idleWaiterCount = Atomic<Int>(0)
+    private let nextIdleWaiter = Atomic<UInt64>(0)
+
+    /// Returns once no loaded thread has a running turn, or at `deadline`.
+    func waitUntilNoActiveTurns(until deadline: ContinuousClock.Instant) async {
+        let id = nextIdleWaiter.add(1, ordering: .relaxed).newValue
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    self.idleWaiters.withLock { waiters in
+                        waiters[id] = continuation
+                        self.idleWaiterCount.add(1, ordering: .sequentiallyConsistent)
+                    }
+                    // A turn that ended before the registration woke nobody.
+                    if !self.hasActiveTurns { self.resumeIdleWaiter(id) }
+                }
+            }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
+            resumeIdleWaiter(id)
+        }
+    }
+
+    /// Whether shutdown is waiting for running turns (tests wait for this).
+    var isWaitingForTurns: Bool { idleWaiterCount.load(ordering: .sequentiallyConsistent) > 0 }
+
+    private func resumeIdleWaiter(_ id: UInt64) {
+        let waiter = idleWaiters.withLock { waiters -> CheckedContinuation<Void, Never>? in
+            guard let waiter = waiters.removeValue(forKey: id) else { return nil }
+            idleWaiterCount.subtract(1, ordering: .sequentiallyConsistent)
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    private func wakeIdleWaitersIfIdle() {
+        guard idleWaiterCount.load(ordering: .sequentiallyConsistent) > 0, !hasActiveTurns else { return }
+        let waiters = idleWaiters.withLock { waiters -> [CheckedContinuation<Void, Never>] in
+            defer {
+                idleWaiterCount.subtract(waiters.count, ordering: .sequentiallyConsistent)
+                waiters.removeAll()
+            }
+            return Array(waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+    func snapshot(_ id: ThreadID) -> StoredThread? { snapshots.withLock { $0[id]?.stored } }
+    func published(_ id: ThreadID) -> PublishedThread? { snapshots.withLock { $0[id] } }
+
+    func statuses(_ ids: [ThreadID]) -> [ThreadID: ThreadStatus] {
+        snapshots.withLock { table in
+            var result: [ThreadID: ThreadStatus] = [:]
+            for id in ids { if let published = table[id] { result[id] = published.stored.status } }
+            return result
+        }
+    }
+
+    var counts: (loaded: Int, running: Int) {
+        snapshots.withLock { table in (table.count, table.values.reduce(0) { $0 + ($1.stored.activeTurnIndex == nil ? 0 : 1) }) }
+    }
+
+    var hasActiveTurns: Bool { snapshots.withLock { $0.values.contains { $0.stored.activeTurnIndex != nil } } }
+}
+
+extension StoredThread {
+    var activeTurnIndex: Int? { turns.lastIndex { $0.status == .inProgress } }
+
+    var status: ThreadStatus {
+        if let index = activeTurnIndex { return .active(turns[index].id) }
+        return .idle
+    }
+}
+
+extension ThreadRecord {
+    /// The record as the next version, for a compare-and-set commit.
+    func bumped() -> ThreadRecord {
+        var next = self
+        next.version += 1
+        return next
+    }
+}
+
+extension ThreadView {
+    init(stored: StoredThread, includeTurns: Bool, includeHistory: Bool = false) {
+        self.init(record: stored.record, status: stored.status, turns: includeTurns ? stored.turns : nil,
+                  history: includeHistory ? stored.history : nil)
+    }
+}

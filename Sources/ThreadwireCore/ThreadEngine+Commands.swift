@@ -1,0 +1,200 @@
+import Foundation
+import Synchronization
+
+/// The commands that create and change threads (each under its thread's gate).
+extension ThreadEngine {
+    // MARK: - Requests
+
+    public struct StartRequest: Sendable {
+        public var model: String?
+        public var cwd: String?
+        public var config: [KeyValuePair] = []
+        public var mode: MultiAgentMode?
+        public var name: String?
+        public var review = false
+        public var baseInstructions: String?
+        /// The principal the new thread belongs to.
+        public var owner: Principal = .standalone
+        public init() {}
+    }
+
+    public func startThread(_ request: StartRequest, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+        let config = try threadConfig(overrides: request.config, ceilings: .enforce)
+        let id = newID()
+        var record = ThreadRecord(
+            id: id, sessionID: id, source: request.review ? .review : .appServer, createdAt: nowMillis(),
+            model: try nonEmpty(request.model, field: "model") ?? settings.defaultModel,
+            cwd: try nonEmpty(request.cwd, field: "cwd") ?? "/")
+        record.name = request.name
+        record.baseInstructions = request.baseInstructions
+        record.configOverrides = request.config
+        record.selectedMode = request.mode ?? settings.defaultMultiAgentMode
+        // Review threads never see collaboration tools: pinned disabled from birth.
+        record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
+        record.owner = request.owner
+        let fence = try await claimNewTree(id)
+        try await commitCreation(record.owner, [.putThread(record)], fence: fence, newTree: true)
+        let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
+        let view = ThreadView(stored: owner.state!, includeTurns: false)
+        return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
+    }
+
+    public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+        let model = try nonEmpty(model, field: "model")
+        return try await withOwner(id) { owner in
+            owner.subscribe(connection)
+            owner.cancelUnload()
+            var deliveries: [Delivery] = []
+            if let model, model != owner.state!.record.model {
+                var next = owner.state!
+                next.record.model = model
+                try await install(owner, next, [.putThread(next.record.bumped())])
+                deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
+            }
+            return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
+                           publications: [owner.publisher.ticket(deliveries)])
+        }
+    }
+
+    /// A fork copies the committed state of its source (its snapshot when
+    /// loaded), so it never waits for the source's commands. A fork is a new
+    /// root: it keeps the runtime, settings and history, not the source's
+    /// place in an agent tree (it would hold a child slot nobody reserved).
+    public func forkThread(_ sourceID: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+        let model = try nonEmpty(model, field: "model")
+        let source: StoredThread
+        if let live = liveSnapshot(sourceID)?.stored {
+            source = live
+        } else if let stored = try await store.loadThread(sourceID) {
+            source = stored
+        } else {
+            throw DomainError.notFound("thread \(sourceID) not found")
+        }
+        let id = newID()
+        let now = nowMillis()
+        var record = source.record
+        record.id = id
+        record.sessionID = id
+        record.forkedFromID = sourceID
+        record.createdAt = now
+        record.updatedAt = now
+        record.archived = false
+        record.name = nil
+        record.legacy = false
+        record.version = 1
+        if record.source == .threadSpawn || record.source == .imported { record.source = .appServer }
+        record.parentID = nil
+        record.depth = 0
+        record.taskName = nil
+        record.nickname = nil
+        record.agentStatus = nil
+        record.agentFinalMessage = nil
+        record.agentClosed = false
+        record.runtime = RuntimeResolver.resolveAtLoad(
+            inherited: nil, recorded: Self.recordedRuntime(source),
+            origin: source.record.legacy || !source.turns.isEmpty ? .forked : .new)
+        if let model { record.model = model }
+
+        var history = source.history
+        var turns = source.turns.map { turn -> TurnRecord in
+            var copy = turn
+            copy.threadID = id
+            return copy
+        }
+        // A mid-turn source is copied with that turn interrupted and its marker
+        // recorded, never as a partial unmarked turn.
+        if let index = turns.lastIndex(where: { $0.status == .inProgress }) {
+            history.append(Self.interruptionMarker(runtime: record.runtime))
+            turns[index].status = .interrupted
+            turns[index].completedAt = now
+        }
+        var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: history)]
+        operations += turns.map { .putTurn($0) }
+        // The fork keeps the source's owner (only the owner reaches the source).
+        let fence = try await claimNewTree(id)
+        try await commitCreation(record.owner, operations, fence: fence, newTree: true)
+        let owner = adopt(StoredThread(record: record, history: history, turns: turns),
+                          config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection,
+                          fence: fence)
+        let started = ThreadView(stored: owner.state!, includeTurns: false)
+        return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
+                       publications: [owner.publisher.ticket([Delivery(event: .threadStarted(started), recipients: [connection])])])
+    }
+    public struct SettingsUpdate: Sendable {
+        public var model: String?
+        public var cwd: String?
+        public var mode: ModeUpdate = .keep
+        public init() {}
+    }
+
+    /// Changes next-turn settings: no turn, no transcript items, no model call.
+    /// Works on unloaded threads too (loading them), so a selection made before
+    /// any turn is durable across unloads and restarts.
+    public func updateSettings(_ id: ThreadID, _ update: SettingsUpdate) async throws -> Outcome<(ThreadSettingsView, Bool)> {
+        let model = try nonEmpty(update.model, field: "model")
+        let cwd = try nonEmpty(update.cwd, field: "cwd")
+        return try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            var next = owner.state!
+            if let model { next.record.model = model }
+            if let cwd { next.record.cwd = cwd }
+            next.record.selectedMode = update.mode.applied(to: next.record.selectedMode)
+            let changed = next.record != owner.state!.record
+            var deliveries: [Delivery] = []
+            if changed {
+                try await install(owner, next, [.putThread(next.record.bumped())])
+                deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
+            }
+            return Outcome((owner.settingsView, changed), publications: [owner.publisher.ticket(deliveries)])
+        }
+    }
+
+    public struct TurnRequest: Sendable {
+        public var input: [String]
+        public var model: String?
+        public var mode: ModeUpdate = .keep
+        public init(input: [String]) { self.input = input }
+    }
+
+    public func startTurn(_ id: ThreadID, _ request: TurnRequest, connection: ConnectionID?) async throws -> Outcome<TurnRecord> {
+        try await withOwner(id) { owner in
+            if let connection { owner.subscribe(connection) }
+            owner.cancelUnload()
+            defer { scheduleUnloadIfIdle(owner) }
+            let (turn, publication) = try await beginTurn(owner, request)
+            return Outcome(turn, publications: [publication])
+        }
+    }
+
+    public func interruptTurn(_ id: ThreadID, turnID: TurnID) async throws -> Outcome<Void> {
+        try await withOwner(id) { owner in
+            guard let index = owner.state!.activeTurnIndex else {
+                throw DomainError.failedPrecondition("thread \(id) has no active turn")
+            }
+            guard owner.state!.turns[index].id == turnID else {
+                throw DomainError.failedPrecondition(
+                    "turn \(turnID) is not the active turn of thread \(id) (active: \(owner.state!.turns[index].id))")
+            }
+            let publication = try await endActiveTurn(owner, status: .interrupted, error: nil)
+            return Outcome((), publications: [publication])
+        }
+    }
+
+    public struct SpawnRequest: Sendable {
+        public var message: String?
+        public var model: String?
+        public var taskName: String?
+        public var review = false
+        public init() {}
+    }
+
+    public func spawnAgent(parentID: ThreadID, _ request: SpawnRequest, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+        try await withOwner(parentID) { parent in
+            let spawned = try await spawnChild(
+                of: parent, parent.state!, request, spawningMode: parent.state!.turns.last?.context.effectiveMode,
+                extraSubscriber: connection)
+            return Outcome(spawned.view, publications: spawned.publications)
+        }
+    }
+
+}

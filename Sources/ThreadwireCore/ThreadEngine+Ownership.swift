@@ -1,0 +1,241 @@
+import Foundation
+import Synchronization
+
+/// Who holds a loaded thread, how it is loaded, committed, recovered after a crash, and unloaded.
+extension ThreadEngine {
+    // MARK: - Ownership
+
+    /// Runs `body` as the thread's only command, loading the thread first if
+    /// needed. The owner's state is non-nil inside `body`.
+    func withOwner<T>(_ id: ThreadID, _ body: (ThreadOwner) async throws -> T) async throws -> T {
+        try throwIfKnownElsewhere(id)
+        while true {
+            let owner = directory.owner(id) { ThreadOwner(id: id, sink: sink) }
+            await owner.gate.lock()
+            if owner.retired {  // unloaded while we queued: find the current owner
+                owner.gate.unlock()
+                continue
+            }
+            do {
+                if owner.state == nil { try await load(owner) }
+                let result = try await body(owner)
+                owner.gate.unlock()
+                return result
+            } catch {
+                if owner.state == nil { retire(owner) }
+                owner.gate.unlock()
+                throw error
+            }
+        }
+    }
+
+    /// Registers a thread this engine just created and committed.
+    func adopt(_ stored: StoredThread, config: ThreadConfig, subscriber: ConnectionID?, fence: LeaseFence?) -> ThreadOwner {
+        let owner = ThreadOwner(id: stored.record.id, sink: sink)
+        owner.fence = fence
+        owner.state = stored
+        owner.config = config
+        if let subscriber { owner.subscribe(subscriber) }
+        directory.insert(owner)
+        directory.publish(stored)
+        return owner
+    }
+
+    func retire(_ owner: ThreadOwner) {
+        owner.retired = true
+        directory.remove(owner)
+        if let fence = owner.fence, let coordinator, let released = heldTrees.leave(fence, owner.id) {
+            tasks.spawn { await coordinator.release([released]) }
+        }
+    }
+
+    /// Commits `operations` and installs `next` as the owner's state and
+    /// snapshot. On failure nothing changes in memory. Every commit of an
+    /// owner carries its thread's next version (compare-and-set), so a stale
+    /// owner (one that lost the thread, e.g. to another process after a crash
+    /// or a partition) fails loudly instead of overwriting turns or history.
+    /// Commits the creation of a thread within its principal's
+    /// threads-per-minute limit; a failed commit gives the slot back.
+    /// With `newTree`, a failed commit also gives the new tree's lease back.
+    func commitCreation(_ principal: Principal, _ operations: [StoreOperation], fence: LeaseFence?, newTree: Bool = false) async throws {
+        let reservation: ContinuousClock.Instant?
+        do {
+            reservation = try threadStarts.reserve(principal, limit: settings.principalLimits.maxThreadsStartedPerMinute)
+        } catch {
+            if newTree { abandonNewTree(fence) }
+            throw error
+        }
+        do {
+            try await commit(operations, fence: fence)
+        } catch {
+            threadStarts.refund(principal, reservation)
+            if newTree { abandonNewTree(fence) }
+            throw error
+        }
+    }
+
+    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {
+        var next = next
+        var operations = operations
+        if !operations.contains(where: { if case let .putThread(record) = $0 { record.id == owner.id } else { false } }) {
+            operations.insert(.putThread(next.record.bumped()), at: 0)
+        }
+        for case let .putThread(record) in operations where record.id == owner.id { next.record.version = record.version }
+        try await commit(operations, fence: owner.fence)
+        owner.state = next
+        directory.publish(next)
+    }
+
+    // MARK: - Loading and crash recovery
+
+    /// Loads a thread from the store ("cold resume"). A legacy thread is
+    /// pinned here, once, rewriting neither its history nor its timestamps. A
+    /// turn stored as in progress was left by a process that died: it is
+    /// interrupted with the runtime's marker and the reason, and a child's
+    /// parent hears of it through the runtime's channel. Undelivered mailbox
+    /// items move into the history.
+    func load(_ owner: ThreadOwner) async throws {
+        let id = owner.id
+        if coordinator != nil, owner.fence == nil {
+            // The tree is claimed before the thread is read, so the read sees
+            // every commit of the previous owner.
+            guard let head = try await store.threadRecord(id) else { throw DomainError.notFound("thread \(id) not found") }
+            owner.fence = try await claimTree(head.sessionID, thread: id)
+        }
+        guard var stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
+        let before = stored.record
+        var operations: [StoreOperation] = []
+        if stored.record.runtime == nil {
+            let origin: HistoryOrigin = stored.record.legacy || !stored.turns.isEmpty ? .resumed : .new
+            stored.record.runtime = RuntimeResolver.resolveAtLoad(inherited: nil, recorded: Self.recordedRuntime(stored), origin: origin)
+        }
+        var recovered = false
+        while let index = stored.turns.lastIndex(where: { $0.status == .inProgress }) {
+            operations += finish(&stored, index: index, status: .interrupted,
+                                 error: "interrupted: the server stopped while this turn was running (recovered at load)")
+            recovered = true
+        }
+        let mailbox = try await store.pendingMailbox(id)
+        if let last = mailbox.last {
+            let items = mailbox.map(\.item)
+            operations.append(.appendHistory(id, firstSequence: stored.history.count, items: items))
+            operations.append(.removeMailbox(recipient: id, throughSequence: last.sequence))
+            stored.history += items
+        }
+        if stored.record != before {
+            stored.record.version = before.version + 1
+            operations.insert(.putThread(stored.record), at: 0)
+        }
+        if !operations.isEmpty { try await commit(operations, fence: owner.fence) }
+        owner.config = try threadConfig(overrides: stored.record.configOverrides, ceilings: .clamp)
+        owner.state = stored
+        directory.publish(stored)
+        if recovered {
+            changes.changed(id)
+            if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }
+        }
+    }
+
+    /// Recovers every turn a dead process left running, so no thread reports
+    /// ACTIVE for a turn nobody runs. Run once at startup, before serving.
+    /// With several instances, only threads no live instance owns.
+    public func recoverInterruptedTurns() async throws -> Int {
+        let ids: [ThreadID]
+        if let coordinator {
+            ids = try await coordinator.orphanedRunningThreads()
+        } else {
+            ids = try await store.threadsWithRunningTurns()
+        }
+        var recovered = 0
+        for id in ids {
+            do {
+                try await withOwner(id) { owner in scheduleUnloadIfIdle(owner) }
+                recovered += 1
+            } catch is OwnedElsewhere {
+                continue  // another instance took it meanwhile and recovers it
+            }
+        }
+        return recovered
+    }
+
+    /// Moves a thread's undelivered mailbox items into its history (a
+    /// separate command on that thread, so a child never waits for its parent).
+    func scheduleMailboxDelivery(_ recipient: ThreadID) {
+        tasks.spawn { [self] in
+            _ = try? await withOwner(recipient) { owner in
+                defer { scheduleUnloadIfIdle(owner) }
+                let mailbox = try await store.pendingMailbox(recipient)
+                guard let last = mailbox.last else { return }
+                var next = owner.state!
+                let items = mailbox.map(\.item)
+                let first = next.history.count
+                next.history += items
+                try await install(owner, next, [
+                    .appendHistory(recipient, firstSequence: first, items: items),
+                    .removeMailbox(recipient: recipient, throughSequence: last.sequence),
+                ])
+            }
+        }
+    }
+
+    static func recordedRuntime(_ stored: StoredThread) -> MultiAgentRuntime? {
+        stored.record.runtime ?? stored.turns.last(where: { $0.context.runtime != nil })?.context.runtime
+    }
+
+    func threadConfig(overrides: [KeyValuePair], ceilings: ThreadConfig.Ceilings) throws -> ThreadConfig {
+        try settings.threadDefaults.applying(overrides.map { (key: $0.key, value: $0.value) }, ceilings: ceilings)
+    }
+
+    func nonEmpty(_ value: String?, field: String) throws -> String? {
+        guard let value else { return nil }
+        guard !value.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw DomainError.invalidArgument("\(field) must not be empty")
+        }
+        return value
+    }
+
+    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        do {
+            try await store.commit(operations, fence: fence)
+        } catch let error as DomainError {
+            throw error
+        } catch let lost as LeaseLost {
+            tasks.spawn { [self] in await treeLost(lost.fence) }
+            throw DomainError.unavailable(lost.description + "; retry, the request then reaches the new owner")
+        } catch let conflict as StoreConflict {
+            throw conflict.expectedVersion == 0
+                ? DomainError.alreadyExists(conflict.description)
+                : DomainError.aborted(conflict.description + "; retry the request")
+        } catch {
+            throw DomainError.unavailable("the store could not commit the change: \(error)")
+        }
+    }
+
+    // MARK: - Unloading
+
+    /// With the gate held.
+    func scheduleUnloadIfIdle(_ owner: ThreadOwner) {
+        guard let state = owner.state, !owner.retired, owner.subscribers.isEmpty, state.activeTurnIndex == nil,
+              owner.unloadTimer == nil else { return }
+        let delay = idleUnloadAfter
+        owner.unloadTimer = Task { [weak self, weak owner] in
+            try? await Task.sleep(for: delay)
+            guard !Task.isCancelled, let self, let owner else { return }
+            await self.unloadIfStillIdle(owner)
+        }
+    }
+
+    func unloadIfStillIdle(_ owner: ThreadOwner) async {
+        await owner.gate.lock()
+        defer { owner.gate.unlock() }
+        owner.unloadTimer = nil
+        guard !owner.retired, let state = owner.state, owner.subscribers.isEmpty, state.activeTurnIndex == nil else { return }
+        retire(owner)
+        directory.drop(owner.id)
+        let recipients = owner.formerSubscribers
+        owner.publisher.ticket([
+            Delivery(event: .statusChanged(owner.id, .notLoaded), recipients: recipients),
+            Delivery(event: .closed(owner.id), recipients: recipients),
+        ]).publish()
+    }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import Synchronization
+
+/// The one owner of a loaded thread. Everything but the subscriptions is
+/// read and written only with `gate` held (hence unchecked Sendable).
+final class ThreadOwner: @unchecked Sendable {
+    let id: ThreadID
+    let gate = AsyncGate()
+    let publisher: OrderedPublisher
+    var state: StoredThread?
+    var config = ThreadConfig()
+    /// Set when unloaded; a command that queued on a retired owner looks again.
+    var retired = false
+    /// The lease of its agent tree this owner commits under (several
+    /// instances on one store), nil otherwise.
+    var fence: LeaseFence?
+    var runner: Task<Void, Never>?
+    var unloadTimer: Task<Void, Never>?
+    /// The running model call's streamed message, if any.
+    var messageStream: MessageStream?
+
+    private struct Subscriptions {
+        var current: Set<ConnectionID> = []
+        /// Connections that unsubscribed; they hear thread/closed.
+        var former: Set<ConnectionID> = []
+    }
+    private let subscriptions = Mutex(Subscriptions())
+
+    init(id: ThreadID, sink: any EventSink) {
+        self.id = id
+        publisher = OrderedPublisher(sink: sink)
+    }
+
+    var subscribers: [ConnectionID] { subscriptions.withLock { Array($0.current) } }
+    var formerSubscribers: [ConnectionID] { subscriptions.withLock { Array($0.former) } }
+
+    func subscribe(_ connection: ConnectionID) {
+        subscriptions.withLock {
+            $0.current.insert(connection)
+            $0.former.remove(connection)
+        }
+    }
+
+    func isSubscribed(_ connection: ConnectionID) -> Bool {
+        subscriptions.withLock { $0.current.contains(connection) }
+    }
+
+    func subscribe(all connections: [ConnectionID]) {
+        subscriptions.withLock { $0.current.formUnion(connections) }
+    }
+
+    func unsubscribe(_ connection: ConnectionID) -> Bool {
+        subscriptions.withLock {
+            guard $0.current.remove(connection) != nil else { return false }
+            $0.former.insert(connection)
+            return true
+        }
+    }
+
+    /// True if the connection was subscribed (now or formerly).
+    func forget(_ connection: ConnectionID) -> Bool {
+        subscriptions.withLock {
+            let was = $0.current.remove(connection) != nil
+            return $0.former.remove(connection) != nil || was
+        }
+    }
+
+    func cancelUnload() {
+        unloadTimer?.cancel()
+        unloadTimer = nil
+    }
+
+    var settingsView: ThreadSettingsView { ThreadView(stored: state!, includeTurns: false).settings }
+}

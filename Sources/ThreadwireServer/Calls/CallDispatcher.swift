@@ -1,0 +1,283 @@
+import Logging
+import ThreadwireContract
+import ThreadwireCore
+import ThreadwireWire
+
+/// A request that passed admission: its table entry and params, and when it arrived.
+struct AdmittedCall: Sendable {
+    let request: Wire.Request
+    let spec: MethodSpec
+    let params: Wire.Request.Params
+    let received: ContinuousClock.Instant
+}
+
+/// A request waiting for its connection's request task: admitted already
+/// when it came to the dispatcher with nothing ahead of it, otherwise
+/// admitted when its turn comes (a pipelined request after initialize must
+/// see the connection initialized).
+struct QueuedRequest: Sendable {
+    var request: Wire.Request
+    var admitted: AdmittedCall?
+    var bytes: Int
+    var received: ContinuousClock.Instant
+}
+
+/// What a call produced: a local outcome, whose events are published once
+/// the answer is sent, or the answer of the instance that owns the thread,
+/// sent as it is.
+enum CallOutput: Sendable {
+    case local(Outcome<Wire.Response.Result>)
+    case relayed(Wire.Response)
+}
+
+/// The one path of every request, inline or suspending: admission, the
+/// thread the request names and its authorization, locating the owner
+/// (here or another instance), the deadline, metrics, logging and the
+/// error → status mapping each happen once, here.
+struct CallDispatcher: Sendable {
+    let services: ServerServices
+    let logger: Logger
+
+    enum Admission {
+        case admitted(AdmittedCall)
+        case refused(RequestError, method: String)
+    }
+
+    enum Immediate {
+        /// The answer is written (not flushed: the read batch flushes it).
+        case answered
+        /// The call needs to suspend: queue it, already admitted.
+        case suspend(AdmittedCall)
+    }
+
+    /// The checks every request passes before its handler runs.
+    func admit(_ request: Wire.Request, received: ContinuousClock.Instant, connection: Connection) -> Admission {
+        guard let params = request.params else {
+            return .refused(RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown")
+        }
+        let method = params.methodName
+        guard let spec = MethodTable.methods[method] else {
+            return .refused(RequestError(.unimplemented, "method \(method) is not implemented"), method: method)
+        }
+        if let refusal = connection.admits(requiresHandshake: spec.requiresHandshake, method: method) {
+            return .refused(refusal, method: method)
+        }
+        // A connection opened as the drain began is not marked yet.
+        if services.info.draining(), spec.requiresHandshake {
+            return .refused(RequestError(.unavailable, "the server is shutting down"), method: method)
+        }
+        return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received))
+    }
+
+    // MARK: Without suspension
+
+    /// On the event loop that read `request`, with nothing of its connection
+    /// queued (so answers keep the order of requests): answered here when
+    /// that needs no suspension (health/check, initialize, a loaded thread's
+    /// thread/read, any refusal).
+    func answerNow(_ request: Wire.Request, received: ContinuousClock.Instant, connection: Connection) -> Immediate {
+        let admitted: AdmittedCall
+        switch admit(request, received: received, connection: connection) {
+        case let .refused(error, method):
+            respond(connection, id: request.id, error: error, method: method, received: received, flush: false)
+            return .answered
+        case let .admitted(call):
+            admitted = call
+        }
+        // Only a deadline needs a task of its own.
+        guard request.timeoutMs == nil, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
+        do {
+            guard let call = try callWithoutSuspending(admitted, connection: connection),
+                  let answer = try runInline(admitted.params, call) else { return .suspend(admitted) }
+            services.metrics.request(method: admitted.spec.name, code: .ok, duration: .now - received)
+            switch answer {
+            case let .result(result):
+                connection.send(Wire.Response(id: request.id, code: StatusCode.ok.rawValue, result: result), flush: false)
+            case let .encoded(encoded):
+                connection.send(id: request.id, encoded: encoded, flush: false)
+            }
+        } catch {
+            fail(admitted, error: error, connection: connection, flush: false)
+        }
+        return .answered
+    }
+
+    /// The call's thread, required and authorized from the loaded snapshot;
+    /// nil when that needs the store (the call then suspends).
+    private func callWithoutSuspending(_ admitted: AdmittedCall, connection: Connection) throws -> Call? {
+        guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
+        let id = try MethodTable.required(field.read(admitted.params), field.name)
+        if services.info.authenticates {
+            guard let published = services.engine.published(id) else { return nil }
+            guard published.owner == connection.principal else { throw Self.notFound(id) }
+        }
+        return call(admitted, thread: id, connection: connection)
+    }
+
+    // MARK: Suspending
+
+    /// Serves one connection's queued requests one at a time, in arrival order.
+    func serve(_ requests: AsyncStream<QueuedRequest>, connection: Connection) async {
+        for await queued in requests {
+            // A client that does not read its answers stops here: no request
+            // of it starts until the answers already written are taken.
+            await connection.waitUntilWritable()
+            await answer(queued, connection: connection)
+            // Counted out on the event loop, behind this request's writes
+            // (writes from another thread are tasks on that loop, run in
+            // order): a request answered inline after it cannot overtake them.
+            let eventLoop = connection.channel.eventLoop
+            if eventLoop.inEventLoop {
+                connection.finished(bytes: queued.bytes)
+            } else {
+                eventLoop.execute { connection.finished(bytes: queued.bytes) }
+            }
+        }
+    }
+
+    func answer(_ queued: QueuedRequest, connection: Connection) async {
+        let admitted: AdmittedCall
+        if let already = queued.admitted {
+            admitted = already
+        } else {
+            switch admit(queued.request, received: queued.received, connection: connection) {
+            case let .refused(error, method):
+                respond(connection, id: queued.request.id, error: error, method: method, received: queued.received)
+                return
+            case let .admitted(call):
+                admitted = call
+            }
+        }
+        let output: CallOutput
+        do {
+            guard let finished = try await run(admitted, connection: connection) else { return }
+            output = finished
+        } catch {
+            fail(admitted, error: error, connection: connection)
+            return
+        }
+        complete(admitted, output, connection: connection)
+    }
+
+    /// Runs the handler here or relays to the thread's owner, within the
+    /// request's deadline; nil when the deadline passed (already answered).
+    private func run(_ admitted: AdmittedCall, connection: Connection) async throws -> CallOutput? {
+        let work: @Sendable () async throws -> CallOutput = { [self] in
+            let local: @Sendable () async throws -> Outcome<Wire.Response.Result> = {
+                let call = try await authorizedCall(admitted, connection: connection)
+                return try await admitted.spec.run(admitted.params, call)
+            }
+            guard services.info.relays else { return .local(try await local()) }
+            return try await RelayToOwner.run(admitted, connection: connection, services: services, local: local)
+        }
+        guard let timeout = admitted.request.timeoutMs else { return try await work() }
+        let task = Task { try await work() }
+        guard let output = try await firstOf(task, timeoutMs: timeout) else {
+            respond(connection, id: admitted.request.id, error: RequestError(.deadlineExceeded, "\(admitted.spec.name) did not finish within \(timeout) ms"),
+                    method: admitted.spec.name, received: admitted.received)
+            if admitted.spec.mutates {
+                // The change may still complete; its events and follow-up still happen.
+                services.tasks.spawn { if case let .local(late)? = try? await task.value { late.publish() } }
+            } else {
+                task.cancel()
+            }
+            return nil
+        }
+        return output
+    }
+
+    /// The call's thread, required and checked against the principal.
+    /// Tenant isolation: a thread of another principal is NOT_FOUND, with
+    /// the very message a missing thread gets, so ids cannot be probed.
+    /// Owners never change, so the check cannot go stale before the handler runs.
+    private func authorizedCall(_ admitted: AdmittedCall, connection: Connection) async throws -> Call {
+        guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
+        let id = try MethodTable.required(field.read(admitted.params), field.name)
+        if services.info.authenticates, try await services.engine.threadOwner(id) != connection.principal {
+            throw Self.notFound(id)
+        }
+        return call(admitted, thread: id, connection: connection)
+    }
+
+    private func call(_ admitted: AdmittedCall, thread: ThreadID?, connection: Connection) -> Call {
+        Call(connection: connection, engine: services.engine, server: services.info, thread: thread)
+    }
+
+    private static func notFound(_ id: ThreadID) -> DomainError { .notFound("thread \(id) not found") }
+
+    // MARK: Answers
+
+    private func complete(_ admitted: AdmittedCall, _ output: CallOutput, connection: Connection) {
+        let method = admitted.spec.name
+        let id = admitted.request.id
+        switch output {
+        case var .relayed(response):
+            response.id = id
+            let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
+            services.metrics.request(method: method, code: code, duration: .now - admitted.received)
+            services.metrics.forwarded(method: method, code: code, duration: .now - admitted.received)
+            connection.send(response)
+        case let .local(outcome):
+            // Counted before it is sent: a client holding its answer finds it in /metrics.
+            services.metrics.request(method: method, code: .ok, duration: .now - admitted.received)
+            connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
+            recordCreated(outcome.value, requestID: id, connection: connection)
+            outcome.publish()
+        }
+    }
+
+    /// A capture notes which thread or turn a request created, so a replay
+    /// can map later references to its own.
+    private func recordCreated(_ result: Wire.Response.Result, requestID: UInt64?, connection: Connection) {
+        guard let recorder = services.recorder, let requestID else { return }
+        switch result {
+        case let .threadStart(created), let .threadFork(created), let .agentSpawn(created):
+            if let thread = created.thread?.id { recorder.recordCreated(connection: connection.id, requestID: requestID, createdID: thread) }
+        case let .turnStart(started):
+            if let turn = started.turn?.id { recorder.recordCreated(connection: connection.id, requestID: requestID, createdID: turn) }
+        default: break
+        }
+    }
+
+    private func fail(_ admitted: AdmittedCall, error: any Error, connection: Connection, flush: Bool = true) {
+        let mapped = RequestError(error)
+        if mapped.code == .internal {
+            logger.error("request failed", metadata: [
+                "tw.request.id": "\(admitted.request.id ?? 0)", "tw.command": "\(admitted.spec.name)", "tw.error": "\(error)"])
+        }
+        respond(connection, id: admitted.request.id, error: mapped, method: admitted.spec.name, received: admitted.received, flush: flush)
+    }
+
+    /// `flush: false` only on the event loop within a read batch.
+    func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String,
+                 received: ContinuousClock.Instant, flush: Bool = true) {
+        services.metrics.request(method: method, code: error.code, duration: .now - received)
+        let response = Wire.Response(id: id, code: error.code.rawValue, message: error.message)
+        guard error.code != .unauthenticated else {
+            // A failed authentication ends the connection: no second guess on it.
+            services.metrics.serverClosed(reason: "unauthenticated")
+            services.logger.notice("authentication failed; closing", metadata: [
+                "tw.connection.id": "\(connection.id)", "tw.peer": "\(connection.channel.remoteAddress.map { "\($0)" } ?? "?")"])
+            connection.sendThenClose(response)
+            return
+        }
+        connection.send(response, flush: flush)
+    }
+}
+
+/// The task's value, or nil if the timeout passes first. Returns at the
+/// timeout even if the task never ends (a task group would wait for it:
+/// awaiting a task's value ignores cancellation).
+func firstOf<T: Sendable>(_ task: Task<T, any Error>, timeoutMs: UInt32) async throws -> T? {
+    let outcome = FirstOutcome<T?>()
+    return try await withCheckedThrowingContinuation { continuation in
+        outcome.arm(continuation)
+        Task {
+            do { outcome.finish(.success(try await task.value)) } catch { outcome.finish(.failure(error)) }
+        }
+        Task {
+            try? await Task.sleep(for: .milliseconds(Int(timeoutMs)))
+            outcome.finish(.success(nil))
+        }
+    }
+}

@@ -1,0 +1,67 @@
+import ThreadwireContract
+import ThreadwireCore
+import ThreadwireWire
+
+/// The method table, as data: for each method its name, the params it takes,
+/// the field naming its thread, whether it mutates, whether it needs the
+/// handshake, and its handlers (inline and suspending). The dispatcher reads
+/// all of it; handlers hold only what is particular to their method.
+enum MethodTable {
+    static let methods: [String: MethodSpec] = {
+        let specs: [MethodSpec] = [
+            .method("initialize", params: { if case let .initialize(p) = $0 { p } else { nil } },
+                    mutates: false, requiresHandshake: false, inline: SessionHandlers.initialize),
+            .method("health/check", params: { if case let .healthCheck(p) = $0 { p } else { nil } },
+                    mutates: false, requiresHandshake: false, inline: SessionHandlers.healthCheck),
+            .method("thread/start", params: { if case let .threadStart(p) = $0 { p } else { nil } },
+                    mutates: true, run: ThreadHandlers.start),
+            .method("thread/resume", params: { if case let .threadResume(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.resume),
+            .method("thread/fork", params: { if case let .threadFork(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.fork),
+            .method("thread/read", params: { if case let .threadRead(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: false,
+                    inline: ThreadHandlers.readInline, run: ThreadHandlers.read),
+            .method("thread/list", params: { if case let .threadList(p) = $0 { p } else { nil } },
+                    mutates: false, run: ThreadHandlers.list),
+            .method("thread/turns/list", params: { if case let .threadTurnsList(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: false, run: ThreadHandlers.turnsList),
+            .method("thread/archive", params: { if case let .threadArchive(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.archive),
+            .method("thread/unarchive", params: { if case let .threadUnarchive(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.unarchive),
+            .method("thread/unsubscribe", params: { if case let .threadUnsubscribe(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.unsubscribe),
+            .method("thread/settings/update", params: { if case let .threadSettingsUpdate(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateSettings),
+            .method("agent/spawn", params: { if case let .agentSpawn(p) = $0 { p } else { nil } },
+                    thread: ("parent_thread_id", { $0.parentThreadId }), mutates: true, run: ThreadHandlers.spawnAgent),
+            .method("turn/start", params: { if case let .turnStart(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.start),
+            .method("turn/interrupt", params: { if case let .turnInterrupt(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.interrupt),
+        ]
+        return Dictionary(uniqueKeysWithValues: specs.map { ($0.name, $0) })
+    }()
+
+    // MARK: Validation shared by handlers
+
+    static func required(_ value: String?, _ field: String) throws -> String {
+        guard let value, !value.isEmpty else { throw RequestError(.invalidArgument, "\(field) is required") }
+        return value
+    }
+
+    static func modeUpdate(_ update: Wire.TurnStartParams.MultiAgentModeUpdate?, field: String) throws -> ModeUpdate {
+        switch update {
+        case nil: return .keep
+        case let .multiAgentMode(mode)?:
+            guard let mode = MultiAgentMode(wire: mode) else {
+                throw RequestError(.invalidArgument, "\(field).multi_agent_mode must be EXPLICIT_REQUEST_ONLY or PROACTIVE (omit it to keep the selection, or set clear_multi_agent_mode)")
+            }
+            return .set(mode)
+        case let .clearMultiAgentMode(clear)?:
+            guard clear else { throw RequestError(.invalidArgument, "\(field).clear_multi_agent_mode must be true when present") }
+            return .clear
+        }
+    }
+}

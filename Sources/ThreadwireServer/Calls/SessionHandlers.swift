@@ -1,0 +1,88 @@
+import ThreadwireContract
+import ThreadwireCore
+import ThreadwireWire
+
+/// The methods of the connection itself: initialize (the handshake and
+/// authentication) and health/check. Both answer without suspending.
+enum SessionHandlers {
+    @Sendable static func initialize(_ p: Wire.InitializeParams, _ call: Call) throws -> InlineAnswer? {
+        if let version = p.protocolVersion, version != call.server.protocolVersion {
+            throw RequestError(.failedPrecondition, "protocol_version \(version) is not supported; this server speaks \(call.server.protocolVersion)")
+        }
+        guard let name = p.clientInfo?.name, !name.isEmpty else {
+            throw RequestError(.invalidArgument, "client_info.name is required")
+        }
+        if call.connection.isInitialized {
+            throw RequestError(.failedPrecondition, "initialize was already called on this connection")
+        }
+        let (principal, credential) = try p.peer.map { try authenticatePeer($0, call) } ?? authenticate(p.authToken, call)
+        guard call.connection.markInitialized(optOut: p.capabilities?.optOutNotificationMethods ?? [],
+                                              principal: principal, credential: credential, peer: p.peer != nil) else {
+            throw RequestError(.failedPrecondition, "initialize was already called on this connection")
+        }
+        let info = call.server
+        let limits = info.limits
+        let principalLimits = info.settings.principalLimits
+        return .result(.initialize(Wire.InitializeResult(
+            serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
+            protocolVersion: info.protocolVersion,
+            limits: Wire.ServerLimits(
+                maxFrameBytes: UInt32(limits.maxFrameBytes), maxQueuedRequests: UInt32(limits.maxQueuedRequests),
+                handshakeTimeoutMs: UInt32(limits.handshakeTimeoutMs),
+                maxQueuedRequestBytes: UInt32(clamping: limits.maxQueuedRequestBytes),
+                maxNotificationBacklogBytes: UInt32(clamping: limits.maxNotificationBacklogBytes),
+                idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs),
+                maxThreadsStartedPerMinute: UInt32(clamping: principalLimits.maxThreadsStartedPerMinute),
+                maxRunningTurns: UInt32(clamping: principalLimits.maxRunningTurns)),
+            principal: principal)))
+    }
+
+    /// The principal of a connection: its bearer token's, else its verified
+    /// client certificate's; on a server without authentication, the one
+    /// principal. UNAUTHENTICATED ends the connection (see `CallDispatcher`).
+    static func authenticate(_ token: String?, _ call: Call) throws -> (Principal, [UInt8]?) {
+        let server = call.server
+        guard server.authenticates else { return (.standalone, nil) }
+        if let token, !token.isEmpty {
+            let presented = Array(token.utf8)
+            guard let principal = server.authenticator.principal(presenting: presented) else {
+                throw RequestError(.unauthenticated, "auth_token is not valid for this server; closing")
+            }
+            if let certified = call.connection.certificatePrincipal, certified != principal {
+                throw RequestError(.unauthenticated, "auth_token names another principal than the client certificate; closing")
+            }
+            return (principal, presented)
+        }
+        if let certified = call.connection.certificatePrincipal { return (certified, nil) }
+        throw RequestError(.unauthenticated, server.clientCertificatesName
+            ? "this server authenticates clients: present a client certificate or set auth_token in initialize; closing"
+            : "this server authenticates clients: set auth_token in initialize; closing")
+    }
+
+    /// Another instance relaying for a client: it must know the cluster's
+    /// secret when this server authenticates (or was given one), and then
+    /// acts for the principal it names.
+    static func authenticatePeer(_ hello: Wire.PeerHello, _ call: Call) throws -> (Principal, [UInt8]?) {
+        let server = call.server
+        if let secret = server.peerToken {
+            guard let token = hello.token, ConstantTime.equal(secret, Array(token.utf8)) else {
+                throw RequestError(.unauthenticated, "peer.token is not this cluster's peer token; closing")
+            }
+        } else if server.authenticates {
+            throw RequestError(.unauthenticated, "this server takes no relayed requests: it authenticates clients and has no --peer-token; closing")
+        }
+        guard server.authenticates else { return (.standalone, nil) }
+        guard let principal = hello.principal, !principal.isEmpty else {
+            throw RequestError(.invalidArgument, "peer.principal is required on a server that authenticates")
+        }
+        return (principal, nil)
+    }
+
+    @Sendable static func healthCheck(_ p: Wire.HealthCheckParams, _ call: Call) throws -> InlineAnswer? {
+        if let service = p.service, !service.isEmpty {
+            throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")
+        }
+        let serving = !call.server.draining() && call.server.storeHealthy()
+        return .result(.healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing)))
+    }
+}

@@ -1,0 +1,190 @@
+import ThreadwireContract
+import ThreadwireCore
+import ThreadwireWire
+
+/// thread/* and agent/spawn. The dispatcher has required and authorized the
+/// thread each names (`call.target()`) before these run.
+enum ThreadHandlers {
+    @Sendable static func start(_ p: Wire.ThreadStartParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        var request = ThreadEngine.StartRequest()
+        request.model = p.model
+        request.cwd = p.cwd
+        request.name = p.name
+        request.baseInstructions = p.baseInstructions
+        request.config = try p.config.enumerated().map { index, entry in
+            KeyValuePair(key: try MethodTable.required(entry.key, "config[\(index)].key"), value: entry.value ?? "")
+        }
+        if let mode = p.multiAgentMode {
+            guard let selected = MultiAgentMode(wire: mode) else {
+                throw RequestError(.invalidArgument, "multi_agent_mode must be EXPLICIT_REQUEST_ONLY or PROACTIVE (omit it for no selection)")
+            }
+            request.mode = selected
+        }
+        switch p.source {
+        case nil, .unspecified?, .appServer?: break
+        case .review?: request.review = true
+        case let other?:
+            throw RequestError(.invalidArgument, "source must be APP_SERVER or REVIEW, got \(other.protoValueName)")
+        }
+        request.owner = call.principal
+        let outcome = try await call.engine.startThread(request, connection: call.connection.id)
+        let base = call.baseInstructions(outcome.value.record)
+        return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
+    }
+
+    @Sendable static func resume(_ p: Wire.ThreadResumeParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.resumeThread(
+            try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+        let base = call.baseInstructions(outcome.value.record)
+        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: call.server.limits) { .threadResume($0) }
+        return Outcome(result, carrying: outcome)
+    }
+
+    @Sendable static func fork(_ p: Wire.ThreadForkParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.forkThread(
+            try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+        let base = call.baseInstructions(outcome.value.record)
+        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: call.server.limits) { .threadFork($0) }
+        return Outcome(result, carrying: outcome)
+    }
+
+    @Sendable static func read(_ p: Wire.ThreadReadParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let includeTurns = p.includeTurns ?? false
+        let view = try await call.engine.readThread(
+            try call.target(), includeTurns: includeTurns,
+            includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
+            turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100))
+        return Outcome(readResult(view, includeTurns: includeTurns, call))
+    }
+
+    /// A loaded thread's snapshot needs no suspension (the dispatcher has
+    /// authorized it from the same snapshot).
+    @Sendable static func readInline(_ p: Wire.ThreadReadParams, _ call: Call) throws -> InlineAnswer? {
+        let includeTurns = p.includeTurns ?? false
+        let turnsLimit = try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100)
+        guard let published = call.engine.published(try call.target()) else { return nil }
+        guard includeTurns else {
+            // The common read depends only on the snapshot: encoded once per commit.
+            return .encoded(published.memo.value {
+                Wire.EncodedResult(readResult(published.view(includeTurns: false, includeModelRequests: false), includeTurns: false, call))
+            })
+        }
+        let view = published.view(includeTurns: true, includeModelRequests: p.includeModelRequests ?? false, turnsLimit: turnsLimit)
+        return .result(readResult(view, includeTurns: true, call))
+    }
+
+    static func readResult(_ view: ThreadView, includeTurns: Bool, _ call: Call) -> Wire.Response.Result {
+        let base = call.baseInstructions(view.record)
+        var thread = view.wire(baseInstructions: base)
+        guard includeTurns else {
+            // Nothing to page: the common read stays one encoding.
+            return .threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire))
+        }
+        let turns = thread.turns
+        thread.turns = []
+        var result = Wire.ThreadReadResult(thread: thread, settings: view.settings.wire)
+        let page = TurnPaging.newestThatFit(turns, records: view.turns ?? [], olderLeftOut: view.hasOlderTurns,
+                                            around: .threadRead(result), limits: call.server.limits)
+        result.thread?.turns = page.turns
+        result.turnsNextCursor = page.nextCursor
+        return .threadRead(result)
+    }
+
+    @Sendable static func turnsList(_ p: Wire.ThreadTurnsListParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let descending = p.sortDirection != .ascending
+        let limit = try TurnPaging.limit(p.limit, field: "limit", default: 25)
+        let page = try await call.engine.listTurns(try call.target(), cursor: p.cursor, limit: limit, descending: descending)
+        let fitted = try TurnPaging.inOrderThatFit(page.turns, more: page.more, limits: call.server.limits)
+        return Outcome(.threadTurnsList(Wire.ThreadTurnsListResult(data: fitted.turns, nextCursor: fitted.nextCursor)))
+    }
+
+    @Sendable static func list(_ p: Wire.ThreadListParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        var query = ThreadListQuery()
+        if let limit = p.limit {
+            guard (1...1000).contains(limit) else { throw RequestError(.invalidArgument, "limit must be from 1 to 1000, got \(limit)") }
+            query.limit = Int(limit)
+        }
+        query.sortKey = p.sortKey == .updatedAt ? .updatedAt : .createdAt
+        query.ascending = p.sortDirection == .ascending
+        query.cursor = p.cursor
+        query.parentID = p.parentThreadId
+        query.archived = p.archived ?? false
+        if call.server.authenticates { query.owner = call.principal }
+        let page = try await call.engine.listThreads(query)
+        let threads = page.threads.map { $0.wire(baseInstructions: "") }
+        // A page of large threads is cut where the frame would overflow.
+        let room = TurnPaging.budget(around: .threadList(Wire.ThreadListResult(nextCursor: TurnPaging.cursorRoom)), limits: call.server.limits)
+        let fitted = TurnPaging.prefixThatFits(threads, room: room)
+        guard fitted < threads.count else {
+            return Outcome(.threadList(Wire.ThreadListResult(data: threads, nextCursor: page.nextCursor)))
+        }
+        guard fitted > 0 else {
+            throw RequestError(.resourceExhausted, "thread \(page.threads[0].record.id) is over max_frame_bytes (\(call.server.limits.maxFrameBytes)) even alone")
+        }
+        return Outcome(.threadList(Wire.ThreadListResult(
+            data: Array(threads.prefix(fitted)), nextCursor: query.cursor(after: page.threads[fitted - 1].record))))
+    }
+
+    @Sendable static func archive(_ p: Wire.ThreadArchiveParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.setArchived(try call.target(), archived: true)
+        return Outcome(.threadArchive(Wire.ThreadArchiveResult()), carrying: outcome)
+    }
+
+    @Sendable static func unarchive(_ p: Wire.ThreadUnarchiveParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.setArchived(try call.target(), archived: false)
+        return Outcome(.threadUnarchive(Wire.ThreadUnarchiveResult(thread: outcome.value.wire(baseInstructions: ""))), carrying: outcome)
+    }
+
+    @Sendable static func unsubscribe(_ p: Wire.ThreadUnsubscribeParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let was = try await call.engine.unsubscribe(try call.target(), connection: call.connection.id)
+        return Outcome(.threadUnsubscribe(Wire.ThreadUnsubscribeResult(wasSubscribed: was)))
+    }
+
+    @Sendable static func updateSettings(_ p: Wire.ThreadSettingsUpdateParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        var update = ThreadEngine.SettingsUpdate()
+        update.model = p.model
+        update.cwd = p.cwd
+        switch p.multiAgentModeUpdate {
+        case nil: update.mode = .keep
+        case let .multiAgentMode(mode)?: update.mode = try MethodTable.modeUpdate(.multiAgentMode(mode), field: "thread/settings/update")
+        case let .clearMultiAgentMode(clear)?: update.mode = try MethodTable.modeUpdate(.clearMultiAgentMode(clear), field: "thread/settings/update")
+        }
+        let outcome = try await call.engine.updateSettings(try call.target(), update)
+        return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
+            settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
+    }
+
+    @Sendable static func spawnAgent(_ p: Wire.AgentSpawnParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        var request = ThreadEngine.SpawnRequest()
+        request.message = p.message
+        request.model = p.model
+        request.taskName = p.taskName
+        request.review = p.review ?? false
+        let outcome = try await call.engine.spawnAgent(parentID: try call.target(), request, connection: call.connection.id)
+        let base = call.baseInstructions(outcome.value.record)
+        return Outcome(.agentSpawn(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
+    }
+}
+
+/// turn/start and turn/interrupt.
+enum TurnHandlers {
+    @Sendable static func start(_ p: Wire.TurnStartParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        var request = ThreadEngine.TurnRequest(input: try p.input.enumerated().map { index, input in
+            switch input.content {
+            case let .text(text)?: return text
+            case let .imageUrl(url)?: return "[image: \(url)]"
+            case nil: throw RequestError(.invalidArgument, "input[\(index)] has no content (set text or image_url)")
+            }
+        })
+        request.model = p.model
+        request.mode = try MethodTable.modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
+        let outcome = try await call.engine.startTurn(try call.target(), request, connection: call.connection.id)
+        return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())), carrying: outcome)
+    }
+
+    @Sendable static func interrupt(_ p: Wire.TurnInterruptParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let turnID = try MethodTable.required(p.turnId, "turn_id")
+        let outcome = try await call.engine.interruptTurn(try call.target(), turnID: turnID)
+        return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), carrying: outcome)
+    }
+}

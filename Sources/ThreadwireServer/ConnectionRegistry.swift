@@ -1,0 +1,33 @@
+import NIOConcurrencyHelpers
+import ThreadwireCore
+
+/// Live connections by id; the engine's notification sink.
+final class ConnectionRegistry: EventSink, Sendable {
+    private let connections = NIOLockedValueBox([ConnectionID: Connection]())
+    private let baseInstructions: @Sendable (ThreadRecord) -> String
+
+    init(baseInstructions: @escaping @Sendable (ThreadRecord) -> String) {
+        self.baseInstructions = baseInstructions
+    }
+
+    /// Adds the connection unless `limit` are open; the count after.
+    func add(_ connection: Connection, limit: Int) -> Bool {
+        connections.withLockedValue { table in
+            guard table.count < limit else { return false }
+            table[connection.id] = connection
+            return true
+        }
+    }
+
+    func remove(_ id: ConnectionID) { connections.withLockedValue { $0[id] = nil } }
+    var all: [Connection] { connections.withLockedValue { Array($0.values) } }
+    var count: Int { connections.withLockedValue { $0.count } }
+
+    func deliver(_ deliveries: [Delivery]) {
+        for delivery in deliveries where !delivery.recipients.isEmpty {
+            let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions)
+            let targets = connections.withLockedValue { table in delivery.recipients.compactMap { table[$0] } }
+            for connection in targets { connection.notify(payload) }
+        }
+    }
+}

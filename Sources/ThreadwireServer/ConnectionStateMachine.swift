@@ -1,0 +1,119 @@
+import ThreadwireCore
+
+/// A connection's life as a pure value: it takes events and says what to do,
+/// with no socket, lock or clock of its own, so every transition is tested
+/// directly (Tests/ThreadwireServerTests/ConnectionStateMachineTests.swift).
+/// `Connection` holds one under its lock and carries out the actions.
+///
+///     handshake ──initialize──▶ ready ──server drains──▶ draining
+///         │                       │                          │
+///         └───────── close (timeout, idle, refusal, backlog, revoked token) ──▶ closing ──channel inactive──▶ closed
+struct ConnectionStateMachine: Sendable {
+    /// Who the connection acts for, fixed by initialize.
+    struct Session: Sendable, Equatable {
+        var principal: Principal = .standalone
+        var optOut: Set<String> = []
+        /// The token it authenticated with, to close it if the token is
+        /// revoked (SIGHUP). Never logged.
+        var credential: [UInt8]?
+        /// Another instance relaying its clients' requests.
+        var peer = false
+    }
+
+    enum State: Sendable, Equatable {
+        case handshake
+        case ready(Session)
+        /// The server is shutting down: requests that need the handshake are refused.
+        case draining(Session?)
+        /// A last frame is on its way: no notification is sent any more.
+        /// Requests already read still run for the session they had.
+        case closing(Session?)
+        case closed
+    }
+
+    enum Action: Sendable, Equatable {
+        case none
+        /// Send one error frame (a Response without id), then close.
+        case close(StatusCode, String, reason: String)
+    }
+
+    private(set) var state: State = .handshake
+
+    var session: Session? {
+        switch state {
+        case let .ready(session): session
+        case let .draining(session): session
+        case let .closing(session): session
+        case .handshake, .closed: nil
+        }
+    }
+
+    var isInitialized: Bool { session != nil }
+    var isClosing: Bool {
+        switch state {
+        case .closing, .closed: true
+        case .handshake, .ready, .draining: false
+        }
+    }
+    var isDraining: Bool { if case .draining = state { true } else { false } }
+
+    /// initialize succeeded: false if the connection already had one (or is going away).
+    mutating func initialized(_ session: Session) -> Bool {
+        guard case .handshake = state else { return false }
+        state = .ready(session)
+        return true
+    }
+
+    mutating func handshakeDeadlinePassed(timeoutMs: Int) -> Action {
+        guard case .handshake = state else { return .none }
+        state = .closing(nil)
+        return .close(.deadlineExceeded, "initialize did not complete within handshake_timeout_ms (\(timeoutMs)); closing", reason: "handshakeTimeout")
+    }
+
+    /// Read-idle for the whole timeout: closed if initialized, nothing is in
+    /// flight and it holds no subscription (subscribers wait for
+    /// notifications by design). Before initialize the handshake deadline decides.
+    mutating func idleTimeoutPassed(timeoutMs: Int, requestsInFlight: Bool, subscribed: Bool) -> Action {
+        guard case let .ready(session) = state, !requestsInFlight, !subscribed else { return .none }
+        state = .closing(session)
+        return .close(.unavailable, "no request for idle_timeout_ms (\(timeoutMs)) with none in flight and no subscription; closing", reason: "idle")
+    }
+
+    mutating func serverDraining() {
+        switch state {
+        case .handshake: state = .draining(nil)
+        case let .ready(session): state = .draining(session)
+        case .draining, .closing, .closed: break
+        }
+    }
+
+    /// Whether a request may start now; the refusal otherwise.
+    func admits(requiresHandshake: Bool, method: String) -> RequestError? {
+        guard requiresHandshake else { return nil }
+        switch state {
+        case .handshake: return RequestError(.failedPrecondition, "call initialize before \(method)")
+        case .ready: return nil
+        case .draining(nil): return RequestError(.failedPrecondition, "call initialize before \(method)")
+        case .draining: return RequestError(.unavailable, "the server is shutting down")
+        case let .closing(session): return session == nil ? RequestError(.failedPrecondition, "call initialize before \(method)") : nil
+        case .closed: return RequestError(.unavailable, "the connection is closed")
+        }
+    }
+
+    /// Anything that ends the connection with a last frame: only the first
+    /// close sends one.
+    mutating func close(_ code: StatusCode, _ message: String, reason: String) -> Action {
+        guard !isClosing else { return .none }
+        state = .closing(session)
+        return .close(code, message, reason: reason)
+    }
+
+    /// A last response that ends the connection (a failed authentication)
+    /// is being written: no notification follows it.
+    mutating func closingAfterLastResponse() {
+        guard !isClosing else { return }
+        state = .closing(session)
+    }
+
+    mutating func channelClosed() { state = .closed }
+}

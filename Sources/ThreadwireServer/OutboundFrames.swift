@@ -1,0 +1,23 @@
+import NIOCore
+import ThreadwireNIO
+import ThreadwireWire
+
+extension Wire.Envelope {
+    /// This envelope as one frame, unless its payload is over `maxPayload`.
+    func frame(allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
+        allocator.frame(maxPayload: maxPayload) { pack($0) }
+    }
+
+    /// For small frames the server makes itself (errors), never over any limit.
+    func framed(allocator: ByteBufferAllocator) -> ByteBuffer {
+        guard case let .framed(buffer) = frame(allocator: allocator, maxPayload: .max) else { preconditionFailure("unbounded") }
+        return buffer
+    }
+}
+
+extension Wire.EncodedResult {
+    /// An OK Response frame with `id` and this result, encoded before.
+    func responseFrame(id: UInt64?, allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
+        allocator.frame(maxPayload: maxPayload) { packResponse(id: id, $0) }
+    }
+}

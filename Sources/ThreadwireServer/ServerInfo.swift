@@ -1,0 +1,35 @@
+public import ThreadwireCore
+
+/// Facts about the server that initialize and health/check report.
+public struct ServerInfo: Sendable {
+    public var name = "threadwire"
+    public var version = "0.1.0"
+    public var protocolVersion: UInt32 = 1
+    public var limits: ServerLimits
+    public var draining: @Sendable () -> Bool
+    public var storeHealthy: @Sendable () -> Bool
+    public var settings = ServerSettings()
+    public var authenticator: Authenticator = .disabled
+    /// Mutual TLS: a verified client certificate names the principal.
+    public var clientCertificatesName = false
+    /// Until initialize succeeds on a server that authenticates, frames are
+    /// capped at this size, so an unauthenticated client cannot make the
+    /// server buffer much.
+    public var unauthenticatedMaxFrameBytes = 65_536
+    /// The cluster's shared secret other instances present when they relay
+    /// requests (several instances on one store).
+    public var peerToken: [UInt8]?
+    /// Several instances share the store: requests for threads another
+    /// instance owns are relayed there.
+    public var relays = false
+
+    /// Whether connections act as distinct principals (tokens or client
+    /// certificates); otherwise everything belongs to one principal.
+    public var authenticates: Bool { authenticator.isEnabled || clientCertificatesName }
+
+    public init(limits: ServerLimits, draining: @escaping @Sendable () -> Bool, storeHealthy: @escaping @Sendable () -> Bool = { true }) {
+        self.limits = limits
+        self.draining = draining
+        self.storeHealthy = storeHealthy
+    }
+}
