@@ -96,16 +96,16 @@ public final class ThreadwireClient: Sendable {
 
     /// Sends one request and waits for its response (any status).
     public func call(_ params: Wire.Request.Params?, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = []) async throws -> Wire.Response {
-        let id = state.nextID()
-        let request = Wire.Request(id: id, timeoutMs: timeoutMs, metadata: metadata, params: params)
-        return try await withCheckedThrowingContinuation { continuation in
-            guard state.register(id, continuation) else {
-                continuation.resume(throwing: ClientError.connectionClosed)
-                return
+        let calls = state.calls
+        do {
+            return try await calls.call { id in
+                let request = Wire.Request(id: id, timeoutMs: timeoutMs, metadata: metadata, params: params)
+                channel.writeAndFlush(Wire.Envelope(kind: .request(request)).serializedBytes()).whenFailure { _ in
+                    calls.fail(id, CallFailure.connectionClosed)
+                }
             }
-            channel.writeAndFlush(Wire.Envelope(kind: .request(request)).serializedBytes()).whenFailure { _ in
-                self.state.fail(id)
-            }
+        } catch CallFailure.connectionClosed {
+            throw ClientError.connectionClosed
         }
     }
 
@@ -152,12 +152,8 @@ public final class ThreadwireClient: Sendable {
 }
 
 final class ClientState: Sendable {
-    private struct Inner {
-        var nextID: UInt64 = 0
-        var pending: [UInt64: CheckedContinuation<Wire.Response, any Error>] = [:]
-        var closed = false
-    }
-    private let inner = NIOLockedValueBox(Inner())
+    /// This client's requests waiting for their responses.
+    let calls = PendingCalls<Wire.Response>()
     let notifications: AsyncStream<Wire.Notification>.Continuation
     let unmatched: AsyncStream<Wire.Response>.Continuation
 
@@ -166,35 +162,15 @@ final class ClientState: Sendable {
         self.unmatched = unmatched
     }
 
-    func nextID() -> UInt64 { inner.withLockedValue { $0.nextID += 1; return $0.nextID } }
-
-    func register(_ id: UInt64, _ continuation: CheckedContinuation<Wire.Response, any Error>) -> Bool {
-        inner.withLockedValue { inner in
-            if inner.closed { return false }
-            inner.pending[id] = continuation
-            return true
-        }
-    }
-
     func resolve(_ response: Wire.Response) {
-        guard let id = response.id, let continuation = inner.withLockedValue({ $0.pending.removeValue(forKey: id) }) else {
+        guard let id = response.id, calls.resolve(id, with: response) else {
             unmatched.yield(response)
             return
         }
-        continuation.resume(returning: response)
-    }
-
-    func fail(_ id: UInt64) {
-        inner.withLockedValue { $0.pending.removeValue(forKey: id) }?.resume(throwing: ClientError.connectionClosed)
     }
 
     func closeAll() {
-        let pending = inner.withLockedValue { inner -> [CheckedContinuation<Wire.Response, any Error>] in
-            inner.closed = true
-            defer { inner.pending.removeAll() }
-            return Array(inner.pending.values)
-        }
-        for continuation in pending { continuation.resume(throwing: ClientError.connectionClosed) }
+        calls.closeAll()
         notifications.finish()
         unmatched.finish()
     }

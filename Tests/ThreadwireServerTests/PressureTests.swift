@@ -112,6 +112,21 @@ struct PressureTests {
         try await driver.waitForThread(thread) { _ in true }
         try await Task.sleep(for: .milliseconds(200))
 
+        // The raw client starts reading once the server has counted the
+        // cut-off: the error frame waits behind the backlog, and a client
+        // that still reads nothing is closed 5 s later without it.
+        let adminPort = server.adminPort
+        let cutOff = Task { () -> (envelopes: [Wire.Envelope], closed: Bool)? in
+            let deadline = ContinuousClock.now + .seconds(120)
+            while ContinuousClock.now < deadline {
+                let metrics = try await httpGet(port: adminPort, path: "/metrics").body
+                if metricValue(metrics, "threadwire_slow_subscriber_disconnects_total") ?? 0 >= 1 {
+                    return await raw.readUntilClosed(seconds: 10)
+                }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return nil
+        }
         let text = String(repeating: "y", count: 50_000)
         let turns = 120
         let peak = try await peakRSS(of: server) {
@@ -119,11 +134,9 @@ struct PressureTests {
         }
         #expect(peak < Self.rssCeiling, "peak RSS \(peak / 1_048_576) MiB")
 
-        // The server counted the cut-off...
-        let metrics = try await httpGet(port: server.adminPort, path: "/metrics").body
-        #expect(metricValue(metrics, "threadwire_slow_subscriber_disconnects_total") ?? 0 >= 1)
-        // ...and the raw client, reading at last, finds the error frame, then the close.
-        let (frames, closed) = await raw.readUntilClosed(seconds: 10)
+        // The server counted the cut-off, and the raw client, reading at
+        // last, found the error frame, then the close.
+        let (frames, closed) = try #require(try await cutOff.value, "the server never counted a slow-subscriber cut-off")
         #expect(closed)
         let last = try #require(frames.last?.response)
         #expect(last.code == 8 && last.id == nil)

@@ -1,0 +1,147 @@
+import Testing
+@testable import ThreadwireServer
+import ThreadwireCore
+import ThreadwireNIO
+import ThreadwireWire
+
+/// The call layer's pure parts, without sockets: the connection's state
+/// machine, the table of pending calls, and the method table.
+@Suite("call layer (no sockets)")
+struct CallLayerTests {
+    typealias Machine = ConnectionStateMachine
+
+    @Test("handshake → ready → draining: requests are admitted, refused before initialize, refused while draining")
+    func connectionLifecycle() {
+        var machine = Machine()
+        #expect(machine.admits(requiresHandshake: true, method: "thread/start")?.code == .failedPrecondition)
+        #expect(machine.admits(requiresHandshake: false, method: "initialize") == nil)
+        let session = Machine.Session(principal: "alice", optOut: ["item/started"], credential: [1, 2], peer: false)
+        let initialized = machine.initialized(session)
+        #expect(initialized)
+        let initializedAgain = machine.initialized(session)
+        #expect(!initializedAgain, "a second initialize is refused")
+        #expect(machine.session == session)
+        #expect(machine.admits(requiresHandshake: true, method: "thread/start") == nil)
+        let deadlineWhenReady = machine.handshakeDeadlinePassed(timeoutMs: 10)
+        #expect(deadlineWhenReady == .none, "an initialized connection outlives the handshake deadline")
+        machine.serverDraining()
+        #expect(machine.isDraining && machine.session == session)
+        #expect(machine.admits(requiresHandshake: true, method: "thread/read")?.code == .unavailable)
+        #expect(machine.admits(requiresHandshake: false, method: "health/check") == nil)
+        let idleWhileDraining = machine.idleTimeoutPassed(timeoutMs: 5, requestsInFlight: false, subscribed: false)
+        #expect(idleWhileDraining == .none,
+                "a draining connection is closed by the drain, not the idle timer")
+    }
+
+    @Test("the handshake deadline closes only a connection that did not initialize, once")
+    func handshakeDeadline() {
+        var machine = Machine()
+        guard case let .close(code, message, reason) = machine.handshakeDeadlinePassed(timeoutMs: 250) else {
+            Issue.record("no close"); return
+        }
+        #expect(code == .deadlineExceeded && reason == "handshakeTimeout" && message.contains("handshake_timeout_ms (250)"))
+        #expect(machine.isClosing && !machine.isInitialized)
+        let deadlineAgain = machine.handshakeDeadlinePassed(timeoutMs: 250)
+        #expect(deadlineAgain == .none)
+        let secondClose = machine.close(.unavailable, "again", reason: "x")
+        #expect(secondClose == .none, "only the first close sends a frame")
+        let initializedWhileClosing = machine.initialized(Machine.Session())
+        #expect(!initializedWhileClosing, "a closing connection cannot initialize")
+        machine.channelClosed()
+        #expect(machine.state == .closed)
+    }
+
+    @Test("the idle timeout spares connections with requests in flight or a subscription")
+    func idleTimeout() {
+        var machine = Machine()
+        let idleBeforeInitialize = machine.idleTimeoutPassed(timeoutMs: 5, requestsInFlight: false, subscribed: false)
+        #expect(idleBeforeInitialize == .none,
+                "before initialize the handshake deadline decides")
+        _ = machine.initialized(Machine.Session(principal: "bob"))
+        let idleWithRequestInFlight = machine.idleTimeoutPassed(timeoutMs: 5, requestsInFlight: true, subscribed: false)
+        #expect(idleWithRequestInFlight == .none)
+        let idleWhileSubscribed = machine.idleTimeoutPassed(timeoutMs: 5, requestsInFlight: false, subscribed: true)
+        #expect(idleWhileSubscribed == .none)
+        guard case let .close(code, _, reason) = machine.idleTimeoutPassed(timeoutMs: 5, requestsInFlight: false, subscribed: false) else {
+            Issue.record("an idle connection was not closed"); return
+        }
+        #expect(code == .unavailable && reason == "idle")
+        // Requests already read still run for the session they had.
+        #expect(machine.session?.principal == "bob")
+        #expect(machine.admits(requiresHandshake: true, method: "thread/read") == nil)
+    }
+
+    @Test("a pending call gets its answer once; late, duplicate and unknown answers change nothing")
+    func pendingCallAnswered() async throws {
+        let calls = PendingCalls<String>()
+        let sent = SentIDs()
+        async let answer = calls.call { id in sent.add(id) }
+        let id = try await sent.first()
+        #expect(calls.resolve(id, with: "first"))
+        #expect(try await answer == "first")
+        #expect(!calls.resolve(id, with: "second"), "a duplicate answer finds no call")
+        #expect(!calls.resolve(id + 100, with: "stray"), "an id never issued finds no call")
+        #expect(calls.count == 0)
+    }
+
+    @Test("a pending call fails at its deadline, on cancellation, and when the connection closes")
+    func pendingCallFailures() async throws {
+        let calls = PendingCalls<String>()
+        await #expect(throws: CallFailure.deadlineExceeded(milliseconds: 50)) {
+            try await calls.call(deadline: .milliseconds(50)) { _ in }
+        }
+        #expect(calls.count == 0, "the expired call is forgotten")
+
+        let sent = SentIDs()
+        let waiting = Task { try await calls.call { id in sent.add(id) } }
+        let cancelledID = try await sent.first()
+        waiting.cancel()
+        await #expect(throws: CallFailure.cancelled) { try await waiting.value }
+        #expect(!calls.resolve(cancelledID, with: "late"), "an answer after cancellation changes nothing")
+
+        let closing = SentIDs()
+        let pending = Task { try await calls.call(deadline: .seconds(60)) { id in closing.add(id) } }
+        _ = try await closing.first()
+        calls.closeAll()
+        await #expect(throws: CallFailure.connectionClosed) { try await pending.value }
+        await #expect(throws: CallFailure.connectionClosed) { try await calls.call { _ in } }
+    }
+
+    @Test("every method of the contract has one table entry, and each entry reads the thread field the contract names")
+    func methodTableCoversTheContract() throws {
+        for field in Wire.Request.Params.fieldNames {
+            let params = try #require(try Wire.Request.Params.fromJSON(fieldName: field, .object([]), path: field))
+            let spec = try #require(MethodTable.methods[params.methodName], "no entry for \(params.methodName)")
+            #expect(spec.name == params.methodName)
+            #expect(spec.requiresHandshake == !["initialize", "health/check"].contains(spec.name))
+            guard let thread = spec.thread else { continue }
+            #expect(thread.read(params) == nil, "\(spec.name): empty params name no thread")
+            let named = try #require(try Wire.Request.Params.fromJSON(
+                fieldName: field, .object([(thread.name, .string("t-1"))]), path: field))
+            #expect(thread.read(named) == "t-1", "\(spec.name) reads its thread from \(thread.name)")
+        }
+        #expect(MethodTable.methods.count == Wire.Request.Params.fieldNames.count)
+        let readsOnly = MethodTable.methods.values.filter { !$0.mutates }.map(\.name).sorted()
+        #expect(readsOnly == ["health/check", "initialize", "thread/list", "thread/read", "thread/turns/list"])
+    }
+}
+
+/// Ids a test's `send` saw, for the test to answer them.
+final class SentIDs: Sendable {
+    private let ids = LockedIDs()
+    func add(_ id: UInt64) { ids.append(id) }
+    func first() async throws -> UInt64 {
+        for _ in 0..<500 {
+            if let id = ids.first { return id }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        throw TestTimeout(description: "no call was sent")
+    }
+}
+
+import Synchronization
+final class LockedIDs: Sendable {
+    private let box = Mutex<[UInt64]>([])
+    func append(_ id: UInt64) { box.withLock { $0.append(id) } }
+    var first: UInt64? { box.withLock { $0.first } }
+}
