@@ -33,18 +33,23 @@ enum ThreadHandlers {
     }
 
     @Sendable static func resume(_ p: Wire.ThreadResumeParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
-        let outcome = try await call.engine.resumeThread(
-            try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
-        let base = call.baseInstructions(outcome.value.record)
-        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: call.server.limits) { .threadResume($0) }
-        return Outcome(result, carrying: outcome)
+        try await lifecycle(call, wrap: { .threadResume($0) }) {
+            try await call.engine.resumeThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+        }
     }
 
     @Sendable static func fork(_ p: Wire.ThreadForkParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
-        let outcome = try await call.engine.forkThread(
-            try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+        try await lifecycle(call, wrap: { .threadFork($0) }) {
+            try await call.engine.forkThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+        }
+    }
+
+    /// A resumed or forked thread's answer, its turns paged to fit one frame.
+    private static func lifecycle(_ call: Call, wrap: (Wire.ThreadLifecycleResult) -> Wire.Response.Result,
+                                  _ command: () async throws -> Outcome<ThreadView>) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await command()
         let base = call.baseInstructions(outcome.value.record)
-        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: call.server.limits) { .threadFork($0) }
+        let result = TurnPaging.fitLifecycle(outcome.value, baseInstructions: base, limits: call.server.limits, wrap: wrap)
         return Outcome(result, carrying: outcome)
     }
 
