@@ -30,6 +30,8 @@ final class Connection: Sendable {
     private struct Queue {
         var requests = 0
         var bytes = 0
+        /// The shutdown drain, waiting for the queue to empty.
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
     }
     private let queue = NIOLockedValueBox(Queue())
     /// Reads stopped because the request queue is full.
@@ -113,15 +115,41 @@ final class Connection: Sendable {
     }
 
     func finished(bytes: Int) {
-        let resume = queue.withLockedValue { queue -> Bool in
+        let (resume, drained) = queue.withLockedValue { queue -> (Bool, [CheckedContinuation<Void, Never>]) in
             queue.requests -= 1
             queue.bytes -= bytes
+            var drained: [CheckedContinuation<Void, Never>] = []
+            if queue.requests == 0 { swap(&drained, &queue.drainWaiters) }
             guard readsHeldForQueue.load(ordering: .relaxed),
-                  queue.requests < limits.maxQueuedRequests, queue.bytes < limits.maxQueuedRequestBytes else { return false }
+                  queue.requests < limits.maxQueuedRequests, queue.bytes < limits.maxQueuedRequestBytes else { return (false, drained) }
             readsHeldForQueue.store(false, ordering: .relaxed)
-            return true
+            return (true, drained)
         }
+        for waiter in drained { waiter.resume() }
         if resume { resumeReads() }
+    }
+
+    /// Returns once nothing of this connection is queued or running, or once
+    /// it cannot finish its queue: its client takes no answers (the channel
+    /// is not writable) or it closed. Resumed by the events that change
+    /// that, never by polling (the shutdown drain waits on it).
+    func waitUntilRequestsDone() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = queue.withLockedValue { queue -> Bool in
+                if queue.requests == 0 || !channel.isWritable || closing.load(ordering: .relaxed) || !channel.isActive { return true }
+                queue.drainWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    private func releaseDrainWaiters() {
+        let waiters = queue.withLockedValue { queue in
+            defer { queue.drainWaiters.removeAll() }
+            return queue.drainWaiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     var hasRequestsInFlight: Bool { queue.withLockedValue { $0.requests > 0 } }
@@ -151,6 +179,8 @@ final class Connection: Sendable {
 
     /// Called on the event loop when writability flips (or the channel closes).
     func writabilityChanged() {
+        // A client that stops taking answers cannot finish its queue: the drain does not wait for it.
+        if !channel.isWritable { releaseDrainWaiters() }
         guard channel.isWritable || !channel.isActive else { return }
         let waiters = writableWaiters.withLockedValue { waiters in
             defer { waiters.removeAll() }
@@ -172,6 +202,7 @@ final class Connection: Sendable {
             return waiters
         }
         for waiter in waiters { waiter.resume() }
+        releaseDrainWaiters()
     }
 
     /// `flush: false` only on the event loop within a read batch; the

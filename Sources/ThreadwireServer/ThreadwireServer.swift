@@ -246,10 +246,9 @@ public final class ThreadwireServer: Service, Sendable {
         // requests are answered UNAVAILABLE while draining). A connection
         // whose client does not take its answers (not writable) cannot
         // finish its queue: it is not waited for.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while services.registry.all.contains(where: { $0.hasRequestsInFlight && $0.channel.isWritable }), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        let connections = services.registry.all
+        let drained = Task<Void, any Error> { for connection in connections { await connection.waitUntilRequestsDone() } }
+        _ = try? await firstOf(drained, timeoutMs: 10_000)
         // Running turns get their grace, then are interrupted and recorded.
         await services.engine.shutdown()
         try? await Task.sleep(for: configuration.finalFlush)
