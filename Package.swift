@@ -1,10 +1,12 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-// Dependencies point one way: CThreadwireProto -> ThreadwireWire (the only
-// module that sees C) ; ThreadwireCore (domain, no I/O) ; ThreadwireStore
-// (SQLite) -> Core + Wire ; ThreadwireServer (NIO, dispatch) -> all of them ;
-// the executables on top.
+// Dependencies point one way (docs/architecture.md): CThreadwireProto ->
+// ThreadwireWire (the codec, the only module that sees C) ; ThreadwireCore
+// (domain, no I/O) ; the stores -> Core ; ThreadwireNIO (framing) ->
+// ThreadwireTransport (listening, TLS, flow control) ; ThreadwireServer (the
+// call layer) -> all of them ; ThreadwireServerCommand (flags -> services)
+// and the executables on top.
 let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("InternalImportsByDefault"),
@@ -104,16 +106,27 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // How clients reach the server: TCP (listener, TLS, descriptor
+        // reserve) or in process; flow control; no protobuf.
+        .target(
+            name: "ThreadwireTransport",
+            dependencies: [
+                "ThreadwireNIO",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ThreadwireServer",
             dependencies: [
                 "ThreadwireCore", "ThreadwireWire", "ThreadwireStore", "ThreadwireContract", "ThreadwireNIO", "ThreadwireClient",
+                "ThreadwireTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -147,8 +160,15 @@ let package = Package(
         ),
         .executableTarget(
             name: "ThreadwireServerMain",
+            dependencies: ["ThreadwireServerCommand"],
+            swiftSettings: swiftSettings
+        ),
+        // threadwire-server's flags and the services they compose (a library:
+        // tests run the same composition in process).
+        .target(
+            name: "ThreadwireServerCommand",
             dependencies: [
-                "ThreadwireModels",
+                "ThreadwireModels", "ThreadwireTransport",
                 "ThreadwireServer", "ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -200,7 +220,10 @@ let package = Package(
             dependencies: [
                 "ThreadwireModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireStore", "ThreadwireClient", "ThreadwireNIO",
-                "ThreadwireTesting", "ThreadwireContract", .product(name: "Logging", package: "swift-log"),
+                "ThreadwireTesting", "ThreadwireContract", "ThreadwireTransport", "ThreadwireServerCommand",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

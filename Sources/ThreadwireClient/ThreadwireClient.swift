@@ -62,14 +62,28 @@ public final class ThreadwireClient: Sendable {
                                tls: ClientTLS? = nil) async throws -> ThreadwireClient {
         let tlsContext = try tls?.makeContext()
         let serverName = tls.map { $0.serverName ?? host }
+        return try await open(maxFrameBytes: maxFrameBytes, tls: tlsContext.map { ($0, serverName) }) { bootstrap in
+            try await bootstrap.channelOption(.socketOption(.tcp_nodelay), value: 1).connect(host: host, port: port).get()
+        }
+    }
+
+    /// A client on a socket already connected to a server (the caller's end
+    /// of an in-process server's socket pair); the client owns it from now on.
+    public static func connect(socket: Int32, maxFrameBytes: Int = Framing.defaultMaxFrameBytes) async throws -> ThreadwireClient {
+        try await open(maxFrameBytes: maxFrameBytes, tls: nil) { bootstrap in
+            try await bootstrap.withConnectedSocket(socket).get()
+        }
+    }
+
+    private static func open(maxFrameBytes: Int, tls: (NIOSSLContext, String?)?,
+                             connect: (ClientBootstrap) async throws -> any Channel) async throws -> ThreadwireClient {
         let (notifications, notificationSink) = AsyncStream<Wire.Notification>.makeStream()
         let (unmatched, unmatchedSink) = AsyncStream<Wire.Response>.makeStream()
         let state = ClientState(notifications: notificationSink, unmatched: unmatchedSink)
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    if let tlsContext {
+                    if let (tlsContext, serverName) = tls {
                         // SNI is for names only; an address is verified without it.
                         let name = serverName.flatMap { (try? SocketAddress(ipAddress: $0, port: 0)) == nil ? $0 : nil }
                         try channel.pipeline.syncOperations.addHandler(
@@ -82,8 +96,7 @@ public final class ThreadwireClient: Sendable {
                     ])
                 }
             }
-            .connect(host: host, port: port)
-            .get()
+        let channel = try await connect(bootstrap)
         return ThreadwireClient(channel: channel, state: state, notifications: notifications, unmatched: unmatched)
     }
 

@@ -38,13 +38,7 @@ public struct ThreadView: Sendable, Equatable {
     /// The model requests of a turn, materialised from the append-only history.
     public func modelRequests(of turn: TurnRecord, baseInstructions: String) -> [ModelRequest] {
         guard let history else { return [] }
-        return turn.modelRequests.map { ref in
-            ModelRequest(
-                model: ref.model,
-                context: [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)]
-                    + history.prefix(ref.contextCount),
-                tools: ref.tools)
-        }
+        return turn.modelRequests.map { $0.request(history: history, baseInstructions: baseInstructions) }
     }
 }
 

@@ -166,6 +166,16 @@ public struct ModelRequestRecord: Sendable, Equatable {
         self.tools = tools
         self.usage = usage
     }
+
+    /// What the model was (or is about to be) sent: the one place a model
+    /// request is built, for the call itself and for `thread/read`'s
+    /// `include_model_requests`, so the two can never differ.
+    public func request(history: [ContextItem], baseInstructions: String) -> ModelRequest {
+        ModelRequest(
+            model: model,
+            context: [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)] + history.prefix(contextCount),
+            tools: tools)
+    }
 }
 
 /// A child agent's status as its parent sees it (reference §5.3).

@@ -28,6 +28,13 @@ extension ThreadEngine {
         throw OwnedElsewhere(threadID: id, address: address, remembered: true)
     }
 
+    /// Whether a thread not loaded here was found at another instance moments
+    /// ago: its command goes there, and that instance, which the relay
+    /// reaches as the client's principal, checks the principal.
+    public func isKnownElsewhere(_ id: ThreadID) -> Bool {
+        coordinator != nil && directory.existing(id) == nil && knownOwners.address(id) != nil
+    }
+
     /// The relay to a remembered owner failed: the next lookup asks the store.
     public func forgetOwner(of id: ThreadID) { knownOwners.forget(id) }
 

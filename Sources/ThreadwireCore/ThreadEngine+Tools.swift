@@ -7,109 +7,120 @@ extension ThreadEngine {
         var publications: [Publication] = []
     }
 
-    /// Executes a collaboration tool call with the caller's gate held.
-    /// Failures become tool output the model can read, as a real model would
-    /// see them. Children are found in the stored registry, so they stay
-    /// reachable after a restart, an unsubscribe or an idle unload.
+    /// Runs a collaboration tool call of the phase `inCommit`, with the
+    /// caller's gate held. Failures become tool output the model can read,
+    /// as a real model would see them. Children are found in the stored
+    /// registry, so they stay reachable after a restart, an unsubscribe or an
+    /// idle unload.
     func executeTool(
         _ owner: ThreadOwner, _ caller: StoredThread, turnIndex: Int, name: String, arguments: String, offered: [ToolSpec]
     ) async -> ToolResult {
-        let runtime = caller.record.runtime ?? .disabled
-        guard offered.contains(where: { $0.name == name }), let tool = ToolCatalog.definition(name, runtime: runtime) else {
+        guard let tool = ToolCatalog.offeredDefinition(name, runtime: caller.record.runtime ?? .disabled, offered: offered) else {
             return ToolResult(output: jsonText(["error": "tool '\(name)' is not available in this thread"]))
         }
         do {
-            switch name {
-            case "spawn_agent":
-                let args = try tool.decode(arguments, as: ToolArguments.Spawn.self)
-                var request = SpawnRequest()
-                request.message = args.message
-                request.model = args.model
-                request.taskName = args.task_name
-                let spawned = try await spawnChild(
-                    of: owner, caller, request, spawningMode: caller.turns[turnIndex].context.effectiveMode, extraSubscriber: nil)
-                let child = spawned.view.record
-                let output = runtime == .v2
-                    ? jsonText(["task_name": child.taskName ?? "", "nickname": child.nickname ?? ""])
-                    : jsonText(["agent_id": child.id, "nickname": child.nickname ?? ""])
-                return ToolResult(output: output, receiver: child.id, publications: spawned.publications)
-            case "send_input", "followup_task":
-                let args = try tool.decode(arguments, as: ToolArguments.TargetedMessage.self)
-                guard let target = try await target(of: caller.record, args.target) else { return unknownTarget(args.target) }
-                let message = args.message
-                let (turn, publication) = try await withOwner(target.id) { child in
-                    try await beginTurn(child, TurnRequest(input: [message]))
-                }
-                return ToolResult(output: jsonText(["submission_id": turn.id]), receiver: target.id, publications: [publication])
-            case "send_message":
-                let args = try tool.decode(arguments, as: ToolArguments.TargetedMessage.self)
-                guard let target = try await target(of: caller.record, args.target) else { return unknownTarget(args.target) }
-                let item = ContextItem(role: .user, kind: .mailbox, text: jsonText([
-                    "from": caller.record.taskName ?? "/root", "message": args.message,
-                ]))
-                try await withOwner(target.id) { child in
-                    var next = child.state!
-                    let first = next.history.count
-                    next.history.append(item)
-                    try await install(child, next, [.appendHistory(target.id, firstSequence: first, items: [item])])
-                }
-                return ToolResult(output: jsonText(["queued": "true"]), receiver: target.id)
-            case "list_agents":
-                let prefix = try tool.decode(arguments, as: ToolArguments.List.self).path_prefix
-                let agents = try await descendants(of: caller.record)
-                    .filter { prefix == nil || ($0.taskName ?? "").hasPrefix(prefix!) }
-                    .map { agent -> [String: String] in
-                        var entry = ["thread_id": agent.id, "task_name": agent.taskName ?? "", "nickname": agent.nickname ?? "",
-                                     "model": agent.model, "status": Self.reportedStatus(agent)]
-                        if let message = agent.agentFinalMessage { entry["final_message"] = message }
-                        return entry
-                    }
-                return ToolResult(output: jsonText(["agents": agents]))
-            case "close_agent":
-                let key = try tool.decode(arguments, as: ToolArguments.Target.self).target
-                guard let target = try await target(of: caller.record, key) else { return unknownTarget(key) }
-                let publication = try await withOwner(target.id) { child -> Publication? in
-                    guard !child.state!.record.agentClosed else { return nil }
-                    var publication: Publication?
-                    if child.state!.activeTurnIndex != nil {
-                        publication = try await endActiveTurn(child, status: .interrupted, error: "interrupted: the agent was closed")
-                    }
-                    var next = child.state!
-                    next.record.agentClosed = true
-                    try await install(child, next, [.putThread(next.record.bumped())])
-                    changes.changed(target.id)
-                    return publication
-                }
-                return ToolResult(output: jsonText(["status": "shutdown"]), receiver: target.id,
-                                  publications: publication.map { [$0] } ?? [])
-            case "resume_agent":
-                let key = try tool.decode(arguments, as: ToolArguments.Resume.self).id
-                guard let target = try await target(of: caller.record, key) else { return unknownTarget(key) }
-                let status = try await withOwner(target.id) { child -> String in
-                    guard child.state!.record.agentClosed else { return Self.reportedStatus(child.state!.record) }
-                    // Reopening takes a slot: reserved under the tree's gate like a spawn.
-                    return try await withTreeGate(caller.record.sessionID) {
-                        let cap = owner.config.childAgentCap(for: runtime)
-                        let open = try await store.agentTree(caller.record.sessionID)
-                            .filter { $0.source == .threadSpawn && !$0.agentClosed }.count
-                        if open >= cap.limit {
-                            throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
-                        }
-                        var next = child.state!
-                        next.record.agentClosed = false
-                        try await install(child, next, [.putThread(next.record.bumped())])
-                        changes.changed(target.id)
-                        return Self.reportedStatus(next.record)
-                    }
-                }
-                return ToolResult(output: jsonText(["status": status]), receiver: target.id)
-            default:
-                // wait_agent runs before the commit (waitForAgents), with no gate held.
-                return ToolResult(output: jsonText(["error": "tool '\(name)' is not implemented"]))
-            }
+            return try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: turnIndex), arguments: arguments)
         } catch {
             return ToolResult(output: jsonText(["error": "\(error)"]))
         }
+    }
+
+    // MARK: The tools (ToolCatalog names which runs for which name)
+
+    func spawnAgentTool(_ call: ToolInvocation, _ args: ToolArguments.Spawn) async throws -> ToolResult {
+        var request = SpawnRequest()
+        request.message = args.message
+        request.model = args.model
+        request.taskName = args.task_name
+        let spawned = try await spawnChild(
+            of: call.owner, call.caller, request, spawningMode: call.caller.turns[call.turnIndex].context.effectiveMode, extraSubscriber: nil)
+        let child = spawned.view.record
+        let output = call.runtime == .v2
+            ? jsonText(["task_name": child.taskName ?? "", "nickname": child.nickname ?? ""])
+            : jsonText(["agent_id": child.id, "nickname": child.nickname ?? ""])
+        return ToolResult(output: output, receiver: child.id, publications: spawned.publications)
+    }
+
+    /// send_input (v1) and followup_task (v2): a message that starts the target's turn.
+    func startTaskTool(_ call: ToolInvocation, _ args: ToolArguments.TargetedMessage) async throws -> ToolResult {
+        guard let target = try await target(of: call.caller.record, args.target) else { return unknownTarget(args.target) }
+        let message = args.message
+        let (turn, publication) = try await withOwner(target.id) { child in
+            try await beginTurn(child, TurnRequest(input: [message]))
+        }
+        return ToolResult(output: jsonText(["submission_id": turn.id]), receiver: target.id, publications: [publication])
+    }
+
+    func sendMessageTool(_ call: ToolInvocation, _ args: ToolArguments.TargetedMessage) async throws -> ToolResult {
+        guard let target = try await target(of: call.caller.record, args.target) else { return unknownTarget(args.target) }
+        let item = ContextItem(role: .user, kind: .mailbox, text: jsonText([
+            "from": call.caller.record.taskName ?? "/root", "message": args.message,
+        ]))
+        try await withOwner(target.id) { child in
+            var next = child.state!
+            let first = next.history.count
+            next.history.append(item)
+            try await install(child, next, [.appendHistory(target.id, firstSequence: first, items: [item])])
+        }
+        return ToolResult(output: jsonText(["queued": "true"]), receiver: target.id)
+    }
+
+    func listAgentsTool(_ call: ToolInvocation, _ args: ToolArguments.List) async throws -> ToolResult {
+        let prefix = args.path_prefix
+        let agents = try await descendants(of: call.caller.record)
+            .filter { prefix == nil || ($0.taskName ?? "").hasPrefix(prefix!) }
+            .map { agent -> [String: String] in
+                var entry = ["thread_id": agent.id, "task_name": agent.taskName ?? "", "nickname": agent.nickname ?? "",
+                             "model": agent.model, "status": Self.reportedStatus(agent)]
+                if let message = agent.agentFinalMessage { entry["final_message"] = message }
+                return entry
+            }
+        return ToolResult(output: jsonText(["agents": agents]))
+    }
+
+    func closeAgentTool(_ call: ToolInvocation, _ args: ToolArguments.Target) async throws -> ToolResult {
+        guard let target = try await target(of: call.caller.record, args.target) else { return unknownTarget(args.target) }
+        let publication = try await withOwner(target.id) { child -> Publication? in
+            guard !child.state!.record.agentClosed else { return nil }
+            var publication: Publication?
+            if child.state!.activeTurnIndex != nil {
+                publication = try await endActiveTurn(child, status: .interrupted, error: "interrupted: the agent was closed")
+            }
+            var next = child.state!
+            next.record.agentClosed = true
+            try await install(child, next, [.putThread(next.record.bumped())])
+            changes.changed(target.id)
+            return publication
+        }
+        return ToolResult(output: jsonText(["status": "shutdown"]), receiver: target.id, publications: publication.map { [$0] } ?? [])
+    }
+
+    func resumeAgentTool(_ call: ToolInvocation, _ args: ToolArguments.Resume) async throws -> ToolResult {
+        guard let target = try await target(of: call.caller.record, args.id) else { return unknownTarget(args.id) }
+        let caller = call.caller.record
+        let cap = call.owner.config.childAgentCap(for: call.runtime)
+        let status = try await withOwner(target.id) { child -> String in
+            guard child.state!.record.agentClosed else { return Self.reportedStatus(child.state!.record) }
+            // Reopening takes a slot: reserved under the tree's gate like a spawn.
+            return try await withTreeGate(caller.sessionID) {
+                let open = try await store.agentTree(caller.sessionID)
+                    .filter { $0.source == .threadSpawn && !$0.agentClosed }.count
+                if open >= cap.limit {
+                    throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
+                }
+                var next = child.state!
+                next.record.agentClosed = false
+                try await install(child, next, [.putThread(next.record.bumped())])
+                changes.changed(target.id)
+                return Self.reportedStatus(next.record)
+            }
+        }
+        return ToolResult(output: jsonText(["status": status]), receiver: target.id)
+    }
+
+    /// wait_agent (phase `beforeCommit`: no gate held while it waits).
+    func waitAgentTool(_ call: ToolInvocation, _ args: ToolArguments.Wait) async -> ToolResult {
+        ToolResult(output: await waitForAgents(caller: call.caller.record, args))
     }
 
     func unknownTarget(_ named: String) -> ToolResult {
@@ -150,13 +161,7 @@ extension ThreadEngine {
     /// It wakes on status changes, never polls, and holds no gate.
     /// Arguments: `targets` (ids or task names; default: the caller's open
     /// children) and `timeout_ms` (default and maximum from the server config).
-    func waitForAgents(caller: ThreadRecord, arguments: String) async -> String {
-        let args: ToolArguments.Wait
-        do {
-            args = try ToolCatalog.definition("wait_agent", runtime: caller.runtime)!.decode(arguments)
-        } catch {
-            return jsonText(["error": "\(error)"])
-        }
+    func waitForAgents(caller: ThreadRecord, _ args: ToolArguments.Wait) async -> String {
         var timeoutMs = settings.agentWaitDefaultMs
         if let asked = args.timeout_ms { timeoutMs = max(0, min(asked, settings.agentWaitMaxMs)) }
         let deadline = ContinuousClock.now + .milliseconds(timeoutMs)

@@ -96,7 +96,7 @@ extension ThreadEngine {
     func runTurn(_ owner: ThreadOwner, turnID: TurnID) async {
         while true {
             // 1. Persist the model request before the model sees it.
-            let prepared: (ModelRequest, [ToolSpec], MessageStream)? = await locked(owner) {
+            let prepared: (ModelRequest, [ToolSpec], MultiAgentRuntime?, MessageStream)? = await locked(owner) {
                 guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return nil }
                 let tools = ToolCatalog.offered(
                     runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
@@ -110,16 +110,12 @@ extension ThreadEngine {
                     await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                     return nil
                 }
-                let request = ModelRequest(
-                    model: ref.model,
-                    context: [ContextItem(role: .system, kind: .baseInstructions, text: settings.baseInstructions(for: state.record))]
-                        + state.history,
-                    tools: tools)
+                let request = ref.request(history: state.history, baseInstructions: settings.baseInstructions(for: state.record))
                 let stream = MessageStream(owner: owner, turnID: turnID)
                 owner.messageStream = stream
-                return (request, tools, stream)
+                return (request, tools, state.record.runtime, stream)
             }
-            guard let (request, tools, stream) = prepared else { return }
+            guard let (request, tools, runtime, stream) = prepared else { return }
 
             // 2. The model, with no gate held; its message text is published
             //    as it streams.
@@ -141,15 +137,24 @@ extension ThreadEngine {
             // 3. Apply the outputs in order, in as few commits as possible; a
             //    wait_agent runs between commits with the gate released.
             let calledTools = outputs.contains { if case .toolCall = $0 { true } else { false } }
+            // A tool of the phase beforeCommit (wait_agent) starts a new step.
+            let runsBeforeCommit = { (output: ModelOutput) -> ToolDefinition? in
+                guard case let .toolCall(name, _, _) = output,
+                      let tool = ToolCatalog.offeredDefinition(name, runtime: runtime, offered: tools), tool.phase == .beforeCommit else { return nil }
+                return tool
+            }
             var start = 0
             while start < outputs.count {
                 var waited: String?
-                if case let .toolCall(name, arguments, _) = outputs[start], name == "wait_agent",
-                   tools.contains(where: { $0.name == name }) {
-                    guard let caller = directory.snapshot(owner.id)?.record else { return }
-                    waited = await waitForAgents(caller: caller, arguments: arguments)
+                if let tool = runsBeforeCommit(outputs[start]), case let .toolCall(_, arguments, _) = outputs[start] {
+                    guard let caller = directory.snapshot(owner.id), let index = caller.activeTurnIndex else { return }
+                    do {
+                        waited = try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: index), arguments: arguments).output
+                    } catch {
+                        waited = jsonText(["error": "\(error)"])
+                    }
                 }
-                let end = outputs[(start + 1)...].firstIndex(where: Self.isWait) ?? outputs.count
+                let end = outputs[(start + 1)...].firstIndex { runsBeforeCommit($0) != nil } ?? outputs.count
                 let stillRunning = await applyOutputs(
                     owner, turnID: turnID, outputs[start..<end], waited: waited, tools: tools,
                     usage: start == 0 ? response.usage : nil, finish: end == outputs.count && !calledTools)
@@ -158,11 +163,6 @@ extension ThreadEngine {
             }
             if !calledTools { return }
         }
-    }
-
-    static func isWait(_ output: ModelOutput) -> Bool {
-        if case let .toolCall(name, _, _) = output { return name == "wait_agent" }
-        return false
     }
 
     /// Applies outputs in one commit; with `finish`, the turn completes in the

@@ -1,9 +1,11 @@
 import Foundation
 
 /// The collaboration tools offered to the model, one table per runtime. Each
-/// tool declares its parameters once: the JSON Schema sent to the provider
-/// (and carried by `ToolSpec`) and the validation of the model's arguments
-/// both come from that declaration, so they cannot disagree.
+/// entry is the whole tool: its parameters, declared once (the JSON Schema
+/// sent to the provider and carried by `ToolSpec`, and the validation of the
+/// model's arguments, both come from that declaration, so they cannot
+/// disagree), the type its arguments decode to, when it runs, and the
+/// engine method that runs it. Nothing else knows a tool by its name.
 public enum ToolCatalog {
     public static let v1Namespace = "multi_agent_v1"
     public static let v2Namespace = "collaboration"
@@ -12,21 +14,21 @@ public enum ToolCatalog {
         ToolDefinition("spawn_agent", "Start a sub-agent with a first message. Returns {agent_id, nickname}.", [
             .string("message", "The sub-agent's first instructions.", required: true),
             .string("model", "The model the sub-agent runs on; default: this thread's."),
-        ]),
+        ], ToolArguments.Spawn.self) { try await $0.spawnAgentTool($1, $2) },
         ToolDefinition("send_input", "Send input to a sub-agent and start its turn. Returns {submission_id}.", [
             .string("target", "The sub-agent's id.", required: true),
             .string("message", "The input.", required: true),
-        ]),
+        ], ToolArguments.TargetedMessage.self) { try await $0.startTaskTool($1, $2) },
         ToolDefinition("wait_agent", "Wait until sub-agents reach a final status. Returns {status, messages, timed_out}.", [
             .strings("targets", "Sub-agent ids; default: every open sub-agent of this thread."),
             .integer("timeout_ms", "How long to wait at most, in milliseconds."),
-        ]),
+        ], ToolArguments.Wait.self, phase: .beforeCommit) { await $0.waitAgentTool($1, $2) },
         ToolDefinition("resume_agent", "Reopen a closed sub-agent. Returns {status}.", [
             .string("id", "The sub-agent's id.", required: true),
-        ]),
+        ], ToolArguments.Resume.self) { try await $0.resumeAgentTool($1, $2) },
         ToolDefinition("close_agent", "Close a sub-agent (interrupting its turn). Returns {status}.", [
             .string("target", "The sub-agent's id.", required: true),
-        ]),
+        ], ToolArguments.Target.self) { try await $0.closeAgentTool($1, $2) },
     ]
 
     static let v2: [ToolDefinition] = [
@@ -34,25 +36,25 @@ public enum ToolCatalog {
             .string("task_name", "A short name for the task; the agent's path becomes <your path>/<task_name>.", required: true),
             .string("message", "The task.", required: true),
             .string("model", "The model the sub-agent runs on; default: this thread's."),
-        ]),
+        ], ToolArguments.Spawn.self) { try await $0.spawnAgentTool($1, $2) },
         ToolDefinition("send_message", "Queue a message for an agent without starting a turn. Returns {queued}.", [
             .string("target", "The agent's task path, task name or id.", required: true),
             .string("message", "The message.", required: true),
-        ]),
+        ], ToolArguments.TargetedMessage.self) { try await $0.sendMessageTool($1, $2) },
         ToolDefinition("followup_task", "Give a sub-agent a follow-up task (starts its turn). Returns {submission_id}.", [
             .string("target", "The agent's task path, task name or id.", required: true),
             .string("message", "The follow-up task.", required: true),
-        ]),
+        ], ToolArguments.TargetedMessage.self) { try await $0.startTaskTool($1, $2) },
         ToolDefinition("wait_agent", "Wait until agents reach a final status. Returns {status, messages, timed_out}.", [
             .strings("targets", "Task paths, task names or ids; default: every open sub-agent of this thread."),
             .integer("timeout_ms", "How long to wait at most, in milliseconds."),
-        ]),
+        ], ToolArguments.Wait.self, phase: .beforeCommit) { await $0.waitAgentTool($1, $2) },
         ToolDefinition("list_agents", "List the agents below this one. Returns {agents}.", [
             .string("path_prefix", "Only agents whose task path starts with this."),
-        ]),
+        ], ToolArguments.List.self) { try await $0.listAgentsTool($1, $2) },
         ToolDefinition("close_agent", "Close a sub-agent (interrupting its turn). Returns {status}.", [
             .string("target", "The agent's task path, task name or id.", required: true),
-        ]),
+        ], ToolArguments.Target.self) { try await $0.closeAgentTool($1, $2) },
     ]
 
     /// - Parameters:
@@ -71,13 +73,39 @@ public enum ToolCatalog {
         }
     }
 
-    /// The definition of an offered tool.
+    /// The definition of a tool of `runtime`'s table.
     static func definition(_ name: String, runtime: MultiAgentRuntime?) -> ToolDefinition? {
         (runtime == .v2 ? v2 : v1).first { $0.name == name }
     }
+
+    /// The definition of a tool the model was offered in this request; nil
+    /// for a name it was not offered (the model made it up, or it was not
+    /// available at this depth).
+    static func offeredDefinition(_ name: String, runtime: MultiAgentRuntime?, offered: [ToolSpec]) -> ToolDefinition? {
+        guard offered.contains(where: { $0.name == name }) else { return nil }
+        return definition(name, runtime: runtime)
+    }
 }
 
-/// A tool's name, description and parameters.
+/// When a tool runs within a turn's step.
+enum ToolPhase: Sendable {
+    /// Under the caller's gate, its effects in the step's commit.
+    case inCommit
+    /// Before the step's commit, with no gate held (wait_agent waits for
+    /// other threads, which must be able to change meanwhile).
+    case beforeCommit
+}
+
+/// One call of a tool: the thread that called it and its running turn.
+struct ToolInvocation {
+    let owner: ThreadOwner
+    /// The caller as it is when the tool runs (under its gate, for `inCommit`).
+    let caller: StoredThread
+    let turnIndex: Int
+    var runtime: MultiAgentRuntime { caller.record.runtime ?? .disabled }
+}
+
+/// A tool: name, description, parameters, argument type and executor.
 struct ToolDefinition: Sendable {
     struct Parameter: Sendable {
         enum Kind: Sendable { case string, integer, strings }
@@ -97,16 +125,26 @@ struct ToolDefinition: Sendable {
         }
     }
 
+    typealias Executor = @Sendable (ThreadEngine, ToolInvocation, ToolDefinition, String) async throws -> ThreadEngine.ToolResult
+
     let name: String
     let description: String
     let parameters: [Parameter]
     /// JSON text, keys sorted: the same bytes every time.
     let schema: String
+    let phase: ToolPhase
+    private let executor: Executor
 
-    init(_ name: String, _ description: String, _ parameters: [Parameter]) {
+    init<Arguments: Decodable>(_ name: String, _ description: String, _ parameters: [Parameter], _: Arguments.Type,
+                               phase: ToolPhase = .inCommit,
+                               execute: @escaping @Sendable (ThreadEngine, ToolInvocation, Arguments) async throws -> ThreadEngine.ToolResult) {
         self.name = name
         self.description = description
         self.parameters = parameters
+        self.phase = phase
+        executor = { engine, invocation, definition, arguments in
+            try await execute(engine, invocation, try definition.decode(arguments, as: Arguments.self))
+        }
         var properties: [String: Any] = [:]
         for parameter in parameters {
             switch parameter.kind {
@@ -120,6 +158,12 @@ struct ToolDefinition: Sendable {
             "type": "object", "properties": properties, "required": parameters.filter(\.required).map(\.name),
             "additionalProperties": false,
         ])
+    }
+
+    /// Checks and decodes the model's arguments, then runs the tool. A
+    /// thrown error is the tool's failure, shown to the model as its output.
+    func execute(_ engine: ThreadEngine, _ invocation: ToolInvocation, arguments: String) async throws -> ThreadEngine.ToolResult {
+        try await executor(engine, invocation, self, arguments)
     }
 
     func spec(namespace: String) -> ToolSpec {

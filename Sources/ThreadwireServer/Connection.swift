@@ -2,6 +2,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import ThreadwireNIO
+import ThreadwireTransport
 import ThreadwireCore
 import ThreadwireWire
 
@@ -13,7 +14,7 @@ import ThreadwireWire
 /// but not answered (count and bytes: past them reads stop), responses (the
 /// request loop starts the next request only while the channel is writable),
 /// and notifications (past the backlog limit the connection is closed).
-final class Connection: Sendable {
+final class Connection: ReadGate, Sendable {
     let id: ConnectionID
     let channel: any Channel
     private let limits: ServerLimits

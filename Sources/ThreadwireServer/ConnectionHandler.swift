@@ -4,6 +4,7 @@ import Metrics
 import NIOCore
 import ThreadwireCore
 import ThreadwireNIO
+import ThreadwireTransport
 import ThreadwireWire
 
 /// Turns decoded frame payloads into requests: answered right here when they
@@ -58,7 +59,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             return
         }
         self.connection = connection
-        flowControl.connection = connection
+        flowControl.gate = connection
         services.metrics.connectionsOpen.increment()
         logger.debug("connection opened", metadata: ["tw.peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
         let (stream, continuation) = AsyncStream<QueuedRequest>.makeStream()

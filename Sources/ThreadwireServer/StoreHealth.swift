@@ -45,6 +45,8 @@ public final class StoreHealth: Service, Sendable {
             }
             if wasUnhealthy { logger.notice("store commits again; health is SERVING") }
         } catch {
+            // A probe cut short by shutdown says nothing about the store.
+            if error is CancellationError || Task.isCancelled { return }
             commitFailed(error)
         }
     }

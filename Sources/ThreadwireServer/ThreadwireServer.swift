@@ -3,11 +3,10 @@ public import Logging
 import Metrics
 import NIOConcurrencyHelpers
 public import NIOCore
-import NIOPosix
-import NIOSSL
 public import ServiceLifecycle
 public import ThreadwireCore
 import ThreadwireNIO
+public import ThreadwireTransport
 import ThreadwireWire
 
 public struct ServerConfiguration: Sendable {
@@ -25,6 +24,9 @@ public struct ServerConfiguration: Sendable {
     public var allowUnauthenticated = false
     /// TLS (and mutual TLS) for every connection; plain TCP when nil.
     public var tls: ServerTLS?
+    /// How clients reach the server; nil: TCP on `host`:`port` (with `tls`).
+    /// An `InProcessTransport` serves connections made inside the process.
+    public var transport: (any ServerTransport)?
     /// Several instances on one store: who owns which agent tree (nil: this
     /// process owns everything), and how requests reach the owner.
     public var coordinator: (any OwnershipCoordinator)?
@@ -61,6 +63,7 @@ final class ServerServices: Sendable {
     let metrics: ServerMetrics
     let tasks = TaskTracker()
     let peers: PeerSettings
+    let connectionIDs = ManagedAtomicCounter()
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
          peers: PeerSettings = PeerSettings()) {
@@ -79,21 +82,26 @@ final class ServerServices: Sendable {
 public final class ThreadwireServer: Service, Sendable {
     private let configuration: ServerConfiguration
     private let services: ServerServices
-    private let group: any EventLoopGroup
+    private let transport: any ServerTransport
     private let draining = ManagedAtomicFlag()
     public let storeHealth: StoreHealth
-    private let onListening: @Sendable (SocketAddress) -> Void
-    private let tlsContext: NIOSSLContext?
+    /// Renews this instance's leases (several instances on one store); a
+    /// service of its own, shut down after the frame server has drained.
+    public let leaseMaintenance: LeaseMaintenance
+    /// The capture file's writer, when recording; a service shut down after
+    /// the frame server, so every frame it read is written.
+    public var recorder: (any Service)? { services.recorder }
+    private let onListening: @Sendable (SocketAddress?) -> Void
 
-    /// - Parameter onListening: called once the listener is bound (port 0 picks one).
+    /// - Parameter onListening: called once the transport accepts, with the
+    ///   address bound (port 0 picks one; nil in process).
     public init(configuration: ServerConfiguration, settings: ServerSettings, store: any ThreadStore,
                 backend: any ModelBackend = ScriptedEchoBackend(), logger: Logger,
-                onListening: @escaping @Sendable (SocketAddress) -> Void = { _ in }) throws {
+                onListening: @escaping @Sendable (SocketAddress?) -> Void = { _ in }) throws {
         try configuration.limits.validate()
         try configuration.validateExposure()
         self.configuration = configuration
         self.onListening = onListening
-        group = MultiThreadedEventLoopGroup.singleton
         let flag = draining
         let health = StoreHealth(store: store, logger: logger)
         storeHealth = health
@@ -103,11 +111,16 @@ public final class ThreadwireServer: Service, Sendable {
         info.clientCertificatesName = configuration.tls?.clientCAFile != nil
         info.peerToken = configuration.peers.token.map { Array($0.utf8) }
         info.relays = configuration.coordinator != nil
-        tlsContext = try configuration.tls?.makeContext()
+        if let transport = configuration.transport {
+            self.transport = transport
+        } else {
+            transport = TCPServerTransport(host: configuration.host, port: configuration.port, tls: try configuration.tls?.makeContext())
+        }
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)),
                                   coordinator: configuration.coordinator)
+        leaseMaintenance = LeaseMaintenance(engine: engine, logger: logger)
         let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }
         services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics(),
                                   peers: configuration.peers)
@@ -146,15 +159,21 @@ public final class ThreadwireServer: Service, Sendable {
     }
 
     /// Serves until graceful shutdown (SIGTERM/SIGINT through the
-    /// ServiceGroup), then: health and readiness fail, the listener closes,
-    /// in-flight requests finish, running turns get their grace and are then
-    /// interrupted with markers recorded, connections get a last flush and
-    /// close, and every task the server started is awaited.
+    /// ServiceGroup), then: health and readiness fail, the transport stops
+    /// accepting, in-flight requests finish, running turns get their grace
+    /// and are then interrupted with markers recorded, connections get a
+    /// last flush and close, and every task the server started is awaited.
     public func run() async throws {
-        // Bound first: with several instances the advertised address (a
+        // Listening first: with several instances the advertised address (a
         // port 0 resolved) must be known before any lease is taken.
-        let listener = try await bind()
-        configuration.coordinator?.bound(port: listener.localAddress?.port ?? configuration.port)
+        let address = try await transport.listen(connectionSettings()) { [services] accepted in
+            let info = services.info
+            let id = services.connectionIDs.next()
+            try accepted.channel.pipeline.syncOperations.addHandler(
+                ConnectionHandler(connectionID: id, services: services, flowControl: accepted.flowControl, frameLimit: accepted.frameLimit,
+                                  certificatePrincipal: info.clientCertificatesName ? ClientCertificate.commonName(of:) : nil))
+        }
+        configuration.coordinator?.bound(port: address?.port ?? configuration.port)
         // Turns that a dead process left running are recovered before the
         // server says it listens, so no client of a supervisor that waits for
         // that line sees a thread ACTIVE with a turn nobody runs.
@@ -162,82 +181,45 @@ public final class ThreadwireServer: Service, Sendable {
         do {
             recovered = try await services.engine.recoverInterruptedTurns()
         } catch {
-            try? await listener.close()
+            transport.stopAccepting()
             throw error
         }
         if recovered > 0 {
             services.logger.notice("recovered threads whose turns were left running", metadata: ["tw.threads": "\(recovered)"])
         }
-        let logger = services.logger
-        let leases = Task { [engine = services.engine] in
-            await engine.maintainLeases { logger.notice("\($0)") }
-        }
-        defer { leases.cancel() }
-        onListening(listener.localAddress!)
+        onListening(address)
         await withGracefulShutdownHandler {
-            try? await listener.closeFuture.get()
-        } onGracefulShutdown: { [draining] in
+            await transport.waitUntilStopped()
+        } onGracefulShutdown: { [draining, transport] in
             draining.set()
-            listener.close(promise: nil)
+            transport.stopAccepting()
         }
         draining.set()
         for connection in services.registry.all { connection.serverDraining() }
         await drain()
     }
 
-    private func bind() async throws -> any Channel {
-        let services = self.services
+    /// What the call layer decides of every connection's transport half.
+    private func connectionSettings() -> ConnectionSettings {
         let limits = configuration.limits
-        let budget = PartialFrameBudget(limit: limits.maxPartialFrameBytes)
-        let counter = ManagedAtomicCounter()
+        let info = services.info
         let metrics = services.metrics
         let logger = services.logger
-        let tlsContext = self.tlsContext
-        let backlog: Int32 = 256
-        let descriptor = try ListeningSocket.open(host: configuration.host, port: configuration.port, backlog: backlog)
-        let reserve = DescriptorReserve(sendsRefusal: tlsContext == nil)
-        let channel = try await ServerBootstrap(group: group)
-            .serverChannelInitializer { channel in
-                // Out of file descriptors, accept fails at once; without a
-                // pause the loop would spin on it.
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: { error in
-                        metrics.acceptBackoffs.increment()
-                        guard DescriptorReserve.isOutOfDescriptors(error) else { return .milliseconds(250) }
-                        if reserve.refusePending(listener: descriptor) {
-                            if reserve.shouldWarn() { logger.warning("out of file descriptors; refused a pending connection", metadata: ["tw.error": "\(error)"]) }
-                            metrics.serverClosed(reason: "outOfDescriptors")
-                            return nil
-                        }
-                        return .milliseconds(250)
-                    }))
-                }
-            }
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .childChannelOption(.writeBufferWaterMark, value: .init(low: limits.outboundHighWaterBytes / 2, high: limits.outboundHighWaterBytes))
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let flowControl = FlowControlHandler(metrics: metrics)
-                    let sync = channel.pipeline.syncOperations
-                    if let tlsContext { try sync.addHandler(NIOSSLServerHandler(context: tlsContext)) }
-                    try sync.addHandler(flowControl)
-                    // Small frames until initialize authenticates the client.
-                    let info = services.info
-                    let frameLimit = FrameSizeLimit(info.authenticates
-                        ? min(info.unauthenticatedMaxFrameBytes, limits.maxFrameBytes) : limits.maxFrameBytes)
-                    // Outbound frames are packed straight into ByteBuffers
-                    // (Wire.Envelope.frame), so no encoder handler is needed.
-                    try sync.addHandlers([
-                        ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)),
-                        ConnectionHandler(connectionID: counter.next(), services: services, flowControl: flowControl, frameLimit: frameLimit,
-                                          certificatePrincipal: info.clientCertificatesName ? ClientCertificate.principal(of:) : nil),
-                    ])
-                }
-            }
-            .withBoundSocket(descriptor)
-            .get()
-        ListeningSocket.setBacklog(descriptor, backlog)
-        return channel
+        return ConnectionSettings(
+            // Small frames until initialize authenticates the client.
+            initialMaxFrameBytes: info.authenticates ? min(info.unauthenticatedMaxFrameBytes, limits.maxFrameBytes) : limits.maxFrameBytes,
+            maxPartialFrameBytes: limits.maxPartialFrameBytes,
+            outboundHighWaterBytes: limits.outboundHighWaterBytes,
+            outOfDescriptorsRefusal: Wire.Envelope(kind: .response(Wire.Response(
+                code: StatusCode.unavailable.rawValue, message: "the server is out of file descriptors; try again later")))
+                .framed(allocator: ByteBufferAllocator()).readableBytesView.map { $0 },
+            events: TransportEvents(
+                readsPaused: { metrics.backpressurePauses.increment() },
+                acceptBackedOff: { metrics.acceptBackoffs.increment() },
+                refusedOutOfDescriptors: { error, first in
+                    if first { logger.warning("out of file descriptors; refused a pending connection", metadata: ["tw.error": "\(error)"]) }
+                    metrics.serverClosed(reason: "outOfDescriptors")
+                }))
     }
 
     private func drain() async {
@@ -254,14 +236,26 @@ public final class ThreadwireServer: Service, Sendable {
         try? await Task.sleep(for: configuration.finalFlush)
         for connection in services.registry.all { try? await connection.channel.close() }
         await services.tasks.waitForAll()
-        if let recorder = services.recorder {
-            // Closing waits for the writer thread: not on an event loop.
-            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                DispatchQueue.global().async {
-                    recorder.close()
-                    done.resume()
-                }
-            }
+    }
+}
+
+/// Renews the leases this instance holds and sweeps for turns a dead
+/// instance left running, until graceful shutdown.
+public final class LeaseMaintenance: Service, Sendable {
+    private let engine: ThreadEngine
+    private let logger: Logger
+
+    init(engine: ThreadEngine, logger: Logger) {
+        self.engine = engine
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let logger = self.logger
+        await cancelWhenGracefulShutdown {
+            await self.engine.maintainLeases { logger.notice("\($0)") }
+            // One instance alone holds no leases: nothing to do until the end.
+            try? await gracefulShutdown()
         }
     }
 }
@@ -281,7 +275,7 @@ final class ManagedAtomicCounter: Sendable {
 /// Writes inbound frames to a capture file (format: docs/protocol.md "Capture files").
 /// Event loops only append to a memory buffer; a background thread writes it
 /// out, so recording adds no file I/O to request handling.
-final class FrameRecorder: Sendable {
+final class FrameRecorder: Service, Sendable {
     static let magic = Array("TWCAP1\n".utf8)
     private struct State {
         var pending: [UInt8] = []
@@ -352,6 +346,19 @@ final class FrameRecorder: Sendable {
 
     static func append(_ value: UInt64, to bytes: inout [UInt8]) {
         for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8((value >> UInt64(shift)) & 0xff)) }
+    }
+
+    /// Records until graceful shutdown (the frame server, registered after
+    /// it, has drained by then), then writes what is buffered and closes.
+    func run() async throws {
+        try? await gracefulShutdown()
+        // Closing waits for the writer thread: not on the concurrency pool.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                self.close()
+                done.resume()
+            }
+        }
     }
 
     /// Writes what is buffered and closes the file.

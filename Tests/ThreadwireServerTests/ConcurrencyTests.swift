@@ -79,7 +79,7 @@ struct ConcurrencyTests {
 
     @Test("thread/read, answered from the snapshot's kept encoding, always shows the last acknowledged change while other readers hammer it")
     func readsFollowAcknowledgedWrites() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let writer = try await server.client()
         let reader = try await server.client()
         let hammer = try await server.client()
@@ -194,7 +194,7 @@ struct ConcurrencyTests {
 
     @Test("fork racing a running turn: the fork is a consistent copy, never a partial unmarked turn")
     func forkVersusTurn() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let a = try await server.client()
         let b = try await server.client()
         let source = try #require(try await a.startThread().thread?.id)
@@ -266,7 +266,7 @@ struct ConcurrencyTests {
 
     @Test("commands on one thread do not wait for another thread's held turn or slow commands")
     func otherThreadsAreNotDelayed() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let busy = try #require(try await client.startThread().thread?.id)
         let held = try await client.startTurn(busy, "#hold")

@@ -6,6 +6,7 @@ import Testing
 import ThreadwireCore
 import ThreadwireNIO
 import ThreadwireTesting
+import ThreadwireTransport
 import ThreadwireWire
 
 /// The connection handler's synchronous paths in an EmbeddedChannel: bytes in,
@@ -22,7 +23,7 @@ struct ConnectionHandlerTests {
         let metrics = ServerMetrics()
         let services = ServerServices(engine: engine, registry: registry, info: info, logger: Logger(label: "test"), recorder: nil, metrics: metrics)
         let channel = EmbeddedChannel()
-        let flowControl = FlowControlHandler(metrics: metrics)
+        let flowControl = FlowControlHandler(paused: { metrics.backpressurePauses.increment() })
         let frameLimit = FrameSizeLimit(maxFrameBytes)
         try channel.pipeline.syncOperations.addHandlers([
             flowControl,
@@ -122,12 +123,12 @@ struct ConnectionHandlerTests {
         let channel = EmbeddedChannel()
         let counter = ReadCounter()
         let metrics = ServerMetrics()
-        let flow = FlowControlHandler(metrics: metrics)
+        let flow = FlowControlHandler(paused: { metrics.backpressurePauses.increment() })
         try channel.pipeline.syncOperations.addHandlers([counter, flow])
         let loop = channel.embeddedEventLoop
         let connection = Connection(id: 1, channel: channel, limits: limits, metrics: metrics,
                                     resumeReads: { loop.execute { flow.resumeIfAllowed() } })
-        flow.connection = connection
+        flow.gate = connection
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         return (channel, counter, connection)
     }

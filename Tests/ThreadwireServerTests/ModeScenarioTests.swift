@@ -13,7 +13,7 @@ struct ModeScenarioTests {
 
     @Test("thread/start with proactive: reported at once, first eligible turn carries the proactive fragment")
     func startProactive() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let started = try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive))
         #expect(started.multiAgentMode == .proactive)
@@ -29,7 +29,7 @@ struct ModeScenarioTests {
 
     @Test("an omitted selection is reported unset while the first eligible turn carries explicitRequestOnly")
     func omittedIsUnset() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let started = try await client.startThread()
         #expect(started.multiAgentMode == nil)
@@ -44,7 +44,7 @@ struct ModeScenarioTests {
 
     @Test("a proactive settings update is reported at once; the next turn appends exactly one proactive fragment")
     func settingsUpdateBetweenTurns() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -69,7 +69,7 @@ struct ModeScenarioTests {
 
     @Test("the same mode twice changes nothing and emits nothing")
     func sameModeTwice() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)
@@ -84,7 +84,7 @@ struct ModeScenarioTests {
 
     @Test("v1 and disabled threads get no mode fragment and are not rejected")
     func notApplicable() async throws {
-        let server = try await ServerProcess.launch(config: #"{"features": {"multi_agent_mode": true}}"#)
+        let server = try await InProcessServer.launch(config: #"{"features": {"multi_agent_mode": true}}"#)
         let client = try await server.client()
         for overrides in [[Wire.KeyValue](), [Wire.KeyValue(key: "features.multi_agent", value: "false")]] {
             let started = try await client.startThread(Wire.ThreadStartParams(config: overrides, multiAgentMode: .proactive))
@@ -99,7 +99,7 @@ struct ModeScenarioTests {
 
     @Test("usage hints off make the mode not applicable")
     func hintsOff() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(
             config: [Wire.KeyValue(key: "multi_agent_v2.usage_hint_enabled", value: "false")], multiAgentMode: .proactive)).thread?.id)
@@ -109,7 +109,7 @@ struct ModeScenarioTests {
 
     @Test("gate off: explicitRequestOnly whatever is selected; the selection is reported and kept across a restart")
     func gateOff() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOff)
+        let server = try await InProcessServer.launch(config: Self.v2GateOff)
         var client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)
         let turn = try await client.runTurn(id, "hi")
@@ -129,7 +129,7 @@ struct ModeScenarioTests {
 
     @Test("clear returns the selection to unset, through settings update and turn/start")
     func clear() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)
         try await client.runTurn(id, "one")
@@ -148,7 +148,7 @@ struct ModeScenarioTests {
 
     @Test("a selection made with no turn survives unloading and a server restart")
     func survivesRestartWithoutTurn() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         var client = try await server.client()
         let a = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)
         let b = try #require(try await client.startThread().thread?.id)
@@ -171,7 +171,7 @@ struct ModeScenarioTests {
 
     @Test("a fork keeps the selection; a v2 child takes the spawning turn's effective mode")
     func inheritance() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)
         #expect(try await client.fork(id).multiAgentMode == .proactive, "fork before any turn")
@@ -184,7 +184,7 @@ struct ModeScenarioTests {
         #expect(child.turns.first?.lastContext.of(.usageHint).first?.text?.contains("sub-agent") == true)
 
         // With the gate off the spawning turn's effective mode is explicitRequestOnly, and so is the child's selection.
-        let off = try await ServerProcess.launch(config: Self.v2GateOff)
+        let off = try await InProcessServer.launch(config: Self.v2GateOff)
         let offClient = try await off.client()
         let parent = try #require(try await offClient.startThread(Wire.ThreadStartParams(multiAgentMode: .proactive)).thread?.id)
         try await offClient.runTurn(parent, "hi")
@@ -193,7 +193,7 @@ struct ModeScenarioTests {
 
     @Test("settings updates add no transcript items and make no model request")
     func noTranscriptFromSettings() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(id, "one")
@@ -207,7 +207,7 @@ struct ModeScenarioTests {
 
     @Test("a turn/start override that changes stored settings emits thread/settings/updated")
     func turnOverrideNotifies() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -220,7 +220,7 @@ struct ModeScenarioTests {
 
     @Test("unknown thread is NOT_FOUND; an invalid value is INVALID_ARGUMENT naming the field")
     func errors() async throws {
-        let server = try await ServerProcess.launch(config: Self.v2GateOn)
+        let server = try await InProcessServer.launch(config: Self.v2GateOn)
         let client = try await server.client()
         await expectStatus(5, mentioning: "nope") {
             _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: "nope", multiAgentModeUpdate: .multiAgentMode(.proactive)))
@@ -242,7 +242,7 @@ struct ModeScenarioTests {
 
     @Test("a server-configured default selection applies when thread/start gives none")
     func configuredDefault() async throws {
-        let server = try await ServerProcess.launch(config: #"{"features": {"multi_agent_v2": true, "multi_agent_mode": true}, "default_multi_agent_mode": "proactive"}"#)
+        let server = try await InProcessServer.launch(config: #"{"features": {"multi_agent_v2": true, "multi_agent_mode": true}, "default_multi_agent_mode": "proactive"}"#)
         let client = try await server.client()
         #expect(try await client.startThread().multiAgentMode == .proactive)
         #expect(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .explicitRequestOnly)).multiAgentMode == .explicitRequestOnly)

@@ -9,7 +9,7 @@ import ThreadwireWire
 struct ProtocolTests {
     @Test("initialize reports the server and its limits; health/check answers SERVING")
     func initializeAndHealth() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client(initialize: false)
         guard case let .healthCheck(health) = try await client.result(.healthCheck(.init())) else { throw TestTimeout(description: "no health") }
         #expect(health.status == .serving)
@@ -22,7 +22,7 @@ struct ProtocolTests {
 
     @Test("any method but health/check before initialize is FAILED_PRECONDITION; a second initialize too")
     func handshakeFirst() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client(initialize: false)
         await expectStatus(9, mentioning: "initialize") { _ = try await client.startThread() }
         try await client.initialize()
@@ -32,7 +32,7 @@ struct ProtocolTests {
 
     @Test("initialize needs a client name and a supported protocol version")
     func initializeValidation() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client(initialize: false)
         await expectStatus(3, mentioning: "client_info.name") {
             _ = try await client.result(.initialize(Wire.InitializeParams(protocolVersion: 1)))
@@ -44,7 +44,7 @@ struct ProtocolTests {
 
     @Test("a method this server does not know gets UNIMPLEMENTED with its id")
     func unknownMethod() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         // Envelope{request{id: 7, field 99: {}}}: a newer client's method.
         try await client.sendRaw(Framing.frame([0x0A, 0x05, 0x08, 0x07, 0x9A, 0x06, 0x00]))
@@ -57,7 +57,7 @@ struct ProtocolTests {
 
     @Test("an undecodable payload gets INVALID_ARGUMENT and the connection stays usable")
     func malformedPayload() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         try await client.sendRaw(Framing.frame([0x0A, 0xFF, 0xFF, 0x01]))
         var unmatched = client.unmatchedResponses.makeAsyncIterator()
@@ -69,7 +69,7 @@ struct ProtocolTests {
 
     @Test("invalid UTF-8 in a string field is INVALID_ARGUMENT naming the field")
     func invalidUTF8() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         // Envelope{request{id:3, thread_start{model: FF FE}}}
         let params: [UInt8] = [0x0A, 0x02, 0xFF, 0xFE]
@@ -83,7 +83,7 @@ struct ProtocolTests {
 
     @Test("undefined flag bits get an error frame, then the connection closes; other clients are unaffected")
     func badFlags() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let bystander = try await server.client()
         let client = try await server.client()
         try await client.sendRaw([0x01, 0, 0, 0, 2, 0x08, 0x01])
@@ -98,7 +98,7 @@ struct ProtocolTests {
 
     @Test("a length over the limit gets RESOURCE_EXHAUSTED from the header alone, then a close")
     func oversize() async throws {
-        let server = try await ServerProcess.launch(arguments: ["--max-frame-bytes", "1024"])
+        let server = try await InProcessServer.launch(arguments: ["--max-frame-bytes", "1024"])
         let client = try await server.client()
         try await client.sendRaw([0x00, 0x7F, 0xFF, 0xFF, 0xFF])  // no payload follows
         var unmatched = client.unmatchedResponses.makeAsyncIterator()
@@ -110,7 +110,7 @@ struct ProtocolTests {
 
     @Test("a client that never initializes is closed after the handshake timeout")
     func handshakeTimeout() async throws {
-        let server = try await ServerProcess.launch(arguments: ["--handshake-timeout-ms", "4000"])
+        let server = try await InProcessServer.launch(arguments: ["--handshake-timeout-ms", "4000"])
         let idle = try await server.client(initialize: false)
         let opened = ContinuousClock.now
         await idle.waitUntilClosed()
@@ -126,7 +126,7 @@ struct ProtocolTests {
 
     @Test("pipelined requests each get exactly one response with their id")
     func pipelining() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let responses = try await withThrowingTaskGroup(of: Wire.Response.self) { group in
             for _ in 0..<64 { group.addTask { try await client.call(.healthCheck(.init())) } }
@@ -141,7 +141,7 @@ struct ProtocolTests {
 
     @Test("random and mutated frames never crash the server or disturb other connections")
     func randomFrames() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let bystander = try await server.client()
         let thread = try #require(try await bystander.startThread().thread?.id)
         var generator = SystemRandomNumberGenerator()

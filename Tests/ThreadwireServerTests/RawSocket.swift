@@ -33,6 +33,12 @@ final class RawSocket: @unchecked Sendable {
         }
     }
 
+    /// A socket already connected to a server (an in-process server's
+    /// socket pair end, `InProcessServer.connectSocket`); closed with this.
+    init(connected: Int32) {
+        fd = connected
+    }
+
     static func frame(id: UInt64, _ params: Wire.Request.Params) -> [UInt8] {
         Framing.frame(Wire.Envelope(kind: .request(Wire.Request(id: id, params: params))).serializedBytes())
     }

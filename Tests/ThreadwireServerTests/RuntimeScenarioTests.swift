@@ -17,7 +17,7 @@ struct RuntimeScenarioTests {
 
     @Test("flag fallback: v2 flag -> v2, collab only -> v1, neither -> disabled")
     func flagFallback() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let cases: [([Wire.KeyValue], Wire.MultiAgentRuntime)] = [
             ([config("features.multi_agent_v2", "true")], .v2),
@@ -36,7 +36,7 @@ struct RuntimeScenarioTests {
 
     @Test("server config flags resolve new threads too")
     func serverConfigFlags() async throws {
-        let server = try await ServerProcess.launch(config: #"{"features": {"multi_agent_v2": true}}"#)
+        let server = try await InProcessServer.launch(config: #"{"features": {"multi_agent_v2": true}}"#)
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
         #expect(try await client.runTurn(id, "hi").context?.multiAgentRuntime == .v2)
@@ -44,7 +44,7 @@ struct RuntimeScenarioTests {
 
     @Test("a catalog selector overrides local feature flags; an unknown selector counts as absent")
     func catalogBeatsFlags() async throws {
-        let server = try await ServerProcess.launch(config: Self.catalog)
+        let server = try await InProcessServer.launch(config: Self.catalog)
         let client = try await server.client()
         let v1 = try #require(try await client.startThread(Wire.ThreadStartParams(
             model: "model-v1", config: [config("features.multi_agent_v2", "true")])).thread?.id)
@@ -56,7 +56,7 @@ struct RuntimeScenarioTests {
 
     @Test("a model switch before the first turn changes which selector applies; after it, nothing changes")
     func modelSwitch() async throws {
-        let server = try await ServerProcess.launch(config: Self.catalog)
+        let server = try await InProcessServer.launch(config: Self.catalog)
         let client = try await server.client()
         // Before the first turn: thread/settings/update switches to a v2-selected model.
         let a = try #require(try await client.startThread().thread?.id)
@@ -76,7 +76,7 @@ struct RuntimeScenarioTests {
 
     @Test("resume and fork keep the runtime when the server restarts under other flags")
     func resumeAndForkUnderChangedFlags() async throws {
-        let server = try await ServerProcess.launch(config: "{}")
+        let server = try await InProcessServer.launch(config: "{}")
         var client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
         #expect(try await client.runTurn(id, "hi").context?.multiAgentRuntime == .v1)
@@ -102,7 +102,7 @@ struct RuntimeScenarioTests {
 
     @Test("a legacy rollout is pinned to v1 on first resume, history and timestamps untouched, and stays pinned")
     func legacyPinning() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         await server.stop()
         let rollout = server.dataDir + "/rollout.jsonl"
         try """
@@ -147,7 +147,7 @@ struct RuntimeScenarioTests {
 
     @Test("a child inherits a v2 parent's runtime even when the child's model says v1")
     func childInheritance() async throws {
-        let server = try await ServerProcess.launch(config: Self.catalog)
+        let server = try await InProcessServer.launch(config: Self.catalog)
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(model: "model-v2")).thread?.id)
         try await client.runTurn(parent, "plan")
@@ -173,7 +173,7 @@ struct RuntimeScenarioTests {
 
     @Test("v1 and v2 tool sets, and the v2-only usage hint")
     func toolsAndHints() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let v1 = try #require(try await client.startThread().thread?.id)
         let v1Turn = try await client.runTurn(v1, "hi")
@@ -195,7 +195,7 @@ struct RuntimeScenarioTests {
 
     @Test("a parent hears of a child: v1 by a subagent notification message, v2 by a mailbox item")
     func parentNotifications() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         for (overrides, kind) in [([Wire.KeyValue](), Wire.ContextKind.subagentNotification),
                                    ([config("features.multi_agent_v2", "true")], .mailbox)] {
@@ -218,7 +218,7 @@ struct RuntimeScenarioTests {
 
     @Test("interruption markers: v1 user-role turn_aborted, v2 developer marker; a second turn/start while active fails")
     func interruptionMarkers() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         for (overrides, role) in [([Wire.KeyValue](), Wire.ContextRole.user),
                                    ([config("features.multi_agent_v2", "true")], .developer)] {
@@ -238,7 +238,7 @@ struct RuntimeScenarioTests {
 
     @Test("forking a thread mid-turn copies the turn as interrupted with its marker")
     func forkMidTurn() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(id, "first")
@@ -256,7 +256,7 @@ struct RuntimeScenarioTests {
 
     @Test("concurrency caps: v1 agents.max_threads, v2 max_concurrent_threads_per_session - 1")
     func concurrencyCaps() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let v1 = try #require(try await client.startThread(Wire.ThreadStartParams(
             config: [config("agents.max_threads", "2")])).thread?.id)
@@ -279,7 +279,7 @@ struct RuntimeScenarioTests {
 
     @Test("depth gate: a child cannot spawn under max_depth 1; v1 hides spawn_agent from it")
     func depthGate() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let root = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(root, "hi")
@@ -292,7 +292,7 @@ struct RuntimeScenarioTests {
 
     @Test("per-thread overrides may lower the server's agent limits, never raise them")
     func overrideCeilings() async throws {
-        let server = try await ServerProcess.launch(config: #"{"agents": {"max_depth": 2, "max_threads": 4}}"#)
+        let server = try await InProcessServer.launch(config: #"{"agents": {"max_depth": 2, "max_threads": 4}}"#)
         let client = try await server.client()
         for (key, value) in [("agents.max_threads", "1000"), ("agents.max_depth", "300"),
                              ("multi_agent_v2.max_concurrent_threads_per_session", "5")] {
@@ -321,7 +321,7 @@ struct RuntimeScenarioTests {
 
     @Test("review threads are pinned disabled and never see collaboration tools, whatever flags or catalog say")
     func reviewDisabled() async throws {
-        let server = try await ServerProcess.launch(config: Self.catalog)
+        let server = try await InProcessServer.launch(config: Self.catalog)
         let client = try await server.client()
         let review = try await client.startThread(Wire.ThreadStartParams(
             model: "model-v2", config: [config("features.multi_agent_v2", "true")], source: .review))
@@ -339,7 +339,7 @@ struct RuntimeScenarioTests {
 
     @Test("everything survives a restart between any two steps")
     func restartBetweenSteps() async throws {
-        let server = try await ServerProcess.launch(config: Self.catalog)
+        let server = try await InProcessServer.launch(config: Self.catalog)
         var client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(model: "model-v2")).thread?.id)
         try await server.restart()

@@ -189,11 +189,14 @@ struct CallDispatcher: Sendable {
     /// The call's thread, required and checked against the principal.
     /// Tenant isolation: a thread of another principal is NOT_FOUND, with
     /// the very message a missing thread gets, so ids cannot be probed.
-    /// Owners never change, so the check cannot go stale before the handler runs.
+    /// Owners never change, so the check cannot go stale before the handler
+    /// runs. A thread whose instance is known is not looked up here: the
+    /// command goes straight there, and the owner checks the principal.
     private func authorizedCall(_ admitted: AdmittedCall, connection: Connection) async throws -> Call {
         guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
         let id = try MethodTable.required(field.read(admitted.params), field.name)
-        if services.info.authenticates, try await services.engine.threadOwner(id) != connection.principal {
+        if services.info.authenticates, !services.engine.isKnownElsewhere(id),
+           try await services.engine.threadOwner(id) != connection.principal {
             throw Self.notFound(id)
         }
         return call(admitted, thread: id, connection: connection)

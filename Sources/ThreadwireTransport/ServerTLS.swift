@@ -1,6 +1,5 @@
-import NIOCore
+public import NIOCore
 public import NIOSSL
-import ThreadwireCore
 
 /// The server side of TLS: `--tls-cert` and `--tls-key` (PEM), and
 /// `--tls-client-ca` for mutual TLS, where every client must present a
@@ -50,10 +49,11 @@ public struct TLSSetupError: Error, CustomStringConvertible {
     public let description: String
 }
 
-enum ClientCertificate {
-    /// The principal a verified client certificate names: its subject's
-    /// (last) common name. On the channel's event loop, after the handshake.
-    static func principal(of channel: any Channel) -> Principal? {
+public enum ClientCertificate {
+    /// The name a verified client certificate gives: its subject's (last)
+    /// common name (the server takes it as the principal). On the channel's
+    /// event loop, after the handshake.
+    public static func commonName(of channel: any Channel) -> String? {
         guard let certificate = try? channel.pipeline.syncOperations.nioSSL_peerCertificate(),
               let der = try? certificate.toDERBytes() else { return nil }
         return DERSubject.commonName(certificate: der)

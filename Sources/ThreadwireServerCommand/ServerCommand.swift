@@ -1,16 +1,17 @@
-import ArgumentParser
+public import ArgumentParser
 import Foundation
-import Logging
+public import Logging
 import Metrics
-import NIOCore
+public import NIOCore
 import NIOPosix
-import Prometheus
-import ServiceLifecycle
+public import Prometheus
+public import ServiceLifecycle
 import ThreadwireAdmin
 import ThreadwireClient
 import ThreadwireCore
 import ThreadwireModels
-import ThreadwireServer
+public import ThreadwireServer
+public import ThreadwireTransport
 import ThreadwireStore
 import ThreadwirePostgres
 
@@ -18,9 +19,13 @@ import ThreadwirePostgres
 import Glibc
 #endif
 
-@main
-struct ServerCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// `threadwire-server`: its flags, and the server they compose. The
+/// executable runs it as the process (`run`); tests compose the same server
+/// in their own process (`compose`) on an `InProcessTransport`.
+public struct ServerCommand: AsyncParsableCommand {
+    public init() {}
+
+    public static let configuration = CommandConfiguration(
         commandName: "threadwire-server",
         abstract: "Serve threadwire threads over framed protobuf on TCP.")
 
@@ -112,7 +117,7 @@ struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
-    func run() async throws {
+    public func run() async throws {
         // Run Swift Concurrency on NIO's event loops: requests then avoid a
         // thread switch between the concurrency pool and the loop doing I/O
         // (profiling showed context switches as the largest cost).
@@ -126,7 +131,44 @@ struct ServerCommand: AsyncParsableCommand {
         let logger = Logger(label: "threadwire")
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(Self.metricsFactory(registry))
+        let composed = try await compose(logger: logger, metricsRegistry: registry) { [listen] address in
+            // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
+            let shown = address.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? listen
+            FileHandle.standardOutput.write(Data("threadwire listening on \(shown)\n".utf8))
+        } onAdminListening: { boundHost, boundPort in
+            FileHandle.standardOutput.write(Data("threadwire admin on http://\(boundHost):\(boundPort)\n".utf8))
+        }
+        let server = composed.server
+        let reloads = composed.reloadsCredentials ? Self.onSIGHUP {
+            do { try server.reloadCredentials() } catch {
+                logger.error("auth tokens not reloaded; the previous tokens stay in use", metadata: ["tw.error": "\(error)"])
+            }
+        } : nil
+        defer { reloads?.cancel() }
+        let group = ServiceGroup(configuration: .init(
+            services: composed.services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger))
+        try await group.run()
+        logger.info("stopped")
+    }
 
+    /// The server these flags describe, as the services of one group, in the
+    /// order they start (they shut down in reverse): the store, its health
+    /// probe, lease maintenance, the capture writer, the admin endpoint and
+    /// last the frame server, so the frame server drains while the admin
+    /// endpoint still answers (readiness 503), leases are held and the store
+    /// runs; the frame server ending (its drain done) ends the group.
+    public struct Composed: Sendable {
+        public let server: ThreadwireServer
+        public let services: [ServiceGroupConfiguration.ServiceConfiguration]
+        /// Whether tokens can be reloaded (SIGHUP).
+        public let reloadsCredentials: Bool
+    }
+
+    /// Builds the server from the flags and the config file.
+    /// - Parameter transport: how clients reach it (nil: TCP on `--listen`).
+    public func compose(logger: Logger, metricsRegistry: PrometheusCollectorRegistry, transport: (any ServerTransport)? = nil,
+                        onListening: @escaping @Sendable (SocketAddress?) -> Void = { _ in },
+                        onAdminListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) async throws -> Composed {
         let (host, port) = try Self.hostPort(listen, flag: "--listen")
         let file = try config.map(ConfigFile.load) ?? ConfigFile.Loaded()
         var settings = file.settings
@@ -142,6 +184,7 @@ struct ServerCommand: AsyncParsableCommand {
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
+        configuration.transport = transport
         configuration.limits = try limits(over: file.limits)
         configuration.idleUnloadSeconds = idleUnloadSeconds
         configuration.recordPath = record
@@ -164,20 +207,23 @@ struct ServerCommand: AsyncParsableCommand {
         if let authTokens { Self.warnIfReadableByOthers(authTokens, logger: logger) }
 
         let store: any ThreadStore
-        let postgres: PostgresThreadStore?
+        let storeService: StoreLifecycle
         if let url = self.store ?? ProcessInfo.processInfo.environment["THREADWIRE_STORE"], !url.isEmpty {
-            postgres = try await PostgresThreadStore.connect(
+            let postgres = try await PostgresThreadStore.connect(
                 url: url, logger: logger, stalledTransactionTimeout: .milliseconds(Int(min(5, leaseSeconds / 2) * 1000)))
-            logger.info("store: PostgreSQL", metadata: ["tw.store": "\(postgres!.location)"])
-            store = postgres!
+            logger.info("store: PostgreSQL", metadata: ["tw.store": "\(postgres.location)"])
+            store = postgres
+            storeService = StoreLifecycle { postgres.close() }
+            do {
+                configuration.coordinator = try await clustering(postgres, host: host, port: port, configuration: &configuration, logger: logger)
+            } catch {
+                postgres.close()
+                throw error
+            }
         } else {
-            postgres = nil
             store = try SQLiteThreadStore(directory: dataDir, logger: logger)
-        }
-        defer { postgres?.close() }
-        if let postgres {
-            let leases = try await clustering(postgres, host: host, port: port, configuration: &configuration, logger: logger)
-            configuration.coordinator = leases
+            // GRDB closes the database when the last reference goes.
+            storeService = StoreLifecycle {}
         }
         var backends: [String: any ModelBackend] = [:]
         for (slug, provider) in file.modelProviders {
@@ -190,39 +236,25 @@ struct ServerCommand: AsyncParsableCommand {
         }
         let backend = ModelRouter(backends: backends, fallback: ScriptedEchoBackend())
         let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, backend: backend,
-                                          logger: logger) { address in
-            // Written straight to fd 1 (unbuffered) so a supervisor reading a pipe sees it at once.
-            FileHandle.standardOutput.write(Data("threadwire listening on \(address.ipAddress ?? host):\(address.port ?? port)\n".utf8))
-        }
-        let reloads = configuration.authenticator.isEnabled ? Self.onSIGHUP {
-            do { try server.reloadCredentials() } catch {
-                logger.error("auth tokens not reloaded; the previous tokens stay in use", metadata: ["tw.error": "\(error)"])
-            }
-        } : nil
-        defer { reloads?.cancel() }
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server.storeHealth, serviceName: "store-health")]
+                                          logger: logger, onListening: onListening)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: storeService, serviceName: "store"),
+            .init(service: server.storeHealth, serviceName: "store-health"),
+            .init(service: server.leaseMaintenance, serviceName: "leases"),
+        ]
+        if let recorder = server.recorder { services.append(.init(service: recorder, serviceName: "recorder")) }
         if let adminListen {
             let (adminHost, adminPort) = try Self.hostPort(adminListen, flag: "--admin-listen")
             let admin = AdminServer(
-                host: adminHost, port: adminPort, registry: registry,
+                host: adminHost, port: adminPort, registry: metricsRegistry,
                 readiness: { let state = server.readiness; return .init(ready: state.ready, reason: state.reason) },
                 beforeScrape: { server.refreshGauges() },
-                onListening: { boundHost, boundPort in
-                    FileHandle.standardOutput.write(Data("threadwire admin on http://\(boundHost):\(boundPort)\n".utf8))
-                },
+                onListening: onAdminListening,
                 logger: logger)
             services.append(.init(service: admin, serviceName: "admin"))
         }
-        // Last registered, first shut down: the frame server drains while
-        // the admin endpoint still answers (readiness 503) and the store runs.
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
-        let group = ServiceGroup(configuration: .init(
-            services: services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger))
-        try await group.run()
-        logger.info("stopped")
-        // Everything is committed and every server task awaited; skip the
-        // runtime's teardown of its thread pools (it took seconds here).
-        Glibc.exit(0)
+        return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
     }
 
     /// Several instances on one PostgreSQL store: leases, the address others
@@ -299,7 +331,7 @@ struct ServerCommand: AsyncParsableCommand {
         return limits
     }
 
-    static func hostPort(_ value: String, flag: String) throws -> (String, Int) {
+    public static func hostPort(_ value: String, flag: String) throws -> (String, Int) {
         guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]), (0...65535).contains(port) else {
             throw ValidationError("\(flag) must be HOST:PORT, got '\(value)'")
         }
@@ -316,5 +348,16 @@ struct ServerCommand: AsyncParsableCommand {
         ]
         factory.defaultValueHistogramBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
         return factory
+    }
+}
+
+/// The store's life as a service: open before the others start, closed
+/// after every other service (the frame server's drain commits) has ended.
+struct StoreLifecycle: Service {
+    let close: @Sendable () -> Void
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        close()
     }
 }

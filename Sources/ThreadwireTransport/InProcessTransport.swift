@@ -1,0 +1,97 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import NIOConcurrencyHelpers
+public import NIOCore
+public import NIOPosix
+import ThreadwireNIO
+
+/// Connections made inside the process: each `connect()` is a connected
+/// socket pair whose server end gets the same pipeline as a TCP connection
+/// (flow control, frame limits, the call layer) and whose other end is the
+/// client's. No port, no listener, no process to start: tests run the real
+/// server this way, and a program can embed one.
+public final class InProcessTransport: ServerTransport {
+    private struct Listening {
+        var settings: ConnectionSettings
+        var budget: PartialFrameBudget
+        var accept: @Sendable (AcceptedConnection) throws -> Void
+    }
+    private enum State {
+        case idle
+        case listening(Listening)
+        case stopped
+    }
+    private let state = NIOLockedValueBox(State.idle)
+    private let group: any EventLoopGroup
+    private let stopped: EventLoopPromise<Void>
+
+    public init(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) {
+        self.group = group
+        stopped = group.next().makePromise()
+    }
+
+    public func listen(_ settings: ConnectionSettings,
+                       accept: @escaping @Sendable (AcceptedConnection) throws -> Void) async throws -> SocketAddress? {
+        let listening = Listening(settings: settings, budget: PartialFrameBudget(limit: settings.maxPartialFrameBytes), accept: accept)
+        try state.withLockedValue { state in
+            guard case .idle = state else { throw InProcessTransportError.alreadyListening }
+            state = .listening(listening)
+        }
+        return nil
+    }
+
+    /// Whether `connect` is taken now (listening, and not yet stopped).
+    public var isAccepting: Bool {
+        if case .listening = state.withLockedValue({ $0 }) { return true }
+        return false
+    }
+
+    public func stopAccepting() {
+        state.withLockedValue { $0 = .stopped }
+        stopped.succeed()
+    }
+
+    public func waitUntilStopped() async {
+        try? await stopped.futureResult.get()
+    }
+
+    /// A new connection to the server: the client's end of a connected
+    /// socket pair (the caller owns and closes it), returned once the
+    /// server's end is in its pipeline. Refused once the server stops accepting.
+    public func connect() async throws -> Int32 {
+        guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
+        var ends: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+            throw IOError(errnoCode: errno, reason: "socketpair")
+        }
+        let settings = listening.settings
+        do {
+            _ = try await ClientBootstrap(group: group)
+                .channelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil, accept: listening.accept)
+                    }
+                }
+                .withConnectedSocket(ends[0])
+                .get()
+        } catch {
+            close(ends[1])
+            throw error
+        }
+        return ends[1]
+    }
+}
+
+public enum InProcessTransportError: Error, CustomStringConvertible {
+    case alreadyListening
+    case notAccepting
+
+    public var description: String {
+        switch self {
+        case .alreadyListening: return "this in-process transport already serves a server"
+        case .notAccepting: return "the in-process server is not accepting connections (not started, or shutting down)"
+        }
+    }
+}

@@ -1,0 +1,71 @@
+import NIOConcurrencyHelpers
+public import NIOCore
+public import NIOPosix
+public import NIOSSL
+import ThreadwireNIO
+
+/// Clients over TCP, optionally TLS: the listening socket (made here so that
+/// the descriptor reserve can accept on it), accept backoff, and the
+/// descriptor reserve for running out of file descriptors.
+public final class TCPServerTransport: ServerTransport {
+    public let host: String
+    public let port: Int
+    private let tls: NIOSSLContext?
+    private let group: any EventLoopGroup
+    private let listener = NIOLockedValueBox<(any Channel)?>(nil)
+    private static let backlog: Int32 = 256
+
+    public init(host: String, port: Int, tls: NIOSSLContext? = nil, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) {
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.group = group
+    }
+
+    public func listen(_ settings: ConnectionSettings,
+                       accept: @escaping @Sendable (AcceptedConnection) throws -> Void) async throws -> SocketAddress? {
+        let budget = PartialFrameBudget(limit: settings.maxPartialFrameBytes)
+        let events = settings.events
+        let tls = self.tls
+        let descriptor = try ListeningSocket.open(host: host, port: port, backlog: Self.backlog)
+        // No handshake to send a refusal through with TLS.
+        let reserve = DescriptorReserve(refusal: tls == nil ? settings.outOfDescriptorsRefusal : nil)
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelInitializer { channel in
+                // Out of file descriptors, accept fails at once; without a
+                // pause the loop would spin on it.
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: { error in
+                        events.acceptBackedOff()
+                        guard DescriptorReserve.isOutOfDescriptors(error) else { return .milliseconds(250) }
+                        if reserve.refusePending(listener: descriptor) {
+                            events.refusedOutOfDescriptors(error, reserve.shouldWarn())
+                            return nil
+                        }
+                        return .milliseconds(250)
+                    }))
+                }
+            }
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try FramePipeline.configure(channel, settings: settings, budget: budget,
+                                                tls: tls.map { context in { NIOSSLServerHandler(context: context) } }, accept: accept)
+                }
+            }
+            .withBoundSocket(descriptor)
+            .get()
+        ListeningSocket.setBacklog(descriptor, Self.backlog)
+        listener.withLockedValue { $0 = channel }
+        return channel.localAddress
+    }
+
+    public func stopAccepting() {
+        listener.withLockedValue { $0 }?.close(promise: nil)
+    }
+
+    public func waitUntilStopped() async {
+        try? await listener.withLockedValue { $0 }?.closeFuture.get()
+    }
+}
