@@ -24,6 +24,7 @@ let package = Package(
         .library(name: "ThreadwireStore", targets: ["ThreadwireStore"]),
         .library(name: "ThreadwirePostgres", targets: ["ThreadwirePostgres"]),
         .library(name: "ThreadwireNIO", targets: ["ThreadwireNIO"]),
+        .library(name: "ThreadwireModels", targets: ["ThreadwireModels"]),
         .library(name: "ThreadwireClient", targets: ["ThreadwireClient"]),
         .executable(name: "threadwire-codec-check", targets: ["ThreadwireCodecCheck"]),
     ],
@@ -201,7 +202,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ThreadwireCoreTests",
-            dependencies: ["ThreadwireCore", "ThreadwireTesting"],
+            dependencies: ["ThreadwireCore", "ThreadwireTesting", "ThreadwireModels"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

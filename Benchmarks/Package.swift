@@ -20,6 +20,7 @@ let package = Package(
             dependencies: [
                 .product(name: "ThreadwireWire", package: "threadwire"),
                 .product(name: "ThreadwireCore", package: "threadwire"),
+                .product(name: "ThreadwireModels", package: "threadwire"),
                 .product(name: "ThreadwireContract", package: "threadwire"),
                 .product(name: "ThreadwireStore", package: "threadwire"),
                 .product(name: "ThreadwireNIO", package: "threadwire"),

@@ -96,7 +96,7 @@ public final class ThreadwireServer: Service, Sendable {
     /// - Parameter onListening: called once the transport accepts, with the
     ///   address bound (port 0 picks one; nil in process).
     public init(configuration: ServerConfiguration, settings: ServerSettings, store: any ThreadStore,
-                backend: any ModelBackend = ScriptedEchoBackend(), logger: Logger,
+                backend: any ModelBackend, logger: Logger,
                 onListening: @escaping @Sendable (SocketAddress?) -> Void = { _ in }) throws {
         try configuration.limits.validate()
         try configuration.validateExposure()

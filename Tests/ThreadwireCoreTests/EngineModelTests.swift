@@ -1,5 +1,6 @@
 import Testing
 import ThreadwireCore
+import ThreadwireModels
 import ThreadwireTesting
 
 /// SplitMix64: small, seedable, so a failing case is reproduced by its seed.

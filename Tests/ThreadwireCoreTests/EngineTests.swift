@@ -1,6 +1,7 @@
 import Synchronization
 import Testing
 @testable import ThreadwireCore
+import ThreadwireModels
 import ThreadwireTesting
 
 /// The engine with an in-memory store and a recording sink: no sockets, no disk.

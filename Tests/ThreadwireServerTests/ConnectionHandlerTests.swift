@@ -4,6 +4,7 @@ import NIOEmbedded
 import Testing
 @testable import ThreadwireServer
 import ThreadwireCore
+import ThreadwireModels
 import ThreadwireNIO
 import ThreadwireTesting
 import ThreadwireTransport

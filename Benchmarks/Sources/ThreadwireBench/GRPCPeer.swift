@@ -4,6 +4,7 @@ import GRPCCore
 import GRPCNIOTransportHTTP2
 import ThreadwireContract
 import ThreadwireCore
+import ThreadwireModels
 import ThreadwireStore
 import ThreadwireWire
 

@@ -1,0 +1,60 @@
+public import ThreadwireCore
+import Foundation
+
+/// The embedded, offline, deterministic backend. It echoes the user's input and
+/// can be scripted by lines of that input:
+///   `#tool NAME {json}`  emit a tool call on the turn's first model call
+///   `#hold`              keep the turn running until it is interrupted
+///   `#fail`              fail the turn
+///   `#sleep MS`          answer after MS milliseconds (a slow model)
+///   `#stream`            stream the echo word by word (item/agent_message/delta)
+public struct ScriptedEchoBackend: ModelBackend {
+    public init() {}
+
+    public func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse {
+        ModelResponse(outputs: try await outputs(for: request, stream: stream))
+    }
+
+    func outputs(for request: ModelRequest, stream: ModelStream) async throws -> [ModelOutput] {
+        // The current turn's input is the newest user input; tool outputs after
+        // it mean the scripted calls already ran.
+        guard let inputIndex = request.context.lastIndex(where: { $0.kind == .userInput }) else {
+            return [.message("echo: (no input)")]
+        }
+        let input = request.context[inputIndex].text
+        let afterInput = request.context[(inputIndex + 1)...]
+        let lines = input.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#fail" }) {
+            throw ModelCallError(.providerError, "the scripted backend was asked to fail (#fail)")
+        }
+        if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#hold" }) {
+            while true { try await Task.sleep(nanoseconds: 3_600_000_000_000) }
+        }
+        if let line = lines.first(where: { $0.hasPrefix("#sleep ") }), let ms = Int(line.dropFirst("#sleep ".count).trimmingCharacters(in: .whitespaces)) {
+            try await Task.sleep(for: .milliseconds(max(0, ms)))
+        }
+        let plain = lines.filter { !$0.hasPrefix("#") }.joined(separator: "\n")
+        let toolsAlreadyRan = afterInput.contains { $0.kind == .toolOutput }
+        if !toolsAlreadyRan {
+            var calls: [ModelOutput] = []
+            for (index, line) in lines.enumerated() where line.hasPrefix("#tool ") {
+                let rest = line.dropFirst("#tool ".count)
+                let name = String(rest.prefix { $0 != " " })
+                let arguments = rest.dropFirst(name.count).trimmingCharacters(in: .whitespaces)
+                calls.append(.toolCall(name: name, arguments: arguments.isEmpty ? "{}" : arguments, callID: "call_\(index)"))
+            }
+            if !calls.isEmpty { return calls }
+        }
+        let answer = "echo: " + plain
+        if lines.contains(where: { $0.trimmingCharacters(in: .whitespaces) == "#stream" }) {
+            var pieces = answer.split(separator: " ", omittingEmptySubsequences: false).map { $0 + " " }
+            pieces[pieces.count - 1].removeLast()
+            for piece in pieces {
+                try Task.checkCancellation()
+                stream.text(String(piece))
+                await Task.yield()
+            }
+        }
+        return [.message(answer)]
+    }
+}
