@@ -3,7 +3,8 @@ import PackageDescription
 
 // Dependencies point one way (docs/architecture.md): CThreadwireProto ->
 // ThreadwireWire (the codec, the only module that sees C) ; ThreadwireCore
-// (domain, no I/O) ; the stores -> Core ; ThreadwireNIO (framing) ->
+// (domain, no I/O) ; ThreadwireStorage (rows, record format) ; the stores
+// (SQLite, PostgreSQL) -> Core + Storage ; ThreadwireNIO (framing) ->
 // ThreadwireTransport (listening, TLS, flow control) ; ThreadwireServer (the
 // call layer) -> all of them ; ThreadwireServerCommand (flags -> services)
 // and the executables on top.
@@ -21,7 +22,7 @@ let package = Package(
         .library(name: "ThreadwireWire", targets: ["ThreadwireWire"]),
         .library(name: "ThreadwireCore", targets: ["ThreadwireCore"]),
         .library(name: "ThreadwireContract", targets: ["ThreadwireContract"]),
-        .library(name: "ThreadwireStore", targets: ["ThreadwireStore"]),
+        .library(name: "ThreadwireSQLite", targets: ["ThreadwireSQLite"]),
         .library(name: "ThreadwirePostgres", targets: ["ThreadwirePostgres"]),
         .library(name: "ThreadwireNIO", targets: ["ThreadwireNIO"]),
         .library(name: "ThreadwireModels", targets: ["ThreadwireModels"]),
@@ -73,10 +74,18 @@ let package = Package(
             dependencies: ["ThreadwireCore", "ThreadwireWire"],
             swiftSettings: swiftSettings
         ),
+        // What every store shares: the thread row's columns and the on-disk
+        // format of history items and turns (the stores only move bytes).
         .target(
-            name: "ThreadwireStore",
+            name: "ThreadwireStorage",
+            dependencies: ["ThreadwireCore", "ThreadwireWire", "ThreadwireContract"],
+            swiftSettings: swiftSettings
+        ),
+        // The SQLite store (the embedded default).
+        .target(
+            name: "ThreadwireSQLite",
             dependencies: [
-                "ThreadwireCore", "ThreadwireWire", "ThreadwireContract",
+                "ThreadwireCore", "ThreadwireStorage",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -87,7 +96,7 @@ let package = Package(
         .target(
             name: "ThreadwirePostgres",
             dependencies: [
-                "ThreadwireCore", "ThreadwireWire", "ThreadwireContract",
+                "ThreadwireCore", "ThreadwireStorage",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -122,7 +131,7 @@ let package = Package(
         .target(
             name: "ThreadwireServer",
             dependencies: [
-                "ThreadwireCore", "ThreadwireWire", "ThreadwireStore", "ThreadwireContract", "ThreadwireNIO", "ThreadwireClient",
+                "ThreadwireCore", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireContract", "ThreadwireNIO", "ThreadwireClient",
                 "ThreadwireTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -170,7 +179,7 @@ let package = Package(
             name: "ThreadwireServerCommand",
             dependencies: [
                 "ThreadwireModels", "ThreadwireTransport",
-                "ThreadwireServer", "ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
+                "ThreadwireServer", "ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -184,7 +193,7 @@ let package = Package(
         .executableTarget(
             name: "ThreadwireCLI",
             dependencies: [
-                "ThreadwireClient", "ThreadwireWire", "ThreadwireStore", "ThreadwireCore",
+                "ThreadwireClient", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
@@ -212,7 +221,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ThreadwireStoreTests",
-            dependencies: ["ThreadwireStore", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireTesting",
+            dependencies: ["ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireStorage", "ThreadwireCore", "ThreadwireTesting", "ThreadwireContract", "ThreadwireWire",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -220,7 +229,7 @@ let package = Package(
             name: "ThreadwireServerTests",
             dependencies: [
                 "ThreadwireModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireStore", "ThreadwireClient", "ThreadwireNIO",
+                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireSQLite", "ThreadwireClient", "ThreadwireNIO",
                 "ThreadwireTesting", "ThreadwireContract", "ThreadwireTransport", "ThreadwireServerCommand",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -22,7 +22,7 @@ let package = Package(
                 .product(name: "ThreadwireCore", package: "threadwire"),
                 .product(name: "ThreadwireModels", package: "threadwire"),
                 .product(name: "ThreadwireContract", package: "threadwire"),
-                .product(name: "ThreadwireStore", package: "threadwire"),
+                .product(name: "ThreadwireSQLite", package: "threadwire"),
                 .product(name: "ThreadwireNIO", package: "threadwire"),
                 .product(name: "ThreadwireClient", package: "threadwire"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import ThreadwireCore
-import ThreadwireStore
+import ThreadwireSQLite
 
 struct Import: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

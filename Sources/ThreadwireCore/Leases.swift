@@ -16,15 +16,6 @@ public struct LeaseFence: Sendable, Hashable, CustomStringConvertible {
     public var description: String { "\(tree)@\(epoch)" }
 }
 
-/// A fenced commit found the tree's lease moved on: nothing was written.
-public struct LeaseLost: Error, CustomStringConvertible {
-    public var fence: LeaseFence
-    public init(fence: LeaseFence) { self.fence = fence }
-    public var description: String {
-        "this instance no longer owns agent tree \(fence.tree) (lease epoch \(fence.epoch) was taken over); the change was not made"
-    }
-}
-
 /// The thread belongs to an agent tree another live instance owns: the
 /// request goes there (see the server's forwarder), never to this engine.
 public struct OwnedElsewhere: Error, CustomStringConvertible {

@@ -199,15 +199,10 @@ extension ThreadEngine {
             try await store.commit(operations, fence: fence)
         } catch let error as DomainError {
             throw error
-        } catch let lost as LeaseLost {
-            tasks.spawn { [self] in await treeLost(lost.fence) }
-            throw DomainError.unavailable(lost.description + "; retry, the request then reaches the new owner")
-        } catch let conflict as StoreConflict {
-            throw conflict.expectedVersion == 0
-                ? DomainError.alreadyExists(conflict.description)
-                : DomainError.aborted(conflict.description + "; retry the request")
         } catch {
-            throw DomainError.unavailable("the store could not commit the change: \(error)")
+            let failure = StoreError.wrapping(error)
+            if case let .leaseLost(fence) = failure { tasks.spawn { [self] in await treeLost(fence) } }
+            throw failure.domainError
         }
     }
 

@@ -1,7 +1,7 @@
 /// One durable change. A commit applies a list of them atomically.
 public enum StoreOperation: Sendable {
     /// Insert a thread (version 1) or replace version `record.version - 1`
-    /// of it; anything else fails with `StoreConflict` and changes nothing.
+    /// of it; anything else fails with `StoreError.conflict` and changes nothing.
     case putThread(ThreadRecord)
     /// Append history items; `firstSequence` is the index of the first one.
     case appendHistory(ThreadID, firstSequence: Int, items: [ContextItem])
@@ -14,19 +14,46 @@ public enum StoreOperation: Sendable {
     case removeMailbox(recipient: ThreadID, throughSequence: Int64)
 }
 
-/// A versioned write lost the race: the stored version is not the one the
-/// writer started from. Never retried blindly: the owner reloads.
-public struct StoreConflict: Error, CustomStringConvertible {
-    public var threadID: ThreadID
-    public var expectedVersion: Int64
-    public init(threadID: ThreadID, expectedVersion: Int64) {
-        self.threadID = threadID
-        self.expectedVersion = expectedVersion
-    }
+/// Every way a store refuses or fails a call, for every store; mapped to
+/// the client's status in one place (`domainError`).
+public enum StoreError: Error, CustomStringConvertible, Equatable {
+    /// A versioned write lost the race: the stored version is not the one
+    /// the writer started from (0: the thread already exists). Never retried
+    /// blindly: the owner reloads. Nothing of the commit was written.
+    case conflict(threadID: ThreadID, expectedVersion: Int64)
+    /// This instance's lease on the agent tree was taken over (several
+    /// instances); nothing of the commit was written.
+    case leaseLost(LeaseFence)
+    /// The store could not do it now (I/O, the database unreachable, a
+    /// timeout, a full disk); the message says what and what became of it.
+    case unavailable(String)
+    /// How the store was configured cannot work (a bad --store URL).
+    case misconfigured(String)
+
     public var description: String {
-        expectedVersion == 0
-            ? "thread \(threadID) already exists"
-            : "thread \(threadID) is no longer at version \(expectedVersion); a stale write was refused"
+        switch self {
+        case let .conflict(thread, 0): "thread \(thread) already exists"
+        case let .conflict(thread, expected): "thread \(thread) is no longer at version \(expected); a stale write was refused"
+        case let .leaseLost(fence):
+            "this instance no longer owns agent tree \(fence.tree) (lease epoch \(fence.epoch) was taken over); the change was not made"
+        case let .unavailable(message), let .misconfigured(message): message
+        }
+    }
+
+    /// What the client is told: the one mapping of store errors.
+    public var domainError: DomainError {
+        switch self {
+        case .conflict(_, 0): .alreadyExists(description)
+        case .conflict: .aborted(description + "; retry the request")
+        case .leaseLost: .unavailable(description + "; retry, the request then reaches the new owner")
+        case let .unavailable(message): .unavailable(message)
+        case let .misconfigured(message): .invalidArgument(message)
+        }
+    }
+
+    /// Any error a store's driver threw, as a store error.
+    public static func wrapping(_ error: any Error) -> StoreError {
+        (error as? StoreError) ?? .unavailable("\(error)")
     }
 }
 
@@ -47,6 +74,18 @@ public struct ThreadListQuery: Sendable, Equatable {
     public func cursor(after record: ThreadRecord) -> String {
         "\(sortKey == .createdAt ? record.createdAt : record.updatedAt)|\(record.id)"
     }
+
+    /// Where the page starts: the sort value and id of the last thread of
+    /// the previous page, read from `cursor` (nil for the first page). The
+    /// one reader of what `cursor(after:)` writes.
+    public func position() throws -> (sortValue: Int64, id: ThreadID)? {
+        guard let cursor else { return nil }
+        let parts = cursor.split(separator: "|", maxSplits: 1)
+        guard parts.count == 2, let value = Int64(parts[0]) else {
+            throw DomainError.invalidArgument("cursor '\(cursor)' is not a cursor this server returned")
+        }
+        return (value, String(parts[1]))
+    }
 }
 
 /// Where threads live. Implementations make a commit durable before returning
@@ -55,7 +94,7 @@ public struct ThreadListQuery: Sendable, Equatable {
 public protocol ThreadStore: Sendable {
     func commit(_ operations: [StoreOperation]) async throws
     /// A commit applied only while `fence` is the current lease of its agent
-    /// tree (several instances on one store); throws `LeaseLost` otherwise.
+    /// tree (several instances on one store); throws `StoreError.leaseLost` otherwise.
     /// Stores that one process owns alone never receive a fence.
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws
     func loadThread(_ id: ThreadID) async throws -> StoredThread?

@@ -3,6 +3,7 @@ import Logging
 import PostgresNIO
 import Synchronization
 import ThreadwireCore
+import ThreadwireStorage
 
 /// Group commit. Every commit becomes one element of a call to
 /// `threadwire_commit` (a PL/pgSQL function, `CommitFunction`): commits that
@@ -85,7 +86,7 @@ final class CommitBatcher: Sendable {
             let answer = Answer(batch.map(\.continuation))
             let (timeout, location) = (self.timeout, self.location)
             let alarm = DeadlineTimer.shared.schedule(after: timeout) {
-                let error = PostgresStoreError(description: "PostgreSQL at \(location) did not complete a commit within \(timeout)")
+                let error = StoreError.unavailable("PostgreSQL at \(location) did not complete a commit within \(timeout)")
                 if answer.give(batch.map { _ in .failure(error) }) { self.abandoned() }
             }
             let outcomes = await run(batch.map(\.commit))
@@ -131,21 +132,21 @@ final class CommitBatcher: Sendable {
             statuses = row
         }
         guard statuses.count == commits.count else {
-            throw PostgresStoreError(description: "threadwire_commit answered \(statuses.count) outcomes for \(commits.count) commits")
+            throw StoreError.unavailable("threadwire_commit answered \(statuses.count) outcomes for \(commits.count) commits")
         }
         return zip(commits, statuses).map { commit, status in
             switch status {
             case "ok":
                 return .success(())
             case "lease_lost":
-                return .failure(LeaseLost(fence: LeaseFence(tree: commit.tree ?? "", epoch: commit.epoch ?? 0)))
+                return .failure(StoreError.leaseLost(LeaseFence(tree: commit.tree ?? "", epoch: commit.epoch ?? 0)))
             default:
                 // "conflict <id> <expected version>"
                 let parts = status.split(separator: " ")
                 guard parts.count == 3, parts[0] == "conflict", let expected = Int64(parts[2]) else {
-                    return .failure(PostgresStoreError(description: "threadwire_commit answered '\(status)'"))
+                    return .failure(StoreError.unavailable("threadwire_commit answered '\(status)'"))
                 }
-                return .failure(StoreConflict(threadID: String(parts[1]), expectedVersion: expected))
+                return .failure(StoreError.conflict(threadID: String(parts[1]), expectedVersion: expected))
             }
         }
     }
@@ -209,18 +210,18 @@ enum CommitFunction {
                 k = "history"
                 id = thread
                 self.first = first
-                self.items = items.map { Data($0.wire.serializedBytes()) }
+                self.items = items.map { Data(StoredRecords.encode($0)) }
             case let .putTurn(turn):
                 k = "turn"
                 id = turn.threadID
                 turnID = turn.id
                 seq = turn.sequence
-                record = Data(turn.storedWire.serializedBytes())
+                record = Data(StoredRecords.encode(turn))
                 status = turn.status.rawValue
             case let .enqueueMailbox(recipient, item):
                 k = "mail+"
                 id = recipient
-                record = Data(item.wire.serializedBytes())
+                record = Data(StoredRecords.encode(item))
             case let .removeMailbox(recipient, through):
                 k = "mail-"
                 id = recipient
@@ -229,41 +230,6 @@ enum CommitFunction {
         }
 
         enum CodingKeys: String, CodingKey { case k, r, id, first, items, seq, record, status, through, turnID = "turn" }
-    }
-
-    /// A `threads` row by column name (read with jsonb_populate_record).
-    struct ThreadRow: Encodable, Sendable {
-        var id, session_id: String
-        var parent_id, forked_from_id: String?
-        var source: String
-        var depth: Int
-        var task_name, nickname: String?
-        var preview: String
-        var name: String?
-        var created_at, updated_at: Int64
-        var archived: Bool
-        var runtime: String?
-        var legacy: Bool
-        var selected_mode: String?
-        var model, cwd: String
-        var base_instructions: String?
-        var config_overrides: String
-        var version: Int64
-        var agent_status, agent_final_message: String?
-        var agent_closed: Bool
-        var owner: String
-
-        init(_ r: ThreadRecord) throws {
-            id = r.id; session_id = r.sessionID; parent_id = r.parentID; forked_from_id = r.forkedFromID
-            source = r.source.rawValue; depth = r.depth; task_name = r.taskName; nickname = r.nickname
-            preview = r.preview; name = r.name; created_at = r.createdAt; updated_at = r.updatedAt
-            archived = r.archived; runtime = r.runtime?.rawValue; legacy = r.legacy
-            selected_mode = r.selectedMode?.rawValue; model = r.model; cwd = r.cwd
-            base_instructions = r.baseInstructions
-            config_overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
-            version = r.version; agent_status = r.agentStatus?.rawValue; agent_final_message = r.agentFinalMessage
-            agent_closed = r.agentClosed; owner = r.owner
-        }
     }
 
     struct Call: PostgresPreparedStatement {

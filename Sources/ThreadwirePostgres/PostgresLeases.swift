@@ -70,7 +70,7 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
                 return .elsewhere(address: holder)
             }
         }
-        throw PostgresStoreError(description: "the lease of agent tree \(tree) changed hands three times while being claimed")
+        throw StoreError.unavailable("the lease of agent tree \(tree) changed hands three times while being claimed")
     }
 
     public func renew(_ fences: [LeaseFence]) async throws -> Set<LeaseFence> {

@@ -4,8 +4,7 @@ import NIOCore
 import NIOPosix
 import PostgresNIO
 public import ThreadwireCore
-import ThreadwireContract
-import ThreadwireWire
+import ThreadwireStorage
 
 /// The store on PostgreSQL (postgres-nio), for deployments that already run
 /// it and for several threadwire instances on one database. Same records and
@@ -50,7 +49,7 @@ public final class PostgresThreadStore: ThreadStore {
                 id: 0, logger: logger).get()
             try await probe.close()
         } catch {
-            throw PostgresStoreError(description: "cannot connect to PostgreSQL at \(target.redacted): \(String(reflecting: error))")
+            throw StoreError.unavailable("cannot connect to PostgreSQL at \(target.redacted): \(String(reflecting: error))")
         }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let store = PostgresThreadStore(client: client, logger: logger, location: target.redacted,
@@ -61,14 +60,14 @@ public final class PostgresThreadStore: ThreadStore {
                 group.addTask { try await store.migrate() }
                 group.addTask {
                     try await Task.sleep(for: startupTimeout)
-                    throw PostgresStoreError(description: "no answer within \(startupTimeout)")
+                    throw StoreError.unavailable("no answer within \(startupTimeout)")
                 }
                 try await group.next()
                 group.cancelAll()
             }
         } catch {
             store.close()
-            throw PostgresStoreError(description: "PostgreSQL at \(target.redacted): \(String(reflecting: error))")
+            throw StoreError.unavailable("PostgreSQL at \(target.redacted): \(String(reflecting: error))")
         }
         return store
     }
@@ -185,7 +184,7 @@ public final class PostgresThreadStore: ThreadStore {
         let timeout = operationTimeout
         let location = self.location
         return try await withDeadline(timeout, timeoutError: {
-            PostgresStoreError(description: "PostgreSQL at \(location) did not complete \(what) within \(timeout)")
+            StoreError.unavailable("PostgreSQL at \(location) did not complete \(what) within \(timeout)")
         }, body)
     }
 
@@ -201,7 +200,7 @@ public final class PostgresThreadStore: ThreadStore {
             }
             group.addTask {
                 try await Task.sleep(for: Self.probeTimeout)
-                throw PostgresStoreError(description: "PostgreSQL at \(self.location) did not commit within \(Self.probeTimeout)")
+                throw StoreError.unavailable("PostgreSQL at \(self.location) did not commit within \(Self.probeTimeout)")
             }
             try await group.next()
             group.cancelAll()
@@ -235,7 +234,7 @@ public final class PostgresThreadStore: ThreadStore {
                 var history: [ContextItem] = []
                 for try await record in try await connection.query(
                     "SELECT record FROM context_items WHERE thread_id = \(id) ORDER BY seq", logger: logger).decode(Data.self) {
-                    history.append(try ContextItem(wire: Wire.ContextItem(serializedBytes: [UInt8](record))))
+                    history.append(try StoredRecords.decodeContextItem([UInt8](record)))
                 }
                 let turns = try await self.turns(connection, PostgresQuery(
                     unsafeSQL: "SELECT seq, record FROM turns WHERE thread_id = $1 ORDER BY seq", binds: Self.binds(id)), threadID: id)
@@ -271,13 +270,9 @@ public final class PostgresThreadStore: ThreadStore {
             binds.append(owner)
             sql += " AND owner = $\(binds.count)"
         }
-        if let cursor = query.cursor {
-            let parts = cursor.split(separator: "|", maxSplits: 1)
-            guard parts.count == 2, let value = Int64(parts[0]) else {
-                throw DomainError.invalidArgument("cursor '\(cursor)' is not a cursor this server returned")
-            }
-            binds.append(value)
-            binds.append(String(parts[1]))
+        if let position = try query.position() {
+            binds.append(position.sortValue)
+            binds.append(position.id)
             sql += " AND (\(column), id) \(query.ascending ? ">" : "<") ($\(binds.count - 1), $\(binds.count))"
         }
         binds.append(query.limit + 1)
@@ -302,7 +297,7 @@ public final class PostgresThreadStore: ThreadStore {
         var result: [(sequence: Int64, item: ContextItem)] = []
         for try await (sequence, record) in try await client.query(
             "SELECT seq, record FROM mailbox WHERE recipient_id = \(recipient) ORDER BY seq", logger: logger).decode((Int64, Data).self) {
-            result.append((sequence, try ContextItem(wire: Wire.ContextItem(serializedBytes: [UInt8](record)))))
+            result.append((sequence, try StoredRecords.decodeContextItem([UInt8](record))))
         }
         return result
     }
@@ -345,7 +340,7 @@ public final class PostgresThreadStore: ThreadStore {
     private func turns(_ connection: PostgresConnection, _ query: PostgresQuery, threadID: ThreadID) async throws -> [TurnRecord] {
         var turns: [TurnRecord] = []
         for try await (sequence, record) in try await connection.query(query, logger: logger).decode((Int, Data).self) {
-            turns.append(try TurnRecord(storedWire: Wire.Turn(serializedBytes: [UInt8](record)), threadID: threadID, sequence: sequence))
+            turns.append(try StoredRecords.decodeTurn([UInt8](record), threadID: threadID, sequence: sequence))
         }
         return turns
     }
@@ -353,34 +348,20 @@ public final class PostgresThreadStore: ThreadStore {
     private func records(_ connection: PostgresConnection, _ query: PostgresQuery) async throws -> [ThreadRecord] {
         var records: [ThreadRecord] = []
         for try await row in try await connection.query(query, logger: logger) {
-            let cells = row.makeRandomAccess()
-            func value<T: PostgresDecodable>(_ name: String, _: T.Type = T.self) throws -> T { try cells[name].decode(T.self) }
-            var record = ThreadRecord(
-                id: try value("id"), sessionID: try value("session_id"),
-                source: ThreadSourceKind(rawValue: try value("source")) ?? .appServer, depth: try value("depth"),
-                createdAt: try value("created_at"), model: try value("model"), cwd: try value("cwd"))
-            record.parentID = try value("parent_id")
-            record.forkedFromID = try value("forked_from_id")
-            record.taskName = try value("task_name")
-            record.nickname = try value("nickname")
-            record.preview = try value("preview")
-            record.name = try value("name")
-            record.updatedAt = try value("updated_at")
-            record.archived = try value("archived")
-            record.runtime = try value("runtime", String?.self).flatMap(MultiAgentRuntime.init(rawValue:))
-            record.legacy = try value("legacy")
-            record.selectedMode = try value("selected_mode", String?.self).flatMap(MultiAgentMode.init(rawValue:))
-            record.baseInstructions = try value("base_instructions")
-            record.configOverrides = try JSONDecoder().decode([KeyValuePair].self, from: Data(try value("config_overrides", String.self).utf8))
-            record.version = try value("version")
-            record.agentStatus = try value("agent_status", String?.self).flatMap(AgentStatus.init(rawValue:))
-            record.agentFinalMessage = try value("agent_final_message")
-            record.agentClosed = try value("agent_closed")
-            record.owner = try value("owner")
+            let record = try ThreadRow(reading: PostgresColumns(cells: row.makeRandomAccess())).record()
             records.append(record)
         }
         return records
     }
+}
+
+/// A PostgreSQL row's columns for `ThreadRow`.
+private struct PostgresColumns: ColumnReader {
+    let cells: PostgresRandomAccessRow
+    func text(_ column: String) throws -> String { try cells[column].decode(String.self) }
+    func optionalText(_ column: String) throws -> String? { try cells[column].decode(String?.self) }
+    func integer(_ column: String) throws -> Int64 { try cells[column].decode(Int64.self) }
+    func boolean(_ column: String) throws -> Bool { try cells[column].decode(Bool.self) }
 }
 
 /// `postgres://user[:password]@host[:port]/database`.
@@ -394,10 +375,10 @@ struct PostgresURL {
     init(_ text: String) throws {
         guard let components = URLComponents(string: text), ["postgres", "postgresql"].contains(components.scheme ?? ""),
               let host = components.host, !host.isEmpty, let user = components.user, !user.isEmpty else {
-            throw PostgresStoreError(description: "--store must be postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE, got '\(Self.redact(text))'")
+            throw StoreError.misconfigured("--store must be postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE, got '\(Self.redact(text))'")
         }
         let database = String(components.path.drop { $0 == "/" })
-        guard !database.isEmpty else { throw PostgresStoreError(description: "--store \(Self.redact(text)) names no database (…/DATABASE)") }
+        guard !database.isEmpty else { throw StoreError.misconfigured("--store \(Self.redact(text)) names no database (…/DATABASE)") }
         self.user = user
         password = components.password
         self.host = host
@@ -412,8 +393,4 @@ struct PostgresURL {
         components.password = "***"
         return components.string ?? "(unparseable)"
     }
-}
-
-public struct PostgresStoreError: Error, CustomStringConvertible {
-    public let description: String
 }

@@ -35,6 +35,8 @@ public struct RequestError: Error, Sendable, Equatable {
             case let .unavailable(m): self.init(.unavailable, m)
             case let .internal(m): self.init(.internal, m)
             }
+        case let error as StoreError:
+            self.init(error.domainError)
         case let error as WireError:
             self.init(.invalidArgument, error.description)
         default:

@@ -74,13 +74,14 @@ struct MonitoredStore: ThreadStore {
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
         do {
             try await base.commit(operations, fence: fence)
-        } catch let conflict as StoreConflict {
-            throw conflict
-        } catch let lost as LeaseLost {
-            throw lost  // the store works; this instance lost the thread
         } catch {
-            health.commitFailed(error)
-            throw DomainError.unavailable("the store cannot commit (\(error)); the change was not made")
+            switch StoreError.wrapping(error) {
+            case .conflict, .leaseLost:
+                throw error  // the store works: a stale write, or this instance lost the thread
+            case let .unavailable(reason), let .misconfigured(reason):
+                health.commitFailed(error)
+                throw StoreError.unavailable("the store cannot commit (\(reason)); the change was not made")
+            }
         }
     }
 

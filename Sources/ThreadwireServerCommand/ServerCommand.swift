@@ -12,7 +12,7 @@ import ThreadwireCore
 import ThreadwireModels
 public import ThreadwireServer
 public import ThreadwireTransport
-import ThreadwireStore
+import ThreadwireSQLite
 import ThreadwirePostgres
 
 #if canImport(Glibc)

@@ -26,10 +26,10 @@ public actor InMemoryThreadStore: ThreadStore {
             switch operation {
             case let .putThread(record):
                 if record.version <= 1 {
-                    guard records[record.id] == nil else { throw StoreConflict(threadID: record.id, expectedVersion: 0) }
+                    guard records[record.id] == nil else { throw StoreError.conflict(threadID: record.id, expectedVersion: 0) }
                 } else {
                     guard let stored = records[record.id], stored.version == record.version - 1, stored.owner == record.owner else {
-                        throw StoreConflict(threadID: record.id, expectedVersion: record.version - 1)
+                        throw StoreError.conflict(threadID: record.id, expectedVersion: record.version - 1)
                     }
                 }
                 records[record.id] = record
@@ -71,14 +71,7 @@ public actor InMemoryThreadStore: ThreadStore {
 
     public func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) {
         let key: (ThreadRecord) -> Millis = query.sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
-        var after: (Millis, String)?
-        if let cursor = query.cursor {
-            let parts = cursor.split(separator: "|", maxSplits: 1)
-            guard parts.count == 2, let value = Int64(parts[0]) else {
-                throw DomainError.invalidArgument("cursor '\(cursor)' is not a cursor this server returned")
-            }
-            after = (value, String(parts[1]))
-        }
+        let after = try query.position().map { ($0.sortValue, $0.id) }
         let sorted = records.values
             .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.owner == nil || $0.owner == query.owner) }
             .filter { record in

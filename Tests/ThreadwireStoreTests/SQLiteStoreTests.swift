@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import ThreadwireCore
-import ThreadwireStore
+import ThreadwireSQLite
 
 @Suite("SQLite store")
 struct SQLiteStoreTests {
@@ -53,14 +53,14 @@ struct SQLiteStoreTests {
         let store = try SQLiteThreadStore(directory: directory())
         var base = record("v", created: 1)
         try await store.commit([.putThread(base)])
-        await #expect(throws: StoreConflict.self, "a second insert of the same id") { try await store.commit([.putThread(base)]) }
+        await #expect(throws: StoreError.conflict(threadID: base.id, expectedVersion: 0), "a second insert of the same id") { try await store.commit([.putThread(base)]) }
         base.model = "first"
         base.version = 2
         try await store.commit([.putThread(base)])
         var stale = record("v", created: 1)
         stale.model = "stale"
         stale.version = 2  // also written on top of version 1: lost the race
-        await #expect(throws: StoreConflict.self) {
+        await #expect(throws: StoreError.conflict(threadID: "v", expectedVersion: 1)) {
             try await store.commit([.putThread(stale), .appendHistory("v", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "x")])])
         }
         let stored = try #require(try await store.loadThread("v"))

@@ -3,7 +3,7 @@ import Logging
 import Testing
 import ThreadwireCore
 import ThreadwirePostgres
-import ThreadwireStore
+import ThreadwireSQLite
 import ThreadwireTesting
 
 /// Every ThreadStore backend, fresh and empty.
@@ -338,7 +338,7 @@ struct PostgresLeaseTests {
         do {
             try await store.commit([.putThread(record)], fence: oldFence)
             Issue.record("a commit with a superseded fence must fail")
-        } catch is LeaseLost {}
+        } catch StoreError.leaseLost {}
         #expect(try await store.threadRecord("tree")?.model == "m", "nothing of the refused commit landed")
         record.model = "the new owner's write"
         try await store.commit([.putThread(record)], fence: newFence)
@@ -347,7 +347,7 @@ struct PostgresLeaseTests {
         do {
             try await store.commit([.putThread(record)], fence: newFence)
             Issue.record("a second write of version 2 must conflict")
-        } catch is StoreConflict {}
+        } catch StoreError.conflict {}
 
         // A released lease is free at once, and the epoch keeps growing.
         await second.release([newFence])
@@ -390,7 +390,7 @@ struct PostgresLeaseTests {
                             try await store.commit([.putTurn(turn(tree, stale ? 1 : 0)), .putThread(record)],
                                                    fence: stale ? first[tree]! : latest[tree]!)
                             return (tree, stale, true)
-                        } catch is LeaseLost {
+                        } catch StoreError.leaseLost {
                             return (tree, stale, false)
                         } catch {
                             return (tree, stale, false)

@@ -5,7 +5,7 @@ import GRPCNIOTransportHTTP2
 import ThreadwireContract
 import ThreadwireCore
 import ThreadwireModels
-import ThreadwireStore
+import ThreadwireSQLite
 import ThreadwireWire
 
 /// grpc-swift-2 serializers over the same Wire messages, so the comparison

@@ -5,7 +5,7 @@ import GRPCNIOTransportHTTP2
 import Histogram
 import SwiftProtobuf
 import ThreadwireCore
-import ThreadwireStore
+import ThreadwireSQLite
 import ThreadwireWire
 
 #if canImport(Glibc)

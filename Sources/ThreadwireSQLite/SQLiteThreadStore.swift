@@ -3,8 +3,7 @@ internal import GRDB
 public import Logging
 import Metrics
 public import ThreadwireCore
-import ThreadwireContract
-import ThreadwireWire
+import ThreadwireStorage
 
 /// The embedded default store: one SQLite file in WAL mode with
 /// synchronous=FULL, so a commit that returned survives kill -9 and power loss.
@@ -134,12 +133,12 @@ public final class SQLiteThreadStore: ThreadStore {
         // disk, and the concurrency pool's threads are the server's event loops.
         try await Self.offExecutor {
             let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-            guard fd >= 0 else { throw StoreFailure(message: "cannot create \(file): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw StoreError.unavailable("cannot create \(file): \(String(cString: strerror(errno)))") }
             defer { close(fd); unlink(file) }
             let chunk = [UInt8](repeating: 0, count: spareBytes)
             let written = chunk.withUnsafeBytes { write(fd, $0.baseAddress, spareBytes) }
             guard written == spareBytes, fsync(fd) == 0 else {
-                throw StoreFailure(message: "cannot write to \(file): \(String(cString: strerror(errno)))")
+                throw StoreError.unavailable("cannot write to \(file): \(String(cString: strerror(errno)))")
             }
         }
         try await pool.write { db in
@@ -176,9 +175,9 @@ public final class SQLiteThreadStore: ThreadStore {
         try await pool.read { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM threads WHERE id = ?", arguments: [id]) else { return nil }
             let history = try Row.fetchAll(db, sql: "SELECT record FROM context_items WHERE thread_id = ? ORDER BY seq", arguments: [id])
-                .map { try ContextItem(wire: Wire.ContextItem(serializedBytes: [UInt8]($0["record"] as Data))) }
+                .map { try StoredRecords.decodeContextItem([UInt8]($0["record"] as Data)) }
             let turns = try Row.fetchAll(db, sql: "SELECT seq, record FROM turns WHERE thread_id = ? ORDER BY seq", arguments: [id])
-                .map { try TurnRecord(storedWire: Wire.Turn(serializedBytes: [UInt8]($0["record"] as Data)), threadID: id, sequence: $0["seq"]) }
+                .map { try StoredRecords.decodeTurn([UInt8]($0["record"] as Data), threadID: id, sequence: $0["seq"]) }
             return StoredThread(record: try Self.record(row), history: history, turns: turns)
         }
     }
@@ -202,13 +201,9 @@ public final class SQLiteThreadStore: ThreadStore {
             sql += " AND owner = ?"
             _ = arguments.append(contentsOf: [owner])
         }
-        if let cursor = query.cursor {
-            let parts = cursor.split(separator: "|", maxSplits: 1)
-            guard parts.count == 2, let value = Int64(parts[0]) else {
-                throw DomainError.invalidArgument("cursor '\(cursor)' is not a cursor this server returned")
-            }
+        if let position = try query.position() {
             sql += " AND (\(column), id) \(query.ascending ? ">" : "<") (?, ?)"
-            _ = arguments.append(contentsOf: [value, String(parts[1])])
+            _ = arguments.append(contentsOf: [position.sortValue, position.id])
         }
         sql += " ORDER BY \(column) \(order), id \(order) LIMIT ?"
         _ = arguments.append(contentsOf: [query.limit + 1])
@@ -232,7 +227,7 @@ public final class SQLiteThreadStore: ThreadStore {
             try Row.fetchAll(db, sql: "SELECT seq, record FROM mailbox WHERE recipient_id = ? ORDER BY seq", arguments: [recipient])
                 .map { (sequence: $0["seq"] as Int64, bytes: [UInt8]($0["record"] as Data)) }
         }
-        return try rows.map { (sequence: $0.sequence, item: try ContextItem(wire: Wire.ContextItem(serializedBytes: $0.bytes))) }
+        return try rows.map { (sequence: $0.sequence, item: try StoredRecords.decodeContextItem($0.bytes)) }
     }
 
     public func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
@@ -247,7 +242,7 @@ public final class SQLiteThreadStore: ThreadStore {
             sql += descending ? " ORDER BY seq DESC LIMIT ?" : " ORDER BY seq ASC LIMIT ?"
             _ = arguments.append(contentsOf: [limit])
             return try Row.fetchAll(db, sql: sql, arguments: arguments)
-                .map { try TurnRecord(storedWire: Wire.Turn(serializedBytes: [UInt8]($0["record"] as Data)), threadID: id, sequence: $0["seq"]) }
+                .map { try StoredRecords.decodeTurn([UInt8]($0["record"] as Data), threadID: id, sequence: $0["seq"]) }
         }
     }
 
@@ -260,74 +255,43 @@ public final class SQLiteThreadStore: ThreadStore {
     // MARK: Rows
 
     static func record(_ row: Row) throws -> ThreadRecord {
-        var record = ThreadRecord(
-            id: row["id"], sessionID: row["session_id"],
-            source: ThreadSourceKind(rawValue: row["source"]) ?? .appServer, depth: row["depth"],
-            createdAt: row["created_at"], model: row["model"], cwd: row["cwd"])
-        record.parentID = row["parent_id"]
-        record.forkedFromID = row["forked_from_id"]
-        record.taskName = row["task_name"]
-        record.nickname = row["nickname"]
-        record.preview = row["preview"]
-        record.name = row["name"]
-        record.updatedAt = row["updated_at"]
-        record.archived = row["archived"]
-        record.runtime = (row["runtime"] as String?).flatMap(MultiAgentRuntime.init(rawValue:))
-        record.legacy = row["legacy"]
-        record.selectedMode = (row["selected_mode"] as String?).flatMap(MultiAgentMode.init(rawValue:))
-        record.baseInstructions = row["base_instructions"]
-        let overrides: String = row["config_overrides"]
-        record.configOverrides = try JSONDecoder().decode([KeyValuePair].self, from: Data(overrides.utf8))
-        record.version = row["version"]
-        record.agentStatus = (row["agent_status"] as String?).flatMap(AgentStatus.init(rawValue:))
-        record.agentFinalMessage = row["agent_final_message"]
-        record.agentClosed = row["agent_closed"]
-        record.owner = row["owner"]
-        return record
+        try ThreadRow(reading: SQLiteColumns(row: row)).record()
     }
+
+    private static let insertThread = """
+        INSERT INTO threads (\(ThreadRow.changeableColumns.joined(separator: ", ")), id, owner)
+        VALUES (\(Array(repeating: "?", count: ThreadRow.changeableColumns.count + 2).joined(separator: ", ")))
+        """
+    /// Compare-and-set: only on top of the version this one replaces.
+    private static let updateThread = """
+        UPDATE threads SET \(ThreadRow.changeableColumns.map { "\($0) = ?" }.joined(separator: ", "))
+        WHERE id = ? AND version = ? AND owner = ?
+        """
 
     static func apply(_ operation: StoreOperation, _ db: Database) throws {
         switch operation {
         case let .putThread(r):
-            let overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
-            let values: StatementArguments = [
-                r.sessionID, r.parentID, r.forkedFromID, r.source.rawValue, r.depth, r.taskName,
-                r.nickname, r.preview, r.name, r.createdAt, r.updatedAt, r.archived, r.runtime?.rawValue, r.legacy,
-                r.selectedMode?.rawValue, r.model, r.cwd, r.baseInstructions, overrides, r.version,
-                r.agentStatus?.rawValue, r.agentFinalMessage, r.agentClosed,
-            ]
+            let values = StatementArguments(try ThreadRow(r).changeableValues.map(\.databaseValue))
             if r.version <= 1 {
                 guard try Int.fetchOne(db, sql: "SELECT 1 FROM threads WHERE id = ?", arguments: [r.id]) == nil else {
-                    throw StoreConflict(threadID: r.id, expectedVersion: 0)
+                    throw StoreError.conflict(threadID: r.id, expectedVersion: 0)
                 }
-                try db.cachedStatement(sql: """
-                    INSERT INTO threads (session_id, parent_id, forked_from_id, source, depth, task_name,
-                        nickname, preview, name, created_at, updated_at, archived, runtime, legacy, selected_mode, model,
-                        cwd, base_instructions, config_overrides, version, agent_status, agent_final_message, agent_closed, id, owner)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """).execute(arguments: values + [r.id, r.owner])
+                try db.cachedStatement(sql: insertThread).execute(arguments: values + [r.id, r.owner])
             } else {
-                // Compare-and-set: only on top of the version this one replaces.
-                try db.cachedStatement(sql: """
-                    UPDATE threads SET session_id = ?, parent_id = ?, forked_from_id = ?, source = ?, depth = ?,
-                        task_name = ?, nickname = ?, preview = ?, name = ?, created_at = ?, updated_at = ?, archived = ?,
-                        runtime = ?, legacy = ?, selected_mode = ?, model = ?, cwd = ?, base_instructions = ?,
-                        config_overrides = ?, version = ?, agent_status = ?, agent_final_message = ?, agent_closed = ?
-                    WHERE id = ? AND version = ? AND owner = ?
-                    """).execute(arguments: values + [r.id, r.version - 1, r.owner])
-                guard db.changesCount == 1 else { throw StoreConflict(threadID: r.id, expectedVersion: r.version - 1) }
+                try db.cachedStatement(sql: updateThread).execute(arguments: values + [r.id, r.version - 1, r.owner])
+                guard db.changesCount == 1 else { throw StoreError.conflict(threadID: r.id, expectedVersion: r.version - 1) }
             }
         case let .appendHistory(id, first, items):
             for (offset, item) in items.enumerated() {
                 try db.cachedStatement(sql: "INSERT INTO context_items (thread_id, seq, record) VALUES (?, ?, ?)")
-                    .execute(arguments: [id, first + offset, Data(item.wire.serializedBytes())])
+                    .execute(arguments: [id, first + offset, Data(StoredRecords.encode(item))])
             }
         case let .putTurn(turn):
             try db.cachedStatement(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record, status) VALUES (?, ?, ?, ?, ?)")
-                .execute(arguments: [turn.threadID, turn.id, turn.sequence, Data(turn.storedWire.serializedBytes()), turn.status.rawValue])
+                .execute(arguments: [turn.threadID, turn.id, turn.sequence, Data(StoredRecords.encode(turn)), turn.status.rawValue])
         case let .enqueueMailbox(recipient, item):
             try db.cachedStatement(sql: "INSERT INTO mailbox (recipient_id, record) VALUES (?, ?)")
-                .execute(arguments: [recipient, Data(item.wire.serializedBytes())])
+                .execute(arguments: [recipient, Data(StoredRecords.encode(item))])
         case let .removeMailbox(recipient, through):
             try db.cachedStatement(sql: "DELETE FROM mailbox WHERE recipient_id = ? AND seq <= ?").execute(arguments: [recipient, through])
         }
@@ -380,10 +344,8 @@ actor CommitQueue {
                                 return .commit
                             }
                             results.append(nil)
-                        } catch let conflict as StoreConflict {
-                            results.append(conflict)
                         } catch {
-                            results.append(StoreFailure(message: "\(error)"))
+                            results.append(StoreError.wrapping(error))
                         }
                     }
                     return results
@@ -400,7 +362,21 @@ actor CommitQueue {
     }
 }
 
-public struct StoreFailure: Error, CustomStringConvertible {
-    public var message: String
-    public var description: String { message }
+/// A GRDB row's columns for `ThreadRow`.
+private struct SQLiteColumns: ColumnReader {
+    let row: Row
+    func text(_ column: String) throws -> String { try row.decode(String.self, forColumn: column) }
+    func optionalText(_ column: String) throws -> String? { row[column] }
+    func integer(_ column: String) throws -> Int64 { try row.decode(Int64.self, forColumn: column) }
+    func boolean(_ column: String) throws -> Bool { try row.decode(Bool.self, forColumn: column) }
+}
+
+private extension ColumnValue {
+    var databaseValue: DatabaseValue {
+        switch self {
+        case let .text(value): value?.databaseValue ?? .null
+        case let .integer(value): value.databaseValue
+        case let .boolean(value): value.databaseValue
+        }
+    }
 }

@@ -1,0 +1,117 @@
+import Foundation
+public import ThreadwireCore
+
+/// A `threads` row by column name: the one mapping between a `ThreadRecord`
+/// and the columns every store keeps (SQLite and PostgreSQL have the same
+/// columns). Encodable by column name for stores that write rows as JSON
+/// (PostgreSQL's `jsonb_populate_record`).
+public struct ThreadRow: Encodable, Sendable, Equatable {
+    public var id, session_id: String
+    public var parent_id, forked_from_id: String?
+    public var source: String
+    public var depth: Int64
+    public var task_name, nickname: String?
+    public var preview: String
+    public var name: String?
+    public var created_at, updated_at: Int64
+    public var archived: Bool
+    public var runtime: String?
+    public var legacy: Bool
+    public var selected_mode: String?
+    public var model, cwd: String
+    public var base_instructions: String?
+    public var config_overrides: String
+    public var version: Int64
+    public var agent_status, agent_final_message: String?
+    public var agent_closed: Bool
+    public var owner: String
+
+    public init(_ r: ThreadRecord) throws {
+        id = r.id; session_id = r.sessionID; parent_id = r.parentID; forked_from_id = r.forkedFromID
+        source = r.source.rawValue; depth = Int64(r.depth); task_name = r.taskName; nickname = r.nickname
+        preview = r.preview; name = r.name; created_at = r.createdAt; updated_at = r.updatedAt
+        archived = r.archived; runtime = r.runtime?.rawValue; legacy = r.legacy
+        selected_mode = r.selectedMode?.rawValue; model = r.model; cwd = r.cwd
+        base_instructions = r.baseInstructions
+        config_overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
+        version = r.version; agent_status = r.agentStatus?.rawValue; agent_final_message = r.agentFinalMessage
+        agent_closed = r.agentClosed; owner = r.owner
+    }
+
+    /// A row as a store read it, column by column.
+    public init(reading row: some ColumnReader) throws {
+        id = try row.text("id"); session_id = try row.text("session_id")
+        parent_id = try row.optionalText("parent_id"); forked_from_id = try row.optionalText("forked_from_id")
+        source = try row.text("source"); depth = try row.integer("depth")
+        task_name = try row.optionalText("task_name"); nickname = try row.optionalText("nickname")
+        preview = try row.text("preview"); name = try row.optionalText("name")
+        created_at = try row.integer("created_at"); updated_at = try row.integer("updated_at")
+        archived = try row.boolean("archived"); runtime = try row.optionalText("runtime"); legacy = try row.boolean("legacy")
+        selected_mode = try row.optionalText("selected_mode"); model = try row.text("model"); cwd = try row.text("cwd")
+        base_instructions = try row.optionalText("base_instructions"); config_overrides = try row.text("config_overrides")
+        version = try row.integer("version"); agent_status = try row.optionalText("agent_status")
+        agent_final_message = try row.optionalText("agent_final_message"); agent_closed = try row.boolean("agent_closed")
+        owner = try row.text("owner")
+    }
+
+    public func record() throws -> ThreadRecord {
+        var record = ThreadRecord(
+            id: id, sessionID: session_id, source: ThreadSourceKind(rawValue: source) ?? .appServer, depth: Int(depth),
+            createdAt: created_at, model: model, cwd: cwd)
+        record.parentID = parent_id
+        record.forkedFromID = forked_from_id
+        record.taskName = task_name
+        record.nickname = nickname
+        record.preview = preview
+        record.name = name
+        record.updatedAt = updated_at
+        record.archived = archived
+        record.runtime = runtime.flatMap(MultiAgentRuntime.init(rawValue:))
+        record.legacy = legacy
+        record.selectedMode = selected_mode.flatMap(MultiAgentMode.init(rawValue:))
+        record.baseInstructions = base_instructions
+        do {
+            record.configOverrides = try JSONDecoder().decode([KeyValuePair].self, from: Data(config_overrides.utf8))
+        } catch {
+            throw StoreError.unavailable("thread \(id) has unreadable config_overrides: \(error)")
+        }
+        record.version = version
+        record.agentStatus = agent_status.flatMap(AgentStatus.init(rawValue:))
+        record.agentFinalMessage = agent_final_message
+        record.agentClosed = agent_closed
+        record.owner = owner
+        return record
+    }
+
+    /// The columns a versioned write replaces (all but `id` and `owner`,
+    /// which never change), in the order of `changeableValues`.
+    public static let changeableColumns = [
+        "session_id", "parent_id", "forked_from_id", "source", "depth", "task_name", "nickname", "preview", "name",
+        "created_at", "updated_at", "archived", "runtime", "legacy", "selected_mode", "model", "cwd", "base_instructions",
+        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed",
+    ]
+
+    public var changeableValues: [ColumnValue] {
+        [
+            .text(session_id), .text(parent_id), .text(forked_from_id), .text(source), .integer(depth), .text(task_name),
+            .text(nickname), .text(preview), .text(name), .integer(created_at), .integer(updated_at), .boolean(archived),
+            .text(runtime), .boolean(legacy), .text(selected_mode), .text(model), .text(cwd), .text(base_instructions),
+            .text(config_overrides), .integer(version), .text(agent_status), .text(agent_final_message), .boolean(agent_closed),
+        ]
+    }
+}
+
+/// One column's value, for a store that binds values by position.
+public enum ColumnValue: Sendable, Equatable {
+    case text(String?)
+    case integer(Int64)
+    case boolean(Bool)
+}
+
+/// How a store reads one row's columns by name.
+public protocol ColumnReader {
+    func text(_ column: String) throws -> String
+    func optionalText(_ column: String) throws -> String?
+    func integer(_ column: String) throws -> Int64
+    func boolean(_ column: String) throws -> Bool
+}
