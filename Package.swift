@@ -178,7 +178,7 @@ let package = Package(
         .target(
             name: "ThreadwireServerCommand",
             dependencies: [
-                "ThreadwireModels", "ThreadwireTransport",
+                "ThreadwireModels", "ThreadwireTransport", "ThreadwireNIO",
                 "ThreadwireServer", "ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -193,7 +193,7 @@ let package = Package(
         .executableTarget(
             name: "ThreadwireCLI",
             dependencies: [
-                "ThreadwireClient", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireCore",
+                "ThreadwireClient", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireCore", "ThreadwireNIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],

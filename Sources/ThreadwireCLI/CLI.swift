@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ThreadwireClient
+import ThreadwireNIO
 import ThreadwireWire
 
 @main
@@ -37,11 +38,9 @@ struct ServerOptions: ParsableArguments {
     }
 
     func connect(initialize: Bool = true) async throws -> ThreadwireClient {
-        guard let colon = server.lastIndex(of: ":"), let port = Int(server[server.index(after: colon)...]) else {
-            throw ValidationError("--server must be HOST:PORT, got '\(server)'")
-        }
+        guard let address = HostPort(server) else { throw ValidationError("--server must be HOST:PORT, got '\(server)'") }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
-        let client = try await ThreadwireClient.connect(host: String(server[..<colon]), port: port, tls: clientTLS)
+        let client = try await ThreadwireClient.connect(host: address.host, port: address.port, tls: clientTLS)
         if initialize { try await client.initialize(name: "threadwire-cli", authToken: authToken) }
         return client
     }

@@ -113,14 +113,14 @@ extension ThreadEngine {
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber,
                           fence: parentOwner.fence)
         owner.subscribe(all: parentOwner.subscribers)
-        let view = ThreadView(stored: owner.state!, includeTurns: false)
+        let view = ThreadView(stored: owner.current, includeTurns: false)
         var publications = [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: owner.subscribers)])]
         if let message = request.message, !message.isEmpty {
             await owner.gate.lock()
             defer { owner.gate.unlock() }
             publications.append(try await beginTurn(owner, TurnRequest(input: [message])).1)
         }
-        return Spawned(view: ThreadView(stored: owner.state!, includeTurns: false), publications: publications)
+        return Spawned(view: ThreadView(stored: owner.current, includeTurns: false), publications: publications)
     }
 
     static let nicknames = ["Ada", "Brook", "Cyd", "Dale", "Eli", "Fern", "Gale", "Hale"]

@@ -35,7 +35,7 @@ extension ThreadEngine {
         let fence = try await claimNewTree(id)
         try await commitCreation(record.owner, [.putThread(record)], fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
-        let view = ThreadView(stored: owner.state!, includeTurns: false)
+        let view = ThreadView(stored: owner.current, includeTurns: false)
         return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
     }
 
@@ -45,13 +45,13 @@ extension ThreadEngine {
             owner.subscribe(connection)
             owner.cancelUnload()
             var deliveries: [Delivery] = []
-            if let model, model != owner.state!.record.model {
-                var next = owner.state!
+            if let model, model != owner.current.record.model {
+                var next = owner.current
                 next.record.model = model
                 try await install(owner, next, [.putThread(next.record.bumped())])
                 deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
             }
-            return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
+            return Outcome(ThreadView(stored: owner.current, includeTurns: !excludeTurns),
                            publications: [owner.publisher.ticket(deliveries)])
         }
     }
@@ -116,8 +116,8 @@ extension ThreadEngine {
         let owner = adopt(StoredThread(record: record, history: history, turns: turns),
                           config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection,
                           fence: fence)
-        let started = ThreadView(stored: owner.state!, includeTurns: false)
-        return Outcome(ThreadView(stored: owner.state!, includeTurns: !excludeTurns),
+        let started = ThreadView(stored: owner.current, includeTurns: false)
+        return Outcome(ThreadView(stored: owner.current, includeTurns: !excludeTurns),
                        publications: [owner.publisher.ticket([Delivery(event: .threadStarted(started), recipients: [connection])])])
     }
     public struct SettingsUpdate: Sendable {
@@ -135,11 +135,11 @@ extension ThreadEngine {
         let cwd = try nonEmpty(update.cwd, field: "cwd")
         return try await withOwner(id) { owner in
             defer { scheduleUnloadIfIdle(owner) }
-            var next = owner.state!
+            var next = owner.current
             if let model { next.record.model = model }
             if let cwd { next.record.cwd = cwd }
             next.record.selectedMode = update.mode.applied(to: next.record.selectedMode)
-            let changed = next.record != owner.state!.record
+            let changed = next.record != owner.current.record
             var deliveries: [Delivery] = []
             if changed {
                 try await install(owner, next, [.putThread(next.record.bumped())])
@@ -168,12 +168,12 @@ extension ThreadEngine {
 
     public func interruptTurn(_ id: ThreadID, turnID: TurnID) async throws -> Outcome<Void> {
         try await withOwner(id) { owner in
-            guard let index = owner.state!.activeTurnIndex else {
+            guard let index = owner.current.activeTurnIndex else {
                 throw DomainError.failedPrecondition("thread \(id) has no active turn")
             }
-            guard owner.state!.turns[index].id == turnID else {
+            guard owner.current.turns[index].id == turnID else {
                 throw DomainError.failedPrecondition(
-                    "turn \(turnID) is not the active turn of thread \(id) (active: \(owner.state!.turns[index].id))")
+                    "turn \(turnID) is not the active turn of thread \(id) (active: \(owner.current.turns[index].id))")
             }
             let publication = try await endActiveTurn(owner, status: .interrupted, error: nil)
             return Outcome((), publications: [publication])
@@ -191,7 +191,7 @@ extension ThreadEngine {
     public func spawnAgent(parentID: ThreadID, _ request: SpawnRequest, connection: ConnectionID) async throws -> Outcome<ThreadView> {
         try await withOwner(parentID) { parent in
             let spawned = try await spawnChild(
-                of: parent, parent.state!, request, spawningMode: parent.state!.turns.last?.context.effectiveMode,
+                of: parent, parent.current, request, spawningMode: parent.current.turns.last?.context.effectiveMode,
                 extraSubscriber: connection)
             return Outcome(spawned.view, publications: spawned.publications)
         }

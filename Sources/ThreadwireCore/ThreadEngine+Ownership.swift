@@ -166,7 +166,7 @@ extension ThreadEngine {
                 defer { scheduleUnloadIfIdle(owner) }
                 let mailbox = try await store.pendingMailbox(recipient)
                 guard let last = mailbox.last else { return }
-                var next = owner.state!
+                var next = owner.current
                 let items = mailbox.map(\.item)
                 let first = next.history.count
                 next.history += items

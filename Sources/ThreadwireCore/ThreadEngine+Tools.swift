@@ -57,7 +57,7 @@ extension ThreadEngine {
             "from": call.caller.record.taskName ?? "/root", "message": args.message,
         ]))
         try await withOwner(target.id) { child in
-            var next = child.state!
+            var next = child.current
             let first = next.history.count
             next.history.append(item)
             try await install(child, next, [.appendHistory(target.id, firstSequence: first, items: [item])])
@@ -81,12 +81,12 @@ extension ThreadEngine {
     func closeAgentTool(_ call: ToolInvocation, _ args: ToolArguments.Target) async throws -> ToolResult {
         guard let target = try await target(of: call.caller.record, args.target) else { return unknownTarget(args.target) }
         let publication = try await withOwner(target.id) { child -> Publication? in
-            guard !child.state!.record.agentClosed else { return nil }
+            guard !child.current.record.agentClosed else { return nil }
             var publication: Publication?
-            if child.state!.activeTurnIndex != nil {
+            if child.current.activeTurnIndex != nil {
                 publication = try await endActiveTurn(child, status: .interrupted, error: "interrupted: the agent was closed")
             }
-            var next = child.state!
+            var next = child.current
             next.record.agentClosed = true
             try await install(child, next, [.putThread(next.record.bumped())])
             changes.changed(target.id)
@@ -100,7 +100,7 @@ extension ThreadEngine {
         let caller = call.caller.record
         let cap = call.owner.config.childAgentCap(for: call.runtime)
         let status = try await withOwner(target.id) { child -> String in
-            guard child.state!.record.agentClosed else { return Self.reportedStatus(child.state!.record) }
+            guard child.current.record.agentClosed else { return Self.reportedStatus(child.current.record) }
             // Reopening takes a slot: reserved under the tree's gate like a spawn.
             return try await withTreeGate(caller.sessionID) {
                 let open = try await store.agentTree(caller.sessionID)
@@ -108,7 +108,7 @@ extension ThreadEngine {
                 if open >= cap.limit {
                     throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
                 }
-                var next = child.state!
+                var next = child.current
                 next.record.agentClosed = false
                 try await install(child, next, [.putThread(next.record.bumped())])
                 changes.changed(target.id)

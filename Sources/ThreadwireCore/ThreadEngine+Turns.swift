@@ -7,7 +7,7 @@ extension ThreadEngine {
     /// turn adds, and commits it all in one transaction. Then the runner
     /// starts; its notifications queue behind this command's publication.
     func beginTurn(_ owner: ThreadOwner, _ request: TurnRequest) async throws -> (TurnRecord, Publication) {
-        let current = owner.state!
+        let current = owner.current
         let id = owner.id
         if stopping.load(ordering: .acquiring) {
             throw DomainError.unavailable("the server is shutting down; start the turn again after it restarts")
@@ -256,7 +256,7 @@ extension ThreadEngine {
     /// Ends the active turn (gate held): cancels its runner, commits the end,
     /// and returns the notifications to publish.
     func endActiveTurn(_ owner: ThreadOwner, status: TurnStatus, error: String?, reason: TurnFailureReason? = nil) async throws -> Publication {
-        var next = owner.state!
+        var next = owner.current
         guard let index = next.activeTurnIndex else { return owner.publisher.ticket([]) }
         if status != .completed && status != .failed {
             owner.runner?.cancel()
@@ -316,7 +316,7 @@ extension ThreadEngine {
     /// After a turn's end is committed: wake waiters, hand the parent its
     /// report, let an idle thread unload; returns the turn's notifications.
     func afterFinish(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] {
-        let record = owner.state!.record
+        let record = owner.current.record
         changes.changed(owner.id)
         if let parentID = record.parentID, record.source == .threadSpawn { scheduleMailboxDelivery(parentID) }
         scheduleUnloadIfIdle(owner)

@@ -131,18 +131,18 @@ public final class ThreadEngine: Sendable {
     public func setArchived(_ id: ThreadID, archived: Bool) async throws -> Outcome<ThreadView> {
         try await withOwner(id) { owner in
             defer { scheduleUnloadIfIdle(owner) }
-            if archived, let active = owner.state!.activeTurnIndex {
+            if archived, let active = owner.current.activeTurnIndex {
                 throw DomainError.failedPrecondition(
-                    "thread \(id) has an active turn (\(owner.state!.turns[active].id)); interrupt it before archiving")
+                    "thread \(id) has an active turn (\(owner.current.turns[active].id)); interrupt it before archiving")
             }
             var deliveries: [Delivery] = []
-            if owner.state!.record.archived != archived {
-                var next = owner.state!
+            if owner.current.record.archived != archived {
+                var next = owner.current
                 next.record.archived = archived
                 try await install(owner, next, [.putThread(next.record.bumped())])
                 deliveries.append(Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: owner.subscribers))
             }
-            return Outcome(ThreadView(stored: owner.state!, includeTurns: false), publications: [owner.publisher.ticket(deliveries)])
+            return Outcome(ThreadView(stored: owner.current, includeTurns: false), publications: [owner.publisher.ticket(deliveries)])
         }
     }
 
@@ -187,7 +187,7 @@ public final class ThreadEngine: Sendable {
         await directory.waitUntilNoActiveTurns(until: .now + .milliseconds(settings.shutdownTurnGraceMs))
         for owner in directory.all where directory.snapshot(owner.id)?.activeTurnIndex != nil {
             _ = try? await withOwner(owner.id) { owner in
-                guard owner.state!.activeTurnIndex != nil else { return }
+                guard owner.current.activeTurnIndex != nil else { return }
                 try await endActiveTurn(owner, status: .interrupted,
                                         error: "interrupted: the server shut down while this turn was running").publish()
             }

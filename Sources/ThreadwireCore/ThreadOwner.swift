@@ -70,5 +70,13 @@ final class ThreadOwner: @unchecked Sendable {
         unloadTimer = nil
     }
 
-    var settingsView: ThreadSettingsView { ThreadView(stored: state!, includeTurns: false).settings }
+    /// The committed state, inside a command (`withOwner` holds the gate and
+    /// loads it first). Outside one it may be nil: a bug, stopped here with
+    /// the thread named rather than at some later unwrap.
+    var current: StoredThread {
+        guard let state else { preconditionFailure("thread \(id): state read outside a command that loaded it (withOwner)") }
+        return state
+    }
+
+    var settingsView: ThreadSettingsView { ThreadView(stored: current, includeTurns: false).settings }
 }

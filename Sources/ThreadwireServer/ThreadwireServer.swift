@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 import Metrics
+import Synchronization
 import NIOConcurrencyHelpers
 public import NIOCore
 public import ServiceLifecycle
@@ -63,7 +64,7 @@ final class ServerServices: Sendable {
     let metrics: ServerMetrics
     let tasks = TaskTracker()
     let peers: PeerSettings
-    let connectionIDs = ManagedAtomicCounter()
+    let connectionIDs = ConnectionIDs()
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
          peers: PeerSettings = PeerSettings()) {
@@ -83,7 +84,7 @@ public final class ThreadwireServer: Service, Sendable {
     private let configuration: ServerConfiguration
     private let services: ServerServices
     private let transport: any ServerTransport
-    private let draining = ManagedAtomicFlag()
+    private let draining = OnceFlag()
     public let storeHealth: StoreHealth
     /// Renews this instance's leases (several instances on one store); a
     /// service of its own, shut down after the frame server has drained.
@@ -260,16 +261,17 @@ public final class LeaseMaintenance: Service, Sendable {
     }
 }
 
-/// Small lock-based helpers (avoids a swift-atomics dependency for two flags).
-final class ManagedAtomicFlag: Sendable {
-    private let box = NIOLockedValueBox(false)
-    var value: Bool { box.withLockedValue { $0 } }
-    func set() { box.withLockedValue { $0 = true } }
+/// A flag set once (the drain began), read from any thread.
+final class OnceFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var value: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
 }
 
-final class ManagedAtomicCounter: Sendable {
-    private let box = NIOLockedValueBox<UInt64>(0)
-    func next() -> UInt64 { box.withLockedValue { $0 += 1; return $0 } }
+/// Connection ids, 1, 2, 3, … for the process's life.
+final class ConnectionIDs: Sendable {
+    private let last = Atomic<UInt64>(0)
+    func next() -> UInt64 { last.wrappingAdd(1, ordering: .relaxed).newValue }
 }
 
 /// Writes inbound frames to a capture file (format: docs/protocol.md "Capture files").

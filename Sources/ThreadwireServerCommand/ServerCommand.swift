@@ -8,6 +8,7 @@ public import Prometheus
 public import ServiceLifecycle
 import ThreadwireAdmin
 import ThreadwireClient
+import ThreadwireNIO
 import ThreadwireCore
 import ThreadwireModels
 public import ThreadwireServer
@@ -332,10 +333,8 @@ public struct ServerCommand: AsyncParsableCommand {
     }
 
     public static func hostPort(_ value: String, flag: String) throws -> (String, Int) {
-        guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ValidationError("\(flag) must be HOST:PORT, got '\(value)'")
-        }
-        return (String(value[..<colon]), port)
+        guard let address = HostPort(value) else { throw ValidationError("\(flag) must be HOST:PORT, got '\(value)'") }
+        return (address.host, address.port)
     }
 
     static func metricsFactory(_ registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {

@@ -144,4 +144,15 @@ final class LockedIDs: Sendable {
     private let box = Mutex<[UInt64]>([])
     func append(_ id: UInt64) { box.withLock { $0.append(id) } }
     var first: UInt64? { box.withLock { $0.first } }
+
+    @Test("HOST:PORT is read one way everywhere: the port after the last colon, 0 to 65535")
+    func hostPort() {
+        #expect(HostPort("127.0.0.1:7420") == HostPort(host: "127.0.0.1", port: 7420))
+        #expect(HostPort("[::1]:0") == HostPort(host: "[::1]", port: 0))
+        #expect(HostPort("db.internal:65535")?.description == "db.internal:65535")
+        #expect(HostPort("localhost") == nil)
+        #expect(HostPort("localhost:65536") == nil)
+        #expect(HostPort("localhost:-1") == nil)
+        #expect(HostPort("localhost:http") == nil)
+    }
 }

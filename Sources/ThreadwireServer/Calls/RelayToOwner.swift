@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import ThreadwireClient
+import ThreadwireNIO
 import ThreadwireContract
 import ThreadwireCore
 import ThreadwireWire
@@ -107,11 +108,10 @@ enum RelayToOwner {
     /// acting for the client's principal) on first use.
     static func upstream(_ address: String, for connection: Connection, services: ServerServices) async throws -> Upstream {
         if let open = connection.upstreams.withLockedValue({ $0[address] }), open.client.isActive { return open }
-        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]) else {
+        guard let owner = HostPort(address) else {
             throw ForwardingError(description: "the advertised address '\(address)' is not HOST:PORT")
         }
-        let host = String(address[..<colon])
-        let client = try await ThreadwireClient.connect(host: host, port: port, tls: services.peers.tls)
+        let client = try await ThreadwireClient.connect(host: owner.host, port: owner.port, tls: services.peers.tls)
         do {
             try await client.initialize(
                 name: "threadwire-relay", optOut: connection.optedOut,
