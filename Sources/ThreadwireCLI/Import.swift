@@ -27,7 +27,7 @@ struct Import: AsyncParsableCommand {
         for file in files {
             guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
             var thread = try RolloutImport.parse(data, defaultModel: ServerSettings().defaultModel)
-            thread.record.owner = owner
+            thread.record.principal = owner
             if try await store.threadRecord(thread.record.id) != nil {
                 throw ValidationError("\(file): thread \(thread.record.id) is already in the store")
             }

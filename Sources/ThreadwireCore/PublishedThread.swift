@@ -15,7 +15,7 @@ public final class PublishedThread: Sendable {
     }
 
     /// The principal the thread belongs to.
-    public var owner: Principal { stored.record.owner }
+    public var principal: Principal { stored.record.principal }
 
     public func view(includeTurns: Bool, includeModelRequests: Bool, turnsLimit: Int = .max) -> ThreadView {
         var view = ThreadView(stored: stored, includeTurns: false, includeHistory: includeModelRequests)

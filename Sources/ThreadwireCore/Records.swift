@@ -61,7 +61,7 @@ public struct ThreadRecord: Sendable, Equatable {
     public var agentClosed = false
     /// The principal the thread belongs to; only it can see or change the
     /// thread (see `Principal`). Never changes after creation.
-    public var owner: Principal = .standalone
+    public var principal: Principal = .standalone
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,

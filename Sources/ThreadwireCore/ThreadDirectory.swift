@@ -38,14 +38,14 @@ final class ThreadDirectory: Sendable {
         snapshots.withLock { table in
             let wasRunning = table[stored.record.id]?.stored.activeTurnIndex != nil
             table[stored.record.id] = published
-            runningTurns.changed(stored.record.owner, wasRunning: wasRunning, isRunning: stored.activeTurnIndex != nil)
+            runningTurns.changed(stored.record.principal, wasRunning: wasRunning, isRunning: stored.activeTurnIndex != nil)
         }
         wakeIdleWaitersIfIdle()
     }
     func drop(_ id: ThreadID) {
         snapshots.withLock { table in
             if let dropped = table.removeValue(forKey: id), dropped.stored.activeTurnIndex != nil {
-                runningTurns.changed(dropped.stored.record.owner, wasRunning: true, isRunning: false)
+                runningTurns.changed(dropped.stored.record.principal, wasRunning: true, isRunning: false)
             }
         }
         wakeIdleWaitersIfIdle()

@@ -77,7 +77,7 @@ extension ThreadEngine {
                 id: newID(), sessionID: session, source: request.review ? .review : .threadSpawn, depth: depth,
                 createdAt: nowMillis(), model: model ?? parent.record.model, cwd: parent.record.cwd)
             child.parentID = parentID
-            child.owner = parent.record.owner
+            child.principal = parent.record.principal
             child.configOverrides = parent.record.configOverrides
             child.baseInstructions = parent.record.baseInstructions
             child.nickname = Self.nicknames[siblings.count % Self.nicknames.count]
@@ -105,7 +105,7 @@ extension ThreadEngine {
                 // A V2 child takes the spawning turn's effective mode as its selection.
                 child.selectedMode = spawningMode
             }
-            try await commitCreation(child.owner, [.putThread(child)], fence: parentOwner.fence)
+            try await commitCreation(child.principal, [.putThread(child)], fence: parentOwner.fence)
             return child
         }
         // The child joins its parent's agent tree, held under the same lease.

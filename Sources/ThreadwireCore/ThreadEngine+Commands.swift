@@ -14,7 +14,7 @@ extension ThreadEngine {
         public var review = false
         public var baseInstructions: String?
         /// The principal the new thread belongs to.
-        public var owner: Principal = .standalone
+        public var principal: Principal = .standalone
         public init() {}
     }
 
@@ -31,9 +31,9 @@ extension ThreadEngine {
         record.selectedMode = request.mode ?? settings.defaultMultiAgentMode
         // Review threads never see collaboration tools: pinned disabled from birth.
         record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
-        record.owner = request.owner
+        record.principal = request.principal
         let fence = try await claimNewTree(id)
-        try await commitCreation(record.owner, [.putThread(record)], fence: fence, newTree: true)
+        try await commitCreation(record.principal, [.putThread(record)], fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
         let view = ThreadView(stored: owner.current, includeTurns: false)
         return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
@@ -112,7 +112,7 @@ extension ThreadEngine {
         operations += turns.map { .putTurn($0) }
         // The fork keeps the source's owner (only the owner reaches the source).
         let fence = try await claimNewTree(id)
-        try await commitCreation(record.owner, operations, fence: fence, newTree: true)
+        try await commitCreation(record.principal, operations, fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: history, turns: turns),
                           config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection,
                           fence: fence)

@@ -64,8 +64,8 @@ extension ThreadEngine {
         next.history += added
         next.turns.append(turn)
         // Held until the publish counts the turn as running.
-        let slot = try directory.runningTurns.reserve(next.record.owner, limit: settings.principalLimits.maxRunningTurns)
-        defer { directory.runningTurns.release(next.record.owner, slot) }
+        let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.maxRunningTurns)
+        defer { directory.runningTurns.release(next.record.principal, slot) }
         try await install(owner, next, [
             .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
         ])

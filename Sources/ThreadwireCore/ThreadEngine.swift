@@ -94,9 +94,9 @@ public final class ThreadEngine: Sendable {
     /// The principal a thread belongs to (nil if there is no such thread):
     /// from its snapshot when loaded, else the store. It never changes, so a
     /// check against it cannot go stale.
-    public func threadOwner(_ id: ThreadID) async throws -> Principal? {
-        if let published = directory.published(id) { return published.owner }
-        return try await store.threadRecord(id)?.owner
+    public func principal(of id: ThreadID) async throws -> Principal? {
+        if let published = directory.published(id) { return published.principal }
+        return try await store.threadRecord(id)?.principal
     }
 
     /// Turns in progress across `principal`'s loaded threads.

@@ -67,7 +67,7 @@ public struct ThreadListQuery: Sendable, Equatable {
     public var archived = false
     /// Only threads of this principal (nil: every thread, for a server
     /// without authentication).
-    public var owner: Principal?
+    public var principal: Principal?
     public init() {}
 
     /// The cursor of the page that starts after `record` (keyset: sort value, id).

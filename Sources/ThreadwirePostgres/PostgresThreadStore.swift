@@ -266,8 +266,8 @@ public final class PostgresThreadStore: ThreadStore {
             binds.append(parent)
             sql += " AND parent_id = $\(binds.count)"
         }
-        if let owner = query.owner {
-            binds.append(owner)
+        if let principal = query.principal {
+            binds.append(principal)
             sql += " AND owner = $\(binds.count)"
         }
         if let position = try query.position() {

@@ -197,9 +197,9 @@ public final class SQLiteThreadStore: ThreadStore {
             sql += " AND parent_id = ?"
             _ = arguments.append(contentsOf: [parent])
         }
-        if let owner = query.owner {
+        if let principal = query.principal {
             sql += " AND owner = ?"
-            _ = arguments.append(contentsOf: [owner])
+            _ = arguments.append(contentsOf: [principal])
         }
         if let position = try query.position() {
             sql += " AND (\(column), id) \(query.ascending ? ">" : "<") (?, ?)"
@@ -276,9 +276,9 @@ public final class SQLiteThreadStore: ThreadStore {
                 guard try Int.fetchOne(db, sql: "SELECT 1 FROM threads WHERE id = ?", arguments: [r.id]) == nil else {
                     throw StoreError.conflict(threadID: r.id, expectedVersion: 0)
                 }
-                try db.cachedStatement(sql: insertThread).execute(arguments: values + [r.id, r.owner])
+                try db.cachedStatement(sql: insertThread).execute(arguments: values + [r.id, r.principal])
             } else {
-                try db.cachedStatement(sql: updateThread).execute(arguments: values + [r.id, r.version - 1, r.owner])
+                try db.cachedStatement(sql: updateThread).execute(arguments: values + [r.id, r.version - 1, r.principal])
                 guard db.changesCount == 1 else { throw StoreError.conflict(threadID: r.id, expectedVersion: r.version - 1) }
             }
         case let .appendHistory(id, first, items):

@@ -24,6 +24,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     public var version: Int64
     public var agent_status, agent_final_message: String?
     public var agent_closed: Bool
+    /// The principal the thread belongs to (the column kept its first name).
     public var owner: String
 
     public init(_ r: ThreadRecord) throws {
@@ -35,7 +36,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         base_instructions = r.baseInstructions
         config_overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
         version = r.version; agent_status = r.agentStatus?.rawValue; agent_final_message = r.agentFinalMessage
-        agent_closed = r.agentClosed; owner = r.owner
+        agent_closed = r.agentClosed; owner = r.principal
     }
 
     /// A row as a store read it, column by column.
@@ -79,7 +80,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         record.agentStatus = agent_status.flatMap(AgentStatus.init(rawValue:))
         record.agentFinalMessage = agent_final_message
         record.agentClosed = agent_closed
-        record.owner = owner
+        record.principal = owner
         return record
     }
 

@@ -28,7 +28,7 @@ public actor InMemoryThreadStore: ThreadStore {
                 if record.version <= 1 {
                     guard records[record.id] == nil else { throw StoreError.conflict(threadID: record.id, expectedVersion: 0) }
                 } else {
-                    guard let stored = records[record.id], stored.version == record.version - 1, stored.owner == record.owner else {
+                    guard let stored = records[record.id], stored.version == record.version - 1, stored.principal == record.principal else {
                         throw StoreError.conflict(threadID: record.id, expectedVersion: record.version - 1)
                     }
                 }
@@ -73,7 +73,7 @@ public actor InMemoryThreadStore: ThreadStore {
         let key: (ThreadRecord) -> Millis = query.sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
         let after = try query.position().map { ($0.sortValue, $0.id) }
         let sorted = records.values
-            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.owner == nil || $0.owner == query.owner) }
+            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.principal == nil || $0.principal == query.principal) }
             .filter { record in
                 guard let after else { return true }
                 return query.ascending ? (key(record), record.id) > after : (key(record), record.id) < after

@@ -20,8 +20,8 @@ import ThreadwireTransport
 /// `client`, `restart`, `stop`, `start`, `rewriteConfig`, `token`), so a
 /// test moves between the two by its first line.
 final class InProcessServer: @unchecked Sendable {
-    let dataDir: String
-    private let configPath: String?
+    private let setup: TestServerSetup
+    var dataDir: String { setup.dataDir }
     private let extraArguments: [String]
     /// Bearer token `client()` presents.
     var token: String?
@@ -34,15 +34,7 @@ final class InProcessServer: @unchecked Sendable {
     private let running = NIOLockedValueBox<Running?>(nil)
 
     private init(config: String?, arguments: [String]) throws {
-        dataDir = NSTemporaryDirectory() + "threadwire-inproc-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        if let config {
-            let path = dataDir + "/config.json"
-            try config.write(toFile: path, atomically: true, encoding: .utf8)
-            configPath = path
-        } else {
-            configPath = nil
-        }
+        setup = try TestServerSetup(config: config)
         extraArguments = arguments
     }
 
@@ -57,11 +49,7 @@ final class InProcessServer: @unchecked Sendable {
     /// Composes the server from its flags and runs its services until `stop`;
     /// returns once it accepts connections.
     func start() async throws {
-        var arguments = ["--data-dir", dataDir + "/store", "--log-level", "error"]
-        if configPath != nil { arguments += ["--config", dataDir + "/config.json"] }
-        // As ServerProcess: a short grace, unless the test is about it.
-        if !extraArguments.contains("--turn-grace-seconds") { arguments += ["--turn-grace-seconds", "0.5"] }
-        let command = try ServerCommand.parse(arguments + extraArguments)
+        let command = try ServerCommand.parse(setup.arguments(extraArguments))
         let logger = Logger(label: "threadwire-in-process") { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .error
@@ -107,9 +95,7 @@ final class InProcessServer: @unchecked Sendable {
     }
 
     /// Writes a new config (takes effect at the next restart).
-    func rewriteConfig(_ config: String) throws {
-        try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8)
-    }
+    func rewriteConfig(_ config: String) throws { try setup.rewriteConfig(config) }
 
     /// A connection's client end (the caller owns it): for `RawSocket`.
     func connectSocket() async throws -> Int32 {

@@ -49,14 +49,18 @@ struct LimitsTests {
         // The server sees the close asynchronously; a new client gets in once it has.
         let deadline = ContinuousClock.now + .seconds(10)
         var admitted = false
+        var attempts: [String] = []
         while ContinuousClock.now < deadline, !admitted {
-            if let client = try? await server.client(), (try? await client.result(.healthCheck(.init()))) != nil {
+            do {
+                let client = try await server.client()
+                _ = try await client.result(.healthCheck(.init()))
                 admitted = true
-            } else {
+            } catch {
+                attempts.append("\(ContinuousClock.now): \(error)")
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
-        #expect(admitted)
+        #expect(admitted, "attempts: \(attempts.count), first: \(attempts.first ?? "-"), last: \(attempts.last ?? "-")")
     }
 
     @Test("an initialized connection with nothing in flight and no subscription is closed after the idle timeout; a subscriber stays")

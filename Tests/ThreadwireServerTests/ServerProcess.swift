@@ -6,11 +6,11 @@ import ThreadwireWire
 /// The real `threadwire-server` binary on an ephemeral port with a temporary
 /// data directory that survives restarts (and kill -9) of the process.
 final class ServerProcess: @unchecked Sendable {
-    let dataDir: String
+    private let setup: TestServerSetup
+    var dataDir: String { setup.dataDir }
     private(set) var process: Process?
     private(set) var port = 0
     private(set) var adminPort = 0
-    private let configPath: String?
     private let extraArguments: [String]
     private let fileLimit: Int?
     private let environment: [String: String]
@@ -28,15 +28,7 @@ final class ServerProcess: @unchecked Sendable {
     /// - Parameter config: the server's JSON config file contents.
     /// - Parameter fileLimit: the server's `ulimit -n`.
     init(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil, environment: [String: String] = [:]) throws {
-        dataDir = NSTemporaryDirectory() + "threadwire-test-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-        if let config {
-            let path = dataDir + "/config.json"
-            try config.write(toFile: path, atomically: true, encoding: .utf8)
-            configPath = path
-        } else {
-            configPath = nil
-        }
+        setup = try TestServerSetup(config: config)
         extraArguments = arguments
         self.fileLimit = fileLimit
         self.environment = environment
@@ -74,19 +66,12 @@ final class ServerProcess: @unchecked Sendable {
     }
 
     /// Writes a new config (takes effect at the next restart).
-    func rewriteConfig(_ config: String) throws {
-        try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8)
-    }
+    func rewriteConfig(_ config: String) throws { try setup.rewriteConfig(config) }
 
     func startBlocking() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
-        var arguments = ["--listen", "127.0.0.1:0", "--data-dir", dataDir + "/store", "--log-level", "error"]
-        if configPath != nil { arguments += ["--config", dataDir + "/config.json"] }
-        // stop() blocks its test's thread while the server drains; tests that
-        // are about the grace period set their own.
-        if !extraArguments.contains("--turn-grace-seconds") { arguments += ["--turn-grace-seconds", "0.5"] }
-        process.arguments = arguments + extraArguments
+        process.arguments = ["--listen", "127.0.0.1:0"] + setup.arguments(extraArguments)
         if let fileLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!

@@ -177,3 +177,34 @@ final class LockedText: @unchecked Sendable {
     var isSet: Bool { lock.withLock { data != nil } }
     var text: String { lock.withLock { String(decoding: data ?? Data(), as: UTF8.self) } }
 }
+
+/// What every test server starts from, whether it runs as a process or in
+/// this one: a fresh data directory that outlives restarts, the config file
+/// in it, and the flags every test server gets.
+struct TestServerSetup: Sendable {
+    let dataDir: String
+    let hasConfig: Bool
+    var configPath: String { dataDir + "/config.json" }
+
+    init(config: String?) throws {
+        dataDir = NSTemporaryDirectory() + "threadwire-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+        hasConfig = config != nil
+        if let config { try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8) }
+    }
+
+    /// The flags: the store in the data directory, errors only in the log,
+    /// the config file, a short turn grace (a stop waits for it; tests about
+    /// the grace set their own), then the test's own.
+    func arguments(_ extra: [String]) -> [String] {
+        var arguments = ["--data-dir", dataDir + "/store", "--log-level", "error"]
+        if hasConfig { arguments += ["--config", configPath] }
+        if !extra.contains("--turn-grace-seconds") { arguments += ["--turn-grace-seconds", "0.5"] }
+        return arguments + extra
+    }
+
+    /// Writes a new config (takes effect at the next start).
+    func rewriteConfig(_ config: String) throws {
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+}

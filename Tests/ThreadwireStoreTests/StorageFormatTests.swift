@@ -65,7 +65,7 @@ struct StorageFormatTests {
         record.agentStatus = .completed
         record.agentFinalMessage = "done"
         record.agentClosed = true
-        record.owner = "alice"
+        record.principal = "alice"
         let row = try ThreadRow(record)
         #expect(try row.record() == record)
         #expect(ThreadRow.changeableColumns.count == row.changeableValues.count)
@@ -79,7 +79,7 @@ struct StorageFormatTests {
         }
         var columns = Dictionary(uniqueKeysWithValues: zip(ThreadRow.changeableColumns, row.changeableValues))
         columns["id"] = .text(record.id)
-        columns["owner"] = .text(record.owner)
+        columns["owner"] = .text(record.principal)
         #expect(try ThreadRow(reading: Columns(values: columns)) == row)
     }
 

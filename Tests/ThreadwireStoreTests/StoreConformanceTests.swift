@@ -30,7 +30,7 @@ private func thread(_ id: String, created: Millis, owner: Principal = .standalon
     var record = ThreadRecord(id: id, sessionID: session ?? id, source: parent == nil ? .appServer : .threadSpawn,
                               depth: parent == nil ? 0 : 1, createdAt: created, model: "m", cwd: "/w")
     record.parentID = parent
-    record.owner = owner
+    record.principal = owner
     record.updatedAt = created + 1000 - (created % 7)   // another order than created_at
     return record
 }
@@ -71,11 +71,11 @@ struct StoreConformanceTests {
         await expectConflict(store, [.putThread(skipping)])
         var stolen = next
         stolen.version = 3
-        stolen.owner = "mallory"
+        stolen.principal = "mallory"
         await expectConflict(store, [.putThread(stolen)])
         let stored = try #require(try await store.threadRecord("t1"))
         #expect(stored == next)
-        #expect(stored.owner == "alice")
+        #expect(stored.principal == "alice")
         record = stored
         record.version = 3
         record.archived = true
@@ -141,7 +141,7 @@ struct StoreConformanceTests {
                     query.sortKey = sortKey
                     query.ascending = ascending
                     query.limit = 2
-                    query.owner = owner
+                    query.principal = owner
                     var seen: [ThreadID] = []
                     while true {
                         let page = try await store.listThreads(query)
@@ -151,7 +151,7 @@ struct StoreConformanceTests {
                         query.cursor = next
                     }
                     let key: (ThreadRecord) -> Millis = sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
-                    let expected = live.filter { owner == nil || $0.owner == owner }
+                    let expected = live.filter { owner == nil || $0.principal == owner }
                         .sorted { ascending ? (key($0), $0.id) < (key($1), $1.id) : (key($0), $0.id) > (key($1), $1.id) }
                     #expect(seen == expected.map(\.id), "\(sortKey) ascending \(ascending) owner \(owner ?? "any")")
                 }

@@ -109,7 +109,7 @@ struct CallDispatcher: Sendable {
         let id = try MethodTable.required(field.read(admitted.params), field.name)
         if services.info.authenticates {
             guard let published = services.engine.published(id) else { return nil }
-            guard published.owner == connection.principal else { throw Self.notFound(id) }
+            guard published.principal == connection.principal else { throw Self.notFound(id) }
         }
         return call(admitted, thread: id, connection: connection)
     }
@@ -196,7 +196,7 @@ struct CallDispatcher: Sendable {
         guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
         let id = try MethodTable.required(field.read(admitted.params), field.name)
         if services.info.authenticates, !services.engine.isKnownElsewhere(id),
-           try await services.engine.threadOwner(id) != connection.principal {
+           try await services.engine.principal(of: id) != connection.principal {
             throw Self.notFound(id)
         }
         return call(admitted, thread: id, connection: connection)

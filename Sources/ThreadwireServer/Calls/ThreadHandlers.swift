@@ -26,7 +26,7 @@ enum ThreadHandlers {
         case let other?:
             throw RequestError(.invalidArgument, "source must be APP_SERVER or REVIEW, got \(other.protoValueName)")
         }
-        request.owner = call.principal
+        request.principal = call.principal
         let outcome = try await call.engine.startThread(request, connection: call.connection.id)
         let base = call.baseInstructions(outcome.value.record)
         return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
@@ -114,7 +114,7 @@ enum ThreadHandlers {
         query.cursor = p.cursor
         query.parentID = p.parentThreadId
         query.archived = p.archived ?? false
-        if call.server.authenticates { query.owner = call.principal }
+        if call.server.authenticates { query.principal = call.principal }
         let page = try await call.engine.listThreads(query)
         let threads = page.threads.map { $0.wire(baseInstructions: "") }
         // A page of large threads is cut where the frame would overflow.
