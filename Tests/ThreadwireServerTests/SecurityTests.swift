@@ -5,35 +5,35 @@ import ThreadwireNIO
 @testable import ThreadwireServer
 import ThreadwireWire
 
-private let unauthenticated: UInt32 = 16
-private let notFound: UInt32 = 5
-private let resourceExhausted: UInt32 = 8
-private let failedPrecondition: UInt32 = 9
+let unauthenticated: UInt32 = 16
+let notFound: UInt32 = 5
+let resourceExhausted: UInt32 = 8
+let failedPrecondition: UInt32 = 9
 
-private let aliceToken = "alice-7f3c9a1e5b2d4c6f8a0e"
-private let bobToken = "bob-2c4e6a8b0d1f3a5c7e9b"
-private let carolToken = "carol-9e8d7c6b5a4f3e2d1c0b"
+let aliceToken = "alice-7f3c9a1e5b2d4c6f8a0e"
+let bobToken = "bob-2c4e6a8b0d1f3a5c7e9b"
+let carolToken = "carol-9e8d7c6b5a4f3e2d1c0b"
 
 /// A server that authenticates with a tokens file of alice and bob.
-private func authenticatingServer(config: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) async throws -> (ServerProcess, String) {
+func authenticatingServer(config: String? = nil, arguments: [String] = [], environment: [String: String] = [:]) async throws -> (ServerProcess, String) {
     let tokens = NSTemporaryDirectory() + "threadwire-tokens-" + UUID().uuidString
     try "# principal token\nalice \(aliceToken)\n\nbob \(bobToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
     chmod(tokens, 0o600)
     return (try await ServerProcess.launch(config: config, arguments: ["--auth-tokens", tokens] + arguments, environment: environment), tokens)
 }
 
-private func connect(_ server: ServerProcess, token: String?) async throws -> ThreadwireClient {
+func connect(_ server: ServerProcess, token: String?) async throws -> ThreadwireClient {
     let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
     try await client.initialize(name: "security-tests", authToken: token)
     return client
 }
 
-private func initializeParams(token: String?) -> Wire.Request.Params {
+func initializeParams(token: String?) -> Wire.Request.Params {
     .initialize(Wire.InitializeParams(clientInfo: Wire.ClientInfo(name: "security-tests"), protocolVersion: 1, authToken: token))
 }
 
 /// The connection is closed by the server within a few seconds.
-private func expectClosed(_ client: ThreadwireClient, sourceLocation: SourceLocation = #_sourceLocation) async {
+func expectClosed(_ client: ThreadwireClient, sourceLocation: SourceLocation = #_sourceLocation) async {
     let closed = await withTaskGroup(of: Bool.self) { group in
         group.addTask { await client.waitUntilClosed(); return true }
         group.addTask { try? await Task.sleep(for: .seconds(10)); return false }
@@ -399,152 +399,8 @@ struct SecurityTests {
     }
 }
 
-@Suite("token comparison")
-struct TokenComparisonTests {
-    @Test("equal only for the same bytes, whatever the length or where they differ")
-    func constantTimeEquality() {
-        let secret = Array("alice-7f3c9a1e5b2d4c6f8a0e".utf8)
-        #expect(ConstantTime.equal(secret, secret))
-        var first = secret
-        first[0] ^= 1
-        var last = secret
-        last[last.count - 1] ^= 1
-        #expect(!ConstantTime.equal(secret, first))
-        #expect(!ConstantTime.equal(secret, last))
-        #expect(!ConstantTime.equal(secret, Array(secret.dropLast())))
-        #expect(!ConstantTime.equal(secret, secret + secret))
-        #expect(!ConstantTime.equal(secret, []))
-        // A repetition of the secret is not the secret (the index wraps).
-        #expect(!ConstantTime.equal(Array("ab".utf8), Array("abab".utf8)))
-    }
-
-    @Test("a tokens file maps each token to its principal; bad lines are refused naming the line, never the token")
-    func tokensFile() throws {
-        let entries = try Authenticator.parse("# comment\n\nalice \(aliceToken)\n  bob   \(bobToken)  \n", origin: "tokens")
-        #expect(entries.map(\.principal) == ["alice", "bob"])
-        for (text, line) in [("alice\n", 1), ("x\nalice short\n", 1), ("alice \(aliceToken)\nbob \(aliceToken)\n", 2)] {
-            do {
-                _ = try Authenticator.parse(text, origin: "tokens")
-                Issue.record("accepted \(text)")
-            } catch {
-                #expect("\(error)".contains("tokens line \(line)"), "\(error)")
-                #expect(!"\(error)".contains(aliceToken))
-            }
-        }
-    }
-}
-
 extension Wire.Response {
     func expectOK(sourceLocation: SourceLocation = #_sourceLocation) {
         #expect(code ?? 0 == 0, "\(message ?? "")", sourceLocation: sourceLocation)
-    }
-}
-
-/// Certificates made by tests/make_test_certs.sh (openssl) in a fresh directory.
-private func makeCertificates() async throws -> String {
-    try await offThread { try makeCertificatesBlocking() }
-}
-
-/// Blocking work (child processes) on a thread of its own: the test
-/// concurrency pool has as many threads as cores, and a blocked one starves
-/// other tests.
-func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-    }
-}
-
-private func makeCertificatesBlocking() throws -> String {
-    let dir = NSTemporaryDirectory() + "threadwire-certs-" + UUID().uuidString
-    let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("tests/make_test_certs.sh").path
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/bin/bash")
-    process.arguments = [script, dir]
-    try process.run()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else { throw TestTimeout(description: "make_test_certs.sh failed") }
-    return dir
-}
-
-/// True when a TLS client cannot get an initialize answered (handshake refused).
-private func refused(_ server: ServerProcess, _ tls: ClientTLS) async -> Bool {
-    do {
-        let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls)
-        let response = try await client.call(initializeParams(token: nil))
-        return response.code != 0
-    } catch {
-        return true
-    }
-}
-
-@Suite("TLS and mutual TLS (real server)", .timeLimit(.minutes(3)))
-struct TLSTests {
-    @Test("over TLS the Swift client and the CLI work end to end; plain TCP and a client trusting another CA get nothing")
-    func tlsEndToEnd() async throws {
-        let certs = try await makeCertificates()
-        let server = try await ServerProcess.launch(arguments: ["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key"])
-        defer { server.stopBlocking() }
-        let tls = ClientTLS(caFile: certs + "/ca.pem")
-        let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls)
-        try await client.initialize(name: "tls-test")
-        let thread = try #require(try await client.startThread(Wire.ThreadStartParams(name: "over tls")).thread?.id)
-        _ = try await client.runTurn(thread, "hello over TLS")
-        #expect(try await client.read(thread).thread?.turns.count == 1)
-
-        let (status, output) = try await runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)", "--tls-ca", certs + "/ca.pem"])
-        #expect(status == 0)
-        #expect(output.contains("over tls"))
-        let (plainStatus, _) = try await runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)"])
-        #expect(plainStatus != 0)
-
-        // A plain-TCP client's frames are not TLS: no frame ever comes back.
-        let socket = try RawSocket(port: server.port)
-        defer { socket.close() }
-        try socket.send(RawSocket.initialize)
-        let (envelopes, closed) = await socket.readUntilClosed(seconds: 10)
-        #expect(closed)
-        #expect(envelopes.isEmpty)
-        #expect(await refused(server, ClientTLS(caFile: certs + "/rogue-ca.pem")))
-        // The server is unharmed.
-        #expect(try await client.read(thread).thread?.id == thread)
-    }
-
-    @Test("mutual TLS: the certificate's common name is the principal; no certificate or another CA's is refused; a token must agree with the certificate")
-    func mutualTLS() async throws {
-        let certs = try await makeCertificates()
-        let tokens = certs + "/tokens"
-        try "alice \(aliceToken)\nbob \(bobToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
-        let server = try await ServerProcess.launch(arguments: [
-            "--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem",
-            "--auth-tokens", tokens,
-        ])
-        defer { server.stopBlocking() }
-        func tls(_ name: String) -> ClientTLS {
-            ClientTLS(caFile: certs + "/ca.pem", certificateFile: certs + "/\(name).pem", keyFile: certs + "/\(name).key")
-        }
-        let alice = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls("alice"))
-        guard case let .initialize(info) = try await alice.result(initializeParams(token: nil)) else { return }
-        #expect(info.principal == "alice")
-        let thread = try #require(try await alice.startThread().thread?.id)
-
-        let bob = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls("bob"))
-        guard case let .initialize(bobInfo) = try await bob.result(initializeParams(token: nil)) else { return }
-        #expect(bobInfo.principal == "bob")
-        #expect(try await bob.call(.threadRead(Wire.ThreadReadParams(threadId: thread))).code == notFound)
-
-        // bob's certificate with alice's token: refused.
-        let mixed = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls("bob"))
-        #expect(try await mixed.call(initializeParams(token: aliceToken)).code == unauthenticated)
-
-        #expect(await refused(server, ClientTLS(caFile: certs + "/ca.pem")))
-        #expect(await refused(server, tls("mallory")), "CN=alice from another CA is not alice")
-        #expect(try await alice.read(thread).thread?.id == thread)
-
-        // The CLI presents its certificate too.
-        let (status, output) = try await runCLI(["thread", "read", thread, "--server", "127.0.0.1:\(server.port)",
-                                           "--tls-ca", certs + "/ca.pem", "--tls-cert", certs + "/alice.pem", "--tls-key", certs + "/alice.key"])
-        #expect(status == 0)
-        #expect(output.contains(thread))
     }
 }

@@ -1,3 +1,5 @@
+// Over 400 lines on purpose: this is the one list of what every ThreadStore
+// must do, run against every backend; split, a backend could miss a part.
 import Foundation
 import Logging
 import Testing

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Two threadwire builds side by side in one run, against the C epoll echo
+# (same framing) and with one independent C load generator for all three:
+# health/check and thread/read at 1, 16 and 64 connections, ROUNDS
+# interleaved rounds (echo, A, B each round), medians reported.
+#
+#   A_BIN=/path/to/old/threadwire-server B_BIN=.build/release/threadwire-server \
+#     Benchmarks/compare.sh
+#
+# The CLI that creates the thread to read is B's (.build/release/threadwire).
+set -euo pipefail
+A_BIN=${A_BIN:?path of build A's threadwire-server}
+B_BIN=${B_BIN:-.build/release/threadwire-server}
+CLI=${CLI:-.build/release/threadwire}
+DUR=${DUR:-3}
+ROUNDS=${ROUNDS:-3}
+PY=${PY:-.build/venv/bin/python}
+mkdir -p .build/c
+cc -O2 -pthread -o .build/c/epoll_echo Benchmarks/c/epoll_echo.c
+cc -O2 -pthread -o .build/c/frame_load Benchmarks/c/frame_load.c
+
+frame() {  # python statements filling `e` (an Envelope) -> frame hex
+  "$PY" -c "
+from threadwire_client import messages
+e = messages.envelope.Envelope()
+$1
+p = e.SerializeToString()
+print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
+}
+HEALTH=$(frame "e.request.id = 1; e.request.health_check.SetInParent()")
+INIT=$(frame "e.request.id = 1; e.request.initialize.client_info.name = 'frame-load'; e.request.initialize.protocol_version = 1")
+
+data=$(mktemp -d)
+pids=()
+trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
+.build/c/epoll_echo 7681 > "$data/echo.out" &
+pids+=($!)
+"$A_BIN" --listen 127.0.0.1:7682 --data-dir "$data/a" --log-level error > "$data/a.out" 2>&1 &
+pids+=($!)
+"$B_BIN" --listen 127.0.0.1:7683 --data-dir "$data/b" --log-level error > "$data/b.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do
+  grep -q listening "$data/a.out" 2>/dev/null && grep -q listening "$data/b.out" 2>/dev/null && grep -q listening "$data/echo.out" && break
+  sleep 0.05
+done
+for s in a b echo; do grep -q listening "$data/$s.out" || { echo "server $s did not start: $(cat "$data/$s.out")" >&2; exit 1; }; done
+thread() { "$CLI" call --server "127.0.0.1:$1" thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])"; }
+READ_A=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7682)'")
+READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7683)'")
+
+load() { .build/c/frame_load "$@"; }
+field() { "$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print(r['$2'])" "$1"; }
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+pct() { "$PY" -c "print(round(100*$1/$2))"; }
+
+printf "connections\tC echo req/s\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(medians of %s rounds of %s s; %% of the C echo)\n" "$ROUNDS" "$DUR"
+for c in 1 16 64; do
+  e=(); ha=(); hb=(); ra=(); rb=()
+  for _ in $(seq "$ROUNDS"); do
+    e+=("$(field "$(load 7681 $c "$DUR" "$HEALTH")" requests_per_second)")
+    ha+=("$(field "$(load 7682 $c "$DUR" "$HEALTH")" requests_per_second)")
+    hb+=("$(field "$(load 7683 $c "$DUR" "$HEALTH")" requests_per_second)")
+    ra+=("$(field "$(load 7682 $c "$DUR" "$READ_A" "$INIT")" requests_per_second)")
+    rb+=("$(field "$(load 7683 $c "$DUR" "$READ_B" "$INIT")" requests_per_second)")
+  done
+  E=$(median "${e[@]}"); HA=$(median "${ha[@]}"); HB=$(median "${hb[@]}"); RA=$(median "${ra[@]}"); RB=$(median "${rb[@]}")
+  printf "%s\t%s\t%s (%s %%)\t%s (%s %%)\t%s (%s %%)\t%s (%s %%)\n" "$c" "$E" \
+    "$HA" "$(pct "$HA" "$E")" "$HB" "$(pct "$HB" "$E")" "$RA" "$(pct "$RA" "$E")" "$RB" "$(pct "$RB" "$E")"
+done
