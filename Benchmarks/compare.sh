@@ -9,7 +9,7 @@
 #
 # The CLI that creates the thread to read is B's (.build/release/threadwire).
 set -euo pipefail
-A_BIN=${A_BIN:?path of build A's threadwire-server}
+A_BIN=${A_BIN:?the threadwire-server binary of build A}
 B_BIN=${B_BIN:-.build/release/threadwire-server}
 CLI=${CLI:-.build/release/threadwire}
 DUR=${DUR:-3}

@@ -47,7 +47,9 @@ struct LimitsTests {
         _ = try await second.result(.healthCheck(.init()))
         await second.close()
         // The server sees the close asynchronously; a new client gets in once it has.
-        let deadline = ContinuousClock.now + .seconds(10)
+        // A liveness bound, not a speed goal: a full run on two cores has
+        // held this server's loop back for seconds (seen twice in 7 runs).
+        let deadline = ContinuousClock.now + .seconds(30)
         var admitted = false
         var attempts: [String] = []
         while ContinuousClock.now < deadline, !admitted {
