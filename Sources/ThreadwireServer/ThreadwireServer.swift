@@ -93,6 +93,8 @@ public final class ThreadwireServer: Service, Sendable {
     /// the frame server, so every frame it read is written.
     public var recorder: (any Service)? { services.recorder }
     private let onListening: @Sendable (SocketAddress?) -> Void
+    /// Finished once the frame server listens (lease maintenance waits for it).
+    private let listened: AsyncStream<Void>.Continuation
 
     /// - Parameter onListening: called once the transport accepts, with the
     ///   address bound (port 0 picks one; nil in process).
@@ -121,7 +123,9 @@ public final class ThreadwireServer: Service, Sendable {
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)),
                                   coordinator: configuration.coordinator)
-        leaseMaintenance = LeaseMaintenance(engine: engine, logger: logger)
+        let (listening, listened) = AsyncStream<Void>.makeStream()
+        self.listened = listened
+        leaseMaintenance = LeaseMaintenance(engine: engine, listening: listening, logger: logger)
         let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }
         services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics(),
                                   peers: configuration.peers)
@@ -189,6 +193,7 @@ public final class ThreadwireServer: Service, Sendable {
             services.logger.notice("recovered threads whose turns were left running", metadata: ["tw.threads": "\(recovered)"])
         }
         onListening(address)
+        listened.finish()
         await withGracefulShutdownHandler {
             await transport.waitUntilStopped()
         } onGracefulShutdown: { [draining, transport] in
@@ -244,15 +249,21 @@ public final class ThreadwireServer: Service, Sendable {
 /// instance left running, until graceful shutdown.
 public final class LeaseMaintenance: Service, Sendable {
     private let engine: ThreadEngine
+    private let listening: AsyncStream<Void>
     private let logger: Logger
 
-    init(engine: ThreadEngine, logger: Logger) {
+    init(engine: ThreadEngine, listening: AsyncStream<Void>, logger: Logger) {
         self.engine = engine
+        self.listening = listening
         self.logger = logger
     }
 
     public func run() async throws {
         let logger = self.logger
+        // Not before the frame server listens: its sweep may take leases,
+        // and a lease names the address bound (a port 0 resolved). Ends at
+        // once if the group is cancelled first.
+        for await _ in listening {}
         await cancelWhenGracefulShutdown {
             await self.engine.maintainLeases { logger.notice("\($0)") }
             // One instance alone holds no leases: nothing to do until the end.
