@@ -8,25 +8,7 @@
 set -euo pipefail
 BIN=${BIN:-.build/release}
 DUR=${DUR:-3}
-PY=${PY:-.build/venv/bin/python}
-mkdir -p .build/c
-cc -O2 -pthread -o .build/c/epoll_echo Benchmarks/c/epoll_echo.c
-cc -O2 -pthread -o .build/c/frame_load Benchmarks/c/frame_load.c
-
-frame() {  # python statements filling `e` (an Envelope) -> frame hex
-  "$PY" -c "
-from threadwire_client import messages
-e = messages.envelope.Envelope()
-$1
-p = e.SerializeToString()
-print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
-}
-HEALTH=$(frame "e.request.id = 1; e.request.health_check.SetInParent()")
-INIT=$(frame "e.request.id = 1; e.request.initialize.client_info.name = 'frame-load'; e.request.initialize.protocol_version = 1")
-
-data=$(mktemp -d)
-pids=()
-trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
+source Benchmarks/c_load.sh
 .build/c/epoll_echo 7591 > "$data/echo.out" &
 pids+=($!)
 NIO_ECHO_BIN=${NIO_ECHO_BIN:-Benchmarks/.build/release/ThreadwireBench}
@@ -39,9 +21,6 @@ grep -q listening "$data/tw.out" 2>/dev/null || { echo "a server did not start (
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 
-load() { .build/c/frame_load "$@"; }
-field() { "$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print(r['$2'])" "$1"; }
-pct() { "$PY" -c "print(round(100*$1/$2))"; }
 printf "connections\tC echo req/s (p50 µs)\tNIO echo req/s (p50 µs)\thealth/check req/s (p50 µs) = %% of C echo, %% of NIO echo\tthread/read req/s (p50 µs) = %% of C echo, %% of NIO echo\n"
 for c in 1 16 64; do
   echo_r=$(load 7591 $c "$DUR" "$HEALTH")

@@ -14,25 +14,7 @@ B_BIN=${B_BIN:-.build/release/threadwire-server}
 CLI=${CLI:-.build/release/threadwire}
 DUR=${DUR:-3}
 ROUNDS=${ROUNDS:-3}
-PY=${PY:-.build/venv/bin/python}
-mkdir -p .build/c
-cc -O2 -pthread -o .build/c/epoll_echo Benchmarks/c/epoll_echo.c
-cc -O2 -pthread -o .build/c/frame_load Benchmarks/c/frame_load.c
-
-frame() {  # python statements filling `e` (an Envelope) -> frame hex
-  "$PY" -c "
-from threadwire_client import messages
-e = messages.envelope.Envelope()
-$1
-p = e.SerializeToString()
-print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
-}
-HEALTH=$(frame "e.request.id = 1; e.request.health_check.SetInParent()")
-INIT=$(frame "e.request.id = 1; e.request.initialize.client_info.name = 'frame-load'; e.request.initialize.protocol_version = 1")
-
-data=$(mktemp -d)
-pids=()
-trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
+source Benchmarks/c_load.sh
 .build/c/epoll_echo 7681 > "$data/echo.out" &
 pids+=($!)
 "$A_BIN" --listen 127.0.0.1:7682 --data-dir "$data/a" --log-level error > "$data/a.out" 2>&1 &
@@ -48,10 +30,7 @@ thread() { "$CLI" call --server "127.0.0.1:$1" thread/start --json '{}' | "$PY" 
 READ_A=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7682)'")
 READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7683)'")
 
-load() { .build/c/frame_load "$@"; }
-field() { "$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print(r['$2'])" "$1"; }
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-pct() { "$PY" -c "print(round(100*$1/$2))"; }
 
 printf "connections\tC echo req/s\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(medians of %s rounds of %s s; %% of the C echo)\n" "$ROUNDS" "$DUR"
 for c in 1 16 64; do
