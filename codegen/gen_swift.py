@@ -27,7 +27,12 @@ SCALARS = {
 
 
 # Names whose segments contain "_" themselves (envelope.proto says which).
-METHOD_NAME_OVERRIDES = {"item_agent_message_delta": "item/agent_message/delta"}
+METHOD_NAME_OVERRIDES = {
+    "item_agent_message_delta": "item/agent_message/delta",
+    "server_request_resolved": "server_request/resolved",
+    "item_tool_request_approval": "item/tool/request_approval",
+    "item_tool_request_user_input": "item/tool/request_user_input",
+}
 
 
 def method_name(field_name):

@@ -57,6 +57,9 @@ public final class ThreadwireClient: Sendable {
     public let notifications: AsyncStream<Wire.Notification>
     /// Responses the server could not tie to a request (undecodable frames, framing errors).
     public let unmatchedResponses: AsyncStream<Wire.Response>
+    /// Calls the server makes to this client (declare them in `initialize`);
+    /// answer each with `answer(_:)`, or let `serveClientTools` do it.
+    public let serverRequests: AsyncStream<Wire.ServerRequest>
 
     public static func connect(host: String, port: Int, maxFrameBytes: Int = Framing.defaultMaxFrameBytes,
                                tls: ClientTLS? = nil) async throws -> ThreadwireClient {
@@ -79,7 +82,8 @@ public final class ThreadwireClient: Sendable {
                              connect: (ClientBootstrap) async throws -> any Channel) async throws -> ThreadwireClient {
         let (notifications, notificationSink) = AsyncStream<Wire.Notification>.makeStream()
         let (unmatched, unmatchedSink) = AsyncStream<Wire.Response>.makeStream()
-        let state = ClientState(notifications: notificationSink, unmatched: unmatchedSink)
+        let (serverRequests, serverRequestSink) = AsyncStream<Wire.ServerRequest>.makeStream()
+        let state = ClientState(notifications: notificationSink, unmatched: unmatchedSink, serverRequests: serverRequestSink)
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -97,14 +101,50 @@ public final class ThreadwireClient: Sendable {
                 }
             }
         let channel = try await connect(bootstrap)
-        return ThreadwireClient(channel: channel, state: state, notifications: notifications, unmatched: unmatched)
+        return ThreadwireClient(channel: channel, state: state, notifications: notifications, unmatched: unmatched,
+                                serverRequests: serverRequests)
     }
 
-    private init(channel: any Channel, state: ClientState, notifications: AsyncStream<Wire.Notification>, unmatched: AsyncStream<Wire.Response>) {
+    private init(channel: any Channel, state: ClientState, notifications: AsyncStream<Wire.Notification>, unmatched: AsyncStream<Wire.Response>,
+                 serverRequests: AsyncStream<Wire.ServerRequest>) {
         self.channel = channel
         self.state = state
         self.notifications = notifications
         self.unmatchedResponses = unmatched
+        self.serverRequests = serverRequests
+    }
+
+    /// Sends the answer of a server request (the first valid answer counts;
+    /// the server confirms with server_request/resolved).
+    public func answer(_ answer: Wire.ServerRequestAnswer) async throws {
+        try await channel.writeAndFlush(Wire.Envelope(kind: .serverRequestAnswer(answer)).serializedBytes()).get()
+    }
+
+    /// Serves `item/tool/call` requests with `handler`, each on a task of its
+    /// own (a slow tool does not hold up the others), until the connection
+    /// closes. A handler that throws answers with status INTERNAL and the
+    /// error as the message. Declare `clientTools` in `initialize`.
+    @discardableResult
+    public func serveClientTools(_ handler: @escaping @Sendable (Wire.ServerRequest, Wire.ToolCallParams) async throws -> Wire.ToolCallResult) -> Task<Void, Never> {
+        let requests = serverRequests
+        return Task {
+            await withTaskGroup(of: Void.self) { group in
+                for await request in requests {
+                    guard case let .itemToolCall(call)? = request.params else { continue }
+                    group.addTask {
+                        var answer = Wire.ServerRequestAnswer(id: request.id)
+                        do {
+                            answer.code = 0
+                            answer.result = .itemToolCall(try await handler(request, call))
+                        } catch {
+                            answer.code = 13
+                            answer.message = "\(error)"
+                        }
+                        try? await self.answer(answer)
+                    }
+                }
+            }
+        }
     }
 
     /// Sends one request and waits for its response (any status).
@@ -144,10 +184,13 @@ public final class ThreadwireClient: Sendable {
     /// initialize with a client name.
     @discardableResult
     public func initialize(name: String = "threadwire-swift", optOut: [String] = [], authToken: String? = nil,
-                           peer: Wire.PeerHello? = nil) async throws -> Wire.InitializeResult {
+                           peer: Wire.PeerHello? = nil, clientTools: Bool = false, approvals: Bool = false,
+                           userInput: Bool = false) async throws -> Wire.InitializeResult {
         let result = try await self.result(.initialize(Wire.InitializeParams(
             clientInfo: Wire.ClientInfo(name: name, version: "0.1.0"), protocolVersion: 1,
-            capabilities: Wire.Capabilities(optOutNotificationMethods: optOut), authToken: authToken, peer: peer)))
+            capabilities: Wire.Capabilities(optOutNotificationMethods: optOut, clientTools: clientTools ? true : nil,
+                                            approvals: approvals ? true : nil, userInput: userInput ? true : nil),
+            authToken: authToken, peer: peer)))
         guard case let .initialize(value) = result else { throw ClientError.unexpectedResult("\(result)") }
         return value
     }
@@ -169,10 +212,13 @@ final class ClientState: Sendable {
     let calls = PendingCalls<Wire.Response>()
     let notifications: AsyncStream<Wire.Notification>.Continuation
     let unmatched: AsyncStream<Wire.Response>.Continuation
+    let serverRequests: AsyncStream<Wire.ServerRequest>.Continuation
 
-    init(notifications: AsyncStream<Wire.Notification>.Continuation, unmatched: AsyncStream<Wire.Response>.Continuation) {
+    init(notifications: AsyncStream<Wire.Notification>.Continuation, unmatched: AsyncStream<Wire.Response>.Continuation,
+         serverRequests: AsyncStream<Wire.ServerRequest>.Continuation) {
         self.notifications = notifications
         self.unmatched = unmatched
+        self.serverRequests = serverRequests
     }
 
     func resolve(_ response: Wire.Response) {
@@ -186,6 +232,7 @@ final class ClientState: Sendable {
         calls.closeAll()
         notifications.finish()
         unmatched.finish()
+        serverRequests.finish()
     }
 }
 
@@ -202,6 +249,7 @@ final class ClientHandler: ChannelInboundHandler, Sendable {
         switch envelope.kind {
         case let .response(response)?: state.resolve(response)
         case let .notification(notification)?: state.notifications.yield(notification)
+        case let .serverRequest(request)?: state.serverRequests.yield(request)
         default: break
         }
     }

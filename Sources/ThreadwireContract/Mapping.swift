@@ -32,8 +32,20 @@ enum Mappings {
         (.interruptionMarker, .interruptionMarker), (.developerMessage, .developerMessage),
     ])
     static let itemType = EnumMapping<ItemType, Wire.ItemType>(pairs: [
-        (.userMessage, .userMessage), (.agentMessage, .agentMessage), (.collabToolCall, .collabToolCall),
+        (.userMessage, .userMessage), (.agentMessage, .agentMessage), (.collabToolCall, .collabToolCall), (.toolCall, .toolCall),
     ])
+    static let toolSource = EnumMapping<ToolSource, Wire.ToolSource>(pairs: [(.client, .client)])
+    static let itemStatus = EnumMapping<ItemStatus, Wire.ItemStatus>(pairs: [
+        (.inProgress, .inProgress), (.completed, .completed), (.failed, .failed), (.declined, .declined), (.timedOut, .timedOut),
+    ])
+    static let outcome = EnumMapping<ServerRequestOutcome, Wire.ServerRequestOutcome>(pairs: [
+        (.answered, .answered), (.timedOut, .timedOut), (.withdrawn, .withdrawn), (.pending, .pending),
+    ])
+    static func activeFlag(_ reason: WaitingReason) -> Wire.ThreadActiveFlag {
+        switch reason {
+        case .clientTool: return .waitingOnClientTool
+        }
+    }
     static let turnStatus = EnumMapping<TurnStatus, Wire.TurnStatus>(pairs: [
         (.inProgress, .inProgress), (.completed, .completed), (.interrupted, .interrupted), (.failed, .failed),
     ])
@@ -72,11 +84,12 @@ extension ContextItem {
 extension ToolSpec {
     public var wire: Wire.ToolSpec {
         Wire.ToolSpec(name: name, toolNamespace: namespace, description: description,
-                      parametersJsonSchema: parametersSchema.isEmpty ? nil : parametersSchema)
+                      parametersJsonSchema: parametersSchema.isEmpty ? nil : parametersSchema,
+                      requiresApproval: requiresApproval ? true : nil)
     }
     public init(wire: Wire.ToolSpec) {
         self.init(name: wire.name ?? "", namespace: wire.toolNamespace ?? "", description: wire.description ?? "",
-                  parametersSchema: wire.parametersJsonSchema ?? "")
+                  parametersSchema: wire.parametersJsonSchema ?? "", requiresApproval: wire.requiresApproval ?? false)
     }
 }
 
@@ -116,7 +129,9 @@ extension TurnFailureReason {
 extension ItemRecord {
     public var wire: Wire.ThreadItem {
         Wire.ThreadItem(id: id, type: Mappings.itemType.wire(type), text: text, toolName: toolName,
-                        toolArguments: toolArguments, toolOutput: toolOutput, receiverThreadId: receiverThreadID)
+                        toolArguments: toolArguments, toolOutput: toolOutput, receiverThreadId: receiverThreadID,
+                        toolSource: toolSource.map(Mappings.toolSource.wire), status: status.map(Mappings.itemStatus.wire),
+                        durationMs: durationMs)
     }
 
     public init(wire: Wire.ThreadItem) {
@@ -125,6 +140,9 @@ extension ItemRecord {
         toolArguments = wire.toolArguments
         toolOutput = wire.toolOutput
         receiverThreadID = wire.receiverThreadId
+        toolSource = Mappings.toolSource.domain(wire.toolSource)
+        status = Mappings.itemStatus.domain(wire.status)
+        durationMs = wire.durationMs
     }
 }
 
@@ -160,7 +178,8 @@ extension TurnRecord {
         }
         return Wire.Turn(
             id: id, status: status.wire, error: error, startedAt: startedAt, completedAt: completedAt,
-            items: items.map(\.wire), context: context.wire, modelRequests: requests, failureReason: failureReason?.wire)
+            items: items.map(\.wire), context: context.wire, modelRequests: requests, failureReason: failureReason?.wire,
+            pendingRequests: pendingRequests.map { $0.wire() })
     }
 
     /// The stored form: model requests keep only their model, tools and history count.
@@ -169,6 +188,7 @@ extension TurnRecord {
         turn.modelRequests = modelRequests.map {
             Wire.ModelRequest(model: $0.model, tools: $0.tools.map(\.wire), historyCount: UInt32($0.contextCount), usage: $0.usage?.wire)
         }
+        turn.deferredOutputs = deferredOutputs.map(\.wire)
         return turn
     }
 
@@ -179,6 +199,8 @@ extension TurnRecord {
         error = turn.error
         failureReason = TurnFailureReason(wire: turn.failureReason)
         completedAt = turn.completedAt
+        pendingRequests = turn.pendingRequests.compactMap { ServerRequestRecord(wire: $0, threadID: threadID) }
+        deferredOutputs = turn.deferredOutputs.map(ContextItem.init(wire:))
         modelRequests = turn.modelRequests.map {
             ModelRequestRecord(model: $0.model ?? "", contextCount: Int($0.historyCount ?? 0), tools: $0.tools.map(ToolSpec.init(wire:)),
                                usage: $0.usage.map(TokenUsage.init(wire:)))
@@ -191,7 +213,8 @@ extension ThreadStatus {
         switch self {
         case .notLoaded: return Wire.ThreadStatus(type: .notLoaded)
         case .idle: return Wire.ThreadStatus(type: .idle)
-        case let .active(turn): return Wire.ThreadStatus(type: .active, activeTurnId: turn)
+        case let .active(turn, waiting):
+            return Wire.ThreadStatus(type: .active, activeTurnId: turn, activeFlags: waiting.map { [Mappings.activeFlag($0)] } ?? [])
         }
     }
 }
@@ -226,6 +249,52 @@ extension ThreadView {
         Wire.ThreadLifecycleResult(
             thread: wire(baseInstructions: baseInstructions), model: record.model,
             multiAgentRuntime: record.runtime?.wire ?? .unspecified, multiAgentMode: record.selectedMode?.wire,
-            settings: settings.wire)
+            settings: settings.wire, clientTools: record.clientTools.map(\.wire))
     }
+}
+
+extension ServerRequestRecord {
+    /// The frame's request; `now` sets the time left.
+    public func wire(now: Millis? = nil) -> Wire.ServerRequest {
+        let params: Wire.ServerRequest.Params
+        switch kind {
+        case let .toolCall(itemID, tool, arguments, callID):
+            params = .itemToolCall(Wire.ToolCallParams(itemId: itemID, tool: tool, arguments: arguments, callId: callID))
+        }
+        let left = now.map { UInt32(clamping: max(0, deadlineAt - $0)) }
+        return Wire.ServerRequest(id: id, threadId: threadID, turnId: turnID, timeoutMs: left, deadlineAt: deadlineAt,
+                                  createdAt: createdAt, params: params)
+    }
+
+    /// nil for a stored request of a kind this server does not know.
+    public init?(wire: Wire.ServerRequest, threadID: ThreadID) {
+        guard let id = wire.id, let params = wire.params else { return nil }
+        switch params {
+        case let .itemToolCall(call):
+            self.init(id: id, threadID: threadID, turnID: wire.turnId ?? "",
+                      kind: .toolCall(itemID: call.itemId ?? "", tool: call.tool ?? "", arguments: call.arguments ?? "{}", callID: call.callId ?? ""),
+                      createdAt: wire.createdAt ?? 0, deadlineAt: wire.deadlineAt ?? 0)
+        }
+    }
+}
+
+extension ServerRequestAnswer {
+    /// A client's answer as the engine reads it, or why it cannot be read.
+    public init(wire: Wire.ServerRequestAnswer) throws(AnswerRefusal) {
+        let code = wire.code ?? 0
+        if code != 0 {
+            self = .failed(code: code, message: wire.message ?? "")
+            return
+        }
+        switch wire.result {
+        case let .itemToolCall(result)?:
+            self = .toolOutput(result.output ?? "", isError: result.isError ?? false)
+        case nil:
+            throw AnswerRefusal(.pending, "an answer with code 0 (OK) needs a result")
+        }
+    }
+}
+
+extension ServerRequestOutcome {
+    public var wire: Wire.ServerRequestOutcome { Mappings.outcome.wire(self) }
 }

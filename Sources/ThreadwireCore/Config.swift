@@ -26,6 +26,9 @@ public struct ThreadConfig: Sendable, Equatable {
     public var maxConcurrentThreadsPerSession = 4
     /// `multi_agent_v2.usage_hint_enabled`.
     public var usageHintEnabled = true
+    /// `tools.client_request_timeout_ms`: how long a turn waits for a client
+    /// to answer a server request (a thread may lower the server's, never raise it).
+    public var clientRequestTimeoutMs = 600_000
 
     public init() {}
 
@@ -33,6 +36,7 @@ public struct ThreadConfig: Sendable, Equatable {
         "features.multi_agent", "features.multi_agent_v2", "features.multi_agent_mode",
         "agents.max_threads", "agents.max_depth",
         "multi_agent_v2.max_concurrent_threads_per_session", "multi_agent_v2.usage_hint_enabled",
+        "tools.client_request_timeout_ms",
     ]
 
     /// How overrides relate to this config's agent limits.
@@ -88,6 +92,11 @@ public struct ThreadConfig: Sendable, Equatable {
                 guard n >= 2 else { throw .invalidArgument("config '\(key)' must be at least 2 (it counts the root)") }
                 config.maxConcurrentThreadsPerSession = try capped(n, ceiling: server.maxConcurrentThreadsPerSession)
             case "multi_agent_v2.usage_hint_enabled": config.usageHintEnabled = try bool()
+            case "tools.client_request_timeout_ms":
+                guard let n = Int(value), n >= 1, n <= 86_400_000 else {
+                    throw .invalidArgument("config '\(key)' must be milliseconds from 1 to 86400000, got '\(value)'")
+                }
+                config.clientRequestTimeoutMs = try capped(n, ceiling: server.clientRequestTimeoutMs)
             default:
                 throw .invalidArgument("config key '\(key)' is not overridable; allowed: \(Self.overridableKeys.joined(separator: ", "))")
             }

@@ -3,7 +3,14 @@ public typealias ConnectionID = UInt64
 
 public enum ThreadStatus: Sendable, Equatable {
     case notLoaded, idle
-    case active(TurnID)
+    /// A turn runs; `waitingOn` says what it waits for, if anything.
+    case active(TurnID, waitingOn: WaitingReason? = nil)
+}
+
+/// What an active turn waits for, other than the model.
+public enum WaitingReason: String, Sendable, Equatable {
+    /// A client to run a client tool (item/tool/call).
+    case clientTool
 }
 
 /// A thread's sticky next-turn settings as reported to clients.
@@ -55,6 +62,10 @@ public enum ThreadEvent: Sendable, Equatable {
     case itemCompleted(ThreadID, TurnID, ItemRecord)
     /// Text of agent message `itemID` while the model streams it.
     case agentMessageDelta(ThreadID, TurnID, itemID: String, delta: String)
+    /// A call to the recipients that declared its capability (the server filters).
+    case serverRequest(ServerRequestRecord)
+    /// Request `requestID` of the thread is no longer pending.
+    case serverRequestResolved(ThreadID, requestID: String, ServerRequestOutcome)
 }
 
 public struct Delivery: Sendable, Equatable {

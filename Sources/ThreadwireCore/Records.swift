@@ -62,6 +62,8 @@ public struct ThreadRecord: Sendable, Equatable {
     /// The principal the thread belongs to; only it can see or change the
     /// thread (see `Principal`). Never changes after creation.
     public var principal: Principal = .standalone
+    /// Tools a client of the thread runs (`item/tool/call`), validated by `ClientToolRules`.
+    public var clientTools: [ToolSpec] = []
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,
@@ -114,11 +116,14 @@ public struct ToolSpec: Sendable, Equatable {
     public var description: String
     /// The JSON Schema of the arguments object, as JSON text ("" if none).
     public var parametersSchema: String
-    public init(name: String, namespace: String, description: String, parametersSchema: String = "") {
+    /// Client tools: a call needs an approval first.
+    public var requiresApproval: Bool
+    public init(name: String, namespace: String, description: String, parametersSchema: String = "", requiresApproval: Bool = false) {
         self.name = name
         self.namespace = namespace
         self.description = description
         self.parametersSchema = parametersSchema
+        self.requiresApproval = requiresApproval
     }
 }
 
@@ -198,7 +203,13 @@ public enum AgentStatus: String, Sendable, CaseIterable {
 
 public enum TurnStatus: String, Sendable, CaseIterable { case inProgress, completed, interrupted, failed }
 
-public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall }
+public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall, toolCall }
+
+/// Who runs a tool-call item's tool.
+public enum ToolSource: String, Sendable, CaseIterable { case client }
+
+/// A tool-call item's progress.
+public enum ItemStatus: String, Sendable, CaseIterable { case inProgress, completed, failed, declined, timedOut }
 
 public struct ItemRecord: Sendable, Equatable {
     public var id: String
@@ -208,6 +219,10 @@ public struct ItemRecord: Sendable, Equatable {
     public var toolArguments: String?
     public var toolOutput: String?
     public var receiverThreadID: ThreadID?
+    /// Tool-call items only.
+    public var toolSource: ToolSource?
+    public var status: ItemStatus?
+    public var durationMs: UInt64?
 
     public init(id: String = newID(), type: ItemType, text: String? = nil) {
         self.id = id
@@ -244,6 +259,10 @@ public struct TurnRecord: Sendable, Equatable {
     public var items: [ItemRecord]
     public var context: TurnContext
     public var modelRequests: [ModelRequestRecord] = []
+    /// What the turn waits for from clients (in progress only).
+    public var pendingRequests: [ServerRequestRecord] = []
+    /// The model's outputs still to apply once `pendingRequests` are answered.
+    public var deferredOutputs: [ContextItem] = []
 
     public init(id: TurnID, threadID: ThreadID, sequence: Int, startedAt: Millis, items: [ItemRecord], context: TurnContext) {
         self.id = id

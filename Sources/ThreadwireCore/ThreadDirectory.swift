@@ -57,7 +57,7 @@ final class ThreadDirectory: Sendable {
     private let idleWaiterCount = Atomic<Int>(0)
     private let nextIdleWaiter = Atomic<UInt64>(0)
 
-    /// Returns once no loaded thread has a running turn, or at `deadline`.
+    /// Returns once no loaded thread has a turn at work, or at `deadline`.
     func waitUntilNoActiveTurns(until deadline: ContinuousClock.Instant) async {
         let id = nextIdleWaiter.add(1, ordering: .relaxed).newValue
         await withTaskGroup(of: Void.self) { group in
@@ -68,7 +68,7 @@ final class ThreadDirectory: Sendable {
                         self.idleWaiterCount.add(1, ordering: .sequentiallyConsistent)
                     }
                     // A turn that ended before the registration woke nobody.
-                    if !self.hasActiveTurns { self.resumeIdleWaiter(id) }
+                    if !self.hasWorkingTurns { self.resumeIdleWaiter(id) }
                 }
             }
             group.addTask { try? await Task.sleep(until: deadline) }
@@ -91,7 +91,7 @@ final class ThreadDirectory: Sendable {
     }
 
     private func wakeIdleWaitersIfIdle() {
-        guard idleWaiterCount.load(ordering: .sequentiallyConsistent) > 0, !hasActiveTurns else { return }
+        guard idleWaiterCount.load(ordering: .sequentiallyConsistent) > 0, !hasWorkingTurns else { return }
         let waiters = idleWaiters.withLock { waiters -> [CheckedContinuation<Void, Never>] in
             defer {
                 idleWaiterCount.subtract(waiters.count, ordering: .sequentiallyConsistent)
@@ -116,14 +116,24 @@ final class ThreadDirectory: Sendable {
         snapshots.withLock { table in (table.count, table.values.reduce(0) { $0 + ($1.stored.activeTurnIndex == nil ? 0 : 1) }) }
     }
 
-    var hasActiveTurns: Bool { snapshots.withLock { $0.values.contains { $0.stored.activeTurnIndex != nil } } }
+    /// Whether a loaded thread's turn is at work (a turn that only waits for
+    /// a client is not: it is stored as waiting and survives a restart).
+    var hasWorkingTurns: Bool { snapshots.withLock { $0.values.contains { $0.stored.hasWorkingTurn } } }
 }
 
 extension StoredThread {
     var activeTurnIndex: Int? { turns.lastIndex { $0.status == .inProgress } }
 
+    /// A turn runs and is not only waiting for a client.
+    var hasWorkingTurn: Bool { activeTurnIndex.map { turns[$0].pendingRequests.isEmpty } ?? false }
+
+    /// The active turn waits for a client's answer (nothing else runs for it).
+    var isWaitingOnClient: Bool { activeTurnIndex.map { !turns[$0].pendingRequests.isEmpty } ?? false }
+
     var status: ThreadStatus {
-        if let index = activeTurnIndex { return .active(turns[index].id) }
+        if let index = activeTurnIndex {
+            return .active(turns[index].id, waitingOn: turns[index].pendingRequests.isEmpty ? nil : .clientTool)
+        }
         return .idle
     }
 }

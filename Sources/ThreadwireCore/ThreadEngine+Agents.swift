@@ -80,6 +80,8 @@ extension ThreadEngine {
             child.principal = parent.record.principal
             child.configOverrides = parent.record.configOverrides
             child.baseInstructions = parent.record.baseInstructions
+            // A child runs its parent's client tools (the tree's clients serve them).
+            child.clientTools = parent.record.clientTools
             child.nickname = Self.nicknames[siblings.count % Self.nicknames.count]
             // Inherited, never re-resolved: a V2 parent keeps a V2 child whatever the child's model says.
             child.runtime = RuntimeResolver.resolveAtLoad(

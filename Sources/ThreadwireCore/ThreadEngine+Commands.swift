@@ -15,11 +15,14 @@ extension ThreadEngine {
         public var baseInstructions: String?
         /// The principal the new thread belongs to.
         public var principal: Principal = .standalone
+        /// Checked by `ClientToolRules`.
+        public var clientTools: [ToolSpec] = []
         public init() {}
     }
 
     public func startThread(_ request: StartRequest, connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let config = try threadConfig(overrides: request.config, ceilings: .enforce)
+        let clientTools = try ClientToolRules.validated(request.clientTools)
         let id = newID()
         var record = ThreadRecord(
             id: id, sessionID: id, source: request.review ? .review : .appServer, createdAt: nowMillis(),
@@ -32,6 +35,7 @@ extension ThreadEngine {
         // Review threads never see collaboration tools: pinned disabled from birth.
         record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
         record.principal = request.principal
+        record.clientTools = clientTools
         let fence = try await claimNewTree(id)
         try await commitCreation(record.principal, [.putThread(record)], fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
@@ -45,6 +49,10 @@ extension ThreadEngine {
             owner.subscribe(connection)
             owner.cancelUnload()
             var deliveries: [Delivery] = []
+            // What the turn waits for is offered to the new subscriber too.
+            for request in pendingRequests(owner.current) {
+                deliveries.append(Delivery(event: .serverRequest(request), recipients: [connection]))
+            }
             if let model, model != owner.current.record.model {
                 var next = owner.current
                 next.record.model = model
@@ -107,6 +115,7 @@ extension ThreadEngine {
             history.append(Self.interruptionMarker(runtime: record.runtime))
             turns[index].status = .interrupted
             turns[index].completedAt = now
+            _ = Self.abandonPendingRequests(&turns[index], reason: "the turn was copied by thread/fork before a client answered")
         }
         var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: history)]
         operations += turns.map { .putTurn($0) }

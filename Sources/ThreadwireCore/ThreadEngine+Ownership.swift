@@ -110,7 +110,10 @@ extension ThreadEngine {
             stored.record.runtime = RuntimeResolver.resolveAtLoad(inherited: nil, recorded: Self.recordedRuntime(stored), origin: origin)
         }
         var recovered = false
-        while let index = stored.turns.lastIndex(where: { $0.status == .inProgress }) {
+        // A turn that was only waiting for a client goes on waiting: its
+        // request is stored, and is offered again to whoever subscribes.
+        let waiting = stored.isWaitingOnClient ? stored.activeTurnIndex.map { stored.turns[$0].id } : nil
+        while let index = stored.turns.lastIndex(where: { $0.status == .inProgress && $0.id != waiting }) {
             operations += finish(&stored, index: index, status: .interrupted,
                                  error: "interrupted: the server stopped while this turn was running (recovered at load)")
             recovered = true
@@ -133,6 +136,10 @@ extension ThreadEngine {
         if recovered {
             changes.changed(id)
             if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }
+        }
+        if let waiting, !stopping.load(ordering: .acquiring) {
+            for request in pendingRequests(stored) { pendingAnswers.register(request.id) }
+            owner.runner = tasks.spawn { [self] in await runTurn(owner, turnID: waiting, resuming: true) }
         }
     }
 

@@ -93,14 +93,21 @@ extension ThreadEngine {
     /// is held for each step's bookkeeping, never while the model or a
     /// wait_agent runs, so the thread's other commands (interrupt, settings,
     /// reads) are never stuck behind a slow model.
-    func runTurn(_ owner: ThreadOwner, turnID: TurnID) async {
+    /// With `resuming`, the turn was stored waiting for a client (a restart
+    /// came between): it waits for that answer first, then goes on.
+    func runTurn(_ owner: ThreadOwner, turnID: TurnID, resuming: Bool = false) async {
+        if resuming {
+            guard let (deferred, tools, runtime) = await finishClientCall(owner, turnID: turnID),
+                  await applyStep(owner, turnID: turnID, deferred[...], tools: tools, runtime: runtime, usage: nil, calledTools: true)
+            else { return }
+        }
         while true {
             // 1. Persist the model request before the model sees it.
             let prepared: (ModelRequest, [ToolSpec], MultiAgentRuntime?, MessageStream)? = await locked(owner) {
                 guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return nil }
                 let tools = ToolCatalog.offered(
                     runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
-                    source: state.record.source)
+                    source: state.record.source) + state.record.clientTools
                 let ref = ModelRequestRecord(model: state.record.model, contextCount: state.history.count, tools: tools)
                 var next = state
                 next.turns[index].modelRequests.append(ref)
@@ -133,36 +140,62 @@ extension ThreadEngine {
                 return
             }
             let outputs = response.outputs
-
-            // 3. Apply the outputs in order, in as few commits as possible; a
-            //    wait_agent runs between commits with the gate released.
             let calledTools = outputs.contains { if case .toolCall = $0 { true } else { false } }
-            // A tool of the phase beforeCommit (wait_agent) starts a new step.
-            let runsBeforeCommit = { (output: ModelOutput) -> ToolDefinition? in
-                guard case let .toolCall(name, _, _) = output,
-                      let tool = ToolCatalog.offeredDefinition(name, runtime: runtime, offered: tools), tool.phase == .beforeCommit else { return nil }
-                return tool
-            }
-            var start = 0
-            while start < outputs.count {
-                var waited: String?
-                if let tool = runsBeforeCommit(outputs[start]), case let .toolCall(_, arguments, _) = outputs[start] {
-                    guard let caller = directory.snapshot(owner.id), let index = caller.activeTurnIndex else { return }
-                    do {
-                        waited = try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: index), arguments: arguments).output
-                    } catch {
-                        waited = jsonText(["error": "\(error)"])
-                    }
-                }
-                let end = outputs[(start + 1)...].firstIndex { runsBeforeCommit($0) != nil } ?? outputs.count
-                let stillRunning = await applyOutputs(
-                    owner, turnID: turnID, outputs[start..<end], waited: waited, tools: tools,
-                    usage: start == 0 ? response.usage : nil, finish: end == outputs.count && !calledTools)
-                guard stillRunning else { return }
-                start = end
-            }
+            guard await applyStep(owner, turnID: turnID, outputs[...], tools: tools, runtime: runtime, usage: response.usage,
+                                  calledTools: calledTools) else { return }
             if !calledTools { return }
         }
+    }
+
+    /// 3. Applies one model response's outputs in order, in as few commits
+    /// as possible; a wait_agent or a client tool runs between commits with
+    /// the gate released. With `calledTools` (the response called tools) the
+    /// turn goes on to another model call; otherwise the last commit
+    /// completes it. False when the turn is no longer running.
+    func applyStep(
+        _ owner: ThreadOwner, turnID: TurnID, _ outputs: ArraySlice<ModelOutput>, tools: [ToolSpec], runtime: MultiAgentRuntime?,
+        usage: TokenUsage?, calledTools: Bool
+    ) async -> Bool {
+        // A tool of the phase beforeCommit (wait_agent) starts a new step.
+        let runsBeforeCommit = { (output: ModelOutput) -> ToolDefinition? in
+            guard case let .toolCall(name, _, _) = output,
+                  let tool = ToolCatalog.offeredDefinition(name, runtime: runtime, offered: tools), tool.phase == .beforeCommit else { return nil }
+            return tool
+        }
+        let startsStep = { (output: ModelOutput) in runsBeforeCommit(output) != nil || Self.clientTool(output, offered: tools) != nil }
+        var usage = usage
+        var start = outputs.startIndex
+        while start < outputs.endIndex {
+            if let spec = Self.clientTool(outputs[start], offered: tools), case let .toolCall(_, arguments, callID) = outputs[start] {
+                let started = await startClientCall(
+                    owner, turnID: turnID, spec: spec, arguments: arguments, callID: callID, deferred: outputs[(start + 1)...], usage: usage)
+                usage = nil
+                switch started {
+                case .notRunning: return false
+                case .settled: break
+                case .waiting: guard await finishClientCall(owner, turnID: turnID) != nil else { return false }
+                }
+                start += 1
+                continue
+            }
+            var waited: String?
+            if let tool = runsBeforeCommit(outputs[start]), case let .toolCall(_, arguments, _) = outputs[start] {
+                guard let caller = directory.snapshot(owner.id), let index = caller.activeTurnIndex else { return false }
+                do {
+                    waited = try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: index), arguments: arguments).output
+                } catch {
+                    waited = jsonText(["error": "\(error)"])
+                }
+            }
+            let end = outputs[(start + 1)...].firstIndex(where: startsStep) ?? outputs.endIndex
+            let stillRunning = await applyOutputs(
+                owner, turnID: turnID, outputs[start..<end], waited: waited, tools: tools,
+                usage: usage, finish: end == outputs.endIndex && !calledTools)
+            usage = nil
+            guard stillRunning else { return false }
+            start = end
+        }
+        return true
     }
 
     /// Applies outputs in one commit; with `finish`, the turn completes in the
@@ -266,10 +299,19 @@ extension ThreadEngine {
         _ = owner.messageStream?.close()
         owner.messageStream = nil
         if status == .failed { next.turns[index].failureReason = reason ?? .internalError }
+        let withdrawn = next.turns[index].pendingRequests
         var operations = finish(&next, index: index, status: status, error: error)
         operations.insert(.putThread(next.record.bumped()), at: 0)
         try await install(owner, next, operations)
-        return owner.publisher.ticket(afterFinish(owner, next.turns[index]))
+        var deliveries: [Delivery] = []
+        for request in withdrawn {
+            pendingAnswers.withdraw(request.id)
+            if case let .toolCall(itemID, _, _, _) = request.kind, let item = next.turns[index].items.first(where: { $0.id == itemID }) {
+                deliveries.append(Delivery(event: .itemCompleted(owner.id, next.turns[index].id, item), recipients: owner.subscribers))
+            }
+            deliveries.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: owner.subscribers))
+        }
+        return owner.publisher.ticket(deliveries + afterFinish(owner, next.turns[index]))
     }
 
     /// Ends turn `index` in `stored` (no I/O) and returns what to commit
@@ -283,6 +325,7 @@ extension ThreadEngine {
         stored.turns[index].status = status
         stored.turns[index].error = error
         stored.turns[index].completedAt = now
+        _ = Self.abandonPendingRequests(&stored.turns[index], reason: "the turn ended before a client answered (\(status.rawValue))")
         var operations: [StoreOperation] = []
         if status == .interrupted {
             let marker = Self.interruptionMarker(runtime: stored.record.runtime)

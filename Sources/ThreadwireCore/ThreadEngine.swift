@@ -33,6 +33,8 @@ public final class ThreadEngine: Sendable {
     let coordinator: (any OwnershipCoordinator)?
     let heldTrees = HeldTrees()
     let knownOwners: KnownOwners
+    /// Answers of server requests (client tools), by request id.
+    let pendingAnswers = PendingAnswers()
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
@@ -188,6 +190,12 @@ public final class ThreadEngine: Sendable {
         for owner in directory.all where directory.snapshot(owner.id)?.activeTurnIndex != nil {
             _ = try? await withOwner(owner.id) { owner in
                 guard owner.current.activeTurnIndex != nil else { return }
+                // Only waiting for a client: stored as it is, for the next process.
+                if owner.current.isWaitingOnClient {
+                    owner.runner?.cancel()
+                    owner.runner = nil
+                    return
+                }
                 try await endActiveTurn(owner, status: .interrupted,
                                         error: "interrupted: the server shut down while this turn was running").publish()
             }

@@ -329,4 +329,8 @@ enum CommitFunction {
         END
         $fn$
         """
+
+    /// Migration 4: the same function, writing `tool_settings` too.
+    static let definitionV4 = definition.replacingOccurrences(
+        of: "agent_closed = v.agent_closed\n", with: "agent_closed = v.agent_closed, tool_settings = v.tool_settings\n")
 }

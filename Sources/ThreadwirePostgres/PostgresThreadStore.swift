@@ -137,6 +137,9 @@ public final class PostgresThreadStore: ThreadStore {
         // The commit function. A later change to it is a new migration with
         // the new definition (CREATE OR REPLACE), never an edit of this one.
         (3, [CommitFunction.definition]),
+        // The thread's client tools (JSON, see ThreadRow.ToolSettings); the
+        // commit function writes the new column.
+        (4, ["ALTER TABLE threads ADD COLUMN tool_settings TEXT NOT NULL DEFAULT '{}'", CommitFunction.definitionV4]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -214,7 +217,7 @@ public final class PostgresThreadStore: ThreadStore {
     static let threadColumns = """
         id, session_id, parent_id, forked_from_id, source, depth, task_name, nickname, preview, name, created_at,
         updated_at, archived, runtime, legacy, selected_mode, model, cwd, base_instructions, config_overrides, version,
-        agent_status, agent_final_message, agent_closed, owner
+        agent_status, agent_final_message, agent_closed, owner, tool_settings
         """
 
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? {

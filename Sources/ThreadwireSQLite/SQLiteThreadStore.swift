@@ -116,6 +116,12 @@ public final class SQLiteThreadStore: ThreadStore {
                 CREATE INDEX threads_owner_updated ON threads(owner, archived, updated_at, id);
                 """)
         }
+        migrator.registerMigration("v5: tool settings") { db in
+            try db.execute(sql: """
+                -- JSON: the thread's client tools (see ThreadRow.ToolSettings).
+                ALTER TABLE threads ADD COLUMN tool_settings TEXT NOT NULL DEFAULT '{}';
+                """)
+        }
         return migrator
     }
 

@@ -85,8 +85,10 @@ final class Connection: ReadGate, Sendable {
     /// forwarder; closed with the connection).
     let upstreams = NIOLockedValueBox<[String: Upstream]>([:])
 
-    func markInitialized(optOut: [String], principal: Principal = .standalone, credential: [UInt8]? = nil, peer: Bool = false) -> Bool {
-        let session = ConnectionStateMachine.Session(principal: principal, optOut: Set(optOut), credential: credential, peer: peer)
+    func markInitialized(optOut: [String], principal: Principal = .standalone, credential: [UInt8]? = nil, peer: Bool = false,
+                         capabilities: Set<ClientCapability> = []) -> Bool {
+        let session = ConnectionStateMachine.Session(principal: principal, optOut: Set(optOut), credential: credential, peer: peer,
+                                                     capabilities: capabilities)
         let done = state.withLockedValue { $0.machine.initialized(session) }
         if done { frameLimit.raise(to: limits.maxFrameBytes) }
         return done
@@ -277,6 +279,50 @@ final class Connection: ReadGate, Sendable {
             metrics.slowSubscriberDisconnects.increment()
             perform(overLimit)
         }
+    }
+
+    // MARK: Server requests
+
+    /// Requests sent to this connection and not resolved yet (id → thread):
+    /// only these may be answered from here. Bounded by the threads it
+    /// subscribes to (one pending request per running turn).
+    private let offered = NIOLockedValueBox<[String: ThreadID]>([:])
+
+    /// Sends `request` if this connection declared its capability (relaying
+    /// peers are never asked: their clients are asked by the owner directly).
+    func offer(_ request: ServerRequestRecord) {
+        let eligible = state.withLockedValue { state -> Bool in
+            guard let session = state.machine.session, !state.machine.isClosing, !session.peer else { return false }
+            return session.capabilities.contains(request.capability)
+        }
+        guard eligible else { return }
+        offered.withLockedValue { $0[request.id] = request.threadID }
+        let envelope = Wire.Envelope(kind: .serverRequest(request.wire(now: nowMillis())))
+        switch envelope.frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+        case let .framed(frame):
+            metrics.frameOut(bytes: frame.readableBytes)
+            channel.writeAndFlush(frame, promise: nil)
+        case .tooLarge:
+            // Arguments are bounded by the model's output, frames by the limit: the request waits for its deadline.
+            offered.withLockedValue { _ = $0.removeValue(forKey: request.id) }
+        }
+    }
+
+    /// Request `requestID` is resolved: a connection that was sent it hears so.
+    func resolved(_ threadID: ThreadID, requestID: String, _ outcome: ServerRequestOutcome) {
+        guard offered.withLockedValue({ $0.removeValue(forKey: requestID) }) != nil else { return }
+        notify(.serverRequestResolved(Wire.ServerRequestResolvedNotification(threadId: threadID, requestId: requestID, outcome: outcome.wire)))
+    }
+
+    /// The thread of a request this connection was sent and may answer.
+    func offeredThread(_ requestID: String) -> ThreadID? {
+        offered.withLockedValue { $0[requestID] }
+    }
+
+    /// An answer from this connection that was not taken, and why.
+    func refuseAnswer(_ requestID: String, threadID: ThreadID?, _ refusal: AnswerRefusal) {
+        notify(.serverRequestResolved(Wire.ServerRequestResolvedNotification(
+            threadId: threadID, requestId: requestID, outcome: refusal.outcome?.wire ?? .unspecified, answerRefused: refusal.description)))
     }
 
     /// A last response (a refusal that ends the connection), then close.

@@ -155,12 +155,17 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             // Decoded from the inbound buffer's bytes: no copy into an array.
             let envelope = try payload.withUnsafeReadableBytes { try Wire.Envelope(serializedBytes: $0) }
             record(envelope, payload: payload)
-            guard case let .request(decoded)? = envelope.kind else {
+            switch envelope.kind {
+            case let .request(decoded)?:
+                request = decoded
+            case let .serverRequestAnswer(answer)?:
+                dispatcher.answer(answer, connection: connection)
+                return
+            default:
                 connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue,
-                                              message: "expected an Envelope carrying a request"))
+                                              message: "expected an Envelope carrying a request or a server request's answer"))
                 return
             }
-            request = decoded
         } catch {
             if let recorder = services.recorder { recorder.record(connection: connectionID, payload: Array(payload.readableBytesView)) }
             // The frame boundary is intact, so the connection stays usable.

@@ -25,9 +25,18 @@ final class ConnectionRegistry: EventSink, Sendable {
 
     func deliver(_ deliveries: [Delivery]) {
         for delivery in deliveries where !delivery.recipients.isEmpty {
-            let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions)
             let targets = connections.withLockedValue { table in delivery.recipients.compactMap { table[$0] } }
-            for connection in targets { connection.notify(payload) }
+            switch delivery.event {
+            case let .serverRequest(request):
+                // Each connection decides whether it is eligible (its capabilities).
+                for connection in targets { connection.offer(request) }
+            case let .serverRequestResolved(threadID, requestID, outcome):
+                // Only connections that were sent the request hear it resolved.
+                for connection in targets { connection.resolved(threadID, requestID: requestID, outcome) }
+            default:
+                guard let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions) else { continue }
+                for connection in targets { connection.notify(payload) }
+            }
         }
     }
 }

@@ -18,6 +18,8 @@ struct ConnectionStateMachine: Sendable {
         var credential: [UInt8]?
         /// Another instance relaying its clients' requests.
         var peer = false
+        /// The server requests it answers (declared in initialize).
+        var capabilities: Set<ClientCapability> = []
     }
 
     enum State: Sendable, Equatable {

@@ -3,7 +3,8 @@ import ThreadwireCore
 import ThreadwireWire
 
 enum NotificationMapping {
-    static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload {
+    /// nil for an event that is not a notification (a server request).
+    static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload? {
         switch event {
         case let .threadStarted(view):
             return .threadStarted(Wire.ThreadStartedNotification(thread: view.wire(baseInstructions: baseInstructions(view.record))))
@@ -27,6 +28,10 @@ enum NotificationMapping {
             return .itemCompleted(Wire.ItemCompletedNotification(threadId: id, turnId: turnID, item: item.wire))
         case let .agentMessageDelta(id, turnID, itemID, delta):
             return .itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification(threadId: id, turnId: turnID, itemId: itemID, delta: delta))
+        case let .serverRequestResolved(id, requestID, outcome):
+            return .serverRequestResolved(Wire.ServerRequestResolvedNotification(threadId: id, requestId: requestID, outcome: outcome.wire))
+        case .serverRequest:
+            return nil
         }
     }
 }

@@ -13,6 +13,8 @@ final class ServerMetrics: Sendable {
     let bytesOut = Counter(label: "threadwire_bytes_out_total")
     let backpressurePauses = Counter(label: "threadwire_backpressure_pauses_total")
     let slowSubscriberDisconnects = Counter(label: "threadwire_slow_subscriber_disconnects_total")
+    /// Answers of server requests that counted (client tools).
+    let serverRequestAnswers = Counter(label: "threadwire_server_request_answers_total")
     let acceptBackoffs = Counter(label: "threadwire_accept_backoffs_total")
     let runningTurns = Gauge(label: "threadwire_running_turns")
     let loadedThreads = Gauge(label: "threadwire_loaded_threads")

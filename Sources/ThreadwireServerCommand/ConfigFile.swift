@@ -19,8 +19,13 @@ import ThreadwireServer
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
-///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0}
+///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0},
+///       "tools": {"client_request_timeout_ms": 600000}
 ///     }
+///
+/// A key it does not know (a misspelling, a setting of a newer version) stops
+/// startup with the key and the file named: a setting silently ignored is
+/// worse than a server that does not start.
 enum ConfigFile {
     struct Loaded {
         var settings = ServerSettings()
@@ -33,6 +38,7 @@ enum ConfigFile {
         struct Features: Decodable { var multi_agent: Bool?; var multi_agent_v2: Bool?; var multi_agent_mode: Bool? }
         struct Agents: Decodable { var max_threads: Int?; var max_depth: Int?; var wait_default_ms: Int?; var wait_max_ms: Int? }
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
+        struct Tools: Decodable { var client_request_timeout_ms: Int? }
         struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String? }
         struct Provider: Decodable {
             var name: String
@@ -53,7 +59,46 @@ enum ConfigFile {
         var multi_agent_v2: V2?
         var models: [Model]?
         var limits: Limits?
+        var tools: Tools?
     }
+
+    /// Every key the file may hold, by the path of the object that holds it
+    /// ("" for the top level; "[]" for each element of a list).
+    static let knownKeys: [String: Set<String>] = [
+        "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
+             "model_providers", "models", "limits", "tools"],
+        "features": ["multi_agent", "multi_agent_v2", "multi_agent_mode"],
+        "agents": ["max_threads", "max_depth", "wait_default_ms", "wait_max_ms"],
+        "multi_agent_v2": ["max_concurrent_threads_per_session", "usage_hint_enabled"],
+        "model_providers[]": ["name", "base_url", "api_key_env", "wire_api", "request_timeout_ms", "stream_idle_timeout_ms",
+                              "max_retries", "retry_base_delay_ms"],
+        "models[]": ["slug", "provider", "multi_agent_version"],
+        "limits": ["max_frame_bytes", "max_queued_requests", "max_queued_request_bytes", "outbound_high_water_bytes",
+                   "max_notification_backlog_bytes", "max_connections", "idle_timeout_ms", "max_partial_frame_bytes",
+                   "handshake_timeout_ms", "max_threads_started_per_minute", "max_running_turns"],
+        "tools": ["client_request_timeout_ms"],
+    ]
+
+    /// The first key of the file that `knownKeys` does not list, by its path.
+    static func unknownKey(in data: Data) -> String? {
+        guard let top = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+        func walk(_ object: [String: Any], _ path: String) -> String? {
+            let known = knownKeys[path] ?? []
+            for key in object.keys.sorted() {
+                let dotted = path.isEmpty ? key : "\(path).\(key)"
+                guard known.contains(key) else { return dotted }
+                if let nested = object[key] as? [String: Any], knownKeys[dotted] != nil, let found = walk(nested, dotted) { return found }
+                if let list = object[key] as? [Any], knownKeys[dotted + "[]"] != nil {
+                    for element in list {
+                        if let nested = element as? [String: Any], let found = walk(nested, dotted + "[]") { return found }
+                    }
+                }
+            }
+            return nil
+        }
+        return walk(top, "")
+    }
+
     struct Limits: Decodable {
         var max_frame_bytes: Int?
         var max_queued_requests: Int?
@@ -114,6 +159,10 @@ enum ConfigFile {
         do { file = try JSONDecoder().decode(File.self, from: data) } catch {
             throw ConfigError(description: "config file \(path) is not valid: \(error)")
         }
+        if let key = unknownKey(in: data) {
+            throw ConfigError(description: "config file \(path): unknown key '\(key)' (a misspelling, or a setting this version does not have); "
+                + "remove it or correct it")
+        }
         var settings = ServerSettings()
         if let model = file.default_model { settings.defaultModel = model }
         if let text = file.base_instructions { settings.baseInstructions = text }
@@ -137,6 +186,7 @@ enum ConfigFile {
             if let v = v2.max_concurrent_threads_per_session { overrides.append(("multi_agent_v2.max_concurrent_threads_per_session", "\(v)")) }
             if let v = v2.usage_hint_enabled { overrides.append(("multi_agent_v2.usage_hint_enabled", "\(v)")) }
         }
+        if let v = file.tools?.client_request_timeout_ms { overrides.append(("tools.client_request_timeout_ms", "\(v)")) }
         do { settings.threadDefaults = try settings.threadDefaults.applying(overrides) } catch {
             throw ConfigError(description: "config file \(path): \(error)")
         }

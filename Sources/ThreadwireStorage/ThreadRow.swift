@@ -26,6 +26,19 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     public var agent_closed: Bool
     /// The principal the thread belongs to (the column kept its first name).
     public var owner: String
+    /// JSON (`ToolSettings`): the thread's client tools.
+    public var tool_settings: String
+
+    /// The `tool_settings` column's JSON.
+    struct ToolSettings: Codable, Equatable {
+        struct Tool: Codable, Equatable {
+            var name: String
+            var description: String
+            var parameters_json_schema: String
+            var requires_approval: Bool?
+        }
+        var client_tools: [Tool]?
+    }
 
     public init(_ r: ThreadRecord) throws {
         id = r.id; session_id = r.sessionID; parent_id = r.parentID; forked_from_id = r.forkedFromID
@@ -37,6 +50,13 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         config_overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
         version = r.version; agent_status = r.agentStatus?.rawValue; agent_final_message = r.agentFinalMessage
         agent_closed = r.agentClosed; owner = r.principal
+        let tools = ToolSettings(client_tools: r.clientTools.isEmpty ? nil : r.clientTools.map {
+            ToolSettings.Tool(name: $0.name, description: $0.description, parameters_json_schema: $0.parametersSchema,
+                              requires_approval: $0.requiresApproval ? true : nil)
+        })
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
     }
 
     /// A row as a store read it, column by column.
@@ -53,6 +73,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         version = try row.integer("version"); agent_status = try row.optionalText("agent_status")
         agent_final_message = try row.optionalText("agent_final_message"); agent_closed = try row.boolean("agent_closed")
         owner = try row.text("owner")
+        tool_settings = try row.text("tool_settings")
     }
 
     public func record() throws -> ThreadRecord {
@@ -81,6 +102,15 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         record.agentFinalMessage = agent_final_message
         record.agentClosed = agent_closed
         record.principal = owner
+        do {
+            let tools = try JSONDecoder().decode(ToolSettings.self, from: Data(tool_settings.utf8))
+            record.clientTools = (tools.client_tools ?? []).map {
+                ToolSpec(name: $0.name, namespace: "", description: $0.description, parametersSchema: $0.parameters_json_schema,
+                         requiresApproval: $0.requires_approval ?? false)
+            }
+        } catch {
+            throw StoreError.unavailable("thread \(id) has unreadable tool_settings: \(error)")
+        }
         return record
     }
 
@@ -89,7 +119,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     public static let changeableColumns = [
         "session_id", "parent_id", "forked_from_id", "source", "depth", "task_name", "nickname", "preview", "name",
         "created_at", "updated_at", "archived", "runtime", "legacy", "selected_mode", "model", "cwd", "base_instructions",
-        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed",
+        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed", "tool_settings",
     ]
 
     public var changeableValues: [ColumnValue] {
@@ -98,6 +128,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             .text(nickname), .text(preview), .text(name), .integer(created_at), .integer(updated_at), .boolean(archived),
             .text(runtime), .boolean(legacy), .text(selected_mode), .text(model), .text(cwd), .text(base_instructions),
             .text(config_overrides), .integer(version), .text(agent_status), .text(agent_final_message), .boolean(agent_closed),
+            .text(tool_settings),
         ]
     }
 }

@@ -14,6 +14,9 @@ public enum WireFixtures {
     public static func Capabilities(_ variant: Int) -> Wire.Capabilities {
         var message = Wire.Capabilities()
         message.optOutNotificationMethods = ["opt_out_notification_methods héllo ✓ 1", "opt_out_notification_methods héllo ✓ 2"]
+        message.clientTools = true
+        message.approvals = true
+        message.userInput = true
         return message
     }
 
@@ -82,6 +85,56 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ToolCallParams(_ variant: Int) -> Wire.ToolCallParams {
+        var message = Wire.ToolCallParams()
+        message.itemId = "item_id héllo ✓ 0"
+        message.tool = "tool héllo ✓ 0"
+        message.arguments = "arguments héllo ✓ 0"
+        message.callId = "call_id héllo ✓ 0"
+        return message
+    }
+
+    public static func ToolCallResult(_ variant: Int) -> Wire.ToolCallResult {
+        var message = Wire.ToolCallResult()
+        message.output = "output héllo ✓ 0"
+        message.isError = true
+        return message
+    }
+
+    public static func ServerRequest(_ variant: Int) -> Wire.ServerRequest {
+        var message = Wire.ServerRequest()
+        message.id = "id héllo ✓ 0"
+        message.threadId = "thread_id héllo ✓ 0"
+        message.turnId = "turn_id héllo ✓ 0"
+        message.timeoutMs = UInt32(4000000004)
+        message.deadlineAt = Int64(-1700000000005)
+        message.createdAt = Int64(-1700000000006)
+        switch variant % 1 {
+        default: message.params = .itemToolCall(ToolCallParams(0))
+        }
+        return message
+    }
+
+    public static func ServerRequestAnswer(_ variant: Int) -> Wire.ServerRequestAnswer {
+        var message = Wire.ServerRequestAnswer()
+        message.id = "id héllo ✓ 0"
+        message.code = UInt32(4000000002)
+        message.message = "message héllo ✓ 0"
+        switch variant % 1 {
+        default: message.result = .itemToolCall(ToolCallResult(0))
+        }
+        return message
+    }
+
+    public static func ServerRequestResolvedNotification(_ variant: Int) -> Wire.ServerRequestResolvedNotification {
+        var message = Wire.ServerRequestResolvedNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.requestId = "request_id héllo ✓ 0"
+        message.outcome = Wire.ServerRequestOutcome.pending
+        message.answerRefused = "answer_refused héllo ✓ 0"
+        return message
+    }
+
     public static func ThreadSettings(_ variant: Int) -> Wire.ThreadSettings {
         var message = Wire.ThreadSettings()
         message.model = "model héllo ✓ 0"
@@ -129,12 +182,15 @@ public enum WireFixtures {
     public static func ThreadItem(_ variant: Int) -> Wire.ThreadItem {
         var message = Wire.ThreadItem()
         message.id = "id héllo ✓ 0"
-        message.type = Wire.ItemType.collabToolCall
+        message.type = Wire.ItemType.toolCall
         message.text = "text héllo ✓ 0"
         message.toolName = "tool_name héllo ✓ 0"
         message.toolArguments = "tool_arguments héllo ✓ 0"
         message.toolOutput = "tool_output héllo ✓ 0"
         message.receiverThreadId = "receiver_thread_id héllo ✓ 0"
+        message.toolSource = Wire.ToolSource.client
+        message.status = Wire.ItemStatus.timedOut
+        message.durationMs = UInt64(9223372036854775818)
         return message
     }
 
@@ -154,6 +210,7 @@ public enum WireFixtures {
         message.toolNamespace = "tool_namespace héllo ✓ 0"
         message.description = "description héllo ✓ 0"
         message.parametersJsonSchema = "parameters_json_schema héllo ✓ 0"
+        message.requiresApproval = true
         return message
     }
 
@@ -195,6 +252,8 @@ public enum WireFixtures {
         message.context = TurnContext(0)
         message.modelRequests = [ModelRequest(0), ModelRequest(0)]
         message.failureReason = Wire.TurnFailureReason.internalError
+        message.pendingRequests = [ServerRequest(0), ServerRequest(0)]
+        message.deferredOutputs = [ContextItem(0), ContextItem(0)]
         return message
     }
 
@@ -271,6 +330,7 @@ public enum WireFixtures {
         var message = Wire.ThreadStatus()
         message.type = Wire.ThreadStatusType.systemError
         message.activeTurnId = "active_turn_id héllo ✓ 0"
+        message.activeFlags = [Wire.ThreadActiveFlag.waitingOnClientTool, Wire.ThreadActiveFlag.waitingOnClientTool]
         return message
     }
 
@@ -314,6 +374,7 @@ public enum WireFixtures {
         message.name = "name héllo ✓ 0"
         message.source = Wire.ThreadSourceKind.imported
         message.baseInstructions = "base_instructions héllo ✓ 0"
+        message.clientTools = [ToolSpec(0), ToolSpec(0)]
         return message
     }
 
@@ -325,6 +386,7 @@ public enum WireFixtures {
         message.multiAgentMode = Wire.MultiAgentMode.proactive
         message.settings = ThreadSettings(0)
         message.turnsNextCursor = "turns_next_cursor héllo ✓ 0"
+        message.clientTools = [ToolSpec(0), ToolSpec(0)]
         return message
     }
 
@@ -358,6 +420,20 @@ public enum WireFixtures {
         message.thread = Thread(0)
         message.settings = ThreadSettings(0)
         message.turnsNextCursor = "turns_next_cursor héllo ✓ 0"
+        message.clientTools = [ToolSpec(0), ToolSpec(0)]
+        return message
+    }
+
+    public static func ThreadToolsUpdateParams(_ variant: Int) -> Wire.ThreadToolsUpdateParams {
+        var message = Wire.ThreadToolsUpdateParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.clientTools = [ToolSpec(0), ToolSpec(0)]
+        return message
+    }
+
+    public static func ThreadToolsUpdateResult(_ variant: Int) -> Wire.ThreadToolsUpdateResult {
+        var message = Wire.ThreadToolsUpdateResult()
+        message.clientTools = [ToolSpec(0), ToolSpec(0)]
         return message
     }
 
@@ -473,10 +549,12 @@ public enum WireFixtures {
 
     public static func Envelope(_ variant: Int) -> Wire.Envelope {
         var message = Wire.Envelope()
-        switch variant % 3 {
+        switch variant % 5 {
         case 0: message.kind = .request(Request(0))
         case 1: message.kind = .response(Response(0))
-        default: message.kind = .notification(Notification(0))
+        case 2: message.kind = .notification(Notification(0))
+        case 3: message.kind = .serverRequest(ServerRequest(0))
+        default: message.kind = .serverRequestAnswer(ServerRequestAnswer(0))
         }
         return message
     }
@@ -486,7 +564,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
-        switch variant % 15 {
+        switch variant % 16 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .threadStart(ThreadStartParams(0))
@@ -500,7 +578,8 @@ public enum WireFixtures {
         case 10: message.params = .threadSettingsUpdate(ThreadSettingsUpdateParams(0))
         case 11: message.params = .agentSpawn(AgentSpawnParams(0))
         case 12: message.params = .threadTurnsList(ThreadTurnsListParams(0))
-        case 13: message.params = .turnStart(TurnStartParams(0))
+        case 13: message.params = .threadToolsUpdate(ThreadToolsUpdateParams(0))
+        case 14: message.params = .turnStart(TurnStartParams(0))
         default: message.params = .turnInterrupt(TurnInterruptParams(0))
         }
         return message
@@ -511,7 +590,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 15 {
+        switch variant % 16 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .threadStart(ThreadLifecycleResult(0))
@@ -525,7 +604,8 @@ public enum WireFixtures {
         case 10: message.result = .threadSettingsUpdate(ThreadSettingsUpdateResult(0))
         case 11: message.result = .agentSpawn(ThreadLifecycleResult(0))
         case 12: message.result = .threadTurnsList(ThreadTurnsListResult(0))
-        case 13: message.result = .turnStart(TurnStartResult(0))
+        case 13: message.result = .threadToolsUpdate(ThreadToolsUpdateResult(0))
+        case 14: message.result = .turnStart(TurnStartResult(0))
         default: message.result = .turnInterrupt(TurnInterruptResult(0))
         }
         return message
@@ -534,7 +614,7 @@ public enum WireFixtures {
     public static func Notification(_ variant: Int) -> Wire.Notification {
         var message = Wire.Notification()
         message.sequence = UInt64(9223372036854775809)
-        switch variant % 11 {
+        switch variant % 12 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -545,7 +625,8 @@ public enum WireFixtures {
         case 7: message.payload = .turnCompleted(TurnCompletedNotification(0))
         case 8: message.payload = .itemStarted(ItemStartedNotification(0))
         case 9: message.payload = .itemCompleted(ItemCompletedNotification(0))
-        default: message.payload = .itemAgentMessageDelta(ItemAgentMessageDeltaNotification(0))
+        case 10: message.payload = .itemAgentMessageDelta(ItemAgentMessageDeltaNotification(0))
+        default: message.payload = .serverRequestResolved(ServerRequestResolvedNotification(0))
         }
         return message
     }
@@ -562,6 +643,11 @@ public enum WireFixtures {
         ("HealthCheckParams#0", { try roundTrip(HealthCheckParams(0)) }),
         ("HealthCheckResult#0", { try roundTrip(HealthCheckResult(0)) }),
         ("KeyValue#0", { try roundTrip(KeyValue(0)) }),
+        ("ToolCallParams#0", { try roundTrip(ToolCallParams(0)) }),
+        ("ToolCallResult#0", { try roundTrip(ToolCallResult(0)) }),
+        ("ServerRequest#0", { try roundTrip(ServerRequest(0)) }),
+        ("ServerRequestAnswer#0", { try roundTrip(ServerRequestAnswer(0)) }),
+        ("ServerRequestResolvedNotification#0", { try roundTrip(ServerRequestResolvedNotification(0)) }),
         ("ThreadSettings#0", { try roundTrip(ThreadSettings(0)) }),
         ("ThreadSettingsUpdateParams#0", { try roundTrip(ThreadSettingsUpdateParams(0)) }),
         ("ThreadSettingsUpdateParams#1", { try roundTrip(ThreadSettingsUpdateParams(1)) }),
@@ -595,6 +681,8 @@ public enum WireFixtures {
         ("ThreadForkParams#0", { try roundTrip(ThreadForkParams(0)) }),
         ("ThreadReadParams#0", { try roundTrip(ThreadReadParams(0)) }),
         ("ThreadReadResult#0", { try roundTrip(ThreadReadResult(0)) }),
+        ("ThreadToolsUpdateParams#0", { try roundTrip(ThreadToolsUpdateParams(0)) }),
+        ("ThreadToolsUpdateResult#0", { try roundTrip(ThreadToolsUpdateResult(0)) }),
         ("ThreadTurnsListParams#0", { try roundTrip(ThreadTurnsListParams(0)) }),
         ("ThreadTurnsListResult#0", { try roundTrip(ThreadTurnsListResult(0)) }),
         ("ThreadListParams#0", { try roundTrip(ThreadListParams(0)) }),
@@ -614,6 +702,8 @@ public enum WireFixtures {
         ("Envelope#0", { try roundTrip(Envelope(0)) }),
         ("Envelope#1", { try roundTrip(Envelope(1)) }),
         ("Envelope#2", { try roundTrip(Envelope(2)) }),
+        ("Envelope#3", { try roundTrip(Envelope(3)) }),
+        ("Envelope#4", { try roundTrip(Envelope(4)) }),
         ("Request#0", { try roundTrip(Request(0)) }),
         ("Request#1", { try roundTrip(Request(1)) }),
         ("Request#2", { try roundTrip(Request(2)) }),
@@ -629,6 +719,7 @@ public enum WireFixtures {
         ("Request#12", { try roundTrip(Request(12)) }),
         ("Request#13", { try roundTrip(Request(13)) }),
         ("Request#14", { try roundTrip(Request(14)) }),
+        ("Request#15", { try roundTrip(Request(15)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -644,6 +735,7 @@ public enum WireFixtures {
         ("Response#12", { try roundTrip(Response(12)) }),
         ("Response#13", { try roundTrip(Response(13)) }),
         ("Response#14", { try roundTrip(Response(14)) }),
+        ("Response#15", { try roundTrip(Response(15)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),
@@ -655,6 +747,7 @@ public enum WireFixtures {
         ("Notification#8", { try roundTrip(Notification(8)) }),
         ("Notification#9", { try roundTrip(Notification(9)) }),
         ("Notification#10", { try roundTrip(Notification(10)) }),
+        ("Notification#11", { try roundTrip(Notification(11)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

@@ -69,6 +69,37 @@ struct CallDispatcher: Sendable {
         return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received))
     }
 
+    // MARK: Answers of server requests
+
+    /// A client's answer to a server request, on the event loop that read
+    /// it. Only a request sent to this connection can be answered from it;
+    /// the first answer counts. Whoever answered hears
+    /// server_request/resolved once the answer is recorded; an answer not
+    /// taken hears it at once, with the reason.
+    func answer(_ answer: Wire.ServerRequestAnswer, connection: Connection) {
+        guard connection.isInitialized else {
+            connection.send(Wire.Response(code: StatusCode.failedPrecondition.rawValue,
+                                          message: "a server request's answer before initialize: this connection was sent no request"))
+            return
+        }
+        guard let id = answer.id, !id.isEmpty else {
+            connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue,
+                                          message: "a server request's answer needs the id of the request it answers"))
+            return
+        }
+        guard let threadID = connection.offeredThread(id) else {
+            connection.refuseAnswer(id, threadID: nil, AnswerRefusal(nil,
+                "request \(id) was not sent to this connection or is no longer pending; this answer changed nothing"))
+            return
+        }
+        do {
+            try services.engine.answerServerRequest(threadID: threadID, requestID: id, try ServerRequestAnswer(wire: answer))
+            services.metrics.serverRequestAnswers.increment()
+        } catch {
+            connection.refuseAnswer(id, threadID: threadID, error)
+        }
+    }
+
     // MARK: Without suspension
 
     /// On the event loop that read `request`, with nothing of its connection

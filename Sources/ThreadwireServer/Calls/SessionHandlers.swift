@@ -16,8 +16,13 @@ enum SessionHandlers {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
         let (principal, credential) = try p.peer.map { try authenticatePeer($0, call) } ?? authenticate(p.authToken, call)
+        var capabilities: Set<ClientCapability> = []
+        if p.capabilities?.clientTools == true { capabilities.insert(.clientTools) }
+        if p.capabilities?.approvals == true { capabilities.insert(.approvals) }
+        if p.capabilities?.userInput == true { capabilities.insert(.userInput) }
         guard call.connection.markInitialized(optOut: p.capabilities?.optOutNotificationMethods ?? [],
-                                              principal: principal, credential: credential, peer: p.peer != nil) else {
+                                              principal: principal, credential: credential, peer: p.peer != nil,
+                                              capabilities: capabilities) else {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
         let info = call.server

@@ -27,6 +27,7 @@ enum ThreadHandlers {
             throw RequestError(.invalidArgument, "source must be APP_SERVER or REVIEW, got \(other.protoValueName)")
         }
         request.principal = call.principal
+        request.clientTools = p.clientTools.map(ToolSpec.init(wire:))
         let outcome = try await call.engine.startThread(request, connection: call.connection.id)
         let base = call.baseInstructions(outcome.value.record)
         return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
@@ -83,11 +84,11 @@ enum ThreadHandlers {
         var thread = view.wire(baseInstructions: base)
         guard includeTurns else {
             // Nothing to page: the common read stays one encoding.
-            return .threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire))
+            return .threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire, clientTools: view.record.clientTools.map(\.wire)))
         }
         let turns = thread.turns
         thread.turns = []
-        var result = Wire.ThreadReadResult(thread: thread, settings: view.settings.wire)
+        var result = Wire.ThreadReadResult(thread: thread, settings: view.settings.wire, clientTools: view.record.clientTools.map(\.wire))
         let page = TurnPaging.newestThatFit(turns, records: view.turns ?? [], olderLeftOut: view.hasOlderTurns,
                                             around: .threadRead(result), limits: call.server.limits)
         result.thread?.turns = page.turns
@@ -157,6 +158,11 @@ enum ThreadHandlers {
         let outcome = try await call.engine.updateSettings(try call.target(), update)
         return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
             settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
+    }
+
+    @Sendable static func updateTools(_ p: Wire.ThreadToolsUpdateParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let tools = try await call.engine.updateClientTools(try call.target(), p.clientTools.map(ToolSpec.init(wire:)))
+        return Outcome(.threadToolsUpdate(Wire.ThreadToolsUpdateResult(clientTools: tools.map(\.wire))))
     }
 
     @Sendable static func spawnAgent(_ p: Wire.AgentSpawnParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {

@@ -57,6 +57,27 @@ extension Wire {
 }
 
 extension Wire {
+  public enum ServerRequestOutcome: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case answered = 1
+    case timedOut = 2
+    case withdrawn = 3
+    case pending = 4
+
+    public static let protoName = "threadwire.v1.ServerRequestOutcome"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "SERVER_REQUEST_OUTCOME_UNSPECIFIED"
+      case .answered: return "SERVER_REQUEST_OUTCOME_ANSWERED"
+      case .timedOut: return "SERVER_REQUEST_OUTCOME_TIMED_OUT"
+      case .withdrawn: return "SERVER_REQUEST_OUTCOME_WITHDRAWN"
+      case .pending: return "SERVER_REQUEST_OUTCOME_PENDING"
+      }
+    }
+  }
+}
+
+extension Wire {
   public enum TurnStatus: Int32, Sendable, CaseIterable, WireEnum {
     case unspecified = 0
     case inProgress = 1
@@ -83,6 +104,7 @@ extension Wire {
     case userMessage = 1
     case agentMessage = 2
     case collabToolCall = 3
+    case toolCall = 4
 
     public static let protoName = "threadwire.v1.ItemType"
     public var protoValueName: String {
@@ -91,6 +113,45 @@ extension Wire {
       case .userMessage: return "ITEM_TYPE_USER_MESSAGE"
       case .agentMessage: return "ITEM_TYPE_AGENT_MESSAGE"
       case .collabToolCall: return "ITEM_TYPE_COLLAB_TOOL_CALL"
+      case .toolCall: return "ITEM_TYPE_TOOL_CALL"
+      }
+    }
+  }
+}
+
+extension Wire {
+  public enum ToolSource: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case client = 1
+
+    public static let protoName = "threadwire.v1.ToolSource"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "TOOL_SOURCE_UNSPECIFIED"
+      case .client: return "TOOL_SOURCE_CLIENT"
+      }
+    }
+  }
+}
+
+extension Wire {
+  public enum ItemStatus: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case inProgress = 1
+    case completed = 2
+    case failed = 3
+    case declined = 4
+    case timedOut = 5
+
+    public static let protoName = "threadwire.v1.ItemStatus"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "ITEM_STATUS_UNSPECIFIED"
+      case .inProgress: return "ITEM_STATUS_IN_PROGRESS"
+      case .completed: return "ITEM_STATUS_COMPLETED"
+      case .failed: return "ITEM_STATUS_FAILED"
+      case .declined: return "ITEM_STATUS_DECLINED"
+      case .timedOut: return "ITEM_STATUS_TIMED_OUT"
       }
     }
   }
@@ -193,6 +254,21 @@ extension Wire {
       case .idle: return "THREAD_STATUS_TYPE_IDLE"
       case .active: return "THREAD_STATUS_TYPE_ACTIVE"
       case .systemError: return "THREAD_STATUS_TYPE_SYSTEM_ERROR"
+      }
+    }
+  }
+}
+
+extension Wire {
+  public enum ThreadActiveFlag: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case waitingOnClientTool = 1
+
+    public static let protoName = "threadwire.v1.ThreadActiveFlag"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "THREAD_ACTIVE_FLAG_UNSPECIFIED"
+      case .waitingOnClientTool: return "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL"
       }
     }
   }
@@ -341,13 +417,22 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
 extension Wire {
   public struct Capabilities: Sendable, Equatable {
     public var optOutNotificationMethods: [String]
+    public var clientTools: Bool?
+    public var approvals: Bool?
+    public var userInput: Bool?
 
     public init() {
       self.optOutNotificationMethods = []
+      self.clientTools = nil
+      self.approvals = nil
+      self.userInput = nil
     }
 
-    public init(optOutNotificationMethods: [String] = []) {
+    public init(optOutNotificationMethods: [String] = [], clientTools: Bool? = nil, approvals: Bool? = nil, userInput: Bool? = nil) {
       self.optOutNotificationMethods = optOutNotificationMethods
+      self.clientTools = clientTools
+      self.approvals = approvals
+      self.userInput = userInput
     }
   }
 }
@@ -362,6 +447,9 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
       self.optOutNotificationMethods.reserveCapacity(c.pointee.n_opt_out_notification_methods)
       for index in 0..<c.pointee.n_opt_out_notification_methods { self.optOutNotificationMethods.append(try wireString(items[index], field: "opt_out_notification_methods")) }
     }
+    if c.pointee.has_client_tools != 0 { self.clientTools = c.pointee.client_tools != 0 }
+    if c.pointee.has_approvals != 0 { self.approvals = c.pointee.approvals != 0 }
+    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__Capabilities, arena: inout CodecArena) {
@@ -369,6 +457,9 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
       c.n_opt_out_notification_methods = self.optOutNotificationMethods.count
       c.opt_out_notification_methods = arena.array(self.optOutNotificationMethods) { value, arena in arena.cString(value) }
     }
+    if let v = self.clientTools { c.has_client_tools = 1; c.client_tools = v ? 1 : 0 }
+    if let v = self.approvals { c.has_approvals = 1; c.approvals = v ? 1 : 0 }
+    if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -400,6 +491,9 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
   public func jsonValue() -> JSONValue {
     var object: [(String, JSONValue)] = []
     if !optOutNotificationMethods.isEmpty { object.append(("opt_out_notification_methods", .array(optOutNotificationMethods.map { .string($0) }))) }
+    if let v = clientTools { object.append(("client_tools", .bool(v))) }
+    if let v = approvals { object.append(("approvals", .bool(v))) }
+    if let v = userInput { object.append(("user_input", .bool(v))) }
     return .object(object)
   }
 
@@ -409,6 +503,9 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "opt_out_notification_methods", "optOutNotificationMethods": self.optOutNotificationMethods = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      case "client_tools", "clientTools": self.clientTools = try value.boolValue(path: keyPath)
+      case "approvals": self.approvals = try value.boolValue(path: keyPath)
+      case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -1113,6 +1210,557 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ToolCallParams: Sendable, Equatable {
+    public var itemId: String?
+    public var tool: String?
+    public var arguments: String?
+    public var callId: String?
+
+    public init() {
+      self.itemId = nil
+      self.tool = nil
+      self.arguments = nil
+      self.callId = nil
+    }
+
+    public init(itemId: String? = nil, tool: String? = nil, arguments: String? = nil, callId: String? = nil) {
+      self.itemId = itemId
+      self.tool = tool
+      self.arguments = arguments
+      self.callId = callId
+    }
+  }
+}
+
+extension Wire.ToolCallParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ToolCallParams"
+  typealias CMessage = Threadwire__V1__ToolCallParams
+
+  init(c: UnsafePointer<Threadwire__V1__ToolCallParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
+    if let v = c.pointee.tool { self.tool = try wireString(v, field: "tool") }
+    if let v = c.pointee.arguments { self.arguments = try wireString(v, field: "arguments") }
+    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ToolCallParams, arena: inout CodecArena) {
+    if let v = self.itemId { c.item_id = arena.cString(v) }
+    if let v = self.tool { c.tool = arena.cString(v) }
+    if let v = self.arguments { c.arguments = arena.cString(v) }
+    if let v = self.callId { c.call_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__tool_call_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__tool_call_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ToolCallParams()
+      threadwire__v1__tool_call_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__tool_call_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__tool_call_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = itemId { object.append(("item_id", .string(v))) }
+    if let v = tool { object.append(("tool", .string(v))) }
+    if let v = arguments { object.append(("arguments", .string(v))) }
+    if let v = callId { object.append(("call_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "item_id", "itemId": self.itemId = try value.stringValue(path: keyPath)
+      case "tool": self.tool = try value.stringValue(path: keyPath)
+      case "arguments": self.arguments = try value.stringValue(path: keyPath)
+      case "call_id", "callId": self.callId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ToolCallResult: Sendable, Equatable {
+    public var output: String?
+    public var isError: Bool?
+
+    public init() {
+      self.output = nil
+      self.isError = nil
+    }
+
+    public init(output: String? = nil, isError: Bool? = nil) {
+      self.output = output
+      self.isError = isError
+    }
+  }
+}
+
+extension Wire.ToolCallResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ToolCallResult"
+  typealias CMessage = Threadwire__V1__ToolCallResult
+
+  init(c: UnsafePointer<Threadwire__V1__ToolCallResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.output { self.output = try wireString(v, field: "output") }
+    if c.pointee.has_is_error != 0 { self.isError = c.pointee.is_error != 0 }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ToolCallResult, arena: inout CodecArena) {
+    if let v = self.output { c.output = arena.cString(v) }
+    if let v = self.isError { c.has_is_error = 1; c.is_error = v ? 1 : 0 }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__tool_call_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__tool_call_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ToolCallResult()
+      threadwire__v1__tool_call_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__tool_call_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__tool_call_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = output { object.append(("output", .string(v))) }
+    if let v = isError { object.append(("is_error", .bool(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "output": self.output = try value.stringValue(path: keyPath)
+      case "is_error", "isError": self.isError = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ServerRequest: Sendable, Equatable {
+    public var id: String?
+    public var threadId: String?
+    public var turnId: String?
+    public var timeoutMs: UInt32?
+    public var deadlineAt: Int64?
+    public var createdAt: Int64?
+    public var params: Params?
+
+    public enum Params: Sendable, Equatable {
+      case itemToolCall(Wire.ToolCallParams)
+
+      /// The field name in the .proto (method names derive from it).
+      public var fieldName: String {
+        switch self {
+        case .itemToolCall: return "item_tool_call"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .itemToolCall: return "item/tool/call"
+        }
+      }
+
+      public static let fieldNames: [String] = ["item_tool_call"]
+
+      /// Builds the case for a field name from its JSON value; nil for an unknown name.
+      public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
+        switch fieldName {
+        case "item_tool_call", "itemToolCall": return .itemToolCall(try Wire.ToolCallParams(json: json, path: path))
+        default: return nil
+        }
+      }
+    }
+
+    public init() {
+      self.id = nil
+      self.threadId = nil
+      self.turnId = nil
+      self.timeoutMs = nil
+      self.deadlineAt = nil
+      self.createdAt = nil
+      self.params = nil
+    }
+
+    public init(id: String? = nil, threadId: String? = nil, turnId: String? = nil, timeoutMs: UInt32? = nil, deadlineAt: Int64? = nil, createdAt: Int64? = nil, params: Params? = nil) {
+      self.id = id
+      self.threadId = threadId
+      self.turnId = turnId
+      self.timeoutMs = timeoutMs
+      self.deadlineAt = deadlineAt
+      self.createdAt = createdAt
+      self.params = params
+    }
+  }
+}
+
+extension Wire.ServerRequest: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ServerRequest"
+  typealias CMessage = Threadwire__V1__ServerRequest
+
+  init(c: UnsafePointer<Threadwire__V1__ServerRequest>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if c.pointee.has_timeout_ms != 0 { self.timeoutMs = c.pointee.timeout_ms }
+    if c.pointee.has_deadline_at != 0 { self.deadlineAt = c.pointee.deadline_at }
+    if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
+    switch Int(c.pointee.params_case.rawValue) {
+    case 10:
+      do throws(WireError) { self.params = .itemToolCall(try Wire.ToolCallParams(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
+    default: self.params = nil
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ServerRequest, arena: inout CodecArena) {
+    if let v = self.id { c.id = arena.cString(v) }
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.turnId { c.turn_id = arena.cString(v) }
+    if let v = self.timeoutMs { c.has_timeout_ms = 1; c.timeout_ms = v }
+    if let v = self.deadlineAt { c.has_deadline_at = 1; c.deadline_at = v }
+    if let v = self.createdAt { c.has_created_at = 1; c.created_at = v }
+    switch self.params {
+    case .itemToolCall(let v)?:
+      c.params_case = .init(rawValue: 10)
+      c.item_tool_call = arena.message(v, Threadwire__V1__ToolCallParams(), threadwire__v1__tool_call_params__init)
+    case nil: break
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__server_request__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__server_request__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ServerRequest()
+      threadwire__v1__server_request__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__server_request__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__server_request__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = id { object.append(("id", .string(v))) }
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = turnId { object.append(("turn_id", .string(v))) }
+    if let v = timeoutMs { object.append(("timeout_ms", .uint(UInt64(v)))) }
+    if let v = deadlineAt { object.append(("deadline_at", .int(Int64(v)))) }
+    if let v = createdAt { object.append(("created_at", .int(Int64(v)))) }
+    switch params {
+    case .itemToolCall(let v)?: object.append(("item_tool_call", v.jsonValue()))
+    case nil: break
+    }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "id": self.id = try value.stringValue(path: keyPath)
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
+      case "deadline_at", "deadlineAt": self.deadlineAt = try value.int64Value(path: keyPath)
+      case "created_at", "createdAt": self.createdAt = try value.int64Value(path: keyPath)
+      case "item_tool_call", "itemToolCall":
+        if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
+        self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ServerRequestAnswer: Sendable, Equatable {
+    public var id: String?
+    public var code: UInt32?
+    public var message: String?
+    public var result: Result?
+
+    public enum Result: Sendable, Equatable {
+      case itemToolCall(Wire.ToolCallResult)
+
+      /// The field name in the .proto (method names derive from it).
+      public var fieldName: String {
+        switch self {
+        case .itemToolCall: return "item_tool_call"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .itemToolCall: return "item/tool/call"
+        }
+      }
+
+      public static let fieldNames: [String] = ["item_tool_call"]
+
+      /// Builds the case for a field name from its JSON value; nil for an unknown name.
+      public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
+        switch fieldName {
+        case "item_tool_call", "itemToolCall": return .itemToolCall(try Wire.ToolCallResult(json: json, path: path))
+        default: return nil
+        }
+      }
+    }
+
+    public init() {
+      self.id = nil
+      self.code = nil
+      self.message = nil
+      self.result = nil
+    }
+
+    public init(id: String? = nil, code: UInt32? = nil, message: String? = nil, result: Result? = nil) {
+      self.id = id
+      self.code = code
+      self.message = message
+      self.result = result
+    }
+  }
+}
+
+extension Wire.ServerRequestAnswer: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ServerRequestAnswer"
+  typealias CMessage = Threadwire__V1__ServerRequestAnswer
+
+  init(c: UnsafePointer<Threadwire__V1__ServerRequestAnswer>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    if c.pointee.has_code != 0 { self.code = c.pointee.code }
+    if let v = c.pointee.message { self.message = try wireString(v, field: "message") }
+    switch Int(c.pointee.result_case.rawValue) {
+    case 10:
+      do throws(WireError) { self.result = .itemToolCall(try Wire.ToolCallResult(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
+    default: self.result = nil
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ServerRequestAnswer, arena: inout CodecArena) {
+    if let v = self.id { c.id = arena.cString(v) }
+    if let v = self.code { c.has_code = 1; c.code = v }
+    if let v = self.message { c.message = arena.cString(v) }
+    switch self.result {
+    case .itemToolCall(let v)?:
+      c.result_case = .init(rawValue: 10)
+      c.item_tool_call = arena.message(v, Threadwire__V1__ToolCallResult(), threadwire__v1__tool_call_result__init)
+    case nil: break
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__server_request_answer__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__server_request_answer__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ServerRequestAnswer()
+      threadwire__v1__server_request_answer__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__server_request_answer__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__server_request_answer__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = id { object.append(("id", .string(v))) }
+    if let v = code { object.append(("code", .uint(UInt64(v)))) }
+    if let v = message { object.append(("message", .string(v))) }
+    switch result {
+    case .itemToolCall(let v)?: object.append(("item_tool_call", v.jsonValue()))
+    case nil: break
+    }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "id": self.id = try value.stringValue(path: keyPath)
+      case "code": self.code = try value.uint32Value(path: keyPath)
+      case "message": self.message = try value.stringValue(path: keyPath)
+      case "item_tool_call", "itemToolCall":
+        if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
+        self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ServerRequestResolvedNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var requestId: String?
+    public var outcome: Wire.ServerRequestOutcome?
+    public var answerRefused: String?
+
+    public init() {
+      self.threadId = nil
+      self.requestId = nil
+      self.outcome = nil
+      self.answerRefused = nil
+    }
+
+    public init(threadId: String? = nil, requestId: String? = nil, outcome: Wire.ServerRequestOutcome? = nil, answerRefused: String? = nil) {
+      self.threadId = threadId
+      self.requestId = requestId
+      self.outcome = outcome
+      self.answerRefused = answerRefused
+    }
+  }
+}
+
+extension Wire.ServerRequestResolvedNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ServerRequestResolvedNotification"
+  typealias CMessage = Threadwire__V1__ServerRequestResolvedNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ServerRequestResolvedNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.request_id { self.requestId = try wireString(v, field: "request_id") }
+    if c.pointee.has_outcome != 0 { self.outcome = try wireEnum(Int32(truncatingIfNeeded: c.pointee.outcome.rawValue), field: "outcome") as Wire.ServerRequestOutcome }
+    if let v = c.pointee.answer_refused { self.answerRefused = try wireString(v, field: "answer_refused") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ServerRequestResolvedNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.requestId { c.request_id = arena.cString(v) }
+    if let v = self.outcome { c.has_outcome = 1; c.outcome = Threadwire__V1__ServerRequestOutcome(rawValue: numericCast(v.rawValue)) }
+    if let v = self.answerRefused { c.answer_refused = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__server_request_resolved_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__server_request_resolved_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ServerRequestResolvedNotification()
+      threadwire__v1__server_request_resolved_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__server_request_resolved_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__server_request_resolved_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = requestId { object.append(("request_id", .string(v))) }
+    if let v = outcome { object.append(("outcome", .string(v.protoValueName))) }
+    if let v = answerRefused { object.append(("answer_refused", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "request_id", "requestId": self.requestId = try value.stringValue(path: keyPath)
+      case "outcome": self.outcome = try Wire.ServerRequestOutcome(json: value, path: keyPath)
+      case "answer_refused", "answerRefused": self.answerRefused = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ThreadSettings: Sendable, Equatable {
     public var model: String?
     public var cwd: String?
@@ -1636,6 +2284,9 @@ extension Wire {
     public var toolArguments: String?
     public var toolOutput: String?
     public var receiverThreadId: String?
+    public var toolSource: Wire.ToolSource?
+    public var status: Wire.ItemStatus?
+    public var durationMs: UInt64?
 
     public init() {
       self.id = nil
@@ -1645,9 +2296,12 @@ extension Wire {
       self.toolArguments = nil
       self.toolOutput = nil
       self.receiverThreadId = nil
+      self.toolSource = nil
+      self.status = nil
+      self.durationMs = nil
     }
 
-    public init(id: String? = nil, type: Wire.ItemType? = nil, text: String? = nil, toolName: String? = nil, toolArguments: String? = nil, toolOutput: String? = nil, receiverThreadId: String? = nil) {
+    public init(id: String? = nil, type: Wire.ItemType? = nil, text: String? = nil, toolName: String? = nil, toolArguments: String? = nil, toolOutput: String? = nil, receiverThreadId: String? = nil, toolSource: Wire.ToolSource? = nil, status: Wire.ItemStatus? = nil, durationMs: UInt64? = nil) {
       self.id = id
       self.type = type
       self.text = text
@@ -1655,6 +2309,9 @@ extension Wire {
       self.toolArguments = toolArguments
       self.toolOutput = toolOutput
       self.receiverThreadId = receiverThreadId
+      self.toolSource = toolSource
+      self.status = status
+      self.durationMs = durationMs
     }
   }
 }
@@ -1672,6 +2329,9 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if let v = c.pointee.tool_arguments { self.toolArguments = try wireString(v, field: "tool_arguments") }
     if let v = c.pointee.tool_output { self.toolOutput = try wireString(v, field: "tool_output") }
     if let v = c.pointee.receiver_thread_id { self.receiverThreadId = try wireString(v, field: "receiver_thread_id") }
+    if c.pointee.has_tool_source != 0 { self.toolSource = try wireEnum(Int32(truncatingIfNeeded: c.pointee.tool_source.rawValue), field: "tool_source") as Wire.ToolSource }
+    if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ItemStatus }
+    if c.pointee.has_duration_ms != 0 { self.durationMs = c.pointee.duration_ms }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadItem, arena: inout CodecArena) {
@@ -1682,6 +2342,9 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if let v = self.toolArguments { c.tool_arguments = arena.cString(v) }
     if let v = self.toolOutput { c.tool_output = arena.cString(v) }
     if let v = self.receiverThreadId { c.receiver_thread_id = arena.cString(v) }
+    if let v = self.toolSource { c.has_tool_source = 1; c.tool_source = Threadwire__V1__ToolSource(rawValue: numericCast(v.rawValue)) }
+    if let v = self.status { c.has_status = 1; c.status = Threadwire__V1__ItemStatus(rawValue: numericCast(v.rawValue)) }
+    if let v = self.durationMs { c.has_duration_ms = 1; c.duration_ms = v }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1719,6 +2382,9 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if let v = toolArguments { object.append(("tool_arguments", .string(v))) }
     if let v = toolOutput { object.append(("tool_output", .string(v))) }
     if let v = receiverThreadId { object.append(("receiver_thread_id", .string(v))) }
+    if let v = toolSource { object.append(("tool_source", .string(v.protoValueName))) }
+    if let v = status { object.append(("status", .string(v.protoValueName))) }
+    if let v = durationMs { object.append(("duration_ms", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -1734,6 +2400,9 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
       case "tool_arguments", "toolArguments": self.toolArguments = try value.stringValue(path: keyPath)
       case "tool_output", "toolOutput": self.toolOutput = try value.stringValue(path: keyPath)
       case "receiver_thread_id", "receiverThreadId": self.receiverThreadId = try value.stringValue(path: keyPath)
+      case "tool_source", "toolSource": self.toolSource = try Wire.ToolSource(json: value, path: keyPath)
+      case "status": self.status = try Wire.ItemStatus(json: value, path: keyPath)
+      case "duration_ms", "durationMs": self.durationMs = try value.uint64Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -1845,19 +2514,22 @@ extension Wire {
     public var toolNamespace: String?
     public var description: String?
     public var parametersJsonSchema: String?
+    public var requiresApproval: Bool?
 
     public init() {
       self.name = nil
       self.toolNamespace = nil
       self.description = nil
       self.parametersJsonSchema = nil
+      self.requiresApproval = nil
     }
 
-    public init(name: String? = nil, toolNamespace: String? = nil, description: String? = nil, parametersJsonSchema: String? = nil) {
+    public init(name: String? = nil, toolNamespace: String? = nil, description: String? = nil, parametersJsonSchema: String? = nil, requiresApproval: Bool? = nil) {
       self.name = name
       self.toolNamespace = toolNamespace
       self.description = description
       self.parametersJsonSchema = parametersJsonSchema
+      self.requiresApproval = requiresApproval
     }
   }
 }
@@ -1872,6 +2544,7 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     if let v = c.pointee.tool_namespace { self.toolNamespace = try wireString(v, field: "tool_namespace") }
     if let v = c.pointee.description { self.description = try wireString(v, field: "description") }
     if let v = c.pointee.parameters_json_schema { self.parametersJsonSchema = try wireString(v, field: "parameters_json_schema") }
+    if c.pointee.has_requires_approval != 0 { self.requiresApproval = c.pointee.requires_approval != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ToolSpec, arena: inout CodecArena) {
@@ -1879,6 +2552,7 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     if let v = self.toolNamespace { c.tool_namespace = arena.cString(v) }
     if let v = self.description { c.description = arena.cString(v) }
     if let v = self.parametersJsonSchema { c.parameters_json_schema = arena.cString(v) }
+    if let v = self.requiresApproval { c.has_requires_approval = 1; c.requires_approval = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1913,6 +2587,7 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
     if let v = toolNamespace { object.append(("tool_namespace", .string(v))) }
     if let v = description { object.append(("description", .string(v))) }
     if let v = parametersJsonSchema { object.append(("parameters_json_schema", .string(v))) }
+    if let v = requiresApproval { object.append(("requires_approval", .bool(v))) }
     return .object(object)
   }
 
@@ -1925,6 +2600,7 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
       case "tool_namespace", "toolNamespace": self.toolNamespace = try value.stringValue(path: keyPath)
       case "description": self.description = try value.stringValue(path: keyPath)
       case "parameters_json_schema", "parametersJsonSchema": self.parametersJsonSchema = try value.stringValue(path: keyPath)
+      case "requires_approval", "requiresApproval": self.requiresApproval = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -2236,6 +2912,8 @@ extension Wire {
     public var context: Wire.TurnContext?
     public var modelRequests: [Wire.ModelRequest]
     public var failureReason: Wire.TurnFailureReason?
+    public var pendingRequests: [Wire.ServerRequest]
+    public var deferredOutputs: [Wire.ContextItem]
 
     public init() {
       self.id = nil
@@ -2247,9 +2925,11 @@ extension Wire {
       self.context = nil
       self.modelRequests = []
       self.failureReason = nil
+      self.pendingRequests = []
+      self.deferredOutputs = []
     }
 
-    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil) {
+    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil, pendingRequests: [Wire.ServerRequest] = [], deferredOutputs: [Wire.ContextItem] = []) {
       self.id = id
       self.status = status
       self.error = error
@@ -2259,6 +2939,8 @@ extension Wire {
       self.context = context
       self.modelRequests = modelRequests
       self.failureReason = failureReason
+      self.pendingRequests = pendingRequests
+      self.deferredOutputs = deferredOutputs
     }
   }
 }
@@ -2290,6 +2972,18 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       } catch { throw error.nested(in: "model_requests") }
     }
     if c.pointee.has_failure_reason != 0 { self.failureReason = try wireEnum(Int32(truncatingIfNeeded: c.pointee.failure_reason.rawValue), field: "failure_reason") as Wire.TurnFailureReason }
+    if c.pointee.n_pending_requests > 0, let items = c.pointee.pending_requests {
+      self.pendingRequests.reserveCapacity(c.pointee.n_pending_requests)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_pending_requests { self.pendingRequests.append(try Wire.ServerRequest(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "pending_requests") }
+    }
+    if c.pointee.n_deferred_outputs > 0, let items = c.pointee.deferred_outputs {
+      self.deferredOutputs.reserveCapacity(c.pointee.n_deferred_outputs)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_deferred_outputs { self.deferredOutputs.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "deferred_outputs") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__Turn, arena: inout CodecArena) {
@@ -2308,6 +3002,14 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       c.model_requests = arena.array(self.modelRequests) { value, arena in arena.message(value, Threadwire__V1__ModelRequest(), threadwire__v1__model_request__init) }
     }
     if let v = self.failureReason { c.has_failure_reason = 1; c.failure_reason = Threadwire__V1__TurnFailureReason(rawValue: numericCast(v.rawValue)) }
+    if !self.pendingRequests.isEmpty {
+      c.n_pending_requests = self.pendingRequests.count
+      c.pending_requests = arena.array(self.pendingRequests) { value, arena in arena.message(value, Threadwire__V1__ServerRequest(), threadwire__v1__server_request__init) }
+    }
+    if !self.deferredOutputs.isEmpty {
+      c.n_deferred_outputs = self.deferredOutputs.count
+      c.deferred_outputs = arena.array(self.deferredOutputs) { value, arena in arena.message(value, Threadwire__V1__ContextItem(), threadwire__v1__context_item__init) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -2347,6 +3049,8 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     if let v = context { object.append(("context", v.jsonValue())) }
     if !modelRequests.isEmpty { object.append(("model_requests", .array(modelRequests.map { $0.jsonValue() }))) }
     if let v = failureReason { object.append(("failure_reason", .string(v.protoValueName))) }
+    if !pendingRequests.isEmpty { object.append(("pending_requests", .array(pendingRequests.map { $0.jsonValue() }))) }
+    if !deferredOutputs.isEmpty { object.append(("deferred_outputs", .array(deferredOutputs.map { $0.jsonValue() }))) }
     return .object(object)
   }
 
@@ -2364,6 +3068,8 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       case "context": self.context = try Wire.TurnContext(json: value, path: keyPath)
       case "model_requests", "modelRequests": self.modelRequests = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ModelRequest(json: element, path: path) }
       case "failure_reason", "failureReason": self.failureReason = try Wire.TurnFailureReason(json: value, path: keyPath)
+      case "pending_requests", "pendingRequests": self.pendingRequests = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ServerRequest(json: element, path: path) }
+      case "deferred_outputs", "deferredOutputs": self.deferredOutputs = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3162,15 +3868,18 @@ extension Wire {
   public struct ThreadStatus: Sendable, Equatable {
     public var type: Wire.ThreadStatusType?
     public var activeTurnId: String?
+    public var activeFlags: [Wire.ThreadActiveFlag]
 
     public init() {
       self.type = nil
       self.activeTurnId = nil
+      self.activeFlags = []
     }
 
-    public init(type: Wire.ThreadStatusType? = nil, activeTurnId: String? = nil) {
+    public init(type: Wire.ThreadStatusType? = nil, activeTurnId: String? = nil, activeFlags: [Wire.ThreadActiveFlag] = []) {
       self.type = type
       self.activeTurnId = activeTurnId
+      self.activeFlags = activeFlags
     }
   }
 }
@@ -3183,11 +3892,19 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
     self.init()
     if c.pointee.has_type != 0 { self.type = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ThreadStatusType }
     if let v = c.pointee.active_turn_id { self.activeTurnId = try wireString(v, field: "active_turn_id") }
+    if c.pointee.n_active_flags > 0, let items = c.pointee.active_flags {
+      self.activeFlags.reserveCapacity(c.pointee.n_active_flags)
+      for index in 0..<c.pointee.n_active_flags { self.activeFlags.append(try wireEnum(Int32(truncatingIfNeeded: items[index].rawValue), field: "active_flags") as Wire.ThreadActiveFlag) }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStatus, arena: inout CodecArena) {
     if let v = self.type { c.has_type = 1; c.type = Threadwire__V1__ThreadStatusType(rawValue: numericCast(v.rawValue)) }
     if let v = self.activeTurnId { c.active_turn_id = arena.cString(v) }
+    if !self.activeFlags.isEmpty {
+      c.n_active_flags = self.activeFlags.count
+      c.active_flags = arena.array(self.activeFlags) { value, arena in Threadwire__V1__ThreadActiveFlag(rawValue: numericCast(value.rawValue)) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -3220,6 +3937,7 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
     var object: [(String, JSONValue)] = []
     if let v = type { object.append(("type", .string(v.protoValueName))) }
     if let v = activeTurnId { object.append(("active_turn_id", .string(v))) }
+    if !activeFlags.isEmpty { object.append(("active_flags", .array(activeFlags.map { .string($0.protoValueName) }))) }
     return .object(object)
   }
 
@@ -3230,6 +3948,7 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
       switch key {
       case "type": self.type = try Wire.ThreadStatusType(json: value, path: keyPath)
       case "active_turn_id", "activeTurnId": self.activeTurnId = try value.stringValue(path: keyPath)
+      case "active_flags", "activeFlags": self.activeFlags = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ThreadActiveFlag(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3532,6 +4251,7 @@ extension Wire {
     public var name: String?
     public var source: Wire.ThreadSourceKind?
     public var baseInstructions: String?
+    public var clientTools: [Wire.ToolSpec]
 
     public init() {
       self.model = nil
@@ -3541,9 +4261,10 @@ extension Wire {
       self.name = nil
       self.source = nil
       self.baseInstructions = nil
+      self.clientTools = []
     }
 
-    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil) {
+    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = []) {
       self.model = model
       self.cwd = cwd
       self.config = config
@@ -3551,6 +4272,7 @@ extension Wire {
       self.name = name
       self.source = source
       self.baseInstructions = baseInstructions
+      self.clientTools = clientTools
     }
   }
 }
@@ -3573,6 +4295,12 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
     if c.pointee.has_source != 0 { self.source = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ThreadSourceKind }
     if let v = c.pointee.base_instructions { self.baseInstructions = try wireString(v, field: "base_instructions") }
+    if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
+      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "client_tools") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
@@ -3586,6 +4314,10 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if let v = self.name { c.name = arena.cString(v) }
     if let v = self.source { c.has_source = 1; c.source = Threadwire__V1__ThreadSourceKind(rawValue: numericCast(v.rawValue)) }
     if let v = self.baseInstructions { c.base_instructions = arena.cString(v) }
+    if !self.clientTools.isEmpty {
+      c.n_client_tools = self.clientTools.count
+      c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -3623,6 +4355,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if let v = name { object.append(("name", .string(v))) }
     if let v = source { object.append(("source", .string(v.protoValueName))) }
     if let v = baseInstructions { object.append(("base_instructions", .string(v))) }
+    if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
     return .object(object)
   }
 
@@ -3638,6 +4371,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       case "name": self.name = try value.stringValue(path: keyPath)
       case "source": self.source = try Wire.ThreadSourceKind(json: value, path: keyPath)
       case "base_instructions", "baseInstructions": self.baseInstructions = try value.stringValue(path: keyPath)
+      case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3652,6 +4386,7 @@ extension Wire {
     public var multiAgentMode: Wire.MultiAgentMode?
     public var settings: Wire.ThreadSettings?
     public var turnsNextCursor: String?
+    public var clientTools: [Wire.ToolSpec]
 
     public init() {
       self.thread = nil
@@ -3660,15 +4395,17 @@ extension Wire {
       self.multiAgentMode = nil
       self.settings = nil
       self.turnsNextCursor = nil
+      self.clientTools = []
     }
 
-    public init(thread: Wire.Thread? = nil, model: String? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil) {
+    public init(thread: Wire.Thread? = nil, model: String? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil, clientTools: [Wire.ToolSpec] = []) {
       self.thread = thread
       self.model = model
       self.multiAgentRuntime = multiAgentRuntime
       self.multiAgentMode = multiAgentMode
       self.settings = settings
       self.turnsNextCursor = turnsNextCursor
+      self.clientTools = clientTools
     }
   }
 }
@@ -3689,6 +4426,12 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
       do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
     if let v = c.pointee.turns_next_cursor { self.turnsNextCursor = try wireString(v, field: "turns_next_cursor") }
+    if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
+      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "client_tools") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: inout CodecArena) {
@@ -3698,6 +4441,10 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if let v = self.multiAgentMode { c.has_multi_agent_mode = 1; c.multi_agent_mode = Threadwire__V1__MultiAgentMode(rawValue: numericCast(v.rawValue)) }
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
     if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
+    if !self.clientTools.isEmpty {
+      c.n_client_tools = self.clientTools.count
+      c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -3734,6 +4481,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if let v = multiAgentMode { object.append(("multi_agent_mode", .string(v.protoValueName))) }
     if let v = settings { object.append(("settings", v.jsonValue())) }
     if let v = turnsNextCursor { object.append(("turns_next_cursor", .string(v))) }
+    if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
     return .object(object)
   }
 
@@ -3748,6 +4496,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
       case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
       case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
       case "turns_next_cursor", "turnsNextCursor": self.turnsNextCursor = try value.stringValue(path: keyPath)
+      case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -4021,17 +4770,20 @@ extension Wire {
     public var thread: Wire.Thread?
     public var settings: Wire.ThreadSettings?
     public var turnsNextCursor: String?
+    public var clientTools: [Wire.ToolSpec]
 
     public init() {
       self.thread = nil
       self.settings = nil
       self.turnsNextCursor = nil
+      self.clientTools = []
     }
 
-    public init(thread: Wire.Thread? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil) {
+    public init(thread: Wire.Thread? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil, clientTools: [Wire.ToolSpec] = []) {
       self.thread = thread
       self.settings = settings
       self.turnsNextCursor = turnsNextCursor
+      self.clientTools = clientTools
     }
   }
 }
@@ -4049,12 +4801,22 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
       do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
     if let v = c.pointee.turns_next_cursor { self.turnsNextCursor = try wireString(v, field: "turns_next_cursor") }
+    if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
+      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "client_tools") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadResult, arena: inout CodecArena) {
     if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
     if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
     if let v = self.turnsNextCursor { c.turns_next_cursor = arena.cString(v) }
+    if !self.clientTools.isEmpty {
+      c.n_client_tools = self.clientTools.count
+      c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -4088,6 +4850,7 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
     if let v = thread { object.append(("thread", v.jsonValue())) }
     if let v = settings { object.append(("settings", v.jsonValue())) }
     if let v = turnsNextCursor { object.append(("turns_next_cursor", .string(v))) }
+    if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
     return .object(object)
   }
 
@@ -4099,6 +4862,172 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
       case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
       case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
       case "turns_next_cursor", "turnsNextCursor": self.turnsNextCursor = try value.stringValue(path: keyPath)
+      case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadToolsUpdateParams: Sendable, Equatable {
+    public var threadId: String?
+    public var clientTools: [Wire.ToolSpec]
+
+    public init() {
+      self.threadId = nil
+      self.clientTools = []
+    }
+
+    public init(threadId: String? = nil, clientTools: [Wire.ToolSpec] = []) {
+      self.threadId = threadId
+      self.clientTools = clientTools
+    }
+  }
+}
+
+extension Wire.ThreadToolsUpdateParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadToolsUpdateParams"
+  typealias CMessage = Threadwire__V1__ThreadToolsUpdateParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadToolsUpdateParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
+      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "client_tools") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadToolsUpdateParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if !self.clientTools.isEmpty {
+      c.n_client_tools = self.clientTools.count
+      c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_tools_update_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_tools_update_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadToolsUpdateParams()
+      threadwire__v1__thread_tools_update_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_tools_update_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_tools_update_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadToolsUpdateResult: Sendable, Equatable {
+    public var clientTools: [Wire.ToolSpec]
+
+    public init() {
+      self.clientTools = []
+    }
+
+    public init(clientTools: [Wire.ToolSpec] = []) {
+      self.clientTools = clientTools
+    }
+  }
+}
+
+extension Wire.ThreadToolsUpdateResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadToolsUpdateResult"
+  typealias CMessage = Threadwire__V1__ThreadToolsUpdateResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadToolsUpdateResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
+      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "client_tools") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadToolsUpdateResult, arena: inout CodecArena) {
+    if !self.clientTools.isEmpty {
+      c.n_client_tools = self.clientTools.count
+      c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_tools_update_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_tools_update_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadToolsUpdateResult()
+      threadwire__v1__thread_tools_update_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_tools_update_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_tools_update_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -5366,6 +6295,8 @@ extension Wire {
       case request(Wire.Request)
       case response(Wire.Response)
       case notification(Wire.Notification)
+      case serverRequest(Wire.ServerRequest)
+      case serverRequestAnswer(Wire.ServerRequestAnswer)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -5373,6 +6304,8 @@ extension Wire {
         case .request: return "request"
         case .response: return "response"
         case .notification: return "notification"
+        case .serverRequest: return "server_request"
+        case .serverRequestAnswer: return "server_request_answer"
         }
       }
 
@@ -5382,10 +6315,12 @@ extension Wire {
         case .request: return "request"
         case .response: return "response"
         case .notification: return "notification"
+        case .serverRequest: return "server/request"
+        case .serverRequestAnswer: return "server/request/answer"
         }
       }
 
-      public static let fieldNames: [String] = ["request", "response", "notification"]
+      public static let fieldNames: [String] = ["request", "response", "notification", "server_request", "server_request_answer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -5393,6 +6328,8 @@ extension Wire {
         case "request", "request": return .request(try Wire.Request(json: json, path: path))
         case "response", "response": return .response(try Wire.Response(json: json, path: path))
         case "notification", "notification": return .notification(try Wire.Notification(json: json, path: path))
+        case "server_request", "serverRequest": return .serverRequest(try Wire.ServerRequest(json: json, path: path))
+        case "server_request_answer", "serverRequestAnswer": return .serverRequestAnswer(try Wire.ServerRequestAnswer(json: json, path: path))
         default: return nil
         }
       }
@@ -5421,6 +6358,10 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
       do throws(WireError) { self.kind = .response(try Wire.Response(c: wireRequired(c.pointee.response))) } catch { throw error.nested(in: "response") }
     case 3:
       do throws(WireError) { self.kind = .notification(try Wire.Notification(c: wireRequired(c.pointee.notification))) } catch { throw error.nested(in: "notification") }
+    case 4:
+      do throws(WireError) { self.kind = .serverRequest(try Wire.ServerRequest(c: wireRequired(c.pointee.server_request))) } catch { throw error.nested(in: "server_request") }
+    case 5:
+      do throws(WireError) { self.kind = .serverRequestAnswer(try Wire.ServerRequestAnswer(c: wireRequired(c.pointee.server_request_answer))) } catch { throw error.nested(in: "server_request_answer") }
     default: self.kind = nil
     }
   }
@@ -5436,6 +6377,12 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
     case .notification(let v)?:
       c.kind_case = .init(rawValue: 3)
       c.notification = arena.message(v, Threadwire__V1__Notification(), threadwire__v1__notification__init)
+    case .serverRequest(let v)?:
+      c.kind_case = .init(rawValue: 4)
+      c.server_request = arena.message(v, Threadwire__V1__ServerRequest(), threadwire__v1__server_request__init)
+    case .serverRequestAnswer(let v)?:
+      c.kind_case = .init(rawValue: 5)
+      c.server_request_answer = arena.message(v, Threadwire__V1__ServerRequestAnswer(), threadwire__v1__server_request_answer__init)
     case nil: break
     }
   }
@@ -5472,6 +6419,8 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
     case .request(let v)?: object.append(("request", v.jsonValue()))
     case .response(let v)?: object.append(("response", v.jsonValue()))
     case .notification(let v)?: object.append(("notification", v.jsonValue()))
+    case .serverRequest(let v)?: object.append(("server_request", v.jsonValue()))
+    case .serverRequestAnswer(let v)?: object.append(("server_request_answer", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -5482,7 +6431,7 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
     for (key, value) in try json.objectFields(path: path) where value != .null {
       let keyPath = fieldPath(path, key)
       switch key {
-      case "request", "response", "notification":
+      case "request", "response", "notification", "server_request", "serverRequest", "server_request_answer", "serverRequestAnswer":
         if self.kind != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'kind' is set") }
         self.kind = try Kind.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -5512,6 +6461,7 @@ extension Wire {
       case threadSettingsUpdate(Wire.ThreadSettingsUpdateParams)
       case agentSpawn(Wire.AgentSpawnParams)
       case threadTurnsList(Wire.ThreadTurnsListParams)
+      case threadToolsUpdate(Wire.ThreadToolsUpdateParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
 
@@ -5531,6 +6481,7 @@ extension Wire {
         case .threadSettingsUpdate: return "thread_settings_update"
         case .agentSpawn: return "agent_spawn"
         case .threadTurnsList: return "thread_turns_list"
+        case .threadToolsUpdate: return "thread_tools_update"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -5552,12 +6503,13 @@ extension Wire {
         case .threadSettingsUpdate: return "thread/settings/update"
         case .agentSpawn: return "agent/spawn"
         case .threadTurnsList: return "thread/turns/list"
+        case .threadToolsUpdate: return "thread/tools/update"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -5575,6 +6527,7 @@ extension Wire {
         case "thread_settings_update", "threadSettingsUpdate": return .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(json: json, path: path))
         case "agent_spawn", "agentSpawn": return .agentSpawn(try Wire.AgentSpawnParams(json: json, path: path))
         case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListParams(json: json, path: path))
+        case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         default: return nil
@@ -5639,6 +6592,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
     case 30:
       do throws(WireError) { self.params = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
+    case 31:
+      do throws(WireError) { self.params = .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -5694,6 +6649,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadTurnsList(let v)?:
       c.params_case = .init(rawValue: 30)
       c.thread_turns_list = arena.message(v, Threadwire__V1__ThreadTurnsListParams(), threadwire__v1__thread_turns_list_params__init)
+    case .threadToolsUpdate(let v)?:
+      c.params_case = .init(rawValue: 31)
+      c.thread_tools_update = arena.message(v, Threadwire__V1__ThreadToolsUpdateParams(), threadwire__v1__thread_tools_update_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -5749,6 +6707,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadSettingsUpdate(let v)?: object.append(("thread_settings_update", v.jsonValue()))
     case .agentSpawn(let v)?: object.append(("agent_spawn", v.jsonValue()))
     case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
+    case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -5764,7 +6723,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -5794,6 +6753,7 @@ extension Wire {
       case threadSettingsUpdate(Wire.ThreadSettingsUpdateResult)
       case agentSpawn(Wire.ThreadLifecycleResult)
       case threadTurnsList(Wire.ThreadTurnsListResult)
+      case threadToolsUpdate(Wire.ThreadToolsUpdateResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
 
@@ -5813,6 +6773,7 @@ extension Wire {
         case .threadSettingsUpdate: return "thread_settings_update"
         case .agentSpawn: return "agent_spawn"
         case .threadTurnsList: return "thread_turns_list"
+        case .threadToolsUpdate: return "thread_tools_update"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -5834,12 +6795,13 @@ extension Wire {
         case .threadSettingsUpdate: return "thread/settings/update"
         case .agentSpawn: return "agent/spawn"
         case .threadTurnsList: return "thread/turns/list"
+        case .threadToolsUpdate: return "thread/tools/update"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -5857,6 +6819,7 @@ extension Wire {
         case "thread_settings_update", "threadSettingsUpdate": return .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(json: json, path: path))
         case "agent_spawn", "agentSpawn": return .agentSpawn(try Wire.ThreadLifecycleResult(json: json, path: path))
         case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListResult(json: json, path: path))
+        case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         default: return nil
@@ -5916,6 +6879,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
     case 30:
       do throws(WireError) { self.result = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
+    case 31:
+      do throws(WireError) { self.result = .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -5968,6 +6933,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadTurnsList(let v)?:
       c.result_case = .init(rawValue: 30)
       c.thread_turns_list = arena.message(v, Threadwire__V1__ThreadTurnsListResult(), threadwire__v1__thread_turns_list_result__init)
+    case .threadToolsUpdate(let v)?:
+      c.result_case = .init(rawValue: 31)
+      c.thread_tools_update = arena.message(v, Threadwire__V1__ThreadToolsUpdateResult(), threadwire__v1__thread_tools_update_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -6023,6 +6991,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadSettingsUpdate(let v)?: object.append(("thread_settings_update", v.jsonValue()))
     case .agentSpawn(let v)?: object.append(("agent_spawn", v.jsonValue()))
     case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
+    case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -6038,7 +7007,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -6064,6 +7033,7 @@ extension Wire {
       case itemStarted(Wire.ItemStartedNotification)
       case itemCompleted(Wire.ItemCompletedNotification)
       case itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification)
+      case serverRequestResolved(Wire.ServerRequestResolvedNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -6079,6 +7049,7 @@ extension Wire {
         case .itemStarted: return "item_started"
         case .itemCompleted: return "item_completed"
         case .itemAgentMessageDelta: return "item_agent_message_delta"
+        case .serverRequestResolved: return "server_request_resolved"
         }
       }
 
@@ -6096,10 +7067,11 @@ extension Wire {
         case .itemStarted: return "item/started"
         case .itemCompleted: return "item/completed"
         case .itemAgentMessageDelta: return "item/agent_message/delta"
+        case .serverRequestResolved: return "server_request/resolved"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -6115,6 +7087,7 @@ extension Wire {
         case "item_started", "itemStarted": return .itemStarted(try Wire.ItemStartedNotification(json: json, path: path))
         case "item_completed", "itemCompleted": return .itemCompleted(try Wire.ItemCompletedNotification(json: json, path: path))
         case "item_agent_message_delta", "itemAgentMessageDelta": return .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(json: json, path: path))
+        case "server_request_resolved", "serverRequestResolved": return .serverRequestResolved(try Wire.ServerRequestResolvedNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -6162,6 +7135,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wireRequired(c.pointee.item_completed))) } catch { throw error.nested(in: "item_completed") }
     case 24:
       do throws(WireError) { self.payload = .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(c: wireRequired(c.pointee.item_agent_message_delta))) } catch { throw error.nested(in: "item_agent_message_delta") }
+    case 25:
+      do throws(WireError) { self.payload = .serverRequestResolved(try Wire.ServerRequestResolvedNotification(c: wireRequired(c.pointee.server_request_resolved))) } catch { throw error.nested(in: "server_request_resolved") }
     default: self.payload = nil
     }
   }
@@ -6202,6 +7177,9 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .itemAgentMessageDelta(let v)?:
       c.payload_case = .init(rawValue: 24)
       c.item_agent_message_delta = arena.message(v, Threadwire__V1__ItemAgentMessageDeltaNotification(), threadwire__v1__item_agent_message_delta_notification__init)
+    case .serverRequestResolved(let v)?:
+      c.payload_case = .init(rawValue: 25)
+      c.server_request_resolved = arena.message(v, Threadwire__V1__ServerRequestResolvedNotification(), threadwire__v1__server_request_resolved_notification__init)
     case nil: break
     }
   }
@@ -6247,6 +7225,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .itemStarted(let v)?: object.append(("item_started", v.jsonValue()))
     case .itemCompleted(let v)?: object.append(("item_completed", v.jsonValue()))
     case .itemAgentMessageDelta(let v)?: object.append(("item_agent_message_delta", v.jsonValue()))
+    case .serverRequestResolved(let v)?: object.append(("server_request_resolved", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -6258,7 +7237,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

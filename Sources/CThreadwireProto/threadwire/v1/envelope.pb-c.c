@@ -187,7 +187,7 @@ void   threadwire__v1__notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor threadwire__v1__envelope__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__envelope__field_descriptors[5] =
 {
   {
     "request",
@@ -225,16 +225,42 @@ static const ProtobufCFieldDescriptor threadwire__v1__envelope__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "server_request",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Envelope, kind_case),
+    offsetof(Threadwire__V1__Envelope, server_request),
+    &threadwire__v1__server_request__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "server_request_answer",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Envelope, kind_case),
+    offsetof(Threadwire__V1__Envelope, server_request_answer),
+    &threadwire__v1__server_request_answer__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__envelope__field_indices_by_name[] = {
   2,   /* field[2] = notification */
   0,   /* field[0] = request */
   1,   /* field[1] = response */
+  3,   /* field[3] = server_request */
+  4,   /* field[4] = server_request_answer */
 };
 static const ProtobufCIntRange threadwire__v1__envelope__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
 {
@@ -244,14 +270,14 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   "Threadwire__V1__Envelope",
   "threadwire.v1",
   sizeof(Threadwire__V1__Envelope),
-  3,
+  5,
   threadwire__v1__envelope__field_descriptors,
   threadwire__v1__envelope__field_indices_by_name,
   1,  threadwire__v1__envelope__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[18] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[19] =
 {
   {
     "id",
@@ -446,6 +472,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_tools_update",
+    31,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_tools_update),
+    &threadwire__v1__thread_tools_update_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -483,20 +521,21 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   6,   /* field[6] = thread_resume */
   13,   /* field[13] = thread_settings_update */
   5,   /* field[5] = thread_start */
+  16,   /* field[16] = thread_tools_update */
   15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  17,   /* field[17] = turn_interrupt */
-  16,   /* field[16] = turn_start */
+  18,   /* field[18] = turn_interrupt */
+  17,   /* field[17] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 16 },
-  { 0, 18 }
+  { 40, 17 },
+  { 0, 19 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -506,14 +545,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  18,
+  19,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[18] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[19] =
 {
   {
     "id",
@@ -708,6 +747,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_tools_update",
+    31,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_tools_update),
+    &threadwire__v1__thread_tools_update_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -746,19 +797,20 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   6,   /* field[6] = thread_resume */
   13,   /* field[13] = thread_settings_update */
   5,   /* field[5] = thread_start */
+  16,   /* field[16] = thread_tools_update */
   15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
-  17,   /* field[17] = turn_interrupt */
-  16,   /* field[16] = turn_start */
+  18,   /* field[18] = turn_interrupt */
+  17,   /* field[17] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 16 },
-  { 0, 18 }
+  { 40, 17 },
+  { 0, 19 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -768,14 +820,14 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  18,
+  19,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[12] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[13] =
 {
   {
     "sequence",
@@ -921,12 +973,25 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "server_request_resolved",
+    25,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, server_request_resolved),
+    &threadwire__v1__server_request_resolved_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   11,   /* field[11] = item_agent_message_delta */
   10,   /* field[10] = item_completed */
   9,   /* field[9] = item_started */
   0,   /* field[0] = sequence */
+  12,   /* field[12] = server_request_resolved */
   3,   /* field[3] = thread_archived */
   5,   /* field[5] = thread_closed */
   6,   /* field[6] = thread_settings_updated */
@@ -941,7 +1006,7 @@ static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1
   { 1, 0 },
   { 10, 1 },
   { 20, 7 },
-  { 0, 12 }
+  { 0, 13 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -951,7 +1016,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  12,
+  13,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

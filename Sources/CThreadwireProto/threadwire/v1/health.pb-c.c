@@ -476,7 +476,7 @@ const ProtobufCMessageDescriptor threadwire__v1__client_info__descriptor =
   (ProtobufCMessageInit) threadwire__v1__client_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__capabilities__field_descriptors[1] =
+static const ProtobufCFieldDescriptor threadwire__v1__capabilities__field_descriptors[4] =
 {
   {
     "opt_out_notification_methods",
@@ -490,14 +490,53 @@ static const ProtobufCFieldDescriptor threadwire__v1__capabilities__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_tools",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__Capabilities, has_client_tools),
+    offsetof(Threadwire__V1__Capabilities, client_tools),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "approvals",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__Capabilities, has_approvals),
+    offsetof(Threadwire__V1__Capabilities, approvals),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_input",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__Capabilities, has_user_input),
+    offsetof(Threadwire__V1__Capabilities, user_input),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__capabilities__field_indices_by_name[] = {
+  2,   /* field[2] = approvals */
+  1,   /* field[1] = client_tools */
   0,   /* field[0] = opt_out_notification_methods */
+  3,   /* field[3] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__capabilities__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__capabilities__descriptor =
 {
@@ -507,7 +546,7 @@ const ProtobufCMessageDescriptor threadwire__v1__capabilities__descriptor =
   "Threadwire__V1__Capabilities",
   "threadwire.v1",
   sizeof(Threadwire__V1__Capabilities),
-  1,
+  4,
   threadwire__v1__capabilities__field_descriptors,
   threadwire__v1__capabilities__field_indices_by_name,
   1,  threadwire__v1__capabilities__number_ranges,

@@ -412,6 +412,96 @@ void   threadwire__v1__thread_read_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_read_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_tools_update_params__init
+                     (Threadwire__V1__ThreadToolsUpdateParams         *message)
+{
+  static const Threadwire__V1__ThreadToolsUpdateParams init_value = THREADWIRE__V1__THREAD_TOOLS_UPDATE_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_tools_update_params__get_packed_size
+                     (const Threadwire__V1__ThreadToolsUpdateParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_tools_update_params__pack
+                     (const Threadwire__V1__ThreadToolsUpdateParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_tools_update_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadToolsUpdateParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadToolsUpdateParams *
+       threadwire__v1__thread_tools_update_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadToolsUpdateParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_tools_update_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_tools_update_params__free_unpacked
+                     (Threadwire__V1__ThreadToolsUpdateParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_tools_update_result__init
+                     (Threadwire__V1__ThreadToolsUpdateResult         *message)
+{
+  static const Threadwire__V1__ThreadToolsUpdateResult init_value = THREADWIRE__V1__THREAD_TOOLS_UPDATE_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_tools_update_result__get_packed_size
+                     (const Threadwire__V1__ThreadToolsUpdateResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_tools_update_result__pack
+                     (const Threadwire__V1__ThreadToolsUpdateResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_tools_update_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadToolsUpdateResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadToolsUpdateResult *
+       threadwire__v1__thread_tools_update_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadToolsUpdateResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_tools_update_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_tools_update_result__free_unpacked
+                     (Threadwire__V1__ThreadToolsUpdateResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_tools_update_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_turns_list_params__init
                      (Threadwire__V1__ThreadTurnsListParams         *message)
 {
@@ -1132,7 +1222,7 @@ void   threadwire__v1__thread_closed_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_closed_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor threadwire__v1__thread_status__field_descriptors[2] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_status__field_descriptors[3] =
 {
   {
     "type",
@@ -1158,15 +1248,28 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_status__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "active_flags",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadStatus, n_active_flags),
+    offsetof(Threadwire__V1__ThreadStatus, active_flags),
+    &threadwire__v1__thread_active_flag__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_status__field_indices_by_name[] = {
+  2,   /* field[2] = active_flags */
   1,   /* field[1] = active_turn_id */
   0,   /* field[0] = type */
 };
 static const ProtobufCIntRange threadwire__v1__thread_status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_status__descriptor =
 {
@@ -1176,7 +1279,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_status__descriptor =
   "Threadwire__V1__ThreadStatus",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadStatus),
-  2,
+  3,
   threadwire__v1__thread_status__field_descriptors,
   threadwire__v1__thread_status__field_indices_by_name,
   1,  threadwire__v1__thread_status__number_ranges,
@@ -1506,7 +1609,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[8] =
 {
   {
     "model",
@@ -1592,9 +1695,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_tools",
+    8,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadStartParams, n_client_tools),
+    offsetof(Threadwire__V1__ThreadStartParams, client_tools),
+    &threadwire__v1__tool_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_start_params__field_indices_by_name[] = {
   6,   /* field[6] = base_instructions */
+  7,   /* field[7] = client_tools */
   2,   /* field[2] = config */
   1,   /* field[1] = cwd */
   0,   /* field[0] = model */
@@ -1605,7 +1721,7 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
 static const ProtobufCIntRange threadwire__v1__thread_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor =
 {
@@ -1615,14 +1731,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   "Threadwire__V1__ThreadStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadStartParams),
-  7,
+  8,
   threadwire__v1__thread_start_params__field_descriptors,
   threadwire__v1__thread_start_params__field_indices_by_name,
   1,  threadwire__v1__thread_start_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_start_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[7] =
 {
   {
     "thread",
@@ -1696,8 +1812,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_tools",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadLifecycleResult, n_client_tools),
+    offsetof(Threadwire__V1__ThreadLifecycleResult, client_tools),
+    &threadwire__v1__tool_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_lifecycle_result__field_indices_by_name[] = {
+  6,   /* field[6] = client_tools */
   1,   /* field[1] = model */
   3,   /* field[3] = multi_agent_mode */
   2,   /* field[2] = multi_agent_runtime */
@@ -1708,7 +1837,7 @@ static const unsigned threadwire__v1__thread_lifecycle_result__field_indices_by_
 static const ProtobufCIntRange threadwire__v1__thread_lifecycle_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descriptor =
 {
@@ -1718,7 +1847,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descri
   "Threadwire__V1__ThreadLifecycleResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadLifecycleResult),
-  6,
+  7,
   threadwire__v1__thread_lifecycle_result__field_descriptors,
   threadwire__v1__thread_lifecycle_result__field_indices_by_name,
   1,  threadwire__v1__thread_lifecycle_result__number_ranges,
@@ -1930,7 +2059,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor 
   (ProtobufCMessageInit) threadwire__v1__thread_read_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_read_result__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_read_result__field_descriptors[4] =
 {
   {
     "thread",
@@ -1968,8 +2097,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_read_result__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_tools",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadReadResult, n_client_tools),
+    offsetof(Threadwire__V1__ThreadReadResult, client_tools),
+    &threadwire__v1__tool_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_read_result__field_indices_by_name[] = {
+  3,   /* field[3] = client_tools */
   1,   /* field[1] = settings */
   0,   /* field[0] = thread */
   2,   /* field[2] = turns_next_cursor */
@@ -1977,7 +2119,7 @@ static const unsigned threadwire__v1__thread_read_result__field_indices_by_name[
 static const ProtobufCIntRange threadwire__v1__thread_read_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor =
 {
@@ -1987,11 +2129,100 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor 
   "Threadwire__V1__ThreadReadResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadReadResult),
-  3,
+  4,
   threadwire__v1__thread_read_result__field_descriptors,
   threadwire__v1__thread_read_result__field_indices_by_name,
   1,  threadwire__v1__thread_read_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_read_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_tools_update_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadToolsUpdateParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "client_tools",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadToolsUpdateParams, n_client_tools),
+    offsetof(Threadwire__V1__ThreadToolsUpdateParams, client_tools),
+    &threadwire__v1__tool_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_tools_update_params__field_indices_by_name[] = {
+  1,   /* field[1] = client_tools */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_tools_update_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_tools_update_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadToolsUpdateParams",
+  "ThreadToolsUpdateParams",
+  "Threadwire__V1__ThreadToolsUpdateParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadToolsUpdateParams),
+  2,
+  threadwire__v1__thread_tools_update_params__field_descriptors,
+  threadwire__v1__thread_tools_update_params__field_indices_by_name,
+  1,  threadwire__v1__thread_tools_update_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_tools_update_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_tools_update_result__field_descriptors[1] =
+{
+  {
+    "client_tools",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadToolsUpdateResult, n_client_tools),
+    offsetof(Threadwire__V1__ThreadToolsUpdateResult, client_tools),
+    &threadwire__v1__tool_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_tools_update_result__field_indices_by_name[] = {
+  0,   /* field[0] = client_tools */
+};
+static const ProtobufCIntRange threadwire__v1__thread_tools_update_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_tools_update_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadToolsUpdateResult",
+  "ThreadToolsUpdateResult",
+  "Threadwire__V1__ThreadToolsUpdateResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadToolsUpdateResult),
+  1,
+  threadwire__v1__thread_tools_update_result__field_descriptors,
+  threadwire__v1__thread_tools_update_result__field_indices_by_name,
+  1,  threadwire__v1__thread_tools_update_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_tools_update_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_turns_list_params__field_descriptors[4] =
@@ -2809,6 +3040,34 @@ const ProtobufCEnumDescriptor threadwire__v1__thread_status_type__descriptor =
   threadwire__v1__thread_status_type__enum_values_by_name,
   1,
   threadwire__v1__thread_status_type__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__thread_active_flag__enum_values_by_number[2] =
+{
+  { "THREAD_ACTIVE_FLAG_UNSPECIFIED", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_UNSPECIFIED", 0 },
+  { "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", 1 },
+};
+static const ProtobufCIntRange threadwire__v1__thread_active_flag__value_ranges[] = {
+{0, 0},{0, 2}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__thread_active_flag__enum_values_by_name[2] =
+{
+  { "THREAD_ACTIVE_FLAG_UNSPECIFIED", 0 },
+  { "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", 1 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__thread_active_flag__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadActiveFlag",
+  "ThreadActiveFlag",
+  "Threadwire__V1__ThreadActiveFlag",
+  "threadwire.v1",
+  2,
+  threadwire__v1__thread_active_flag__enum_values_by_number,
+  2,
+  threadwire__v1__thread_active_flag__enum_values_by_name,
+  1,
+  threadwire__v1__thread_active_flag__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue threadwire__v1__thread_source_kind__enum_values_by_number[5] =

@@ -823,7 +823,7 @@ const ProtobufCMessageDescriptor threadwire__v1__user_input__descriptor =
   (ProtobufCMessageInit) threadwire__v1__user_input__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_item__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_item__field_descriptors[10] =
 {
   {
     "id",
@@ -909,20 +909,59 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_item__field_descrip
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "tool_source",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadItem, has_tool_source),
+    offsetof(Threadwire__V1__ThreadItem, tool_source),
+    &threadwire__v1__tool_source__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "status",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadItem, has_status),
+    offsetof(Threadwire__V1__ThreadItem, status),
+    &threadwire__v1__item_status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "duration_ms",
+    10,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ThreadItem, has_duration_ms),
+    offsetof(Threadwire__V1__ThreadItem, duration_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_item__field_indices_by_name[] = {
+  9,   /* field[9] = duration_ms */
   0,   /* field[0] = id */
   6,   /* field[6] = receiver_thread_id */
+  8,   /* field[8] = status */
   2,   /* field[2] = text */
   4,   /* field[4] = tool_arguments */
   3,   /* field[3] = tool_name */
   5,   /* field[5] = tool_output */
+  7,   /* field[7] = tool_source */
   1,   /* field[1] = type */
 };
 static const ProtobufCIntRange threadwire__v1__thread_item__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor =
 {
@@ -932,7 +971,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor =
   "Threadwire__V1__ThreadItem",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadItem),
-  7,
+  10,
   threadwire__v1__thread_item__field_descriptors,
   threadwire__v1__thread_item__field_indices_by_name,
   1,  threadwire__v1__thread_item__number_ranges,
@@ -1029,7 +1068,7 @@ const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor =
   (ProtobufCMessageInit) threadwire__v1__context_item__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__tool_spec__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__tool_spec__field_descriptors[5] =
 {
   {
     "name",
@@ -1079,17 +1118,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__tool_spec__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requires_approval",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ToolSpec, has_requires_approval),
+    offsetof(Threadwire__V1__ToolSpec, requires_approval),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__tool_spec__field_indices_by_name[] = {
   2,   /* field[2] = description */
   0,   /* field[0] = name */
   3,   /* field[3] = parameters_json_schema */
+  4,   /* field[4] = requires_approval */
   1,   /* field[1] = tool_namespace */
 };
 static const ProtobufCIntRange threadwire__v1__tool_spec__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__tool_spec__descriptor =
 {
@@ -1099,7 +1151,7 @@ const ProtobufCMessageDescriptor threadwire__v1__tool_spec__descriptor =
   "Threadwire__V1__ToolSpec",
   "threadwire.v1",
   sizeof(Threadwire__V1__ToolSpec),
-  4,
+  5,
   threadwire__v1__tool_spec__field_descriptors,
   threadwire__v1__tool_spec__field_indices_by_name,
   1,  threadwire__v1__tool_spec__number_ranges,
@@ -1337,7 +1389,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn_context__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[9] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[11] =
 {
   {
     "id",
@@ -1447,22 +1499,48 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[9]
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "pending_requests",
+    10,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Turn, n_pending_requests),
+    offsetof(Threadwire__V1__Turn, pending_requests),
+    &threadwire__v1__server_request__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "deferred_outputs",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Turn, n_deferred_outputs),
+    offsetof(Threadwire__V1__Turn, deferred_outputs),
+    &threadwire__v1__context_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
   4,   /* field[4] = completed_at */
   6,   /* field[6] = context */
+  10,   /* field[10] = deferred_outputs */
   2,   /* field[2] = error */
   8,   /* field[8] = failure_reason */
   0,   /* field[0] = id */
   5,   /* field[5] = items */
   7,   /* field[7] = model_requests */
+  9,   /* field[9] = pending_requests */
   3,   /* field[3] = started_at */
   1,   /* field[1] = status */
 };
 static const ProtobufCIntRange threadwire__v1__turn__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
 {
@@ -1472,7 +1550,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   "Threadwire__V1__Turn",
   "threadwire.v1",
   sizeof(Threadwire__V1__Turn),
-  9,
+  11,
   threadwire__v1__turn__field_descriptors,
   threadwire__v1__turn__field_indices_by_name,
   1,  threadwire__v1__turn__number_ranges,
@@ -2017,20 +2095,22 @@ const ProtobufCEnumDescriptor threadwire__v1__turn_status__descriptor =
   threadwire__v1__turn_status__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number[4] =
+static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number[5] =
 {
   { "ITEM_TYPE_UNSPECIFIED", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED", 0 },
   { "ITEM_TYPE_USER_MESSAGE", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_USER_MESSAGE", 1 },
   { "ITEM_TYPE_AGENT_MESSAGE", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_AGENT_MESSAGE", 2 },
   { "ITEM_TYPE_COLLAB_TOOL_CALL", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_COLLAB_TOOL_CALL", 3 },
+  { "ITEM_TYPE_TOOL_CALL", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL", 4 },
 };
 static const ProtobufCIntRange threadwire__v1__item_type__value_ranges[] = {
-{0, 0},{0, 4}
+{0, 0},{0, 5}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__item_type__enum_values_by_name[4] =
+static const ProtobufCEnumValueIndex threadwire__v1__item_type__enum_values_by_name[5] =
 {
   { "ITEM_TYPE_AGENT_MESSAGE", 2 },
   { "ITEM_TYPE_COLLAB_TOOL_CALL", 3 },
+  { "ITEM_TYPE_TOOL_CALL", 4 },
   { "ITEM_TYPE_UNSPECIFIED", 0 },
   { "ITEM_TYPE_USER_MESSAGE", 1 },
 };
@@ -2041,12 +2121,76 @@ const ProtobufCEnumDescriptor threadwire__v1__item_type__descriptor =
   "ItemType",
   "Threadwire__V1__ItemType",
   "threadwire.v1",
-  4,
+  5,
   threadwire__v1__item_type__enum_values_by_number,
-  4,
+  5,
   threadwire__v1__item_type__enum_values_by_name,
   1,
   threadwire__v1__item_type__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__tool_source__enum_values_by_number[2] =
+{
+  { "TOOL_SOURCE_UNSPECIFIED", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED", 0 },
+  { "TOOL_SOURCE_CLIENT", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_CLIENT", 1 },
+};
+static const ProtobufCIntRange threadwire__v1__tool_source__value_ranges[] = {
+{0, 0},{0, 2}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__tool_source__enum_values_by_name[2] =
+{
+  { "TOOL_SOURCE_CLIENT", 1 },
+  { "TOOL_SOURCE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__tool_source__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ToolSource",
+  "ToolSource",
+  "Threadwire__V1__ToolSource",
+  "threadwire.v1",
+  2,
+  threadwire__v1__tool_source__enum_values_by_number,
+  2,
+  threadwire__v1__tool_source__enum_values_by_name,
+  1,
+  threadwire__v1__tool_source__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__item_status__enum_values_by_number[6] =
+{
+  { "ITEM_STATUS_UNSPECIFIED", "THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_UNSPECIFIED", 0 },
+  { "ITEM_STATUS_IN_PROGRESS", "THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_IN_PROGRESS", 1 },
+  { "ITEM_STATUS_COMPLETED", "THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_COMPLETED", 2 },
+  { "ITEM_STATUS_FAILED", "THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_FAILED", 3 },
+  { "ITEM_STATUS_DECLINED", "THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_DECLINED", 4 },
+  { "ITEM_STATUS_TIMED_OUT", "THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_TIMED_OUT", 5 },
+};
+static const ProtobufCIntRange threadwire__v1__item_status__value_ranges[] = {
+{0, 0},{0, 6}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__item_status__enum_values_by_name[6] =
+{
+  { "ITEM_STATUS_COMPLETED", 2 },
+  { "ITEM_STATUS_DECLINED", 4 },
+  { "ITEM_STATUS_FAILED", 3 },
+  { "ITEM_STATUS_IN_PROGRESS", 1 },
+  { "ITEM_STATUS_TIMED_OUT", 5 },
+  { "ITEM_STATUS_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__item_status__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ItemStatus",
+  "ItemStatus",
+  "Threadwire__V1__ItemStatus",
+  "threadwire.v1",
+  6,
+  threadwire__v1__item_status__enum_values_by_number,
+  6,
+  threadwire__v1__item_status__enum_values_by_name,
+  1,
+  threadwire__v1__item_status__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue threadwire__v1__context_role__enum_values_by_number[6] =

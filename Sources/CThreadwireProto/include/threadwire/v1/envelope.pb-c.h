@@ -16,6 +16,7 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "threadwire/v1/health.pb-c.h"
 #include "threadwire/v1/multi_agent.pb-c.h"
+#include "threadwire/v1/server_request.pb-c.h"
 #include "threadwire/v1/settings.pb-c.h"
 #include "threadwire/v1/thread.pb-c.h"
 #include "threadwire/v1/turn.pb-c.h"
@@ -35,7 +36,9 @@ typedef enum {
   THREADWIRE__V1__ENVELOPE__KIND__NOT_SET = 0,
   THREADWIRE__V1__ENVELOPE__KIND_REQUEST = 1,
   THREADWIRE__V1__ENVELOPE__KIND_RESPONSE = 2,
-  THREADWIRE__V1__ENVELOPE__KIND_NOTIFICATION = 3
+  THREADWIRE__V1__ENVELOPE__KIND_NOTIFICATION = 3,
+  THREADWIRE__V1__ENVELOPE__KIND_SERVER_REQUEST = 4,
+  THREADWIRE__V1__ENVELOPE__KIND_SERVER_REQUEST_ANSWER = 5
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__ENVELOPE__KIND__CASE)
 } Threadwire__V1__Envelope__KindCase;
 
@@ -56,6 +59,18 @@ struct  Threadwire__V1__Envelope
      * server -> client
      */
     Threadwire__V1__Notification *notification;
+    /*
+     * A call the server makes to a client (a tool run, an approval, a
+     * question); answered by a ServerRequestAnswer with the same id.
+     */
+    /*
+     * server -> client
+     */
+    Threadwire__V1__ServerRequest *server_request;
+    /*
+     * client -> server
+     */
+    Threadwire__V1__ServerRequestAnswer *server_request_answer;
   };
 };
 #define THREADWIRE__V1__ENVELOPE__INIT \
@@ -78,6 +93,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_SETTINGS_UPDATE = 28,
   THREADWIRE__V1__REQUEST__PARAMS_AGENT_SPAWN = 29,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_TURNS_LIST = 30,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_TOOLS_UPDATE = 31,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
@@ -123,6 +139,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadSettingsUpdateParams *thread_settings_update;
     Threadwire__V1__AgentSpawnParams *agent_spawn;
     Threadwire__V1__ThreadTurnsListParams *thread_turns_list;
+    Threadwire__V1__ThreadToolsUpdateParams *thread_tools_update;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
   };
@@ -147,6 +164,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_SETTINGS_UPDATE = 28,
   THREADWIRE__V1__RESPONSE__RESULT_AGENT_SPAWN = 29,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_TURNS_LIST = 30,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_TOOLS_UPDATE = 31,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
@@ -184,6 +202,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadSettingsUpdateResult *thread_settings_update;
     Threadwire__V1__ThreadLifecycleResult *agent_spawn;
     Threadwire__V1__ThreadTurnsListResult *thread_turns_list;
+    Threadwire__V1__ThreadToolsUpdateResult *thread_tools_update;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
   };
@@ -205,7 +224,8 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_TURN_COMPLETED = 21,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_STARTED = 22,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_COMPLETED = 23,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_AGENT_MESSAGE_DELTA = 24
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_AGENT_MESSAGE_DELTA = 24,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_SERVER_REQUEST_RESOLVED = 25
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -237,6 +257,12 @@ struct  Threadwire__V1__Notification
      * streams it; item/completed (sent after the last delta) is authoritative.
      */
     Threadwire__V1__ItemAgentMessageDeltaNotification *item_agent_message_delta;
+    /*
+     * "server_request/resolved": a server request this connection was sent
+     * is no longer pending (answered, timed out or withdrawn), or the answer
+     * this connection sent was not taken (answer_refused says why).
+     */
+    Threadwire__V1__ServerRequestResolvedNotification *server_request_resolved;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

@@ -72,10 +72,28 @@ struct  Threadwire__V1__Capabilities
    */
   size_t n_opt_out_notification_methods;
   char **opt_out_notification_methods;
+  /*
+   * The server requests this connection answers (see ServerRequest): the
+   * server asks only connections that declared the method, are subscribed to
+   * the thread, and act as the thread's principal.
+   * "item/tool/call": runs the thread's client tools.
+   */
+  protobuf_c_boolean has_client_tools;
+  protobuf_c_boolean client_tools;
+  /*
+   * "item/tool/request_approval": answers approval prompts.
+   */
+  protobuf_c_boolean has_approvals;
+  protobuf_c_boolean approvals;
+  /*
+   * "item/tool/request_user_input": answers the model's questions.
+   */
+  protobuf_c_boolean has_user_input;
+  protobuf_c_boolean user_input;
 };
 #define THREADWIRE__V1__CAPABILITIES__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__capabilities__descriptor) \
-    , 0,NULL }
+    , 0,NULL, 0, 0, 0, 0, 0, 0 }
 
 
 /*

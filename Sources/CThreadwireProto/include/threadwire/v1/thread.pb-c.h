@@ -27,6 +27,8 @@ typedef struct Threadwire__V1__ThreadResumeParams Threadwire__V1__ThreadResumePa
 typedef struct Threadwire__V1__ThreadForkParams Threadwire__V1__ThreadForkParams;
 typedef struct Threadwire__V1__ThreadReadParams Threadwire__V1__ThreadReadParams;
 typedef struct Threadwire__V1__ThreadReadResult Threadwire__V1__ThreadReadResult;
+typedef struct Threadwire__V1__ThreadToolsUpdateParams Threadwire__V1__ThreadToolsUpdateParams;
+typedef struct Threadwire__V1__ThreadToolsUpdateResult Threadwire__V1__ThreadToolsUpdateResult;
 typedef struct Threadwire__V1__ThreadTurnsListParams Threadwire__V1__ThreadTurnsListParams;
 typedef struct Threadwire__V1__ThreadTurnsListResult Threadwire__V1__ThreadTurnsListResult;
 typedef struct Threadwire__V1__ThreadListParams Threadwire__V1__ThreadListParams;
@@ -61,6 +63,17 @@ typedef enum _Threadwire__V1__ThreadStatusType {
   THREADWIRE__V1__THREAD_STATUS_TYPE__THREAD_STATUS_TYPE_SYSTEM_ERROR = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_STATUS_TYPE)
 } Threadwire__V1__ThreadStatusType;
+/*
+ * Why an active thread is not making progress on its own.
+ */
+typedef enum _Threadwire__V1__ThreadActiveFlag {
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_UNSPECIFIED = 0,
+  /*
+   * The turn waits for a client to run a client tool (item/tool/call).
+   */
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL = 1
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_ACTIVE_FLAG)
+} Threadwire__V1__ThreadActiveFlag;
 typedef enum _Threadwire__V1__ThreadSourceKind {
   THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED = 0,
   /*
@@ -108,10 +121,15 @@ struct  Threadwire__V1__ThreadStatus
   protobuf_c_boolean has_type;
   Threadwire__V1__ThreadStatusType type;
   char *active_turn_id;
+  /*
+   * ACTIVE only: what the turn waits for, if anything.
+   */
+  size_t n_active_flags;
+  Threadwire__V1__ThreadActiveFlag *active_flags;
 };
 #define THREADWIRE__V1__THREAD_STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_status__descriptor) \
-    , 0, THREADWIRE__V1__THREAD_STATUS_TYPE__THREAD_STATUS_TYPE_UNSPECIFIED, NULL }
+    , 0, THREADWIRE__V1__THREAD_STATUS_TYPE__THREAD_STATUS_TYPE_UNSPECIFIED, NULL, 0,NULL }
 
 
 struct  Threadwire__V1__ThreadSource
@@ -216,10 +234,21 @@ struct  Threadwire__V1__ThreadStartParams
   protobuf_c_boolean has_source;
   Threadwire__V1__ThreadSourceKind source;
   char *base_instructions;
+  /*
+   * Tools a client runs (item/tool/call), offered to the model beside the
+   * built-in ones. Each: a name of letters, digits, '_' and '-' (1..64) that
+   * no built-in tool has, unique in the list; a description; an object JSON
+   * Schema in parameters_json_schema (at most 16384 bytes); tool_namespace
+   * left empty. At most 64 tools. Stored with the thread, kept on resume and
+   * fork, and offered to its child agents. Invalid: INVALID_ARGUMENT naming
+   * the tool and what is wrong.
+   */
+  size_t n_client_tools;
+  Threadwire__V1__ToolSpec **client_tools;
 };
 #define THREADWIRE__V1__THREAD_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_start_params__descriptor) \
-    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL }
+    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL }
 
 
 /*
@@ -247,10 +276,15 @@ struct  Threadwire__V1__ThreadLifecycleResult
    * (sort_direction DESCENDING).
    */
   char *turns_next_cursor;
+  /*
+   * The thread's client tools.
+   */
+  size_t n_client_tools;
+  Threadwire__V1__ToolSpec **client_tools;
 };
 #define THREADWIRE__V1__THREAD_LIFECYCLE_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_lifecycle_result__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL }
 
 
 /*
@@ -332,10 +366,43 @@ struct  Threadwire__V1__ThreadReadResult
    * Present when older turns were left out.
    */
   char *turns_next_cursor;
+  /*
+   * The thread's client tools.
+   */
+  size_t n_client_tools;
+  Threadwire__V1__ToolSpec **client_tools;
 };
 #define THREADWIRE__V1__THREAD_READ_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_read_result__descriptor) \
-    , NULL, NULL, NULL }
+    , NULL, NULL, NULL, 0,NULL }
+
+
+/*
+ * Method "thread/tools/update": replaces a thread's client tools (rules as
+ * in thread/start) for its next model calls; a running turn's current call
+ * keeps what it was offered. Children spawned later get the new list.
+ */
+struct  Threadwire__V1__ThreadToolsUpdateParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  size_t n_client_tools;
+  Threadwire__V1__ToolSpec **client_tools;
+};
+#define THREADWIRE__V1__THREAD_TOOLS_UPDATE_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_tools_update_params__descriptor) \
+    , NULL, 0,NULL }
+
+
+struct  Threadwire__V1__ThreadToolsUpdateResult
+{
+  ProtobufCMessage base;
+  size_t n_client_tools;
+  Threadwire__V1__ToolSpec **client_tools;
+};
+#define THREADWIRE__V1__THREAD_TOOLS_UPDATE_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_tools_update_result__descriptor) \
+    , 0,NULL }
 
 
 /*
@@ -776,6 +843,44 @@ Threadwire__V1__ThreadReadResult *
 void   threadwire__v1__thread_read_result__free_unpacked
                      (Threadwire__V1__ThreadReadResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadToolsUpdateParams methods */
+void   threadwire__v1__thread_tools_update_params__init
+                     (Threadwire__V1__ThreadToolsUpdateParams         *message);
+size_t threadwire__v1__thread_tools_update_params__get_packed_size
+                     (const Threadwire__V1__ThreadToolsUpdateParams   *message);
+size_t threadwire__v1__thread_tools_update_params__pack
+                     (const Threadwire__V1__ThreadToolsUpdateParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_tools_update_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadToolsUpdateParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadToolsUpdateParams *
+       threadwire__v1__thread_tools_update_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_tools_update_params__free_unpacked
+                     (Threadwire__V1__ThreadToolsUpdateParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadToolsUpdateResult methods */
+void   threadwire__v1__thread_tools_update_result__init
+                     (Threadwire__V1__ThreadToolsUpdateResult         *message);
+size_t threadwire__v1__thread_tools_update_result__get_packed_size
+                     (const Threadwire__V1__ThreadToolsUpdateResult   *message);
+size_t threadwire__v1__thread_tools_update_result__pack
+                     (const Threadwire__V1__ThreadToolsUpdateResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_tools_update_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadToolsUpdateResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadToolsUpdateResult *
+       threadwire__v1__thread_tools_update_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_tools_update_result__free_unpacked
+                     (Threadwire__V1__ThreadToolsUpdateResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadTurnsListParams methods */
 void   threadwire__v1__thread_turns_list_params__init
                      (Threadwire__V1__ThreadTurnsListParams         *message);
@@ -1109,6 +1214,12 @@ typedef void (*Threadwire__V1__ThreadReadParams_Closure)
 typedef void (*Threadwire__V1__ThreadReadResult_Closure)
                  (const Threadwire__V1__ThreadReadResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadToolsUpdateParams_Closure)
+                 (const Threadwire__V1__ThreadToolsUpdateParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadToolsUpdateResult_Closure)
+                 (const Threadwire__V1__ThreadToolsUpdateResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadTurnsListParams_Closure)
                  (const Threadwire__V1__ThreadTurnsListParams *message,
                   void *closure_data);
@@ -1164,6 +1275,7 @@ typedef void (*Threadwire__V1__ThreadClosedNotification_Closure)
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_status_type__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__thread_active_flag__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_source_kind__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_sort_key__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__sort_direction__descriptor;
@@ -1176,6 +1288,8 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__de
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_tools_update_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_tools_update_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor;

@@ -15,6 +15,7 @@ PROTOBUF_C__BEGIN_DECLS
 #endif
 
 #include "threadwire/v1/multi_agent.pb-c.h"
+#include "threadwire/v1/server_request.pb-c.h"
 
 typedef struct Threadwire__V1__UserInput Threadwire__V1__UserInput;
 typedef struct Threadwire__V1__ThreadItem Threadwire__V1__ThreadItem;
@@ -56,9 +57,38 @@ typedef enum _Threadwire__V1__ItemType {
    * A collaboration tool call (spawn_agent, wait_agent, ...): tool_name,
    * tool_arguments (JSON), tool_output (JSON), receiver_thread_id.
    */
-  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_COLLAB_TOOL_CALL = 3
+  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_COLLAB_TOOL_CALL = 3,
+  /*
+   * A call of a client tool: tool_name, tool_arguments, tool_output,
+   * tool_source, status, duration_ms.
+   */
+  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__ITEM_TYPE)
 } Threadwire__V1__ItemType;
+/*
+ * Who runs a tool-call item's tool.
+ */
+typedef enum _Threadwire__V1__ToolSource {
+  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED = 0,
+  /*
+   * A client of the thread (client_tools), through item/tool/call.
+   */
+  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_CLIENT = 1
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__TOOL_SOURCE)
+} Threadwire__V1__ToolSource;
+typedef enum _Threadwire__V1__ItemStatus {
+  THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_UNSPECIFIED = 0,
+  THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_IN_PROGRESS = 1,
+  THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_COMPLETED = 2,
+  /*
+   * The tool ran and failed, its arguments did not fit its schema, or the
+   * turn ended first.
+   */
+  THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_FAILED = 3,
+  THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_DECLINED = 4,
+  THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_TIMED_OUT = 5
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__ITEM_STATUS)
+} Threadwire__V1__ItemStatus;
 typedef enum _Threadwire__V1__ContextRole {
   THREADWIRE__V1__CONTEXT_ROLE__CONTEXT_ROLE_UNSPECIFIED = 0,
   THREADWIRE__V1__CONTEXT_ROLE__CONTEXT_ROLE_SYSTEM = 1,
@@ -175,10 +205,22 @@ struct  Threadwire__V1__ThreadItem
    * The thread a collaboration tool call addressed or created.
    */
   char *receiver_thread_id;
+  /*
+   * ITEM_TYPE_TOOL_CALL only.
+   */
+  protobuf_c_boolean has_tool_source;
+  Threadwire__V1__ToolSource tool_source;
+  protobuf_c_boolean has_status;
+  Threadwire__V1__ItemStatus status;
+  /*
+   * From item/started to item/completed.
+   */
+  protobuf_c_boolean has_duration_ms;
+  uint64_t duration_ms;
 };
 #define THREADWIRE__V1__THREAD_ITEM__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_item__descriptor) \
-    , NULL, 0, THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED, NULL, NULL, NULL, NULL, NULL }
+    , NULL, 0, THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED, NULL, NULL, NULL, NULL, NULL, 0, THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED, 0, THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_UNSPECIFIED, 0, 0 }
 
 
 /*
@@ -219,10 +261,16 @@ struct  Threadwire__V1__ToolSpec
    * the model provider.
    */
   char *parameters_json_schema;
+  /*
+   * Client tools: whether a call needs an approval first (see approval
+   * policies). Absent: false.
+   */
+  protobuf_c_boolean has_requires_approval;
+  protobuf_c_boolean requires_approval;
 };
 #define THREADWIRE__V1__TOOL_SPEC__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__tool_spec__descriptor) \
-    , NULL, NULL, NULL, NULL }
+    , NULL, NULL, NULL, NULL, 0, 0 }
 
 
 /*
@@ -332,10 +380,21 @@ struct  Threadwire__V1__Turn
    */
   protobuf_c_boolean has_failure_reason;
   Threadwire__V1__TurnFailureReason failure_reason;
+  /*
+   * The server requests this turn waits for (while it is in progress).
+   */
+  size_t n_pending_requests;
+  Threadwire__V1__ServerRequest **pending_requests;
+  /*
+   * Never sent to clients: the model's outputs still to apply once the
+   * pending requests are answered (how a waiting turn survives a restart).
+   */
+  size_t n_deferred_outputs;
+  Threadwire__V1__ContextItem **deferred_outputs;
 };
 #define THREADWIRE__V1__TURN__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn__descriptor) \
-    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED }
+    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED, 0,NULL, 0,NULL }
 
 
 typedef enum {
@@ -869,6 +928,8 @@ typedef void (*Threadwire__V1__ItemCompletedNotification_Closure)
 
 extern const ProtobufCEnumDescriptor    threadwire__v1__turn_status__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__item_type__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__tool_source__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__item_status__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_role__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_kind__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__turn_failure_reason__descriptor;
