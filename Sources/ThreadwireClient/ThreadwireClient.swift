@@ -120,22 +120,48 @@ public final class ThreadwireClient: Sendable {
         try await channel.writeAndFlush(Wire.Envelope(kind: .serverRequestAnswer(answer)).serializedBytes()).get()
     }
 
-    /// Serves `item/tool/call` requests with `handler`, each on a task of its
-    /// own (a slow tool does not hold up the others), until the connection
-    /// closes. A handler that throws answers with status INTERNAL and the
-    /// error as the message. Declare `clientTools` in `initialize`.
+    /// What a client answers server requests with; a request of a kind with
+    /// no handler gets status UNIMPLEMENTED.
+    public struct ServerRequestHandlers: Sendable {
+        public var toolCall: (@Sendable (Wire.ServerRequest, Wire.ToolCallParams) async throws -> Wire.ToolCallResult)?
+        public var approval: (@Sendable (Wire.ServerRequest, Wire.ApprovalParams) async throws -> Wire.ApprovalResult)?
+        public var userInput: (@Sendable (Wire.ServerRequest, Wire.UserInputParams) async throws -> Wire.UserInputResult)?
+        public init(
+            toolCall: (@Sendable (Wire.ServerRequest, Wire.ToolCallParams) async throws -> Wire.ToolCallResult)? = nil,
+            approval: (@Sendable (Wire.ServerRequest, Wire.ApprovalParams) async throws -> Wire.ApprovalResult)? = nil,
+            userInput: (@Sendable (Wire.ServerRequest, Wire.UserInputParams) async throws -> Wire.UserInputResult)? = nil
+        ) {
+            self.toolCall = toolCall
+            self.approval = approval
+            self.userInput = userInput
+        }
+    }
+
+    /// Serves server requests with `handlers`, each on a task of its own (a
+    /// slow tool or a user thinking does not hold up the others), until the
+    /// connection closes. A handler that throws answers with status INTERNAL
+    /// and the error as the message. Declare the matching capabilities in
+    /// `initialize`. `serverRequests` has one reader: this task.
     @discardableResult
-    public func serveClientTools(_ handler: @escaping @Sendable (Wire.ServerRequest, Wire.ToolCallParams) async throws -> Wire.ToolCallResult) -> Task<Void, Never> {
+    public func serve(_ handlers: ServerRequestHandlers) -> Task<Void, Never> {
         let requests = serverRequests
         return Task {
             await withTaskGroup(of: Void.self) { group in
                 for await request in requests {
-                    guard case let .itemToolCall(call)? = request.params else { continue }
                     group.addTask {
-                        var answer = Wire.ServerRequestAnswer(id: request.id)
+                        var answer = Wire.ServerRequestAnswer(id: request.id, code: 0)
                         do {
-                            answer.code = 0
-                            answer.result = .itemToolCall(try await handler(request, call))
+                            switch request.params {
+                            case let .itemToolCall(call)? where handlers.toolCall != nil:
+                                answer.result = .itemToolCall(try await handlers.toolCall!(request, call))
+                            case let .itemToolRequestApproval(approval)? where handlers.approval != nil:
+                                answer.result = .itemToolRequestApproval(try await handlers.approval!(request, approval))
+                            case let .itemToolRequestUserInput(input)? where handlers.userInput != nil:
+                                answer.result = .itemToolRequestUserInput(try await handlers.userInput!(request, input))
+                            default:
+                                answer.code = 12
+                                answer.message = "this client has no handler for \(request.params?.methodName ?? "this request")"
+                            }
                         } catch {
                             answer.code = 13
                             answer.message = "\(error)"
@@ -145,6 +171,12 @@ public final class ThreadwireClient: Sendable {
                 }
             }
         }
+    }
+
+    /// Serves `item/tool/call` requests only (see `serve`).
+    @discardableResult
+    public func serveClientTools(_ handler: @escaping @Sendable (Wire.ServerRequest, Wire.ToolCallParams) async throws -> Wire.ToolCallResult) -> Task<Void, Never> {
+        serve(ServerRequestHandlers(toolCall: handler))
     }
 
     /// Sends one request and waits for its response (any status).

@@ -34,7 +34,13 @@ enum Mappings {
     static let itemType = EnumMapping<ItemType, Wire.ItemType>(pairs: [
         (.userMessage, .userMessage), (.agentMessage, .agentMessage), (.collabToolCall, .collabToolCall), (.toolCall, .toolCall),
     ])
-    static let toolSource = EnumMapping<ToolSource, Wire.ToolSource>(pairs: [(.client, .client)])
+    static let toolSource = EnumMapping<ToolSource, Wire.ToolSource>(pairs: [(.client, .client), (.mcp, .mcp), (.builtin, .builtin)])
+    static let approvalPolicy = EnumMapping<ApprovalPolicy, Wire.ApprovalPolicy>(pairs: [
+        (.never, .never), (.onRequest, .onRequest), (.always, .always),
+    ])
+    static let decision = EnumMapping<ApprovalDecision, Wire.ApprovalDecision>(pairs: [
+        (.approve, .approve), (.approveForTree, .approveForTree), (.decline, .decline), (.cancel, .cancel),
+    ])
     static let itemStatus = EnumMapping<ItemStatus, Wire.ItemStatus>(pairs: [
         (.inProgress, .inProgress), (.completed, .completed), (.failed, .failed), (.declined, .declined), (.timedOut, .timedOut),
     ])
@@ -44,6 +50,8 @@ enum Mappings {
     static func activeFlag(_ reason: WaitingReason) -> Wire.ThreadActiveFlag {
         switch reason {
         case .clientTool: return .waitingOnClientTool
+        case .approval: return .waitingOnApproval
+        case .userInput: return .waitingOnUserInput
         }
     }
     static let turnStatus = EnumMapping<TurnStatus, Wire.TurnStatus>(pairs: [
@@ -131,7 +139,7 @@ extension ItemRecord {
         Wire.ThreadItem(id: id, type: Mappings.itemType.wire(type), text: text, toolName: toolName,
                         toolArguments: toolArguments, toolOutput: toolOutput, receiverThreadId: receiverThreadID,
                         toolSource: toolSource.map(Mappings.toolSource.wire), status: status.map(Mappings.itemStatus.wire),
-                        durationMs: durationMs)
+                        durationMs: durationMs, toolServer: toolServer)
     }
 
     public init(wire: Wire.ThreadItem) {
@@ -143,6 +151,7 @@ extension ItemRecord {
         toolSource = Mappings.toolSource.domain(wire.toolSource)
         status = Mappings.itemStatus.domain(wire.status)
         durationMs = wire.durationMs
+        toolServer = wire.toolServer
     }
 }
 
@@ -226,7 +235,7 @@ extension ThreadSourceKind {
 extension ThreadSettingsView {
     public var wire: Wire.ThreadSettings {
         Wire.ThreadSettings(model: model, cwd: cwd, multiAgentMode: selectedMode?.wire,
-                            multiAgentRuntime: runtime?.wire ?? .unspecified)
+                            multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput)
     }
 }
 
@@ -249,7 +258,7 @@ extension ThreadView {
         Wire.ThreadLifecycleResult(
             thread: wire(baseInstructions: baseInstructions), model: record.model,
             multiAgentRuntime: record.runtime?.wire ?? .unspecified, multiAgentMode: record.selectedMode?.wire,
-            settings: settings.wire, clientTools: record.clientTools.map(\.wire))
+            settings: settings.wire, clientTools: record.clientTools.map(\.wire), approvalPolicy: record.approvalPolicy.wire)
     }
 }
 
@@ -260,21 +269,33 @@ extension ServerRequestRecord {
         switch kind {
         case let .toolCall(itemID, tool, arguments, callID):
             params = .itemToolCall(Wire.ToolCallParams(itemId: itemID, tool: tool, arguments: arguments, callId: callID))
+        case let .approval(itemID, tool, arguments, callID, source, server):
+            params = .itemToolRequestApproval(Wire.ApprovalParams(
+                itemId: itemID, tool: tool, arguments: arguments, callId: callID, source: Mappings.toolSource.wire(source), server: server))
+        case let .userInput(itemID, question, choices, callID):
+            params = .itemToolRequestUserInput(Wire.UserInputParams(itemId: itemID, question: question, choices: choices, callId: callID))
         }
         let left = now.map { UInt32(clamping: max(0, deadlineAt - $0)) }
         return Wire.ServerRequest(id: id, threadId: threadID, turnId: turnID, timeoutMs: left, deadlineAt: deadlineAt,
-                                  createdAt: createdAt, params: params)
+                                  createdAt: createdAt, rootThreadId: rootID, taskPath: taskPath, params: params)
     }
 
     /// nil for a stored request of a kind this server does not know.
     public init?(wire: Wire.ServerRequest, threadID: ThreadID) {
         guard let id = wire.id, let params = wire.params else { return nil }
+        let kind: Kind
         switch params {
         case let .itemToolCall(call):
-            self.init(id: id, threadID: threadID, turnID: wire.turnId ?? "",
-                      kind: .toolCall(itemID: call.itemId ?? "", tool: call.tool ?? "", arguments: call.arguments ?? "{}", callID: call.callId ?? ""),
-                      createdAt: wire.createdAt ?? 0, deadlineAt: wire.deadlineAt ?? 0)
+            kind = .toolCall(itemID: call.itemId ?? "", tool: call.tool ?? "", arguments: call.arguments ?? "{}", callID: call.callId ?? "")
+        case let .itemToolRequestApproval(approval):
+            guard let source = Mappings.toolSource.domain(approval.source) else { return nil }
+            kind = .approval(itemID: approval.itemId ?? "", tool: approval.tool ?? "", arguments: approval.arguments ?? "{}",
+                             callID: approval.callId ?? "", source: source, server: approval.server)
+        case let .itemToolRequestUserInput(input):
+            kind = .userInput(itemID: input.itemId ?? "", question: input.question ?? "", choices: input.choices, callID: input.callId ?? "")
         }
+        self.init(id: id, threadID: threadID, turnID: wire.turnId ?? "", kind: kind, createdAt: wire.createdAt ?? 0,
+                  deadlineAt: wire.deadlineAt ?? 0, rootID: wire.rootThreadId, taskPath: wire.taskPath)
     }
 }
 
@@ -289,9 +310,25 @@ extension ServerRequestAnswer {
         switch wire.result {
         case let .itemToolCall(result)?:
             self = .toolOutput(result.output ?? "", isError: result.isError ?? false)
+        case let .itemToolRequestApproval(result)?:
+            guard let decision = Mappings.decision.domain(result.decision) else {
+                throw AnswerRefusal(.pending, "an approval answer needs a decision (APPROVE, APPROVE_FOR_TREE, DECLINE or CANCEL)")
+            }
+            self = .approval(decision, reason: result.reason ?? "")
+        case let .itemToolRequestUserInput(result)?:
+            self = .userInput(result.answer ?? "")
         case nil:
             throw AnswerRefusal(.pending, "an answer with code 0 (OK) needs a result")
         }
+    }
+}
+
+extension ApprovalPolicy {
+    public var wire: Wire.ApprovalPolicy { Mappings.approvalPolicy.wire(self) }
+    /// nil for UNSPECIFIED or absent (keep the current policy).
+    public init?(wire: Wire.ApprovalPolicy?) {
+        guard let value = Mappings.approvalPolicy.domain(wire) else { return nil }
+        self = value
     }
 }
 

@@ -15,7 +15,7 @@ public enum ClientToolRules {
         if tools.count > maxTools {
             throw DomainError.invalidArgument("client_tools has \(tools.count) tools; at most \(maxTools) are allowed")
         }
-        let builtIn = Set((ToolCatalog.v1 + ToolCatalog.v2).map(\.name))
+        let builtIn = Set((ToolCatalog.v1 + ToolCatalog.v2).map(\.name) + [UserInputTool.name])
         var seen: Set<String> = []
         return try tools.enumerated().map { index, tool in
             let label = "client_tools[\(index)]"
@@ -171,4 +171,15 @@ extension LooseJSON {
         default: return 0
         }
     }
+}
+
+extension LooseJSON {
+    /// `text`'s members when it is a JSON object.
+    static func fields(_ text: String) -> [String: LooseJSON]? {
+        guard case let .object(members)? = try? JSONDecoder().decode(LooseJSON.self, from: Data(text.utf8)) else { return nil }
+        return members
+    }
+
+    var stringValue: String? { if case let .string(value) = self { value } else { nil } }
+    var arrayValue: [LooseJSON]? { if case let .array(items) = self { items } else { nil } }
 }

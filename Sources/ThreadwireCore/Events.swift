@@ -11,6 +11,10 @@ public enum ThreadStatus: Sendable, Equatable {
 public enum WaitingReason: String, Sendable, Equatable {
     /// A client to run a client tool (item/tool/call).
     case clientTool
+    /// A client's approval of a tool call (item/tool/request_approval).
+    case approval
+    /// The user's answer (item/tool/request_user_input).
+    case userInput
 }
 
 /// A thread's sticky next-turn settings as reported to clients.
@@ -19,6 +23,8 @@ public struct ThreadSettingsView: Sendable, Equatable {
     public var cwd: String
     public var selectedMode: MultiAgentMode?
     public var runtime: MultiAgentRuntime?
+    public var approvalPolicy: ApprovalPolicy = .never
+    public var userInput = false
 }
 
 /// A thread as reported to clients.
@@ -39,7 +45,8 @@ public struct ThreadView: Sendable, Equatable {
     }
 
     public var settings: ThreadSettingsView {
-        ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime)
+        ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime,
+                           approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled)
     }
 
     /// The model requests of a turn, materialised from the append-only history.

@@ -64,6 +64,12 @@ public struct ThreadRecord: Sendable, Equatable {
     public var principal: Principal = .standalone
     /// Tools a client of the thread runs (`item/tool/call`), validated by `ClientToolRules`.
     public var clientTools: [ToolSpec] = []
+    /// Which tool calls wait for an approval; a child starts with its parent's.
+    public var approvalPolicy: ApprovalPolicy = .never
+    /// Whether the model is offered request_user_input.
+    public var userInputEnabled = false
+    /// A root thread only: tools a client approved for the whole agent tree.
+    public var treeApprovals: [String] = []
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,
@@ -206,7 +212,16 @@ public enum TurnStatus: String, Sendable, CaseIterable { case inProgress, comple
 public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall, toolCall }
 
 /// Who runs a tool-call item's tool.
-public enum ToolSource: String, Sendable, CaseIterable { case client }
+public enum ToolSource: String, Sendable, CaseIterable, Codable { case client, mcp, builtin }
+
+/// Which tool calls of a thread wait for a client's approval before they run.
+public enum ApprovalPolicy: String, Sendable, CaseIterable, Codable {
+    case never
+    /// Tools marked as needing one (client tools, MCP servers so configured).
+    case onRequest = "on_request"
+    /// Every client and MCP tool.
+    case always
+}
 
 /// A tool-call item's progress.
 public enum ItemStatus: String, Sendable, CaseIterable { case inProgress, completed, failed, declined, timedOut }
@@ -223,6 +238,8 @@ public struct ItemRecord: Sendable, Equatable {
     public var toolSource: ToolSource?
     public var status: ItemStatus?
     public var durationMs: UInt64?
+    /// An MCP tool's server.
+    public var toolServer: String?
 
     public init(id: String = newID(), type: ItemType, text: String? = nil) {
         self.id = id

@@ -8,6 +8,25 @@ public struct ServerRequestRecord: Sendable, Equatable {
     public enum Kind: Sendable, Equatable {
         /// "item/tool/call": run client tool `tool` for tool-call item `itemID`.
         case toolCall(itemID: String, tool: String, arguments: String, callID: String)
+        /// "item/tool/request_approval": may tool-call item `itemID` run?
+        case approval(itemID: String, tool: String, arguments: String, callID: String, source: ToolSource, server: String?)
+        /// "item/tool/request_user_input": the model's question to the user.
+        case userInput(itemID: String, question: String, choices: [String], callID: String)
+
+        /// The tool-call item the request belongs to.
+        public var itemID: String {
+            switch self {
+            case let .toolCall(itemID, _, _, _), let .approval(itemID, _, _, _, _, _), let .userInput(itemID, _, _, _): return itemID
+            }
+        }
+
+        var waitingReason: WaitingReason {
+            switch self {
+            case .toolCall: return .clientTool
+            case .approval: return .approval
+            case .userInput: return .userInput
+            }
+        }
     }
 
     public var id: String
@@ -16,22 +35,41 @@ public struct ServerRequestRecord: Sendable, Equatable {
     public var kind: Kind
     public var createdAt: Millis
     public var deadlineAt: Millis
+    /// The root of the thread's agent tree, whose clients are asked too.
+    public var rootID: ThreadID
+    /// A V2 child's task path, so the root's clients can tell agents apart.
+    public var taskPath: String?
 
-    public init(id: String = newID(), threadID: ThreadID, turnID: TurnID, kind: Kind, createdAt: Millis, deadlineAt: Millis) {
+    public init(
+        id: String = newID(), threadID: ThreadID, turnID: TurnID, kind: Kind, createdAt: Millis, deadlineAt: Millis,
+        rootID: ThreadID? = nil, taskPath: String? = nil
+    ) {
         self.id = id
         self.threadID = threadID
         self.turnID = turnID
         self.kind = kind
         self.createdAt = createdAt
         self.deadlineAt = deadlineAt
+        self.rootID = rootID ?? threadID
+        self.taskPath = taskPath
     }
 
     /// The capability a connection declares to be sent this request.
     public var capability: ClientCapability {
         switch kind {
         case .toolCall: return .clientTools
+        case .approval: return .approvals
+        case .userInput: return .userInput
         }
     }
+}
+
+/// A client's decision on an approval request.
+public enum ApprovalDecision: String, Sendable, Equatable {
+    case approve
+    /// This call and every later call of the same tool in the agent tree.
+    case approveForTree = "approve_for_tree"
+    case decline, cancel
 }
 
 /// What a client can answer, declared in `initialize`.
@@ -43,8 +81,22 @@ public enum ClientCapability: String, Sendable, CaseIterable {
 public enum ServerRequestAnswer: Sendable, Equatable {
     /// The tool ran; `isError` when it failed.
     case toolOutput(String, isError: Bool)
+    /// An approval request's decision (`reason` read by the model on decline).
+    case approval(ApprovalDecision, reason: String)
+    /// The user's answer to a question.
+    case userInput(String)
     /// The client could not serve the request (a non-OK status).
     case failed(code: UInt32, message: String)
+
+    /// Whether this answers a request of `capability` (a failure answers any).
+    func fits(_ capability: ClientCapability) -> Bool {
+        switch self {
+        case .failed: return true
+        case .toolOutput: return capability == .clientTools
+        case .approval: return capability == .approvals
+        case .userInput: return capability == .userInput
+        }
+    }
 }
 
 /// How a server request stopped being pending.
@@ -75,9 +127,17 @@ final class PendingAnswers: Sendable {
         case answered(ServerRequestAnswer)
     }
     private let slots = Mutex<[String: Slot]>([:])
+    /// What each open request takes (an answer of another kind is refused).
+    private let expected = Mutex<[String: ClientCapability]>([:])
 
-    func register(_ id: String) {
-        slots.withLock { if $0[id] == nil { $0[id] = .open(nil) } }
+    func register(_ request: ServerRequestRecord) {
+        expected.withLock { $0[request.id] = request.capability }
+        slots.withLock { if $0[request.id] == nil { $0[request.id] = .open(nil) } }
+    }
+
+    /// The capability open request `id` takes (nil: not open here).
+    func capability(_ id: String) -> ClientCapability? {
+        expected.withLock { $0[id] }
     }
 
     func isPending(_ id: String) -> Bool {
@@ -93,6 +153,7 @@ final class PendingAnswers: Sendable {
             return .some(waiter)
         }
         guard let waiter else { return false }
+        expected.withLock { _ = $0.removeValue(forKey: id) }
         if let waiter {
             slots.withLock { _ = $0.removeValue(forKey: id) }
             waiter.resume(returning: answer)
@@ -136,6 +197,30 @@ final class PendingAnswers: Sendable {
             slots[id] = nil
             return waiter
         }
+        expected.withLock { _ = $0.removeValue(forKey: id) }
         waiter?.resume(returning: nil)
+    }
+}
+
+/// The pending requests of each agent tree, by root: a client that
+/// subscribes to a root is offered what the root's children wait for too
+/// (their approvals and questions go to the root's clients).
+final class TreeRequests: Sendable {
+    private let byRoot = Mutex<[ThreadID: [String: ServerRequestRecord]]>([:])
+
+    func add(_ request: ServerRequestRecord) {
+        byRoot.withLock { $0[request.rootID, default: [:]][request.id] = request }
+    }
+
+    func remove(_ request: ServerRequestRecord) {
+        byRoot.withLock { table in
+            table[request.rootID]?[request.id] = nil
+            if table[request.rootID]?.isEmpty == true { table[request.rootID] = nil }
+        }
+    }
+
+    /// Oldest first.
+    func requests(root: ThreadID) -> [ServerRequestRecord] {
+        byRoot.withLock { ($0[root].map { Array($0.values) } ?? []).sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) } }
     }
 }

@@ -132,7 +132,7 @@ extension StoredThread {
 
     var status: ThreadStatus {
         if let index = activeTurnIndex {
-            return .active(turns[index].id, waitingOn: turns[index].pendingRequests.isEmpty ? nil : .clientTool)
+            return .active(turns[index].id, waitingOn: turns[index].pendingRequests.first?.kind.waitingReason)
         }
         return .idle
     }

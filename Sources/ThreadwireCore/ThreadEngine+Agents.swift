@@ -82,6 +82,9 @@ extension ThreadEngine {
             child.baseInstructions = parent.record.baseInstructions
             // A child runs its parent's client tools (the tree's clients serve them).
             child.clientTools = parent.record.clientTools
+            // A child asks as its parent does (the root's clients answer); they may lower it on the child.
+            child.approvalPolicy = parent.record.approvalPolicy
+            child.userInputEnabled = parent.record.userInputEnabled
             child.nickname = Self.nicknames[siblings.count % Self.nicknames.count]
             // Inherited, never re-resolved: a V2 parent keeps a V2 child whatever the child's model says.
             child.runtime = RuntimeResolver.resolveAtLoad(

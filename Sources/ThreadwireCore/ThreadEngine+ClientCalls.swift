@@ -14,18 +14,72 @@ extension ThreadEngine {
         case waiting
     }
 
-    /// Client tools are offered with the empty namespace, so the model's call
-    /// of one is told apart from a built-in tool's by the offered spec.
-    static func clientTool(_ output: ModelOutput, offered: [ToolSpec]) -> ToolSpec? {
-        guard case let .toolCall(name, _, _) = output else { return nil }
-        return offered.first { $0.name == name && $0.namespace.isEmpty }
+    /// How a settled answer leaves the turn.
+    enum Settled {
+        /// The call's item is complete; the turn goes on.
+        case done(deferred: [ModelOutput], tools: [ToolSpec], runtime: MultiAgentRuntime?)
+        /// Another request now waits (an approved client tool's call).
+        case waiting
+        /// The turn no longer runs (cancelled, interrupted, or gone).
+        case stopped
     }
 
-    /// With no gate held: starts the model's call of client tool `spec`,
-    /// storing it as the turn's pending request together with the outputs of
-    /// the same model response that follow it (`deferred`).
+    /// The tools the model's call may be of that a client (or the user) serves.
+    static func externalTool(_ output: ModelOutput, offered: [ToolSpec]) -> ExternalTool? {
+        guard case let .toolCall(name, _, _) = output,
+              let spec = offered.first(where: { $0.name == name && $0.namespace.isEmpty }) else { return nil }
+        return name == UserInputTool.name ? .userInput : .client(spec)
+    }
+
+    /// Whether a call of `tool` by `record`'s thread waits for an approval:
+    /// its policy asks for it and no client approved the tool for the tree.
+    func approvalNeeded(_ record: ThreadRecord, _ tool: ExternalTool) async -> Bool {
+        switch record.approvalPolicy {
+        case .never: return false
+        case .onRequest: guard tool.requiresApproval else { return false }
+        case .always: guard tool.source != .builtin else { return false }
+        }
+        var root: ThreadRecord? = record
+        if record.sessionID != record.id {
+            root = directory.snapshot(record.sessionID)?.record
+            if root == nil { root = try? await store.threadRecord(record.sessionID) }
+        }
+        return !(root?.treeApprovals.contains(tool.spec.name) ?? false)
+    }
+
+    /// Who is asked: the thread's subscribers and its tree root's.
+    func requestRecipients(_ owner: ThreadOwner) -> [ConnectionID] {
+        let root = owner.current.record.sessionID
+        guard root != owner.id, let rootOwner = directory.existing(root) else { return owner.subscribers }
+        return Array(Set(owner.subscribers).union(rootOwner.subscribers))
+    }
+
+    func makeRequest(_ owner: ThreadOwner, turnID: TurnID, _ kind: ServerRequestRecord.Kind) -> ServerRequestRecord {
+        let now = nowMillis()
+        let record = owner.current.record
+        return ServerRequestRecord(threadID: owner.id, turnID: turnID, kind: kind, createdAt: now,
+                                   deadlineAt: now + Millis(owner.config.clientRequestTimeoutMs),
+                                   rootID: record.sessionID, taskPath: record.taskName)
+    }
+
+    /// Ready for answers before anyone is offered the request.
+    func expect(_ request: ServerRequestRecord) {
+        pendingAnswers.register(request)
+        treeRequests.add(request)
+    }
+
+    /// A request that was never stored: no answer is taken for it.
+    func forget(_ request: ServerRequestRecord) {
+        pendingAnswers.withdraw(request.id)
+        treeRequests.remove(request)
+    }
+
+    /// With no gate held: starts the model's call of `tool`, storing the
+    /// request the turn now waits for (an approval first when the policy
+    /// asks for one) together with the outputs of the same model response
+    /// that follow it (`deferred`).
     func startClientCall(
-        _ owner: ThreadOwner, turnID: TurnID, spec: ToolSpec, arguments: String, callID: String,
+        _ owner: ThreadOwner, turnID: TurnID, tool: ExternalTool, arguments: String, callID: String,
         deferred: ArraySlice<ModelOutput>, usage: TokenUsage?
     ) async -> ClientCallStart {
         await locked(owner) {
@@ -36,14 +90,15 @@ extension ThreadEngine {
             if let usage, !next.turns[at].modelRequests.isEmpty {
                 next.turns[at].modelRequests[next.turns[at].modelRequests.count - 1].usage = usage
             }
+            let spec = tool.spec
             var item = ItemRecord(type: .toolCall)
             item.toolName = spec.name
             item.toolArguments = arguments
-            item.toolSource = .client
+            item.toolSource = tool.source
             let call = ContextItem(role: .assistant, kind: .toolCall, text: arguments, toolName: spec.name, callID: callID)
             let first = next.history.count
             var deliveries: [Delivery] = []
-            let outcome: ClientCallStart
+            var request: ServerRequestRecord?
             if let fault = ClientToolRules.argumentFault(arguments, tool: spec) {
                 // The model reads what was wrong; no client is asked.
                 let output = jsonText(["error": fault])
@@ -53,105 +108,176 @@ extension ThreadEngine {
                 next.history += [call, ContextItem(role: .tool, kind: .toolOutput, text: output, toolName: spec.name, callID: callID)]
                 next.turns[at].items.append(item)
                 deliveries += itemEvents(owner, turnID: turnID, item)
-                outcome = .settled
             } else {
                 item.status = .inProgress
-                let now = nowMillis()
-                let request = ServerRequestRecord(
-                    threadID: owner.id, turnID: turnID,
-                    kind: .toolCall(itemID: item.id, tool: spec.name, arguments: arguments, callID: callID),
-                    createdAt: now, deadlineAt: now + Millis(owner.config.clientRequestTimeoutMs))
+                let kind: ServerRequestRecord.Kind
+                if await approvalNeeded(state.record, tool) {
+                    kind = .approval(itemID: item.id, tool: spec.name, arguments: arguments, callID: callID, source: tool.source, server: nil)
+                } else {
+                    kind = tool.firstRequest(itemID: item.id, arguments: arguments, callID: callID)
+                }
+                let pending = makeRequest(owner, turnID: turnID, kind)
+                request = pending
+                // Before the recipients are read: a root's subscriber that comes
+                // meanwhile is either one of them or finds it in `treeRequests`.
+                expect(pending)
                 next.history.append(call)
                 next.turns[at].items.append(item)
-                next.turns[at].pendingRequests = [request]
+                next.turns[at].pendingRequests = [pending]
                 next.turns[at].deferredOutputs = deferred.map(\.contextItem)
-                let recipients = owner.subscribers
                 deliveries += [
-                    Delivery(event: .itemStarted(owner.id, turnID, item), recipients: recipients),
-                    Delivery(event: .statusChanged(owner.id, .active(turnID, waitingOn: .clientTool)), recipients: recipients),
-                    Delivery(event: .serverRequest(request), recipients: recipients),
+                    Delivery(event: .itemStarted(owner.id, turnID, item), recipients: owner.subscribers),
+                    Delivery(event: .statusChanged(owner.id, .active(turnID, waitingOn: kind.waitingReason)), recipients: owner.subscribers),
+                    Delivery(event: .serverRequest(pending), recipients: requestRecipients(owner)),
                 ]
-                outcome = .waiting
             }
             do {
                 try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: Array(next.history[first...])),
                                                 .putTurn(next.turns[at])])
             } catch {
+                if let request { forget(request) }
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                 return .notRunning
             }
-            if case .waiting = outcome, let request = next.turns[at].pendingRequests.first {
-                // Registered before it is offered: an answer never finds nobody ready for it.
-                pendingAnswers.register(request.id)
-            }
             owner.publisher.ticket(deliveries).publish()
-            return outcome
+            return request == nil ? .settled : .waiting
         }
     }
 
-    /// Waits (no gate held) for the answer of the turn's pending request, or
-    /// its deadline, then records the output. Returns the outputs of the
-    /// model response still to apply and the tools that response was offered;
-    /// nil when the turn is no longer running (interrupted, or the process
-    /// is stopping, which leaves the request stored for the next one).
+    /// Waits (no gate held) for the answers the turn's pending requests get,
+    /// or their deadlines, until the call's item is complete. Returns the
+    /// outputs of the model response still to apply and the tools that
+    /// response was offered; nil when the turn is no longer running
+    /// (interrupted, cancelled, or the process is stopping, which leaves the
+    /// request stored for the next one).
     func finishClientCall(_ owner: ThreadOwner, turnID: TurnID) async -> (deferred: [ModelOutput], tools: [ToolSpec], runtime: MultiAgentRuntime?)? {
-        guard let snapshot = directory.snapshot(owner.id), let at = snapshot.activeTurnIndex, snapshot.turns[at].id == turnID,
-              let request = snapshot.turns[at].pendingRequests.first else { return nil }
-        pendingAnswers.register(request.id)
-        let left = max(0, request.deadlineAt - nowMillis())
-        let answer = await pendingAnswers.wait(request.id, until: .now + .milliseconds(left))
-        if Task.isCancelled { return nil }
-        return await locked(owner) {
-            guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID,
-                  state.turns[at].pendingRequests.first?.id == request.id,
-                  case let .toolCall(itemID, tool, _, callID) = request.kind else { return nil }
-            var next = state
-            let output: String
-            let status: ItemStatus
-            let outcome: ServerRequestOutcome
-            switch answer {
-            case nil:
-                let waited = max(0, request.deadlineAt - request.createdAt)
-                output = jsonText(["error": "the client tool \(tool) timed out: no client answered within \(waited) ms"])
-                status = .timedOut
-                outcome = .timedOut
-            case let .toolOutput(text, isError)?:
-                output = text
-                status = isError ? .failed : .completed
-                outcome = .answered
-            case let .failed(code, message)?:
-                output = jsonText(["error": "the client could not run \(tool) (status \(code)): \(message)"])
-                status = .failed
-                outcome = .answered
+        while true {
+            guard let snapshot = directory.snapshot(owner.id), let at = snapshot.activeTurnIndex, snapshot.turns[at].id == turnID,
+                  let request = snapshot.turns[at].pendingRequests.first else { return nil }
+            expect(request)
+            let left = max(0, request.deadlineAt - nowMillis())
+            let answer = await pendingAnswers.wait(request.id, until: .now + .milliseconds(left))
+            if Task.isCancelled { return nil }
+            if case .approval(.approveForTree, _)? = answer, case let .approval(_, tool, _, _, _, _) = request.kind {
+                // Before the call runs: a crash after it never asks the tree again for what a client allowed.
+                await grantForTree(root: request.rootID, tool: tool)
             }
-            var completed: ItemRecord?
-            if let index = next.turns[at].items.firstIndex(where: { $0.id == itemID }) {
-                next.turns[at].items[index].toolOutput = output
-                next.turns[at].items[index].status = status
-                next.turns[at].items[index].durationMs = UInt64(max(0, nowMillis() - request.createdAt))
-                completed = next.turns[at].items[index]
+            switch await settle(owner, turnID: turnID, request, answer) {
+            case let .done(deferred, tools, runtime): return (deferred, tools, runtime)
+            case .waiting: continue
+            case .stopped: return nil
             }
-            let first = next.history.count
-            next.history.append(ContextItem(role: .tool, kind: .toolOutput, text: output, toolName: tool, callID: callID))
-            let deferred = next.turns[at].deferredOutputs
-            next.turns[at].pendingRequests = []
-            next.turns[at].deferredOutputs = []
+        }
+    }
+
+    /// With the gate taken here: records `answer` (nil: the deadline passed)
+    /// of the turn's pending `request`.
+    func settle(_ owner: ThreadOwner, turnID: TurnID, _ request: ServerRequestRecord, _ answer: ServerRequestAnswer?) async -> Settled {
+        await owner.gate.lock()
+        var locked = true
+        defer { if locked { owner.gate.unlock() } }
+        treeRequests.remove(request)
+        guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID,
+              state.turns[at].pendingRequests.first?.id == request.id,
+              let index = state.turns[at].items.firstIndex(where: { $0.id == request.kind.itemID }) else { return .stopped }
+        var next = state
+        let resolved = Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, answer == nil ? .timedOut : .answered),
+                                recipients: requestRecipients(owner))
+
+        // An approved call goes on to whoever runs it.
+        if case let .approval(itemID, tool, arguments, callID, source, _) = request.kind, source == .client,
+           case let .approval(decision, _)? = answer, decision == .approve || decision == .approveForTree {
+            let call = makeRequest(owner, turnID: turnID, .toolCall(itemID: itemID, tool: tool, arguments: arguments, callID: callID))
+            next.turns[at].pendingRequests = [call]
+            // The item's duration counts the wait for the approval too.
+            next.turns[at].items[index].durationMs = UInt64(max(0, call.createdAt - request.createdAt))
+            expect(call)
             do {
-                try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
-                                                .putTurn(next.turns[at])])
+                try await install(owner, next, [.putTurn(next.turns[at])])
             } catch {
+                forget(call)
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
-                return nil
+                return .stopped
             }
-            let recipients = owner.subscribers
-            var deliveries: [Delivery] = []
-            if let completed { deliveries.append(Delivery(event: .itemCompleted(owner.id, turnID, completed), recipients: recipients)) }
-            deliveries += [
-                Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, outcome), recipients: recipients),
-                Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: recipients),
-            ]
+            owner.publisher.ticket([
+                resolved,
+                Delivery(event: .statusChanged(owner.id, .active(turnID, waitingOn: .clientTool)), recipients: owner.subscribers),
+                Delivery(event: .serverRequest(call), recipients: requestRecipients(owner)),
+            ]).publish()
+            return .waiting
+        }
+
+        let (output, status) = Self.outcome(of: request, answer, waited: max(0, request.deadlineAt - request.createdAt))
+        next.turns[at].items[index].toolOutput = output
+        next.turns[at].items[index].status = status
+        next.turns[at].items[index].durationMs = (next.turns[at].items[index].durationMs ?? 0) + UInt64(max(0, nowMillis() - request.createdAt))
+        let completed = next.turns[at].items[index]
+        let (tool, callID) = request.kind.toolAndCall
+        let first = next.history.count
+        next.history.append(ContextItem(role: .tool, kind: .toolOutput, text: output, toolName: tool, callID: callID))
+        let deferred = next.turns[at].deferredOutputs
+        next.turns[at].pendingRequests = []
+        next.turns[at].deferredOutputs = []
+        do {
+            try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
+                                            .putTurn(next.turns[at])])
+        } catch {
+            await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+            return .stopped
+        }
+        var deliveries = [Delivery(event: .itemCompleted(owner.id, turnID, completed), recipients: owner.subscribers), resolved]
+        if case .approval(.cancel, _)? = answer {
+            // The model never reads the refusal: the turn ends here.
+            let ended = try? await endActiveTurn(owner, status: .interrupted, error: "cancelled: a client refused to run \(tool) and cancelled the turn")
             owner.publisher.ticket(deliveries).publish()
-            return (deferred.compactMap(\.modelOutput), next.turns[at].modelRequests.last?.tools ?? [], next.record.runtime)
+            ended?.publish()
+            owner.gate.unlock()
+            locked = false
+            return .stopped
+        }
+        deliveries.append(Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers))
+        owner.publisher.ticket(deliveries).publish()
+        return .done(deferred: deferred.compactMap(\.modelOutput), tools: next.turns[at].modelRequests.last?.tools ?? [],
+                     runtime: next.record.runtime)
+    }
+
+    /// What the model reads, and the item's status, for `request`'s answer.
+    static func outcome(of request: ServerRequestRecord, _ answer: ServerRequestAnswer?, waited: Millis) -> (String, ItemStatus) {
+        switch (request.kind, answer) {
+        case let (.toolCall(_, tool, _, _), nil):
+            return (jsonText(["error": "the client tool \(tool) timed out: no client answered within \(waited) ms"]), .timedOut)
+        case (.userInput, nil):
+            return (jsonText(["error": "the user did not answer within \(waited) ms"]), .timedOut)
+        case let (.approval(_, tool, _, _, _, _), nil):
+            return (jsonText(["error": "\(tool) did not run: no client approved it within \(waited) ms"]), .timedOut)
+        case let (_, .toolOutput(text, isError)?):
+            return (text, isError ? .failed : .completed)
+        case let (_, .userInput(text)?):
+            return (jsonText(["answer": text]), .completed)
+        case let (.approval(_, tool, _, _, _, _), .approval(decision, reason)?):
+            let why = reason.isEmpty ? "" : ": \(reason)"
+            let verb = decision == .cancel ? "cancelled the turn instead of running" : "declined to run"
+            return (jsonText(["error": "the user \(verb) \(tool)\(why)"]), .declined)
+        case let (.approval(_, tool, _, _, _, _), .failed(code, message)?):
+            return (jsonText(["error": "\(tool) did not run: the client could not ask for an approval (status \(code)): \(message)"]), .declined)
+        case let (.userInput, .failed(code, message)?):
+            return (jsonText(["error": "the client could not ask the user (status \(code)): \(message)"]), .failed)
+        case let (.toolCall(_, tool, _, _), .failed(code, message)?):
+            return (jsonText(["error": "the client could not run \(tool) (status \(code)): \(message)"]), .failed)
+        case (_, .approval?):
+            // `PendingAnswers` takes only answers that fit the request.
+            return (jsonText(["error": "an approval answered a request that was not one"]), .failed)
+        }
+    }
+
+    /// Records that a client approved `tool` for the rest of root's agent tree.
+    func grantForTree(root: ThreadID, tool: String) async {
+        _ = try? await withOwner(root) { rootOwner in
+            defer { scheduleUnloadIfIdle(rootOwner) }
+            guard !rootOwner.current.record.treeApprovals.contains(tool) else { return }
+            var next = rootOwner.current
+            next.record.treeApprovals.append(tool)
+            try await install(rootOwner, next, [.putThread(next.record.bumped())])
         }
     }
 
@@ -159,6 +285,9 @@ extension ThreadEngine {
     /// first answer counts; the turn records it (and the answering
     /// connection hears server_request/resolved) once it is committed.
     public func answerServerRequest(threadID: ThreadID, requestID: String, _ answer: ServerRequestAnswer) throws(AnswerRefusal) {
+        if let expected = pendingAnswers.capability(requestID), !answer.fits(expected) {
+            throw AnswerRefusal(.pending, "request \(requestID) is \(expected.method) and this answer's result is for another method; it still waits for an answer")
+        }
         guard pendingAnswers.resolve(requestID, answer) else {
             throw AnswerRefusal(nil, "request \(requestID) is no longer pending (answered, timed out or withdrawn); this answer changed nothing")
         }
@@ -175,8 +304,7 @@ extension ThreadEngine {
     static func abandonPendingRequests(_ turn: inout TurnRecord, reason: String) -> [ServerRequestRecord] {
         let abandoned = turn.pendingRequests
         for request in abandoned {
-            guard case let .toolCall(itemID, _, _, _) = request.kind,
-                  let index = turn.items.firstIndex(where: { $0.id == itemID }) else { continue }
+            guard let index = turn.items.firstIndex(where: { $0.id == request.kind.itemID }) else { continue }
             turn.items[index].status = .failed
             turn.items[index].toolOutput = jsonText(["error": reason])
         }
@@ -217,6 +345,70 @@ extension ContextItem {
         case .assistantMessage: return .message(text)
         case .toolCall: return .toolCall(name: toolName ?? "", arguments: text, callID: callID ?? "")
         default: return nil
+        }
+    }
+}
+
+/// A tool whose calls someone other than the server runs or answers.
+enum ExternalTool: Sendable {
+    case client(ToolSpec)
+    case userInput
+
+    var spec: ToolSpec {
+        switch self {
+        case let .client(spec): return spec
+        case .userInput: return UserInputTool.spec
+        }
+    }
+
+    var source: ToolSource {
+        switch self {
+        case .client: return .client
+        case .userInput: return .builtin
+        }
+    }
+
+    var requiresApproval: Bool { spec.requiresApproval }
+
+    /// The request a call starts with when no approval comes first.
+    func firstRequest(itemID: String, arguments: String, callID: String) -> ServerRequestRecord.Kind {
+        switch self {
+        case let .client(spec):
+            return .toolCall(itemID: itemID, tool: spec.name, arguments: arguments, callID: callID)
+        case .userInput:
+            let fields = LooseJSON.fields(arguments)
+            return .userInput(itemID: itemID, question: fields?["question"]?.stringValue ?? "",
+                              choices: fields?["choices"]?.arrayValue?.compactMap(\.stringValue) ?? [], callID: callID)
+        }
+    }
+}
+
+/// The built-in tool the model asks the user with (enabled per thread).
+public enum UserInputTool {
+    public static let name = "request_user_input"
+    public static let spec = ToolSpec(
+        name: name, namespace: "",
+        description: "Ask the user a question and wait for the answer. Use it only for a decision or information that only the user has.",
+        parametersSchema: #"{"type":"object","properties":{"question":{"type":"string","minLength":1,"maxLength":4000},"choices":{"type":"array","items":{"type":"string"},"maxItems":16}},"required":["question"],"additionalProperties":false}"#)
+}
+
+extension ServerRequestRecord.Kind {
+    /// The called tool's name and the model's call id.
+    var toolAndCall: (tool: String, callID: String) {
+        switch self {
+        case let .toolCall(_, tool, _, callID), let .approval(_, tool, _, callID, _, _): return (tool, callID)
+        case let .userInput(_, _, _, callID): return (UserInputTool.name, callID)
+        }
+    }
+}
+
+extension ClientCapability {
+    /// The server request method a capability answers.
+    var method: String {
+        switch self {
+        case .clientTools: return "item/tool/call"
+        case .approvals: return "item/tool/request_approval"
+        case .userInput: return "item/tool/request_user_input"
         }
     }
 }

@@ -17,6 +17,8 @@ extension ThreadEngine {
         public var principal: Principal = .standalone
         /// Checked by `ClientToolRules`.
         public var clientTools: [ToolSpec] = []
+        public var approvalPolicy: ApprovalPolicy?
+        public var userInput = false
         public init() {}
     }
 
@@ -36,6 +38,8 @@ extension ThreadEngine {
         record.runtime = request.review ? .disabled : RuntimeResolver.resolveAtLoad(inherited: nil, recorded: nil, origin: .new)
         record.principal = request.principal
         record.clientTools = clientTools
+        record.approvalPolicy = request.approvalPolicy ?? .never
+        record.userInputEnabled = request.userInput
         let fence = try await claimNewTree(id)
         try await commitCreation(record.principal, [.putThread(record)], fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
@@ -49,8 +53,10 @@ extension ThreadEngine {
             owner.subscribe(connection)
             owner.cancelUnload()
             var deliveries: [Delivery] = []
-            // What the turn waits for is offered to the new subscriber too.
-            for request in pendingRequests(owner.current) {
+            // What the turn waits for is offered to the new subscriber too,
+            // and at a root, what its children wait for.
+            var offered = Set<String>()
+            for request in pendingRequests(owner.current) + treeRequests.requests(root: id) where offered.insert(request.id).inserted {
                 deliveries.append(Delivery(event: .serverRequest(request), recipients: [connection]))
             }
             if let model, model != owner.current.record.model {
@@ -133,6 +139,8 @@ extension ThreadEngine {
         public var model: String?
         public var cwd: String?
         public var mode: ModeUpdate = .keep
+        public var approvalPolicy: ApprovalPolicy?
+        public var userInput: Bool?
         public init() {}
     }
 
@@ -148,6 +156,8 @@ extension ThreadEngine {
             if let model { next.record.model = model }
             if let cwd { next.record.cwd = cwd }
             next.record.selectedMode = update.mode.applied(to: next.record.selectedMode)
+            if let policy = update.approvalPolicy { next.record.approvalPolicy = policy }
+            if let userInput = update.userInput { next.record.userInputEnabled = userInput }
             let changed = next.record != owner.current.record
             var deliveries: [Delivery] = []
             if changed {
@@ -162,6 +172,8 @@ extension ThreadEngine {
         public var input: [String]
         public var model: String?
         public var mode: ModeUpdate = .keep
+        /// Sticky, like `model`.
+        public var approvalPolicy: ApprovalPolicy?
         public init(input: [String]) { self.input = input }
     }
 

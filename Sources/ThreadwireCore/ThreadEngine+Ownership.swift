@@ -138,7 +138,7 @@ extension ThreadEngine {
             if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }
         }
         if let waiting, !stopping.load(ordering: .acquiring) {
-            for request in pendingRequests(stored) { pendingAnswers.register(request.id) }
+            for request in pendingRequests(stored) { expect(request) }
             owner.runner = tasks.spawn { [self] in await runTurn(owner, turnID: waiting, resuming: true) }
         }
     }

@@ -27,7 +27,9 @@ extension ThreadEngine {
         var next = current
         if let model = try nonEmpty(request.model, field: "model") { next.record.model = model }
         next.record.selectedMode = request.mode.applied(to: next.record.selectedMode)
+        if let policy = request.approvalPolicy { next.record.approvalPolicy = policy }
         let settingsChanged = next.record.model != current.record.model || next.record.selectedMode != current.record.selectedMode
+            || next.record.approvalPolicy != current.record.approvalPolicy
 
         // Set once, at the first turn: the catalog selector of this turn's model, else flags.
         let runtime = next.record.runtime ?? RuntimeResolver.resolveAtFirstTurn(
@@ -108,6 +110,7 @@ extension ThreadEngine {
                 let tools = ToolCatalog.offered(
                     runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
                     source: state.record.source) + state.record.clientTools
+                    + (state.record.userInputEnabled ? [UserInputTool.spec] : [])
                 let ref = ModelRequestRecord(model: state.record.model, contextCount: state.history.count, tools: tools)
                 var next = state
                 next.turns[index].modelRequests.append(ref)
@@ -162,13 +165,13 @@ extension ThreadEngine {
                   let tool = ToolCatalog.offeredDefinition(name, runtime: runtime, offered: tools), tool.phase == .beforeCommit else { return nil }
             return tool
         }
-        let startsStep = { (output: ModelOutput) in runsBeforeCommit(output) != nil || Self.clientTool(output, offered: tools) != nil }
+        let startsStep = { (output: ModelOutput) in runsBeforeCommit(output) != nil || Self.externalTool(output, offered: tools) != nil }
         var usage = usage
         var start = outputs.startIndex
         while start < outputs.endIndex {
-            if let spec = Self.clientTool(outputs[start], offered: tools), case let .toolCall(_, arguments, callID) = outputs[start] {
+            if let tool = Self.externalTool(outputs[start], offered: tools), case let .toolCall(_, arguments, callID) = outputs[start] {
                 let started = await startClientCall(
-                    owner, turnID: turnID, spec: spec, arguments: arguments, callID: callID, deferred: outputs[(start + 1)...], usage: usage)
+                    owner, turnID: turnID, tool: tool, arguments: arguments, callID: callID, deferred: outputs[(start + 1)...], usage: usage)
                 usage = nil
                 switch started {
                 case .notRunning: return false
@@ -306,10 +309,11 @@ extension ThreadEngine {
         var deliveries: [Delivery] = []
         for request in withdrawn {
             pendingAnswers.withdraw(request.id)
-            if case let .toolCall(itemID, _, _, _) = request.kind, let item = next.turns[index].items.first(where: { $0.id == itemID }) {
+            treeRequests.remove(request)
+            if let item = next.turns[index].items.first(where: { $0.id == request.kind.itemID }) {
                 deliveries.append(Delivery(event: .itemCompleted(owner.id, next.turns[index].id, item), recipients: owner.subscribers))
             }
-            deliveries.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: owner.subscribers))
+            deliveries.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: requestRecipients(owner)))
         }
         return owner.publisher.ticket(deliveries + afterFinish(owner, next.turns[index]))
     }

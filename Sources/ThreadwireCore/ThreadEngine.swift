@@ -35,6 +35,8 @@ public final class ThreadEngine: Sendable {
     let knownOwners: KnownOwners
     /// Answers of server requests (client tools), by request id.
     let pendingAnswers = PendingAnswers()
+    /// Pending requests by agent tree root, offered to a root's new subscriber.
+    let treeRequests = TreeRequests()
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,

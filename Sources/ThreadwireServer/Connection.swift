@@ -295,8 +295,8 @@ final class Connection: ReadGate, Sendable {
             guard let session = state.machine.session, !state.machine.isClosing, !session.peer else { return false }
             return session.capabilities.contains(request.capability)
         }
-        guard eligible else { return }
-        offered.withLockedValue { $0[request.id] = request.threadID }
+        // Once per connection, however many paths offer it (a live request and a new subscription can meet).
+        guard eligible, offered.withLockedValue({ $0.updateValue(request.threadID, forKey: request.id) == nil }) else { return }
         let envelope = Wire.Envelope(kind: .serverRequest(request.wire(now: nowMillis())))
         switch envelope.frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
         case let .framed(frame):

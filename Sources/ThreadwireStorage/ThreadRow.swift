@@ -38,6 +38,9 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             var requires_approval: Bool?
         }
         var client_tools: [Tool]?
+        var approval_policy: ApprovalPolicy?
+        var user_input: Bool?
+        var tree_approvals: [String]?
     }
 
     public init(_ r: ThreadRecord) throws {
@@ -53,7 +56,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         let tools = ToolSettings(client_tools: r.clientTools.isEmpty ? nil : r.clientTools.map {
             ToolSettings.Tool(name: $0.name, description: $0.description, parameters_json_schema: $0.parametersSchema,
                               requires_approval: $0.requiresApproval ? true : nil)
-        })
+        }, approval_policy: r.approvalPolicy == .never ? nil : r.approvalPolicy, user_input: r.userInputEnabled ? true : nil,
+           tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals)
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
@@ -108,6 +112,9 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
                 ToolSpec(name: $0.name, namespace: "", description: $0.description, parametersSchema: $0.parameters_json_schema,
                          requiresApproval: $0.requires_approval ?? false)
             }
+            record.approvalPolicy = tools.approval_policy ?? .never
+            record.userInputEnabled = tools.user_input ?? false
+            record.treeApprovals = tools.tree_approvals ?? []
         } catch {
             throw StoreError.unavailable("thread \(id) has unreadable tool_settings: \(error)")
         }

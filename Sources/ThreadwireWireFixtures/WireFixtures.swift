@@ -101,6 +101,39 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ApprovalParams(_ variant: Int) -> Wire.ApprovalParams {
+        var message = Wire.ApprovalParams()
+        message.itemId = "item_id héllo ✓ 0"
+        message.tool = "tool héllo ✓ 0"
+        message.arguments = "arguments héllo ✓ 0"
+        message.callId = "call_id héllo ✓ 0"
+        message.source = Wire.ToolSource.builtin
+        message.server = "server héllo ✓ 0"
+        return message
+    }
+
+    public static func ApprovalResult(_ variant: Int) -> Wire.ApprovalResult {
+        var message = Wire.ApprovalResult()
+        message.decision = Wire.ApprovalDecision.cancel
+        message.reason = "reason héllo ✓ 0"
+        return message
+    }
+
+    public static func UserInputParams(_ variant: Int) -> Wire.UserInputParams {
+        var message = Wire.UserInputParams()
+        message.itemId = "item_id héllo ✓ 0"
+        message.question = "question héllo ✓ 0"
+        message.choices = ["choices héllo ✓ 1", "choices héllo ✓ 2"]
+        message.callId = "call_id héllo ✓ 0"
+        return message
+    }
+
+    public static func UserInputResult(_ variant: Int) -> Wire.UserInputResult {
+        var message = Wire.UserInputResult()
+        message.answer = "answer héllo ✓ 0"
+        return message
+    }
+
     public static func ServerRequest(_ variant: Int) -> Wire.ServerRequest {
         var message = Wire.ServerRequest()
         message.id = "id héllo ✓ 0"
@@ -109,8 +142,12 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000004)
         message.deadlineAt = Int64(-1700000000005)
         message.createdAt = Int64(-1700000000006)
-        switch variant % 1 {
-        default: message.params = .itemToolCall(ToolCallParams(0))
+        message.rootThreadId = "root_thread_id héllo ✓ 0"
+        message.taskPath = "task_path héllo ✓ 0"
+        switch variant % 3 {
+        case 0: message.params = .itemToolCall(ToolCallParams(0))
+        case 1: message.params = .itemToolRequestApproval(ApprovalParams(0))
+        default: message.params = .itemToolRequestUserInput(UserInputParams(0))
         }
         return message
     }
@@ -120,8 +157,10 @@ public enum WireFixtures {
         message.id = "id héllo ✓ 0"
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 1 {
-        default: message.result = .itemToolCall(ToolCallResult(0))
+        switch variant % 3 {
+        case 0: message.result = .itemToolCall(ToolCallResult(0))
+        case 1: message.result = .itemToolRequestApproval(ApprovalResult(0))
+        default: message.result = .itemToolRequestUserInput(UserInputResult(0))
         }
         return message
     }
@@ -141,6 +180,8 @@ public enum WireFixtures {
         message.cwd = "cwd héllo ✓ 0"
         message.multiAgentMode = Wire.MultiAgentMode.proactive
         message.multiAgentRuntime = Wire.MultiAgentRuntime.v2
+        message.approvalPolicy = Wire.ApprovalPolicy.always
+        message.userInput = true
         return message
     }
 
@@ -149,6 +190,8 @@ public enum WireFixtures {
         message.threadId = "thread_id héllo ✓ 0"
         message.model = "model héllo ✓ 0"
         message.cwd = "cwd héllo ✓ 0"
+        message.approvalPolicy = Wire.ApprovalPolicy.always
+        message.userInput = true
         switch variant % 2 {
         case 0: message.multiAgentModeUpdate = .multiAgentMode(Wire.MultiAgentMode.proactive)
         default: message.multiAgentModeUpdate = .clearMultiAgentMode(true)
@@ -188,9 +231,10 @@ public enum WireFixtures {
         message.toolArguments = "tool_arguments héllo ✓ 0"
         message.toolOutput = "tool_output héllo ✓ 0"
         message.receiverThreadId = "receiver_thread_id héllo ✓ 0"
-        message.toolSource = Wire.ToolSource.client
+        message.toolSource = Wire.ToolSource.builtin
         message.status = Wire.ItemStatus.timedOut
         message.durationMs = UInt64(9223372036854775818)
+        message.toolServer = "tool_server héllo ✓ 0"
         return message
     }
 
@@ -262,6 +306,7 @@ public enum WireFixtures {
         message.threadId = "thread_id héllo ✓ 0"
         message.input = [UserInput(0), UserInput(0)]
         message.model = "model héllo ✓ 0"
+        message.approvalPolicy = Wire.ApprovalPolicy.always
         switch variant % 2 {
         case 0: message.multiAgentModeUpdate = .multiAgentMode(Wire.MultiAgentMode.proactive)
         default: message.multiAgentModeUpdate = .clearMultiAgentMode(true)
@@ -330,7 +375,7 @@ public enum WireFixtures {
         var message = Wire.ThreadStatus()
         message.type = Wire.ThreadStatusType.systemError
         message.activeTurnId = "active_turn_id héllo ✓ 0"
-        message.activeFlags = [Wire.ThreadActiveFlag.waitingOnClientTool, Wire.ThreadActiveFlag.waitingOnClientTool]
+        message.activeFlags = [Wire.ThreadActiveFlag.waitingOnUserInput, Wire.ThreadActiveFlag.waitingOnUserInput]
         return message
     }
 
@@ -375,6 +420,8 @@ public enum WireFixtures {
         message.source = Wire.ThreadSourceKind.imported
         message.baseInstructions = "base_instructions héllo ✓ 0"
         message.clientTools = [ToolSpec(0), ToolSpec(0)]
+        message.approvalPolicy = Wire.ApprovalPolicy.always
+        message.userInput = true
         return message
     }
 
@@ -387,6 +434,7 @@ public enum WireFixtures {
         message.settings = ThreadSettings(0)
         message.turnsNextCursor = "turns_next_cursor héllo ✓ 0"
         message.clientTools = [ToolSpec(0), ToolSpec(0)]
+        message.approvalPolicy = Wire.ApprovalPolicy.always
         return message
     }
 
@@ -645,8 +693,16 @@ public enum WireFixtures {
         ("KeyValue#0", { try roundTrip(KeyValue(0)) }),
         ("ToolCallParams#0", { try roundTrip(ToolCallParams(0)) }),
         ("ToolCallResult#0", { try roundTrip(ToolCallResult(0)) }),
+        ("ApprovalParams#0", { try roundTrip(ApprovalParams(0)) }),
+        ("ApprovalResult#0", { try roundTrip(ApprovalResult(0)) }),
+        ("UserInputParams#0", { try roundTrip(UserInputParams(0)) }),
+        ("UserInputResult#0", { try roundTrip(UserInputResult(0)) }),
         ("ServerRequest#0", { try roundTrip(ServerRequest(0)) }),
+        ("ServerRequest#1", { try roundTrip(ServerRequest(1)) }),
+        ("ServerRequest#2", { try roundTrip(ServerRequest(2)) }),
         ("ServerRequestAnswer#0", { try roundTrip(ServerRequestAnswer(0)) }),
+        ("ServerRequestAnswer#1", { try roundTrip(ServerRequestAnswer(1)) }),
+        ("ServerRequestAnswer#2", { try roundTrip(ServerRequestAnswer(2)) }),
         ("ServerRequestResolvedNotification#0", { try roundTrip(ServerRequestResolvedNotification(0)) }),
         ("ThreadSettings#0", { try roundTrip(ThreadSettings(0)) }),
         ("ThreadSettingsUpdateParams#0", { try roundTrip(ThreadSettingsUpdateParams(0)) }),

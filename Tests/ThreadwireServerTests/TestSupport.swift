@@ -75,9 +75,9 @@ extension ThreadwireClient {
 
     /// Starts a turn and returns its id (the turn runs on after the response).
     func startTurn(_ threadID: String, _ text: String, model: String? = nil,
-                   mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil) async throws -> String {
+                   mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil) async throws -> String {
         let params = Wire.TurnStartParams(threadId: threadID, input: [Wire.UserInput(content: .text(text))], model: model,
-                                          multiAgentModeUpdate: mode)
+                                          approvalPolicy: approvalPolicy, multiAgentModeUpdate: mode)
         guard case let .turnStart(result) = try await result(.turnStart(params)), let id = result.turn?.id else {
             throw TestTimeout(description: "bad result")
         }

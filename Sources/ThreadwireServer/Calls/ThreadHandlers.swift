@@ -28,6 +28,8 @@ enum ThreadHandlers {
         }
         request.principal = call.principal
         request.clientTools = p.clientTools.map(ToolSpec.init(wire:))
+        request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
+        request.userInput = p.userInput ?? false
         let outcome = try await call.engine.startThread(request, connection: call.connection.id)
         let base = call.baseInstructions(outcome.value.record)
         return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)
@@ -155,6 +157,8 @@ enum ThreadHandlers {
         case let .multiAgentMode(mode)?: update.mode = try MethodTable.modeUpdate(.multiAgentMode(mode), field: "thread/settings/update")
         case let .clearMultiAgentMode(clear)?: update.mode = try MethodTable.modeUpdate(.clearMultiAgentMode(clear), field: "thread/settings/update")
         }
+        update.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
+        update.userInput = p.userInput
         let outcome = try await call.engine.updateSettings(try call.target(), update)
         return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
             settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
@@ -189,6 +193,7 @@ enum TurnHandlers {
         })
         request.model = p.model
         request.mode = try MethodTable.modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
+        request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
         let outcome = try await call.engine.startTurn(try call.target(), request, connection: call.connection.id)
         return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())), carrying: outcome)
     }

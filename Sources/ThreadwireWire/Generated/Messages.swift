@@ -57,6 +57,46 @@ extension Wire {
 }
 
 extension Wire {
+  public enum ToolSource: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case client = 1
+    case mcp = 2
+    case builtin = 3
+
+    public static let protoName = "threadwire.v1.ToolSource"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "TOOL_SOURCE_UNSPECIFIED"
+      case .client: return "TOOL_SOURCE_CLIENT"
+      case .mcp: return "TOOL_SOURCE_MCP"
+      case .builtin: return "TOOL_SOURCE_BUILTIN"
+      }
+    }
+  }
+}
+
+extension Wire {
+  public enum ApprovalDecision: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case approve = 1
+    case approveForTree = 2
+    case decline = 3
+    case cancel = 4
+
+    public static let protoName = "threadwire.v1.ApprovalDecision"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "APPROVAL_DECISION_UNSPECIFIED"
+      case .approve: return "APPROVAL_DECISION_APPROVE"
+      case .approveForTree: return "APPROVAL_DECISION_APPROVE_FOR_TREE"
+      case .decline: return "APPROVAL_DECISION_DECLINE"
+      case .cancel: return "APPROVAL_DECISION_CANCEL"
+      }
+    }
+  }
+}
+
+extension Wire {
   public enum ServerRequestOutcome: Int32, Sendable, CaseIterable, WireEnum {
     case unspecified = 0
     case answered = 1
@@ -72,6 +112,25 @@ extension Wire {
       case .timedOut: return "SERVER_REQUEST_OUTCOME_TIMED_OUT"
       case .withdrawn: return "SERVER_REQUEST_OUTCOME_WITHDRAWN"
       case .pending: return "SERVER_REQUEST_OUTCOME_PENDING"
+      }
+    }
+  }
+}
+
+extension Wire {
+  public enum ApprovalPolicy: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case never = 1
+    case onRequest = 2
+    case always = 3
+
+    public static let protoName = "threadwire.v1.ApprovalPolicy"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "APPROVAL_POLICY_UNSPECIFIED"
+      case .never: return "APPROVAL_POLICY_NEVER"
+      case .onRequest: return "APPROVAL_POLICY_ON_REQUEST"
+      case .always: return "APPROVAL_POLICY_ALWAYS"
       }
     }
   }
@@ -114,21 +173,6 @@ extension Wire {
       case .agentMessage: return "ITEM_TYPE_AGENT_MESSAGE"
       case .collabToolCall: return "ITEM_TYPE_COLLAB_TOOL_CALL"
       case .toolCall: return "ITEM_TYPE_TOOL_CALL"
-      }
-    }
-  }
-}
-
-extension Wire {
-  public enum ToolSource: Int32, Sendable, CaseIterable, WireEnum {
-    case unspecified = 0
-    case client = 1
-
-    public static let protoName = "threadwire.v1.ToolSource"
-    public var protoValueName: String {
-      switch self {
-      case .unspecified: return "TOOL_SOURCE_UNSPECIFIED"
-      case .client: return "TOOL_SOURCE_CLIENT"
       }
     }
   }
@@ -263,12 +307,16 @@ extension Wire {
   public enum ThreadActiveFlag: Int32, Sendable, CaseIterable, WireEnum {
     case unspecified = 0
     case waitingOnClientTool = 1
+    case waitingOnApproval = 2
+    case waitingOnUserInput = 3
 
     public static let protoName = "threadwire.v1.ThreadActiveFlag"
     public var protoValueName: String {
       switch self {
       case .unspecified: return "THREAD_ACTIVE_FLAG_UNSPECIFIED"
       case .waitingOnClientTool: return "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL"
+      case .waitingOnApproval: return "THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL"
+      case .waitingOnUserInput: return "THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT"
       }
     }
   }
@@ -1380,6 +1428,359 @@ extension Wire.ToolCallResult: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ApprovalParams: Sendable, Equatable {
+    public var itemId: String?
+    public var tool: String?
+    public var arguments: String?
+    public var callId: String?
+    public var source: Wire.ToolSource?
+    public var server: String?
+
+    public init() {
+      self.itemId = nil
+      self.tool = nil
+      self.arguments = nil
+      self.callId = nil
+      self.source = nil
+      self.server = nil
+    }
+
+    public init(itemId: String? = nil, tool: String? = nil, arguments: String? = nil, callId: String? = nil, source: Wire.ToolSource? = nil, server: String? = nil) {
+      self.itemId = itemId
+      self.tool = tool
+      self.arguments = arguments
+      self.callId = callId
+      self.source = source
+      self.server = server
+    }
+  }
+}
+
+extension Wire.ApprovalParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ApprovalParams"
+  typealias CMessage = Threadwire__V1__ApprovalParams
+
+  init(c: UnsafePointer<Threadwire__V1__ApprovalParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
+    if let v = c.pointee.tool { self.tool = try wireString(v, field: "tool") }
+    if let v = c.pointee.arguments { self.arguments = try wireString(v, field: "arguments") }
+    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
+    if c.pointee.has_source != 0 { self.source = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ToolSource }
+    if let v = c.pointee.server { self.server = try wireString(v, field: "server") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ApprovalParams, arena: inout CodecArena) {
+    if let v = self.itemId { c.item_id = arena.cString(v) }
+    if let v = self.tool { c.tool = arena.cString(v) }
+    if let v = self.arguments { c.arguments = arena.cString(v) }
+    if let v = self.callId { c.call_id = arena.cString(v) }
+    if let v = self.source { c.has_source = 1; c.source = Threadwire__V1__ToolSource(rawValue: numericCast(v.rawValue)) }
+    if let v = self.server { c.server = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__approval_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__approval_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ApprovalParams()
+      threadwire__v1__approval_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__approval_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__approval_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = itemId { object.append(("item_id", .string(v))) }
+    if let v = tool { object.append(("tool", .string(v))) }
+    if let v = arguments { object.append(("arguments", .string(v))) }
+    if let v = callId { object.append(("call_id", .string(v))) }
+    if let v = source { object.append(("source", .string(v.protoValueName))) }
+    if let v = server { object.append(("server", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "item_id", "itemId": self.itemId = try value.stringValue(path: keyPath)
+      case "tool": self.tool = try value.stringValue(path: keyPath)
+      case "arguments": self.arguments = try value.stringValue(path: keyPath)
+      case "call_id", "callId": self.callId = try value.stringValue(path: keyPath)
+      case "source": self.source = try Wire.ToolSource(json: value, path: keyPath)
+      case "server": self.server = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ApprovalResult: Sendable, Equatable {
+    public var decision: Wire.ApprovalDecision?
+    public var reason: String?
+
+    public init() {
+      self.decision = nil
+      self.reason = nil
+    }
+
+    public init(decision: Wire.ApprovalDecision? = nil, reason: String? = nil) {
+      self.decision = decision
+      self.reason = reason
+    }
+  }
+}
+
+extension Wire.ApprovalResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ApprovalResult"
+  typealias CMessage = Threadwire__V1__ApprovalResult
+
+  init(c: UnsafePointer<Threadwire__V1__ApprovalResult>) throws(WireError) {
+    self.init()
+    if c.pointee.has_decision != 0 { self.decision = try wireEnum(Int32(truncatingIfNeeded: c.pointee.decision.rawValue), field: "decision") as Wire.ApprovalDecision }
+    if let v = c.pointee.reason { self.reason = try wireString(v, field: "reason") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ApprovalResult, arena: inout CodecArena) {
+    if let v = self.decision { c.has_decision = 1; c.decision = Threadwire__V1__ApprovalDecision(rawValue: numericCast(v.rawValue)) }
+    if let v = self.reason { c.reason = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__approval_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__approval_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ApprovalResult()
+      threadwire__v1__approval_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__approval_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__approval_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = decision { object.append(("decision", .string(v.protoValueName))) }
+    if let v = reason { object.append(("reason", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "decision": self.decision = try Wire.ApprovalDecision(json: value, path: keyPath)
+      case "reason": self.reason = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct UserInputParams: Sendable, Equatable {
+    public var itemId: String?
+    public var question: String?
+    public var choices: [String]
+    public var callId: String?
+
+    public init() {
+      self.itemId = nil
+      self.question = nil
+      self.choices = []
+      self.callId = nil
+    }
+
+    public init(itemId: String? = nil, question: String? = nil, choices: [String] = [], callId: String? = nil) {
+      self.itemId = itemId
+      self.question = question
+      self.choices = choices
+      self.callId = callId
+    }
+  }
+}
+
+extension Wire.UserInputParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.UserInputParams"
+  typealias CMessage = Threadwire__V1__UserInputParams
+
+  init(c: UnsafePointer<Threadwire__V1__UserInputParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
+    if let v = c.pointee.question { self.question = try wireString(v, field: "question") }
+    if c.pointee.n_choices > 0, let items = c.pointee.choices {
+      self.choices.reserveCapacity(c.pointee.n_choices)
+      for index in 0..<c.pointee.n_choices { self.choices.append(try wireString(items[index], field: "choices")) }
+    }
+    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__UserInputParams, arena: inout CodecArena) {
+    if let v = self.itemId { c.item_id = arena.cString(v) }
+    if let v = self.question { c.question = arena.cString(v) }
+    if !self.choices.isEmpty {
+      c.n_choices = self.choices.count
+      c.choices = arena.array(self.choices) { value, arena in arena.cString(value) }
+    }
+    if let v = self.callId { c.call_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__user_input_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__user_input_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__UserInputParams()
+      threadwire__v1__user_input_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__user_input_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__user_input_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = itemId { object.append(("item_id", .string(v))) }
+    if let v = question { object.append(("question", .string(v))) }
+    if !choices.isEmpty { object.append(("choices", .array(choices.map { .string($0) }))) }
+    if let v = callId { object.append(("call_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "item_id", "itemId": self.itemId = try value.stringValue(path: keyPath)
+      case "question": self.question = try value.stringValue(path: keyPath)
+      case "choices": self.choices = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      case "call_id", "callId": self.callId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct UserInputResult: Sendable, Equatable {
+    public var answer: String?
+
+    public init() {
+      self.answer = nil
+    }
+
+    public init(answer: String? = nil) {
+      self.answer = answer
+    }
+  }
+}
+
+extension Wire.UserInputResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.UserInputResult"
+  typealias CMessage = Threadwire__V1__UserInputResult
+
+  init(c: UnsafePointer<Threadwire__V1__UserInputResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.answer { self.answer = try wireString(v, field: "answer") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__UserInputResult, arena: inout CodecArena) {
+    if let v = self.answer { c.answer = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__user_input_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__user_input_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__UserInputResult()
+      threadwire__v1__user_input_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__user_input_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__user_input_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = answer { object.append(("answer", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "answer": self.answer = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ServerRequest: Sendable, Equatable {
     public var id: String?
     public var threadId: String?
@@ -1387,15 +1788,21 @@ extension Wire {
     public var timeoutMs: UInt32?
     public var deadlineAt: Int64?
     public var createdAt: Int64?
+    public var rootThreadId: String?
+    public var taskPath: String?
     public var params: Params?
 
     public enum Params: Sendable, Equatable {
       case itemToolCall(Wire.ToolCallParams)
+      case itemToolRequestApproval(Wire.ApprovalParams)
+      case itemToolRequestUserInput(Wire.UserInputParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
         switch self {
         case .itemToolCall: return "item_tool_call"
+        case .itemToolRequestApproval: return "item_tool_request_approval"
+        case .itemToolRequestUserInput: return "item_tool_request_user_input"
         }
       }
 
@@ -1403,15 +1810,19 @@ extension Wire {
       public var methodName: String {
         switch self {
         case .itemToolCall: return "item/tool/call"
+        case .itemToolRequestApproval: return "item/tool/request_approval"
+        case .itemToolRequestUserInput: return "item/tool/request_user_input"
         }
       }
 
-      public static let fieldNames: [String] = ["item_tool_call"]
+      public static let fieldNames: [String] = ["item_tool_call", "item_tool_request_approval", "item_tool_request_user_input"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
         case "item_tool_call", "itemToolCall": return .itemToolCall(try Wire.ToolCallParams(json: json, path: path))
+        case "item_tool_request_approval", "itemToolRequestApproval": return .itemToolRequestApproval(try Wire.ApprovalParams(json: json, path: path))
+        case "item_tool_request_user_input", "itemToolRequestUserInput": return .itemToolRequestUserInput(try Wire.UserInputParams(json: json, path: path))
         default: return nil
         }
       }
@@ -1424,16 +1835,20 @@ extension Wire {
       self.timeoutMs = nil
       self.deadlineAt = nil
       self.createdAt = nil
+      self.rootThreadId = nil
+      self.taskPath = nil
       self.params = nil
     }
 
-    public init(id: String? = nil, threadId: String? = nil, turnId: String? = nil, timeoutMs: UInt32? = nil, deadlineAt: Int64? = nil, createdAt: Int64? = nil, params: Params? = nil) {
+    public init(id: String? = nil, threadId: String? = nil, turnId: String? = nil, timeoutMs: UInt32? = nil, deadlineAt: Int64? = nil, createdAt: Int64? = nil, rootThreadId: String? = nil, taskPath: String? = nil, params: Params? = nil) {
       self.id = id
       self.threadId = threadId
       self.turnId = turnId
       self.timeoutMs = timeoutMs
       self.deadlineAt = deadlineAt
       self.createdAt = createdAt
+      self.rootThreadId = rootThreadId
+      self.taskPath = taskPath
       self.params = params
     }
   }
@@ -1451,9 +1866,15 @@ extension Wire.ServerRequest: WireMessage, CBridgedMessage {
     if c.pointee.has_timeout_ms != 0 { self.timeoutMs = c.pointee.timeout_ms }
     if c.pointee.has_deadline_at != 0 { self.deadlineAt = c.pointee.deadline_at }
     if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
+    if let v = c.pointee.root_thread_id { self.rootThreadId = try wireString(v, field: "root_thread_id") }
+    if let v = c.pointee.task_path { self.taskPath = try wireString(v, field: "task_path") }
     switch Int(c.pointee.params_case.rawValue) {
     case 10:
       do throws(WireError) { self.params = .itemToolCall(try Wire.ToolCallParams(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
+    case 11:
+      do throws(WireError) { self.params = .itemToolRequestApproval(try Wire.ApprovalParams(c: wireRequired(c.pointee.item_tool_request_approval))) } catch { throw error.nested(in: "item_tool_request_approval") }
+    case 12:
+      do throws(WireError) { self.params = .itemToolRequestUserInput(try Wire.UserInputParams(c: wireRequired(c.pointee.item_tool_request_user_input))) } catch { throw error.nested(in: "item_tool_request_user_input") }
     default: self.params = nil
     }
   }
@@ -1465,10 +1886,18 @@ extension Wire.ServerRequest: WireMessage, CBridgedMessage {
     if let v = self.timeoutMs { c.has_timeout_ms = 1; c.timeout_ms = v }
     if let v = self.deadlineAt { c.has_deadline_at = 1; c.deadline_at = v }
     if let v = self.createdAt { c.has_created_at = 1; c.created_at = v }
+    if let v = self.rootThreadId { c.root_thread_id = arena.cString(v) }
+    if let v = self.taskPath { c.task_path = arena.cString(v) }
     switch self.params {
     case .itemToolCall(let v)?:
       c.params_case = .init(rawValue: 10)
       c.item_tool_call = arena.message(v, Threadwire__V1__ToolCallParams(), threadwire__v1__tool_call_params__init)
+    case .itemToolRequestApproval(let v)?:
+      c.params_case = .init(rawValue: 11)
+      c.item_tool_request_approval = arena.message(v, Threadwire__V1__ApprovalParams(), threadwire__v1__approval_params__init)
+    case .itemToolRequestUserInput(let v)?:
+      c.params_case = .init(rawValue: 12)
+      c.item_tool_request_user_input = arena.message(v, Threadwire__V1__UserInputParams(), threadwire__v1__user_input_params__init)
     case nil: break
     }
   }
@@ -1507,8 +1936,12 @@ extension Wire.ServerRequest: WireMessage, CBridgedMessage {
     if let v = timeoutMs { object.append(("timeout_ms", .uint(UInt64(v)))) }
     if let v = deadlineAt { object.append(("deadline_at", .int(Int64(v)))) }
     if let v = createdAt { object.append(("created_at", .int(Int64(v)))) }
+    if let v = rootThreadId { object.append(("root_thread_id", .string(v))) }
+    if let v = taskPath { object.append(("task_path", .string(v))) }
     switch params {
     case .itemToolCall(let v)?: object.append(("item_tool_call", v.jsonValue()))
+    case .itemToolRequestApproval(let v)?: object.append(("item_tool_request_approval", v.jsonValue()))
+    case .itemToolRequestUserInput(let v)?: object.append(("item_tool_request_user_input", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -1525,7 +1958,9 @@ extension Wire.ServerRequest: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "deadline_at", "deadlineAt": self.deadlineAt = try value.int64Value(path: keyPath)
       case "created_at", "createdAt": self.createdAt = try value.int64Value(path: keyPath)
-      case "item_tool_call", "itemToolCall":
+      case "root_thread_id", "rootThreadId": self.rootThreadId = try value.stringValue(path: keyPath)
+      case "task_path", "taskPath": self.taskPath = try value.stringValue(path: keyPath)
+      case "item_tool_call", "itemToolCall", "item_tool_request_approval", "itemToolRequestApproval", "item_tool_request_user_input", "itemToolRequestUserInput":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -1543,11 +1978,15 @@ extension Wire {
 
     public enum Result: Sendable, Equatable {
       case itemToolCall(Wire.ToolCallResult)
+      case itemToolRequestApproval(Wire.ApprovalResult)
+      case itemToolRequestUserInput(Wire.UserInputResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
         switch self {
         case .itemToolCall: return "item_tool_call"
+        case .itemToolRequestApproval: return "item_tool_request_approval"
+        case .itemToolRequestUserInput: return "item_tool_request_user_input"
         }
       }
 
@@ -1555,15 +1994,19 @@ extension Wire {
       public var methodName: String {
         switch self {
         case .itemToolCall: return "item/tool/call"
+        case .itemToolRequestApproval: return "item/tool/request_approval"
+        case .itemToolRequestUserInput: return "item/tool/request_user_input"
         }
       }
 
-      public static let fieldNames: [String] = ["item_tool_call"]
+      public static let fieldNames: [String] = ["item_tool_call", "item_tool_request_approval", "item_tool_request_user_input"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
         case "item_tool_call", "itemToolCall": return .itemToolCall(try Wire.ToolCallResult(json: json, path: path))
+        case "item_tool_request_approval", "itemToolRequestApproval": return .itemToolRequestApproval(try Wire.ApprovalResult(json: json, path: path))
+        case "item_tool_request_user_input", "itemToolRequestUserInput": return .itemToolRequestUserInput(try Wire.UserInputResult(json: json, path: path))
         default: return nil
         }
       }
@@ -1597,6 +2040,10 @@ extension Wire.ServerRequestAnswer: WireMessage, CBridgedMessage {
     switch Int(c.pointee.result_case.rawValue) {
     case 10:
       do throws(WireError) { self.result = .itemToolCall(try Wire.ToolCallResult(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
+    case 11:
+      do throws(WireError) { self.result = .itemToolRequestApproval(try Wire.ApprovalResult(c: wireRequired(c.pointee.item_tool_request_approval))) } catch { throw error.nested(in: "item_tool_request_approval") }
+    case 12:
+      do throws(WireError) { self.result = .itemToolRequestUserInput(try Wire.UserInputResult(c: wireRequired(c.pointee.item_tool_request_user_input))) } catch { throw error.nested(in: "item_tool_request_user_input") }
     default: self.result = nil
     }
   }
@@ -1609,6 +2056,12 @@ extension Wire.ServerRequestAnswer: WireMessage, CBridgedMessage {
     case .itemToolCall(let v)?:
       c.result_case = .init(rawValue: 10)
       c.item_tool_call = arena.message(v, Threadwire__V1__ToolCallResult(), threadwire__v1__tool_call_result__init)
+    case .itemToolRequestApproval(let v)?:
+      c.result_case = .init(rawValue: 11)
+      c.item_tool_request_approval = arena.message(v, Threadwire__V1__ApprovalResult(), threadwire__v1__approval_result__init)
+    case .itemToolRequestUserInput(let v)?:
+      c.result_case = .init(rawValue: 12)
+      c.item_tool_request_user_input = arena.message(v, Threadwire__V1__UserInputResult(), threadwire__v1__user_input_result__init)
     case nil: break
     }
   }
@@ -1646,6 +2099,8 @@ extension Wire.ServerRequestAnswer: WireMessage, CBridgedMessage {
     if let v = message { object.append(("message", .string(v))) }
     switch result {
     case .itemToolCall(let v)?: object.append(("item_tool_call", v.jsonValue()))
+    case .itemToolRequestApproval(let v)?: object.append(("item_tool_request_approval", v.jsonValue()))
+    case .itemToolRequestUserInput(let v)?: object.append(("item_tool_request_user_input", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -1659,7 +2114,7 @@ extension Wire.ServerRequestAnswer: WireMessage, CBridgedMessage {
       case "id": self.id = try value.stringValue(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "item_tool_call", "itemToolCall":
+      case "item_tool_call", "itemToolCall", "item_tool_request_approval", "itemToolRequestApproval", "item_tool_request_user_input", "itemToolRequestUserInput":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -1766,19 +2221,25 @@ extension Wire {
     public var cwd: String?
     public var multiAgentMode: Wire.MultiAgentMode?
     public var multiAgentRuntime: Wire.MultiAgentRuntime?
+    public var approvalPolicy: Wire.ApprovalPolicy?
+    public var userInput: Bool?
 
     public init() {
       self.model = nil
       self.cwd = nil
       self.multiAgentMode = nil
       self.multiAgentRuntime = nil
+      self.approvalPolicy = nil
+      self.userInput = nil
     }
 
-    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil) {
+    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil) {
       self.model = model
       self.cwd = cwd
       self.multiAgentMode = multiAgentMode
       self.multiAgentRuntime = multiAgentRuntime
+      self.approvalPolicy = approvalPolicy
+      self.userInput = userInput
     }
   }
 }
@@ -1793,6 +2254,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
     if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
     if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: inout CodecArena) {
@@ -1800,6 +2263,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = self.cwd { c.cwd = arena.cString(v) }
     if let v = self.multiAgentMode { c.has_multi_agent_mode = 1; c.multi_agent_mode = Threadwire__V1__MultiAgentMode(rawValue: numericCast(v.rawValue)) }
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
+    if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
+    if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1834,6 +2299,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = cwd { object.append(("cwd", .string(v))) }
     if let v = multiAgentMode { object.append(("multi_agent_mode", .string(v.protoValueName))) }
     if let v = multiAgentRuntime { object.append(("multi_agent_runtime", .string(v.protoValueName))) }
+    if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
+    if let v = userInput { object.append(("user_input", .bool(v))) }
     return .object(object)
   }
 
@@ -1846,6 +2313,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
       case "cwd": self.cwd = try value.stringValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode": self.multiAgentMode = try Wire.MultiAgentMode(json: value, path: keyPath)
       case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
+      case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
+      case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -1857,6 +2326,8 @@ extension Wire {
     public var threadId: String?
     public var model: String?
     public var cwd: String?
+    public var approvalPolicy: Wire.ApprovalPolicy?
+    public var userInput: Bool?
     public var multiAgentModeUpdate: MultiAgentModeUpdate?
 
     public enum MultiAgentModeUpdate: Sendable, Equatable {
@@ -1895,13 +2366,17 @@ extension Wire {
       self.threadId = nil
       self.model = nil
       self.cwd = nil
+      self.approvalPolicy = nil
+      self.userInput = nil
       self.multiAgentModeUpdate = nil
     }
 
-    public init(threadId: String? = nil, model: String? = nil, cwd: String? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
+    public init(threadId: String? = nil, model: String? = nil, cwd: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
       self.threadId = threadId
       self.model = model
       self.cwd = cwd
+      self.approvalPolicy = approvalPolicy
+      self.userInput = userInput
       self.multiAgentModeUpdate = multiAgentModeUpdate
     }
   }
@@ -1916,6 +2391,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
     if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
     if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
     case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
@@ -1927,6 +2404,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.cwd { c.cwd = arena.cString(v) }
+    if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
+    if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
     switch self.multiAgentModeUpdate {
     case .multiAgentMode(let v)?:
       c.multi_agent_mode_update_case = .init(rawValue: 4)
@@ -1969,6 +2448,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = threadId { object.append(("thread_id", .string(v))) }
     if let v = model { object.append(("model", .string(v))) }
     if let v = cwd { object.append(("cwd", .string(v))) }
+    if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
+    if let v = userInput { object.append(("user_input", .bool(v))) }
     switch multiAgentModeUpdate {
     case .multiAgentMode(let v)?: object.append(("multi_agent_mode", .string(v.protoValueName)))
     case .clearMultiAgentMode(let v)?: object.append(("clear_multi_agent_mode", .bool(v)))
@@ -1985,6 +2466,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
       case "model": self.model = try value.stringValue(path: keyPath)
       case "cwd": self.cwd = try value.stringValue(path: keyPath)
+      case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
+      case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
         if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
         self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
@@ -2287,6 +2770,7 @@ extension Wire {
     public var toolSource: Wire.ToolSource?
     public var status: Wire.ItemStatus?
     public var durationMs: UInt64?
+    public var toolServer: String?
 
     public init() {
       self.id = nil
@@ -2299,9 +2783,10 @@ extension Wire {
       self.toolSource = nil
       self.status = nil
       self.durationMs = nil
+      self.toolServer = nil
     }
 
-    public init(id: String? = nil, type: Wire.ItemType? = nil, text: String? = nil, toolName: String? = nil, toolArguments: String? = nil, toolOutput: String? = nil, receiverThreadId: String? = nil, toolSource: Wire.ToolSource? = nil, status: Wire.ItemStatus? = nil, durationMs: UInt64? = nil) {
+    public init(id: String? = nil, type: Wire.ItemType? = nil, text: String? = nil, toolName: String? = nil, toolArguments: String? = nil, toolOutput: String? = nil, receiverThreadId: String? = nil, toolSource: Wire.ToolSource? = nil, status: Wire.ItemStatus? = nil, durationMs: UInt64? = nil, toolServer: String? = nil) {
       self.id = id
       self.type = type
       self.text = text
@@ -2312,6 +2797,7 @@ extension Wire {
       self.toolSource = toolSource
       self.status = status
       self.durationMs = durationMs
+      self.toolServer = toolServer
     }
   }
 }
@@ -2332,6 +2818,7 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if c.pointee.has_tool_source != 0 { self.toolSource = try wireEnum(Int32(truncatingIfNeeded: c.pointee.tool_source.rawValue), field: "tool_source") as Wire.ToolSource }
     if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ItemStatus }
     if c.pointee.has_duration_ms != 0 { self.durationMs = c.pointee.duration_ms }
+    if let v = c.pointee.tool_server { self.toolServer = try wireString(v, field: "tool_server") }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadItem, arena: inout CodecArena) {
@@ -2345,6 +2832,7 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if let v = self.toolSource { c.has_tool_source = 1; c.tool_source = Threadwire__V1__ToolSource(rawValue: numericCast(v.rawValue)) }
     if let v = self.status { c.has_status = 1; c.status = Threadwire__V1__ItemStatus(rawValue: numericCast(v.rawValue)) }
     if let v = self.durationMs { c.has_duration_ms = 1; c.duration_ms = v }
+    if let v = self.toolServer { c.tool_server = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -2385,6 +2873,7 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
     if let v = toolSource { object.append(("tool_source", .string(v.protoValueName))) }
     if let v = status { object.append(("status", .string(v.protoValueName))) }
     if let v = durationMs { object.append(("duration_ms", .uint(UInt64(v)))) }
+    if let v = toolServer { object.append(("tool_server", .string(v))) }
     return .object(object)
   }
 
@@ -2403,6 +2892,7 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
       case "tool_source", "toolSource": self.toolSource = try Wire.ToolSource(json: value, path: keyPath)
       case "status": self.status = try Wire.ItemStatus(json: value, path: keyPath)
       case "duration_ms", "durationMs": self.durationMs = try value.uint64Value(path: keyPath)
+      case "tool_server", "toolServer": self.toolServer = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3081,6 +3571,7 @@ extension Wire {
     public var threadId: String?
     public var input: [Wire.UserInput]
     public var model: String?
+    public var approvalPolicy: Wire.ApprovalPolicy?
     public var multiAgentModeUpdate: MultiAgentModeUpdate?
 
     public enum MultiAgentModeUpdate: Sendable, Equatable {
@@ -3119,13 +3610,15 @@ extension Wire {
       self.threadId = nil
       self.input = []
       self.model = nil
+      self.approvalPolicy = nil
       self.multiAgentModeUpdate = nil
     }
 
-    public init(threadId: String? = nil, input: [Wire.UserInput] = [], model: String? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
+    public init(threadId: String? = nil, input: [Wire.UserInput] = [], model: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
       self.threadId = threadId
       self.input = input
       self.model = model
+      self.approvalPolicy = approvalPolicy
       self.multiAgentModeUpdate = multiAgentModeUpdate
     }
   }
@@ -3145,6 +3638,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
       } catch { throw error.nested(in: "input") }
     }
     if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
     case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
@@ -3159,6 +3653,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
       c.input = arena.array(self.input) { value, arena in arena.message(value, Threadwire__V1__UserInput(), threadwire__v1__user_input__init) }
     }
     if let v = self.model { c.model = arena.cString(v) }
+    if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
     switch self.multiAgentModeUpdate {
     case .multiAgentMode(let v)?:
       c.multi_agent_mode_update_case = .init(rawValue: 4)
@@ -3201,6 +3696,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     if let v = threadId { object.append(("thread_id", .string(v))) }
     if !input.isEmpty { object.append(("input", .array(input.map { $0.jsonValue() }))) }
     if let v = model { object.append(("model", .string(v))) }
+    if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     switch multiAgentModeUpdate {
     case .multiAgentMode(let v)?: object.append(("multi_agent_mode", .string(v.protoValueName)))
     case .clearMultiAgentMode(let v)?: object.append(("clear_multi_agent_mode", .bool(v)))
@@ -3217,6 +3713,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
       case "input": self.input = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.UserInput(json: element, path: path) }
       case "model": self.model = try value.stringValue(path: keyPath)
+      case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
         if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
         self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
@@ -4252,6 +4749,8 @@ extension Wire {
     public var source: Wire.ThreadSourceKind?
     public var baseInstructions: String?
     public var clientTools: [Wire.ToolSpec]
+    public var approvalPolicy: Wire.ApprovalPolicy?
+    public var userInput: Bool?
 
     public init() {
       self.model = nil
@@ -4262,9 +4761,11 @@ extension Wire {
       self.source = nil
       self.baseInstructions = nil
       self.clientTools = []
+      self.approvalPolicy = nil
+      self.userInput = nil
     }
 
-    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = []) {
+    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil) {
       self.model = model
       self.cwd = cwd
       self.config = config
@@ -4273,6 +4774,8 @@ extension Wire {
       self.source = source
       self.baseInstructions = baseInstructions
       self.clientTools = clientTools
+      self.approvalPolicy = approvalPolicy
+      self.userInput = userInput
     }
   }
 }
@@ -4301,6 +4804,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
+    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
@@ -4318,6 +4823,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       c.n_client_tools = self.clientTools.count
       c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
     }
+    if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
+    if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -4356,6 +4863,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if let v = source { object.append(("source", .string(v.protoValueName))) }
     if let v = baseInstructions { object.append(("base_instructions", .string(v))) }
     if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
+    if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
+    if let v = userInput { object.append(("user_input", .bool(v))) }
     return .object(object)
   }
 
@@ -4372,6 +4881,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       case "source": self.source = try Wire.ThreadSourceKind(json: value, path: keyPath)
       case "base_instructions", "baseInstructions": self.baseInstructions = try value.stringValue(path: keyPath)
       case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
+      case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
+      case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -4387,6 +4898,7 @@ extension Wire {
     public var settings: Wire.ThreadSettings?
     public var turnsNextCursor: String?
     public var clientTools: [Wire.ToolSpec]
+    public var approvalPolicy: Wire.ApprovalPolicy?
 
     public init() {
       self.thread = nil
@@ -4396,9 +4908,10 @@ extension Wire {
       self.settings = nil
       self.turnsNextCursor = nil
       self.clientTools = []
+      self.approvalPolicy = nil
     }
 
-    public init(thread: Wire.Thread? = nil, model: String? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil, clientTools: [Wire.ToolSpec] = []) {
+    public init(thread: Wire.Thread? = nil, model: String? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, settings: Wire.ThreadSettings? = nil, turnsNextCursor: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil) {
       self.thread = thread
       self.model = model
       self.multiAgentRuntime = multiAgentRuntime
@@ -4406,6 +4919,7 @@ extension Wire {
       self.settings = settings
       self.turnsNextCursor = turnsNextCursor
       self.clientTools = clientTools
+      self.approvalPolicy = approvalPolicy
     }
   }
 }
@@ -4432,6 +4946,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
+    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: inout CodecArena) {
@@ -4445,6 +4960,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
       c.n_client_tools = self.clientTools.count
       c.client_tools = arena.array(self.clientTools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
     }
+    if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -4482,6 +4998,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
     if let v = settings { object.append(("settings", v.jsonValue())) }
     if let v = turnsNextCursor { object.append(("turns_next_cursor", .string(v))) }
     if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
+    if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     return .object(object)
   }
 
@@ -4497,6 +5014,7 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
       case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
       case "turns_next_cursor", "turnsNextCursor": self.turnsNextCursor = try value.stringValue(path: keyPath)
       case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
+      case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

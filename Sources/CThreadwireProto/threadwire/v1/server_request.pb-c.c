@@ -97,6 +97,186 @@ void   threadwire__v1__tool_call_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__tool_call_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__approval_params__init
+                     (Threadwire__V1__ApprovalParams         *message)
+{
+  static const Threadwire__V1__ApprovalParams init_value = THREADWIRE__V1__APPROVAL_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__approval_params__get_packed_size
+                     (const Threadwire__V1__ApprovalParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__approval_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__approval_params__pack
+                     (const Threadwire__V1__ApprovalParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__approval_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__approval_params__pack_to_buffer
+                     (const Threadwire__V1__ApprovalParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__approval_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ApprovalParams *
+       threadwire__v1__approval_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ApprovalParams *)
+     protobuf_c_message_unpack (&threadwire__v1__approval_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__approval_params__free_unpacked
+                     (Threadwire__V1__ApprovalParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__approval_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__approval_result__init
+                     (Threadwire__V1__ApprovalResult         *message)
+{
+  static const Threadwire__V1__ApprovalResult init_value = THREADWIRE__V1__APPROVAL_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__approval_result__get_packed_size
+                     (const Threadwire__V1__ApprovalResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__approval_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__approval_result__pack
+                     (const Threadwire__V1__ApprovalResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__approval_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__approval_result__pack_to_buffer
+                     (const Threadwire__V1__ApprovalResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__approval_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ApprovalResult *
+       threadwire__v1__approval_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ApprovalResult *)
+     protobuf_c_message_unpack (&threadwire__v1__approval_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__approval_result__free_unpacked
+                     (Threadwire__V1__ApprovalResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__approval_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__user_input_params__init
+                     (Threadwire__V1__UserInputParams         *message)
+{
+  static const Threadwire__V1__UserInputParams init_value = THREADWIRE__V1__USER_INPUT_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__user_input_params__get_packed_size
+                     (const Threadwire__V1__UserInputParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__user_input_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__user_input_params__pack
+                     (const Threadwire__V1__UserInputParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__user_input_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__user_input_params__pack_to_buffer
+                     (const Threadwire__V1__UserInputParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__user_input_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__UserInputParams *
+       threadwire__v1__user_input_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__UserInputParams *)
+     protobuf_c_message_unpack (&threadwire__v1__user_input_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__user_input_params__free_unpacked
+                     (Threadwire__V1__UserInputParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__user_input_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__user_input_result__init
+                     (Threadwire__V1__UserInputResult         *message)
+{
+  static const Threadwire__V1__UserInputResult init_value = THREADWIRE__V1__USER_INPUT_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__user_input_result__get_packed_size
+                     (const Threadwire__V1__UserInputResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__user_input_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__user_input_result__pack
+                     (const Threadwire__V1__UserInputResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__user_input_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__user_input_result__pack_to_buffer
+                     (const Threadwire__V1__UserInputResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__user_input_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__UserInputResult *
+       threadwire__v1__user_input_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__UserInputResult *)
+     protobuf_c_message_unpack (&threadwire__v1__user_input_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__user_input_result__free_unpacked
+                     (Threadwire__V1__UserInputResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__user_input_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__server_request__init
                      (Threadwire__V1__ServerRequest         *message)
 {
@@ -360,7 +540,276 @@ const ProtobufCMessageDescriptor threadwire__v1__tool_call_result__descriptor =
   (ProtobufCMessageInit) threadwire__v1__tool_call_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__server_request__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__approval_params__field_descriptors[6] =
+{
+  {
+    "item_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ApprovalParams, item_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tool",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ApprovalParams, tool),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "arguments",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ApprovalParams, arguments),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "call_id",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ApprovalParams, call_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "source",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ApprovalParams, has_source),
+    offsetof(Threadwire__V1__ApprovalParams, source),
+    &threadwire__v1__tool_source__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "server",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ApprovalParams, server),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__approval_params__field_indices_by_name[] = {
+  2,   /* field[2] = arguments */
+  3,   /* field[3] = call_id */
+  0,   /* field[0] = item_id */
+  5,   /* field[5] = server */
+  4,   /* field[4] = source */
+  1,   /* field[1] = tool */
+};
+static const ProtobufCIntRange threadwire__v1__approval_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__approval_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ApprovalParams",
+  "ApprovalParams",
+  "Threadwire__V1__ApprovalParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ApprovalParams),
+  6,
+  threadwire__v1__approval_params__field_descriptors,
+  threadwire__v1__approval_params__field_indices_by_name,
+  1,  threadwire__v1__approval_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__approval_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__approval_result__field_descriptors[2] =
+{
+  {
+    "decision",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ApprovalResult, has_decision),
+    offsetof(Threadwire__V1__ApprovalResult, decision),
+    &threadwire__v1__approval_decision__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ApprovalResult, reason),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__approval_result__field_indices_by_name[] = {
+  0,   /* field[0] = decision */
+  1,   /* field[1] = reason */
+};
+static const ProtobufCIntRange threadwire__v1__approval_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__approval_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ApprovalResult",
+  "ApprovalResult",
+  "Threadwire__V1__ApprovalResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ApprovalResult),
+  2,
+  threadwire__v1__approval_result__field_descriptors,
+  threadwire__v1__approval_result__field_indices_by_name,
+  1,  threadwire__v1__approval_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__approval_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__user_input_params__field_descriptors[4] =
+{
+  {
+    "item_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__UserInputParams, item_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "question",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__UserInputParams, question),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "choices",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__UserInputParams, n_choices),
+    offsetof(Threadwire__V1__UserInputParams, choices),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "call_id",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__UserInputParams, call_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__user_input_params__field_indices_by_name[] = {
+  3,   /* field[3] = call_id */
+  2,   /* field[2] = choices */
+  0,   /* field[0] = item_id */
+  1,   /* field[1] = question */
+};
+static const ProtobufCIntRange threadwire__v1__user_input_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__user_input_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.UserInputParams",
+  "UserInputParams",
+  "Threadwire__V1__UserInputParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__UserInputParams),
+  4,
+  threadwire__v1__user_input_params__field_descriptors,
+  threadwire__v1__user_input_params__field_indices_by_name,
+  1,  threadwire__v1__user_input_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__user_input_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__user_input_result__field_descriptors[1] =
+{
+  {
+    "answer",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__UserInputResult, answer),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__user_input_result__field_indices_by_name[] = {
+  0,   /* field[0] = answer */
+};
+static const ProtobufCIntRange threadwire__v1__user_input_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__user_input_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.UserInputResult",
+  "UserInputResult",
+  "Threadwire__V1__UserInputResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__UserInputResult),
+  1,
+  threadwire__v1__user_input_result__field_descriptors,
+  threadwire__v1__user_input_result__field_indices_by_name,
+  1,  threadwire__v1__user_input_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__user_input_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__server_request__field_descriptors[11] =
 {
   {
     "id",
@@ -435,6 +884,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__server_request__field_desc
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "root_thread_id",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ServerRequest, root_thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "task_path",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ServerRequest, task_path),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "item_tool_call",
     10,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -446,12 +919,40 @@ static const ProtobufCFieldDescriptor threadwire__v1__server_request__field_desc
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "item_tool_request_approval",
+    11,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ServerRequest, params_case),
+    offsetof(Threadwire__V1__ServerRequest, item_tool_request_approval),
+    &threadwire__v1__approval_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "item_tool_request_user_input",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ServerRequest, params_case),
+    offsetof(Threadwire__V1__ServerRequest, item_tool_request_user_input),
+    &threadwire__v1__user_input_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__server_request__field_indices_by_name[] = {
   5,   /* field[5] = created_at */
   4,   /* field[4] = deadline_at */
   0,   /* field[0] = id */
-  6,   /* field[6] = item_tool_call */
+  8,   /* field[8] = item_tool_call */
+  9,   /* field[9] = item_tool_request_approval */
+  10,   /* field[10] = item_tool_request_user_input */
+  6,   /* field[6] = root_thread_id */
+  7,   /* field[7] = task_path */
   1,   /* field[1] = thread_id */
   3,   /* field[3] = timeout_ms */
   2,   /* field[2] = turn_id */
@@ -459,8 +960,8 @@ static const unsigned threadwire__v1__server_request__field_indices_by_name[] = 
 static const ProtobufCIntRange threadwire__v1__server_request__number_ranges[2 + 1] =
 {
   { 1, 0 },
-  { 10, 6 },
-  { 0, 7 }
+  { 10, 8 },
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__server_request__descriptor =
 {
@@ -470,14 +971,14 @@ const ProtobufCMessageDescriptor threadwire__v1__server_request__descriptor =
   "Threadwire__V1__ServerRequest",
   "threadwire.v1",
   sizeof(Threadwire__V1__ServerRequest),
-  7,
+  11,
   threadwire__v1__server_request__field_descriptors,
   threadwire__v1__server_request__field_indices_by_name,
   2,  threadwire__v1__server_request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__server_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__server_request_answer__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__server_request_answer__field_descriptors[6] =
 {
   {
     "id",
@@ -527,18 +1028,44 @@ static const ProtobufCFieldDescriptor threadwire__v1__server_request_answer__fie
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "item_tool_request_approval",
+    11,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ServerRequestAnswer, result_case),
+    offsetof(Threadwire__V1__ServerRequestAnswer, item_tool_request_approval),
+    &threadwire__v1__approval_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "item_tool_request_user_input",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ServerRequestAnswer, result_case),
+    offsetof(Threadwire__V1__ServerRequestAnswer, item_tool_request_user_input),
+    &threadwire__v1__user_input_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__server_request_answer__field_indices_by_name[] = {
   1,   /* field[1] = code */
   0,   /* field[0] = id */
   3,   /* field[3] = item_tool_call */
+  4,   /* field[4] = item_tool_request_approval */
+  5,   /* field[5] = item_tool_request_user_input */
   2,   /* field[2] = message */
 };
 static const ProtobufCIntRange threadwire__v1__server_request_answer__number_ranges[2 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__server_request_answer__descriptor =
 {
@@ -548,7 +1075,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_request_answer__descript
   "Threadwire__V1__ServerRequestAnswer",
   "threadwire.v1",
   sizeof(Threadwire__V1__ServerRequestAnswer),
-  4,
+  6,
   threadwire__v1__server_request_answer__field_descriptors,
   threadwire__v1__server_request_answer__field_indices_by_name,
   2,  threadwire__v1__server_request_answer__number_ranges,
@@ -631,6 +1158,72 @@ const ProtobufCMessageDescriptor threadwire__v1__server_request_resolved_notific
   1,  threadwire__v1__server_request_resolved_notification__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__server_request_resolved_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCEnumValue threadwire__v1__tool_source__enum_values_by_number[4] =
+{
+  { "TOOL_SOURCE_UNSPECIFIED", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED", 0 },
+  { "TOOL_SOURCE_CLIENT", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_CLIENT", 1 },
+  { "TOOL_SOURCE_MCP", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_MCP", 2 },
+  { "TOOL_SOURCE_BUILTIN", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_BUILTIN", 3 },
+};
+static const ProtobufCIntRange threadwire__v1__tool_source__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__tool_source__enum_values_by_name[4] =
+{
+  { "TOOL_SOURCE_BUILTIN", 3 },
+  { "TOOL_SOURCE_CLIENT", 1 },
+  { "TOOL_SOURCE_MCP", 2 },
+  { "TOOL_SOURCE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__tool_source__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ToolSource",
+  "ToolSource",
+  "Threadwire__V1__ToolSource",
+  "threadwire.v1",
+  4,
+  threadwire__v1__tool_source__enum_values_by_number,
+  4,
+  threadwire__v1__tool_source__enum_values_by_name,
+  1,
+  threadwire__v1__tool_source__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__approval_decision__enum_values_by_number[5] =
+{
+  { "APPROVAL_DECISION_UNSPECIFIED", "THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_UNSPECIFIED", 0 },
+  { "APPROVAL_DECISION_APPROVE", "THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_APPROVE", 1 },
+  { "APPROVAL_DECISION_APPROVE_FOR_TREE", "THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_APPROVE_FOR_TREE", 2 },
+  { "APPROVAL_DECISION_DECLINE", "THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_DECLINE", 3 },
+  { "APPROVAL_DECISION_CANCEL", "THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_CANCEL", 4 },
+};
+static const ProtobufCIntRange threadwire__v1__approval_decision__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__approval_decision__enum_values_by_name[5] =
+{
+  { "APPROVAL_DECISION_APPROVE", 1 },
+  { "APPROVAL_DECISION_APPROVE_FOR_TREE", 2 },
+  { "APPROVAL_DECISION_CANCEL", 4 },
+  { "APPROVAL_DECISION_DECLINE", 3 },
+  { "APPROVAL_DECISION_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__approval_decision__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ApprovalDecision",
+  "ApprovalDecision",
+  "Threadwire__V1__ApprovalDecision",
+  "threadwire.v1",
+  5,
+  threadwire__v1__approval_decision__enum_values_by_number,
+  5,
+  threadwire__v1__approval_decision__enum_values_by_name,
+  1,
+  threadwire__v1__approval_decision__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue threadwire__v1__server_request_outcome__enum_values_by_number[5] =
 {

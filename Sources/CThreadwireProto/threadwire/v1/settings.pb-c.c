@@ -187,7 +187,7 @@ void   threadwire__v1__thread_settings_updated_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_settings_updated_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[6] =
 {
   {
     "model",
@@ -237,17 +237,43 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "approval_policy",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadSettings, has_approval_policy),
+    offsetof(Threadwire__V1__ThreadSettings, approval_policy),
+    &threadwire__v1__approval_policy__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_input",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadSettings, has_user_input),
+    offsetof(Threadwire__V1__ThreadSettings, user_input),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] = {
+  4,   /* field[4] = approval_policy */
   1,   /* field[1] = cwd */
   0,   /* field[0] = model */
   2,   /* field[2] = multi_agent_mode */
   3,   /* field[3] = multi_agent_runtime */
+  5,   /* field[5] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__thread_settings__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
 {
@@ -257,14 +283,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
   "Threadwire__V1__ThreadSettings",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettings),
-  4,
+  6,
   threadwire__v1__thread_settings__field_descriptors,
   threadwire__v1__thread_settings__field_indices_by_name,
   1,  threadwire__v1__thread_settings__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_settings__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_params__field_descriptors[5] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_params__field_descriptors[7] =
 {
   {
     "thread_id",
@@ -326,18 +352,44 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_par
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "approval_policy",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, has_approval_policy),
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, approval_policy),
+    &threadwire__v1__approval_policy__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_input",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, has_user_input),
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, user_input),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings_update_params__field_indices_by_name[] = {
+  5,   /* field[5] = approval_policy */
   4,   /* field[4] = clear_multi_agent_mode */
   2,   /* field[2] = cwd */
   1,   /* field[1] = model */
   3,   /* field[3] = multi_agent_mode */
   0,   /* field[0] = thread_id */
+  6,   /* field[6] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__thread_settings_update_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__descriptor =
 {
@@ -347,7 +399,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__
   "Threadwire__V1__ThreadSettingsUpdateParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettingsUpdateParams),
-  5,
+  7,
   threadwire__v1__thread_settings_update_params__field_descriptors,
   threadwire__v1__thread_settings_update_params__field_indices_by_name,
   1,  threadwire__v1__thread_settings_update_params__number_ranges,
@@ -455,4 +507,36 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings_updated_notific
   1,  threadwire__v1__thread_settings_updated_notification__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_settings_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCEnumValue threadwire__v1__approval_policy__enum_values_by_number[4] =
+{
+  { "APPROVAL_POLICY_UNSPECIFIED", "THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED", 0 },
+  { "APPROVAL_POLICY_NEVER", "THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_NEVER", 1 },
+  { "APPROVAL_POLICY_ON_REQUEST", "THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_ON_REQUEST", 2 },
+  { "APPROVAL_POLICY_ALWAYS", "THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_ALWAYS", 3 },
+};
+static const ProtobufCIntRange threadwire__v1__approval_policy__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__approval_policy__enum_values_by_name[4] =
+{
+  { "APPROVAL_POLICY_ALWAYS", 3 },
+  { "APPROVAL_POLICY_NEVER", 1 },
+  { "APPROVAL_POLICY_ON_REQUEST", 2 },
+  { "APPROVAL_POLICY_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__approval_policy__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ApprovalPolicy",
+  "ApprovalPolicy",
+  "Threadwire__V1__ApprovalPolicy",
+  "threadwire.v1",
+  4,
+  threadwire__v1__approval_policy__enum_values_by_number,
+  4,
+  threadwire__v1__approval_policy__enum_values_by_name,
+  1,
+  threadwire__v1__approval_policy__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

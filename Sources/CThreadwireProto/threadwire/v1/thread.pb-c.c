@@ -1609,7 +1609,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[8] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[10] =
 {
   {
     "model",
@@ -1707,8 +1707,33 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "approval_policy",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadStartParams, has_approval_policy),
+    offsetof(Threadwire__V1__ThreadStartParams, approval_policy),
+    &threadwire__v1__approval_policy__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_input",
+    10,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadStartParams, has_user_input),
+    offsetof(Threadwire__V1__ThreadStartParams, user_input),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_start_params__field_indices_by_name[] = {
+  8,   /* field[8] = approval_policy */
   6,   /* field[6] = base_instructions */
   7,   /* field[7] = client_tools */
   2,   /* field[2] = config */
@@ -1717,11 +1742,12 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
   3,   /* field[3] = multi_agent_mode */
   4,   /* field[4] = name */
   5,   /* field[5] = source */
+  9,   /* field[9] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__thread_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor =
 {
@@ -1731,14 +1757,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   "Threadwire__V1__ThreadStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadStartParams),
-  8,
+  10,
   threadwire__v1__thread_start_params__field_descriptors,
   threadwire__v1__thread_start_params__field_indices_by_name,
   1,  threadwire__v1__thread_start_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_start_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[8] =
 {
   {
     "thread",
@@ -1824,8 +1850,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "approval_policy",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadLifecycleResult, has_approval_policy),
+    offsetof(Threadwire__V1__ThreadLifecycleResult, approval_policy),
+    &threadwire__v1__approval_policy__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_lifecycle_result__field_indices_by_name[] = {
+  7,   /* field[7] = approval_policy */
   6,   /* field[6] = client_tools */
   1,   /* field[1] = model */
   3,   /* field[3] = multi_agent_mode */
@@ -1837,7 +1876,7 @@ static const unsigned threadwire__v1__thread_lifecycle_result__field_indices_by_
 static const ProtobufCIntRange threadwire__v1__thread_lifecycle_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descriptor =
 {
@@ -1847,7 +1886,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descri
   "Threadwire__V1__ThreadLifecycleResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadLifecycleResult),
-  7,
+  8,
   threadwire__v1__thread_lifecycle_result__field_descriptors,
   threadwire__v1__thread_lifecycle_result__field_indices_by_name,
   1,  threadwire__v1__thread_lifecycle_result__number_ranges,
@@ -3042,18 +3081,22 @@ const ProtobufCEnumDescriptor threadwire__v1__thread_status_type__descriptor =
   threadwire__v1__thread_status_type__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__thread_active_flag__enum_values_by_number[2] =
+static const ProtobufCEnumValue threadwire__v1__thread_active_flag__enum_values_by_number[4] =
 {
   { "THREAD_ACTIVE_FLAG_UNSPECIFIED", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_UNSPECIFIED", 0 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", 1 },
+  { "THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL", 2 },
+  { "THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT", 3 },
 };
 static const ProtobufCIntRange threadwire__v1__thread_active_flag__value_ranges[] = {
-{0, 0},{0, 2}
+{0, 0},{0, 4}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__thread_active_flag__enum_values_by_name[2] =
+static const ProtobufCEnumValueIndex threadwire__v1__thread_active_flag__enum_values_by_name[4] =
 {
   { "THREAD_ACTIVE_FLAG_UNSPECIFIED", 0 },
+  { "THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL", 2 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", 1 },
+  { "THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT", 3 },
 };
 const ProtobufCEnumDescriptor threadwire__v1__thread_active_flag__descriptor =
 {
@@ -3062,9 +3105,9 @@ const ProtobufCEnumDescriptor threadwire__v1__thread_active_flag__descriptor =
   "ThreadActiveFlag",
   "Threadwire__V1__ThreadActiveFlag",
   "threadwire.v1",
-  2,
+  4,
   threadwire__v1__thread_active_flag__enum_values_by_number,
-  2,
+  4,
   threadwire__v1__thread_active_flag__enum_values_by_name,
   1,
   threadwire__v1__thread_active_flag__value_ranges,

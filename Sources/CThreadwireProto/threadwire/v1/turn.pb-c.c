@@ -823,7 +823,7 @@ const ProtobufCMessageDescriptor threadwire__v1__user_input__descriptor =
   (ProtobufCMessageInit) threadwire__v1__user_input__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_item__field_descriptors[10] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_item__field_descriptors[11] =
 {
   {
     "id",
@@ -945,6 +945,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_item__field_descrip
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "tool_server",
+    11,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadItem, tool_server),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_item__field_indices_by_name[] = {
   9,   /* field[9] = duration_ms */
@@ -955,13 +967,14 @@ static const unsigned threadwire__v1__thread_item__field_indices_by_name[] = {
   4,   /* field[4] = tool_arguments */
   3,   /* field[3] = tool_name */
   5,   /* field[5] = tool_output */
+  10,   /* field[10] = tool_server */
   7,   /* field[7] = tool_source */
   1,   /* field[1] = type */
 };
 static const ProtobufCIntRange threadwire__v1__thread_item__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor =
 {
@@ -971,7 +984,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor =
   "Threadwire__V1__ThreadItem",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadItem),
-  10,
+  11,
   threadwire__v1__thread_item__field_descriptors,
   threadwire__v1__thread_item__field_indices_by_name,
   1,  threadwire__v1__thread_item__number_ranges,
@@ -1557,7 +1570,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_descriptors[5] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_descriptors[6] =
 {
   {
     "thread_id",
@@ -1619,8 +1632,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_d
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "approval_policy",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__TurnStartParams, has_approval_policy),
+    offsetof(Threadwire__V1__TurnStartParams, approval_policy),
+    &threadwire__v1__approval_policy__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn_start_params__field_indices_by_name[] = {
+  5,   /* field[5] = approval_policy */
   4,   /* field[4] = clear_multi_agent_mode */
   1,   /* field[1] = input */
   2,   /* field[2] = model */
@@ -1630,7 +1656,7 @@ static const unsigned threadwire__v1__turn_start_params__field_indices_by_name[]
 static const ProtobufCIntRange threadwire__v1__turn_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor =
 {
@@ -1640,7 +1666,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor =
   "Threadwire__V1__TurnStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__TurnStartParams),
-  5,
+  6,
   threadwire__v1__turn_start_params__field_descriptors,
   threadwire__v1__turn_start_params__field_indices_by_name,
   1,  threadwire__v1__turn_start_params__number_ranges,
@@ -2127,34 +2153,6 @@ const ProtobufCEnumDescriptor threadwire__v1__item_type__descriptor =
   threadwire__v1__item_type__enum_values_by_name,
   1,
   threadwire__v1__item_type__value_ranges,
-  NULL,NULL,NULL,NULL   /* reserved[1234] */
-};
-static const ProtobufCEnumValue threadwire__v1__tool_source__enum_values_by_number[2] =
-{
-  { "TOOL_SOURCE_UNSPECIFIED", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED", 0 },
-  { "TOOL_SOURCE_CLIENT", "THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_CLIENT", 1 },
-};
-static const ProtobufCIntRange threadwire__v1__tool_source__value_ranges[] = {
-{0, 0},{0, 2}
-};
-static const ProtobufCEnumValueIndex threadwire__v1__tool_source__enum_values_by_name[2] =
-{
-  { "TOOL_SOURCE_CLIENT", 1 },
-  { "TOOL_SOURCE_UNSPECIFIED", 0 },
-};
-const ProtobufCEnumDescriptor threadwire__v1__tool_source__descriptor =
-{
-  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
-  "threadwire.v1.ToolSource",
-  "ToolSource",
-  "Threadwire__V1__ToolSource",
-  "threadwire.v1",
-  2,
-  threadwire__v1__tool_source__enum_values_by_number,
-  2,
-  threadwire__v1__tool_source__enum_values_by_name,
-  1,
-  threadwire__v1__tool_source__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue threadwire__v1__item_status__enum_values_by_number[6] =

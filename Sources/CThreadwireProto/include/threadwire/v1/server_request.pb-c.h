@@ -17,6 +17,10 @@ PROTOBUF_C__BEGIN_DECLS
 
 typedef struct Threadwire__V1__ToolCallParams Threadwire__V1__ToolCallParams;
 typedef struct Threadwire__V1__ToolCallResult Threadwire__V1__ToolCallResult;
+typedef struct Threadwire__V1__ApprovalParams Threadwire__V1__ApprovalParams;
+typedef struct Threadwire__V1__ApprovalResult Threadwire__V1__ApprovalResult;
+typedef struct Threadwire__V1__UserInputParams Threadwire__V1__UserInputParams;
+typedef struct Threadwire__V1__UserInputResult Threadwire__V1__UserInputResult;
 typedef struct Threadwire__V1__ServerRequest Threadwire__V1__ServerRequest;
 typedef struct Threadwire__V1__ServerRequestAnswer Threadwire__V1__ServerRequestAnswer;
 typedef struct Threadwire__V1__ServerRequestResolvedNotification Threadwire__V1__ServerRequestResolvedNotification;
@@ -24,6 +28,46 @@ typedef struct Threadwire__V1__ServerRequestResolvedNotification Threadwire__V1_
 
 /* --- enums --- */
 
+/*
+ * Who runs a tool-call item's tool.
+ */
+typedef enum _Threadwire__V1__ToolSource {
+  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED = 0,
+  /*
+   * A client of the thread (client_tools), through item/tool/call.
+   */
+  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_CLIENT = 1,
+  /*
+   * An MCP tool server the operator configured (ThreadItem.tool_server).
+   */
+  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_MCP = 2,
+  /*
+   * A tool the server itself runs (request_user_input).
+   */
+  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_BUILTIN = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__TOOL_SOURCE)
+} Threadwire__V1__ToolSource;
+typedef enum _Threadwire__V1__ApprovalDecision {
+  THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_UNSPECIFIED = 0,
+  /*
+   * Run this call.
+   */
+  THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_APPROVE = 1,
+  /*
+   * Run this call and every later call of the same tool anywhere in this
+   * agent tree (the root and all its children) without asking again.
+   */
+  THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_APPROVE_FOR_TREE = 2,
+  /*
+   * Do not run it; the model reads `reason` and the turn goes on.
+   */
+  THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_DECLINE = 3,
+  /*
+   * Do not run it and interrupt the turn.
+   */
+  THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_CANCEL = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__APPROVAL_DECISION)
+} Threadwire__V1__ApprovalDecision;
 typedef enum _Threadwire__V1__ServerRequestOutcome {
   THREADWIRE__V1__SERVER_REQUEST_OUTCOME__SERVER_REQUEST_OUTCOME_UNSPECIFIED = 0,
   /*
@@ -94,9 +138,91 @@ struct  Threadwire__V1__ToolCallResult
     , NULL, 0, 0 }
 
 
+/*
+ * Server request "item/tool/request_approval": may the agent run this tool
+ * call? Sent to the clients of the thread's agent tree root (a child's
+ * request names the child in ServerRequest.thread_id, its task path and the
+ * root), under the thread's approval_policy.
+ */
+struct  Threadwire__V1__ApprovalParams
+{
+  ProtobufCMessage base;
+  /*
+   * The tool-call item waiting for the decision (status IN_PROGRESS).
+   */
+  char *item_id;
+  char *tool;
+  /*
+   * The model's arguments (JSON text), already checked against the schema.
+   */
+  char *arguments;
+  char *call_id;
+  /*
+   * Who runs the tool if approved: a client, or the MCP server `server`.
+   */
+  protobuf_c_boolean has_source;
+  Threadwire__V1__ToolSource source;
+  char *server;
+};
+#define THREADWIRE__V1__APPROVAL_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__approval_params__descriptor) \
+    , NULL, NULL, NULL, NULL, 0, THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED, NULL }
+
+
+struct  Threadwire__V1__ApprovalResult
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean has_decision;
+  Threadwire__V1__ApprovalDecision decision;
+  /*
+   * With DECLINE: why (the model reads it).
+   */
+  char *reason;
+};
+#define THREADWIRE__V1__APPROVAL_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__approval_result__descriptor) \
+    , 0, THREADWIRE__V1__APPROVAL_DECISION__APPROVAL_DECISION_UNSPECIFIED, NULL }
+
+
+/*
+ * Server request "item/tool/request_user_input": the model asks the user a
+ * question (the built-in request_user_input tool, enabled per thread).
+ */
+struct  Threadwire__V1__UserInputParams
+{
+  ProtobufCMessage base;
+  char *item_id;
+  char *question;
+  /*
+   * Suggested answers; empty for a free-form answer.
+   */
+  size_t n_choices;
+  char **choices;
+  char *call_id;
+};
+#define THREADWIRE__V1__USER_INPUT_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__user_input_params__descriptor) \
+    , NULL, NULL, 0,NULL, NULL }
+
+
+struct  Threadwire__V1__UserInputResult
+{
+  ProtobufCMessage base;
+  /*
+   * What the model reads as the user's answer.
+   */
+  char *answer;
+};
+#define THREADWIRE__V1__USER_INPUT_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__user_input_result__descriptor) \
+    , NULL }
+
+
 typedef enum {
   THREADWIRE__V1__SERVER_REQUEST__PARAMS__NOT_SET = 0,
-  THREADWIRE__V1__SERVER_REQUEST__PARAMS_ITEM_TOOL_CALL = 10
+  THREADWIRE__V1__SERVER_REQUEST__PARAMS_ITEM_TOOL_CALL = 10,
+  THREADWIRE__V1__SERVER_REQUEST__PARAMS_ITEM_TOOL_REQUEST_APPROVAL = 11,
+  THREADWIRE__V1__SERVER_REQUEST__PARAMS_ITEM_TOOL_REQUEST_USER_INPUT = 12
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__SERVER_REQUEST__PARAMS__CASE)
 } Threadwire__V1__ServerRequest__ParamsCase;
 
@@ -124,19 +250,30 @@ struct  Threadwire__V1__ServerRequest
    */
   protobuf_c_boolean has_created_at;
   int64_t created_at;
+  /*
+   * The root of the thread's agent tree (its own id for a root thread), and
+   * a V2 child's task path: a child's approvals and questions reach the
+   * root's clients, which need to tell the agents apart.
+   */
+  char *root_thread_id;
+  char *task_path;
   Threadwire__V1__ServerRequest__ParamsCase params_case;
   union {
     Threadwire__V1__ToolCallParams *item_tool_call;
+    Threadwire__V1__ApprovalParams *item_tool_request_approval;
+    Threadwire__V1__UserInputParams *item_tool_request_user_input;
   };
 };
 #define THREADWIRE__V1__SERVER_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__server_request__descriptor) \
-    , NULL, NULL, NULL, 0, 0, 0, 0, 0, 0, THREADWIRE__V1__SERVER_REQUEST__PARAMS__NOT_SET, {0} }
+    , NULL, NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, THREADWIRE__V1__SERVER_REQUEST__PARAMS__NOT_SET, {0} }
 
 
 typedef enum {
   THREADWIRE__V1__SERVER_REQUEST_ANSWER__RESULT__NOT_SET = 0,
-  THREADWIRE__V1__SERVER_REQUEST_ANSWER__RESULT_ITEM_TOOL_CALL = 10
+  THREADWIRE__V1__SERVER_REQUEST_ANSWER__RESULT_ITEM_TOOL_CALL = 10,
+  THREADWIRE__V1__SERVER_REQUEST_ANSWER__RESULT_ITEM_TOOL_REQUEST_APPROVAL = 11,
+  THREADWIRE__V1__SERVER_REQUEST_ANSWER__RESULT_ITEM_TOOL_REQUEST_USER_INPUT = 12
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__SERVER_REQUEST_ANSWER__RESULT__CASE)
 } Threadwire__V1__ServerRequestAnswer__ResultCase;
 
@@ -161,6 +298,8 @@ struct  Threadwire__V1__ServerRequestAnswer
   Threadwire__V1__ServerRequestAnswer__ResultCase result_case;
   union {
     Threadwire__V1__ToolCallResult *item_tool_call;
+    Threadwire__V1__ApprovalResult *item_tool_request_approval;
+    Threadwire__V1__UserInputResult *item_tool_request_user_input;
   };
 };
 #define THREADWIRE__V1__SERVER_REQUEST_ANSWER__INIT \
@@ -228,6 +367,82 @@ Threadwire__V1__ToolCallResult *
 void   threadwire__v1__tool_call_result__free_unpacked
                      (Threadwire__V1__ToolCallResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ApprovalParams methods */
+void   threadwire__v1__approval_params__init
+                     (Threadwire__V1__ApprovalParams         *message);
+size_t threadwire__v1__approval_params__get_packed_size
+                     (const Threadwire__V1__ApprovalParams   *message);
+size_t threadwire__v1__approval_params__pack
+                     (const Threadwire__V1__ApprovalParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__approval_params__pack_to_buffer
+                     (const Threadwire__V1__ApprovalParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ApprovalParams *
+       threadwire__v1__approval_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__approval_params__free_unpacked
+                     (Threadwire__V1__ApprovalParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ApprovalResult methods */
+void   threadwire__v1__approval_result__init
+                     (Threadwire__V1__ApprovalResult         *message);
+size_t threadwire__v1__approval_result__get_packed_size
+                     (const Threadwire__V1__ApprovalResult   *message);
+size_t threadwire__v1__approval_result__pack
+                     (const Threadwire__V1__ApprovalResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__approval_result__pack_to_buffer
+                     (const Threadwire__V1__ApprovalResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ApprovalResult *
+       threadwire__v1__approval_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__approval_result__free_unpacked
+                     (Threadwire__V1__ApprovalResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__UserInputParams methods */
+void   threadwire__v1__user_input_params__init
+                     (Threadwire__V1__UserInputParams         *message);
+size_t threadwire__v1__user_input_params__get_packed_size
+                     (const Threadwire__V1__UserInputParams   *message);
+size_t threadwire__v1__user_input_params__pack
+                     (const Threadwire__V1__UserInputParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__user_input_params__pack_to_buffer
+                     (const Threadwire__V1__UserInputParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__UserInputParams *
+       threadwire__v1__user_input_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__user_input_params__free_unpacked
+                     (Threadwire__V1__UserInputParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__UserInputResult methods */
+void   threadwire__v1__user_input_result__init
+                     (Threadwire__V1__UserInputResult         *message);
+size_t threadwire__v1__user_input_result__get_packed_size
+                     (const Threadwire__V1__UserInputResult   *message);
+size_t threadwire__v1__user_input_result__pack
+                     (const Threadwire__V1__UserInputResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__user_input_result__pack_to_buffer
+                     (const Threadwire__V1__UserInputResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__UserInputResult *
+       threadwire__v1__user_input_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__user_input_result__free_unpacked
+                     (Threadwire__V1__UserInputResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ServerRequest methods */
 void   threadwire__v1__server_request__init
                      (Threadwire__V1__ServerRequest         *message);
@@ -293,6 +508,18 @@ typedef void (*Threadwire__V1__ToolCallParams_Closure)
 typedef void (*Threadwire__V1__ToolCallResult_Closure)
                  (const Threadwire__V1__ToolCallResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ApprovalParams_Closure)
+                 (const Threadwire__V1__ApprovalParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ApprovalResult_Closure)
+                 (const Threadwire__V1__ApprovalResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__UserInputParams_Closure)
+                 (const Threadwire__V1__UserInputParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__UserInputResult_Closure)
+                 (const Threadwire__V1__UserInputResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ServerRequest_Closure)
                  (const Threadwire__V1__ServerRequest *message,
                   void *closure_data);
@@ -308,9 +535,15 @@ typedef void (*Threadwire__V1__ServerRequestResolvedNotification_Closure)
 
 /* --- descriptors --- */
 
+extern const ProtobufCEnumDescriptor    threadwire__v1__tool_source__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__approval_decision__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__server_request_outcome__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__tool_call_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__tool_call_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__approval_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__approval_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__user_input_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__user_input_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__server_request__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__server_request_answer__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__server_request_resolved_notification__descriptor;

@@ -24,6 +24,28 @@ typedef struct Threadwire__V1__ThreadSettingsUpdatedNotification Threadwire__V1_
 
 /* --- enums --- */
 
+/*
+ * Which tool calls of a thread wait for an approval
+ * ("item/tool/request_approval") before they run. Collaboration tools
+ * (spawn_agent, wait_agent, ...) and request_user_input never do.
+ */
+typedef enum _Threadwire__V1__ApprovalPolicy {
+  /*
+   * Unset in a request: keep the thread's policy (NEVER for a new thread).
+   */
+  THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED = 0,
+  THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_NEVER = 1,
+  /*
+   * Tools marked as needing approval: client tools with requires_approval,
+   * MCP servers configured with require_approval.
+   */
+  THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_ON_REQUEST = 2,
+  /*
+   * Every client and MCP tool.
+   */
+  THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_ALWAYS = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__APPROVAL_POLICY)
+} Threadwire__V1__ApprovalPolicy;
 
 /* --- messages --- */
 
@@ -47,10 +69,20 @@ struct  Threadwire__V1__ThreadSettings
    */
   protobuf_c_boolean has_multi_agent_runtime;
   Threadwire__V1__MultiAgentRuntime multi_agent_runtime;
+  /*
+   * Which tool calls wait for a client's approval (see ApprovalPolicy).
+   */
+  protobuf_c_boolean has_approval_policy;
+  Threadwire__V1__ApprovalPolicy approval_policy;
+  /*
+   * Whether the model is offered the built-in request_user_input tool.
+   */
+  protobuf_c_boolean has_user_input;
+  protobuf_c_boolean user_input;
 };
 #define THREADWIRE__V1__THREAD_SETTINGS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0 }
 
 
 typedef enum {
@@ -72,6 +104,14 @@ struct  Threadwire__V1__ThreadSettingsUpdateParams
   char *thread_id;
   char *model;
   char *cwd;
+  /*
+   * A child agent starts with its parent's policy; setting it on the child
+   * changes that child only.
+   */
+  protobuf_c_boolean has_approval_policy;
+  Threadwire__V1__ApprovalPolicy approval_policy;
+  protobuf_c_boolean has_user_input;
+  protobuf_c_boolean user_input;
   Threadwire__V1__ThreadSettingsUpdateParams__MultiAgentModeUpdateCase multi_agent_mode_update_case;
   union {
     /*
@@ -86,7 +126,7 @@ struct  Threadwire__V1__ThreadSettingsUpdateParams
 };
 #define THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings_update_params__descriptor) \
-    , NULL, NULL, NULL, THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
+    , NULL, NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
 
 
 struct  Threadwire__V1__ThreadSettingsUpdateResult
@@ -215,6 +255,7 @@ typedef void (*Threadwire__V1__ThreadSettingsUpdatedNotification_Closure)
 
 /* --- descriptors --- */
 
+extern const ProtobufCEnumDescriptor    threadwire__v1__approval_policy__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_result__descriptor;

@@ -71,7 +71,15 @@ typedef enum _Threadwire__V1__ThreadActiveFlag {
   /*
    * The turn waits for a client to run a client tool (item/tool/call).
    */
-  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL = 1
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL = 1,
+  /*
+   * The turn waits for a client's approval (item/tool/request_approval).
+   */
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL = 2,
+  /*
+   * The turn waits for the user's answer (item/tool/request_user_input).
+   */
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT = 3
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_ACTIVE_FLAG)
 } Threadwire__V1__ThreadActiveFlag;
 typedef enum _Threadwire__V1__ThreadSourceKind {
@@ -245,10 +253,20 @@ struct  Threadwire__V1__ThreadStartParams
    */
   size_t n_client_tools;
   Threadwire__V1__ToolSpec **client_tools;
+  /*
+   * Absent: NEVER. Kept on resume and fork; child agents start with it.
+   */
+  protobuf_c_boolean has_approval_policy;
+  Threadwire__V1__ApprovalPolicy approval_policy;
+  /*
+   * true: the model is offered request_user_input (item/tool/request_user_input).
+   */
+  protobuf_c_boolean has_user_input;
+  protobuf_c_boolean user_input;
 };
 #define THREADWIRE__V1__THREAD_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_start_params__descriptor) \
-    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL }
+    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0 }
 
 
 /*
@@ -281,10 +299,16 @@ struct  Threadwire__V1__ThreadLifecycleResult
    */
   size_t n_client_tools;
   Threadwire__V1__ToolSpec **client_tools;
+  /*
+   * The same as settings.approval_policy, beside the other settings reported
+   * at the top level.
+   */
+  protobuf_c_boolean has_approval_policy;
+  Threadwire__V1__ApprovalPolicy approval_policy;
 };
 #define THREADWIRE__V1__THREAD_LIFECYCLE_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_lifecycle_result__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED }
 
 
 /*

@@ -16,6 +16,7 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "threadwire/v1/multi_agent.pb-c.h"
 #include "threadwire/v1/server_request.pb-c.h"
+#include "threadwire/v1/settings.pb-c.h"
 
 typedef struct Threadwire__V1__UserInput Threadwire__V1__UserInput;
 typedef struct Threadwire__V1__ThreadItem Threadwire__V1__ThreadItem;
@@ -65,17 +66,6 @@ typedef enum _Threadwire__V1__ItemType {
   THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__ITEM_TYPE)
 } Threadwire__V1__ItemType;
-/*
- * Who runs a tool-call item's tool.
- */
-typedef enum _Threadwire__V1__ToolSource {
-  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED = 0,
-  /*
-   * A client of the thread (client_tools), through item/tool/call.
-   */
-  THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_CLIENT = 1
-    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__TOOL_SOURCE)
-} Threadwire__V1__ToolSource;
 typedef enum _Threadwire__V1__ItemStatus {
   THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_UNSPECIFIED = 0,
   THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_IN_PROGRESS = 1,
@@ -217,10 +207,14 @@ struct  Threadwire__V1__ThreadItem
    */
   protobuf_c_boolean has_duration_ms;
   uint64_t duration_ms;
+  /*
+   * TOOL_SOURCE_MCP: the MCP server's configured name.
+   */
+  char *tool_server;
 };
 #define THREADWIRE__V1__THREAD_ITEM__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_item__descriptor) \
-    , NULL, 0, THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED, NULL, NULL, NULL, NULL, NULL, 0, THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED, 0, THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_UNSPECIFIED, 0, 0 }
+    , NULL, 0, THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED, NULL, NULL, NULL, NULL, NULL, 0, THREADWIRE__V1__TOOL_SOURCE__TOOL_SOURCE_UNSPECIFIED, 0, THREADWIRE__V1__ITEM_STATUS__ITEM_STATUS_UNSPECIFIED, 0, 0, NULL }
 
 
 /*
@@ -420,6 +414,11 @@ struct  Threadwire__V1__TurnStartParams
    * Sticky: later turns keep using this model.
    */
   char *model;
+  /*
+   * Sticky, like model: this and later turns use this policy.
+   */
+  protobuf_c_boolean has_approval_policy;
+  Threadwire__V1__ApprovalPolicy approval_policy;
   Threadwire__V1__TurnStartParams__MultiAgentModeUpdateCase multi_agent_mode_update_case;
   union {
     Threadwire__V1__MultiAgentMode multi_agent_mode;
@@ -428,7 +427,7 @@ struct  Threadwire__V1__TurnStartParams
 };
 #define THREADWIRE__V1__TURN_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_start_params__descriptor) \
-    , NULL, 0,NULL, NULL, THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
+    , NULL, 0,NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
 
 
 struct  Threadwire__V1__TurnStartResult
@@ -928,7 +927,6 @@ typedef void (*Threadwire__V1__ItemCompletedNotification_Closure)
 
 extern const ProtobufCEnumDescriptor    threadwire__v1__turn_status__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__item_type__descriptor;
-extern const ProtobufCEnumDescriptor    threadwire__v1__tool_source__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__item_status__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_role__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_kind__descriptor;
