@@ -42,6 +42,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/modelcontextprotocol/swift-sdk", from: "0.12.1"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -116,6 +118,19 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // MCP tool servers: one supervised process per configured server,
+        // shared by every thread (the MCP Swift SDK over stdio).
+        .target(
+            name: "ThreadwireMCP",
+            dependencies: [
+                "ThreadwireCore",
+                .product(name: "MCP", package: "swift-sdk"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // How clients reach the server: TCP (listener, TLS, descriptor
         // reserve) or in process; flow control; no protobuf.
         .target(
@@ -178,7 +193,7 @@ let package = Package(
         .target(
             name: "ThreadwireServerCommand",
             dependencies: [
-                "ThreadwireModels", "ThreadwireTransport", "ThreadwireNIO",
+                "ThreadwireModels", "ThreadwireMCP", "ThreadwireTransport", "ThreadwireNIO",
                 "ThreadwireServer", "ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

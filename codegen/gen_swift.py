@@ -32,6 +32,7 @@ METHOD_NAME_OVERRIDES = {
     "server_request_resolved": "server_request/resolved",
     "item_tool_request_approval": "item/tool/request_approval",
     "item_tool_request_user_input": "item/tool/request_user_input",
+    "mcp_server_list": "mcp_server/list",
 }
 
 

@@ -235,7 +235,8 @@ extension ThreadSourceKind {
 extension ThreadSettingsView {
     public var wire: Wire.ThreadSettings {
         Wire.ThreadSettings(model: model, cwd: cwd, multiAgentMode: selectedMode?.wire,
-                            multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput)
+                            multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput,
+                            mcpServers: mcpServers)
     }
 }
 
@@ -320,6 +321,20 @@ extension ServerRequestAnswer {
         case nil:
             throw AnswerRefusal(.pending, "an answer with code 0 (OK) needs a result")
         }
+    }
+}
+
+extension ToolServerStatus {
+    public var wire: Wire.McpServer {
+        let state: Wire.McpServerState
+        switch self.state {
+        case .starting: state = .starting
+        case .ready: state = .ready
+        case .restarting: state = .restarting
+        case .stopped: state = .stopped
+        }
+        return Wire.McpServer(name: name, state: state, pid: pid, restarts: UInt32(clamping: restarts), lastError: lastError,
+                              tools: tools.map(\.wire), requireApproval: requireApproval)
     }
 }
 

@@ -25,6 +25,7 @@ public struct ThreadSettingsView: Sendable, Equatable {
     public var runtime: MultiAgentRuntime?
     public var approvalPolicy: ApprovalPolicy = .never
     public var userInput = false
+    public var mcpServers: [String] = []
 }
 
 /// A thread as reported to clients.
@@ -46,7 +47,7 @@ public struct ThreadView: Sendable, Equatable {
 
     public var settings: ThreadSettingsView {
         ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime,
-                           approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled)
+                           approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled, mcpServers: record.mcpServers)
     }
 
     /// The model requests of a turn, materialised from the append-only history.

@@ -70,6 +70,8 @@ public struct ThreadRecord: Sendable, Equatable {
     public var userInputEnabled = false
     /// A root thread only: tools a client approved for the whole agent tree.
     public var treeApprovals: [String] = []
+    /// The MCP tool servers whose tools the model is offered.
+    public var mcpServers: [String] = []
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,

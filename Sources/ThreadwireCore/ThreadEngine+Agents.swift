@@ -85,6 +85,7 @@ extension ThreadEngine {
             // A child asks as its parent does (the root's clients answer); they may lower it on the child.
             child.approvalPolicy = parent.record.approvalPolicy
             child.userInputEnabled = parent.record.userInputEnabled
+            child.mcpServers = parent.record.mcpServers
             child.nickname = Self.nicknames[siblings.count % Self.nicknames.count]
             // Inherited, never re-resolved: a V2 parent keeps a V2 child whatever the child's model says.
             child.runtime = RuntimeResolver.resolveAtLoad(

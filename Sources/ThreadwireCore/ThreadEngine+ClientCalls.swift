@@ -12,6 +12,8 @@ extension ThreadEngine {
         case settled
         /// Stored and offered; the turn now waits for it.
         case waiting
+        /// Started with nothing to wait for: the server runs it (an MCP tool).
+        case runHere(itemID: String)
     }
 
     /// How a settled answer leaves the turn.
@@ -20,15 +22,22 @@ extension ThreadEngine {
         case done(deferred: [ModelOutput], tools: [ToolSpec], runtime: MultiAgentRuntime?)
         /// Another request now waits (an approved client tool's call).
         case waiting
+        /// Approved, and the server runs it (an MCP tool).
+        case runHere(HostedTool, itemID: String, arguments: String, callID: String)
         /// The turn no longer runs (cancelled, interrupted, or gone).
         case stopped
     }
 
     /// The tools the model's call may be of that a client (or the user) serves.
-    static func externalTool(_ output: ModelOutput, offered: [ToolSpec]) -> ExternalTool? {
+    func externalTool(_ output: ModelOutput, offered: [ToolSpec]) -> ExternalTool? {
         guard case let .toolCall(name, _, _) = output,
               let spec = offered.first(where: { $0.name == name && $0.namespace.isEmpty }) else { return nil }
-        return name == UserInputTool.name ? .userInput : .client(spec)
+        if name == UserInputTool.name { return .userInput }
+        if name.hasPrefix(HostedTool.prefix) {
+            guard let hosted = toolServers?.resolve(name) else { return nil }
+            return .mcp(hosted)
+        }
+        return .client(spec)
     }
 
     /// Whether a call of `tool` by `record`'s thread waits for an approval:
@@ -95,6 +104,7 @@ extension ThreadEngine {
             item.toolName = spec.name
             item.toolArguments = arguments
             item.toolSource = tool.source
+            if case let .mcp(hosted) = tool { item.toolServer = hosted.server }
             let call = ContextItem(role: .assistant, kind: .toolCall, text: arguments, toolName: spec.name, callID: callID)
             let first = next.history.count
             var deliveries: [Delivery] = []
@@ -112,9 +122,22 @@ extension ThreadEngine {
                 item.status = .inProgress
                 let kind: ServerRequestRecord.Kind
                 if await approvalNeeded(state.record, tool) {
-                    kind = .approval(itemID: item.id, tool: spec.name, arguments: arguments, callID: callID, source: tool.source, server: nil)
+                    kind = .approval(itemID: item.id, tool: spec.name, arguments: arguments, callID: callID, source: tool.source,
+                                     server: item.toolServer)
+                } else if let first = tool.firstRequest(itemID: item.id, arguments: arguments, callID: callID) {
+                    kind = first
                 } else {
-                    kind = tool.firstRequest(itemID: item.id, arguments: arguments, callID: callID)
+                    // The server runs it now: nothing to wait for, nothing stored but the call.
+                    next.history.append(call)
+                    next.turns[at].items.append(item)
+                    do {
+                        try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [call]), .putTurn(next.turns[at])])
+                    } catch {
+                        await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+                        return .notRunning
+                    }
+                    owner.publisher.ticket([Delivery(event: .itemStarted(owner.id, turnID, item), recipients: owner.subscribers)]).publish()
+                    return .runHere(itemID: item.id)
                 }
                 let pending = makeRequest(owner, turnID: turnID, kind)
                 request = pending
@@ -162,10 +185,14 @@ extension ThreadEngine {
                 // Before the call runs: a crash after it never asks the tree again for what a client allowed.
                 await grantForTree(root: request.rootID, tool: tool)
             }
-            switch await settle(owner, turnID: turnID, request, answer) {
+            var settled = await settle(owner, turnID: turnID, request, answer)
+            if case let .runHere(hosted, itemID, arguments, callID) = settled {
+                settled = await runHosted(owner, turnID: turnID, hosted, itemID: itemID, arguments: arguments, callID: callID)
+            }
+            switch settled {
             case let .done(deferred, tools, runtime): return (deferred, tools, runtime)
             case .waiting: continue
-            case .stopped: return nil
+            case .stopped, .runHere: return nil
             }
         }
     }
@@ -207,6 +234,28 @@ extension ThreadEngine {
             return .waiting
         }
 
+        if case let .approval(itemID, tool, arguments, callID, .mcp, _) = request.kind,
+           case let .approval(decision, _)? = answer, decision == .approve || decision == .approveForTree {
+            // The server runs it: nothing is stored as pending while it does.
+            next.turns[at].pendingRequests = []
+            next.turns[at].items[index].durationMs = UInt64(max(0, nowMillis() - request.createdAt))
+            do {
+                try await install(owner, next, [.putTurn(next.turns[at])])
+            } catch {
+                await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+                return .stopped
+            }
+            owner.publisher.ticket([
+                resolved, Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers),
+            ]).publish()
+            guard let hosted = toolServers?.resolve(tool) else {
+                let output = jsonText(["error": "\(tool) did not run: its MCP server is no longer configured"])
+                return await completeLocked(owner, turnID: turnID, itemID: itemID, tool: tool, callID: callID, output: output, status: .failed,
+                                            since: nowMillis())
+            }
+            return .runHere(hosted, itemID: itemID, arguments: arguments, callID: callID)
+        }
+
         let (output, status) = Self.outcome(of: request, answer, waited: max(0, request.deadlineAt - request.createdAt))
         next.turns[at].items[index].toolOutput = output
         next.turns[at].items[index].status = status
@@ -237,6 +286,46 @@ extension ThreadEngine {
         }
         deliveries.append(Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers))
         owner.publisher.ticket(deliveries).publish()
+        return .done(deferred: deferred.compactMap(\.modelOutput), tools: next.turns[at].modelRequests.last?.tools ?? [],
+                     runtime: next.record.runtime)
+    }
+
+    /// Runs MCP tool call `itemID` (no gate held while the server works),
+    /// then records its output.
+    func runHosted(_ owner: ThreadOwner, turnID: TurnID, _ hosted: HostedTool, itemID: String, arguments: String, callID: String) async -> Settled {
+        let started = nowMillis()
+        let result = await toolServers?.call(hosted, arguments: arguments)
+            ?? HostedToolOutput(text: jsonText(["error": "no MCP server is configured"]), isError: true)
+        if Task.isCancelled { return .stopped }
+        await owner.gate.lock()
+        defer { owner.gate.unlock() }
+        return await completeLocked(owner, turnID: turnID, itemID: itemID, tool: hosted.spec.name, callID: callID,
+                                    output: result.text, status: result.isError ? .failed : .completed, since: started)
+    }
+
+    /// With the gate held: completes a call's item with `output` (no request pending).
+    func completeLocked(
+        _ owner: ThreadOwner, turnID: TurnID, itemID: String, tool: String, callID: String, output: String, status: ItemStatus, since: Millis
+    ) async -> Settled {
+        guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID,
+              let index = state.turns[at].items.firstIndex(where: { $0.id == itemID }) else { return .stopped }
+        var next = state
+        next.turns[at].items[index].toolOutput = output
+        next.turns[at].items[index].status = status
+        next.turns[at].items[index].durationMs = (next.turns[at].items[index].durationMs ?? 0) + UInt64(max(0, nowMillis() - since))
+        let first = next.history.count
+        next.history.append(ContextItem(role: .tool, kind: .toolOutput, text: output, toolName: tool, callID: callID))
+        let deferred = next.turns[at].deferredOutputs
+        next.turns[at].deferredOutputs = []
+        do {
+            try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
+                                            .putTurn(next.turns[at])])
+        } catch {
+            await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+            return .stopped
+        }
+        owner.publisher.ticket([Delivery(event: .itemCompleted(owner.id, turnID, next.turns[at].items[index]), recipients: owner.subscribers)])
+            .publish()
         return .done(deferred: deferred.compactMap(\.modelOutput), tools: next.turns[at].modelRequests.last?.tools ?? [],
                      runtime: next.record.runtime)
     }
@@ -313,6 +402,11 @@ extension ThreadEngine {
         return abandoned
     }
 
+    /// mcp_server/list.
+    public func toolServerStatuses() -> [ToolServerStatus] {
+        toolServers?.statuses() ?? []
+    }
+
     /// thread/tools/update: the thread's client tools for its next model calls.
     public func updateClientTools(_ id: ThreadID, _ tools: [ToolSpec]) async throws -> [ToolSpec] {
         let validated = try ClientToolRules.validated(tools)
@@ -353,11 +447,13 @@ extension ContextItem {
 enum ExternalTool: Sendable {
     case client(ToolSpec)
     case userInput
+    case mcp(HostedTool)
 
     var spec: ToolSpec {
         switch self {
         case let .client(spec): return spec
         case .userInput: return UserInputTool.spec
+        case let .mcp(hosted): return hosted.spec
         }
     }
 
@@ -365,14 +461,18 @@ enum ExternalTool: Sendable {
         switch self {
         case .client: return .client
         case .userInput: return .builtin
+        case .mcp: return .mcp
         }
     }
 
     var requiresApproval: Bool { spec.requiresApproval }
 
-    /// The request a call starts with when no approval comes first.
-    func firstRequest(itemID: String, arguments: String, callID: String) -> ServerRequestRecord.Kind {
+    /// The request a call starts with when no approval comes first (nil:
+    /// the server runs it).
+    func firstRequest(itemID: String, arguments: String, callID: String) -> ServerRequestRecord.Kind? {
         switch self {
+        case .mcp:
+            return nil
         case let .client(spec):
             return .toolCall(itemID: itemID, tool: spec.name, arguments: arguments, callID: callID)
         case .userInput:

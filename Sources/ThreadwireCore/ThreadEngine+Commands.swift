@@ -19,6 +19,8 @@ extension ThreadEngine {
         public var clientTools: [ToolSpec] = []
         public var approvalPolicy: ApprovalPolicy?
         public var userInput = false
+        /// MCP tool servers by name; nil: the configured defaults.
+        public var mcpServers: [String]?
         public init() {}
     }
 
@@ -40,11 +42,30 @@ extension ThreadEngine {
         record.clientTools = clientTools
         record.approvalPolicy = request.approvalPolicy ?? .never
         record.userInputEnabled = request.userInput
+        record.mcpServers = try chosenToolServers(request.mcpServers)
         let fence = try await claimNewTree(id)
         try await commitCreation(record.principal, [.putThread(record)], fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
         let view = ThreadView(stored: owner.current, includeTurns: false)
         return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
+    }
+
+    /// The MCP servers a new thread uses: the named ones (each configured),
+    /// else the configured defaults.
+    func chosenToolServers(_ names: [String]?) throws -> [String] {
+        let configured = toolServers?.serverNames ?? []
+        guard let names else { return toolServers?.defaultServers ?? [] }
+        var seen = Set<String>()
+        for (index, name) in names.enumerated() {
+            guard configured.contains(name) else {
+                let known = configured.isEmpty ? "none is configured" : "configured: \(configured.joined(separator: ", "))"
+                throw DomainError.invalidArgument("mcp_servers[\(index)] '\(name)' is not a configured MCP server (\(known))")
+            }
+            guard seen.insert(name).inserted else {
+                throw DomainError.invalidArgument("mcp_servers[\(index)] '\(name)' appears twice")
+            }
+        }
+        return names
     }
 
     public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {

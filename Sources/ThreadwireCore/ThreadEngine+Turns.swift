@@ -111,6 +111,7 @@ extension ThreadEngine {
                     runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
                     source: state.record.source) + state.record.clientTools
                     + (state.record.userInputEnabled ? [UserInputTool.spec] : [])
+                    + (toolServers?.tools(of: state.record.mcpServers).map(\.spec) ?? [])
                 let ref = ModelRequestRecord(model: state.record.model, contextCount: state.history.count, tools: tools)
                 var next = state
                 next.turns[index].modelRequests.append(ref)
@@ -165,11 +166,11 @@ extension ThreadEngine {
                   let tool = ToolCatalog.offeredDefinition(name, runtime: runtime, offered: tools), tool.phase == .beforeCommit else { return nil }
             return tool
         }
-        let startsStep = { (output: ModelOutput) in runsBeforeCommit(output) != nil || Self.externalTool(output, offered: tools) != nil }
+        let startsStep = { (output: ModelOutput) in runsBeforeCommit(output) != nil || self.externalTool(output, offered: tools) != nil }
         var usage = usage
         var start = outputs.startIndex
         while start < outputs.endIndex {
-            if let tool = Self.externalTool(outputs[start], offered: tools), case let .toolCall(_, arguments, callID) = outputs[start] {
+            if let tool = externalTool(outputs[start], offered: tools), case let .toolCall(_, arguments, callID) = outputs[start] {
                 let started = await startClientCall(
                     owner, turnID: turnID, tool: tool, arguments: arguments, callID: callID, deferred: outputs[(start + 1)...], usage: usage)
                 usage = nil
@@ -177,6 +178,10 @@ extension ThreadEngine {
                 case .notRunning: return false
                 case .settled: break
                 case .waiting: guard await finishClientCall(owner, turnID: turnID) != nil else { return false }
+                case let .runHere(itemID):
+                    guard case let .mcp(hosted) = tool,
+                          case .done = await runHosted(owner, turnID: turnID, hosted, itemID: itemID, arguments: arguments, callID: callID)
+                    else { return false }
                 }
                 start += 1
                 continue

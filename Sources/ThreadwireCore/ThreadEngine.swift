@@ -37,11 +37,15 @@ public final class ThreadEngine: Sendable {
     let pendingAnswers = PendingAnswers()
     /// Pending requests by agent tree root, offered to a root's new subscriber.
     let treeRequests = TreeRequests()
+    /// MCP tool servers (nil: none configured).
+    let toolServers: (any ToolServerHost)?
 
     public init(
         store: any ThreadStore, backend: any ModelBackend, settings: ServerSettings, sink: any EventSink,
-        idleUnloadAfter: Duration = .seconds(1800), coordinator: (any OwnershipCoordinator)? = nil
+        idleUnloadAfter: Duration = .seconds(1800), coordinator: (any OwnershipCoordinator)? = nil,
+        toolServers: (any ToolServerHost)? = nil
     ) {
+        self.toolServers = toolServers
         self.store = store
         self.backend = backend
         self.settings = settings

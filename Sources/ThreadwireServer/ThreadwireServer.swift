@@ -23,6 +23,8 @@ public struct ServerConfiguration: Sendable {
     public var authenticator: Authenticator = .disabled
     /// Serve a non-loopback address without authentication anyway.
     public var allowUnauthenticated = false
+    /// The operator's MCP tool servers (nil: none).
+    public var toolServers: (any ToolServerHost)?
     /// TLS (and mutual TLS) for every connection; plain TCP when nil.
     public var tls: ServerTLS?
     /// How clients reach the server; nil: TCP on `host`:`port` (with `tls`).
@@ -122,7 +124,7 @@ public final class ThreadwireServer: Service, Sendable {
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)),
-                                  coordinator: configuration.coordinator)
+                                  coordinator: configuration.coordinator, toolServers: configuration.toolServers)
         let (listening, listened) = AsyncStream<Void>.makeStream()
         self.listened = listened
         leaseMaintenance = LeaseMaintenance(engine: engine, listening: listening, logger: logger)

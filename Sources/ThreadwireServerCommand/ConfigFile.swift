@@ -1,5 +1,6 @@
 import Foundation
 import ThreadwireCore
+import ThreadwireMCP
 import ThreadwireModels
 import ThreadwireServer
 
@@ -20,7 +21,10 @@ import ThreadwireServer
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
 ///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0},
-///       "tools": {"client_request_timeout_ms": 600000}
+///       "tools": {"client_request_timeout_ms": 600000},
+///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
+///                                "startup_timeout_ms": 10000, "tool_timeout_ms": 60000,
+///                                "enabled_tools": ["get_current_time"], "require_approval": false, "default": true}}
 ///     }
 ///
 /// A key it does not know (a misspelling, a setting of a newer version) stops
@@ -32,6 +36,8 @@ enum ConfigFile {
         var limits = ServerLimits()
         /// Model slug → its provider; models not listed use the embedded scripted backend.
         var modelProviders: [String: ModelProviderConfig] = [:]
+        /// One process each, shared by every thread.
+        var mcpServers: [MCPServerConfig] = []
     }
 
     struct File: Decodable {
@@ -39,6 +45,17 @@ enum ConfigFile {
         struct Agents: Decodable { var max_threads: Int?; var max_depth: Int?; var wait_default_ms: Int?; var wait_max_ms: Int? }
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
         struct Tools: Decodable { var client_request_timeout_ms: Int? }
+        struct MCPServer: Decodable {
+            var command: String
+            var args: [String]?
+            var env: [String: String]?
+            var cwd: String?
+            var startup_timeout_ms: Int?
+            var tool_timeout_ms: Int?
+            var enabled_tools: [String]?
+            var require_approval: Bool?
+            var `default`: Bool?
+        }
         struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String? }
         struct Provider: Decodable {
             var name: String
@@ -60,13 +77,18 @@ enum ConfigFile {
         var models: [Model]?
         var limits: Limits?
         var tools: Tools?
+        var mcp_servers: [String: MCPServer]?
     }
 
     /// Every key the file may hold, by the path of the object that holds it
     /// ("" for the top level; "[]" for each element of a list).
     static let knownKeys: [String: Set<String>] = [
         "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
-             "model_providers", "models", "limits", "tools"],
+             "model_providers", "models", "limits", "tools", "mcp_servers"],
+        // Any server name; each server's own keys below ("env" is free-form).
+        "mcp_servers": ["*"],
+        "mcp_servers.*": ["command", "args", "env", "cwd", "startup_timeout_ms", "tool_timeout_ms", "enabled_tools",
+                          "require_approval", "default"],
         "features": ["multi_agent", "multi_agent_v2", "multi_agent_mode"],
         "agents": ["max_threads", "max_depth", "wait_default_ms", "wait_max_ms"],
         "multi_agent_v2": ["max_concurrent_threads_per_session", "usage_hint_enabled"],
@@ -86,6 +108,13 @@ enum ConfigFile {
             let known = knownKeys[path] ?? []
             for key in object.keys.sorted() {
                 let dotted = path.isEmpty ? key : "\(path).\(key)"
+                if known == ["*"] {
+                    // A level of names the operator chooses; what is under each is checked.
+                    if let nested = object[key] as? [String: Any], let found = walk(nested, path + ".*") {
+                        return found.replacingOccurrences(of: path + ".*", with: dotted)
+                    }
+                    continue
+                }
                 guard known.contains(key) else { return dotted }
                 if let nested = object[key] as? [String: Any], knownKeys[dotted] != nil, let found = walk(nested, dotted) { return found }
                 if let list = object[key] as? [Any], knownKeys[dotted + "[]"] != nil {
@@ -155,13 +184,14 @@ enum ConfigFile {
 
     static func load(_ path: String) throws -> Loaded {
         guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError(description: "cannot read config file \(path)") }
-        let file: File
-        do { file = try JSONDecoder().decode(File.self, from: data) } catch {
-            throw ConfigError(description: "config file \(path) is not valid: \(error)")
-        }
+        // Unknown keys first: a misspelled key often also leaves a required one missing.
         if let key = unknownKey(in: data) {
             throw ConfigError(description: "config file \(path): unknown key '\(key)' (a misspelling, or a setting this version does not have); "
                 + "remove it or correct it")
+        }
+        let file: File
+        do { file = try JSONDecoder().decode(File.self, from: data) } catch {
+            throw ConfigError(description: "config file \(path) is not valid: \(error)")
         }
         var settings = ServerSettings()
         if let model = file.default_model { settings.defaultModel = model }
@@ -222,6 +252,35 @@ enum ConfigFile {
             }
             do { try limits.validate() } catch { throw ConfigError(description: "config file \(path): limits.\(error)") }
         }
-        return Loaded(settings: settings, limits: limits, modelProviders: try providers(file, path: path))
+        return Loaded(settings: settings, limits: limits, modelProviders: try providers(file, path: path),
+                      mcpServers: try mcpServers(file, path: path))
+    }
+
+    static func mcpServers(_ file: File, path: String) throws -> [MCPServerConfig] {
+        try (file.mcp_servers ?? [:]).sorted { $0.key < $1.key }.map { name, server in
+            let at = "config file \(path): mcp_servers.\(name)"
+            guard MCPServerConfig.validName(name) else {
+                throw ConfigError(description: "\(at): a server name is 1..32 letters, digits, '-' or '_' (no '__'): it becomes part of tool names mcp__\(name)__TOOL")
+            }
+            guard !server.command.trimmingCharacters(in: .whitespaces).isEmpty else {
+                throw ConfigError(description: "\(at).command must not be empty")
+            }
+            var config = MCPServerConfig(name: name, command: server.command)
+            config.args = server.args ?? []
+            config.env = server.env ?? [:]
+            config.cwd = server.cwd
+            if let ms = server.startup_timeout_ms {
+                guard ms > 0 else { throw ConfigError(description: "\(at).startup_timeout_ms must be positive") }
+                config.startupTimeoutMs = ms
+            }
+            if let ms = server.tool_timeout_ms {
+                guard ms > 0 else { throw ConfigError(description: "\(at).tool_timeout_ms must be positive") }
+                config.toolTimeoutMs = ms
+            }
+            config.enabledTools = server.enabled_tools
+            config.requireApproval = server.require_approval ?? false
+            config.isDefault = server.default ?? true
+            return config
+        }
     }
 }

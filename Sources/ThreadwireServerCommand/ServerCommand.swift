@@ -10,6 +10,7 @@ import ThreadwireAdmin
 import ThreadwireClient
 import ThreadwireNIO
 import ThreadwireCore
+import ThreadwireMCP
 import ThreadwireModels
 public import ThreadwireServer
 public import ThreadwireTransport
@@ -196,6 +197,8 @@ public struct ServerCommand: AsyncParsableCommand {
             throw ValidationError("authentication: \(error)")
         }
         configuration.allowUnauthenticated = allowUnauthenticated
+        let toolServers = file.mcpServers.isEmpty ? nil : MCPToolServers(configs: file.mcpServers, logger: logger)
+        configuration.toolServers = toolServers
         switch (tlsCert, tlsKey) {
         case let (cert?, key?): configuration.tls = ServerTLS(certificateChainFile: cert, privateKeyFile: key, clientCAFile: tlsClientCa)
         case (nil, nil): if tlsClientCa != nil { throw ValidationError("--tls-client-ca needs --tls-cert and --tls-key") }
@@ -253,6 +256,10 @@ public struct ServerCommand: AsyncParsableCommand {
                 onListening: onAdminListening,
                 logger: logger)
             services.append(.init(service: admin, serviceName: "admin"))
+        }
+        if let toolServers {
+            // Before the frames service: stopped after it, so turns finishing in the grace period can still call tools.
+            services.append(.init(service: MCPService(servers: toolServers), serviceName: "mcp-servers"))
         }
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
@@ -358,5 +365,13 @@ struct StoreLifecycle: Service {
     func run() async throws {
         try? await gracefulShutdown()
         close()
+    }
+}
+
+/// The MCP servers' processes live as long as the server does.
+struct MCPService: Service {
+    let servers: MCPToolServers
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await servers.run() }
     }
 }

@@ -41,6 +41,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         var approval_policy: ApprovalPolicy?
         var user_input: Bool?
         var tree_approvals: [String]?
+        var mcp_servers: [String]?
     }
 
     public init(_ r: ThreadRecord) throws {
@@ -57,7 +58,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             ToolSettings.Tool(name: $0.name, description: $0.description, parameters_json_schema: $0.parametersSchema,
                               requires_approval: $0.requiresApproval ? true : nil)
         }, approval_policy: r.approvalPolicy == .never ? nil : r.approvalPolicy, user_input: r.userInputEnabled ? true : nil,
-           tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals)
+           tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals, mcp_servers: r.mcpServers.isEmpty ? nil : r.mcpServers)
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
@@ -115,6 +116,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             record.approvalPolicy = tools.approval_policy ?? .never
             record.userInputEnabled = tools.user_input ?? false
             record.treeApprovals = tools.tree_approvals ?? []
+            record.mcpServers = tools.mcp_servers ?? []
         } catch {
             throw StoreError.unavailable("thread \(id) has unreadable tool_settings: \(error)")
         }

@@ -182,6 +182,7 @@ public enum WireFixtures {
         message.multiAgentRuntime = Wire.MultiAgentRuntime.v2
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.userInput = true
+        message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
         return message
     }
 
@@ -422,6 +423,30 @@ public enum WireFixtures {
         message.clientTools = [ToolSpec(0), ToolSpec(0)]
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.userInput = true
+        message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
+        return message
+    }
+
+    public static func McpServerListParams(_ variant: Int) -> Wire.McpServerListParams {
+        var message = Wire.McpServerListParams()
+        return message
+    }
+
+    public static func McpServer(_ variant: Int) -> Wire.McpServer {
+        var message = Wire.McpServer()
+        message.name = "name héllo ✓ 0"
+        message.state = Wire.McpServerState.stopped
+        message.pid = Int32(-21)
+        message.restarts = UInt32(4000000004)
+        message.lastError = "last_error héllo ✓ 0"
+        message.tools = [ToolSpec(0), ToolSpec(0)]
+        message.requireApproval = true
+        return message
+    }
+
+    public static func McpServerListResult(_ variant: Int) -> Wire.McpServerListResult {
+        var message = Wire.McpServerListResult()
+        message.servers = [McpServer(0), McpServer(0)]
         return message
     }
 
@@ -612,7 +637,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
-        switch variant % 16 {
+        switch variant % 17 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .threadStart(ThreadStartParams(0))
@@ -627,7 +652,8 @@ public enum WireFixtures {
         case 11: message.params = .agentSpawn(AgentSpawnParams(0))
         case 12: message.params = .threadTurnsList(ThreadTurnsListParams(0))
         case 13: message.params = .threadToolsUpdate(ThreadToolsUpdateParams(0))
-        case 14: message.params = .turnStart(TurnStartParams(0))
+        case 14: message.params = .mcpServerList(McpServerListParams(0))
+        case 15: message.params = .turnStart(TurnStartParams(0))
         default: message.params = .turnInterrupt(TurnInterruptParams(0))
         }
         return message
@@ -638,7 +664,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 16 {
+        switch variant % 17 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .threadStart(ThreadLifecycleResult(0))
@@ -653,7 +679,8 @@ public enum WireFixtures {
         case 11: message.result = .agentSpawn(ThreadLifecycleResult(0))
         case 12: message.result = .threadTurnsList(ThreadTurnsListResult(0))
         case 13: message.result = .threadToolsUpdate(ThreadToolsUpdateResult(0))
-        case 14: message.result = .turnStart(TurnStartResult(0))
+        case 14: message.result = .mcpServerList(McpServerListResult(0))
+        case 15: message.result = .turnStart(TurnStartResult(0))
         default: message.result = .turnInterrupt(TurnInterruptResult(0))
         }
         return message
@@ -732,6 +759,9 @@ public enum WireFixtures {
         ("ThreadSource#0", { try roundTrip(ThreadSource(0)) }),
         ("Thread#0", { try roundTrip(Thread(0)) }),
         ("ThreadStartParams#0", { try roundTrip(ThreadStartParams(0)) }),
+        ("McpServerListParams#0", { try roundTrip(McpServerListParams(0)) }),
+        ("McpServer#0", { try roundTrip(McpServer(0)) }),
+        ("McpServerListResult#0", { try roundTrip(McpServerListResult(0)) }),
         ("ThreadLifecycleResult#0", { try roundTrip(ThreadLifecycleResult(0)) }),
         ("ThreadResumeParams#0", { try roundTrip(ThreadResumeParams(0)) }),
         ("ThreadForkParams#0", { try roundTrip(ThreadForkParams(0)) }),
@@ -776,6 +806,7 @@ public enum WireFixtures {
         ("Request#13", { try roundTrip(Request(13)) }),
         ("Request#14", { try roundTrip(Request(14)) }),
         ("Request#15", { try roundTrip(Request(15)) }),
+        ("Request#16", { try roundTrip(Request(16)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -792,6 +823,7 @@ public enum WireFixtures {
         ("Response#13", { try roundTrip(Response(13)) }),
         ("Response#14", { try roundTrip(Response(14)) }),
         ("Response#15", { try roundTrip(Response(15)) }),
+        ("Response#16", { try roundTrip(Response(16)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

@@ -372,7 +372,8 @@ struct ConfigFileKeyTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         for (config, key) in [
-            (#"{"mcp_servers": {"time": {"command": "mcp-server-time"}}}"#, "mcp_servers"),
+            (#"{"mcp_servers": {"time": {"comand": "mcp-server-time"}}}"#, "mcp_servers.time.comand"),
+            (#"{"mcp_server": {"time": {"command": "mcp-server-time"}}}"#, "mcp_server"),
             (#"{"limits": {"max_frame_byte": 1024}}"#, "limits.max_frame_byte"),
             (#"{"models": [{"slug": "m", "multi_agent_verison": "v2"}]}"#, "models[].multi_agent_verison"),
         ] {

@@ -36,6 +36,8 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateSettings),
             .method("thread/tools/update", params: { if case let .threadToolsUpdate(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateTools),
+            .method("mcp_server/list", params: { if case let .mcpServerList(p) = $0 { p } else { nil } },
+                    mutates: false, inline: SessionHandlers.mcpServerList),
             .method("agent/spawn", params: { if case let .agentSpawn(p) = $0 { p } else { nil } },
                     thread: ("parent_thread_id", { $0.parentThreadId }), mutates: true, run: ThreadHandlers.spawnAgent),
             .method("turn/start", params: { if case let .turnStart(p) = $0 { p } else { nil } },

@@ -83,6 +83,11 @@ enum SessionHandlers {
         return (principal, nil)
     }
 
+    /// The operator's MCP servers: names, states and tools (no thread data).
+    @Sendable static func mcpServerList(_ p: Wire.McpServerListParams, _ call: Call) throws -> InlineAnswer? {
+        .result(.mcpServerList(Wire.McpServerListResult(servers: call.engine.toolServerStatuses().map(\.wire))))
+    }
+
     @Sendable static func healthCheck(_ p: Wire.HealthCheckParams, _ call: Call) throws -> InlineAnswer? {
         if let service = p.service, !service.isEmpty {
             throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")

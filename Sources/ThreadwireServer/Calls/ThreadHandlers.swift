@@ -30,6 +30,8 @@ enum ThreadHandlers {
         request.clientTools = p.clientTools.map(ToolSpec.init(wire:))
         request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
         request.userInput = p.userInput ?? false
+        // Repeated fields have no presence: an empty list means "the defaults".
+        request.mcpServers = p.mcpServers.isEmpty ? nil : p.mcpServers
         let outcome = try await call.engine.startThread(request, connection: call.connection.id)
         let base = call.baseInstructions(outcome.value.record)
         return Outcome(.threadStart(outcome.value.lifecycleResult(baseInstructions: base)), carrying: outcome)

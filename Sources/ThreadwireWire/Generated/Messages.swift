@@ -344,6 +344,27 @@ extension Wire {
 }
 
 extension Wire {
+  public enum McpServerState: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case starting = 1
+    case ready = 2
+    case restarting = 3
+    case stopped = 4
+
+    public static let protoName = "threadwire.v1.McpServerState"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "MCP_SERVER_STATE_UNSPECIFIED"
+      case .starting: return "MCP_SERVER_STATE_STARTING"
+      case .ready: return "MCP_SERVER_STATE_READY"
+      case .restarting: return "MCP_SERVER_STATE_RESTARTING"
+      case .stopped: return "MCP_SERVER_STATE_STOPPED"
+      }
+    }
+  }
+}
+
+extension Wire {
   public enum ThreadSortKey: Int32, Sendable, CaseIterable, WireEnum {
     case unspecified = 0
     case createdAt = 1
@@ -2223,6 +2244,7 @@ extension Wire {
     public var multiAgentRuntime: Wire.MultiAgentRuntime?
     public var approvalPolicy: Wire.ApprovalPolicy?
     public var userInput: Bool?
+    public var mcpServers: [String]
 
     public init() {
       self.model = nil
@@ -2231,15 +2253,17 @@ extension Wire {
       self.multiAgentRuntime = nil
       self.approvalPolicy = nil
       self.userInput = nil
+      self.mcpServers = []
     }
 
-    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil) {
+    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = []) {
       self.model = model
       self.cwd = cwd
       self.multiAgentMode = multiAgentMode
       self.multiAgentRuntime = multiAgentRuntime
       self.approvalPolicy = approvalPolicy
       self.userInput = userInput
+      self.mcpServers = mcpServers
     }
   }
 }
@@ -2256,6 +2280,10 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
     if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
     if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
+    if c.pointee.n_mcp_servers > 0, let items = c.pointee.mcp_servers {
+      self.mcpServers.reserveCapacity(c.pointee.n_mcp_servers)
+      for index in 0..<c.pointee.n_mcp_servers { self.mcpServers.append(try wireString(items[index], field: "mcp_servers")) }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: inout CodecArena) {
@@ -2265,6 +2293,10 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
     if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
     if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
+    if !self.mcpServers.isEmpty {
+      c.n_mcp_servers = self.mcpServers.count
+      c.mcp_servers = arena.array(self.mcpServers) { value, arena in arena.cString(value) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -2301,6 +2333,7 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = multiAgentRuntime { object.append(("multi_agent_runtime", .string(v.protoValueName))) }
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     if let v = userInput { object.append(("user_input", .bool(v))) }
+    if !mcpServers.isEmpty { object.append(("mcp_servers", .array(mcpServers.map { .string($0) }))) }
     return .object(object)
   }
 
@@ -2315,6 +2348,7 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
       case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
+      case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -4751,6 +4785,7 @@ extension Wire {
     public var clientTools: [Wire.ToolSpec]
     public var approvalPolicy: Wire.ApprovalPolicy?
     public var userInput: Bool?
+    public var mcpServers: [String]
 
     public init() {
       self.model = nil
@@ -4763,9 +4798,10 @@ extension Wire {
       self.clientTools = []
       self.approvalPolicy = nil
       self.userInput = nil
+      self.mcpServers = []
     }
 
-    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil) {
+    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = []) {
       self.model = model
       self.cwd = cwd
       self.config = config
@@ -4776,6 +4812,7 @@ extension Wire {
       self.clientTools = clientTools
       self.approvalPolicy = approvalPolicy
       self.userInput = userInput
+      self.mcpServers = mcpServers
     }
   }
 }
@@ -4806,6 +4843,10 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     }
     if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
     if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
+    if c.pointee.n_mcp_servers > 0, let items = c.pointee.mcp_servers {
+      self.mcpServers.reserveCapacity(c.pointee.n_mcp_servers)
+      for index in 0..<c.pointee.n_mcp_servers { self.mcpServers.append(try wireString(items[index], field: "mcp_servers")) }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
@@ -4825,6 +4866,10 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     }
     if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
     if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
+    if !self.mcpServers.isEmpty {
+      c.n_mcp_servers = self.mcpServers.count
+      c.mcp_servers = arena.array(self.mcpServers) { value, arena in arena.cString(value) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -4865,6 +4910,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if !clientTools.isEmpty { object.append(("client_tools", .array(clientTools.map { $0.jsonValue() }))) }
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     if let v = userInput { object.append(("user_input", .bool(v))) }
+    if !mcpServers.isEmpty { object.append(("mcp_servers", .array(mcpServers.map { .string($0) }))) }
     return .object(object)
   }
 
@@ -4883,6 +4929,268 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       case "client_tools", "clientTools": self.clientTools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
+      case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct McpServerListParams: Sendable, Equatable {
+
+    public init() {}
+  }
+}
+
+extension Wire.McpServerListParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.McpServerListParams"
+  typealias CMessage = Threadwire__V1__McpServerListParams
+
+  init(c: UnsafePointer<Threadwire__V1__McpServerListParams>) throws(WireError) {
+    self.init()
+  }
+
+  func fill(_ c: inout Threadwire__V1__McpServerListParams, arena: inout CodecArena) {
+    _ = arena
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__mcp_server_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__mcp_server_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__McpServerListParams()
+      threadwire__v1__mcp_server_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__mcp_server_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__mcp_server_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct McpServer: Sendable, Equatable {
+    public var name: String?
+    public var state: Wire.McpServerState?
+    public var pid: Int32?
+    public var restarts: UInt32?
+    public var lastError: String?
+    public var tools: [Wire.ToolSpec]
+    public var requireApproval: Bool?
+
+    public init() {
+      self.name = nil
+      self.state = nil
+      self.pid = nil
+      self.restarts = nil
+      self.lastError = nil
+      self.tools = []
+      self.requireApproval = nil
+    }
+
+    public init(name: String? = nil, state: Wire.McpServerState? = nil, pid: Int32? = nil, restarts: UInt32? = nil, lastError: String? = nil, tools: [Wire.ToolSpec] = [], requireApproval: Bool? = nil) {
+      self.name = name
+      self.state = state
+      self.pid = pid
+      self.restarts = restarts
+      self.lastError = lastError
+      self.tools = tools
+      self.requireApproval = requireApproval
+    }
+  }
+}
+
+extension Wire.McpServer: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.McpServer"
+  typealias CMessage = Threadwire__V1__McpServer
+
+  init(c: UnsafePointer<Threadwire__V1__McpServer>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if c.pointee.has_state != 0 { self.state = try wireEnum(Int32(truncatingIfNeeded: c.pointee.state.rawValue), field: "state") as Wire.McpServerState }
+    if c.pointee.has_pid != 0 { self.pid = c.pointee.pid }
+    if c.pointee.has_restarts != 0 { self.restarts = c.pointee.restarts }
+    if let v = c.pointee.last_error { self.lastError = try wireString(v, field: "last_error") }
+    if c.pointee.n_tools > 0, let items = c.pointee.tools {
+      self.tools.reserveCapacity(c.pointee.n_tools)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_tools { self.tools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "tools") }
+    }
+    if c.pointee.has_require_approval != 0 { self.requireApproval = c.pointee.require_approval != 0 }
+  }
+
+  func fill(_ c: inout Threadwire__V1__McpServer, arena: inout CodecArena) {
+    if let v = self.name { c.name = arena.cString(v) }
+    if let v = self.state { c.has_state = 1; c.state = Threadwire__V1__McpServerState(rawValue: numericCast(v.rawValue)) }
+    if let v = self.pid { c.has_pid = 1; c.pid = v }
+    if let v = self.restarts { c.has_restarts = 1; c.restarts = v }
+    if let v = self.lastError { c.last_error = arena.cString(v) }
+    if !self.tools.isEmpty {
+      c.n_tools = self.tools.count
+      c.tools = arena.array(self.tools) { value, arena in arena.message(value, Threadwire__V1__ToolSpec(), threadwire__v1__tool_spec__init) }
+    }
+    if let v = self.requireApproval { c.has_require_approval = 1; c.require_approval = v ? 1 : 0 }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__mcp_server__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__mcp_server__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__McpServer()
+      threadwire__v1__mcp_server__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__mcp_server__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__mcp_server__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = name { object.append(("name", .string(v))) }
+    if let v = state { object.append(("state", .string(v.protoValueName))) }
+    if let v = pid { object.append(("pid", .int(Int64(v)))) }
+    if let v = restarts { object.append(("restarts", .uint(UInt64(v)))) }
+    if let v = lastError { object.append(("last_error", .string(v))) }
+    if !tools.isEmpty { object.append(("tools", .array(tools.map { $0.jsonValue() }))) }
+    if let v = requireApproval { object.append(("require_approval", .bool(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "state": self.state = try Wire.McpServerState(json: value, path: keyPath)
+      case "pid": self.pid = try value.int32Value(path: keyPath)
+      case "restarts": self.restarts = try value.uint32Value(path: keyPath)
+      case "last_error", "lastError": self.lastError = try value.stringValue(path: keyPath)
+      case "tools": self.tools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
+      case "require_approval", "requireApproval": self.requireApproval = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct McpServerListResult: Sendable, Equatable {
+    public var servers: [Wire.McpServer]
+
+    public init() {
+      self.servers = []
+    }
+
+    public init(servers: [Wire.McpServer] = []) {
+      self.servers = servers
+    }
+  }
+}
+
+extension Wire.McpServerListResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.McpServerListResult"
+  typealias CMessage = Threadwire__V1__McpServerListResult
+
+  init(c: UnsafePointer<Threadwire__V1__McpServerListResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_servers > 0, let items = c.pointee.servers {
+      self.servers.reserveCapacity(c.pointee.n_servers)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_servers { self.servers.append(try Wire.McpServer(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "servers") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__McpServerListResult, arena: inout CodecArena) {
+    if !self.servers.isEmpty {
+      c.n_servers = self.servers.count
+      c.servers = arena.array(self.servers) { value, arena in arena.message(value, Threadwire__V1__McpServer(), threadwire__v1__mcp_server__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__mcp_server_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__mcp_server_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__McpServerListResult()
+      threadwire__v1__mcp_server_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__mcp_server_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__mcp_server_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !servers.isEmpty { object.append(("servers", .array(servers.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "servers": self.servers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.McpServer(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -6980,6 +7288,7 @@ extension Wire {
       case agentSpawn(Wire.AgentSpawnParams)
       case threadTurnsList(Wire.ThreadTurnsListParams)
       case threadToolsUpdate(Wire.ThreadToolsUpdateParams)
+      case mcpServerList(Wire.McpServerListParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
 
@@ -7000,6 +7309,7 @@ extension Wire {
         case .agentSpawn: return "agent_spawn"
         case .threadTurnsList: return "thread_turns_list"
         case .threadToolsUpdate: return "thread_tools_update"
+        case .mcpServerList: return "mcp_server_list"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -7022,12 +7332,13 @@ extension Wire {
         case .agentSpawn: return "agent/spawn"
         case .threadTurnsList: return "thread/turns/list"
         case .threadToolsUpdate: return "thread/tools/update"
+        case .mcpServerList: return "mcp_server/list"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -7046,6 +7357,7 @@ extension Wire {
         case "agent_spawn", "agentSpawn": return .agentSpawn(try Wire.AgentSpawnParams(json: json, path: path))
         case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListParams(json: json, path: path))
         case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(json: json, path: path))
+        case "mcp_server_list", "mcpServerList": return .mcpServerList(try Wire.McpServerListParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         default: return nil
@@ -7112,6 +7424,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
     case 31:
       do throws(WireError) { self.params = .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
+    case 32:
+      do throws(WireError) { self.params = .mcpServerList(try Wire.McpServerListParams(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -7170,6 +7484,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadToolsUpdate(let v)?:
       c.params_case = .init(rawValue: 31)
       c.thread_tools_update = arena.message(v, Threadwire__V1__ThreadToolsUpdateParams(), threadwire__v1__thread_tools_update_params__init)
+    case .mcpServerList(let v)?:
+      c.params_case = .init(rawValue: 32)
+      c.mcp_server_list = arena.message(v, Threadwire__V1__McpServerListParams(), threadwire__v1__mcp_server_list_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -7226,6 +7543,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .agentSpawn(let v)?: object.append(("agent_spawn", v.jsonValue()))
     case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
     case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
+    case .mcpServerList(let v)?: object.append(("mcp_server_list", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -7241,7 +7559,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -7272,6 +7590,7 @@ extension Wire {
       case agentSpawn(Wire.ThreadLifecycleResult)
       case threadTurnsList(Wire.ThreadTurnsListResult)
       case threadToolsUpdate(Wire.ThreadToolsUpdateResult)
+      case mcpServerList(Wire.McpServerListResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
 
@@ -7292,6 +7611,7 @@ extension Wire {
         case .agentSpawn: return "agent_spawn"
         case .threadTurnsList: return "thread_turns_list"
         case .threadToolsUpdate: return "thread_tools_update"
+        case .mcpServerList: return "mcp_server_list"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -7314,12 +7634,13 @@ extension Wire {
         case .agentSpawn: return "agent/spawn"
         case .threadTurnsList: return "thread/turns/list"
         case .threadToolsUpdate: return "thread/tools/update"
+        case .mcpServerList: return "mcp_server/list"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -7338,6 +7659,7 @@ extension Wire {
         case "agent_spawn", "agentSpawn": return .agentSpawn(try Wire.ThreadLifecycleResult(json: json, path: path))
         case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListResult(json: json, path: path))
         case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(json: json, path: path))
+        case "mcp_server_list", "mcpServerList": return .mcpServerList(try Wire.McpServerListResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         default: return nil
@@ -7399,6 +7721,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
     case 31:
       do throws(WireError) { self.result = .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
+    case 32:
+      do throws(WireError) { self.result = .mcpServerList(try Wire.McpServerListResult(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -7454,6 +7778,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadToolsUpdate(let v)?:
       c.result_case = .init(rawValue: 31)
       c.thread_tools_update = arena.message(v, Threadwire__V1__ThreadToolsUpdateResult(), threadwire__v1__thread_tools_update_result__init)
+    case .mcpServerList(let v)?:
+      c.result_case = .init(rawValue: 32)
+      c.mcp_server_list = arena.message(v, Threadwire__V1__McpServerListResult(), threadwire__v1__mcp_server_list_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -7510,6 +7837,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .agentSpawn(let v)?: object.append(("agent_spawn", v.jsonValue()))
     case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
     case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
+    case .mcpServerList(let v)?: object.append(("mcp_server_list", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -7525,7 +7853,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[19] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[20] =
 {
   {
     "id",
@@ -484,6 +484,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "mcp_server_list",
+    32,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, mcp_server_list),
+    &threadwire__v1__mcp_server_list_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -513,6 +525,7 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   4,   /* field[4] = health_check */
   0,   /* field[0] = id */
   3,   /* field[3] = initialize */
+  17,   /* field[17] = mcp_server_list */
   2,   /* field[2] = metadata */
   10,   /* field[10] = thread_archive */
   7,   /* field[7] = thread_fork */
@@ -526,16 +539,16 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  18,   /* field[18] = turn_interrupt */
-  17,   /* field[17] = turn_start */
+  19,   /* field[19] = turn_interrupt */
+  18,   /* field[18] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 17 },
-  { 0, 19 }
+  { 40, 18 },
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -545,14 +558,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  19,
+  20,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[19] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[20] =
 {
   {
     "id",
@@ -759,6 +772,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "mcp_server_list",
+    32,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, mcp_server_list),
+    &threadwire__v1__mcp_server_list_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -789,6 +814,7 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   4,   /* field[4] = health_check */
   0,   /* field[0] = id */
   3,   /* field[3] = initialize */
+  17,   /* field[17] = mcp_server_list */
   2,   /* field[2] = message */
   10,   /* field[10] = thread_archive */
   7,   /* field[7] = thread_fork */
@@ -801,16 +827,16 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
-  18,   /* field[18] = turn_interrupt */
-  17,   /* field[17] = turn_start */
+  19,   /* field[19] = turn_interrupt */
+  18,   /* field[18] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 17 },
-  { 0, 19 }
+  { 40, 18 },
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -820,7 +846,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  19,
+  20,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,

@@ -187,7 +187,7 @@ void   threadwire__v1__thread_settings_updated_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_settings_updated_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[7] =
 {
   {
     "model",
@@ -261,10 +261,23 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "mcp_servers",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadSettings, n_mcp_servers),
+    offsetof(Threadwire__V1__ThreadSettings, mcp_servers),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] = {
   4,   /* field[4] = approval_policy */
   1,   /* field[1] = cwd */
+  6,   /* field[6] = mcp_servers */
   0,   /* field[0] = model */
   2,   /* field[2] = multi_agent_mode */
   3,   /* field[3] = multi_agent_runtime */
@@ -273,7 +286,7 @@ static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] =
 static const ProtobufCIntRange threadwire__v1__thread_settings__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
 {
@@ -283,7 +296,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
   "Threadwire__V1__ThreadSettings",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettings),
-  6,
+  7,
   threadwire__v1__thread_settings__field_descriptors,
   threadwire__v1__thread_settings__field_indices_by_name,
   1,  threadwire__v1__thread_settings__number_ranges,

@@ -187,6 +187,141 @@ void   threadwire__v1__thread_start_params__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_start_params__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__mcp_server_list_params__init
+                     (Threadwire__V1__McpServerListParams         *message)
+{
+  static const Threadwire__V1__McpServerListParams init_value = THREADWIRE__V1__MCP_SERVER_LIST_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__mcp_server_list_params__get_packed_size
+                     (const Threadwire__V1__McpServerListParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__mcp_server_list_params__pack
+                     (const Threadwire__V1__McpServerListParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__mcp_server_list_params__pack_to_buffer
+                     (const Threadwire__V1__McpServerListParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__McpServerListParams *
+       threadwire__v1__mcp_server_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__McpServerListParams *)
+     protobuf_c_message_unpack (&threadwire__v1__mcp_server_list_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__mcp_server_list_params__free_unpacked
+                     (Threadwire__V1__McpServerListParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__mcp_server__init
+                     (Threadwire__V1__McpServer         *message)
+{
+  static const Threadwire__V1__McpServer init_value = THREADWIRE__V1__MCP_SERVER__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__mcp_server__get_packed_size
+                     (const Threadwire__V1__McpServer *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__mcp_server__pack
+                     (const Threadwire__V1__McpServer *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__mcp_server__pack_to_buffer
+                     (const Threadwire__V1__McpServer *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__McpServer *
+       threadwire__v1__mcp_server__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__McpServer *)
+     protobuf_c_message_unpack (&threadwire__v1__mcp_server__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__mcp_server__free_unpacked
+                     (Threadwire__V1__McpServer *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__mcp_server__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__mcp_server_list_result__init
+                     (Threadwire__V1__McpServerListResult         *message)
+{
+  static const Threadwire__V1__McpServerListResult init_value = THREADWIRE__V1__MCP_SERVER_LIST_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__mcp_server_list_result__get_packed_size
+                     (const Threadwire__V1__McpServerListResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__mcp_server_list_result__pack
+                     (const Threadwire__V1__McpServerListResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__mcp_server_list_result__pack_to_buffer
+                     (const Threadwire__V1__McpServerListResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__McpServerListResult *
+       threadwire__v1__mcp_server_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__McpServerListResult *)
+     protobuf_c_message_unpack (&threadwire__v1__mcp_server_list_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__mcp_server_list_result__free_unpacked
+                     (Threadwire__V1__McpServerListResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__mcp_server_list_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_lifecycle_result__init
                      (Threadwire__V1__ThreadLifecycleResult         *message)
 {
@@ -1609,7 +1744,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[10] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[11] =
 {
   {
     "model",
@@ -1731,6 +1866,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "mcp_servers",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadStartParams, n_mcp_servers),
+    offsetof(Threadwire__V1__ThreadStartParams, mcp_servers),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_start_params__field_indices_by_name[] = {
   8,   /* field[8] = approval_policy */
@@ -1738,6 +1885,7 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
   7,   /* field[7] = client_tools */
   2,   /* field[2] = config */
   1,   /* field[1] = cwd */
+  10,   /* field[10] = mcp_servers */
   0,   /* field[0] = model */
   3,   /* field[3] = multi_agent_mode */
   4,   /* field[4] = name */
@@ -1747,7 +1895,7 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
 static const ProtobufCIntRange threadwire__v1__thread_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor =
 {
@@ -1757,11 +1905,183 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   "Threadwire__V1__ThreadStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadStartParams),
-  10,
+  11,
   threadwire__v1__thread_start_params__field_descriptors,
   threadwire__v1__thread_start_params__field_indices_by_name,
   1,  threadwire__v1__thread_start_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_start_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define threadwire__v1__mcp_server_list_params__field_descriptors NULL
+#define threadwire__v1__mcp_server_list_params__field_indices_by_name NULL
+#define threadwire__v1__mcp_server_list_params__number_ranges NULL
+const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.McpServerListParams",
+  "McpServerListParams",
+  "Threadwire__V1__McpServerListParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__McpServerListParams),
+  0,
+  threadwire__v1__mcp_server_list_params__field_descriptors,
+  threadwire__v1__mcp_server_list_params__field_indices_by_name,
+  0,  threadwire__v1__mcp_server_list_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__mcp_server_list_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__mcp_server__field_descriptors[7] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__McpServer, name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "state",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__McpServer, has_state),
+    offsetof(Threadwire__V1__McpServer, state),
+    &threadwire__v1__mcp_server_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pid",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT32,
+    offsetof(Threadwire__V1__McpServer, has_pid),
+    offsetof(Threadwire__V1__McpServer, pid),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "restarts",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__McpServer, has_restarts),
+    offsetof(Threadwire__V1__McpServer, restarts),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "last_error",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__McpServer, last_error),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tools",
+    6,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__McpServer, n_tools),
+    offsetof(Threadwire__V1__McpServer, tools),
+    &threadwire__v1__tool_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "require_approval",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__McpServer, has_require_approval),
+    offsetof(Threadwire__V1__McpServer, require_approval),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__mcp_server__field_indices_by_name[] = {
+  4,   /* field[4] = last_error */
+  0,   /* field[0] = name */
+  2,   /* field[2] = pid */
+  6,   /* field[6] = require_approval */
+  3,   /* field[3] = restarts */
+  1,   /* field[1] = state */
+  5,   /* field[5] = tools */
+};
+static const ProtobufCIntRange threadwire__v1__mcp_server__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 7 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__mcp_server__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.McpServer",
+  "McpServer",
+  "Threadwire__V1__McpServer",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__McpServer),
+  7,
+  threadwire__v1__mcp_server__field_descriptors,
+  threadwire__v1__mcp_server__field_indices_by_name,
+  1,  threadwire__v1__mcp_server__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__mcp_server__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__mcp_server_list_result__field_descriptors[1] =
+{
+  {
+    "servers",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__McpServerListResult, n_servers),
+    offsetof(Threadwire__V1__McpServerListResult, servers),
+    &threadwire__v1__mcp_server__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__mcp_server_list_result__field_indices_by_name[] = {
+  0,   /* field[0] = servers */
+};
+static const ProtobufCIntRange threadwire__v1__mcp_server_list_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.McpServerListResult",
+  "McpServerListResult",
+  "Threadwire__V1__McpServerListResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__McpServerListResult),
+  1,
+  threadwire__v1__mcp_server_list_result__field_descriptors,
+  threadwire__v1__mcp_server_list_result__field_indices_by_name,
+  1,  threadwire__v1__mcp_server_list_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__mcp_server_list_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_lifecycle_result__field_descriptors[8] =
@@ -3145,6 +3465,40 @@ const ProtobufCEnumDescriptor threadwire__v1__thread_source_kind__descriptor =
   threadwire__v1__thread_source_kind__enum_values_by_name,
   1,
   threadwire__v1__thread_source_kind__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__mcp_server_state__enum_values_by_number[5] =
+{
+  { "MCP_SERVER_STATE_UNSPECIFIED", "THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_UNSPECIFIED", 0 },
+  { "MCP_SERVER_STATE_STARTING", "THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_STARTING", 1 },
+  { "MCP_SERVER_STATE_READY", "THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_READY", 2 },
+  { "MCP_SERVER_STATE_RESTARTING", "THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_RESTARTING", 3 },
+  { "MCP_SERVER_STATE_STOPPED", "THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_STOPPED", 4 },
+};
+static const ProtobufCIntRange threadwire__v1__mcp_server_state__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__mcp_server_state__enum_values_by_name[5] =
+{
+  { "MCP_SERVER_STATE_READY", 2 },
+  { "MCP_SERVER_STATE_RESTARTING", 3 },
+  { "MCP_SERVER_STATE_STARTING", 1 },
+  { "MCP_SERVER_STATE_STOPPED", 4 },
+  { "MCP_SERVER_STATE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__mcp_server_state__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.McpServerState",
+  "McpServerState",
+  "Threadwire__V1__McpServerState",
+  "threadwire.v1",
+  5,
+  threadwire__v1__mcp_server_state__enum_values_by_number,
+  5,
+  threadwire__v1__mcp_server_state__enum_values_by_name,
+  1,
+  threadwire__v1__mcp_server_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue threadwire__v1__thread_sort_key__enum_values_by_number[3] =

@@ -94,6 +94,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_AGENT_SPAWN = 29,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_TURNS_LIST = 30,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_TOOLS_UPDATE = 31,
+  THREADWIRE__V1__REQUEST__PARAMS_MCP_SERVER_LIST = 32,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
@@ -140,6 +141,10 @@ struct  Threadwire__V1__Request
     Threadwire__V1__AgentSpawnParams *agent_spawn;
     Threadwire__V1__ThreadTurnsListParams *thread_turns_list;
     Threadwire__V1__ThreadToolsUpdateParams *thread_tools_update;
+    /*
+     * "mcp_server/list".
+     */
+    Threadwire__V1__McpServerListParams *mcp_server_list;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
   };
@@ -165,6 +170,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_AGENT_SPAWN = 29,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_TURNS_LIST = 30,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_TOOLS_UPDATE = 31,
+  THREADWIRE__V1__RESPONSE__RESULT_MCP_SERVER_LIST = 32,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
@@ -203,6 +209,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadLifecycleResult *agent_spawn;
     Threadwire__V1__ThreadTurnsListResult *thread_turns_list;
     Threadwire__V1__ThreadToolsUpdateResult *thread_tools_update;
+    Threadwire__V1__McpServerListResult *mcp_server_list;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
   };

@@ -79,10 +79,16 @@ struct  Threadwire__V1__ThreadSettings
    */
   protobuf_c_boolean has_user_input;
   protobuf_c_boolean user_input;
+  /*
+   * The MCP tool servers (by configured name) whose tools the model is
+   * offered, as mcp__SERVER__TOOL.
+   */
+  size_t n_mcp_servers;
+  char **mcp_servers;
 };
 #define THREADWIRE__V1__THREAD_SETTINGS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0 }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL }
 
 
 typedef enum {

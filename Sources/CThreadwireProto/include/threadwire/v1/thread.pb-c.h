@@ -22,6 +22,9 @@ typedef struct Threadwire__V1__ThreadStatus Threadwire__V1__ThreadStatus;
 typedef struct Threadwire__V1__ThreadSource Threadwire__V1__ThreadSource;
 typedef struct Threadwire__V1__Thread Threadwire__V1__Thread;
 typedef struct Threadwire__V1__ThreadStartParams Threadwire__V1__ThreadStartParams;
+typedef struct Threadwire__V1__McpServerListParams Threadwire__V1__McpServerListParams;
+typedef struct Threadwire__V1__McpServer Threadwire__V1__McpServer;
+typedef struct Threadwire__V1__McpServerListResult Threadwire__V1__McpServerListResult;
 typedef struct Threadwire__V1__ThreadLifecycleResult Threadwire__V1__ThreadLifecycleResult;
 typedef struct Threadwire__V1__ThreadResumeParams Threadwire__V1__ThreadResumeParams;
 typedef struct Threadwire__V1__ThreadForkParams Threadwire__V1__ThreadForkParams;
@@ -102,6 +105,23 @@ typedef enum _Threadwire__V1__ThreadSourceKind {
   THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_IMPORTED = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_SOURCE_KIND)
 } Threadwire__V1__ThreadSourceKind;
+typedef enum _Threadwire__V1__McpServerState {
+  THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_UNSPECIFIED = 0,
+  /*
+   * Started, not answering yet (initialize, tools/list).
+   */
+  THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_STARTING = 1,
+  THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_READY = 2,
+  /*
+   * Exited or failed to start; started again after a backoff.
+   */
+  THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_RESTARTING = 3,
+  /*
+   * Stopped with the server.
+   */
+  THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_STOPPED = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__MCP_SERVER_STATE)
+} Threadwire__V1__McpServerState;
 typedef enum _Threadwire__V1__ThreadSortKey {
   /*
    * CREATED_AT
@@ -263,10 +283,72 @@ struct  Threadwire__V1__ThreadStartParams
    */
   protobuf_c_boolean has_user_input;
   protobuf_c_boolean user_input;
+  /*
+   * MCP tool servers by the name the operator configured (mcp_server/list
+   * shows them). Absent: the servers configured as default. Unknown or
+   * repeated name: INVALID_ARGUMENT. Kept on resume and fork; children get
+   * their parent's.
+   */
+  size_t n_mcp_servers;
+  char **mcp_servers;
 };
 #define THREADWIRE__V1__THREAD_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_start_params__descriptor) \
-    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0 }
+    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL }
+
+
+/*
+ * Method "mcp_server/list": the operator's MCP tool servers (one process
+ * each, shared by every thread of this instance) and their state.
+ */
+struct  Threadwire__V1__McpServerListParams
+{
+  ProtobufCMessage base;
+};
+#define THREADWIRE__V1__MCP_SERVER_LIST_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__mcp_server_list_params__descriptor) \
+     }
+
+
+struct  Threadwire__V1__McpServer
+{
+  ProtobufCMessage base;
+  char *name;
+  protobuf_c_boolean has_state;
+  Threadwire__V1__McpServerState state;
+  /*
+   * The process id while it runs.
+   */
+  protobuf_c_boolean has_pid;
+  int32_t pid;
+  /*
+   * How often it was started again after an exit or a failed start.
+   */
+  protobuf_c_boolean has_restarts;
+  uint32_t restarts;
+  char *last_error;
+  /*
+   * Its tools as the model is offered them (mcp__SERVER__TOOL).
+   */
+  size_t n_tools;
+  Threadwire__V1__ToolSpec **tools;
+  protobuf_c_boolean has_require_approval;
+  protobuf_c_boolean require_approval;
+};
+#define THREADWIRE__V1__MCP_SERVER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__mcp_server__descriptor) \
+    , NULL, 0, THREADWIRE__V1__MCP_SERVER_STATE__MCP_SERVER_STATE_UNSPECIFIED, 0, 0, 0, 0, NULL, 0,NULL, 0, 0 }
+
+
+struct  Threadwire__V1__McpServerListResult
+{
+  ProtobufCMessage base;
+  size_t n_servers;
+  Threadwire__V1__McpServer **servers;
+};
+#define THREADWIRE__V1__MCP_SERVER_LIST_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__mcp_server_list_result__descriptor) \
+    , 0,NULL }
 
 
 /*
@@ -772,6 +854,63 @@ Threadwire__V1__ThreadStartParams *
 void   threadwire__v1__thread_start_params__free_unpacked
                      (Threadwire__V1__ThreadStartParams *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__McpServerListParams methods */
+void   threadwire__v1__mcp_server_list_params__init
+                     (Threadwire__V1__McpServerListParams         *message);
+size_t threadwire__v1__mcp_server_list_params__get_packed_size
+                     (const Threadwire__V1__McpServerListParams   *message);
+size_t threadwire__v1__mcp_server_list_params__pack
+                     (const Threadwire__V1__McpServerListParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__mcp_server_list_params__pack_to_buffer
+                     (const Threadwire__V1__McpServerListParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__McpServerListParams *
+       threadwire__v1__mcp_server_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__mcp_server_list_params__free_unpacked
+                     (Threadwire__V1__McpServerListParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__McpServer methods */
+void   threadwire__v1__mcp_server__init
+                     (Threadwire__V1__McpServer         *message);
+size_t threadwire__v1__mcp_server__get_packed_size
+                     (const Threadwire__V1__McpServer   *message);
+size_t threadwire__v1__mcp_server__pack
+                     (const Threadwire__V1__McpServer   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__mcp_server__pack_to_buffer
+                     (const Threadwire__V1__McpServer   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__McpServer *
+       threadwire__v1__mcp_server__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__mcp_server__free_unpacked
+                     (Threadwire__V1__McpServer *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__McpServerListResult methods */
+void   threadwire__v1__mcp_server_list_result__init
+                     (Threadwire__V1__McpServerListResult         *message);
+size_t threadwire__v1__mcp_server_list_result__get_packed_size
+                     (const Threadwire__V1__McpServerListResult   *message);
+size_t threadwire__v1__mcp_server_list_result__pack
+                     (const Threadwire__V1__McpServerListResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__mcp_server_list_result__pack_to_buffer
+                     (const Threadwire__V1__McpServerListResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__McpServerListResult *
+       threadwire__v1__mcp_server_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__mcp_server_list_result__free_unpacked
+                     (Threadwire__V1__McpServerListResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadLifecycleResult methods */
 void   threadwire__v1__thread_lifecycle_result__init
                      (Threadwire__V1__ThreadLifecycleResult         *message);
@@ -1223,6 +1362,15 @@ typedef void (*Threadwire__V1__Thread_Closure)
 typedef void (*Threadwire__V1__ThreadStartParams_Closure)
                  (const Threadwire__V1__ThreadStartParams *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__McpServerListParams_Closure)
+                 (const Threadwire__V1__McpServerListParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__McpServer_Closure)
+                 (const Threadwire__V1__McpServer *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__McpServerListResult_Closure)
+                 (const Threadwire__V1__McpServerListResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadLifecycleResult_Closure)
                  (const Threadwire__V1__ThreadLifecycleResult *message,
                   void *closure_data);
@@ -1301,12 +1449,16 @@ typedef void (*Threadwire__V1__ThreadClosedNotification_Closure)
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_status_type__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_active_flag__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_source_kind__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__mcp_server_state__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_sort_key__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__sort_direction__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_status__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor;
