@@ -188,10 +188,18 @@ struct TurnCommand: AsyncParsableCommand {
         @Option var model: String?
         @Option(help: "Sticky mode for this and later turns: explicitRequestOnly, proactive or clear.") var mode: String?
         @Flag(help: "Return right after the response.") var noWait = false
+        @Option(help: "Sticky approval policy for this and later turns: never, on_request or always.") var approvalPolicy: String?
+        @OptionGroup var answering: ServerRequestOptions
         func run() async throws {
             var params = Wire.TurnStartParams(threadId: threadID, input: [Wire.UserInput(content: .text(text))], model: model)
             if let mode { params.multiAgentModeUpdate = mode == "clear" ? .clearMultiAgentMode(true) : .multiAgentMode(try parseMode(mode)) }
-            let client = try await options.connect()
+            if let approvalPolicy {
+                guard let policy = try? Wire.ApprovalPolicy(json: .string(approvalPolicy.uppercased()), path: "approval_policy"), policy != .unspecified else {
+                    throw ValidationError("--approval-policy must be never, on_request or always, got '\(approvalPolicy)'")
+                }
+                params.approvalPolicy = policy
+            }
+            let client = try await answering.connect(options)
             let response = try await client.call(.turnStart(params))
             try output(response)
             guard !noWait, case let .turnStart(result)? = response.result, let turnID = result.turn?.id else { return }
@@ -270,11 +278,13 @@ struct AgentCommand: AsyncParsableCommand {
 }
 
 struct Watch: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Subscribe to threads and print notifications as JSON lines.")
+    static let configuration = CommandConfiguration(
+        abstract: "Subscribe to threads and print notifications as JSON lines; with --approve or --client-tool, answer what their turns wait for.")
     @OptionGroup var options: ServerOptions
-    @Argument(help: "Threads to watch (each is resumed, which subscribes).") var threadIDs: [String]
+    @Argument(help: "Threads to watch (each is resumed, which subscribes; requests a turn waits for are offered again).") var threadIDs: [String]
+    @OptionGroup var answering: ServerRequestOptions
     func run() async throws {
-        let client = try await options.connect()
+        let client = try await answering.connect(options)
         for id in threadIDs {
             _ = try await client.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true)))
         }

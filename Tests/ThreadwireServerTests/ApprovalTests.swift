@@ -262,3 +262,56 @@ func waitUntil<T>(_ what: String, timeout: Duration = .seconds(10), _ body: () a
     }
     throw TestTimeout(description: "\(what): not within \(timeout)")
 }
+
+/// The CLI answering server requests: `turn start --approve/--client-tool`
+/// and `watch` (an operator answering a request that waited).
+@Suite("CLI answers server requests", .timeLimit(.minutes(3)))
+struct CLIServerRequestTests {
+    static var cli: String { URL(fileURLWithPath: ServerProcess.binary).deletingLastPathComponent().appendingPathComponent("threadwire").path }
+    static let echoArgs = Wire.ToolSpec(name: "echo_args", description: "Echoes its arguments.", parametersJsonSchema: #"{"type":"object"}"#)
+
+    func thread(_ client: ThreadwireClient) async throws -> String {
+        var params = Wire.ThreadStartParams(approvalPolicy: .always)
+        params.clientTools = [Self.echoArgs]
+        return try #require(try await client.startThread(params).thread?.id)
+    }
+
+    @Test("turn start --approve yes --client-tool NAME=COMMAND approves the call and serves it from a local command")
+    func turnStartServes() async throws {
+        let server = try await ServerProcess.launch()
+        let client = try await server.client()
+        let id = try await thread(client)
+        let (status, stdout, stderr) = try await runBinary(Self.cli, [
+            "turn", "start", "--server", "127.0.0.1:\(server.port)", id, #"#tool echo_args {"x":1}"#,
+            "--approve", "yes", "--client-tool", "echo_args=cat",
+        ])
+        #expect(status == 0, "\(stderr)")
+        #expect(stdout.contains("turn_completed"), "the notifications up to the end of the turn")
+        let turn = try #require(try await client.read(id).thread?.turns.last)
+        #expect(turn.status == .completed)
+        let item = try #require(turn.items.first { $0.type == .toolCall })
+        #expect(item.status == .completed && item.toolOutput == #"{"x":1}"#, "the command read the arguments on stdin: \(item.toolOutput ?? "")")
+    }
+
+    @Test("watch --approve no answers an approval that waited for a client, and the turn goes on")
+    func watchAnswersWhatWaited() async throws {
+        let server = try await ServerProcess.launch()
+        let client = try await server.client()
+        let id = try await thread(client)
+        let turnID = try await client.startTurn(id, #"#tool echo_args {"y":2}"#)
+        try await waitUntil("the turn waits on an approval") {
+            try await client.read(id).thread?.status?.activeFlags == [.waitingOnApproval] ? true : nil
+        }
+        let watch = Process()
+        watch.executableURL = URL(fileURLWithPath: Self.cli)
+        watch.arguments = ["watch", "--server", "127.0.0.1:\(server.port)", id, "--approve", "no"]
+        watch.standardOutput = FileHandle.nullDevice
+        try watch.run()
+        defer { watch.terminate() }
+        let turn = try await client.waitForTurn(id, turnID, timeout: .seconds(30))
+        #expect(turn.status == .completed)
+        let item = try #require(turn.items.first { $0.type == .toolCall })
+        #expect(item.status == .declined)
+        #expect(item.toolOutput?.contains("--approve no") == true, "\(item.toolOutput ?? "")")
+    }
+}

@@ -1,11 +1,16 @@
 """A small synchronous client: connect, initialize, call any method (with
-pipelining), iterate notifications."""
+pipelining), iterate notifications, and answer what the server asks while a
+turn runs (client tools, approvals, user input) from handlers that run on
+worker threads."""
 import importlib
+import json
 import socket
 import ssl
 import struct
 import sys
+import threading
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -14,7 +19,7 @@ from google.protobuf import json_format
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gen"))
 messages = types.SimpleNamespace(**{
     name: importlib.import_module(f"threadwire.v1.{name}_pb2")
-    for name in ("envelope", "health", "multi_agent", "settings", "thread", "turn")
+    for name in ("envelope", "health", "multi_agent", "server_request", "settings", "thread", "turn")
 })
 
 HEADER = struct.Struct(">BI")
@@ -54,10 +59,18 @@ class Client:
         self._responses = {}
         self.notifications = []  # received but not yet consumed
         self.unmatched = []      # responses without a known id (protocol errors)
+        self.server_requests = []  # server requests no handler took
+        self._tools = {}
+        self._approval = None
+        self._user_input = None
+        self._workers = None
+        self._write_lock = threading.Lock()
 
     # -- framing -----------------------------------------------------------
     def send_frame(self, payload: bytes):
-        self.sock.sendall(HEADER.pack(0, len(payload)) + payload)
+        # Handlers answer from worker threads: one frame at a time on the socket.
+        with self._write_lock:
+            self.sock.sendall(HEADER.pack(0, len(payload)) + payload)
 
     def _read_envelope(self):
         while True:
@@ -79,6 +92,8 @@ class Client:
         kind = envelope.WhichOneof("kind")
         if kind == "notification":
             self.notifications.append(envelope.notification)
+        elif kind == "server_request":
+            self._dispatch(envelope.server_request)
         elif kind == "response":
             response = envelope.response
             if response.HasField("id"):
@@ -125,16 +140,92 @@ class Client:
         ids = [self.send(method, params) for method, params in calls]
         return [self.wait(i) for i in ids]
 
-    def initialize(self, name="threadwire-python", opt_out=(), auth_token=None):
-        """`auth_token`: the bearer token of a server that authenticates."""
+    def initialize(self, name="threadwire-python", opt_out=(), auth_token=None,
+                   client_tools=None, approvals=None, user_input=None):
+        """`auth_token`: the bearer token of a server that authenticates. The
+        capabilities default to what handlers are registered for (register
+        them first): the server asks only connections that declared them."""
         params = {
             "client_info": {"name": name, "version": "0.1.0"},
             "protocol_version": 1,
-            "capabilities": {"opt_out_notification_methods": list(opt_out)},
+            "capabilities": {
+                "opt_out_notification_methods": list(opt_out),
+                "client_tools": bool(self._tools) if client_tools is None else client_tools,
+                "approvals": (self._approval is not None) if approvals is None else approvals,
+                "user_input": (self._user_input is not None) if user_input is None else user_input,
+            },
         }
         if auth_token is not None:
             params["auth_token"] = auth_token
         return self.call("initialize", params)
+
+    # -- server requests ----------------------------------------------------
+    def on_tool(self, name, handler):
+        """Serves client tool `name`: handler(arguments: dict) returns the
+        output (str); an exception is a failed call the model reads."""
+        self._tools[name] = handler
+
+    def on_approval(self, handler):
+        """handler(request, params) returns "approve", "approve_for_tree",
+        "cancel", or ("decline", reason). `request.thread_id`,
+        `request.task_path` and `request.root_thread_id` name the agent."""
+        self._approval = handler
+
+    def on_user_input(self, handler):
+        """handler(question: str, choices: list[str]) returns the answer (str)."""
+        self._user_input = handler
+
+    def answer(self, request_id, code=0, message="", **result):
+        """Answers a server request by hand; `result` is one of
+        item_tool_call={...}, item_tool_request_approval={...},
+        item_tool_request_user_input={...} (dicts as in the .proto)."""
+        envelope = messages.envelope.Envelope()
+        answer = envelope.server_request_answer
+        answer.id = request_id
+        answer.code = code
+        if message:
+            answer.message = message
+        for field, value in result.items():
+            json_format.ParseDict(value, getattr(answer, field))
+        self.send_frame(envelope.SerializeToString())
+
+    def _dispatch(self, request):
+        method = request.WhichOneof("params")
+        handler = {"item_tool_call": self._tools, "item_tool_request_approval": self._approval,
+                   "item_tool_request_user_input": self._user_input}.get(method)
+        if not handler:
+            self.server_requests.append(request)
+            return
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="threadwire-requests")
+        self._workers.submit(self._serve, request, method)
+
+    def _serve(self, request, method):
+        try:
+            if method == "item_tool_call":
+                call = request.item_tool_call
+                tool = self._tools.get(call.tool)
+                if tool is None:
+                    self.answer(request.id, code=12, message=f"this client has no handler for tool {call.tool}")
+                    return
+                try:
+                    output, is_error = str(tool(json.loads(call.arguments or "{}"))), False
+                except Exception as error:  # the model reads the failure
+                    output, is_error = f"{type(error).__name__}: {error}", True
+                self.answer(request.id, item_tool_call={"output": output, "is_error": is_error})
+            elif method == "item_tool_request_approval":
+                decision = self._approval(request, request.item_tool_request_approval)
+                reason = ""
+                if isinstance(decision, tuple):
+                    decision, reason = decision
+                self.answer(request.id, item_tool_request_approval={
+                    "decision": "APPROVAL_DECISION_" + decision.upper(), "reason": reason})
+            else:
+                params = request.item_tool_request_user_input
+                answer = self._user_input(params.question, list(params.choices))
+                self.answer(request.id, item_tool_request_user_input={"answer": str(answer)})
+        except Exception as error:
+            self.answer(request.id, code=13, message=f"{type(error).__name__}: {error}")
 
     def iter_notifications(self):
         """Yields notifications as they arrive (blocks between them)."""
@@ -144,6 +235,8 @@ class Client:
             self._pump()
 
     def close(self):
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
         self.sock.close()
 
     def __enter__(self):
