@@ -193,7 +193,7 @@ final class MCPServerProcess: Sendable {
         return try await withTaskCancellationHandler {
             let client = Client(name: "threadwire", version: "1.0")
             do {
-                let transport = StdioTransport(input: child.fromChild, output: child.toChild, logger: logger)
+                let transport = PipeTransport(input: child.fromChild, output: child.toChild, logger: logger)
                 let listed = try await withDeadline(.milliseconds(config.startupTimeoutMs), what: "starting (initialize and tools/list)") {
                     _ = try await client.connect(transport: transport)
                     var tools: [Tool] = []

@@ -207,14 +207,21 @@ struct ApprovalTests {
 
 @Suite("approvals across restarts", .timeLimit(.minutes(3)))
 struct ApprovalRestartTests {
-    @Test("kill -9 while a turn waits on an approval: after restart the same request is offered, approved, run, and the turn completes")
-    func survivesKill9() async throws {
-        let server = try await ServerProcess.launch()
+    @Test("kill -9 or SIGTERM while a turn waits on an approval: after restart the same request is offered, approved, run, and the turn completes",
+          arguments: ["kill -9", "SIGTERM"])
+    func survivesRestart(_ how: String) async throws {
+        let server = try await ServerProcess.launch(arguments: ["--turn-grace-seconds", "30"])
         let ide = try await server.askingClient()
         let id = try #require(try await ide.startThread(ApprovalTests.startParams(.always)).thread?.id)
         let turnID = try await ide.startTurn(id, "#tool read_file {\"path\":\"k\"}")
         let ask = try await ide.nextServerRequest()
-        server.kill9()
+        if how == "kill -9" {
+            server.kill9()
+        } else {
+            let stopping = ContinuousClock.now
+            #expect(await server.stop() == 0)
+            #expect(ContinuousClock.now - stopping < .seconds(20), "a turn waiting on an approval does not hold the shutdown")
+        }
         try await server.start()
 
         let observer = try await server.client()
