@@ -201,8 +201,7 @@ extension ThreadEngine {
     /// of the turn's pending `request`.
     func settle(_ owner: ThreadOwner, turnID: TurnID, _ request: ServerRequestRecord, _ answer: ServerRequestAnswer?) async -> Settled {
         await owner.gate.lock()
-        var locked = true
-        defer { if locked { owner.gate.unlock() } }
+        defer { owner.gate.unlock() }
         treeRequests.remove(request)
         guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID,
               state.turns[at].pendingRequests.first?.id == request.id,
@@ -257,37 +256,11 @@ extension ThreadEngine {
         }
 
         let (output, status) = Self.outcome(of: request, answer, waited: max(0, request.deadlineAt - request.createdAt))
-        next.turns[at].items[index].toolOutput = output
-        next.turns[at].items[index].status = status
-        next.turns[at].items[index].durationMs = (next.turns[at].items[index].durationMs ?? 0) + UInt64(max(0, nowMillis() - request.createdAt))
-        let completed = next.turns[at].items[index]
         let (tool, callID) = request.kind.toolAndCall
-        let first = next.history.count
-        next.history.append(ContextItem(role: .tool, kind: .toolOutput, text: output, toolName: tool, callID: callID))
-        let deferred = next.turns[at].deferredOutputs
-        next.turns[at].pendingRequests = []
-        next.turns[at].deferredOutputs = []
-        do {
-            try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
-                                            .putTurn(next.turns[at])])
-        } catch {
-            await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
-            return .stopped
-        }
-        var deliveries = [Delivery(event: .itemCompleted(owner.id, turnID, completed), recipients: owner.subscribers), resolved]
-        if case .approval(.cancel, _)? = answer {
-            // The model never reads the refusal: the turn ends here.
-            let ended = try? await endActiveTurn(owner, status: .interrupted, error: "cancelled: a client refused to run \(tool) and cancelled the turn")
-            owner.publisher.ticket(deliveries).publish()
-            ended?.publish()
-            owner.gate.unlock()
-            locked = false
-            return .stopped
-        }
-        deliveries.append(Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers))
-        owner.publisher.ticket(deliveries).publish()
-        return .done(deferred: deferred.compactMap(\.modelOutput), tools: next.turns[at].modelRequests.last?.tools ?? [],
-                     runtime: next.record.runtime)
+        var cancelled = false
+        if case .approval(.cancel, _)? = answer { cancelled = true }
+        return await completeLocked(owner, turnID: turnID, itemID: request.kind.itemID, tool: tool, callID: callID, output: output,
+                                    status: status, since: request.createdAt, also: [resolved], thenInterrupt: cancelled)
     }
 
     /// Runs MCP tool call `itemID` (no gate held while the server works),
@@ -303,19 +276,25 @@ extension ThreadEngine {
                                     output: result.text, status: result.isError ? .failed : .completed, since: started)
     }
 
-    /// With the gate held: completes a call's item with `output` (no request pending).
+    /// With the gate held: completes a call's item with `output` (what the
+    /// turn waited for is settled), publishing `also` after item/completed.
+    /// With `thenInterrupt` the turn ends there (a cancelled approval: the
+    /// model never reads the refusal).
     func completeLocked(
-        _ owner: ThreadOwner, turnID: TurnID, itemID: String, tool: String, callID: String, output: String, status: ItemStatus, since: Millis
+        _ owner: ThreadOwner, turnID: TurnID, itemID: String, tool: String, callID: String, output: String, status: ItemStatus,
+        since: Millis, also: [Delivery] = [], thenInterrupt: Bool = false
     ) async -> Settled {
         guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID,
               let index = state.turns[at].items.firstIndex(where: { $0.id == itemID }) else { return .stopped }
         var next = state
+        let wasWaiting = !next.turns[at].pendingRequests.isEmpty
         next.turns[at].items[index].toolOutput = output
         next.turns[at].items[index].status = status
         next.turns[at].items[index].durationMs = (next.turns[at].items[index].durationMs ?? 0) + UInt64(max(0, nowMillis() - since))
         let first = next.history.count
         next.history.append(ContextItem(role: .tool, kind: .toolOutput, text: output, toolName: tool, callID: callID))
         let deferred = next.turns[at].deferredOutputs
+        next.turns[at].pendingRequests = []
         next.turns[at].deferredOutputs = []
         do {
             try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
@@ -324,8 +303,15 @@ extension ThreadEngine {
             await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
             return .stopped
         }
-        owner.publisher.ticket([Delivery(event: .itemCompleted(owner.id, turnID, next.turns[at].items[index]), recipients: owner.subscribers)])
-            .publish()
+        var deliveries = [Delivery(event: .itemCompleted(owner.id, turnID, next.turns[at].items[index]), recipients: owner.subscribers)] + also
+        if thenInterrupt {
+            let ended = try? await endActiveTurn(owner, status: .interrupted, error: "cancelled: a client refused to run \(tool) and cancelled the turn")
+            owner.publisher.ticket(deliveries).publish()
+            ended?.publish()
+            return .stopped
+        }
+        if wasWaiting { deliveries.append(Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers)) }
+        owner.publisher.ticket(deliveries).publish()
         return .done(deferred: deferred.compactMap(\.modelOutput), tools: next.turns[at].modelRequests.last?.tools ?? [],
                      runtime: next.record.runtime)
     }

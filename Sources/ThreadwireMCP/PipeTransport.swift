@@ -43,7 +43,11 @@ actor PipeTransport: Transport {
             while true {
                 let count = buffer.withUnsafeMutableBytes { read(input.rawValue, $0.baseAddress, $0.count) }
                 if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { break }  // EOF (the child exited) or an error
+                // EOF (the child exited) or an error. The stream stays open until
+                // disconnect(): the SDK's client loop asks for it again at once
+                // when it ends, and would spin until the supervisor, which reaps
+                // the child, disconnects it (failing what is pending).
+                guard count > 0 else { return }
                 pending.append(contentsOf: buffer[..<count])
                 while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
                     let line = pending[pending.startIndex..<newline]
@@ -51,7 +55,6 @@ actor PipeTransport: Transport {
                     pending = Data(pending[(newline + 1)...])
                 }
             }
-            sink.finish()
         }
     }
 
@@ -73,7 +76,7 @@ actor PipeTransport: Transport {
         }
     }
 
-    nonisolated func receive() -> AsyncThrowingStream<Data, any Error> {
+    func receive() -> AsyncThrowingStream<Data, any Error> {
         messages
     }
 }
