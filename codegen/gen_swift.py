@@ -33,6 +33,7 @@ METHOD_NAME_OVERRIDES = {
     "item_tool_request_approval": "item/tool/request_approval",
     "item_tool_request_user_input": "item/tool/request_user_input",
     "mcp_server_list": "mcp_server/list",
+    "thread_token_usage_updated": "thread/token_usage/updated",
 }
 
 

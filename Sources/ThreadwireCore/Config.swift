@@ -122,14 +122,24 @@ public struct ModelCatalog: Sendable, Equatable {
         /// The raw selector string; an unknown value counts as absent so newer
         /// catalogs don't break older servers.
         public var multiAgentVersion: String?
-        public init(slug: String, multiAgentVersion: String? = nil) {
+        /// Tokens the model takes in one request (models[].context_window).
+        public var contextWindow: Int?
+        /// The configured provider's name (nil: the embedded scripted backend).
+        public var provider: String?
+        public init(slug: String, multiAgentVersion: String? = nil, contextWindow: Int? = nil, provider: String? = nil) {
             self.slug = slug
             self.multiAgentVersion = multiAgentVersion
+            self.contextWindow = contextWindow
+            self.provider = provider
         }
     }
 
     public var entries: [Entry]
     public init(entries: [Entry] = []) { self.entries = entries }
+
+    public func contextWindow(forModel model: String) -> Int? {
+        entries.first(where: { $0.slug == model })?.contextWindow
+    }
 
     public func selector(forModel model: String) -> MultiAgentRuntime? {
         guard let raw = entries.first(where: { $0.slug == model })?.multiAgentVersion else { return nil }

@@ -74,6 +74,20 @@ public enum ThreadEvent: Sendable, Equatable {
     case serverRequest(ServerRequestRecord)
     /// Request `requestID` of the thread is no longer pending.
     case serverRequestResolved(ThreadID, requestID: String, ServerRequestOutcome)
+    /// A model call's tokens, the thread's totals, and its model's window.
+    case tokenUsage(ThreadID, TurnID, TokenUsageReport)
+}
+
+/// What thread/token_usage/updated reports.
+public struct TokenUsageReport: Sendable, Equatable {
+    public var last: TokenUsage
+    public var total: TokenUsage
+    public var contextWindow: Int?
+    /// The share of the window the next request uses at least (nil without a window).
+    public var nextRequestShare: Double? {
+        guard let contextWindow, contextWindow > 0 else { return nil }
+        return Double(last.inputTokens + last.outputTokens) / Double(contextWindow)
+    }
 }
 
 public struct Delivery: Sendable, Equatable {

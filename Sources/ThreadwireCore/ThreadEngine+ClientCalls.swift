@@ -388,6 +388,11 @@ extension ThreadEngine {
         return abandoned
     }
 
+    /// model/list: the catalog, and the default model.
+    public var modelCatalog: (entries: [ModelCatalog.Entry], defaultModel: String) {
+        (settings.catalog.entries, settings.defaultModel)
+    }
+
     /// mcp_server/list.
     public func toolServerStatuses() -> [ToolServerStatus] {
         toolServers?.statuses() ?? []

@@ -143,6 +143,7 @@ extension ThreadEngine {
                 await locked(owner) { await failTurn(owner, turnID: turnID, error: "\(error)", reason: .providerError) }
                 return
             }
+            if let usage = response.usage { await reportUsage(owner, turnID: turnID, usage) }
             let outputs = response.outputs
             let calledTools = outputs.contains { if case .toolCall = $0 { true } else { false } }
             guard await applyStep(owner, turnID: turnID, outputs[...], tools: tools, runtime: runtime, usage: response.usage,
@@ -277,6 +278,25 @@ extension ThreadEngine {
             for publication in publications { publication.publish() }
             owner.publisher.ticket(deliveries).publish()
             return !finished
+        }
+    }
+
+    /// thread/token_usage/updated for a model call's usage, before its
+    /// outputs are applied (the totals count every recorded call and this one).
+    func reportUsage(_ owner: ThreadOwner, turnID: TurnID, _ usage: TokenUsage) async {
+        await locked(owner) {
+            guard let state = owner.state else { return }
+            var total = usage
+            for turn in state.turns {
+                for request in turn.modelRequests {
+                    guard let recorded = request.usage else { continue }
+                    total.inputTokens += recorded.inputTokens
+                    total.outputTokens += recorded.outputTokens
+                    total.totalTokens += recorded.totalTokens
+                }
+            }
+            let report = TokenUsageReport(last: usage, total: total, contextWindow: settings.catalog.contextWindow(forModel: state.record.model))
+            owner.publisher.ticket([Delivery(event: .tokenUsage(owner.id, turnID, report), recipients: owner.subscribers)]).publish()
         }
     }
 

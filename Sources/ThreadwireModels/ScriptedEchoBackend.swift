@@ -8,11 +8,27 @@ import Foundation
 ///   `#fail`              fail the turn
 ///   `#sleep MS`          answer after MS milliseconds (a slow model)
 ///   `#stream`            stream the echo word by word (item/agent_message/delta)
+/// It reports usage estimated from the text (4 bytes a token).
 public struct ScriptedEchoBackend: ModelBackend {
     public init() {}
 
     public func respond(to request: ModelRequest, stream: ModelStream) async throws -> ModelResponse {
-        ModelResponse(outputs: try await outputs(for: request, stream: stream))
+        let outputs = try await outputs(for: request, stream: stream)
+        return ModelResponse(outputs: outputs, usage: Self.estimatedUsage(request, outputs))
+    }
+
+    /// Usage as a provider would report it, estimated at 4 bytes a token, so
+    /// token usage and context windows can be tried offline.
+    static func estimatedUsage(_ request: ModelRequest, _ outputs: [ModelOutput]) -> TokenUsage {
+        let tokens = { (bytes: Int) in (bytes + 3) / 4 }
+        let input = tokens(request.context.reduce(0) { $0 + $1.text.utf8.count })
+        let output = tokens(outputs.reduce(0) { total, output in
+            switch output {
+            case let .message(text): return total + text.utf8.count
+            case let .toolCall(name, arguments, _): return total + name.utf8.count + arguments.utf8.count
+            }
+        })
+        return TokenUsage(inputTokens: input, outputTokens: output, totalTokens: input + output)
     }
 
     func outputs(for request: ModelRequest, stream: ModelStream) async throws -> [ModelOutput] {

@@ -30,6 +30,10 @@ enum NotificationMapping {
             return .itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification(threadId: id, turnId: turnID, itemId: itemID, delta: delta))
         case let .serverRequestResolved(id, requestID, outcome):
             return .serverRequestResolved(Wire.ServerRequestResolvedNotification(threadId: id, requestId: requestID, outcome: outcome.wire))
+        case let .tokenUsage(id, turnID, report):
+            return .threadTokenUsageUpdated(Wire.ThreadTokenUsageUpdatedNotification(
+                threadId: id, turnId: turnID, last: report.last.wire, total: report.total.wire,
+                contextWindow: report.contextWindow.map(UInt64.init), nextRequestShare: report.nextRequestShare))
         case .serverRequest:
             return nil
         }

@@ -16,7 +16,7 @@ import ThreadwireServer
 ///       "model_providers": [{"name": "openai", "base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY",
 ///                            "wire_api": "chat" (or "responses"), "request_timeout_ms": 120000, "stream_idle_timeout_ms": 60000,
 ///                            "max_retries": 3, "retry_base_delay_ms": 500}],
-///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2"}],
+///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2", "context_window": 128000}],
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
@@ -56,7 +56,7 @@ enum ConfigFile {
             var require_approval: Bool?
             var `default`: Bool?
         }
-        struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String? }
+        struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String?; var context_window: Int? }
         struct Provider: Decodable {
             var name: String
             var base_url: String
@@ -94,7 +94,7 @@ enum ConfigFile {
         "multi_agent_v2": ["max_concurrent_threads_per_session", "usage_hint_enabled"],
         "model_providers[]": ["name", "base_url", "api_key_env", "wire_api", "request_timeout_ms", "stream_idle_timeout_ms",
                               "max_retries", "retry_base_delay_ms"],
-        "models[]": ["slug", "provider", "multi_agent_version"],
+        "models[]": ["slug", "provider", "multi_agent_version", "context_window"],
         "limits": ["max_frame_bytes", "max_queued_requests", "max_queued_request_bytes", "outbound_high_water_bytes",
                    "max_notification_backlog_bytes", "max_connections", "idle_timeout_ms", "max_partial_frame_bytes",
                    "handshake_timeout_ms", "max_threads_started_per_minute", "max_running_turns"],
@@ -230,7 +230,12 @@ enum ConfigFile {
         }
         // The default never exceeds the maximum.
         settings.agentWaitDefaultMs = min(settings.agentWaitDefaultMs, settings.agentWaitMaxMs)
-        settings.catalog = ModelCatalog(entries: (file.models ?? []).map { .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version) })
+        for model in file.models ?? [] where (model.context_window ?? 1) <= 0 {
+            throw ConfigError(description: "config file \(path): models[] '\(model.slug)': context_window must be positive")
+        }
+        settings.catalog = ModelCatalog(entries: (file.models ?? []).map {
+            .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version, contextWindow: $0.context_window, provider: $0.provider)
+        })
         var limits = ServerLimits()
         if let l = file.limits {
             if let v = l.max_frame_bytes { limits.maxFrameBytes = v }

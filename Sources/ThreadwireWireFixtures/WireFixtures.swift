@@ -267,6 +267,17 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadTokenUsageUpdatedNotification(_ variant: Int) -> Wire.ThreadTokenUsageUpdatedNotification {
+        var message = Wire.ThreadTokenUsageUpdatedNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.turnId = "turn_id héllo ✓ 0"
+        message.last = TokenUsage(0)
+        message.total = TokenUsage(0)
+        message.contextWindow = UInt64(9223372036854775813)
+        message.nextRequestShare = Double(6.5)
+        return message
+    }
+
     public static func ModelRequest(_ variant: Int) -> Wire.ModelRequest {
         var message = Wire.ModelRequest()
         message.model = "model héllo ✓ 0"
@@ -424,6 +435,29 @@ public enum WireFixtures {
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.userInput = true
         message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
+        return message
+    }
+
+    public static func ModelListParams(_ variant: Int) -> Wire.ModelListParams {
+        var message = Wire.ModelListParams()
+        return message
+    }
+
+    public static func ModelInfo(_ variant: Int) -> Wire.ModelInfo {
+        var message = Wire.ModelInfo()
+        message.slug = "slug héllo ✓ 0"
+        message.provider = "provider héllo ✓ 0"
+        message.contextWindow = UInt64(9223372036854775811)
+        message.streams = true
+        message.offline = true
+        message.multiAgentVersion = "multi_agent_version héllo ✓ 0"
+        return message
+    }
+
+    public static func ModelListResult(_ variant: Int) -> Wire.ModelListResult {
+        var message = Wire.ModelListResult()
+        message.models = [ModelInfo(0), ModelInfo(0)]
+        message.defaultModel = "default_model héllo ✓ 0"
         return message
     }
 
@@ -637,7 +671,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
-        switch variant % 17 {
+        switch variant % 18 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .threadStart(ThreadStartParams(0))
@@ -653,7 +687,8 @@ public enum WireFixtures {
         case 12: message.params = .threadTurnsList(ThreadTurnsListParams(0))
         case 13: message.params = .threadToolsUpdate(ThreadToolsUpdateParams(0))
         case 14: message.params = .mcpServerList(McpServerListParams(0))
-        case 15: message.params = .turnStart(TurnStartParams(0))
+        case 15: message.params = .modelList(ModelListParams(0))
+        case 16: message.params = .turnStart(TurnStartParams(0))
         default: message.params = .turnInterrupt(TurnInterruptParams(0))
         }
         return message
@@ -664,7 +699,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 17 {
+        switch variant % 18 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .threadStart(ThreadLifecycleResult(0))
@@ -680,7 +715,8 @@ public enum WireFixtures {
         case 12: message.result = .threadTurnsList(ThreadTurnsListResult(0))
         case 13: message.result = .threadToolsUpdate(ThreadToolsUpdateResult(0))
         case 14: message.result = .mcpServerList(McpServerListResult(0))
-        case 15: message.result = .turnStart(TurnStartResult(0))
+        case 15: message.result = .modelList(ModelListResult(0))
+        case 16: message.result = .turnStart(TurnStartResult(0))
         default: message.result = .turnInterrupt(TurnInterruptResult(0))
         }
         return message
@@ -689,7 +725,7 @@ public enum WireFixtures {
     public static func Notification(_ variant: Int) -> Wire.Notification {
         var message = Wire.Notification()
         message.sequence = UInt64(9223372036854775809)
-        switch variant % 12 {
+        switch variant % 13 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -701,7 +737,8 @@ public enum WireFixtures {
         case 8: message.payload = .itemStarted(ItemStartedNotification(0))
         case 9: message.payload = .itemCompleted(ItemCompletedNotification(0))
         case 10: message.payload = .itemAgentMessageDelta(ItemAgentMessageDeltaNotification(0))
-        default: message.payload = .serverRequestResolved(ServerRequestResolvedNotification(0))
+        case 11: message.payload = .serverRequestResolved(ServerRequestResolvedNotification(0))
+        default: message.payload = .threadTokenUsageUpdated(ThreadTokenUsageUpdatedNotification(0))
         }
         return message
     }
@@ -742,6 +779,7 @@ public enum WireFixtures {
         ("ContextItem#0", { try roundTrip(ContextItem(0)) }),
         ("ToolSpec#0", { try roundTrip(ToolSpec(0)) }),
         ("TokenUsage#0", { try roundTrip(TokenUsage(0)) }),
+        ("ThreadTokenUsageUpdatedNotification#0", { try roundTrip(ThreadTokenUsageUpdatedNotification(0)) }),
         ("ModelRequest#0", { try roundTrip(ModelRequest(0)) }),
         ("TurnContext#0", { try roundTrip(TurnContext(0)) }),
         ("Turn#0", { try roundTrip(Turn(0)) }),
@@ -759,6 +797,9 @@ public enum WireFixtures {
         ("ThreadSource#0", { try roundTrip(ThreadSource(0)) }),
         ("Thread#0", { try roundTrip(Thread(0)) }),
         ("ThreadStartParams#0", { try roundTrip(ThreadStartParams(0)) }),
+        ("ModelListParams#0", { try roundTrip(ModelListParams(0)) }),
+        ("ModelInfo#0", { try roundTrip(ModelInfo(0)) }),
+        ("ModelListResult#0", { try roundTrip(ModelListResult(0)) }),
         ("McpServerListParams#0", { try roundTrip(McpServerListParams(0)) }),
         ("McpServer#0", { try roundTrip(McpServer(0)) }),
         ("McpServerListResult#0", { try roundTrip(McpServerListResult(0)) }),
@@ -807,6 +848,7 @@ public enum WireFixtures {
         ("Request#14", { try roundTrip(Request(14)) }),
         ("Request#15", { try roundTrip(Request(15)) }),
         ("Request#16", { try roundTrip(Request(16)) }),
+        ("Request#17", { try roundTrip(Request(17)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -824,6 +866,7 @@ public enum WireFixtures {
         ("Response#14", { try roundTrip(Response(14)) }),
         ("Response#15", { try roundTrip(Response(15)) }),
         ("Response#16", { try roundTrip(Response(16)) }),
+        ("Response#17", { try roundTrip(Response(17)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),
@@ -836,6 +879,7 @@ public enum WireFixtures {
         ("Notification#9", { try roundTrip(Notification(9)) }),
         ("Notification#10", { try roundTrip(Notification(10)) }),
         ("Notification#11", { try roundTrip(Notification(11)) }),
+        ("Notification#12", { try roundTrip(Notification(12)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

@@ -122,7 +122,7 @@ struct CallLayerTests {
         }
         #expect(MethodTable.methods.count == Wire.Request.Params.fieldNames.count)
         let readsOnly = MethodTable.methods.values.filter { !$0.mutates }.map(\.name).sorted()
-        #expect(readsOnly == ["health/check", "initialize", "mcp_server/list", "thread/list", "thread/read", "thread/turns/list"])
+        #expect(readsOnly == ["health/check", "initialize", "mcp_server/list", "model/list", "thread/list", "thread/read", "thread/turns/list"])
     }
 }
 

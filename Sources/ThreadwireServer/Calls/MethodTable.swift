@@ -36,6 +36,8 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateSettings),
             .method("thread/tools/update", params: { if case let .threadToolsUpdate(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateTools),
+            .method("model/list", params: { if case let .modelList(p) = $0 { p } else { nil } },
+                    mutates: false, inline: SessionHandlers.modelList),
             .method("mcp_server/list", params: { if case let .mcpServerList(p) = $0 { p } else { nil } },
                     mutates: false, inline: SessionHandlers.mcpServerList),
             .method("agent/spawn", params: { if case let .agentSpawn(p) = $0 { p } else { nil } },

@@ -83,6 +83,20 @@ enum SessionHandlers {
         return (principal, nil)
     }
 
+    /// The configured models (and the default one, served offline when no
+    /// provider is configured for it), for a client's picker.
+    @Sendable static func modelList(_ p: Wire.ModelListParams, _ call: Call) throws -> InlineAnswer? {
+        let (entries, defaultModel) = call.engine.modelCatalog
+        var models = entries.map { entry in
+            Wire.ModelInfo(slug: entry.slug, provider: entry.provider, contextWindow: entry.contextWindow.map(UInt64.init),
+                           streams: entry.provider != nil, offline: entry.provider == nil, multiAgentVersion: entry.multiAgentVersion)
+        }
+        if !entries.contains(where: { $0.slug == defaultModel }) {
+            models.insert(Wire.ModelInfo(slug: defaultModel, streams: false, offline: true), at: 0)
+        }
+        return .result(.modelList(Wire.ModelListResult(models: models, defaultModel: defaultModel)))
+    }
+
     /// The operator's MCP servers: names, states and tools (no thread data).
     @Sendable static func mcpServerList(_ p: Wire.McpServerListParams, _ call: Call) throws -> InlineAnswer? {
         .result(.mcpServerList(Wire.McpServerListResult(servers: call.engine.toolServerStatuses().map(\.wire))))

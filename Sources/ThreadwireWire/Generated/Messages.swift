@@ -3217,6 +3217,116 @@ extension Wire.TokenUsage: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadTokenUsageUpdatedNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var turnId: String?
+    public var last: Wire.TokenUsage?
+    public var total: Wire.TokenUsage?
+    public var contextWindow: UInt64?
+    public var nextRequestShare: Double?
+
+    public init() {
+      self.threadId = nil
+      self.turnId = nil
+      self.last = nil
+      self.total = nil
+      self.contextWindow = nil
+      self.nextRequestShare = nil
+    }
+
+    public init(threadId: String? = nil, turnId: String? = nil, last: Wire.TokenUsage? = nil, total: Wire.TokenUsage? = nil, contextWindow: UInt64? = nil, nextRequestShare: Double? = nil) {
+      self.threadId = threadId
+      self.turnId = turnId
+      self.last = last
+      self.total = total
+      self.contextWindow = contextWindow
+      self.nextRequestShare = nextRequestShare
+    }
+  }
+}
+
+extension Wire.ThreadTokenUsageUpdatedNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadTokenUsageUpdatedNotification"
+  typealias CMessage = Threadwire__V1__ThreadTokenUsageUpdatedNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadTokenUsageUpdatedNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.last {
+      do throws(WireError) { self.last = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "last") }
+    }
+    if let v = c.pointee.total {
+      do throws(WireError) { self.total = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "total") }
+    }
+    if c.pointee.has_context_window != 0 { self.contextWindow = c.pointee.context_window }
+    if c.pointee.has_next_request_share != 0 { self.nextRequestShare = c.pointee.next_request_share }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadTokenUsageUpdatedNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.turnId { c.turn_id = arena.cString(v) }
+    if let v = self.last { c.last = arena.message(v, Threadwire__V1__TokenUsage(), threadwire__v1__token_usage__init) }
+    if let v = self.total { c.total = arena.message(v, Threadwire__V1__TokenUsage(), threadwire__v1__token_usage__init) }
+    if let v = self.contextWindow { c.has_context_window = 1; c.context_window = v }
+    if let v = self.nextRequestShare { c.has_next_request_share = 1; c.next_request_share = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_token_usage_updated_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_token_usage_updated_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadTokenUsageUpdatedNotification()
+      threadwire__v1__thread_token_usage_updated_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_token_usage_updated_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_token_usage_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = turnId { object.append(("turn_id", .string(v))) }
+    if let v = last { object.append(("last", v.jsonValue())) }
+    if let v = total { object.append(("total", v.jsonValue())) }
+    if let v = contextWindow { object.append(("context_window", .uint(UInt64(v)))) }
+    if let v = nextRequestShare { object.append(("next_request_share", .double(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "last": self.last = try Wire.TokenUsage(json: value, path: keyPath)
+      case "total": self.total = try Wire.TokenUsage(json: value, path: keyPath)
+      case "context_window", "contextWindow": self.contextWindow = try value.uint64Value(path: keyPath)
+      case "next_request_share", "nextRequestShare": self.nextRequestShare = try value.doubleValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ModelRequest: Sendable, Equatable {
     public var model: String?
     public var context: [Wire.ContextItem]
@@ -4930,6 +5040,259 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ModelListParams: Sendable, Equatable {
+
+    public init() {}
+  }
+}
+
+extension Wire.ModelListParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ModelListParams"
+  typealias CMessage = Threadwire__V1__ModelListParams
+
+  init(c: UnsafePointer<Threadwire__V1__ModelListParams>) throws(WireError) {
+    self.init()
+  }
+
+  func fill(_ c: inout Threadwire__V1__ModelListParams, arena: inout CodecArena) {
+    _ = arena
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__model_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__model_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ModelListParams()
+      threadwire__v1__model_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__model_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__model_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ModelInfo: Sendable, Equatable {
+    public var slug: String?
+    public var provider: String?
+    public var contextWindow: UInt64?
+    public var streams: Bool?
+    public var offline: Bool?
+    public var multiAgentVersion: String?
+
+    public init() {
+      self.slug = nil
+      self.provider = nil
+      self.contextWindow = nil
+      self.streams = nil
+      self.offline = nil
+      self.multiAgentVersion = nil
+    }
+
+    public init(slug: String? = nil, provider: String? = nil, contextWindow: UInt64? = nil, streams: Bool? = nil, offline: Bool? = nil, multiAgentVersion: String? = nil) {
+      self.slug = slug
+      self.provider = provider
+      self.contextWindow = contextWindow
+      self.streams = streams
+      self.offline = offline
+      self.multiAgentVersion = multiAgentVersion
+    }
+  }
+}
+
+extension Wire.ModelInfo: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ModelInfo"
+  typealias CMessage = Threadwire__V1__ModelInfo
+
+  init(c: UnsafePointer<Threadwire__V1__ModelInfo>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.slug { self.slug = try wireString(v, field: "slug") }
+    if let v = c.pointee.provider { self.provider = try wireString(v, field: "provider") }
+    if c.pointee.has_context_window != 0 { self.contextWindow = c.pointee.context_window }
+    if c.pointee.has_streams != 0 { self.streams = c.pointee.streams != 0 }
+    if c.pointee.has_offline != 0 { self.offline = c.pointee.offline != 0 }
+    if let v = c.pointee.multi_agent_version { self.multiAgentVersion = try wireString(v, field: "multi_agent_version") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ModelInfo, arena: inout CodecArena) {
+    if let v = self.slug { c.slug = arena.cString(v) }
+    if let v = self.provider { c.provider = arena.cString(v) }
+    if let v = self.contextWindow { c.has_context_window = 1; c.context_window = v }
+    if let v = self.streams { c.has_streams = 1; c.streams = v ? 1 : 0 }
+    if let v = self.offline { c.has_offline = 1; c.offline = v ? 1 : 0 }
+    if let v = self.multiAgentVersion { c.multi_agent_version = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__model_info__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__model_info__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ModelInfo()
+      threadwire__v1__model_info__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__model_info__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__model_info__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = slug { object.append(("slug", .string(v))) }
+    if let v = provider { object.append(("provider", .string(v))) }
+    if let v = contextWindow { object.append(("context_window", .uint(UInt64(v)))) }
+    if let v = streams { object.append(("streams", .bool(v))) }
+    if let v = offline { object.append(("offline", .bool(v))) }
+    if let v = multiAgentVersion { object.append(("multi_agent_version", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "slug": self.slug = try value.stringValue(path: keyPath)
+      case "provider": self.provider = try value.stringValue(path: keyPath)
+      case "context_window", "contextWindow": self.contextWindow = try value.uint64Value(path: keyPath)
+      case "streams": self.streams = try value.boolValue(path: keyPath)
+      case "offline": self.offline = try value.boolValue(path: keyPath)
+      case "multi_agent_version", "multiAgentVersion": self.multiAgentVersion = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ModelListResult: Sendable, Equatable {
+    public var models: [Wire.ModelInfo]
+    public var defaultModel: String?
+
+    public init() {
+      self.models = []
+      self.defaultModel = nil
+    }
+
+    public init(models: [Wire.ModelInfo] = [], defaultModel: String? = nil) {
+      self.models = models
+      self.defaultModel = defaultModel
+    }
+  }
+}
+
+extension Wire.ModelListResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ModelListResult"
+  typealias CMessage = Threadwire__V1__ModelListResult
+
+  init(c: UnsafePointer<Threadwire__V1__ModelListResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_models > 0, let items = c.pointee.models {
+      self.models.reserveCapacity(c.pointee.n_models)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_models { self.models.append(try Wire.ModelInfo(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "models") }
+    }
+    if let v = c.pointee.default_model { self.defaultModel = try wireString(v, field: "default_model") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ModelListResult, arena: inout CodecArena) {
+    if !self.models.isEmpty {
+      c.n_models = self.models.count
+      c.models = arena.array(self.models) { value, arena in arena.message(value, Threadwire__V1__ModelInfo(), threadwire__v1__model_info__init) }
+    }
+    if let v = self.defaultModel { c.default_model = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__model_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__model_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ModelListResult()
+      threadwire__v1__model_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__model_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__model_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !models.isEmpty { object.append(("models", .array(models.map { $0.jsonValue() }))) }
+    if let v = defaultModel { object.append(("default_model", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "models": self.models = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ModelInfo(json: element, path: path) }
+      case "default_model", "defaultModel": self.defaultModel = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -7289,6 +7652,7 @@ extension Wire {
       case threadTurnsList(Wire.ThreadTurnsListParams)
       case threadToolsUpdate(Wire.ThreadToolsUpdateParams)
       case mcpServerList(Wire.McpServerListParams)
+      case modelList(Wire.ModelListParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
 
@@ -7310,6 +7674,7 @@ extension Wire {
         case .threadTurnsList: return "thread_turns_list"
         case .threadToolsUpdate: return "thread_tools_update"
         case .mcpServerList: return "mcp_server_list"
+        case .modelList: return "model_list"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -7333,12 +7698,13 @@ extension Wire {
         case .threadTurnsList: return "thread/turns/list"
         case .threadToolsUpdate: return "thread/tools/update"
         case .mcpServerList: return "mcp_server/list"
+        case .modelList: return "model/list"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -7358,6 +7724,7 @@ extension Wire {
         case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListParams(json: json, path: path))
         case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(json: json, path: path))
         case "mcp_server_list", "mcpServerList": return .mcpServerList(try Wire.McpServerListParams(json: json, path: path))
+        case "model_list", "modelList": return .modelList(try Wire.ModelListParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         default: return nil
@@ -7426,6 +7793,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
     case 32:
       do throws(WireError) { self.params = .mcpServerList(try Wire.McpServerListParams(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
+    case 33:
+      do throws(WireError) { self.params = .modelList(try Wire.ModelListParams(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -7487,6 +7856,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .mcpServerList(let v)?:
       c.params_case = .init(rawValue: 32)
       c.mcp_server_list = arena.message(v, Threadwire__V1__McpServerListParams(), threadwire__v1__mcp_server_list_params__init)
+    case .modelList(let v)?:
+      c.params_case = .init(rawValue: 33)
+      c.model_list = arena.message(v, Threadwire__V1__ModelListParams(), threadwire__v1__model_list_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -7544,6 +7916,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
     case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
     case .mcpServerList(let v)?: object.append(("mcp_server_list", v.jsonValue()))
+    case .modelList(let v)?: object.append(("model_list", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -7559,7 +7932,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -7591,6 +7964,7 @@ extension Wire {
       case threadTurnsList(Wire.ThreadTurnsListResult)
       case threadToolsUpdate(Wire.ThreadToolsUpdateResult)
       case mcpServerList(Wire.McpServerListResult)
+      case modelList(Wire.ModelListResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
 
@@ -7612,6 +7986,7 @@ extension Wire {
         case .threadTurnsList: return "thread_turns_list"
         case .threadToolsUpdate: return "thread_tools_update"
         case .mcpServerList: return "mcp_server_list"
+        case .modelList: return "model_list"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         }
@@ -7635,12 +8010,13 @@ extension Wire {
         case .threadTurnsList: return "thread/turns/list"
         case .threadToolsUpdate: return "thread/tools/update"
         case .mcpServerList: return "mcp_server/list"
+        case .modelList: return "model/list"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "turn_start", "turn_interrupt"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -7660,6 +8036,7 @@ extension Wire {
         case "thread_turns_list", "threadTurnsList": return .threadTurnsList(try Wire.ThreadTurnsListResult(json: json, path: path))
         case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(json: json, path: path))
         case "mcp_server_list", "mcpServerList": return .mcpServerList(try Wire.McpServerListResult(json: json, path: path))
+        case "model_list", "modelList": return .modelList(try Wire.ModelListResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         default: return nil
@@ -7723,6 +8100,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
     case 32:
       do throws(WireError) { self.result = .mcpServerList(try Wire.McpServerListResult(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
+    case 33:
+      do throws(WireError) { self.result = .modelList(try Wire.ModelListResult(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -7781,6 +8160,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .mcpServerList(let v)?:
       c.result_case = .init(rawValue: 32)
       c.mcp_server_list = arena.message(v, Threadwire__V1__McpServerListResult(), threadwire__v1__mcp_server_list_result__init)
+    case .modelList(let v)?:
+      c.result_case = .init(rawValue: 33)
+      c.model_list = arena.message(v, Threadwire__V1__ModelListResult(), threadwire__v1__model_list_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -7838,6 +8220,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadTurnsList(let v)?: object.append(("thread_turns_list", v.jsonValue()))
     case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
     case .mcpServerList(let v)?: object.append(("mcp_server_list", v.jsonValue()))
+    case .modelList(let v)?: object.append(("model_list", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case nil: break
@@ -7853,7 +8236,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -7880,6 +8263,7 @@ extension Wire {
       case itemCompleted(Wire.ItemCompletedNotification)
       case itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification)
       case serverRequestResolved(Wire.ServerRequestResolvedNotification)
+      case threadTokenUsageUpdated(Wire.ThreadTokenUsageUpdatedNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -7896,6 +8280,7 @@ extension Wire {
         case .itemCompleted: return "item_completed"
         case .itemAgentMessageDelta: return "item_agent_message_delta"
         case .serverRequestResolved: return "server_request_resolved"
+        case .threadTokenUsageUpdated: return "thread_token_usage_updated"
         }
       }
 
@@ -7914,10 +8299,11 @@ extension Wire {
         case .itemCompleted: return "item/completed"
         case .itemAgentMessageDelta: return "item/agent_message/delta"
         case .serverRequestResolved: return "server_request/resolved"
+        case .threadTokenUsageUpdated: return "thread/token_usage/updated"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -7934,6 +8320,7 @@ extension Wire {
         case "item_completed", "itemCompleted": return .itemCompleted(try Wire.ItemCompletedNotification(json: json, path: path))
         case "item_agent_message_delta", "itemAgentMessageDelta": return .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(json: json, path: path))
         case "server_request_resolved", "serverRequestResolved": return .serverRequestResolved(try Wire.ServerRequestResolvedNotification(json: json, path: path))
+        case "thread_token_usage_updated", "threadTokenUsageUpdated": return .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -7983,6 +8370,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(c: wireRequired(c.pointee.item_agent_message_delta))) } catch { throw error.nested(in: "item_agent_message_delta") }
     case 25:
       do throws(WireError) { self.payload = .serverRequestResolved(try Wire.ServerRequestResolvedNotification(c: wireRequired(c.pointee.server_request_resolved))) } catch { throw error.nested(in: "server_request_resolved") }
+    case 26:
+      do throws(WireError) { self.payload = .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(c: wireRequired(c.pointee.thread_token_usage_updated))) } catch { throw error.nested(in: "thread_token_usage_updated") }
     default: self.payload = nil
     }
   }
@@ -8026,6 +8415,9 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .serverRequestResolved(let v)?:
       c.payload_case = .init(rawValue: 25)
       c.server_request_resolved = arena.message(v, Threadwire__V1__ServerRequestResolvedNotification(), threadwire__v1__server_request_resolved_notification__init)
+    case .threadTokenUsageUpdated(let v)?:
+      c.payload_case = .init(rawValue: 26)
+      c.thread_token_usage_updated = arena.message(v, Threadwire__V1__ThreadTokenUsageUpdatedNotification(), threadwire__v1__thread_token_usage_updated_notification__init)
     case nil: break
     }
   }
@@ -8072,6 +8464,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .itemCompleted(let v)?: object.append(("item_completed", v.jsonValue()))
     case .itemAgentMessageDelta(let v)?: object.append(("item_agent_message_delta", v.jsonValue()))
     case .serverRequestResolved(let v)?: object.append(("server_request_resolved", v.jsonValue()))
+    case .threadTokenUsageUpdated(let v)?: object.append(("thread_token_usage_updated", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -8083,7 +8476,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[20] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[21] =
 {
   {
     "id",
@@ -496,6 +496,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "model_list",
+    33,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, model_list),
+    &threadwire__v1__model_list_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -527,6 +539,7 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   3,   /* field[3] = initialize */
   17,   /* field[17] = mcp_server_list */
   2,   /* field[2] = metadata */
+  18,   /* field[18] = model_list */
   10,   /* field[10] = thread_archive */
   7,   /* field[7] = thread_fork */
   9,   /* field[9] = thread_list */
@@ -539,16 +552,16 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  19,   /* field[19] = turn_interrupt */
-  18,   /* field[18] = turn_start */
+  20,   /* field[20] = turn_interrupt */
+  19,   /* field[19] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 18 },
-  { 0, 20 }
+  { 40, 19 },
+  { 0, 21 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -558,14 +571,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  20,
+  21,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[20] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[21] =
 {
   {
     "id",
@@ -784,6 +797,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "model_list",
+    33,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, model_list),
+    &threadwire__v1__model_list_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -816,6 +841,7 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   3,   /* field[3] = initialize */
   17,   /* field[17] = mcp_server_list */
   2,   /* field[2] = message */
+  18,   /* field[18] = model_list */
   10,   /* field[10] = thread_archive */
   7,   /* field[7] = thread_fork */
   9,   /* field[9] = thread_list */
@@ -827,16 +853,16 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
-  19,   /* field[19] = turn_interrupt */
-  18,   /* field[18] = turn_start */
+  20,   /* field[20] = turn_interrupt */
+  19,   /* field[19] = turn_start */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 18 },
-  { 0, 20 }
+  { 40, 19 },
+  { 0, 21 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -846,14 +872,14 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  20,
+  21,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[13] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[14] =
 {
   {
     "sequence",
@@ -1011,6 +1037,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_token_usage_updated",
+    26,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, thread_token_usage_updated),
+    &threadwire__v1__thread_token_usage_updated_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   11,   /* field[11] = item_agent_message_delta */
@@ -1023,6 +1061,7 @@ static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   6,   /* field[6] = thread_settings_updated */
   1,   /* field[1] = thread_started */
   2,   /* field[2] = thread_status_changed */
+  13,   /* field[13] = thread_token_usage_updated */
   4,   /* field[4] = thread_unarchived */
   8,   /* field[8] = turn_completed */
   7,   /* field[7] = turn_started */
@@ -1032,7 +1071,7 @@ static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1
   { 1, 0 },
   { 10, 1 },
   { 20, 7 },
-  { 0, 13 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1042,7 +1081,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  13,
+  14,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

@@ -187,6 +187,141 @@ void   threadwire__v1__thread_start_params__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_start_params__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__model_list_params__init
+                     (Threadwire__V1__ModelListParams         *message)
+{
+  static const Threadwire__V1__ModelListParams init_value = THREADWIRE__V1__MODEL_LIST_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__model_list_params__get_packed_size
+                     (const Threadwire__V1__ModelListParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_list_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__model_list_params__pack
+                     (const Threadwire__V1__ModelListParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_list_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__model_list_params__pack_to_buffer
+                     (const Threadwire__V1__ModelListParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_list_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ModelListParams *
+       threadwire__v1__model_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ModelListParams *)
+     protobuf_c_message_unpack (&threadwire__v1__model_list_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__model_list_params__free_unpacked
+                     (Threadwire__V1__ModelListParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__model_list_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__model_info__init
+                     (Threadwire__V1__ModelInfo         *message)
+{
+  static const Threadwire__V1__ModelInfo init_value = THREADWIRE__V1__MODEL_INFO__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__model_info__get_packed_size
+                     (const Threadwire__V1__ModelInfo *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_info__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__model_info__pack
+                     (const Threadwire__V1__ModelInfo *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_info__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__model_info__pack_to_buffer
+                     (const Threadwire__V1__ModelInfo *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_info__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ModelInfo *
+       threadwire__v1__model_info__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ModelInfo *)
+     protobuf_c_message_unpack (&threadwire__v1__model_info__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__model_info__free_unpacked
+                     (Threadwire__V1__ModelInfo *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__model_info__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__model_list_result__init
+                     (Threadwire__V1__ModelListResult         *message)
+{
+  static const Threadwire__V1__ModelListResult init_value = THREADWIRE__V1__MODEL_LIST_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__model_list_result__get_packed_size
+                     (const Threadwire__V1__ModelListResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_list_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__model_list_result__pack
+                     (const Threadwire__V1__ModelListResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_list_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__model_list_result__pack_to_buffer
+                     (const Threadwire__V1__ModelListResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__model_list_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ModelListResult *
+       threadwire__v1__model_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ModelListResult *)
+     protobuf_c_message_unpack (&threadwire__v1__model_list_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__model_list_result__free_unpacked
+                     (Threadwire__V1__ModelListResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__model_list_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__mcp_server_list_params__init
                      (Threadwire__V1__McpServerListParams         *message)
 {
@@ -1910,6 +2045,178 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   threadwire__v1__thread_start_params__field_indices_by_name,
   1,  threadwire__v1__thread_start_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_start_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define threadwire__v1__model_list_params__field_descriptors NULL
+#define threadwire__v1__model_list_params__field_indices_by_name NULL
+#define threadwire__v1__model_list_params__number_ranges NULL
+const ProtobufCMessageDescriptor threadwire__v1__model_list_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ModelListParams",
+  "ModelListParams",
+  "Threadwire__V1__ModelListParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ModelListParams),
+  0,
+  threadwire__v1__model_list_params__field_descriptors,
+  threadwire__v1__model_list_params__field_indices_by_name,
+  0,  threadwire__v1__model_list_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__model_list_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__model_info__field_descriptors[6] =
+{
+  {
+    "slug",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelInfo, slug),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "provider",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelInfo, provider),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "context_window",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ModelInfo, has_context_window),
+    offsetof(Threadwire__V1__ModelInfo, context_window),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "streams",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ModelInfo, has_streams),
+    offsetof(Threadwire__V1__ModelInfo, streams),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "offline",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ModelInfo, has_offline),
+    offsetof(Threadwire__V1__ModelInfo, offline),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "multi_agent_version",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelInfo, multi_agent_version),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__model_info__field_indices_by_name[] = {
+  2,   /* field[2] = context_window */
+  5,   /* field[5] = multi_agent_version */
+  4,   /* field[4] = offline */
+  1,   /* field[1] = provider */
+  0,   /* field[0] = slug */
+  3,   /* field[3] = streams */
+};
+static const ProtobufCIntRange threadwire__v1__model_info__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__model_info__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ModelInfo",
+  "ModelInfo",
+  "Threadwire__V1__ModelInfo",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ModelInfo),
+  6,
+  threadwire__v1__model_info__field_descriptors,
+  threadwire__v1__model_info__field_indices_by_name,
+  1,  threadwire__v1__model_info__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__model_info__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__model_list_result__field_descriptors[2] =
+{
+  {
+    "models",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ModelListResult, n_models),
+    offsetof(Threadwire__V1__ModelListResult, models),
+    &threadwire__v1__model_info__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "default_model",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelListResult, default_model),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__model_list_result__field_indices_by_name[] = {
+  1,   /* field[1] = default_model */
+  0,   /* field[0] = models */
+};
+static const ProtobufCIntRange threadwire__v1__model_list_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__model_list_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ModelListResult",
+  "ModelListResult",
+  "Threadwire__V1__ModelListResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ModelListResult),
+  2,
+  threadwire__v1__model_list_result__field_descriptors,
+  threadwire__v1__model_list_result__field_indices_by_name,
+  1,  threadwire__v1__model_list_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__model_list_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 #define threadwire__v1__mcp_server_list_params__field_descriptors NULL

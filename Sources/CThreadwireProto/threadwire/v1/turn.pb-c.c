@@ -232,6 +232,51 @@ void   threadwire__v1__token_usage__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__token_usage__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_token_usage_updated_notification__init
+                     (Threadwire__V1__ThreadTokenUsageUpdatedNotification         *message)
+{
+  static const Threadwire__V1__ThreadTokenUsageUpdatedNotification init_value = THREADWIRE__V1__THREAD_TOKEN_USAGE_UPDATED_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_token_usage_updated_notification__get_packed_size
+                     (const Threadwire__V1__ThreadTokenUsageUpdatedNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_token_usage_updated_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_token_usage_updated_notification__pack
+                     (const Threadwire__V1__ThreadTokenUsageUpdatedNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_token_usage_updated_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_token_usage_updated_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadTokenUsageUpdatedNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_token_usage_updated_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadTokenUsageUpdatedNotification *
+       threadwire__v1__thread_token_usage_updated_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadTokenUsageUpdatedNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_token_usage_updated_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_token_usage_updated_notification__free_unpacked
+                     (Threadwire__V1__ThreadTokenUsageUpdatedNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_token_usage_updated_notification__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__model_request__init
                      (Threadwire__V1__ModelRequest         *message)
 {
@@ -1233,6 +1278,109 @@ const ProtobufCMessageDescriptor threadwire__v1__token_usage__descriptor =
   threadwire__v1__token_usage__field_indices_by_name,
   1,  threadwire__v1__token_usage__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__token_usage__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_token_usage_updated_notification__field_descriptors[6] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "turn_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "last",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, last),
+    &threadwire__v1__token_usage__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "total",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, total),
+    &threadwire__v1__token_usage__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "context_window",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, has_context_window),
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, context_window),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_request_share",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_DOUBLE,
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, has_next_request_share),
+    offsetof(Threadwire__V1__ThreadTokenUsageUpdatedNotification, next_request_share),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_token_usage_updated_notification__field_indices_by_name[] = {
+  4,   /* field[4] = context_window */
+  2,   /* field[2] = last */
+  5,   /* field[5] = next_request_share */
+  0,   /* field[0] = thread_id */
+  3,   /* field[3] = total */
+  1,   /* field[1] = turn_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_token_usage_updated_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_token_usage_updated_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadTokenUsageUpdatedNotification",
+  "ThreadTokenUsageUpdatedNotification",
+  "Threadwire__V1__ThreadTokenUsageUpdatedNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadTokenUsageUpdatedNotification),
+  6,
+  threadwire__v1__thread_token_usage_updated_notification__field_descriptors,
+  threadwire__v1__thread_token_usage_updated_notification__field_indices_by_name,
+  1,  threadwire__v1__thread_token_usage_updated_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_token_usage_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[5] =

@@ -95,6 +95,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_TURNS_LIST = 30,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_TOOLS_UPDATE = 31,
   THREADWIRE__V1__REQUEST__PARAMS_MCP_SERVER_LIST = 32,
+  THREADWIRE__V1__REQUEST__PARAMS_MODEL_LIST = 33,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
@@ -145,6 +146,7 @@ struct  Threadwire__V1__Request
      * "mcp_server/list".
      */
     Threadwire__V1__McpServerListParams *mcp_server_list;
+    Threadwire__V1__ModelListParams *model_list;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
   };
@@ -171,6 +173,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_TURNS_LIST = 30,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_TOOLS_UPDATE = 31,
   THREADWIRE__V1__RESPONSE__RESULT_MCP_SERVER_LIST = 32,
+  THREADWIRE__V1__RESPONSE__RESULT_MODEL_LIST = 33,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
@@ -210,6 +213,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadTurnsListResult *thread_turns_list;
     Threadwire__V1__ThreadToolsUpdateResult *thread_tools_update;
     Threadwire__V1__McpServerListResult *mcp_server_list;
+    Threadwire__V1__ModelListResult *model_list;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
   };
@@ -232,7 +236,8 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_STARTED = 22,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_COMPLETED = 23,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_AGENT_MESSAGE_DELTA = 24,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_SERVER_REQUEST_RESOLVED = 25
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_SERVER_REQUEST_RESOLVED = 25,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_TOKEN_USAGE_UPDATED = 26
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -270,6 +275,10 @@ struct  Threadwire__V1__Notification
      * this connection sent was not taken (answer_refused says why).
      */
     Threadwire__V1__ServerRequestResolvedNotification *server_request_resolved;
+    /*
+     * "thread/token_usage/updated".
+     */
+    Threadwire__V1__ThreadTokenUsageUpdatedNotification *thread_token_usage_updated;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

@@ -22,6 +22,9 @@ typedef struct Threadwire__V1__ThreadStatus Threadwire__V1__ThreadStatus;
 typedef struct Threadwire__V1__ThreadSource Threadwire__V1__ThreadSource;
 typedef struct Threadwire__V1__Thread Threadwire__V1__Thread;
 typedef struct Threadwire__V1__ThreadStartParams Threadwire__V1__ThreadStartParams;
+typedef struct Threadwire__V1__ModelListParams Threadwire__V1__ModelListParams;
+typedef struct Threadwire__V1__ModelInfo Threadwire__V1__ModelInfo;
+typedef struct Threadwire__V1__ModelListResult Threadwire__V1__ModelListResult;
 typedef struct Threadwire__V1__McpServerListParams Threadwire__V1__McpServerListParams;
 typedef struct Threadwire__V1__McpServer Threadwire__V1__McpServer;
 typedef struct Threadwire__V1__McpServerListResult Threadwire__V1__McpServerListResult;
@@ -295,6 +298,63 @@ struct  Threadwire__V1__ThreadStartParams
 #define THREADWIRE__V1__THREAD_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_start_params__descriptor) \
     , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL }
+
+
+/*
+ * Method "model/list": the models this server knows, for a client's picker.
+ */
+struct  Threadwire__V1__ModelListParams
+{
+  ProtobufCMessage base;
+};
+#define THREADWIRE__V1__MODEL_LIST_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_list_params__descriptor) \
+     }
+
+
+struct  Threadwire__V1__ModelInfo
+{
+  ProtobufCMessage base;
+  char *slug;
+  /*
+   * The configured provider's name; absent for the offline scripted backend.
+   */
+  char *provider;
+  protobuf_c_boolean has_context_window;
+  uint64_t context_window;
+  /*
+   * Answers arrive as deltas (item/agent_message/delta).
+   */
+  protobuf_c_boolean has_streams;
+  protobuf_c_boolean streams;
+  /*
+   * Served by the embedded scripted backend: no network, no real model.
+   */
+  protobuf_c_boolean has_offline;
+  protobuf_c_boolean offline;
+  /*
+   * The catalog's multi-agent selector for it (v1, v2, disabled), if any.
+   */
+  char *multi_agent_version;
+};
+#define THREADWIRE__V1__MODEL_INFO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_info__descriptor) \
+    , NULL, NULL, 0, 0, 0, 0, 0, 0, NULL }
+
+
+struct  Threadwire__V1__ModelListResult
+{
+  ProtobufCMessage base;
+  size_t n_models;
+  Threadwire__V1__ModelInfo **models;
+  /*
+   * What thread/start uses when it names no model.
+   */
+  char *default_model;
+};
+#define THREADWIRE__V1__MODEL_LIST_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_list_result__descriptor) \
+    , 0,NULL, NULL }
 
 
 /*
@@ -854,6 +914,63 @@ Threadwire__V1__ThreadStartParams *
 void   threadwire__v1__thread_start_params__free_unpacked
                      (Threadwire__V1__ThreadStartParams *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ModelListParams methods */
+void   threadwire__v1__model_list_params__init
+                     (Threadwire__V1__ModelListParams         *message);
+size_t threadwire__v1__model_list_params__get_packed_size
+                     (const Threadwire__V1__ModelListParams   *message);
+size_t threadwire__v1__model_list_params__pack
+                     (const Threadwire__V1__ModelListParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__model_list_params__pack_to_buffer
+                     (const Threadwire__V1__ModelListParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ModelListParams *
+       threadwire__v1__model_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__model_list_params__free_unpacked
+                     (Threadwire__V1__ModelListParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ModelInfo methods */
+void   threadwire__v1__model_info__init
+                     (Threadwire__V1__ModelInfo         *message);
+size_t threadwire__v1__model_info__get_packed_size
+                     (const Threadwire__V1__ModelInfo   *message);
+size_t threadwire__v1__model_info__pack
+                     (const Threadwire__V1__ModelInfo   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__model_info__pack_to_buffer
+                     (const Threadwire__V1__ModelInfo   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ModelInfo *
+       threadwire__v1__model_info__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__model_info__free_unpacked
+                     (Threadwire__V1__ModelInfo *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ModelListResult methods */
+void   threadwire__v1__model_list_result__init
+                     (Threadwire__V1__ModelListResult         *message);
+size_t threadwire__v1__model_list_result__get_packed_size
+                     (const Threadwire__V1__ModelListResult   *message);
+size_t threadwire__v1__model_list_result__pack
+                     (const Threadwire__V1__ModelListResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__model_list_result__pack_to_buffer
+                     (const Threadwire__V1__ModelListResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ModelListResult *
+       threadwire__v1__model_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__model_list_result__free_unpacked
+                     (Threadwire__V1__ModelListResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__McpServerListParams methods */
 void   threadwire__v1__mcp_server_list_params__init
                      (Threadwire__V1__McpServerListParams         *message);
@@ -1362,6 +1479,15 @@ typedef void (*Threadwire__V1__Thread_Closure)
 typedef void (*Threadwire__V1__ThreadStartParams_Closure)
                  (const Threadwire__V1__ThreadStartParams *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ModelListParams_Closure)
+                 (const Threadwire__V1__ModelListParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ModelInfo_Closure)
+                 (const Threadwire__V1__ModelInfo *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ModelListResult_Closure)
+                 (const Threadwire__V1__ModelListResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__McpServerListParams_Closure)
                  (const Threadwire__V1__McpServerListParams *message,
                   void *closure_data);
@@ -1456,6 +1582,9 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_status__descripto
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__model_list_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__model_info__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__model_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_result__descriptor;

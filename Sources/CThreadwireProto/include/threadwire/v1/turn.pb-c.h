@@ -23,6 +23,7 @@ typedef struct Threadwire__V1__ThreadItem Threadwire__V1__ThreadItem;
 typedef struct Threadwire__V1__ContextItem Threadwire__V1__ContextItem;
 typedef struct Threadwire__V1__ToolSpec Threadwire__V1__ToolSpec;
 typedef struct Threadwire__V1__TokenUsage Threadwire__V1__TokenUsage;
+typedef struct Threadwire__V1__ThreadTokenUsageUpdatedNotification Threadwire__V1__ThreadTokenUsageUpdatedNotification;
 typedef struct Threadwire__V1__ModelRequest Threadwire__V1__ModelRequest;
 typedef struct Threadwire__V1__TurnContext Threadwire__V1__TurnContext;
 typedef struct Threadwire__V1__Turn Threadwire__V1__Turn;
@@ -283,6 +284,41 @@ struct  Threadwire__V1__TokenUsage
 #define THREADWIRE__V1__TOKEN_USAGE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__token_usage__descriptor) \
     , 0, 0, 0, 0, 0, 0 }
+
+
+/*
+ * Notification "thread/token_usage/updated": after every model call that
+ * reported usage.
+ */
+struct  Threadwire__V1__ThreadTokenUsageUpdatedNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *turn_id;
+  /*
+   * That model call's tokens.
+   */
+  Threadwire__V1__TokenUsage *last;
+  /*
+   * Every model call of the thread so far, this one included.
+   */
+  Threadwire__V1__TokenUsage *total;
+  /*
+   * The model's context window (models[].context_window in the config
+   * file); absent when not configured.
+   */
+  protobuf_c_boolean has_context_window;
+  uint64_t context_window;
+  /*
+   * With context_window: the share of it the next request will at least use
+   * (this call's input and output tokens over the window), 0..1 and above.
+   */
+  protobuf_c_boolean has_next_request_share;
+  double next_request_share;
+};
+#define THREADWIRE__V1__THREAD_TOKEN_USAGE_UPDATED_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_token_usage_updated_notification__descriptor) \
+    , NULL, NULL, NULL, NULL, 0, 0, 0, 0 }
 
 
 /*
@@ -638,6 +674,25 @@ Threadwire__V1__TokenUsage *
 void   threadwire__v1__token_usage__free_unpacked
                      (Threadwire__V1__TokenUsage *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadTokenUsageUpdatedNotification methods */
+void   threadwire__v1__thread_token_usage_updated_notification__init
+                     (Threadwire__V1__ThreadTokenUsageUpdatedNotification         *message);
+size_t threadwire__v1__thread_token_usage_updated_notification__get_packed_size
+                     (const Threadwire__V1__ThreadTokenUsageUpdatedNotification   *message);
+size_t threadwire__v1__thread_token_usage_updated_notification__pack
+                     (const Threadwire__V1__ThreadTokenUsageUpdatedNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_token_usage_updated_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadTokenUsageUpdatedNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadTokenUsageUpdatedNotification *
+       threadwire__v1__thread_token_usage_updated_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_token_usage_updated_notification__free_unpacked
+                     (Threadwire__V1__ThreadTokenUsageUpdatedNotification *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ModelRequest methods */
 void   threadwire__v1__model_request__init
                      (Threadwire__V1__ModelRequest         *message);
@@ -883,6 +938,9 @@ typedef void (*Threadwire__V1__ToolSpec_Closure)
 typedef void (*Threadwire__V1__TokenUsage_Closure)
                  (const Threadwire__V1__TokenUsage *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadTokenUsageUpdatedNotification_Closure)
+                 (const Threadwire__V1__ThreadTokenUsageUpdatedNotification *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ModelRequest_Closure)
                  (const Threadwire__V1__ModelRequest *message,
                   void *closure_data);
@@ -936,6 +994,7 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__tool_spec__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__token_usage__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_token_usage_updated_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor;
