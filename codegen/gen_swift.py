@@ -34,6 +34,7 @@ METHOD_NAME_OVERRIDES = {
     "item_tool_request_user_input": "item/tool/request_user_input",
     "mcp_server_list": "mcp_server/list",
     "thread_token_usage_updated": "thread/token_usage/updated",
+    "thread_rolled_back": "thread/rolled_back",
 }
 
 

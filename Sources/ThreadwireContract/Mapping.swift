@@ -30,9 +30,11 @@ enum Mappings {
         (.userInput, .userInput), (.assistantMessage, .assistantMessage), (.toolCall, .toolCall),
         (.toolOutput, .toolOutput), (.subagentNotification, .subagentNotification), (.mailbox, .mailbox),
         (.interruptionMarker, .interruptionMarker), (.developerMessage, .developerMessage),
+        (.compactionSummary, .compactionSummary), (.rollbackMarker, .rollbackMarker),
     ])
     static let itemType = EnumMapping<ItemType, Wire.ItemType>(pairs: [
         (.userMessage, .userMessage), (.agentMessage, .agentMessage), (.collabToolCall, .collabToolCall), (.toolCall, .toolCall),
+        (.contextCompaction, .contextCompaction),
     ])
     static let toolSource = EnumMapping<ToolSource, Wire.ToolSource>(pairs: [(.client, .client), (.mcp, .mcp), (.builtin, .builtin)])
     static let approvalPolicy = EnumMapping<ApprovalPolicy, Wire.ApprovalPolicy>(pairs: [
@@ -80,12 +82,14 @@ extension MultiAgentMode {
 
 extension ContextItem {
     public var wire: Wire.ContextItem {
-        Wire.ContextItem(role: Mappings.role.wire(role), kind: Mappings.kind.wire(kind), text: text, toolName: toolName, callId: callID)
+        Wire.ContextItem(role: Mappings.role.wire(role), kind: Mappings.kind.wire(kind), text: text, toolName: toolName, callId: callID,
+                         rollsBackFrom: rollsBackFrom.map { UInt64($0) })
     }
 
     public init(wire: Wire.ContextItem) {
         self.init(role: Mappings.role.domain(wire.role) ?? .user, kind: Mappings.kind.domain(wire.kind) ?? .userInput,
                   text: wire.text ?? "", toolName: wire.toolName, callID: wire.callId)
+        rollsBackFrom = wire.rollsBackFrom.map { Int(clamping: $0) }
     }
 }
 
@@ -180,7 +184,8 @@ extension TurnRecord {
         if let modelRequests {
             requests = zip(modelRequests, self.modelRequests).map { request, ref in
                 Wire.ModelRequest(model: request.model, context: request.context.map(\.wire),
-                                  tools: request.tools.map(\.wire), historyCount: UInt32(ref.contextCount), usage: ref.usage?.wire)
+                                  tools: request.tools.map(\.wire), historyCount: UInt32(ref.contextCount), usage: ref.usage?.wire,
+                                  compactionPrompt: ref.compactionPrompt)
             }
         } else {
             requests = []
@@ -188,16 +193,19 @@ extension TurnRecord {
         return Wire.Turn(
             id: id, status: status.wire, error: error, startedAt: startedAt, completedAt: completedAt,
             items: items.map(\.wire), context: context.wire, modelRequests: requests, failureReason: failureReason?.wire,
-            pendingRequests: pendingRequests.map { $0.wire() })
+            pendingRequests: pendingRequests.map { $0.wire() }, rolledBack: rolledBack ? true : nil)
     }
 
     /// The stored form: model requests keep only their model, tools and history count.
     public var storedWire: Wire.Turn {
         var turn = wire()
         turn.modelRequests = modelRequests.map {
-            Wire.ModelRequest(model: $0.model, tools: $0.tools.map(\.wire), historyCount: UInt32($0.contextCount), usage: $0.usage?.wire)
+            Wire.ModelRequest(model: $0.model, tools: $0.tools.map(\.wire), historyCount: UInt32($0.contextCount), usage: $0.usage?.wire,
+                              compactionPrompt: $0.compactionPrompt)
         }
         turn.deferredOutputs = deferredOutputs.map(\.wire)
+        turn.historyStart = historyStart.map { UInt64($0) }
+        turn.pendingInput = pendingInput.map(\.wire)
         return turn
     }
 
@@ -210,9 +218,12 @@ extension TurnRecord {
         completedAt = turn.completedAt
         pendingRequests = turn.pendingRequests.compactMap { ServerRequestRecord(wire: $0, threadID: threadID) }
         deferredOutputs = turn.deferredOutputs.map(ContextItem.init(wire:))
+        rolledBack = turn.rolledBack ?? false
+        historyStart = turn.historyStart.map { Int(clamping: $0) }
+        pendingInput = turn.pendingInput.map(ContextItem.init(wire:))
         modelRequests = turn.modelRequests.map {
             ModelRequestRecord(model: $0.model ?? "", contextCount: Int($0.historyCount ?? 0), tools: $0.tools.map(ToolSpec.init(wire:)),
-                               usage: $0.usage.map(TokenUsage.init(wire:)))
+                               usage: $0.usage.map(TokenUsage.init(wire:)), compactionPrompt: $0.compactionPrompt)
         }
     }
 }

@@ -164,6 +164,7 @@ public struct ServerSettings: Sendable, Equatable {
     /// interrupts them (recorded like any interruption).
     public var shutdownTurnGraceMs = 5_000
     public var principalLimits = PrincipalLimits()
+    public var compaction = CompactionSettings()
 
     public init() {}
 
@@ -171,4 +172,22 @@ public struct ServerSettings: Sendable, Equatable {
     public func baseInstructions(for record: ThreadRecord) -> String {
         record.baseInstructions ?? baseInstructions
     }
+}
+
+/// When and how a thread's context is compacted (config file `compaction`).
+public struct CompactionSettings: Sendable, Equatable {
+    /// Compact before a model request that would pass `threshold` of the
+    /// model's context window (models with a configured window only).
+    public var auto = true
+    public var threshold = 0.9
+    /// Sent as a last user item after the context; the answer is the summary.
+    public var prompt = """
+        You are performing a context checkpoint compaction. Write a handoff summary for another model that will \
+        continue this work: what the user asked for, what has been done (files, commands, tool results that matter), \
+        decisions made and why, and exactly what remains to do next. Be concise and concrete; keep identifiers, paths \
+        and numbers verbatim.
+        """
+    /// Put before the summary in what the model is shown later.
+    public var summaryPrefix = "Another model worked on this thread before and left this summary of the earlier conversation:\n"
+    public init() {}
 }

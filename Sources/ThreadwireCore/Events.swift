@@ -50,6 +50,15 @@ public struct ThreadView: Sendable, Equatable {
                            approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled, mcpServers: record.mcpServers)
     }
 
+    /// Without `include`, the view leaves out turns thread/rollback took back
+    /// (the page was read before they were left out, so it may hold fewer).
+    public func keepingRolledBack(_ include: Bool) -> ThreadView {
+        guard !include, let turns, turns.contains(where: \.rolledBack) else { return self }
+        var view = self
+        view.turns = turns.filter { !$0.rolledBack }
+        return view
+    }
+
     /// The model requests of a turn, materialised from the append-only history.
     public func modelRequests(of turn: TurnRecord, baseInstructions: String) -> [ModelRequest] {
         guard let history else { return [] }
@@ -76,6 +85,10 @@ public enum ThreadEvent: Sendable, Equatable {
     case serverRequestResolved(ThreadID, requestID: String, ServerRequestOutcome)
     /// A model call's tokens, the thread's totals, and its model's window.
     case tokenUsage(ThreadID, TurnID, TokenUsageReport)
+    /// thread/rollback took these turns (oldest first) out of the model's context.
+    case rolledBack(ThreadID, [TurnID])
+    /// nil: the name was cleared.
+    case nameUpdated(ThreadID, String?)
 }
 
 /// What thread/token_usage/updated reports.

@@ -99,6 +99,10 @@ public enum ContextRole: String, Sendable, CaseIterable { case system, developer
 public enum ContextKind: String, Sendable, CaseIterable {
     case baseInstructions, usageHint, multiAgentMode, userInput, assistantMessage, toolCall, toolOutput
     case subagentNotification, mailbox, interruptionMarker, developerMessage
+    /// The model is shown nothing from before it (see `ModelContext`).
+    case compactionSummary
+    /// Never shown: the items from `rollsBackFrom` up to it leave the model's context.
+    case rollbackMarker
 }
 
 /// One model-visible history item.
@@ -108,13 +112,16 @@ public struct ContextItem: Sendable, Equatable {
     public var text: String
     public var toolName: String?
     public var callID: String?
+    /// `.rollbackMarker` only: the first history sequence it takes back.
+    public var rollsBackFrom: Int?
 
-    public init(role: ContextRole, kind: ContextKind, text: String, toolName: String? = nil, callID: String? = nil) {
+    public init(role: ContextRole, kind: ContextKind, text: String, toolName: String? = nil, callID: String? = nil, rollsBackFrom: Int? = nil) {
         self.role = role
         self.kind = kind
         self.text = text
         self.toolName = toolName
         self.callID = callID
+        self.rollsBackFrom = rollsBackFrom
     }
 }
 
@@ -137,6 +144,11 @@ public struct ToolSpec: Sendable, Equatable {
 
 /// Tokens one model call used, as the provider reported them.
 public struct TokenUsage: Sendable, Equatable {
+    func adding(_ other: TokenUsage) -> TokenUsage {
+        TokenUsage(inputTokens: inputTokens + other.inputTokens, outputTokens: outputTokens + other.outputTokens,
+                   totalTokens: totalTokens + other.totalTokens)
+    }
+
     public var inputTokens: Int
     public var outputTokens: Int
     public var totalTokens: Int
@@ -158,10 +170,13 @@ public struct ModelRequest: Sendable, Equatable {
     public var model: String
     public var context: [ContextItem]
     public var tools: [ToolSpec]
-    public init(model: String, context: [ContextItem], tools: [ToolSpec]) {
+    /// A compaction's summarisation call: the answer is a summary, not a turn's output.
+    public var isCompaction: Bool
+    public init(model: String, context: [ContextItem], tools: [ToolSpec], isCompaction: Bool = false) {
         self.model = model
         self.context = context
         self.tools = tools
+        self.isCompaction = isCompaction
     }
 }
 
@@ -173,21 +188,24 @@ public struct ModelRequestRecord: Sendable, Equatable {
     public var tools: [ToolSpec]
     /// Set when the call ended and the provider reported it.
     public var usage: TokenUsage?
-    public init(model: String, contextCount: Int, tools: [ToolSpec], usage: TokenUsage? = nil) {
+    /// A compaction's summarisation call: its prompt, sent last.
+    public var compactionPrompt: String?
+    public init(model: String, contextCount: Int, tools: [ToolSpec], usage: TokenUsage? = nil, compactionPrompt: String? = nil) {
         self.model = model
         self.contextCount = contextCount
         self.tools = tools
         self.usage = usage
+        self.compactionPrompt = compactionPrompt
     }
 
     /// What the model was (or is about to be) sent: the one place a model
     /// request is built, for the call itself and for `thread/read`'s
     /// `include_model_requests`, so the two can never differ.
     public func request(history: [ContextItem], baseInstructions: String) -> ModelRequest {
-        ModelRequest(
-            model: model,
-            context: [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)] + history.prefix(contextCount),
-            tools: tools)
+        var context = [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)]
+        context += ModelContext.visible(history.prefix(contextCount))
+        if let compactionPrompt { context.append(ContextItem(role: .user, kind: .userInput, text: compactionPrompt)) }
+        return ModelRequest(model: model, context: context, tools: tools, isCompaction: compactionPrompt != nil)
     }
 }
 
@@ -211,7 +229,7 @@ public enum AgentStatus: String, Sendable, CaseIterable {
 
 public enum TurnStatus: String, Sendable, CaseIterable { case inProgress, completed, interrupted, failed }
 
-public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall, toolCall }
+public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall, toolCall, contextCompaction }
 
 /// Who runs a tool-call item's tool.
 public enum ToolSource: String, Sendable, CaseIterable, Codable { case client, mcp, builtin }
@@ -282,6 +300,12 @@ public struct TurnRecord: Sendable, Equatable {
     public var pendingRequests: [ServerRequestRecord] = []
     /// The model's outputs still to apply once `pendingRequests` are answered.
     public var deferredOutputs: [ContextItem] = []
+    /// Taken out of the model's context by thread/rollback.
+    public var rolledBack = false
+    /// The history sequence the turn began at (nil in turns stored before it was kept).
+    public var historyStart: Int?
+    /// turn/steer input the model has not been given yet.
+    public var pendingInput: [ContextItem] = []
 
     public init(id: TurnID, threadID: ThreadID, sequence: Int, startedAt: Millis, items: [ItemRecord], context: TurnContext) {
         self.id = id

@@ -123,6 +123,7 @@ final class ThreadDirectory: Sendable {
 
 extension StoredThread {
     var activeTurnIndex: Int? { turns.lastIndex { $0.status == .inProgress } }
+    var activeTurn: TurnRecord? { activeTurnIndex.map { turns[$0] } }
 
     /// A turn runs and is not only waiting for a client.
     var hasWorkingTurn: Bool { activeTurnIndex.map { turns[$0].pendingRequests.isEmpty } ?? false }

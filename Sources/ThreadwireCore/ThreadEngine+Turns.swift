@@ -9,18 +9,7 @@ extension ThreadEngine {
     func beginTurn(_ owner: ThreadOwner, _ request: TurnRequest) async throws -> (TurnRecord, Publication) {
         let current = owner.current
         let id = owner.id
-        if stopping.load(ordering: .acquiring) {
-            throw DomainError.unavailable("the server is shutting down; start the turn again after it restarts")
-        }
-        if let active = current.activeTurnIndex {
-            throw DomainError.failedPrecondition("thread \(id) already has an active turn (\(current.turns[active].id))")
-        }
-        if current.record.archived {
-            throw DomainError.failedPrecondition("thread \(id) is archived; unarchive it first")
-        }
-        if current.record.agentClosed {
-            throw DomainError.failedPrecondition("agent \(current.record.taskName ?? id) is closed; resume it first")
-        }
+        try checkCanStartTurn(owner)
         let texts = request.input.filter { !$0.isEmpty }
         guard !texts.isEmpty else { throw DomainError.invalidArgument("input must contain at least one non-empty text") }
 
@@ -39,15 +28,10 @@ extension ThreadEngine {
         let effective = ModeRules.effective(
             selected: next.record.selectedMode, runtime: runtime, usageHintEnabled: owner.config.usageHintEnabled,
             source: next.record.source, gateEnabled: owner.config.flags.multiAgentMode)
-        var added: [ContextItem] = []
-        let baseline: ModeRules.Baseline = current.turns.last.map { .previous($0.context.effectiveMode) } ?? .noPreviousTurn
-        if baseline == .noPreviousTurn, runtime == .v2, owner.config.usageHintEnabled, next.record.source != .review {
-            let hint = next.record.source == .threadSpawn ? settings.subagentUsageHint : settings.rootUsageHint
-            added.append(ContextItem(role: .developer, kind: .usageHint, text: hint))
-        }
-        if let mode = ModeRules.fragmentToEmit(baseline: baseline, current: effective) {
-            added.append(ContextItem(role: .developer, kind: .multiAgentMode, text: ModeRules.fragmentText(mode)))
-        }
+        // The baseline is what the model's context last carried: the newest
+        // turn still in it (a rolled-back turn's fragment left with it).
+        let baseline: ModeRules.Baseline = current.turns.last { !$0.rolledBack }.map { .previous($0.context.effectiveMode) } ?? .noPreviousTurn
+        var added = openingContext(next.record, runtime: runtime, effective: effective, baseline: baseline, config: owner.config)
         let text = texts.joined(separator: "\n")
         added.append(ContextItem(role: .user, kind: .userInput, text: text))
 
@@ -59,10 +43,11 @@ extension ThreadEngine {
             next.record.agentFinalMessage = nil
         }
         let userItem = ItemRecord(type: .userMessage, text: text)
-        let turn = TurnRecord(
+        var turn = TurnRecord(
             id: newID(), threadID: id, sequence: current.turns.count, startedAt: now, items: [userItem],
             context: TurnContext(model: next.record.model, runtime: runtime, effectiveMode: effective, cwd: next.record.cwd))
         let firstSequence = next.history.count
+        turn.historyStart = firstSequence
         next.history += added
         next.turns.append(turn)
         // Held until the publish counts the turn as running.
@@ -103,30 +88,59 @@ extension ThreadEngine {
                   await applyStep(owner, turnID: turnID, deferred[...], tools: tools, runtime: runtime, usage: nil, calledTools: true)
             else { return }
         }
+        var justCompacted = false
         while true {
-            // 1. Persist the model request before the model sees it.
-            let prepared: (ModelRequest, [ToolSpec], MultiAgentRuntime?, MessageStream)? = await locked(owner) {
-                guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return nil }
-                let tools = ToolCatalog.offered(
-                    runtime: state.record.runtime, depth: state.record.depth, maxDepth: owner.config.maxDepth,
-                    source: state.record.source) + state.record.clientTools
-                    + (state.record.userInputEnabled ? [UserInputTool.spec] : [])
-                    + (toolServers?.tools(of: state.record.mcpServers).map(\.spec) ?? [])
-                let ref = ModelRequestRecord(model: state.record.model, contextCount: state.history.count, tools: tools)
+            // 1. Persist the model request before the model sees it, with the
+            //    steering input that arrived since the last one.
+            enum Prepared { case call(ModelRequest, [ToolSpec], MultiAgentRuntime?, MessageStream), compact, stop }
+            let prepared: Prepared = await locked(owner) {
+                guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return .stop }
                 var next = state
+                var operations: [StoreOperation] = []
+                if !next.turns[index].pendingInput.isEmpty {
+                    operations.append(.appendHistory(owner.id, firstSequence: next.history.count, items: next.turns[index].pendingInput))
+                    next.history += next.turns[index].pendingInput
+                    next.turns[index].pendingInput = []
+                }
+                if !justCompacted, needsCompaction(next, config: owner.config) {
+                    if !operations.isEmpty {
+                        operations.append(.putTurn(next.turns[index]))
+                        do { try await install(owner, next, operations) } catch {
+                            await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+                            return .stop
+                        }
+                    }
+                    return .compact
+                }
+                let tools = ToolCatalog.offered(
+                    runtime: next.record.runtime, depth: next.record.depth, maxDepth: owner.config.maxDepth,
+                    source: next.record.source) + next.record.clientTools
+                    + (next.record.userInputEnabled ? [UserInputTool.spec] : [])
+                    + (toolServers?.tools(of: next.record.mcpServers).map(\.spec) ?? [])
+                let ref = ModelRequestRecord(model: next.record.model, contextCount: next.history.count, tools: tools)
                 next.turns[index].modelRequests.append(ref)
+                operations.append(.putTurn(next.turns[index]))
                 do {
-                    try await install(owner, next, [.putTurn(next.turns[index])])
+                    try await install(owner, next, operations)
                 } catch {
                     await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
-                    return nil
+                    return .stop
                 }
-                let request = ref.request(history: state.history, baseInstructions: settings.baseInstructions(for: state.record))
+                let request = ref.request(history: next.history, baseInstructions: settings.baseInstructions(for: next.record))
                 let stream = MessageStream(owner: owner, turnID: turnID)
                 owner.messageStream = stream
-                return (request, tools, state.record.runtime, stream)
+                return .call(request, tools, next.record.runtime, stream)
             }
-            guard let (request, tools, runtime, stream) = prepared else { return }
+            let request: ModelRequest, tools: [ToolSpec], runtime: MultiAgentRuntime?, stream: MessageStream
+            switch prepared {
+            case .stop: return
+            case .compact:
+                guard await compactContext(owner, turnID: turnID) else { return }
+                justCompacted = true
+                continue
+            case let .call(r, t, m, s): (request, tools, runtime, stream) = (r, t, m, s)
+            }
+            justCompacted = false
 
             // 2. The model, with no gate held; its message text is published
             //    as it streams.
@@ -148,7 +162,8 @@ extension ThreadEngine {
             let calledTools = outputs.contains { if case .toolCall = $0 { true } else { false } }
             guard await applyStep(owner, turnID: turnID, outputs[...], tools: tools, runtime: runtime, usage: response.usage,
                                   calledTools: calledTools) else { return }
-            if !calledTools { return }
+            // Still running without tool calls: steering input is waiting for the model.
+            if !calledTools, await locked(owner, { owner.state?.activeTurn?.pendingInput.isEmpty ?? true }) { return }
         }
     }
 
@@ -260,7 +275,8 @@ extension ThreadEngine {
             let first = next.history.count
             next.history += added
             var operations: [StoreOperation] = [.appendHistory(owner.id, firstSequence: first, items: added)]
-            let finished = finish
+            // Steering input that arrived during this call gets one more model request.
+            let finished = finish && next.turns[at].pendingInput.isEmpty
             if finished {
                 operations += self.finish(&next, index: at, status: .completed, error: nil)
                 operations.insert(.putThread(next.record.bumped()), at: 0)
@@ -286,15 +302,10 @@ extension ThreadEngine {
     func reportUsage(_ owner: ThreadOwner, turnID: TurnID, _ usage: TokenUsage) async {
         await locked(owner) {
             guard let state = owner.state else { return }
-            var total = usage
-            for turn in state.turns {
-                for request in turn.modelRequests {
-                    guard let recorded = request.usage else { continue }
-                    total.inputTokens += recorded.inputTokens
-                    total.outputTokens += recorded.outputTokens
-                    total.totalTokens += recorded.totalTokens
-                }
-            }
+            var total = owner.usageTotal ?? state.turns.lazy.flatMap(\.modelRequests).compactMap(\.usage)
+                .reduce(TokenUsage(inputTokens: 0, outputTokens: 0, totalTokens: 0)) { $0.adding($1) }
+            total = total.adding(usage)
+            owner.usageTotal = total
             let report = TokenUsageReport(last: usage, total: total, contextWindow: settings.catalog.contextWindow(forModel: state.record.model))
             owner.publisher.ticket([Delivery(event: .tokenUsage(owner.id, turnID, report), recipients: owner.subscribers)]).publish()
         }

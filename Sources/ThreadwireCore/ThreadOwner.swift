@@ -18,6 +18,9 @@ final class ThreadOwner: @unchecked Sendable {
     var unloadTimer: Task<Void, Never>?
     /// The running model call's streamed message, if any.
     var messageStream: MessageStream?
+    /// The thread's token totals as last reported (gate held): summed from
+    /// the stored turns once, then kept up to date call by call.
+    var usageTotal: TokenUsage?
 
     private struct Subscriptions {
         var current: Set<ConnectionID> = []

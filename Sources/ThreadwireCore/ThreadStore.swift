@@ -68,7 +68,18 @@ public struct ThreadListQuery: Sendable, Equatable {
     /// Only threads of this principal (nil: every thread, for a server
     /// without authentication).
     public var principal: Principal?
+    /// Only threads whose name or preview contains this (ignoring case);
+    /// at least `minimumSearchTermLength` characters, so a trigram index serves it.
+    public var searchTerm: String?
+    public static let minimumSearchTermLength = 3
     public init() {}
+
+    /// Whether `record` matches `searchTerm` (the stores' indexes answer the
+    /// same question; this is the reference for the in-memory store).
+    public func matchesSearch(_ record: ThreadRecord) -> Bool {
+        guard let term = searchTerm?.lowercased() else { return true }
+        return (record.name ?? "").lowercased().contains(term) || record.preview.lowercased().contains(term)
+    }
 
     /// The cursor of the page that starts after `record` (keyset: sort value, id).
     public func cursor(after record: ThreadRecord) -> String {

@@ -8,7 +8,9 @@ import Foundation
 ///   `#fail`              fail the turn
 ///   `#sleep MS`          answer after MS milliseconds (a slow model)
 ///   `#stream`            stream the echo word by word (item/agent_message/delta)
-/// It reports usage estimated from the text (4 bytes a token).
+///   `#fail-compaction`   fail any compaction of a context holding this line
+/// It reports usage estimated from the text (4 bytes a token), and answers a
+/// compaction's summarisation call with a summary of the user's inputs.
 public struct ScriptedEchoBackend: ModelBackend {
     public init() {}
 
@@ -32,6 +34,7 @@ public struct ScriptedEchoBackend: ModelBackend {
     }
 
     func outputs(for request: ModelRequest, stream: ModelStream) async throws -> [ModelOutput] {
+        if request.isCompaction { return [.message(try Self.summary(of: request))] }
         // The current turn's input is the newest user input; tool outputs after
         // it mean the scripted calls already ran.
         guard let inputIndex = request.context.lastIndex(where: { $0.kind == .userInput }) else {
@@ -72,5 +75,16 @@ public struct ScriptedEchoBackend: ModelBackend {
             }
         }
         return [.message(answer)]
+    }
+
+    /// A compaction's summary: the user's inputs (less script lines), newest last.
+    static func summary(of request: ModelRequest) throws -> String {
+        let inputs = request.context.dropLast().filter { $0.kind == .userInput }.map(\.text)
+        let lines = inputs.flatMap { $0.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) } }
+        if lines.contains("#fail-compaction") {
+            throw ModelCallError(.providerError, "the scripted backend was asked to fail compactions (#fail-compaction)")
+        }
+        let asked = inputs.map { $0.split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: " ").prefix(60) }
+        return "summary of \(request.context.count - 2) items; the user asked: " + asked.joined(separator: "; ")
     }
 }

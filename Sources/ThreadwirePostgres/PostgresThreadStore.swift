@@ -140,6 +140,12 @@ public final class PostgresThreadStore: ThreadStore {
         // The thread's client tools (JSON, see ThreadRow.ToolSettings); the
         // commit function writes the new column.
         (4, ["ALTER TABLE threads ADD COLUMN tool_settings TEXT NOT NULL DEFAULT '{}'", CommitFunction.definitionV4]),
+        // thread/list search_term: a trigram index over names and previews
+        // (pg_trgm is a trusted extension: the database's owner may create it).
+        (5, [
+            "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+            "CREATE INDEX threads_search ON threads USING gin ((coalesce(name, '') || E'\\n' || preview) gin_trgm_ops)",
+        ]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -272,6 +278,13 @@ public final class PostgresThreadStore: ThreadStore {
         if let principal = query.principal {
             binds.append(principal)
             sql += " AND owner = $\(binds.count)"
+        }
+        if let term = query.searchTerm {
+            // The indexed expression, so the trigram index serves the match.
+            let escaped = term.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%")
+                .replacingOccurrences(of: "_", with: "\\_")
+            binds.append("%" + escaped + "%")
+            sql += " AND (coalesce(name, '') || E'\\n' || preview) ILIKE $\(binds.count)"
         }
         if let position = try query.position() {
             binds.append(position.sortValue)

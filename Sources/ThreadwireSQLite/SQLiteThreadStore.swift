@@ -122,6 +122,25 @@ public final class SQLiteThreadStore: ThreadStore {
                 ALTER TABLE threads ADD COLUMN tool_settings TEXT NOT NULL DEFAULT '{}';
                 """)
         }
+        migrator.registerMigration("v6: thread search") { db in
+            try db.execute(sql: """
+                -- thread/list search_term: a trigram full-text index over names
+                -- and previews (substring matches, ignoring case), kept by triggers.
+                CREATE VIRTUAL TABLE thread_search USING fts5(name, preview, tokenize = 'trigram case_sensitive 0');
+                INSERT INTO thread_search (rowid, name, preview) SELECT rowid, coalesce(name, ''), preview FROM threads;
+                CREATE TRIGGER thread_search_insert AFTER INSERT ON threads BEGIN
+                    INSERT INTO thread_search (rowid, name, preview) VALUES (new.rowid, coalesce(new.name, ''), new.preview);
+                END;
+                CREATE TRIGGER thread_search_update AFTER UPDATE OF name, preview ON threads
+                WHEN old.name IS NOT new.name OR old.preview IS NOT new.preview BEGIN
+                    DELETE FROM thread_search WHERE rowid = old.rowid;
+                    INSERT INTO thread_search (rowid, name, preview) VALUES (new.rowid, coalesce(new.name, ''), new.preview);
+                END;
+                CREATE TRIGGER thread_search_delete AFTER DELETE ON threads BEGIN
+                    DELETE FROM thread_search WHERE rowid = old.rowid;
+                END;
+                """)
+        }
         return migrator
     }
 
@@ -206,6 +225,11 @@ public final class SQLiteThreadStore: ThreadStore {
         if let principal = query.principal {
             sql += " AND owner = ?"
             _ = arguments.append(contentsOf: [principal])
+        }
+        if let term = query.searchTerm {
+            // One phrase of the trigram index: a substring match, ignoring case.
+            sql += " AND rowid IN (SELECT rowid FROM thread_search WHERE thread_search MATCH ?)"
+            _ = arguments.append(contentsOf: ["\"" + term.replacingOccurrences(of: "\"", with: "\"\"") + "\""])
         }
         if let position = try query.position() {
             sql += " AND (\(column), id) \(query.ascending ? ">" : "<") (?, ?)"

@@ -34,6 +34,10 @@ enum NotificationMapping {
             return .threadTokenUsageUpdated(Wire.ThreadTokenUsageUpdatedNotification(
                 threadId: id, turnId: turnID, last: report.last.wire, total: report.total.wire,
                 contextWindow: report.contextWindow.map(UInt64.init), nextRequestShare: report.nextRequestShare))
+        case let .rolledBack(id, turnIDs):
+            return .threadRolledBack(Wire.ThreadRolledBackNotification(threadId: id, turnIds: turnIDs))
+        case let .nameUpdated(id, name):
+            return .threadNameUpdated(Wire.ThreadNameUpdatedNotification(threadId: id, name: name))
         case .serverRequest:
             return nil
         }

@@ -22,6 +22,7 @@ import ThreadwireServer
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
 ///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0},
 ///       "tools": {"client_request_timeout_ms": 600000},
+///       "compaction": {"auto": true, "threshold": 0.9, "prompt": "...", "summary_prefix": "..."},
 ///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
 ///                                "startup_timeout_ms": 10000, "tool_timeout_ms": 60000,
 ///                                "enabled_tools": ["get_current_time"], "require_approval": false, "default": true}}
@@ -45,6 +46,7 @@ enum ConfigFile {
         struct Agents: Decodable { var max_threads: Int?; var max_depth: Int?; var wait_default_ms: Int?; var wait_max_ms: Int? }
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
         struct Tools: Decodable { var client_request_timeout_ms: Int? }
+        struct Compaction: Decodable { var auto: Bool?; var threshold: Double?; var prompt: String?; var summary_prefix: String? }
         struct MCPServer: Decodable {
             var command: String
             var args: [String]?
@@ -78,13 +80,15 @@ enum ConfigFile {
         var limits: Limits?
         var tools: Tools?
         var mcp_servers: [String: MCPServer]?
+        var compaction: Compaction?
     }
 
     /// Every key the file may hold, by the path of the object that holds it
     /// ("" for the top level; "[]" for each element of a list).
     static let knownKeys: [String: Set<String>] = [
         "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
-             "model_providers", "models", "limits", "tools", "mcp_servers"],
+             "model_providers", "models", "limits", "tools", "mcp_servers", "compaction"],
+        "compaction": ["auto", "threshold", "prompt", "summary_prefix"],
         // Any server name; each server's own keys below ("env" is free-form).
         "mcp_servers": ["*"],
         "mcp_servers.*": ["command", "args", "env", "cwd", "startup_timeout_ms", "tool_timeout_ms", "enabled_tools",
@@ -232,6 +236,20 @@ enum ConfigFile {
         settings.agentWaitDefaultMs = min(settings.agentWaitDefaultMs, settings.agentWaitMaxMs)
         for model in file.models ?? [] where (model.context_window ?? 1) <= 0 {
             throw ConfigError(description: "config file \(path): models[] '\(model.slug)': context_window must be positive")
+        }
+        if let c = file.compaction {
+            if let v = c.auto { settings.compaction.auto = v }
+            if let v = c.threshold {
+                guard v > 0, v <= 1 else {
+                    throw ConfigError(description: "config file \(path): compaction.threshold must be a share of the context window, above 0 and at most 1 (got \(v))")
+                }
+                settings.compaction.threshold = v
+            }
+            if let v = c.prompt {
+                guard !v.isEmpty else { throw ConfigError(description: "config file \(path): compaction.prompt must not be empty") }
+                settings.compaction.prompt = v
+            }
+            if let v = c.summary_prefix { settings.compaction.summaryPrefix = v }
         }
         settings.catalog = ModelCatalog(entries: (file.models ?? []).map {
             .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version, contextWindow: $0.context_window, provider: $0.provider)

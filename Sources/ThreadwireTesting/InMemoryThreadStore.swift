@@ -73,7 +73,7 @@ public actor InMemoryThreadStore: ThreadStore {
         let key: (ThreadRecord) -> Millis = query.sortKey == .createdAt ? { $0.createdAt } : { $0.updatedAt }
         let after = try query.position().map { ($0.sortValue, $0.id) }
         let sorted = records.values
-            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.principal == nil || $0.principal == query.principal) }
+            .filter { $0.archived == query.archived && (query.parentID == nil || $0.parentID == query.parentID) && (query.principal == nil || $0.principal == query.principal) && query.matchesSearch($0) }
             .filter { record in
                 guard let after else { return true }
                 return query.ascending ? (key(record), record.id) > after : (key(record), record.id) < after

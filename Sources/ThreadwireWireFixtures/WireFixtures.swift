@@ -226,7 +226,7 @@ public enum WireFixtures {
     public static func ThreadItem(_ variant: Int) -> Wire.ThreadItem {
         var message = Wire.ThreadItem()
         message.id = "id héllo ✓ 0"
-        message.type = Wire.ItemType.toolCall
+        message.type = Wire.ItemType.contextCompaction
         message.text = "text héllo ✓ 0"
         message.toolName = "tool_name héllo ✓ 0"
         message.toolArguments = "tool_arguments héllo ✓ 0"
@@ -242,10 +242,11 @@ public enum WireFixtures {
     public static func ContextItem(_ variant: Int) -> Wire.ContextItem {
         var message = Wire.ContextItem()
         message.role = Wire.ContextRole.tool
-        message.kind = Wire.ContextKind.developerMessage
+        message.kind = Wire.ContextKind.rollbackMarker
         message.text = "text héllo ✓ 0"
         message.toolName = "tool_name héllo ✓ 0"
         message.callId = "call_id héllo ✓ 0"
+        message.rollsBackFrom = UInt64(9223372036854775814)
         return message
     }
 
@@ -285,6 +286,7 @@ public enum WireFixtures {
         message.tools = [ToolSpec(0), ToolSpec(0)]
         message.historyCount = UInt32(4000000004)
         message.usage = TokenUsage(0)
+        message.compactionPrompt = "compaction_prompt héllo ✓ 0"
         return message
     }
 
@@ -310,6 +312,9 @@ public enum WireFixtures {
         message.failureReason = Wire.TurnFailureReason.internalError
         message.pendingRequests = [ServerRequest(0), ServerRequest(0)]
         message.deferredOutputs = [ContextItem(0), ContextItem(0)]
+        message.rolledBack = true
+        message.historyStart = UInt64(9223372036854775821)
+        message.pendingInput = [ContextItem(0), ContextItem(0)]
         return message
     }
 
@@ -378,6 +383,21 @@ public enum WireFixtures {
     public static func ItemCompletedNotification(_ variant: Int) -> Wire.ItemCompletedNotification {
         var message = Wire.ItemCompletedNotification()
         message.threadId = "thread_id héllo ✓ 0"
+        message.turnId = "turn_id héllo ✓ 0"
+        message.item = ThreadItem(0)
+        return message
+    }
+
+    public static func TurnSteerParams(_ variant: Int) -> Wire.TurnSteerParams {
+        var message = Wire.TurnSteerParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.expectedTurnId = "expected_turn_id héllo ✓ 0"
+        message.input = [UserInput(0), UserInput(0)]
+        return message
+    }
+
+    public static func TurnSteerResult(_ variant: Int) -> Wire.TurnSteerResult {
+        var message = Wire.TurnSteerResult()
         message.turnId = "turn_id héllo ✓ 0"
         message.item = ThreadItem(0)
         return message
@@ -519,6 +539,7 @@ public enum WireFixtures {
         message.includeTurns = true
         message.includeModelRequests = true
         message.turnsLimit = UInt32(4000000004)
+        message.includeRolledBack = true
         return message
     }
 
@@ -568,6 +589,7 @@ public enum WireFixtures {
         message.sortDirection = Wire.SortDirection.ascending
         message.parentThreadId = "parent_thread_id héllo ✓ 0"
         message.archived = true
+        message.searchTerm = "search_term héllo ✓ 0"
         return message
     }
 
@@ -654,6 +676,57 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadCompactStartParams(_ variant: Int) -> Wire.ThreadCompactStartParams {
+        var message = Wire.ThreadCompactStartParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        return message
+    }
+
+    public static func ThreadCompactStartResult(_ variant: Int) -> Wire.ThreadCompactStartResult {
+        var message = Wire.ThreadCompactStartResult()
+        message.turn = Turn(0)
+        return message
+    }
+
+    public static func ThreadRollbackParams(_ variant: Int) -> Wire.ThreadRollbackParams {
+        var message = Wire.ThreadRollbackParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.numTurns = UInt32(4000000002)
+        return message
+    }
+
+    public static func ThreadRollbackResult(_ variant: Int) -> Wire.ThreadRollbackResult {
+        var message = Wire.ThreadRollbackResult()
+        message.turnIds = ["turn_ids héllo ✓ 1", "turn_ids héllo ✓ 2"]
+        return message
+    }
+
+    public static func ThreadRolledBackNotification(_ variant: Int) -> Wire.ThreadRolledBackNotification {
+        var message = Wire.ThreadRolledBackNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.turnIds = ["turn_ids héllo ✓ 1", "turn_ids héllo ✓ 2"]
+        return message
+    }
+
+    public static func ThreadNameSetParams(_ variant: Int) -> Wire.ThreadNameSetParams {
+        var message = Wire.ThreadNameSetParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.name = "name héllo ✓ 0"
+        return message
+    }
+
+    public static func ThreadNameSetResult(_ variant: Int) -> Wire.ThreadNameSetResult {
+        var message = Wire.ThreadNameSetResult()
+        return message
+    }
+
+    public static func ThreadNameUpdatedNotification(_ variant: Int) -> Wire.ThreadNameUpdatedNotification {
+        var message = Wire.ThreadNameUpdatedNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.name = "name héllo ✓ 0"
+        return message
+    }
+
     public static func Envelope(_ variant: Int) -> Wire.Envelope {
         var message = Wire.Envelope()
         switch variant % 5 {
@@ -671,7 +744,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
-        switch variant % 18 {
+        switch variant % 22 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .threadStart(ThreadStartParams(0))
@@ -688,8 +761,12 @@ public enum WireFixtures {
         case 13: message.params = .threadToolsUpdate(ThreadToolsUpdateParams(0))
         case 14: message.params = .mcpServerList(McpServerListParams(0))
         case 15: message.params = .modelList(ModelListParams(0))
-        case 16: message.params = .turnStart(TurnStartParams(0))
-        default: message.params = .turnInterrupt(TurnInterruptParams(0))
+        case 16: message.params = .threadCompactStart(ThreadCompactStartParams(0))
+        case 17: message.params = .threadRollback(ThreadRollbackParams(0))
+        case 18: message.params = .threadNameSet(ThreadNameSetParams(0))
+        case 19: message.params = .turnStart(TurnStartParams(0))
+        case 20: message.params = .turnInterrupt(TurnInterruptParams(0))
+        default: message.params = .turnSteer(TurnSteerParams(0))
         }
         return message
     }
@@ -699,7 +776,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 18 {
+        switch variant % 22 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .threadStart(ThreadLifecycleResult(0))
@@ -716,8 +793,12 @@ public enum WireFixtures {
         case 13: message.result = .threadToolsUpdate(ThreadToolsUpdateResult(0))
         case 14: message.result = .mcpServerList(McpServerListResult(0))
         case 15: message.result = .modelList(ModelListResult(0))
-        case 16: message.result = .turnStart(TurnStartResult(0))
-        default: message.result = .turnInterrupt(TurnInterruptResult(0))
+        case 16: message.result = .threadCompactStart(ThreadCompactStartResult(0))
+        case 17: message.result = .threadRollback(ThreadRollbackResult(0))
+        case 18: message.result = .threadNameSet(ThreadNameSetResult(0))
+        case 19: message.result = .turnStart(TurnStartResult(0))
+        case 20: message.result = .turnInterrupt(TurnInterruptResult(0))
+        default: message.result = .turnSteer(TurnSteerResult(0))
         }
         return message
     }
@@ -725,7 +806,7 @@ public enum WireFixtures {
     public static func Notification(_ variant: Int) -> Wire.Notification {
         var message = Wire.Notification()
         message.sequence = UInt64(9223372036854775809)
-        switch variant % 13 {
+        switch variant % 15 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -738,7 +819,9 @@ public enum WireFixtures {
         case 9: message.payload = .itemCompleted(ItemCompletedNotification(0))
         case 10: message.payload = .itemAgentMessageDelta(ItemAgentMessageDeltaNotification(0))
         case 11: message.payload = .serverRequestResolved(ServerRequestResolvedNotification(0))
-        default: message.payload = .threadTokenUsageUpdated(ThreadTokenUsageUpdatedNotification(0))
+        case 12: message.payload = .threadTokenUsageUpdated(ThreadTokenUsageUpdatedNotification(0))
+        case 13: message.payload = .threadRolledBack(ThreadRolledBackNotification(0))
+        default: message.payload = .threadNameUpdated(ThreadNameUpdatedNotification(0))
         }
         return message
     }
@@ -793,6 +876,8 @@ public enum WireFixtures {
         ("ItemStartedNotification#0", { try roundTrip(ItemStartedNotification(0)) }),
         ("ItemAgentMessageDeltaNotification#0", { try roundTrip(ItemAgentMessageDeltaNotification(0)) }),
         ("ItemCompletedNotification#0", { try roundTrip(ItemCompletedNotification(0)) }),
+        ("TurnSteerParams#0", { try roundTrip(TurnSteerParams(0)) }),
+        ("TurnSteerResult#0", { try roundTrip(TurnSteerResult(0)) }),
         ("ThreadStatus#0", { try roundTrip(ThreadStatus(0)) }),
         ("ThreadSource#0", { try roundTrip(ThreadSource(0)) }),
         ("Thread#0", { try roundTrip(Thread(0)) }),
@@ -826,6 +911,14 @@ public enum WireFixtures {
         ("ThreadArchivedNotification#0", { try roundTrip(ThreadArchivedNotification(0)) }),
         ("ThreadUnarchivedNotification#0", { try roundTrip(ThreadUnarchivedNotification(0)) }),
         ("ThreadClosedNotification#0", { try roundTrip(ThreadClosedNotification(0)) }),
+        ("ThreadCompactStartParams#0", { try roundTrip(ThreadCompactStartParams(0)) }),
+        ("ThreadCompactStartResult#0", { try roundTrip(ThreadCompactStartResult(0)) }),
+        ("ThreadRollbackParams#0", { try roundTrip(ThreadRollbackParams(0)) }),
+        ("ThreadRollbackResult#0", { try roundTrip(ThreadRollbackResult(0)) }),
+        ("ThreadRolledBackNotification#0", { try roundTrip(ThreadRolledBackNotification(0)) }),
+        ("ThreadNameSetParams#0", { try roundTrip(ThreadNameSetParams(0)) }),
+        ("ThreadNameSetResult#0", { try roundTrip(ThreadNameSetResult(0)) }),
+        ("ThreadNameUpdatedNotification#0", { try roundTrip(ThreadNameUpdatedNotification(0)) }),
         ("Envelope#0", { try roundTrip(Envelope(0)) }),
         ("Envelope#1", { try roundTrip(Envelope(1)) }),
         ("Envelope#2", { try roundTrip(Envelope(2)) }),
@@ -849,6 +942,10 @@ public enum WireFixtures {
         ("Request#15", { try roundTrip(Request(15)) }),
         ("Request#16", { try roundTrip(Request(16)) }),
         ("Request#17", { try roundTrip(Request(17)) }),
+        ("Request#18", { try roundTrip(Request(18)) }),
+        ("Request#19", { try roundTrip(Request(19)) }),
+        ("Request#20", { try roundTrip(Request(20)) }),
+        ("Request#21", { try roundTrip(Request(21)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -867,6 +964,10 @@ public enum WireFixtures {
         ("Response#15", { try roundTrip(Response(15)) }),
         ("Response#16", { try roundTrip(Response(16)) }),
         ("Response#17", { try roundTrip(Response(17)) }),
+        ("Response#18", { try roundTrip(Response(18)) }),
+        ("Response#19", { try roundTrip(Response(19)) }),
+        ("Response#20", { try roundTrip(Response(20)) }),
+        ("Response#21", { try roundTrip(Response(21)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),
@@ -880,6 +981,8 @@ public enum WireFixtures {
         ("Notification#10", { try roundTrip(Notification(10)) }),
         ("Notification#11", { try roundTrip(Notification(11)) }),
         ("Notification#12", { try roundTrip(Notification(12)) }),
+        ("Notification#13", { try roundTrip(Notification(13)) }),
+        ("Notification#14", { try roundTrip(Notification(14)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

@@ -36,6 +36,12 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateSettings),
             .method("thread/tools/update", params: { if case let .threadToolsUpdate(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.updateTools),
+            .method("thread/compact/start", params: { if case let .threadCompactStart(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.compactStart),
+            .method("thread/rollback", params: { if case let .threadRollback(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.rollback),
+            .method("thread/name/set", params: { if case let .threadNameSet(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.setName),
             .method("model/list", params: { if case let .modelList(p) = $0 { p } else { nil } },
                     mutates: false, inline: SessionHandlers.modelList),
             .method("mcp_server/list", params: { if case let .mcpServerList(p) = $0 { p } else { nil } },
@@ -46,6 +52,8 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.start),
             .method("turn/interrupt", params: { if case let .turnInterrupt(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.interrupt),
+            .method("turn/steer", params: { if case let .turnSteer(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.steer),
         ]
         return Dictionary(uniqueKeysWithValues: specs.map { ($0.name, $0) })
     }()

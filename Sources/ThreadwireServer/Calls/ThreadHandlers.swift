@@ -64,7 +64,7 @@ enum ThreadHandlers {
             try call.target(), includeTurns: includeTurns,
             includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
             turnsLimit: try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100))
-        return Outcome(readResult(view, includeTurns: includeTurns, call))
+        return Outcome(readResult(view.keepingRolledBack(p.includeRolledBack ?? false), includeTurns: includeTurns, call))
     }
 
     /// A loaded thread's snapshot needs no suspension (the dispatcher has
@@ -80,7 +80,7 @@ enum ThreadHandlers {
             })
         }
         let view = published.view(includeTurns: true, includeModelRequests: p.includeModelRequests ?? false, turnsLimit: turnsLimit)
-        return .result(readResult(view, includeTurns: true, call))
+        return .result(readResult(view.keepingRolledBack(p.includeRolledBack ?? false), includeTurns: true, call))
     }
 
     static func readResult(_ view: ThreadView, includeTurns: Bool, _ call: Call) -> Wire.Response.Result {
@@ -119,6 +119,14 @@ enum ThreadHandlers {
         query.cursor = p.cursor
         query.parentID = p.parentThreadId
         query.archived = p.archived ?? false
+        if let term = p.searchTerm {
+            guard term.count >= ThreadListQuery.minimumSearchTermLength else {
+                throw RequestError(.invalidArgument,
+                                   "search_term must be at least \(ThreadListQuery.minimumSearchTermLength) characters (a trigram index serves it), got \(term.count)")
+            }
+            guard term.count <= 200 else { throw RequestError(.invalidArgument, "search_term must be at most 200 characters, got \(term.count)") }
+            query.searchTerm = term
+        }
         if call.server.authenticates { query.principal = call.principal }
         let page = try await call.engine.listThreads(query)
         let threads = page.threads.map { $0.wire(baseInstructions: "") }
@@ -133,6 +141,23 @@ enum ThreadHandlers {
         }
         return Outcome(.threadList(Wire.ThreadListResult(
             data: Array(threads.prefix(fitted)), nextCursor: query.cursor(after: page.threads[fitted - 1].record))))
+    }
+
+    @Sendable static func compactStart(_ p: Wire.ThreadCompactStartParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.startCompaction(try call.target(), connection: call.connection.id)
+        return Outcome(.threadCompactStart(Wire.ThreadCompactStartResult(turn: outcome.value.wire())), carrying: outcome)
+    }
+
+    @Sendable static func rollback(_ p: Wire.ThreadRollbackParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        guard let count = p.numTurns else { throw RequestError(.invalidArgument, "num_turns is required") }
+        let outcome = try await call.engine.rollback(try call.target(), numTurns: Int(count))
+        return Outcome(.threadRollback(Wire.ThreadRollbackResult(turnIds: outcome.value)), carrying: outcome)
+    }
+
+    @Sendable static func setName(_ p: Wire.ThreadNameSetParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        guard let name = p.name else { throw RequestError(.invalidArgument, "name is required (an empty name clears it)") }
+        let outcome = try await call.engine.setName(try call.target(), name)
+        return Outcome(.threadNameSet(Wire.ThreadNameSetResult()), carrying: outcome)
     }
 
     @Sendable static func archive(_ p: Wire.ThreadArchiveParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
@@ -186,13 +211,7 @@ enum ThreadHandlers {
 /// turn/start and turn/interrupt.
 enum TurnHandlers {
     @Sendable static func start(_ p: Wire.TurnStartParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
-        var request = ThreadEngine.TurnRequest(input: try p.input.enumerated().map { index, input in
-            switch input.content {
-            case let .text(text)?: return text
-            case let .imageUrl(url)?: return "[image: \(url)]"
-            case nil: throw RequestError(.invalidArgument, "input[\(index)] has no content (set text or image_url)")
-            }
-        })
+        var request = ThreadEngine.TurnRequest(input: try inputTexts(p.input))
         request.model = p.model
         request.mode = try MethodTable.modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
         request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
@@ -204,5 +223,22 @@ enum TurnHandlers {
         let turnID = try MethodTable.required(p.turnId, "turn_id")
         let outcome = try await call.engine.interruptTurn(try call.target(), turnID: turnID)
         return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), carrying: outcome)
+    }
+
+    @Sendable static func steer(_ p: Wire.TurnSteerParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let expected = try MethodTable.required(p.expectedTurnId, "expected_turn_id")
+        let outcome = try await call.engine.steer(try call.target(), expectedTurnID: expected, input: try inputTexts(p.input))
+        return Outcome(.turnSteer(Wire.TurnSteerResult(turnId: outcome.value.0, item: outcome.value.1.wire)), carrying: outcome)
+    }
+
+    /// turn/start's and turn/steer's input as text.
+    static func inputTexts(_ input: [Wire.UserInput]) throws -> [String] {
+        try input.enumerated().map { index, input in
+            switch input.content {
+            case let .text(text)?: return text
+            case let .imageUrl(url)?: return "[image: \(url)]"
+            case nil: throw RequestError(.invalidArgument, "input[\(index)] has no content (set text or image_url)")
+            }
+        }
     }
 }

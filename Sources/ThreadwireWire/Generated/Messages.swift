@@ -164,6 +164,7 @@ extension Wire {
     case agentMessage = 2
     case collabToolCall = 3
     case toolCall = 4
+    case contextCompaction = 5
 
     public static let protoName = "threadwire.v1.ItemType"
     public var protoValueName: String {
@@ -173,6 +174,7 @@ extension Wire {
       case .agentMessage: return "ITEM_TYPE_AGENT_MESSAGE"
       case .collabToolCall: return "ITEM_TYPE_COLLAB_TOOL_CALL"
       case .toolCall: return "ITEM_TYPE_TOOL_CALL"
+      case .contextCompaction: return "ITEM_TYPE_CONTEXT_COMPACTION"
       }
     }
   }
@@ -238,6 +240,8 @@ extension Wire {
     case mailbox = 9
     case interruptionMarker = 10
     case developerMessage = 11
+    case compactionSummary = 12
+    case rollbackMarker = 13
 
     public static let protoName = "threadwire.v1.ContextKind"
     public var protoValueName: String {
@@ -254,6 +258,8 @@ extension Wire {
       case .mailbox: return "CONTEXT_KIND_MAILBOX"
       case .interruptionMarker: return "CONTEXT_KIND_INTERRUPTION_MARKER"
       case .developerMessage: return "CONTEXT_KIND_DEVELOPER_MESSAGE"
+      case .compactionSummary: return "CONTEXT_KIND_COMPACTION_SUMMARY"
+      case .rollbackMarker: return "CONTEXT_KIND_ROLLBACK_MARKER"
       }
     }
   }
@@ -2940,6 +2946,7 @@ extension Wire {
     public var text: String?
     public var toolName: String?
     public var callId: String?
+    public var rollsBackFrom: UInt64?
 
     public init() {
       self.role = nil
@@ -2947,14 +2954,16 @@ extension Wire {
       self.text = nil
       self.toolName = nil
       self.callId = nil
+      self.rollsBackFrom = nil
     }
 
-    public init(role: Wire.ContextRole? = nil, kind: Wire.ContextKind? = nil, text: String? = nil, toolName: String? = nil, callId: String? = nil) {
+    public init(role: Wire.ContextRole? = nil, kind: Wire.ContextKind? = nil, text: String? = nil, toolName: String? = nil, callId: String? = nil, rollsBackFrom: UInt64? = nil) {
       self.role = role
       self.kind = kind
       self.text = text
       self.toolName = toolName
       self.callId = callId
+      self.rollsBackFrom = rollsBackFrom
     }
   }
 }
@@ -2970,6 +2979,7 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
     if let v = c.pointee.text { self.text = try wireString(v, field: "text") }
     if let v = c.pointee.tool_name { self.toolName = try wireString(v, field: "tool_name") }
     if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
+    if c.pointee.has_rolls_back_from != 0 { self.rollsBackFrom = c.pointee.rolls_back_from }
   }
 
   func fill(_ c: inout Threadwire__V1__ContextItem, arena: inout CodecArena) {
@@ -2978,6 +2988,7 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
     if let v = self.text { c.text = arena.cString(v) }
     if let v = self.toolName { c.tool_name = arena.cString(v) }
     if let v = self.callId { c.call_id = arena.cString(v) }
+    if let v = self.rollsBackFrom { c.has_rolls_back_from = 1; c.rolls_back_from = v }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -3013,6 +3024,7 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
     if let v = text { object.append(("text", .string(v))) }
     if let v = toolName { object.append(("tool_name", .string(v))) }
     if let v = callId { object.append(("call_id", .string(v))) }
+    if let v = rollsBackFrom { object.append(("rolls_back_from", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -3026,6 +3038,7 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
       case "text": self.text = try value.stringValue(path: keyPath)
       case "tool_name", "toolName": self.toolName = try value.stringValue(path: keyPath)
       case "call_id", "callId": self.callId = try value.stringValue(path: keyPath)
+      case "rolls_back_from", "rollsBackFrom": self.rollsBackFrom = try value.uint64Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3333,6 +3346,7 @@ extension Wire {
     public var tools: [Wire.ToolSpec]
     public var historyCount: UInt32?
     public var usage: Wire.TokenUsage?
+    public var compactionPrompt: String?
 
     public init() {
       self.model = nil
@@ -3340,14 +3354,16 @@ extension Wire {
       self.tools = []
       self.historyCount = nil
       self.usage = nil
+      self.compactionPrompt = nil
     }
 
-    public init(model: String? = nil, context: [Wire.ContextItem] = [], tools: [Wire.ToolSpec] = [], historyCount: UInt32? = nil, usage: Wire.TokenUsage? = nil) {
+    public init(model: String? = nil, context: [Wire.ContextItem] = [], tools: [Wire.ToolSpec] = [], historyCount: UInt32? = nil, usage: Wire.TokenUsage? = nil, compactionPrompt: String? = nil) {
       self.model = model
       self.context = context
       self.tools = tools
       self.historyCount = historyCount
       self.usage = usage
+      self.compactionPrompt = compactionPrompt
     }
   }
 }
@@ -3375,6 +3391,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     if let v = c.pointee.usage {
       do throws(WireError) { self.usage = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "usage") }
     }
+    if let v = c.pointee.compaction_prompt { self.compactionPrompt = try wireString(v, field: "compaction_prompt") }
   }
 
   func fill(_ c: inout Threadwire__V1__ModelRequest, arena: inout CodecArena) {
@@ -3389,6 +3406,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     }
     if let v = self.historyCount { c.has_history_count = 1; c.history_count = v }
     if let v = self.usage { c.usage = arena.message(v, Threadwire__V1__TokenUsage(), threadwire__v1__token_usage__init) }
+    if let v = self.compactionPrompt { c.compaction_prompt = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -3424,6 +3442,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     if !tools.isEmpty { object.append(("tools", .array(tools.map { $0.jsonValue() }))) }
     if let v = historyCount { object.append(("history_count", .uint(UInt64(v)))) }
     if let v = usage { object.append(("usage", v.jsonValue())) }
+    if let v = compactionPrompt { object.append(("compaction_prompt", .string(v))) }
     return .object(object)
   }
 
@@ -3437,6 +3456,7 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
       case "tools": self.tools = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ToolSpec(json: element, path: path) }
       case "history_count", "historyCount": self.historyCount = try value.uint32Value(path: keyPath)
       case "usage": self.usage = try Wire.TokenUsage(json: value, path: keyPath)
+      case "compaction_prompt", "compactionPrompt": self.compactionPrompt = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -3548,6 +3568,9 @@ extension Wire {
     public var failureReason: Wire.TurnFailureReason?
     public var pendingRequests: [Wire.ServerRequest]
     public var deferredOutputs: [Wire.ContextItem]
+    public var rolledBack: Bool?
+    public var historyStart: UInt64?
+    public var pendingInput: [Wire.ContextItem]
 
     public init() {
       self.id = nil
@@ -3561,9 +3584,12 @@ extension Wire {
       self.failureReason = nil
       self.pendingRequests = []
       self.deferredOutputs = []
+      self.rolledBack = nil
+      self.historyStart = nil
+      self.pendingInput = []
     }
 
-    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil, pendingRequests: [Wire.ServerRequest] = [], deferredOutputs: [Wire.ContextItem] = []) {
+    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil, pendingRequests: [Wire.ServerRequest] = [], deferredOutputs: [Wire.ContextItem] = [], rolledBack: Bool? = nil, historyStart: UInt64? = nil, pendingInput: [Wire.ContextItem] = []) {
       self.id = id
       self.status = status
       self.error = error
@@ -3575,6 +3601,9 @@ extension Wire {
       self.failureReason = failureReason
       self.pendingRequests = pendingRequests
       self.deferredOutputs = deferredOutputs
+      self.rolledBack = rolledBack
+      self.historyStart = historyStart
+      self.pendingInput = pendingInput
     }
   }
 }
@@ -3618,6 +3647,14 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_deferred_outputs { self.deferredOutputs.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "deferred_outputs") }
     }
+    if c.pointee.has_rolled_back != 0 { self.rolledBack = c.pointee.rolled_back != 0 }
+    if c.pointee.has_history_start != 0 { self.historyStart = c.pointee.history_start }
+    if c.pointee.n_pending_input > 0, let items = c.pointee.pending_input {
+      self.pendingInput.reserveCapacity(c.pointee.n_pending_input)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_pending_input { self.pendingInput.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "pending_input") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__Turn, arena: inout CodecArena) {
@@ -3643,6 +3680,12 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     if !self.deferredOutputs.isEmpty {
       c.n_deferred_outputs = self.deferredOutputs.count
       c.deferred_outputs = arena.array(self.deferredOutputs) { value, arena in arena.message(value, Threadwire__V1__ContextItem(), threadwire__v1__context_item__init) }
+    }
+    if let v = self.rolledBack { c.has_rolled_back = 1; c.rolled_back = v ? 1 : 0 }
+    if let v = self.historyStart { c.has_history_start = 1; c.history_start = v }
+    if !self.pendingInput.isEmpty {
+      c.n_pending_input = self.pendingInput.count
+      c.pending_input = arena.array(self.pendingInput) { value, arena in arena.message(value, Threadwire__V1__ContextItem(), threadwire__v1__context_item__init) }
     }
   }
 
@@ -3685,6 +3728,9 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     if let v = failureReason { object.append(("failure_reason", .string(v.protoValueName))) }
     if !pendingRequests.isEmpty { object.append(("pending_requests", .array(pendingRequests.map { $0.jsonValue() }))) }
     if !deferredOutputs.isEmpty { object.append(("deferred_outputs", .array(deferredOutputs.map { $0.jsonValue() }))) }
+    if let v = rolledBack { object.append(("rolled_back", .bool(v))) }
+    if let v = historyStart { object.append(("history_start", .uint(UInt64(v)))) }
+    if !pendingInput.isEmpty { object.append(("pending_input", .array(pendingInput.map { $0.jsonValue() }))) }
     return .object(object)
   }
 
@@ -3704,6 +3750,9 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       case "failure_reason", "failureReason": self.failureReason = try Wire.TurnFailureReason(json: value, path: keyPath)
       case "pending_requests", "pendingRequests": self.pendingRequests = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ServerRequest(json: element, path: path) }
       case "deferred_outputs", "deferredOutputs": self.deferredOutputs = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
+      case "rolled_back", "rolledBack": self.rolledBack = try value.boolValue(path: keyPath)
+      case "history_start", "historyStart": self.historyStart = try value.uint64Value(path: keyPath)
+      case "pending_input", "pendingInput": self.pendingInput = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -4497,6 +4546,179 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "item": self.item = try Wire.ThreadItem(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct TurnSteerParams: Sendable, Equatable {
+    public var threadId: String?
+    public var expectedTurnId: String?
+    public var input: [Wire.UserInput]
+
+    public init() {
+      self.threadId = nil
+      self.expectedTurnId = nil
+      self.input = []
+    }
+
+    public init(threadId: String? = nil, expectedTurnId: String? = nil, input: [Wire.UserInput] = []) {
+      self.threadId = threadId
+      self.expectedTurnId = expectedTurnId
+      self.input = input
+    }
+  }
+}
+
+extension Wire.TurnSteerParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TurnSteerParams"
+  typealias CMessage = Threadwire__V1__TurnSteerParams
+
+  init(c: UnsafePointer<Threadwire__V1__TurnSteerParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.expected_turn_id { self.expectedTurnId = try wireString(v, field: "expected_turn_id") }
+    if c.pointee.n_input > 0, let items = c.pointee.input {
+      self.input.reserveCapacity(c.pointee.n_input)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_input { self.input.append(try Wire.UserInput(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "input") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__TurnSteerParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.expectedTurnId { c.expected_turn_id = arena.cString(v) }
+    if !self.input.isEmpty {
+      c.n_input = self.input.count
+      c.input = arena.array(self.input) { value, arena in arena.message(value, Threadwire__V1__UserInput(), threadwire__v1__user_input__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_steer_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_steer_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnSteerParams()
+      threadwire__v1__turn_steer_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_steer_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_steer_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = expectedTurnId { object.append(("expected_turn_id", .string(v))) }
+    if !input.isEmpty { object.append(("input", .array(input.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "expected_turn_id", "expectedTurnId": self.expectedTurnId = try value.stringValue(path: keyPath)
+      case "input": self.input = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.UserInput(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct TurnSteerResult: Sendable, Equatable {
+    public var turnId: String?
+    public var item: Wire.ThreadItem?
+
+    public init() {
+      self.turnId = nil
+      self.item = nil
+    }
+
+    public init(turnId: String? = nil, item: Wire.ThreadItem? = nil) {
+      self.turnId = turnId
+      self.item = item
+    }
+  }
+}
+
+extension Wire.TurnSteerResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TurnSteerResult"
+  typealias CMessage = Threadwire__V1__TurnSteerResult
+
+  init(c: UnsafePointer<Threadwire__V1__TurnSteerResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.item {
+      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__TurnSteerResult, arena: inout CodecArena) {
+    if let v = self.turnId { c.turn_id = arena.cString(v) }
+    if let v = self.item { c.item = arena.message(v, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_steer_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_steer_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnSteerResult()
+      threadwire__v1__turn_steer_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_steer_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_steer_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = turnId { object.append(("turn_id", .string(v))) }
+    if let v = item { object.append(("item", v.jsonValue())) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
       case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
       case "item": self.item = try Wire.ThreadItem(json: value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -5868,19 +6090,22 @@ extension Wire {
     public var includeTurns: Bool?
     public var includeModelRequests: Bool?
     public var turnsLimit: UInt32?
+    public var includeRolledBack: Bool?
 
     public init() {
       self.threadId = nil
       self.includeTurns = nil
       self.includeModelRequests = nil
       self.turnsLimit = nil
+      self.includeRolledBack = nil
     }
 
-    public init(threadId: String? = nil, includeTurns: Bool? = nil, includeModelRequests: Bool? = nil, turnsLimit: UInt32? = nil) {
+    public init(threadId: String? = nil, includeTurns: Bool? = nil, includeModelRequests: Bool? = nil, turnsLimit: UInt32? = nil, includeRolledBack: Bool? = nil) {
       self.threadId = threadId
       self.includeTurns = includeTurns
       self.includeModelRequests = includeModelRequests
       self.turnsLimit = turnsLimit
+      self.includeRolledBack = includeRolledBack
     }
   }
 }
@@ -5895,6 +6120,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     if c.pointee.has_include_turns != 0 { self.includeTurns = c.pointee.include_turns != 0 }
     if c.pointee.has_include_model_requests != 0 { self.includeModelRequests = c.pointee.include_model_requests != 0 }
     if c.pointee.has_turns_limit != 0 { self.turnsLimit = c.pointee.turns_limit }
+    if c.pointee.has_include_rolled_back != 0 { self.includeRolledBack = c.pointee.include_rolled_back != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadParams, arena: inout CodecArena) {
@@ -5902,6 +6128,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     if let v = self.includeTurns { c.has_include_turns = 1; c.include_turns = v ? 1 : 0 }
     if let v = self.includeModelRequests { c.has_include_model_requests = 1; c.include_model_requests = v ? 1 : 0 }
     if let v = self.turnsLimit { c.has_turns_limit = 1; c.turns_limit = v }
+    if let v = self.includeRolledBack { c.has_include_rolled_back = 1; c.include_rolled_back = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -5936,6 +6163,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
     if let v = includeTurns { object.append(("include_turns", .bool(v))) }
     if let v = includeModelRequests { object.append(("include_model_requests", .bool(v))) }
     if let v = turnsLimit { object.append(("turns_limit", .uint(UInt64(v)))) }
+    if let v = includeRolledBack { object.append(("include_rolled_back", .bool(v))) }
     return .object(object)
   }
 
@@ -5948,6 +6176,7 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
       case "include_turns", "includeTurns": self.includeTurns = try value.boolValue(path: keyPath)
       case "include_model_requests", "includeModelRequests": self.includeModelRequests = try value.boolValue(path: keyPath)
       case "turns_limit", "turnsLimit": self.turnsLimit = try value.uint32Value(path: keyPath)
+      case "include_rolled_back", "includeRolledBack": self.includeRolledBack = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -6409,6 +6638,7 @@ extension Wire {
     public var sortDirection: Wire.SortDirection?
     public var parentThreadId: String?
     public var archived: Bool?
+    public var searchTerm: String?
 
     public init() {
       self.cursor = nil
@@ -6417,15 +6647,17 @@ extension Wire {
       self.sortDirection = nil
       self.parentThreadId = nil
       self.archived = nil
+      self.searchTerm = nil
     }
 
-    public init(cursor: String? = nil, limit: UInt32? = nil, sortKey: Wire.ThreadSortKey? = nil, sortDirection: Wire.SortDirection? = nil, parentThreadId: String? = nil, archived: Bool? = nil) {
+    public init(cursor: String? = nil, limit: UInt32? = nil, sortKey: Wire.ThreadSortKey? = nil, sortDirection: Wire.SortDirection? = nil, parentThreadId: String? = nil, archived: Bool? = nil, searchTerm: String? = nil) {
       self.cursor = cursor
       self.limit = limit
       self.sortKey = sortKey
       self.sortDirection = sortDirection
       self.parentThreadId = parentThreadId
       self.archived = archived
+      self.searchTerm = searchTerm
     }
   }
 }
@@ -6442,6 +6674,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
     if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
     if c.pointee.has_archived != 0 { self.archived = c.pointee.archived != 0 }
+    if let v = c.pointee.search_term { self.searchTerm = try wireString(v, field: "search_term") }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadListParams, arena: inout CodecArena) {
@@ -6451,6 +6684,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if let v = self.sortDirection { c.has_sort_direction = 1; c.sort_direction = Threadwire__V1__SortDirection(rawValue: numericCast(v.rawValue)) }
     if let v = self.parentThreadId { c.parent_thread_id = arena.cString(v) }
     if let v = self.archived { c.has_archived = 1; c.archived = v ? 1 : 0 }
+    if let v = self.searchTerm { c.search_term = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -6487,6 +6721,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if let v = sortDirection { object.append(("sort_direction", .string(v.protoValueName))) }
     if let v = parentThreadId { object.append(("parent_thread_id", .string(v))) }
     if let v = archived { object.append(("archived", .bool(v))) }
+    if let v = searchTerm { object.append(("search_term", .string(v))) }
     return .object(object)
   }
 
@@ -6501,6 +6736,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
       case "sort_direction", "sortDirection": self.sortDirection = try Wire.SortDirection(json: value, path: keyPath)
       case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
       case "archived": self.archived = try value.boolValue(path: keyPath)
+      case "search_term", "searchTerm": self.searchTerm = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -7477,6 +7713,606 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadCompactStartParams: Sendable, Equatable {
+    public var threadId: String?
+
+    public init() {
+      self.threadId = nil
+    }
+
+    public init(threadId: String? = nil) {
+      self.threadId = threadId
+    }
+  }
+}
+
+extension Wire.ThreadCompactStartParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadCompactStartParams"
+  typealias CMessage = Threadwire__V1__ThreadCompactStartParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadCompactStartParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadCompactStartParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_compact_start_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_compact_start_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadCompactStartParams()
+      threadwire__v1__thread_compact_start_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_compact_start_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_compact_start_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadCompactStartResult: Sendable, Equatable {
+    public var turn: Wire.Turn?
+
+    public init() {
+      self.turn = nil
+    }
+
+    public init(turn: Wire.Turn? = nil) {
+      self.turn = turn
+    }
+  }
+}
+
+extension Wire.ThreadCompactStartResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadCompactStartResult"
+  typealias CMessage = Threadwire__V1__ThreadCompactStartResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadCompactStartResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.turn {
+      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadCompactStartResult, arena: inout CodecArena) {
+    if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_compact_start_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_compact_start_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadCompactStartResult()
+      threadwire__v1__thread_compact_start_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_compact_start_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_compact_start_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = turn { object.append(("turn", v.jsonValue())) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "turn": self.turn = try Wire.Turn(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadRollbackParams: Sendable, Equatable {
+    public var threadId: String?
+    public var numTurns: UInt32?
+
+    public init() {
+      self.threadId = nil
+      self.numTurns = nil
+    }
+
+    public init(threadId: String? = nil, numTurns: UInt32? = nil) {
+      self.threadId = threadId
+      self.numTurns = numTurns
+    }
+  }
+}
+
+extension Wire.ThreadRollbackParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadRollbackParams"
+  typealias CMessage = Threadwire__V1__ThreadRollbackParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadRollbackParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.has_num_turns != 0 { self.numTurns = c.pointee.num_turns }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadRollbackParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.numTurns { c.has_num_turns = 1; c.num_turns = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_rollback_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_rollback_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadRollbackParams()
+      threadwire__v1__thread_rollback_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_rollback_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_rollback_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = numTurns { object.append(("num_turns", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "num_turns", "numTurns": self.numTurns = try value.uint32Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadRollbackResult: Sendable, Equatable {
+    public var turnIds: [String]
+
+    public init() {
+      self.turnIds = []
+    }
+
+    public init(turnIds: [String] = []) {
+      self.turnIds = turnIds
+    }
+  }
+}
+
+extension Wire.ThreadRollbackResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadRollbackResult"
+  typealias CMessage = Threadwire__V1__ThreadRollbackResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadRollbackResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
+      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadRollbackResult, arena: inout CodecArena) {
+    if !self.turnIds.isEmpty {
+      c.n_turn_ids = self.turnIds.count
+      c.turn_ids = arena.array(self.turnIds) { value, arena in arena.cString(value) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_rollback_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_rollback_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadRollbackResult()
+      threadwire__v1__thread_rollback_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_rollback_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_rollback_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !turnIds.isEmpty { object.append(("turn_ids", .array(turnIds.map { .string($0) }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "turn_ids", "turnIds": self.turnIds = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadRolledBackNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var turnIds: [String]
+
+    public init() {
+      self.threadId = nil
+      self.turnIds = []
+    }
+
+    public init(threadId: String? = nil, turnIds: [String] = []) {
+      self.threadId = threadId
+      self.turnIds = turnIds
+    }
+  }
+}
+
+extension Wire.ThreadRolledBackNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadRolledBackNotification"
+  typealias CMessage = Threadwire__V1__ThreadRolledBackNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadRolledBackNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
+      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadRolledBackNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if !self.turnIds.isEmpty {
+      c.n_turn_ids = self.turnIds.count
+      c.turn_ids = arena.array(self.turnIds) { value, arena in arena.cString(value) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_rolled_back_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_rolled_back_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadRolledBackNotification()
+      threadwire__v1__thread_rolled_back_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_rolled_back_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_rolled_back_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if !turnIds.isEmpty { object.append(("turn_ids", .array(turnIds.map { .string($0) }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_ids", "turnIds": self.turnIds = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadNameSetParams: Sendable, Equatable {
+    public var threadId: String?
+    public var name: String?
+
+    public init() {
+      self.threadId = nil
+      self.name = nil
+    }
+
+    public init(threadId: String? = nil, name: String? = nil) {
+      self.threadId = threadId
+      self.name = name
+    }
+  }
+}
+
+extension Wire.ThreadNameSetParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadNameSetParams"
+  typealias CMessage = Threadwire__V1__ThreadNameSetParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadNameSetParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadNameSetParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.name { c.name = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_name_set_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_name_set_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadNameSetParams()
+      threadwire__v1__thread_name_set_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_name_set_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_name_set_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = name { object.append(("name", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "name": self.name = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadNameSetResult: Sendable, Equatable {
+
+    public init() {}
+  }
+}
+
+extension Wire.ThreadNameSetResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadNameSetResult"
+  typealias CMessage = Threadwire__V1__ThreadNameSetResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadNameSetResult>) throws(WireError) {
+    self.init()
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadNameSetResult, arena: inout CodecArena) {
+    _ = arena
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_name_set_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_name_set_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadNameSetResult()
+      threadwire__v1__thread_name_set_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_name_set_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_name_set_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadNameUpdatedNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var name: String?
+
+    public init() {
+      self.threadId = nil
+      self.name = nil
+    }
+
+    public init(threadId: String? = nil, name: String? = nil) {
+      self.threadId = threadId
+      self.name = name
+    }
+  }
+}
+
+extension Wire.ThreadNameUpdatedNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadNameUpdatedNotification"
+  typealias CMessage = Threadwire__V1__ThreadNameUpdatedNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadNameUpdatedNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadNameUpdatedNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.name { c.name = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_name_updated_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_name_updated_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadNameUpdatedNotification()
+      threadwire__v1__thread_name_updated_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_name_updated_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_name_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = name { object.append(("name", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "name": self.name = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct Envelope: Sendable, Equatable {
     public var kind: Kind?
 
@@ -7653,8 +8489,12 @@ extension Wire {
       case threadToolsUpdate(Wire.ThreadToolsUpdateParams)
       case mcpServerList(Wire.McpServerListParams)
       case modelList(Wire.ModelListParams)
+      case threadCompactStart(Wire.ThreadCompactStartParams)
+      case threadRollback(Wire.ThreadRollbackParams)
+      case threadNameSet(Wire.ThreadNameSetParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
+      case turnSteer(Wire.TurnSteerParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -7675,8 +8515,12 @@ extension Wire {
         case .threadToolsUpdate: return "thread_tools_update"
         case .mcpServerList: return "mcp_server_list"
         case .modelList: return "model_list"
+        case .threadCompactStart: return "thread_compact_start"
+        case .threadRollback: return "thread_rollback"
+        case .threadNameSet: return "thread_name_set"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
+        case .turnSteer: return "turn_steer"
         }
       }
 
@@ -7699,12 +8543,16 @@ extension Wire {
         case .threadToolsUpdate: return "thread/tools/update"
         case .mcpServerList: return "mcp_server/list"
         case .modelList: return "model/list"
+        case .threadCompactStart: return "thread/compact/start"
+        case .threadRollback: return "thread/rollback"
+        case .threadNameSet: return "thread/name/set"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
+        case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -7725,8 +8573,12 @@ extension Wire {
         case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(json: json, path: path))
         case "mcp_server_list", "mcpServerList": return .mcpServerList(try Wire.McpServerListParams(json: json, path: path))
         case "model_list", "modelList": return .modelList(try Wire.ModelListParams(json: json, path: path))
+        case "thread_compact_start", "threadCompactStart": return .threadCompactStart(try Wire.ThreadCompactStartParams(json: json, path: path))
+        case "thread_rollback", "threadRollback": return .threadRollback(try Wire.ThreadRollbackParams(json: json, path: path))
+        case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
+        case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerParams(json: json, path: path))
         default: return nil
         }
       }
@@ -7795,10 +8647,18 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .mcpServerList(try Wire.McpServerListParams(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
     case 33:
       do throws(WireError) { self.params = .modelList(try Wire.ModelListParams(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
+    case 34:
+      do throws(WireError) { self.params = .threadCompactStart(try Wire.ThreadCompactStartParams(c: wireRequired(c.pointee.thread_compact_start))) } catch { throw error.nested(in: "thread_compact_start") }
+    case 35:
+      do throws(WireError) { self.params = .threadRollback(try Wire.ThreadRollbackParams(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
+    case 36:
+      do throws(WireError) { self.params = .threadNameSet(try Wire.ThreadNameSetParams(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
       do throws(WireError) { self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
+    case 42:
+      do throws(WireError) { self.params = .turnSteer(try Wire.TurnSteerParams(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
     default: self.params = nil
     }
   }
@@ -7859,12 +8719,24 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .modelList(let v)?:
       c.params_case = .init(rawValue: 33)
       c.model_list = arena.message(v, Threadwire__V1__ModelListParams(), threadwire__v1__model_list_params__init)
+    case .threadCompactStart(let v)?:
+      c.params_case = .init(rawValue: 34)
+      c.thread_compact_start = arena.message(v, Threadwire__V1__ThreadCompactStartParams(), threadwire__v1__thread_compact_start_params__init)
+    case .threadRollback(let v)?:
+      c.params_case = .init(rawValue: 35)
+      c.thread_rollback = arena.message(v, Threadwire__V1__ThreadRollbackParams(), threadwire__v1__thread_rollback_params__init)
+    case .threadNameSet(let v)?:
+      c.params_case = .init(rawValue: 36)
+      c.thread_name_set = arena.message(v, Threadwire__V1__ThreadNameSetParams(), threadwire__v1__thread_name_set_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
     case .turnInterrupt(let v)?:
       c.params_case = .init(rawValue: 41)
       c.turn_interrupt = arena.message(v, Threadwire__V1__TurnInterruptParams(), threadwire__v1__turn_interrupt_params__init)
+    case .turnSteer(let v)?:
+      c.params_case = .init(rawValue: 42)
+      c.turn_steer = arena.message(v, Threadwire__V1__TurnSteerParams(), threadwire__v1__turn_steer_params__init)
     case nil: break
     }
   }
@@ -7917,8 +8789,12 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
     case .mcpServerList(let v)?: object.append(("mcp_server_list", v.jsonValue()))
     case .modelList(let v)?: object.append(("model_list", v.jsonValue()))
+    case .threadCompactStart(let v)?: object.append(("thread_compact_start", v.jsonValue()))
+    case .threadRollback(let v)?: object.append(("thread_rollback", v.jsonValue()))
+    case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
+    case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -7932,7 +8808,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -7965,8 +8841,12 @@ extension Wire {
       case threadToolsUpdate(Wire.ThreadToolsUpdateResult)
       case mcpServerList(Wire.McpServerListResult)
       case modelList(Wire.ModelListResult)
+      case threadCompactStart(Wire.ThreadCompactStartResult)
+      case threadRollback(Wire.ThreadRollbackResult)
+      case threadNameSet(Wire.ThreadNameSetResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
+      case turnSteer(Wire.TurnSteerResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -7987,8 +8867,12 @@ extension Wire {
         case .threadToolsUpdate: return "thread_tools_update"
         case .mcpServerList: return "mcp_server_list"
         case .modelList: return "model_list"
+        case .threadCompactStart: return "thread_compact_start"
+        case .threadRollback: return "thread_rollback"
+        case .threadNameSet: return "thread_name_set"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
+        case .turnSteer: return "turn_steer"
         }
       }
 
@@ -8011,12 +8895,16 @@ extension Wire {
         case .threadToolsUpdate: return "thread/tools/update"
         case .mcpServerList: return "mcp_server/list"
         case .modelList: return "model/list"
+        case .threadCompactStart: return "thread/compact/start"
+        case .threadRollback: return "thread/rollback"
+        case .threadNameSet: return "thread/name/set"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
+        case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "turn_start", "turn_interrupt"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -8037,8 +8925,12 @@ extension Wire {
         case "thread_tools_update", "threadToolsUpdate": return .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(json: json, path: path))
         case "mcp_server_list", "mcpServerList": return .mcpServerList(try Wire.McpServerListResult(json: json, path: path))
         case "model_list", "modelList": return .modelList(try Wire.ModelListResult(json: json, path: path))
+        case "thread_compact_start", "threadCompactStart": return .threadCompactStart(try Wire.ThreadCompactStartResult(json: json, path: path))
+        case "thread_rollback", "threadRollback": return .threadRollback(try Wire.ThreadRollbackResult(json: json, path: path))
+        case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
+        case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerResult(json: json, path: path))
         default: return nil
         }
       }
@@ -8102,10 +8994,18 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .mcpServerList(try Wire.McpServerListResult(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
     case 33:
       do throws(WireError) { self.result = .modelList(try Wire.ModelListResult(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
+    case 34:
+      do throws(WireError) { self.result = .threadCompactStart(try Wire.ThreadCompactStartResult(c: wireRequired(c.pointee.thread_compact_start))) } catch { throw error.nested(in: "thread_compact_start") }
+    case 35:
+      do throws(WireError) { self.result = .threadRollback(try Wire.ThreadRollbackResult(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
+    case 36:
+      do throws(WireError) { self.result = .threadNameSet(try Wire.ThreadNameSetResult(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
       do throws(WireError) { self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
+    case 42:
+      do throws(WireError) { self.result = .turnSteer(try Wire.TurnSteerResult(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
     default: self.result = nil
     }
   }
@@ -8163,12 +9063,24 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .modelList(let v)?:
       c.result_case = .init(rawValue: 33)
       c.model_list = arena.message(v, Threadwire__V1__ModelListResult(), threadwire__v1__model_list_result__init)
+    case .threadCompactStart(let v)?:
+      c.result_case = .init(rawValue: 34)
+      c.thread_compact_start = arena.message(v, Threadwire__V1__ThreadCompactStartResult(), threadwire__v1__thread_compact_start_result__init)
+    case .threadRollback(let v)?:
+      c.result_case = .init(rawValue: 35)
+      c.thread_rollback = arena.message(v, Threadwire__V1__ThreadRollbackResult(), threadwire__v1__thread_rollback_result__init)
+    case .threadNameSet(let v)?:
+      c.result_case = .init(rawValue: 36)
+      c.thread_name_set = arena.message(v, Threadwire__V1__ThreadNameSetResult(), threadwire__v1__thread_name_set_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
     case .turnInterrupt(let v)?:
       c.result_case = .init(rawValue: 41)
       c.turn_interrupt = arena.message(v, Threadwire__V1__TurnInterruptResult(), threadwire__v1__turn_interrupt_result__init)
+    case .turnSteer(let v)?:
+      c.result_case = .init(rawValue: 42)
+      c.turn_steer = arena.message(v, Threadwire__V1__TurnSteerResult(), threadwire__v1__turn_steer_result__init)
     case nil: break
     }
   }
@@ -8221,8 +9133,12 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadToolsUpdate(let v)?: object.append(("thread_tools_update", v.jsonValue()))
     case .mcpServerList(let v)?: object.append(("mcp_server_list", v.jsonValue()))
     case .modelList(let v)?: object.append(("model_list", v.jsonValue()))
+    case .threadCompactStart(let v)?: object.append(("thread_compact_start", v.jsonValue()))
+    case .threadRollback(let v)?: object.append(("thread_rollback", v.jsonValue()))
+    case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
+    case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -8236,7 +9152,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt":
+      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -8264,6 +9180,8 @@ extension Wire {
       case itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification)
       case serverRequestResolved(Wire.ServerRequestResolvedNotification)
       case threadTokenUsageUpdated(Wire.ThreadTokenUsageUpdatedNotification)
+      case threadRolledBack(Wire.ThreadRolledBackNotification)
+      case threadNameUpdated(Wire.ThreadNameUpdatedNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -8281,6 +9199,8 @@ extension Wire {
         case .itemAgentMessageDelta: return "item_agent_message_delta"
         case .serverRequestResolved: return "server_request_resolved"
         case .threadTokenUsageUpdated: return "thread_token_usage_updated"
+        case .threadRolledBack: return "thread_rolled_back"
+        case .threadNameUpdated: return "thread_name_updated"
         }
       }
 
@@ -8300,10 +9220,12 @@ extension Wire {
         case .itemAgentMessageDelta: return "item/agent_message/delta"
         case .serverRequestResolved: return "server_request/resolved"
         case .threadTokenUsageUpdated: return "thread/token_usage/updated"
+        case .threadRolledBack: return "thread/rolled_back"
+        case .threadNameUpdated: return "thread/name/updated"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -8321,6 +9243,8 @@ extension Wire {
         case "item_agent_message_delta", "itemAgentMessageDelta": return .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(json: json, path: path))
         case "server_request_resolved", "serverRequestResolved": return .serverRequestResolved(try Wire.ServerRequestResolvedNotification(json: json, path: path))
         case "thread_token_usage_updated", "threadTokenUsageUpdated": return .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(json: json, path: path))
+        case "thread_rolled_back", "threadRolledBack": return .threadRolledBack(try Wire.ThreadRolledBackNotification(json: json, path: path))
+        case "thread_name_updated", "threadNameUpdated": return .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -8372,6 +9296,10 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .serverRequestResolved(try Wire.ServerRequestResolvedNotification(c: wireRequired(c.pointee.server_request_resolved))) } catch { throw error.nested(in: "server_request_resolved") }
     case 26:
       do throws(WireError) { self.payload = .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(c: wireRequired(c.pointee.thread_token_usage_updated))) } catch { throw error.nested(in: "thread_token_usage_updated") }
+    case 27:
+      do throws(WireError) { self.payload = .threadRolledBack(try Wire.ThreadRolledBackNotification(c: wireRequired(c.pointee.thread_rolled_back))) } catch { throw error.nested(in: "thread_rolled_back") }
+    case 28:
+      do throws(WireError) { self.payload = .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(c: wireRequired(c.pointee.thread_name_updated))) } catch { throw error.nested(in: "thread_name_updated") }
     default: self.payload = nil
     }
   }
@@ -8418,6 +9346,12 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadTokenUsageUpdated(let v)?:
       c.payload_case = .init(rawValue: 26)
       c.thread_token_usage_updated = arena.message(v, Threadwire__V1__ThreadTokenUsageUpdatedNotification(), threadwire__v1__thread_token_usage_updated_notification__init)
+    case .threadRolledBack(let v)?:
+      c.payload_case = .init(rawValue: 27)
+      c.thread_rolled_back = arena.message(v, Threadwire__V1__ThreadRolledBackNotification(), threadwire__v1__thread_rolled_back_notification__init)
+    case .threadNameUpdated(let v)?:
+      c.payload_case = .init(rawValue: 28)
+      c.thread_name_updated = arena.message(v, Threadwire__V1__ThreadNameUpdatedNotification(), threadwire__v1__thread_name_updated_notification__init)
     case nil: break
     }
   }
@@ -8465,6 +9399,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .itemAgentMessageDelta(let v)?: object.append(("item_agent_message_delta", v.jsonValue()))
     case .serverRequestResolved(let v)?: object.append(("server_request_resolved", v.jsonValue()))
     case .threadTokenUsageUpdated(let v)?: object.append(("thread_token_usage_updated", v.jsonValue()))
+    case .threadRolledBack(let v)?: object.append(("thread_rolled_back", v.jsonValue()))
+    case .threadNameUpdated(let v)?: object.append(("thread_name_updated", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -8476,7 +9412,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

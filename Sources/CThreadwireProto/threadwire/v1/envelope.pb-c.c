@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[21] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[25] =
 {
   {
     "id",
@@ -508,6 +508,42 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_compact_start",
+    34,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_compact_start),
+    &threadwire__v1__thread_compact_start_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_rollback",
+    35,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_rollback),
+    &threadwire__v1__thread_rollback_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_name_set",
+    36,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_name_set),
+    &threadwire__v1__thread_name_set_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -531,6 +567,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turn_steer",
+    42,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, turn_steer),
+    &threadwire__v1__turn_steer_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   14,   /* field[14] = agent_spawn */
@@ -541,10 +589,13 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   2,   /* field[2] = metadata */
   18,   /* field[18] = model_list */
   10,   /* field[10] = thread_archive */
+  19,   /* field[19] = thread_compact_start */
   7,   /* field[7] = thread_fork */
   9,   /* field[9] = thread_list */
+  21,   /* field[21] = thread_name_set */
   8,   /* field[8] = thread_read */
   6,   /* field[6] = thread_resume */
+  20,   /* field[20] = thread_rollback */
   13,   /* field[13] = thread_settings_update */
   5,   /* field[5] = thread_start */
   16,   /* field[16] = thread_tools_update */
@@ -552,16 +603,17 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  20,   /* field[20] = turn_interrupt */
-  19,   /* field[19] = turn_start */
+  23,   /* field[23] = turn_interrupt */
+  22,   /* field[22] = turn_start */
+  24,   /* field[24] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 19 },
-  { 0, 21 }
+  { 40, 22 },
+  { 0, 25 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -571,14 +623,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  21,
+  25,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[21] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[25] =
 {
   {
     "id",
@@ -809,6 +861,42 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_compact_start",
+    34,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_compact_start),
+    &threadwire__v1__thread_compact_start_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_rollback",
+    35,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_rollback),
+    &threadwire__v1__thread_rollback_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_name_set",
+    36,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_name_set),
+    &threadwire__v1__thread_name_set_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -832,6 +920,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turn_steer",
+    42,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, turn_steer),
+    &threadwire__v1__turn_steer_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   14,   /* field[14] = agent_spawn */
@@ -843,26 +943,30 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   2,   /* field[2] = message */
   18,   /* field[18] = model_list */
   10,   /* field[10] = thread_archive */
+  19,   /* field[19] = thread_compact_start */
   7,   /* field[7] = thread_fork */
   9,   /* field[9] = thread_list */
+  21,   /* field[21] = thread_name_set */
   8,   /* field[8] = thread_read */
   6,   /* field[6] = thread_resume */
+  20,   /* field[20] = thread_rollback */
   13,   /* field[13] = thread_settings_update */
   5,   /* field[5] = thread_start */
   16,   /* field[16] = thread_tools_update */
   15,   /* field[15] = thread_turns_list */
   11,   /* field[11] = thread_unarchive */
   12,   /* field[12] = thread_unsubscribe */
-  20,   /* field[20] = turn_interrupt */
-  19,   /* field[19] = turn_start */
+  23,   /* field[23] = turn_interrupt */
+  22,   /* field[22] = turn_start */
+  24,   /* field[24] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 5 },
-  { 40, 19 },
-  { 0, 21 }
+  { 40, 22 },
+  { 0, 25 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -872,14 +976,14 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  21,
+  25,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[14] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[16] =
 {
   {
     "sequence",
@@ -1049,6 +1153,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_rolled_back",
+    27,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, thread_rolled_back),
+    &threadwire__v1__thread_rolled_back_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_name_updated",
+    28,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, thread_name_updated),
+    &threadwire__v1__thread_name_updated_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   11,   /* field[11] = item_agent_message_delta */
@@ -1058,6 +1186,8 @@ static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   12,   /* field[12] = server_request_resolved */
   3,   /* field[3] = thread_archived */
   5,   /* field[5] = thread_closed */
+  15,   /* field[15] = thread_name_updated */
+  14,   /* field[14] = thread_rolled_back */
   6,   /* field[6] = thread_settings_updated */
   1,   /* field[1] = thread_started */
   2,   /* field[2] = thread_status_changed */
@@ -1071,7 +1201,7 @@ static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1
   { 1, 0 },
   { 10, 1 },
   { 20, 7 },
-  { 0, 14 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1081,7 +1211,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  14,
+  16,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

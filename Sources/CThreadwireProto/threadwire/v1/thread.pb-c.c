@@ -1492,6 +1492,366 @@ void   threadwire__v1__thread_closed_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_closed_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_compact_start_params__init
+                     (Threadwire__V1__ThreadCompactStartParams         *message)
+{
+  static const Threadwire__V1__ThreadCompactStartParams init_value = THREADWIRE__V1__THREAD_COMPACT_START_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_compact_start_params__get_packed_size
+                     (const Threadwire__V1__ThreadCompactStartParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_compact_start_params__pack
+                     (const Threadwire__V1__ThreadCompactStartParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_compact_start_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadCompactStartParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadCompactStartParams *
+       threadwire__v1__thread_compact_start_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadCompactStartParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_compact_start_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_compact_start_params__free_unpacked
+                     (Threadwire__V1__ThreadCompactStartParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_compact_start_result__init
+                     (Threadwire__V1__ThreadCompactStartResult         *message)
+{
+  static const Threadwire__V1__ThreadCompactStartResult init_value = THREADWIRE__V1__THREAD_COMPACT_START_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_compact_start_result__get_packed_size
+                     (const Threadwire__V1__ThreadCompactStartResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_compact_start_result__pack
+                     (const Threadwire__V1__ThreadCompactStartResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_compact_start_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadCompactStartResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadCompactStartResult *
+       threadwire__v1__thread_compact_start_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadCompactStartResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_compact_start_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_compact_start_result__free_unpacked
+                     (Threadwire__V1__ThreadCompactStartResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_compact_start_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_rollback_params__init
+                     (Threadwire__V1__ThreadRollbackParams         *message)
+{
+  static const Threadwire__V1__ThreadRollbackParams init_value = THREADWIRE__V1__THREAD_ROLLBACK_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_rollback_params__get_packed_size
+                     (const Threadwire__V1__ThreadRollbackParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_rollback_params__pack
+                     (const Threadwire__V1__ThreadRollbackParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_rollback_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadRollbackParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadRollbackParams *
+       threadwire__v1__thread_rollback_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadRollbackParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_rollback_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_rollback_params__free_unpacked
+                     (Threadwire__V1__ThreadRollbackParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_rollback_result__init
+                     (Threadwire__V1__ThreadRollbackResult         *message)
+{
+  static const Threadwire__V1__ThreadRollbackResult init_value = THREADWIRE__V1__THREAD_ROLLBACK_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_rollback_result__get_packed_size
+                     (const Threadwire__V1__ThreadRollbackResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_rollback_result__pack
+                     (const Threadwire__V1__ThreadRollbackResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_rollback_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadRollbackResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadRollbackResult *
+       threadwire__v1__thread_rollback_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadRollbackResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_rollback_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_rollback_result__free_unpacked
+                     (Threadwire__V1__ThreadRollbackResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_rollback_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_rolled_back_notification__init
+                     (Threadwire__V1__ThreadRolledBackNotification         *message)
+{
+  static const Threadwire__V1__ThreadRolledBackNotification init_value = THREADWIRE__V1__THREAD_ROLLED_BACK_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_rolled_back_notification__get_packed_size
+                     (const Threadwire__V1__ThreadRolledBackNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rolled_back_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_rolled_back_notification__pack
+                     (const Threadwire__V1__ThreadRolledBackNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rolled_back_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_rolled_back_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadRolledBackNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_rolled_back_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadRolledBackNotification *
+       threadwire__v1__thread_rolled_back_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadRolledBackNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_rolled_back_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_rolled_back_notification__free_unpacked
+                     (Threadwire__V1__ThreadRolledBackNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_rolled_back_notification__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_name_set_params__init
+                     (Threadwire__V1__ThreadNameSetParams         *message)
+{
+  static const Threadwire__V1__ThreadNameSetParams init_value = THREADWIRE__V1__THREAD_NAME_SET_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_name_set_params__get_packed_size
+                     (const Threadwire__V1__ThreadNameSetParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_name_set_params__pack
+                     (const Threadwire__V1__ThreadNameSetParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_name_set_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadNameSetParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadNameSetParams *
+       threadwire__v1__thread_name_set_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadNameSetParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_name_set_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_name_set_params__free_unpacked
+                     (Threadwire__V1__ThreadNameSetParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_name_set_result__init
+                     (Threadwire__V1__ThreadNameSetResult         *message)
+{
+  static const Threadwire__V1__ThreadNameSetResult init_value = THREADWIRE__V1__THREAD_NAME_SET_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_name_set_result__get_packed_size
+                     (const Threadwire__V1__ThreadNameSetResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_name_set_result__pack
+                     (const Threadwire__V1__ThreadNameSetResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_name_set_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadNameSetResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadNameSetResult *
+       threadwire__v1__thread_name_set_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadNameSetResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_name_set_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_name_set_result__free_unpacked
+                     (Threadwire__V1__ThreadNameSetResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_name_set_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_name_updated_notification__init
+                     (Threadwire__V1__ThreadNameUpdatedNotification         *message)
+{
+  static const Threadwire__V1__ThreadNameUpdatedNotification init_value = THREADWIRE__V1__THREAD_NAME_UPDATED_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_name_updated_notification__get_packed_size
+                     (const Threadwire__V1__ThreadNameUpdatedNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_updated_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_name_updated_notification__pack
+                     (const Threadwire__V1__ThreadNameUpdatedNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_updated_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_name_updated_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadNameUpdatedNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_name_updated_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadNameUpdatedNotification *
+       threadwire__v1__thread_name_updated_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadNameUpdatedNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_name_updated_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_name_updated_notification__free_unpacked
+                     (Threadwire__V1__ThreadNameUpdatedNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_name_updated_notification__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor threadwire__v1__thread_status__field_descriptors[3] =
 {
   {
@@ -2648,7 +3008,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor 
   (ProtobufCMessageInit) threadwire__v1__thread_fork_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_read_params__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_read_params__field_descriptors[5] =
 {
   {
     "thread_id",
@@ -2698,9 +3058,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_read_params__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "include_rolled_back",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadReadParams, has_include_rolled_back),
+    offsetof(Threadwire__V1__ThreadReadParams, include_rolled_back),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_read_params__field_indices_by_name[] = {
   2,   /* field[2] = include_model_requests */
+  4,   /* field[4] = include_rolled_back */
   1,   /* field[1] = include_turns */
   0,   /* field[0] = thread_id */
   3,   /* field[3] = turns_limit */
@@ -2708,7 +3081,7 @@ static const unsigned threadwire__v1__thread_read_params__field_indices_by_name[
 static const ProtobufCIntRange threadwire__v1__thread_read_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor =
 {
@@ -2718,7 +3091,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor 
   "Threadwire__V1__ThreadReadParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadReadParams),
-  4,
+  5,
   threadwire__v1__thread_read_params__field_descriptors,
   threadwire__v1__thread_read_params__field_indices_by_name,
   1,  threadwire__v1__thread_read_params__number_ranges,
@@ -3019,7 +3392,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descr
   (ProtobufCMessageInit) threadwire__v1__thread_turns_list_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_descriptors[7] =
 {
   {
     "cursor",
@@ -3093,19 +3466,32 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "search_term",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadListParams, search_term),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_list_params__field_indices_by_name[] = {
   5,   /* field[5] = archived */
   0,   /* field[0] = cursor */
   1,   /* field[1] = limit */
   4,   /* field[4] = parent_thread_id */
+  6,   /* field[6] = search_term */
   3,   /* field[3] = sort_direction */
   2,   /* field[2] = sort_key */
 };
 static const ProtobufCIntRange threadwire__v1__thread_list_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor =
 {
@@ -3115,7 +3501,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor 
   "Threadwire__V1__ThreadListParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadListParams),
-  6,
+  7,
   threadwire__v1__thread_list_params__field_descriptors,
   threadwire__v1__thread_list_params__field_indices_by_name,
   1,  threadwire__v1__thread_list_params__number_ranges,
@@ -3672,6 +4058,342 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_closed_notification__des
   threadwire__v1__thread_closed_notification__field_indices_by_name,
   1,  threadwire__v1__thread_closed_notification__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_closed_notification__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_compact_start_params__field_descriptors[1] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadCompactStartParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_compact_start_params__field_indices_by_name[] = {
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_compact_start_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadCompactStartParams",
+  "ThreadCompactStartParams",
+  "Threadwire__V1__ThreadCompactStartParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadCompactStartParams),
+  1,
+  threadwire__v1__thread_compact_start_params__field_descriptors,
+  threadwire__v1__thread_compact_start_params__field_indices_by_name,
+  1,  threadwire__v1__thread_compact_start_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_compact_start_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_compact_start_result__field_descriptors[1] =
+{
+  {
+    "turn",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadCompactStartResult, turn),
+    &threadwire__v1__turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_compact_start_result__field_indices_by_name[] = {
+  0,   /* field[0] = turn */
+};
+static const ProtobufCIntRange threadwire__v1__thread_compact_start_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadCompactStartResult",
+  "ThreadCompactStartResult",
+  "Threadwire__V1__ThreadCompactStartResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadCompactStartResult),
+  1,
+  threadwire__v1__thread_compact_start_result__field_descriptors,
+  threadwire__v1__thread_compact_start_result__field_indices_by_name,
+  1,  threadwire__v1__thread_compact_start_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_compact_start_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_rollback_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadRollbackParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "num_turns",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ThreadRollbackParams, has_num_turns),
+    offsetof(Threadwire__V1__ThreadRollbackParams, num_turns),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_rollback_params__field_indices_by_name[] = {
+  1,   /* field[1] = num_turns */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_rollback_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_rollback_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadRollbackParams",
+  "ThreadRollbackParams",
+  "Threadwire__V1__ThreadRollbackParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadRollbackParams),
+  2,
+  threadwire__v1__thread_rollback_params__field_descriptors,
+  threadwire__v1__thread_rollback_params__field_indices_by_name,
+  1,  threadwire__v1__thread_rollback_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_rollback_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_rollback_result__field_descriptors[1] =
+{
+  {
+    "turn_ids",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadRollbackResult, n_turn_ids),
+    offsetof(Threadwire__V1__ThreadRollbackResult, turn_ids),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_rollback_result__field_indices_by_name[] = {
+  0,   /* field[0] = turn_ids */
+};
+static const ProtobufCIntRange threadwire__v1__thread_rollback_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_rollback_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadRollbackResult",
+  "ThreadRollbackResult",
+  "Threadwire__V1__ThreadRollbackResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadRollbackResult),
+  1,
+  threadwire__v1__thread_rollback_result__field_descriptors,
+  threadwire__v1__thread_rollback_result__field_indices_by_name,
+  1,  threadwire__v1__thread_rollback_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_rollback_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_rolled_back_notification__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadRolledBackNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "turn_ids",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadRolledBackNotification, n_turn_ids),
+    offsetof(Threadwire__V1__ThreadRolledBackNotification, turn_ids),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_rolled_back_notification__field_indices_by_name[] = {
+  0,   /* field[0] = thread_id */
+  1,   /* field[1] = turn_ids */
+};
+static const ProtobufCIntRange threadwire__v1__thread_rolled_back_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_rolled_back_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadRolledBackNotification",
+  "ThreadRolledBackNotification",
+  "Threadwire__V1__ThreadRolledBackNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadRolledBackNotification),
+  2,
+  threadwire__v1__thread_rolled_back_notification__field_descriptors,
+  threadwire__v1__thread_rolled_back_notification__field_indices_by_name,
+  1,  threadwire__v1__thread_rolled_back_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_rolled_back_notification__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_name_set_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadNameSetParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadNameSetParams, name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_name_set_params__field_indices_by_name[] = {
+  1,   /* field[1] = name */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_name_set_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_name_set_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadNameSetParams",
+  "ThreadNameSetParams",
+  "Threadwire__V1__ThreadNameSetParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadNameSetParams),
+  2,
+  threadwire__v1__thread_name_set_params__field_descriptors,
+  threadwire__v1__thread_name_set_params__field_indices_by_name,
+  1,  threadwire__v1__thread_name_set_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_name_set_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define threadwire__v1__thread_name_set_result__field_descriptors NULL
+#define threadwire__v1__thread_name_set_result__field_indices_by_name NULL
+#define threadwire__v1__thread_name_set_result__number_ranges NULL
+const ProtobufCMessageDescriptor threadwire__v1__thread_name_set_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadNameSetResult",
+  "ThreadNameSetResult",
+  "Threadwire__V1__ThreadNameSetResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadNameSetResult),
+  0,
+  threadwire__v1__thread_name_set_result__field_descriptors,
+  threadwire__v1__thread_name_set_result__field_indices_by_name,
+  0,  threadwire__v1__thread_name_set_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_name_set_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_name_updated_notification__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadNameUpdatedNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadNameUpdatedNotification, name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_name_updated_notification__field_indices_by_name[] = {
+  1,   /* field[1] = name */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_name_updated_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_name_updated_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadNameUpdatedNotification",
+  "ThreadNameUpdatedNotification",
+  "Threadwire__V1__ThreadNameUpdatedNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadNameUpdatedNotification),
+  2,
+  threadwire__v1__thread_name_updated_notification__field_descriptors,
+  threadwire__v1__thread_name_updated_notification__field_indices_by_name,
+  1,  threadwire__v1__thread_name_updated_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_name_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue threadwire__v1__thread_status_type__enum_values_by_number[5] =

@@ -817,6 +817,96 @@ void   threadwire__v1__item_completed_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__item_completed_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__turn_steer_params__init
+                     (Threadwire__V1__TurnSteerParams         *message)
+{
+  static const Threadwire__V1__TurnSteerParams init_value = THREADWIRE__V1__TURN_STEER_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__turn_steer_params__get_packed_size
+                     (const Threadwire__V1__TurnSteerParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__turn_steer_params__pack
+                     (const Threadwire__V1__TurnSteerParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__turn_steer_params__pack_to_buffer
+                     (const Threadwire__V1__TurnSteerParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TurnSteerParams *
+       threadwire__v1__turn_steer_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TurnSteerParams *)
+     protobuf_c_message_unpack (&threadwire__v1__turn_steer_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__turn_steer_params__free_unpacked
+                     (Threadwire__V1__TurnSteerParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__turn_steer_result__init
+                     (Threadwire__V1__TurnSteerResult         *message)
+{
+  static const Threadwire__V1__TurnSteerResult init_value = THREADWIRE__V1__TURN_STEER_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__turn_steer_result__get_packed_size
+                     (const Threadwire__V1__TurnSteerResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__turn_steer_result__pack
+                     (const Threadwire__V1__TurnSteerResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__turn_steer_result__pack_to_buffer
+                     (const Threadwire__V1__TurnSteerResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TurnSteerResult *
+       threadwire__v1__turn_steer_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TurnSteerResult *)
+     protobuf_c_message_unpack (&threadwire__v1__turn_steer_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__turn_steer_result__free_unpacked
+                     (Threadwire__V1__TurnSteerResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__turn_steer_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor threadwire__v1__user_input__field_descriptors[2] =
 {
   {
@@ -1036,7 +1126,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_item__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__context_item__field_descriptors[5] =
+static const ProtobufCFieldDescriptor threadwire__v1__context_item__field_descriptors[6] =
 {
   {
     "role",
@@ -1098,18 +1188,31 @@ static const ProtobufCFieldDescriptor threadwire__v1__context_item__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rolls_back_from",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ContextItem, has_rolls_back_from),
+    offsetof(Threadwire__V1__ContextItem, rolls_back_from),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__context_item__field_indices_by_name[] = {
   4,   /* field[4] = call_id */
   1,   /* field[1] = kind */
   0,   /* field[0] = role */
+  5,   /* field[5] = rolls_back_from */
   2,   /* field[2] = text */
   3,   /* field[3] = tool_name */
 };
 static const ProtobufCIntRange threadwire__v1__context_item__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor =
 {
@@ -1119,7 +1222,7 @@ const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor =
   "Threadwire__V1__ContextItem",
   "threadwire.v1",
   sizeof(Threadwire__V1__ContextItem),
-  5,
+  6,
   threadwire__v1__context_item__field_descriptors,
   threadwire__v1__context_item__field_indices_by_name,
   1,  threadwire__v1__context_item__number_ranges,
@@ -1383,7 +1486,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_token_usage_updated_noti
   (ProtobufCMessageInit) threadwire__v1__thread_token_usage_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[5] =
+static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[6] =
 {
   {
     "model",
@@ -1445,8 +1548,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "compaction_prompt",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelRequest, compaction_prompt),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__model_request__field_indices_by_name[] = {
+  5,   /* field[5] = compaction_prompt */
   1,   /* field[1] = context */
   3,   /* field[3] = history_count */
   0,   /* field[0] = model */
@@ -1456,7 +1572,7 @@ static const unsigned threadwire__v1__model_request__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__model_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor =
 {
@@ -1466,7 +1582,7 @@ const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor =
   "Threadwire__V1__ModelRequest",
   "threadwire.v1",
   sizeof(Threadwire__V1__ModelRequest),
-  5,
+  6,
   threadwire__v1__model_request__field_descriptors,
   threadwire__v1__model_request__field_indices_by_name,
   1,  threadwire__v1__model_request__number_ranges,
@@ -1550,7 +1666,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn_context__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[11] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[14] =
 {
   {
     "id",
@@ -1684,6 +1800,42 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[11
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rolled_back",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__Turn, has_rolled_back),
+    offsetof(Threadwire__V1__Turn, rolled_back),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "history_start",
+    13,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__Turn, has_history_start),
+    offsetof(Threadwire__V1__Turn, history_start),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pending_input",
+    14,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Turn, n_pending_input),
+    offsetof(Threadwire__V1__Turn, pending_input),
+    &threadwire__v1__context_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
   4,   /* field[4] = completed_at */
@@ -1691,17 +1843,20 @@ static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
   10,   /* field[10] = deferred_outputs */
   2,   /* field[2] = error */
   8,   /* field[8] = failure_reason */
+  12,   /* field[12] = history_start */
   0,   /* field[0] = id */
   5,   /* field[5] = items */
   7,   /* field[7] = model_requests */
+  13,   /* field[13] = pending_input */
   9,   /* field[9] = pending_requests */
+  11,   /* field[11] = rolled_back */
   3,   /* field[3] = started_at */
   1,   /* field[1] = status */
 };
 static const ProtobufCIntRange threadwire__v1__turn__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 11 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
 {
@@ -1711,7 +1866,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   "Threadwire__V1__Turn",
   "threadwire.v1",
   sizeof(Threadwire__V1__Turn),
-  11,
+  14,
   threadwire__v1__turn__field_descriptors,
   threadwire__v1__turn__field_indices_by_name,
   1,  threadwire__v1__turn__number_ranges,
@@ -2235,6 +2390,121 @@ const ProtobufCMessageDescriptor threadwire__v1__item_completed_notification__de
   (ProtobufCMessageInit) threadwire__v1__item_completed_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor threadwire__v1__turn_steer_params__field_descriptors[3] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnSteerParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expected_turn_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnSteerParams, expected_turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "input",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__TurnSteerParams, n_input),
+    offsetof(Threadwire__V1__TurnSteerParams, input),
+    &threadwire__v1__user_input__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__turn_steer_params__field_indices_by_name[] = {
+  1,   /* field[1] = expected_turn_id */
+  2,   /* field[2] = input */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__turn_steer_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__turn_steer_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TurnSteerParams",
+  "TurnSteerParams",
+  "Threadwire__V1__TurnSteerParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TurnSteerParams),
+  3,
+  threadwire__v1__turn_steer_params__field_descriptors,
+  threadwire__v1__turn_steer_params__field_indices_by_name,
+  1,  threadwire__v1__turn_steer_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__turn_steer_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__turn_steer_result__field_descriptors[2] =
+{
+  {
+    "turn_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnSteerResult, turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "item",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnSteerResult, item),
+    &threadwire__v1__thread_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__turn_steer_result__field_indices_by_name[] = {
+  1,   /* field[1] = item */
+  0,   /* field[0] = turn_id */
+};
+static const ProtobufCIntRange threadwire__v1__turn_steer_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__turn_steer_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TurnSteerResult",
+  "TurnSteerResult",
+  "Threadwire__V1__TurnSteerResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TurnSteerResult),
+  2,
+  threadwire__v1__turn_steer_result__field_descriptors,
+  threadwire__v1__turn_steer_result__field_indices_by_name,
+  1,  threadwire__v1__turn_steer_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__turn_steer_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue threadwire__v1__turn_status__enum_values_by_number[5] =
 {
   { "TURN_STATUS_UNSPECIFIED", "THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED", 0 },
@@ -2269,21 +2539,23 @@ const ProtobufCEnumDescriptor threadwire__v1__turn_status__descriptor =
   threadwire__v1__turn_status__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number[5] =
+static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number[6] =
 {
   { "ITEM_TYPE_UNSPECIFIED", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED", 0 },
   { "ITEM_TYPE_USER_MESSAGE", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_USER_MESSAGE", 1 },
   { "ITEM_TYPE_AGENT_MESSAGE", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_AGENT_MESSAGE", 2 },
   { "ITEM_TYPE_COLLAB_TOOL_CALL", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_COLLAB_TOOL_CALL", 3 },
   { "ITEM_TYPE_TOOL_CALL", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL", 4 },
+  { "ITEM_TYPE_CONTEXT_COMPACTION", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_CONTEXT_COMPACTION", 5 },
 };
 static const ProtobufCIntRange threadwire__v1__item_type__value_ranges[] = {
-{0, 0},{0, 5}
+{0, 0},{0, 6}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__item_type__enum_values_by_name[5] =
+static const ProtobufCEnumValueIndex threadwire__v1__item_type__enum_values_by_name[6] =
 {
   { "ITEM_TYPE_AGENT_MESSAGE", 2 },
   { "ITEM_TYPE_COLLAB_TOOL_CALL", 3 },
+  { "ITEM_TYPE_CONTEXT_COMPACTION", 5 },
   { "ITEM_TYPE_TOOL_CALL", 4 },
   { "ITEM_TYPE_UNSPECIFIED", 0 },
   { "ITEM_TYPE_USER_MESSAGE", 1 },
@@ -2295,9 +2567,9 @@ const ProtobufCEnumDescriptor threadwire__v1__item_type__descriptor =
   "ItemType",
   "Threadwire__V1__ItemType",
   "threadwire.v1",
-  5,
+  6,
   threadwire__v1__item_type__enum_values_by_number,
-  5,
+  6,
   threadwire__v1__item_type__enum_values_by_name,
   1,
   threadwire__v1__item_type__value_ranges,
@@ -2375,7 +2647,7 @@ const ProtobufCEnumDescriptor threadwire__v1__context_role__descriptor =
   threadwire__v1__context_role__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_number[12] =
+static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_number[14] =
 {
   { "CONTEXT_KIND_UNSPECIFIED", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_UNSPECIFIED", 0 },
   { "CONTEXT_KIND_BASE_INSTRUCTIONS", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_BASE_INSTRUCTIONS", 1 },
@@ -2389,18 +2661,22 @@ static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_num
   { "CONTEXT_KIND_MAILBOX", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_MAILBOX", 9 },
   { "CONTEXT_KIND_INTERRUPTION_MARKER", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_INTERRUPTION_MARKER", 10 },
   { "CONTEXT_KIND_DEVELOPER_MESSAGE", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE", 11 },
+  { "CONTEXT_KIND_COMPACTION_SUMMARY", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_COMPACTION_SUMMARY", 12 },
+  { "CONTEXT_KIND_ROLLBACK_MARKER", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_ROLLBACK_MARKER", 13 },
 };
 static const ProtobufCIntRange threadwire__v1__context_kind__value_ranges[] = {
-{0, 0},{0, 12}
+{0, 0},{0, 14}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__context_kind__enum_values_by_name[12] =
+static const ProtobufCEnumValueIndex threadwire__v1__context_kind__enum_values_by_name[14] =
 {
   { "CONTEXT_KIND_ASSISTANT_MESSAGE", 5 },
   { "CONTEXT_KIND_BASE_INSTRUCTIONS", 1 },
+  { "CONTEXT_KIND_COMPACTION_SUMMARY", 12 },
   { "CONTEXT_KIND_DEVELOPER_MESSAGE", 11 },
   { "CONTEXT_KIND_INTERRUPTION_MARKER", 10 },
   { "CONTEXT_KIND_MAILBOX", 9 },
   { "CONTEXT_KIND_MULTI_AGENT_MODE", 3 },
+  { "CONTEXT_KIND_ROLLBACK_MARKER", 13 },
   { "CONTEXT_KIND_SUBAGENT_NOTIFICATION", 8 },
   { "CONTEXT_KIND_TOOL_CALL", 6 },
   { "CONTEXT_KIND_TOOL_OUTPUT", 7 },
@@ -2415,9 +2691,9 @@ const ProtobufCEnumDescriptor threadwire__v1__context_kind__descriptor =
   "ContextKind",
   "Threadwire__V1__ContextKind",
   "threadwire.v1",
-  12,
+  14,
   threadwire__v1__context_kind__enum_values_by_number,
-  12,
+  14,
   threadwire__v1__context_kind__enum_values_by_name,
   1,
   threadwire__v1__context_kind__value_ranges,

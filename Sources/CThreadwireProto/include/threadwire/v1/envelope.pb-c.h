@@ -96,8 +96,12 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_TOOLS_UPDATE = 31,
   THREADWIRE__V1__REQUEST__PARAMS_MCP_SERVER_LIST = 32,
   THREADWIRE__V1__REQUEST__PARAMS_MODEL_LIST = 33,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_COMPACT_START = 34,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_ROLLBACK = 35,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_NAME_SET = 36,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
-  THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41
+  THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41,
+  THREADWIRE__V1__REQUEST__PARAMS_TURN_STEER = 42
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
 } Threadwire__V1__Request__ParamsCase;
 
@@ -147,8 +151,12 @@ struct  Threadwire__V1__Request
      */
     Threadwire__V1__McpServerListParams *mcp_server_list;
     Threadwire__V1__ModelListParams *model_list;
+    Threadwire__V1__ThreadCompactStartParams *thread_compact_start;
+    Threadwire__V1__ThreadRollbackParams *thread_rollback;
+    Threadwire__V1__ThreadNameSetParams *thread_name_set;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
+    Threadwire__V1__TurnSteerParams *turn_steer;
   };
 };
 #define THREADWIRE__V1__REQUEST__INIT \
@@ -174,8 +182,12 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_TOOLS_UPDATE = 31,
   THREADWIRE__V1__RESPONSE__RESULT_MCP_SERVER_LIST = 32,
   THREADWIRE__V1__RESPONSE__RESULT_MODEL_LIST = 33,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_COMPACT_START = 34,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_ROLLBACK = 35,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_NAME_SET = 36,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
-  THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41
+  THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41,
+  THREADWIRE__V1__RESPONSE__RESULT_TURN_STEER = 42
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
 } Threadwire__V1__Response__ResultCase;
 
@@ -214,8 +226,12 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadToolsUpdateResult *thread_tools_update;
     Threadwire__V1__McpServerListResult *mcp_server_list;
     Threadwire__V1__ModelListResult *model_list;
+    Threadwire__V1__ThreadCompactStartResult *thread_compact_start;
+    Threadwire__V1__ThreadRollbackResult *thread_rollback;
+    Threadwire__V1__ThreadNameSetResult *thread_name_set;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
+    Threadwire__V1__TurnSteerResult *turn_steer;
   };
 };
 #define THREADWIRE__V1__RESPONSE__INIT \
@@ -237,7 +253,9 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_COMPLETED = 23,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_ITEM_AGENT_MESSAGE_DELTA = 24,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_SERVER_REQUEST_RESOLVED = 25,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_TOKEN_USAGE_UPDATED = 26
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_TOKEN_USAGE_UPDATED = 26,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_ROLLED_BACK = 27,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_NAME_UPDATED = 28
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -279,6 +297,8 @@ struct  Threadwire__V1__Notification
      * "thread/token_usage/updated".
      */
     Threadwire__V1__ThreadTokenUsageUpdatedNotification *thread_token_usage_updated;
+    Threadwire__V1__ThreadRolledBackNotification *thread_rolled_back;
+    Threadwire__V1__ThreadNameUpdatedNotification *thread_name_updated;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

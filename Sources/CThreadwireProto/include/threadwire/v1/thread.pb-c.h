@@ -51,6 +51,14 @@ typedef struct Threadwire__V1__ThreadStatusChangedNotification Threadwire__V1__T
 typedef struct Threadwire__V1__ThreadArchivedNotification Threadwire__V1__ThreadArchivedNotification;
 typedef struct Threadwire__V1__ThreadUnarchivedNotification Threadwire__V1__ThreadUnarchivedNotification;
 typedef struct Threadwire__V1__ThreadClosedNotification Threadwire__V1__ThreadClosedNotification;
+typedef struct Threadwire__V1__ThreadCompactStartParams Threadwire__V1__ThreadCompactStartParams;
+typedef struct Threadwire__V1__ThreadCompactStartResult Threadwire__V1__ThreadCompactStartResult;
+typedef struct Threadwire__V1__ThreadRollbackParams Threadwire__V1__ThreadRollbackParams;
+typedef struct Threadwire__V1__ThreadRollbackResult Threadwire__V1__ThreadRollbackResult;
+typedef struct Threadwire__V1__ThreadRolledBackNotification Threadwire__V1__ThreadRolledBackNotification;
+typedef struct Threadwire__V1__ThreadNameSetParams Threadwire__V1__ThreadNameSetParams;
+typedef struct Threadwire__V1__ThreadNameSetResult Threadwire__V1__ThreadNameSetResult;
+typedef struct Threadwire__V1__ThreadNameUpdatedNotification Threadwire__V1__ThreadNameUpdatedNotification;
 
 
 /* --- enums --- */
@@ -517,10 +525,15 @@ struct  Threadwire__V1__ThreadReadParams
    */
   protobuf_c_boolean has_turns_limit;
   uint32_t turns_limit;
+  /*
+   * Also turns taken back by thread/rollback (marked rolled_back).
+   */
+  protobuf_c_boolean has_include_rolled_back;
+  protobuf_c_boolean include_rolled_back;
 };
 #define THREADWIRE__V1__THREAD_READ_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_read_params__descriptor) \
-    , NULL, 0, 0, 0, 0, 0, 0 }
+    , NULL, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 struct  Threadwire__V1__ThreadReadResult
@@ -645,10 +658,16 @@ struct  Threadwire__V1__ThreadListParams
    */
   protobuf_c_boolean has_archived;
   protobuf_c_boolean archived;
+  /*
+   * Only threads whose name or preview (the first 120 characters of the
+   * first user message) contains this text, ignoring case. At least 3
+   * characters: a trigram index serves it on both stores.
+   */
+  char *search_term;
 };
 #define THREADWIRE__V1__THREAD_LIST_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_list_params__descriptor) \
-    , NULL, 0, 0, 0, THREADWIRE__V1__THREAD_SORT_KEY__THREAD_SORT_KEY_UNSPECIFIED, 0, THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_UNSPECIFIED, NULL, 0, 0 }
+    , NULL, 0, 0, 0, THREADWIRE__V1__THREAD_SORT_KEY__THREAD_SORT_KEY_UNSPECIFIED, 0, THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_UNSPECIFIED, NULL, 0, 0, NULL }
 
 
 struct  Threadwire__V1__ThreadListResult
@@ -836,6 +855,127 @@ struct  Threadwire__V1__ThreadClosedNotification
 #define THREADWIRE__V1__THREAD_CLOSED_NOTIFICATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_closed_notification__descriptor) \
     , NULL }
+
+
+/*
+ * Method "thread/compact/start": compacts the thread's context now, as a
+ * turn of its own (turn/started, an ITEM_TYPE_CONTEXT_COMPACTION item,
+ * turn/completed). The model is called once with the summarisation prompt
+ * over what it is currently shown; later requests carry the summary in place
+ * of what it summarised. A compaction that fails changes nothing in the
+ * context and fails the turn with the reason. FAILED_PRECONDITION while a
+ * turn runs.
+ */
+struct  Threadwire__V1__ThreadCompactStartParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+};
+#define THREADWIRE__V1__THREAD_COMPACT_START_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_compact_start_params__descriptor) \
+    , NULL }
+
+
+struct  Threadwire__V1__ThreadCompactStartResult
+{
+  ProtobufCMessage base;
+  Threadwire__V1__Turn *turn;
+};
+#define THREADWIRE__V1__THREAD_COMPACT_START_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_compact_start_result__descriptor) \
+    , NULL }
+
+
+/*
+ * Method "thread/rollback": the last num_turns turns leave the model's
+ * context and are marked rolled_back in the transcript (thread/read shows
+ * them with include_rolled_back). Emits thread/rolled_back. Refused with
+ * FAILED_PRECONDITION while a turn runs. Children spawned by a rolled-back
+ * turn keep running and stay in the agent tree.
+ */
+struct  Threadwire__V1__ThreadRollbackParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  /*
+   * 1 or more, at most the number of turns not rolled back yet.
+   */
+  protobuf_c_boolean has_num_turns;
+  uint32_t num_turns;
+};
+#define THREADWIRE__V1__THREAD_ROLLBACK_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_rollback_params__descriptor) \
+    , NULL, 0, 0 }
+
+
+struct  Threadwire__V1__ThreadRollbackResult
+{
+  ProtobufCMessage base;
+  /*
+   * The turns rolled back, oldest first.
+   */
+  size_t n_turn_ids;
+  char **turn_ids;
+};
+#define THREADWIRE__V1__THREAD_ROLLBACK_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_rollback_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Notification "thread/rolled_back".
+ */
+struct  Threadwire__V1__ThreadRolledBackNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  size_t n_turn_ids;
+  char **turn_ids;
+};
+#define THREADWIRE__V1__THREAD_ROLLED_BACK_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_rolled_back_notification__descriptor) \
+    , NULL, 0,NULL }
+
+
+/*
+ * Method "thread/name/set": names a thread (an empty name clears it). Emits
+ * thread/name/updated. At most 200 characters of valid UTF-8.
+ */
+struct  Threadwire__V1__ThreadNameSetParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *name;
+};
+#define THREADWIRE__V1__THREAD_NAME_SET_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_name_set_params__descriptor) \
+    , NULL, NULL }
+
+
+struct  Threadwire__V1__ThreadNameSetResult
+{
+  ProtobufCMessage base;
+};
+#define THREADWIRE__V1__THREAD_NAME_SET_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_name_set_result__descriptor) \
+     }
+
+
+/*
+ * Notification "thread/name/updated".
+ */
+struct  Threadwire__V1__ThreadNameUpdatedNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  /*
+   * Absent: the name was cleared.
+   */
+  char *name;
+};
+#define THREADWIRE__V1__THREAD_NAME_UPDATED_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_name_updated_notification__descriptor) \
+    , NULL, NULL }
 
 
 /* Threadwire__V1__ThreadStatus methods */
@@ -1465,6 +1605,158 @@ Threadwire__V1__ThreadClosedNotification *
 void   threadwire__v1__thread_closed_notification__free_unpacked
                      (Threadwire__V1__ThreadClosedNotification *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadCompactStartParams methods */
+void   threadwire__v1__thread_compact_start_params__init
+                     (Threadwire__V1__ThreadCompactStartParams         *message);
+size_t threadwire__v1__thread_compact_start_params__get_packed_size
+                     (const Threadwire__V1__ThreadCompactStartParams   *message);
+size_t threadwire__v1__thread_compact_start_params__pack
+                     (const Threadwire__V1__ThreadCompactStartParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_compact_start_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadCompactStartParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadCompactStartParams *
+       threadwire__v1__thread_compact_start_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_compact_start_params__free_unpacked
+                     (Threadwire__V1__ThreadCompactStartParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadCompactStartResult methods */
+void   threadwire__v1__thread_compact_start_result__init
+                     (Threadwire__V1__ThreadCompactStartResult         *message);
+size_t threadwire__v1__thread_compact_start_result__get_packed_size
+                     (const Threadwire__V1__ThreadCompactStartResult   *message);
+size_t threadwire__v1__thread_compact_start_result__pack
+                     (const Threadwire__V1__ThreadCompactStartResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_compact_start_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadCompactStartResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadCompactStartResult *
+       threadwire__v1__thread_compact_start_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_compact_start_result__free_unpacked
+                     (Threadwire__V1__ThreadCompactStartResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadRollbackParams methods */
+void   threadwire__v1__thread_rollback_params__init
+                     (Threadwire__V1__ThreadRollbackParams         *message);
+size_t threadwire__v1__thread_rollback_params__get_packed_size
+                     (const Threadwire__V1__ThreadRollbackParams   *message);
+size_t threadwire__v1__thread_rollback_params__pack
+                     (const Threadwire__V1__ThreadRollbackParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_rollback_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadRollbackParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadRollbackParams *
+       threadwire__v1__thread_rollback_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_rollback_params__free_unpacked
+                     (Threadwire__V1__ThreadRollbackParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadRollbackResult methods */
+void   threadwire__v1__thread_rollback_result__init
+                     (Threadwire__V1__ThreadRollbackResult         *message);
+size_t threadwire__v1__thread_rollback_result__get_packed_size
+                     (const Threadwire__V1__ThreadRollbackResult   *message);
+size_t threadwire__v1__thread_rollback_result__pack
+                     (const Threadwire__V1__ThreadRollbackResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_rollback_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadRollbackResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadRollbackResult *
+       threadwire__v1__thread_rollback_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_rollback_result__free_unpacked
+                     (Threadwire__V1__ThreadRollbackResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadRolledBackNotification methods */
+void   threadwire__v1__thread_rolled_back_notification__init
+                     (Threadwire__V1__ThreadRolledBackNotification         *message);
+size_t threadwire__v1__thread_rolled_back_notification__get_packed_size
+                     (const Threadwire__V1__ThreadRolledBackNotification   *message);
+size_t threadwire__v1__thread_rolled_back_notification__pack
+                     (const Threadwire__V1__ThreadRolledBackNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_rolled_back_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadRolledBackNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadRolledBackNotification *
+       threadwire__v1__thread_rolled_back_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_rolled_back_notification__free_unpacked
+                     (Threadwire__V1__ThreadRolledBackNotification *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadNameSetParams methods */
+void   threadwire__v1__thread_name_set_params__init
+                     (Threadwire__V1__ThreadNameSetParams         *message);
+size_t threadwire__v1__thread_name_set_params__get_packed_size
+                     (const Threadwire__V1__ThreadNameSetParams   *message);
+size_t threadwire__v1__thread_name_set_params__pack
+                     (const Threadwire__V1__ThreadNameSetParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_name_set_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadNameSetParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadNameSetParams *
+       threadwire__v1__thread_name_set_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_name_set_params__free_unpacked
+                     (Threadwire__V1__ThreadNameSetParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadNameSetResult methods */
+void   threadwire__v1__thread_name_set_result__init
+                     (Threadwire__V1__ThreadNameSetResult         *message);
+size_t threadwire__v1__thread_name_set_result__get_packed_size
+                     (const Threadwire__V1__ThreadNameSetResult   *message);
+size_t threadwire__v1__thread_name_set_result__pack
+                     (const Threadwire__V1__ThreadNameSetResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_name_set_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadNameSetResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadNameSetResult *
+       threadwire__v1__thread_name_set_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_name_set_result__free_unpacked
+                     (Threadwire__V1__ThreadNameSetResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadNameUpdatedNotification methods */
+void   threadwire__v1__thread_name_updated_notification__init
+                     (Threadwire__V1__ThreadNameUpdatedNotification         *message);
+size_t threadwire__v1__thread_name_updated_notification__get_packed_size
+                     (const Threadwire__V1__ThreadNameUpdatedNotification   *message);
+size_t threadwire__v1__thread_name_updated_notification__pack
+                     (const Threadwire__V1__ThreadNameUpdatedNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_name_updated_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadNameUpdatedNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadNameUpdatedNotification *
+       threadwire__v1__thread_name_updated_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_name_updated_notification__free_unpacked
+                     (Threadwire__V1__ThreadNameUpdatedNotification *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Threadwire__V1__ThreadStatus_Closure)
@@ -1566,6 +1858,30 @@ typedef void (*Threadwire__V1__ThreadUnarchivedNotification_Closure)
 typedef void (*Threadwire__V1__ThreadClosedNotification_Closure)
                  (const Threadwire__V1__ThreadClosedNotification *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadCompactStartParams_Closure)
+                 (const Threadwire__V1__ThreadCompactStartParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadCompactStartResult_Closure)
+                 (const Threadwire__V1__ThreadCompactStartResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadRollbackParams_Closure)
+                 (const Threadwire__V1__ThreadRollbackParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadRollbackResult_Closure)
+                 (const Threadwire__V1__ThreadRollbackResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadRolledBackNotification_Closure)
+                 (const Threadwire__V1__ThreadRolledBackNotification *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadNameSetParams_Closure)
+                 (const Threadwire__V1__ThreadNameSetParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadNameSetResult_Closure)
+                 (const Threadwire__V1__ThreadNameSetResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadNameUpdatedNotification_Closure)
+                 (const Threadwire__V1__ThreadNameUpdatedNotification *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1611,6 +1927,14 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_status_changed_no
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_archived_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_unarchived_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_closed_notification__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_rollback_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_rollback_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_rolled_back_notification__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_name_set_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_name_set_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_name_updated_notification__descriptor;
 
 PROTOBUF_C__END_DECLS
 

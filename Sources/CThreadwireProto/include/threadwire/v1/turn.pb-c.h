@@ -36,6 +36,8 @@ typedef struct Threadwire__V1__TurnCompletedNotification Threadwire__V1__TurnCom
 typedef struct Threadwire__V1__ItemStartedNotification Threadwire__V1__ItemStartedNotification;
 typedef struct Threadwire__V1__ItemAgentMessageDeltaNotification Threadwire__V1__ItemAgentMessageDeltaNotification;
 typedef struct Threadwire__V1__ItemCompletedNotification Threadwire__V1__ItemCompletedNotification;
+typedef struct Threadwire__V1__TurnSteerParams Threadwire__V1__TurnSteerParams;
+typedef struct Threadwire__V1__TurnSteerResult Threadwire__V1__TurnSteerResult;
 
 
 /* --- enums --- */
@@ -64,7 +66,13 @@ typedef enum _Threadwire__V1__ItemType {
    * A call of a client tool: tool_name, tool_arguments, tool_output,
    * tool_source, status, duration_ms.
    */
-  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL = 4
+  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL = 4,
+  /*
+   * A context compaction (automatic or thread/compact/start): text is the
+   * summary that replaced the earlier context in what the model is shown.
+   * The items it summarised stay in the transcript.
+   */
+  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_CONTEXT_COMPACTION = 5
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__ITEM_TYPE)
 } Threadwire__V1__ItemType;
 typedef enum _Threadwire__V1__ItemStatus {
@@ -120,7 +128,18 @@ typedef enum _Threadwire__V1__ContextKind {
   /*
    * Any other developer instructions (e.g. from an imported rollout).
    */
-  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE = 11
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE = 11,
+  /*
+   * A compaction's summary (user role): the model is shown nothing from
+   * before it. The usage hint and mode fragment follow it again under the
+   * seeds' rules, then the running turn's user input.
+   */
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_COMPACTION_SUMMARY = 12,
+  /*
+   * Never shown to the model: thread/rollback's marker. The history items
+   * from rolls_back_from up to this marker leave the model's context.
+   */
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_ROLLBACK_MARKER = 13
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__CONTEXT_KIND)
 } Threadwire__V1__ContextKind;
 /*
@@ -233,10 +252,15 @@ struct  Threadwire__V1__ContextItem
   char *text;
   char *tool_name;
   char *call_id;
+  /*
+   * CONTEXT_KIND_ROLLBACK_MARKER only: the first history sequence it drops.
+   */
+  protobuf_c_boolean has_rolls_back_from;
+  uint64_t rolls_back_from;
 };
 #define THREADWIRE__V1__CONTEXT_ITEM__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__context_item__descriptor) \
-    , 0, THREADWIRE__V1__CONTEXT_ROLE__CONTEXT_ROLE_UNSPECIFIED, 0, THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_UNSPECIFIED, NULL, NULL, NULL }
+    , 0, THREADWIRE__V1__CONTEXT_ROLE__CONTEXT_ROLE_UNSPECIFIED, 0, THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_UNSPECIFIED, NULL, NULL, NULL, 0, 0 }
 
 
 /*
@@ -345,10 +369,15 @@ struct  Threadwire__V1__ModelRequest
    * What the call used; absent while it runs or when the provider did not say.
    */
   Threadwire__V1__TokenUsage *usage;
+  /*
+   * A compaction's summarisation call: the prompt, sent as a last user item
+   * after the context (and no tools are offered).
+   */
+  char *compaction_prompt;
 };
 #define THREADWIRE__V1__MODEL_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_request__descriptor) \
-    , NULL, 0,NULL, 0,NULL, 0, 0, NULL }
+    , NULL, 0,NULL, 0,NULL, 0, 0, NULL, NULL }
 
 
 /*
@@ -421,10 +450,27 @@ struct  Threadwire__V1__Turn
    */
   size_t n_deferred_outputs;
   Threadwire__V1__ContextItem **deferred_outputs;
+  /*
+   * Set by thread/rollback: the turn left the model's context. thread/read
+   * leaves such turns out unless include_rolled_back is set.
+   */
+  protobuf_c_boolean has_rolled_back;
+  protobuf_c_boolean rolled_back;
+  /*
+   * Never sent to clients: the history sequence at which the turn began.
+   */
+  protobuf_c_boolean has_history_start;
+  uint64_t history_start;
+  /*
+   * Never sent to clients: turn/steer input not yet given to the model (it
+   * joins the context at the turn's next model request).
+   */
+  size_t n_pending_input;
+  Threadwire__V1__ContextItem **pending_input;
 };
 #define THREADWIRE__V1__TURN__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn__descriptor) \
-    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED, 0,NULL, 0,NULL }
+    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED, 0,NULL, 0,NULL, 0, 0, 0, 0, 0,NULL }
 
 
 typedef enum {
@@ -577,6 +623,41 @@ struct  Threadwire__V1__ItemCompletedNotification
 #define THREADWIRE__V1__ITEM_COMPLETED_NOTIFICATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__item_completed_notification__descriptor) \
     , NULL, NULL, NULL }
+
+
+/*
+ * Method "turn/steer": adds input to the running turn. It joins the turn as
+ * a user item at once (item/started and item/completed) and reaches the model
+ * at the turn's next model request, after the tool calls in progress finish;
+ * a turn whose model answered without tool calls goes on to one more model
+ * request for it. FAILED_PRECONDITION when no turn runs or expected_turn_id
+ * is not the running turn (the message names the actual state).
+ */
+struct  Threadwire__V1__TurnSteerParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *expected_turn_id;
+  size_t n_input;
+  Threadwire__V1__UserInput **input;
+};
+#define THREADWIRE__V1__TURN_STEER_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_steer_params__descriptor) \
+    , NULL, NULL, 0,NULL }
+
+
+struct  Threadwire__V1__TurnSteerResult
+{
+  ProtobufCMessage base;
+  char *turn_id;
+  /*
+   * The user item the input became.
+   */
+  Threadwire__V1__ThreadItem *item;
+};
+#define THREADWIRE__V1__TURN_STEER_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_steer_result__descriptor) \
+    , NULL, NULL }
 
 
 /* Threadwire__V1__UserInput methods */
@@ -921,6 +1002,44 @@ Threadwire__V1__ItemCompletedNotification *
 void   threadwire__v1__item_completed_notification__free_unpacked
                      (Threadwire__V1__ItemCompletedNotification *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__TurnSteerParams methods */
+void   threadwire__v1__turn_steer_params__init
+                     (Threadwire__V1__TurnSteerParams         *message);
+size_t threadwire__v1__turn_steer_params__get_packed_size
+                     (const Threadwire__V1__TurnSteerParams   *message);
+size_t threadwire__v1__turn_steer_params__pack
+                     (const Threadwire__V1__TurnSteerParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__turn_steer_params__pack_to_buffer
+                     (const Threadwire__V1__TurnSteerParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TurnSteerParams *
+       threadwire__v1__turn_steer_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__turn_steer_params__free_unpacked
+                     (Threadwire__V1__TurnSteerParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__TurnSteerResult methods */
+void   threadwire__v1__turn_steer_result__init
+                     (Threadwire__V1__TurnSteerResult         *message);
+size_t threadwire__v1__turn_steer_result__get_packed_size
+                     (const Threadwire__V1__TurnSteerResult   *message);
+size_t threadwire__v1__turn_steer_result__pack
+                     (const Threadwire__V1__TurnSteerResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__turn_steer_result__pack_to_buffer
+                     (const Threadwire__V1__TurnSteerResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TurnSteerResult *
+       threadwire__v1__turn_steer_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__turn_steer_result__free_unpacked
+                     (Threadwire__V1__TurnSteerResult *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Threadwire__V1__UserInput_Closure)
@@ -977,6 +1096,12 @@ typedef void (*Threadwire__V1__ItemAgentMessageDeltaNotification_Closure)
 typedef void (*Threadwire__V1__ItemCompletedNotification_Closure)
                  (const Threadwire__V1__ItemCompletedNotification *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__TurnSteerParams_Closure)
+                 (const Threadwire__V1__TurnSteerParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__TurnSteerResult_Closure)
+                 (const Threadwire__V1__TurnSteerResult *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1007,6 +1132,8 @@ extern const ProtobufCMessageDescriptor threadwire__v1__turn_completed_notificat
 extern const ProtobufCMessageDescriptor threadwire__v1__item_started_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__item_agent_message_delta_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__item_completed_notification__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__turn_steer_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__turn_steer_result__descriptor;
 
 PROTOBUF_C__END_DECLS
 

@@ -1,0 +1,280 @@
+import Foundation
+
+/// What keeps a long thread inside its model's context window, and what lets
+/// a client change the context between and during turns: compaction,
+/// rollback, steering, and names. History stays append-only throughout (see
+/// `ModelContext`): each of these appends, nothing is rewritten.
+extension ThreadEngine {
+    // MARK: - Opening context
+
+    /// The developer items a turn's context opens with under the seeds'
+    /// rules: the v2 usage hint when the model's context has no earlier turn,
+    /// and a mode fragment when the effective mode differs from the one the
+    /// context carries. A compaction passes `.noPreviousTurn`: the summary
+    /// replaced both.
+    func openingContext(
+        _ record: ThreadRecord, runtime: MultiAgentRuntime?, effective: MultiAgentMode?, baseline: ModeRules.Baseline, config: ThreadConfig
+    ) -> [ContextItem] {
+        var items: [ContextItem] = []
+        if baseline == .noPreviousTurn, runtime == .v2, config.usageHintEnabled, record.source != .review {
+            let hint = record.source == .threadSpawn ? settings.subagentUsageHint : settings.rootUsageHint
+            items.append(ContextItem(role: .developer, kind: .usageHint, text: hint))
+        }
+        if let mode = ModeRules.fragmentToEmit(baseline: baseline, current: effective) {
+            items.append(ContextItem(role: .developer, kind: .multiAgentMode, text: ModeRules.fragmentText(mode)))
+        }
+        return items
+    }
+
+    // MARK: - Compaction
+
+    /// Whether the next model request would pass the configured share of the
+    /// model's window: the newest provider-counted request (if nothing was
+    /// compacted or rolled back since) plus an estimate of what came after it,
+    /// else an estimate of everything the model would be shown.
+    func needsCompaction(_ state: StoredThread, config: ThreadConfig) -> Bool {
+        guard settings.compaction.auto, let window = settings.catalog.contextWindow(forModel: state.record.model) else { return false }
+        return estimatedNextRequestTokens(state) > Int(Double(window) * settings.compaction.threshold)
+    }
+
+    func estimatedNextRequestTokens(_ state: StoredThread) -> Int {
+        let boundary = state.history.lastIndex { $0.kind == .compactionSummary || $0.kind == .rollbackMarker } ?? -1
+        let counted = state.turns.reversed().lazy.filter { !$0.rolledBack }.flatMap { $0.modelRequests.reversed() }
+            .first { $0.compactionPrompt == nil && $0.usage != nil }
+        let base = ModelContext.estimatedTokens([ContextItem(role: .system, kind: .baseInstructions, text: settings.baseInstructions(for: state.record))])
+        if let counted, let usage = counted.usage, counted.contextCount > boundary, counted.contextCount <= state.history.count {
+            return usage.inputTokens + usage.outputTokens + ModelContext.estimatedTokens(state.history[counted.contextCount...])
+        }
+        return base + ModelContext.estimatedTokens(ModelContext.visible(state.history[...]))
+    }
+
+    /// Compacts the running turn's context: one model call with the
+    /// summarisation prompt over what the model is shown now, then, in one
+    /// commit, the summary, the opening context again, the turn's own items
+    /// so far (so the turn goes on where it was), and a compaction item in the
+    /// transcript. A failed call changes no context and fails the turn. False
+    /// when the turn is no longer running.
+    func compactContext(_ owner: ThreadOwner, turnID: TurnID) async -> Bool {
+        let prepared: ModelRequest? = await locked(owner) {
+            guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return nil }
+            let ref = ModelRequestRecord(model: state.record.model, contextCount: state.history.count, tools: [],
+                                         compactionPrompt: settings.compaction.prompt)
+            var next = state
+            next.turns[index].modelRequests.append(ref)
+            do { try await install(owner, next, [.putTurn(next.turns[index])]) } catch {
+                await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+                return nil
+            }
+            return ref.request(history: next.history, baseInstructions: settings.baseInstructions(for: next.record))
+        }
+        guard let request = prepared else { return false }
+
+        let response: ModelResponse
+        do {
+            response = try await backend.respond(to: request, stream: ModelStream { _ in })
+        } catch is CancellationError {
+            return false
+        } catch let error as ModelCallError {
+            await locked(owner) {
+                await failTurn(owner, turnID: turnID, error: "context compaction failed: \(error.message)", reason: error.reason)
+            }
+            return false
+        } catch {
+            if Task.isCancelled { return false }
+            await locked(owner) { await failTurn(owner, turnID: turnID, error: "context compaction failed: \(error)", reason: .providerError) }
+            return false
+        }
+        let summary = response.outputs.compactMap { if case let .message(text) = $0 { text } else { nil } }
+            .joined(separator: "\n").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !summary.isEmpty else {
+            await locked(owner) {
+                await failTurn(owner, turnID: turnID, error: "context compaction failed: the model answered without a summary", reason: .badResponse)
+            }
+            return false
+        }
+        if let usage = response.usage { await reportUsage(owner, turnID: turnID, usage) }
+
+        return await locked(owner) {
+            guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID else { return false }
+            var next = state
+            let turn = next.turns[at]
+            if let usage = response.usage, !next.turns[at].modelRequests.isEmpty {
+                next.turns[at].modelRequests[next.turns[at].modelRequests.count - 1].usage = usage
+            }
+            var added = [ContextItem(role: .user, kind: .compactionSummary, text: settings.compaction.summaryPrefix + summary)]
+            added += openingContext(next.record, runtime: turn.context.runtime, effective: turn.context.effectiveMode,
+                                    baseline: .noPreviousTurn, config: owner.config)
+            // The turn's own items so far, as the model saw them (less the
+            // opening context given again above), so the turn goes on.
+            let visible = ModelContext.visibleIndices(next.history[...])
+            let turnStart = turn.historyStart ?? next.history.count
+            added += visible.filter { $0 >= turnStart }.map { next.history[$0] }
+                .filter { ![.usageHint, .multiAgentMode, .compactionSummary].contains($0.kind) }
+            let item = ItemRecord(type: .contextCompaction, text: summary)
+            next.turns[at].items.append(item)
+            let first = next.history.count
+            next.history += added
+            do {
+                try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: added), .putTurn(next.turns[at])])
+            } catch {
+                await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+                return false
+            }
+            owner.publisher.ticket(itemEvents(owner, turnID: turnID, item)).publish()
+            return true
+        }
+    }
+
+    /// thread/compact/start: a turn that only compacts.
+    public func startCompaction(_ id: ThreadID, connection: ConnectionID?) async throws -> Outcome<TurnRecord> {
+        try await withOwner(id) { owner in
+            if let connection { owner.subscribe(connection) }
+            owner.cancelUnload()
+            defer { scheduleUnloadIfIdle(owner) }
+            let current = owner.current
+            try checkCanStartTurn(owner)
+            guard !ModelContext.visible(current.history[...]).isEmpty else {
+                throw DomainError.failedPrecondition("thread \(id) has no context to compact yet (start a turn first)")
+            }
+            let runtime = current.record.runtime ?? RuntimeResolver.resolveAtFirstTurn(
+                catalogSelector: settings.catalog.selector(forModel: current.record.model), flags: owner.config.flags)
+            let effective = ModeRules.effective(
+                selected: current.record.selectedMode, runtime: runtime, usageHintEnabled: owner.config.usageHintEnabled,
+                source: current.record.source, gateEnabled: owner.config.flags.multiAgentMode)
+            var next = current
+            next.record.runtime = runtime
+            next.record.updatedAt = nowMillis()
+            var turn = TurnRecord(
+                id: newID(), threadID: id, sequence: current.turns.count, startedAt: next.record.updatedAt, items: [],
+                context: TurnContext(model: next.record.model, runtime: runtime, effectiveMode: effective, cwd: next.record.cwd))
+            turn.historyStart = next.history.count
+            next.turns.append(turn)
+            let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.maxRunningTurns)
+            defer { directory.runningTurns.release(next.record.principal, slot) }
+            try await install(owner, next, [.putThread(next.record.bumped()), .putTurn(turn)])
+            changes.changed(id)
+            let recipients = owner.subscribers
+            let publication = owner.publisher.ticket([
+                Delivery(event: .turnStarted(id, turn), recipients: recipients),
+                Delivery(event: .statusChanged(id, .active(turn.id)), recipients: recipients),
+            ])
+            let turnID = turn.id
+            owner.runner = tasks.spawn { [self] in
+                guard await compactContext(owner, turnID: turnID) else { return }
+                await locked(owner) {
+                    guard owner.state?.activeTurn?.id == turnID else { return }
+                    (try? await endActiveTurn(owner, status: .completed, error: nil))?.publish()
+                }
+            }
+            return Outcome(turn, publications: [publication])
+        }
+    }
+
+    /// The refusals every turn start shares.
+    func checkCanStartTurn(_ owner: ThreadOwner) throws {
+        let current = owner.current
+        if stopping.load(ordering: .acquiring) {
+            throw DomainError.unavailable("the server is shutting down; start the turn again after it restarts")
+        }
+        if let active = current.activeTurn {
+            throw DomainError.failedPrecondition("thread \(owner.id) already has an active turn (\(active.id))")
+        }
+        if current.record.archived {
+            throw DomainError.failedPrecondition("thread \(owner.id) is archived; unarchive it first")
+        }
+        if current.record.agentClosed {
+            throw DomainError.failedPrecondition("agent \(current.record.taskName ?? owner.id) is closed; resume it first")
+        }
+    }
+
+    // MARK: - Rollback
+
+    /// thread/rollback: the last `numTurns` turns still in the model's
+    /// context leave it, by a marker appended to history, and are marked in
+    /// the transcript, in one commit.
+    public func rollback(_ id: ThreadID, numTurns: Int) async throws -> Outcome<[TurnID]> {
+        guard numTurns >= 1 else { throw DomainError.invalidArgument("num_turns must be at least 1") }
+        return try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            var next = owner.current
+            if let active = next.activeTurn {
+                throw DomainError.failedPrecondition(
+                    "thread \(id) has a running turn (\(active.id)); interrupt it or let it end before rolling back")
+            }
+            let live = next.turns.indices.filter { !next.turns[$0].rolledBack }
+            guard numTurns <= live.count else {
+                throw DomainError.invalidArgument(
+                    "num_turns \(numTurns) is more than the \(live.count) turn(s) of thread \(id) that are not rolled back")
+            }
+            let targets = Array(live.suffix(numTurns))
+            guard let from = next.turns[targets[0]].historyStart else {
+                throw DomainError.failedPrecondition(
+                    "turn \(next.turns[targets[0]].id) was stored before rollback existed (its place in the history is unknown); it cannot be rolled back")
+            }
+            let marker = ContextItem(role: .developer, kind: .rollbackMarker, text: "thread/rollback: \(numTurns) turn(s)", rollsBackFrom: from)
+            var operations: [StoreOperation] = [.appendHistory(id, firstSequence: next.history.count, items: [marker])]
+            next.history.append(marker)
+            for index in targets {
+                next.turns[index].rolledBack = true
+                operations.append(.putTurn(next.turns[index]))
+            }
+            next.record.updatedAt = nowMillis()
+            operations.insert(.putThread(next.record.bumped()), at: 0)
+            try await install(owner, next, operations)
+            owner.usageTotal = nil
+            changes.changed(id)
+            let turnIDs = targets.map { next.turns[$0].id }
+            return Outcome(turnIDs, publications: [owner.publisher.ticket([Delivery(event: .rolledBack(id, turnIDs), recipients: owner.subscribers)])])
+        }
+    }
+
+    // MARK: - Steering
+
+    /// turn/steer: the input joins the running turn as a user item now and
+    /// reaches the model at its next model request.
+    public func steer(_ id: ThreadID, expectedTurnID: TurnID, input: [String]) async throws -> Outcome<(TurnID, ItemRecord)> {
+        let texts = input.filter { !$0.isEmpty }
+        guard !texts.isEmpty else { throw DomainError.invalidArgument("input must contain at least one non-empty text") }
+        return try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            let current = owner.current
+            guard let index = current.activeTurnIndex else {
+                if let turn = current.turns.first(where: { $0.id == expectedTurnID }) {
+                    throw DomainError.failedPrecondition("turn \(expectedTurnID) has ended (\(turn.status.rawValue)); thread \(id) has no running turn")
+                }
+                throw DomainError.failedPrecondition("thread \(id) has no running turn (turn \(expectedTurnID) is not one of its turns)")
+            }
+            let active = current.turns[index]
+            guard active.id == expectedTurnID else {
+                let state = current.turns.first { $0.id == expectedTurnID }.map { "has ended (\($0.status.rawValue))" } ?? "is not a turn of this thread"
+                throw DomainError.failedPrecondition("turn \(expectedTurnID) \(state); the running turn is \(active.id)")
+            }
+            let text = texts.joined(separator: "\n")
+            var next = current
+            let item = ItemRecord(type: .userMessage, text: text)
+            next.turns[index].items.append(item)
+            next.turns[index].pendingInput.append(ContextItem(role: .user, kind: .userInput, text: text))
+            try await install(owner, next, [.putTurn(next.turns[index])])
+            return Outcome((active.id, item), publications: [owner.publisher.ticket(itemEvents(owner, turnID: active.id, item))])
+        }
+    }
+
+    // MARK: - Names
+
+    /// thread/name/set; an empty name clears it.
+    public func setName(_ id: ThreadID, _ name: String) async throws -> Outcome<Void> {
+        guard name.count <= 200 else { throw DomainError.invalidArgument("name must be at most 200 characters (got \(name.count))") }
+        guard !name.contains(where: { $0.isNewline }) else { throw DomainError.invalidArgument("name must be one line") }
+        return try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            let value: String? = name.isEmpty ? nil : name
+            guard owner.current.record.name != value else { return Outcome(()) }
+            var next = owner.current
+            next.record.name = value
+            next.record.updatedAt = nowMillis()
+            try await install(owner, next, [.putThread(next.record.bumped())])
+            changes.changed(id)
+            return Outcome((), publications: [owner.publisher.ticket([Delivery(event: .nameUpdated(id, value), recipients: owner.subscribers)])])
+        }
+    }
+}
