@@ -108,8 +108,8 @@ func parseMode(_ text: String) throws -> Wire.MultiAgentMode {
 
 struct ThreadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "thread", abstract: "Start, resume, fork, read and list threads.",
-        subcommands: [Start.self, Resume.self, Fork.self, Read.self, List.self])
+        commandName: "thread", abstract: "Start, resume, fork, read, list, name, compact and roll back threads.",
+        subcommands: [Start.self, Resume.self, Fork.self, Read.self, List.self, Name.self, Compact.self, Rollback.self])
 
     struct Start: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
@@ -156,10 +156,52 @@ struct ThreadCommand: AsyncParsableCommand {
         @Argument var threadID: String
         @Flag var turns = false
         @Flag(help: "With --turns: also what the model was shown.") var modelRequests = false
+        @Flag(help: "With --turns: also turns taken back by thread/rollback.") var rolledBack = false
         func run() async throws {
             let client = try await options.connect()
             try output(try await client.call(.threadRead(Wire.ThreadReadParams(
-                threadId: threadID, includeTurns: turns, includeModelRequests: modelRequests))))
+                threadId: threadID, includeTurns: turns, includeModelRequests: modelRequests, includeRolledBack: rolledBack))))
+            await client.close()
+        }
+    }
+
+    struct Name: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Name a thread (an empty name clears it).")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Argument var name: String
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.threadNameSet(Wire.ThreadNameSetParams(threadId: threadID, name: name))))
+            await client.close()
+        }
+    }
+
+    struct Compact: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Compact a thread's context now and print the compaction turn's notifications.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        func run() async throws {
+            let client = try await options.connect()
+            let response = try await client.call(.threadCompactStart(Wire.ThreadCompactStartParams(threadId: threadID)))
+            try output(response)
+            guard case let .threadCompactStart(result)? = response.result, let turnID = result.turn?.id else { return }
+            for await notification in client.notifications {
+                writeLine(notification.jsonValue().render())
+                if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID { break }
+            }
+            await client.close()
+        }
+    }
+
+    struct Rollback: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Take the last N turns out of the model's context.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Argument(help: "How many turns, newest first.") var numTurns: UInt32 = 1
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.threadRollback(Wire.ThreadRollbackParams(threadId: threadID, numTurns: numTurns))))
             await client.close()
         }
     }
@@ -168,9 +210,10 @@ struct ThreadCommand: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
         @Option var limit: UInt32 = 20
         @Flag var archived = false
+        @Option(help: "Only threads whose name or preview contains this (3 characters or more, ignoring case).") var search: String?
         func run() async throws {
             let client = try await options.connect()
-            try output(try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived))))
+            try output(try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived, searchTerm: search))))
             await client.close()
         }
     }
@@ -178,7 +221,7 @@ struct ThreadCommand: AsyncParsableCommand {
 
 struct TurnCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "turn", abstract: "Start or interrupt turns.", subcommands: [Start.self, Interrupt.self])
+        commandName: "turn", abstract: "Start, steer or interrupt turns.", subcommands: [Start.self, Steer.self, Interrupt.self])
 
     struct Start: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Start a turn and print its notifications until it completes.")
@@ -207,6 +250,20 @@ struct TurnCommand: AsyncParsableCommand {
                 writeLine(notification.jsonValue().render())
                 if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID, done.threadId == threadID { break }
             }
+            await client.close()
+        }
+    }
+
+    struct Steer: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add input to the running turn; it reaches the model at the next model request.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Argument(help: "The running turn's id.") var turnID: String
+        @Argument var text: String
+        func run() async throws {
+            let client = try await options.connect()
+            try output(try await client.call(.turnSteer(Wire.TurnSteerParams(
+                threadId: threadID, expectedTurnId: turnID, input: [Wire.UserInput(content: .text(text))]))))
             await client.close()
         }
     }

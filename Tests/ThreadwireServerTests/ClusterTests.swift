@@ -14,10 +14,20 @@ final class InstanceGroup: Sendable {
         let url = try await PostgresCluster.database()
         var instances: [ServerProcess] = []
         for _ in 0..<count {
-            let port = try PostgresCluster.freePort()
-            instances.append(try await ServerProcess.launch(arguments: [
-                "--store", url, "--listen", "127.0.0.1:\(port)", "--lease-seconds", "\(leaseSeconds)",
-            ] + extra))
+            // A port free a moment ago may be taken by another test's
+            // ephemeral bind before the server binds it: then another port.
+            var attempt = 0
+            while true {
+                let port = try PostgresCluster.freePort()
+                do {
+                    instances.append(try await ServerProcess.launch(arguments: [
+                        "--store", url, "--listen", "127.0.0.1:\(port)", "--lease-seconds", "\(leaseSeconds)",
+                    ] + extra))
+                    break
+                } catch where "\(error)".contains("Address already in use") && attempt < 3 {
+                    attempt += 1
+                }
+            }
         }
         return InstanceGroup(instances: instances)
     }

@@ -297,6 +297,35 @@ struct ContextTests {
         #expect(given.count == 21, "each input once")
     }
 
+    @Test("the CLI names, searches, steers, compacts and rolls back")
+    func cli() async throws {
+        let server = try await ServerProcess.launch()
+        defer { _ = server.stopBlocking() }
+        let client = try await server.client()
+        let id = try #require(try await client.startThread().thread?.id)
+        let first = try #require(try await client.runTurn(id, "kept").id)
+        let second = try #require(try await client.runTurn(id, "taken back").id)
+        let address = ["--server", "127.0.0.1:\(server.port)"]
+
+        #expect(try await runCLI(["thread", "name", id, "cli named thread"] + address).0 == 0)
+        let (listed, list) = try await runCLI(["thread", "list", "--search", "NAMED THR"] + address)
+        #expect(listed == 0 && list.contains(id))
+        let (_, none) = try await runCLI(["thread", "list", "--search", "unnamed"] + address)
+        #expect(!none.contains(id))
+        let (rolled, rollback) = try await runCLI(["thread", "rollback", id, "1"] + address)
+        #expect(rolled == 0 && rollback.contains(second) && !rollback.contains(first))
+        let (compacted, compaction) = try await runCLI(["thread", "compact", id] + address)
+        #expect(compacted == 0 && compaction.contains("summary of"), "the compaction turn's item is printed")
+
+        let held = try await client.startTurn(id, "#hold")
+        let (steered, steer) = try await runCLI(["turn", "steer", id, held, "from the command line"] + address)
+        #expect(steered == 0 && steer.contains(held))
+        let (refused, _) = try await runCLI(["turn", "steer", id, first, "to an ended turn"] + address)
+        #expect(refused != 0)
+        let turn = try #require(try await client.read(id).thread?.turns.first { $0.id == held })
+        #expect(turn.items.contains { $0.text == "from the command line" })
+    }
+
     // MARK: Names and search
 
     static func nameAndSearch(_ server: ServerProcess) async throws {
