@@ -12,7 +12,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-agents bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -167,6 +167,11 @@ bench-cluster: apt-deps py-deps
 bench-agents: apt-deps py-deps
 	swift build -c release --product threadwire-server
 	$(VENV)/bin/python Benchmarks/agents.py .build/release/threadwire-server
+
+## Issue 24: a 10,000-turn thread with and without compaction; search over 100,000 threads.
+bench-context: apt-deps py-deps
+	swift build -c release --product threadwire-server
+	Benchmarks/context.sh
 
 ## Issue 13: provider chunk -> client delta latency and memory per streaming turn.
 bench-streaming: apt-deps

@@ -249,6 +249,10 @@ extension ThreadEngine {
                 let state = current.turns.first { $0.id == expectedTurnID }.map { "has ended (\($0.status.rawValue))" } ?? "is not a turn of this thread"
                 throw DomainError.failedPrecondition("turn \(expectedTurnID) \(state); the running turn is \(active.id)")
             }
+            // A compaction turn makes no model request the input could join.
+            guard active.items.first?.type == .userMessage else {
+                throw DomainError.failedPrecondition("turn \(expectedTurnID) is a compaction (thread/compact/start); steer the next turn instead")
+            }
             let text = texts.joined(separator: "\n")
             var next = current
             let item = ItemRecord(type: .userMessage, text: text)
