@@ -229,6 +229,23 @@ struct ContextTests {
         #expect(modeFragments(context) == ["proactive"])
     }
 
+    @Test("two clients rolling back at the same moment each take one turn: both acknowledged, neither lost")
+    func concurrentRollbacks() async throws {
+        let server = try await InProcessServer.launch()
+        let (a, b) = (try await server.client(), try await server.client())
+        let id = try #require(try await a.startThread().thread?.id)
+        var turns: [String] = []
+        for n in 1...3 { turns.append(try #require(try await a.runTurn(id, "t\(n)").id)) }
+        async let first = a.result(.threadRollback(Wire.ThreadRollbackParams(threadId: id, numTurns: 1)))
+        async let second = b.result(.threadRollback(Wire.ThreadRollbackParams(threadId: id, numTurns: 1)))
+        let taken = try await [first, second].flatMap { result -> [String] in
+            if case let .threadRollback(r) = result { r.turnIds } else { [] }
+        }
+        #expect(Set(taken) == Set(turns[1...2]) && taken.count == 2)
+        let next = try await a.runTurn(id, "t4")
+        #expect(next.modelRequests.first?.context.filter { $0.kind == .userInput }.compactMap(\.text) == ["t1", "t4"])
+    }
+
     // MARK: Steering
 
     @Test("steering reaches the model at the next model request; refused for an ended or another turn; durable across kill -9")
