@@ -248,37 +248,63 @@ struct ContextTests {
 
     // MARK: Steering
 
-    @Test("steering reaches the model at the next model request; refused for an ended or another turn; durable across kill -9")
+    /// A client tool that holds its call until `release` yields: a turn
+    /// waits on it for as long as a test needs, without timing.
+    static func heldTool(_ client: ThreadwireClient) -> (called: AsyncStream<Void>, release: AsyncStream<Void>.Continuation) {
+        let (called, calledSink) = AsyncStream<Void>.makeStream()
+        let (release, releaseSink) = AsyncStream<Void>.makeStream()
+        _ = client.serveClientTools { _, _ in
+            calledSink.yield()
+            for await _ in release { break }
+            return Wire.ToolCallResult(output: "file contents")
+        }
+        return (called, releaseSink)
+    }
+
+    static func steer(_ client: ThreadwireClient, _ thread: String, _ turn: String, _ text: String) async throws -> Wire.TurnSteerResult {
+        guard case let .turnSteer(result) = try await client.result(.turnSteer(Wire.TurnSteerParams(
+            threadId: thread, expectedTurnId: turn, input: [Wire.UserInput(content: .text(text))]))) else { throw TestTimeout(description: "bad result") }
+        return result
+    }
+
+    @Test("steering joins the turn at once and reaches the model after the running tool call, at the next request; refused for an ended or another turn; durable across kill -9")
     func steering() async throws {
         let server = try await ServerProcess.launch()
         defer { _ = server.stopBlocking() }
-        let client = try await server.client()
+        let client = try await server.capableClient()
         let inbox = Inbox(client)
-        let id = try #require(try await client.startThread().thread?.id)
+        let tool = Self.heldTool(client)
+        let id = try #require(try await client.startThread(ClientToolTests.startParams()).thread?.id)
 
-        func steer(_ turn: String, _ text: String) async throws -> Wire.TurnSteerResult {
-            guard case let .turnSteer(result) = try await client.result(.turnSteer(Wire.TurnSteerParams(
-                threadId: id, expectedTurnId: turn, input: [Wire.UserInput(content: .text(text))]))) else { throw TestTimeout(description: "bad result") }
-            return result
-        }
-        let turn = try await client.startTurn(id, "#sleep 400\nfirst")
-        let steered = try await steer(turn, "and also this")
+        let turn = try await client.startTurn(id, "#tool read_file {\"path\":\"a\"}\nfirst")
+        for await _ in tool.called { break }
+        let steered = try await Self.steer(client, id, turn, "and also this")
         #expect(steered.turnId == turn && steered.item?.type == .userMessage)
         try await inbox.waitFor("item/completed of the steering input") {
             if case let .itemCompleted(n) = $0 { n.item?.id == steered.item?.id } else { false }
         }
+        tool.release.yield()
         let done = try await client.waitForTurn(id, turn)
         #expect(done.status == .completed)
-        #expect(done.items.map(\.text) == ["#sleep 400\nfirst", "and also this", "echo: first", "echo: and also this"])
-        #expect(done.modelRequests.count == 2, "the model answered, then took the steering input in one more request")
-        #expect(done.modelRequests[0].context.last?.text == "#sleep 400\nfirst", "the first request was sent before the input arrived")
-        #expect(done.modelRequests[1].context.suffix(2).compactMap(\.text) == ["echo: first", "and also this"])
+        #expect(done.items.map(\.type) == [.userMessage, .toolCall, .userMessage, .agentMessage])
+        #expect(done.items.last?.text == "echo: and also this")
+        #expect(done.modelRequests.count == 2)
+        let second = try #require(done.modelRequests.last?.context)
+        #expect(second.suffix(3).compactMap(\.kind) == [.toolCall, .toolOutput, .userInput], "after the tool call finished")
+        #expect(second.last?.text == "and also this")
 
-        await expectStatus(9, mentioning: "has ended (completed)") { _ = try await steer(turn, "too late") }
+        // A model that answers without tool calls while input waits gets one more request.
+        let slow = try await client.startTurn(id, "#sleep 3000\nslow")
+        _ = try await Self.steer(client, id, slow, "while it thinks")
+        let answered = try await client.waitForTurn(id, slow)
+        #expect(answered.items.compactMap(\.text) == ["#sleep 3000\nslow", "while it thinks", "echo: slow", "echo: while it thinks"])
+        #expect(answered.modelRequests.count == 2)
+
+        await expectStatus(9, mentioning: "has ended (completed)") { _ = try await Self.steer(client, id, turn, "too late") }
         let held = try await client.startTurn(id, "#hold")
-        await expectStatus(9, mentioning: "the running turn is \(held)") { _ = try await steer(turn, "wrong turn") }
-        await expectStatus(3, mentioning: "non-empty") { _ = try await steer(held, "") }
-        let kept = try await steer(held, "kept across a crash")
+        await expectStatus(9, mentioning: "the running turn is \(held)") { _ = try await Self.steer(client, id, turn, "wrong turn") }
+        await expectStatus(3, mentioning: "non-empty") { _ = try await Self.steer(client, id, held, "") }
+        let kept = try await Self.steer(client, id, held, "kept across a crash")
 
         server.kill9()
         try await server.start()
@@ -290,17 +316,20 @@ struct ContextTests {
     @Test("steering from several clients at once: every acknowledged input reaches the model, none twice")
     func concurrentSteering() async throws {
         let server = try await InProcessServer.launch()
+        let ide = try await server.capableClient()
+        let tool = Self.heldTool(ide)
         let clients = try await (0..<4).asyncMap { _ in try await server.client() }
-        let id = try #require(try await clients[0].startThread().thread?.id)
-        let turn = try await clients[0].startTurn(id, "#sleep 1500\nbase")
+        let id = try #require(try await ide.startThread(ClientToolTests.startParams()).thread?.id)
+        let turn = try await ide.startTurn(id, "#tool read_file {\"path\":\"a\"}\nbase")
+        for await _ in tool.called { break }
         let acknowledged = try await withThrowingTaskGroup(of: [String].self) { group in
             for (n, client) in clients.enumerated() {
                 group.addTask {
                     var sent: [String] = []
                     for k in 0..<5 {
                         let text = "steer \(n)-\(k)"
-                        if case .turnSteer = try await client.result(.turnSteer(Wire.TurnSteerParams(
-                            threadId: id, expectedTurnId: turn, input: [Wire.UserInput(content: .text(text))]))) { sent.append(text) }
+                        _ = try await Self.steer(client, id, turn, text)
+                        sent.append(text)
                     }
                     return sent
                 }
@@ -308,7 +337,8 @@ struct ContextTests {
             return try await group.reduce(into: []) { $0 += $1 }
         }
         #expect(acknowledged.count == 20)
-        let done = try await clients[0].waitForTurn(id, turn)
+        tool.release.yield()
+        let done = try await ide.waitForTurn(id, turn)
         let given = done.modelRequests.last?.context.filter { $0.kind == .userInput }.compactMap(\.text) ?? []
         #expect(Set(given.dropFirst()) == Set(acknowledged))
         #expect(given.count == 21, "each input once")
