@@ -32,7 +32,7 @@ struct Import: AsyncParsableCommand {
                 throw ValidationError("\(file): thread \(thread.record.id) is already in the store")
             }
             var operations: [StoreOperation] = [
-                .putThread(thread.record), .appendHistory(thread.record.id, firstSequence: 0, items: thread.history),
+                .putThread(thread.record), .appendHistory(thread.record.id, firstSequence: 0, items: Array(thread.history)),
             ]
             operations += thread.turns.map { .putTurn($0) }
             try await store.commit(operations)

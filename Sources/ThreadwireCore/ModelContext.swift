@@ -8,12 +8,12 @@ public enum ModelContext {
     /// a rollback marker skips to just before the range it took back (so a
     /// summary inside that range is skipped too and the context is what it was
     /// before the rolled-back turns); the newest summary reached ends the walk.
-    public static func visible(_ history: ArraySlice<ContextItem>) -> [ContextItem] {
+    public static func visible<History: RandomAccessCollection<ContextItem>>(_ history: History) -> [ContextItem] where History.Index == Int {
         visibleIndices(history).map { history[$0] }
     }
 
     /// The history sequences of `visible`, ascending.
-    public static func visibleIndices(_ history: ArraySlice<ContextItem>) -> [Int] {
+    public static func visibleIndices<History: RandomAccessCollection<ContextItem>>(_ history: History) -> [Int] where History.Index == Int {
         var reversed: [Int] = []
         var index = history.endIndex - 1
         while index >= history.startIndex {

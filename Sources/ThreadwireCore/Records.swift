@@ -201,7 +201,7 @@ public struct ModelRequestRecord: Sendable, Equatable {
     /// What the model was (or is about to be) sent: the one place a model
     /// request is built, for the call itself and for `thread/read`'s
     /// `include_model_requests`, so the two can never differ.
-    public func request(history: [ContextItem], baseInstructions: String) -> ModelRequest {
+    public func request<History: RandomAccessCollection<ContextItem>>(history: History, baseInstructions: String) -> ModelRequest where History.Index == Int {
         var context = [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)]
         context += ModelContext.visible(history.prefix(contextCount))
         if let compactionPrompt { context.append(ContextItem(role: .user, kind: .userInput, text: compactionPrompt)) }
@@ -321,11 +321,12 @@ public struct TurnRecord: Sendable, Equatable {
 /// A thread with its whole stored state.
 public struct StoredThread: Sendable, Equatable {
     public var record: ThreadRecord
-    public var history: [ContextItem]
-    public var turns: [TurnRecord]
-    public init(record: ThreadRecord, history: [ContextItem], turns: [TurnRecord]) {
+    // Chunked: snapshots share them while the engine appends (see ChunkedArray).
+    public var history: ChunkedArray<ContextItem>
+    public var turns: ChunkedArray<TurnRecord>
+    public init(record: ThreadRecord, history: some Sequence<ContextItem>, turns: some Sequence<TurnRecord>) {
         self.record = record
-        self.history = history
-        self.turns = turns
+        self.history = ChunkedArray(history)
+        self.turns = ChunkedArray(turns)
     }
 }

@@ -122,7 +122,10 @@ final class ThreadDirectory: Sendable {
 }
 
 extension StoredThread {
-    var activeTurnIndex: Int? { turns.lastIndex { $0.status == .inProgress } }
+    /// A turn starts only when none is in progress, and load recovery ends
+    /// every other one (`ThreadEngine+Ownership`), so the active turn is the
+    /// last: no scan of a long thread under the directory's lock.
+    var activeTurnIndex: Int? { turns.last?.status == .inProgress ? turns.endIndex - 1 : nil }
     var activeTurn: TurnRecord? { activeTurnIndex.map { turns[$0] } }
 
     /// A turn runs and is not only waiting for a client.
@@ -150,7 +153,7 @@ extension ThreadRecord {
 
 extension ThreadView {
     init(stored: StoredThread, includeTurns: Bool, includeHistory: Bool = false) {
-        self.init(record: stored.record, status: stored.status, turns: includeTurns ? stored.turns : nil,
-                  history: includeHistory ? stored.history : nil)
+        self.init(record: stored.record, status: stored.status, turns: includeTurns ? stored.turns.array : nil,
+                  history: includeHistory ? stored.history.array : nil)
     }
 }

@@ -144,7 +144,7 @@ extension ThreadEngine {
             turns[index].completedAt = now
             _ = Self.abandonPendingRequests(&turns[index], reason: "the turn was copied by thread/fork before a client answered")
         }
-        var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: history)]
+        var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: Array(history))]
         operations += turns.map { .putTurn($0) }
         // The fork keeps the source's owner (only the owner reaches the source).
         let fence = try await claimNewTree(id)

@@ -68,7 +68,7 @@ public final class ThreadEngine: Sendable {
         }
         if includeModelRequests {
             guard let stored = try await store.loadThread(id) else { throw DomainError.notFound("thread \(id) not found") }
-            var view = ThreadView(record: stored.record, status: .notLoaded, turns: nil, history: stored.history)
+            var view = ThreadView(record: stored.record, status: .notLoaded, turns: nil, history: stored.history.array)
             if includeTurns { view.setNewestTurns(stored.turns, limit: turnsLimit) }
             return view
         }

@@ -150,14 +150,14 @@ public enum TurnCursor {
     }
 }
 
-extension Array where Element == TurnRecord {
+extension RandomAccessCollection where Element == TurnRecord, Index == Int {
     /// The in-memory equivalent of `ThreadStore.turnsPage` (turns sorted by sequence).
     public func page(afterSequence: Int?, limit: Int, descending: Bool) -> [TurnRecord] {
         if descending {
-            let upper = afterSequence.map { bound in self.firstIndex { $0.sequence >= bound } ?? count } ?? count
+            let upper = afterSequence.map { bound in self.firstIndex { $0.sequence >= bound } ?? endIndex } ?? endIndex
             return Array(self[..<upper].suffix(limit).reversed())
         }
-        let lower = afterSequence.map { bound in self.firstIndex { $0.sequence > bound } ?? count } ?? 0
+        let lower = afterSequence.map { bound in self.firstIndex { $0.sequence > bound } ?? endIndex } ?? startIndex
         return Array(self[lower...].prefix(limit))
     }
 }

@@ -149,7 +149,7 @@ struct EngineModelTests {
             let markers = stored.history.filter { $0.kind == .interruptionMarker }.count
             #expect(markers == stored.turns.filter { $0.status == .interrupted }.count, "\(context): a marker per interrupted turn")
             let read = try await engine.readThread(id, includeTurns: true, includeModelRequests: false)
-            #expect(read.record == record && read.turns == stored.turns, "\(context): what clients read is what is stored")
+            #expect(read.record == record && read.turns == stored.turns.array, "\(context): what clients read is what is stored")
         }
     }
 }

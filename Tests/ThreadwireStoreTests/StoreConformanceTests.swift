@@ -121,7 +121,7 @@ struct StoreConformanceTests {
         try await store.commit([.putTurn(replaced)])
         let loaded = try #require(try await store.loadThread("t"))
         #expect(loaded.record == record)
-        #expect(loaded.history == items)
+        #expect(loaded.history.array == items)
         #expect(loaded.turns.map(\.id) == ["t-turn-0", "t-turn-1"])
         #expect(loaded.turns[1] == replaced)
         #expect(try await store.loadThread("missing") == nil)
