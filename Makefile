@@ -4,7 +4,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
-APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql
+APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql \
+  golang-go golang-google-protobuf-dev protoc-gen-go tshark
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
@@ -12,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate memcheck clean bench bench-generate
+.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -20,6 +21,7 @@ apt-deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "wireshark-common wireshark-common/install-setuid boolean false" | $$SUDO debconf-set-selections; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
@@ -65,6 +67,7 @@ test: deps check-generated
 	$(MAKE) --no-print-directory memcheck
 	swift test --skip-build $(SWIFT_BUILD_FLAGS)
 	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory test-go
 	$(MAKE) --no-print-directory fuzz-smoke
 
 ## Coverage-guided fuzzing (libFuzzer + AddressSanitizer) of the frame decoder,
@@ -110,6 +113,12 @@ test-swift: apt-deps
 ## A second, independent protobuf implementation (Google's, in Python) talks to the real server.
 test-python: py-deps c-client
 	$(PYTHON) -m pytest -q tests/python
+
+## The Go client (clients/go) against the real server, built offline against
+## Debian's google.golang.org/protobuf (clients/go/go.mod replaces it).
+GO_ENV := GOPROXY=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
+test-go: apt-deps
+	cd clients/go && $(GO_ENV) go vet ./... && $(GO_ENV) THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server go test -count=1 ./...
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
 ## invalid access or definite leak fails. Run twice: with the codec's arena, and

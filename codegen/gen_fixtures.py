@@ -33,6 +33,8 @@ def main():
     def value(field, variant):
         if field.type == FD.TYPE_STRING:
             return f'"{field.name} héllo ✓ {variant}"'
+        if field.type == FD.TYPE_BYTES:
+            return f"[0, 255, 10, {variant}, 0]"
         if field.type in VALUES:
             return VALUES[field.type](field.number)
         if field.type == FD.TYPE_ENUM:

@@ -90,6 +90,8 @@ class Gen:
     def swift_type_of(self, field):
         if field.type == FD.TYPE_STRING:
             return "String"
+        if field.type == FD.TYPE_BYTES:
+            return "[UInt8]"
         if field.type in SCALARS:
             return SCALARS[field.type][0]
         if field.type == FD.TYPE_MESSAGE:
@@ -322,6 +324,8 @@ class Gen:
         # own field while the error unwinds (WireError.nested).
         if f.type == FD.TYPE_STRING:
             return f'try wireString({expr}, field: "{f.name}")'
+        if f.type == FD.TYPE_BYTES:
+            return f"wireBytes({expr})"
         if f.type == FD.TYPE_BOOL:
             return f"{expr} != 0"
         if f.type in SCALARS:
@@ -358,6 +362,8 @@ class Gen:
     def encode_value(self, f, v):
         if f.type == FD.TYPE_STRING:
             return f"arena.cString({v})"
+        if f.type == FD.TYPE_BYTES:
+            return f"arena.binary({v})"
         if f.type == FD.TYPE_BOOL:
             return f"{v} ? 1 : 0"
         if f.type in SCALARS:
@@ -385,6 +391,8 @@ class Gen:
     def json_encode_expr(self, f, v):
         if f.type == FD.TYPE_STRING:
             return f".string({v})"
+        if f.type == FD.TYPE_BYTES:
+            return f".string(wireBase64({v}))"
         if f.type == FD.TYPE_BOOL:
             return f".bool({v})"
         if f.type in (FD.TYPE_INT32, FD.TYPE_INT64):
@@ -403,6 +411,8 @@ class Gen:
         kind = SCALARS.get(f.type, (None, None))[1]
         if f.type == FD.TYPE_STRING:
             return f"try {v}.stringValue(path: {path})"
+        if f.type == FD.TYPE_BYTES:
+            return f"try {v}.bytesValue(path: {path})"
         if kind:
             return f"try {v}.{kind}Value(path: {path})"
         if f.type == FD.TYPE_ENUM:

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates the committed code from proto/:
 #   Sources/CThreadwireProto/         protoc-c C sources and headers
-#   Sources/ThreadwireWire/Generated/ the Swift wrapper (codegen/gen_swift.py)
+#   Sources/ThreadwireWire/Generated/ the Swift wrapper (codegen/gen_swift.py) and the
+#                                     embedded schema for reflection (codegen/gen_schema.py)
 #   Sources/ThreadwireWireFixtures/   populated test messages (codegen/gen_fixtures.py)
-# Needs protoc-c, protoc and Python's protobuf package (make deps installs them).
+#   contrib/wireshark/threadwire.lua  the method tables of the dissector (codegen/gen_wireshark.py)
+#   clients/go/threadwirepb/          Go messages (Debian's protoc-gen-go)
+#   clients/go/methods.go             the Go client's typed calls (codegen/gen_go.py)
+# Needs protoc-c, protoc, protoc-gen-go and Python's protobuf package (make deps installs them).
 # Usage: codegen/generate.sh [OUTPUT_ROOT]   (default: the repository root)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,5 +45,19 @@ printf '%s\n' "module CThreadwireProto {" '  header "CThreadwireProto.h"' "  lin
   > "$c_dir/include/module.modulemap"
 
 "$python" "$here/gen_swift.py" "$tmp/descriptors.pb" "$swift_dir/Messages.swift"
+"$python" "$here/gen_schema.py" "$tmp/descriptors.pb" "$swift_dir/Schema.swift"
+# Go: messages from Debian's protoc-gen-go, typed calls from gen_go.py.
+go_package=github.com/threadwire/threadwire/clients/go/threadwirepb
+go_map=""
+for proto in $protos; do go_map="$go_map --go_opt=M$proto=$go_package"; done
+mkdir -p "$tmp/go" "$out/clients/go/threadwirepb"
+protoc --go_out="$tmp/go" --go_opt=paths=source_relative $go_map $protos
+rm -f "$out"/clients/go/threadwirepb/*.pb.go
+cp "$tmp"/go/threadwire/v1/*.pb.go "$out/clients/go/threadwirepb/"
+"$python" "$here/gen_go.py" "$tmp/descriptors.pb" "$out/clients/go/methods.go"
+
+mkdir -p "$out/contrib/wireshark"
+"$python" "$here/gen_wireshark.py" "$tmp/descriptors.pb" "$root/contrib/wireshark/threadwire.lua" "$tmp/threadwire.lua"
+cp "$tmp/threadwire.lua" "$out/contrib/wireshark/threadwire.lua"
 mkdir -p "$out/Sources/ThreadwireWireFixtures"
 "$python" "$here/gen_fixtures.py" "$tmp/descriptors.pb" "$out/Sources/ThreadwireWireFixtures/WireFixtures.swift"

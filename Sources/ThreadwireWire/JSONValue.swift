@@ -151,6 +151,15 @@ public enum JSONValue: Sendable, Equatable {
         return items
     }
 
+    /// Bytes as protobuf's JSON mapping writes them: standard or URL-safe base64.
+    func bytesValue(path: String) throws -> [UInt8] {
+        guard case let .string(s) = self else { throw WireError.invalidJSON(path: path, reason: "expected a base64 string") }
+        var standard = s.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while standard.count % 4 != 0 { standard += "=" }
+        guard let data = Data(base64Encoded: standard) else { throw WireError.invalidJSON(path: path, reason: "expected base64") }
+        return Array(data)
+    }
+
     func stringValue(path: String) throws -> String {
         guard case let .string(s) = self else { throw WireError.invalidJSON(path: path, reason: "expected a string") }
         // protobuf-c carries strings as C strings: the bytes after a NUL

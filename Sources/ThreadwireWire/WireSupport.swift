@@ -1,4 +1,5 @@
 internal import CThreadwireProto
+import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -193,6 +194,15 @@ struct CodecArena {
         return copy
     }
 
+    /// A copy of `bytes` for a protobuf-c `bytes` field.
+    mutating func binary(_ bytes: [UInt8]) -> ProtobufCBinaryData {
+        let copy = allocate(byteCount: max(bytes.count, 1))
+        bytes.withUnsafeBytes { source in
+            if let base = source.baseAddress, !source.isEmpty { copy.copyMemory(from: base, byteCount: source.count) }
+        }
+        return ProtobufCBinaryData(len: bytes.count, data: copy.assumingMemoryBound(to: UInt8.self))
+    }
+
     /// A C array of `count` elements, each produced by `element`.
     mutating func array<Source, T>(_ values: [Source], _ element: (Source, inout CodecArena) -> T) -> UnsafeMutablePointer<T>? {
         let pointer = allocate(byteCount: values.count * MemoryLayout<T>.stride).bindMemory(to: T.self, capacity: values.count)
@@ -250,6 +260,15 @@ extension WireError {
         }
     }
 }
+
+@inline(__always)
+func wireBytes(_ data: ProtobufCBinaryData) -> [UInt8] {
+    guard data.len > 0, let base = data.data else { return [] }
+    return Array(UnsafeBufferPointer(start: base, count: data.len))
+}
+
+/// Bytes in JSON, as protobuf's JSON mapping writes them.
+func wireBase64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }
 
 @inline(__always)
 func wireString(_ pointer: UnsafeMutablePointer<CChar>?, field: StaticString) throws(WireError) -> String {

@@ -85,6 +85,31 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ReflectionDescriptorsParams(_ variant: Int) -> Wire.ReflectionDescriptorsParams {
+        var message = Wire.ReflectionDescriptorsParams()
+        return message
+    }
+
+    public static func ReflectedMethod(_ variant: Int) -> Wire.ReflectedMethod {
+        var message = Wire.ReflectedMethod()
+        message.name = "name héllo ✓ 0"
+        message.field = "field héllo ✓ 0"
+        message.paramsType = "params_type héllo ✓ 0"
+        message.resultType = "result_type héllo ✓ 0"
+        return message
+    }
+
+    public static func ReflectionDescriptorsResult(_ variant: Int) -> Wire.ReflectionDescriptorsResult {
+        var message = Wire.ReflectionDescriptorsResult()
+        message.fileDescriptorSet = [0, 255, 10, 0, 0]
+        message.envelopeType = "envelope_type héllo ✓ 0"
+        message.protocolVersion = UInt32(4000000003)
+        message.methods = [ReflectedMethod(0), ReflectedMethod(0)]
+        message.notifications = [ReflectedMethod(0), ReflectedMethod(0)]
+        message.serverRequests = [ReflectedMethod(0), ReflectedMethod(0)]
+        return message
+    }
+
     public static func ToolCallParams(_ variant: Int) -> Wire.ToolCallParams {
         var message = Wire.ToolCallParams()
         message.itemId = "item_id héllo ✓ 0"
@@ -744,28 +769,29 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
-        switch variant % 22 {
+        switch variant % 23 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
-        case 2: message.params = .threadStart(ThreadStartParams(0))
-        case 3: message.params = .threadResume(ThreadResumeParams(0))
-        case 4: message.params = .threadFork(ThreadForkParams(0))
-        case 5: message.params = .threadRead(ThreadReadParams(0))
-        case 6: message.params = .threadList(ThreadListParams(0))
-        case 7: message.params = .threadArchive(ThreadArchiveParams(0))
-        case 8: message.params = .threadUnarchive(ThreadUnarchiveParams(0))
-        case 9: message.params = .threadUnsubscribe(ThreadUnsubscribeParams(0))
-        case 10: message.params = .threadSettingsUpdate(ThreadSettingsUpdateParams(0))
-        case 11: message.params = .agentSpawn(AgentSpawnParams(0))
-        case 12: message.params = .threadTurnsList(ThreadTurnsListParams(0))
-        case 13: message.params = .threadToolsUpdate(ThreadToolsUpdateParams(0))
-        case 14: message.params = .mcpServerList(McpServerListParams(0))
-        case 15: message.params = .modelList(ModelListParams(0))
-        case 16: message.params = .threadCompactStart(ThreadCompactStartParams(0))
-        case 17: message.params = .threadRollback(ThreadRollbackParams(0))
-        case 18: message.params = .threadNameSet(ThreadNameSetParams(0))
-        case 19: message.params = .turnStart(TurnStartParams(0))
-        case 20: message.params = .turnInterrupt(TurnInterruptParams(0))
+        case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
+        case 3: message.params = .threadStart(ThreadStartParams(0))
+        case 4: message.params = .threadResume(ThreadResumeParams(0))
+        case 5: message.params = .threadFork(ThreadForkParams(0))
+        case 6: message.params = .threadRead(ThreadReadParams(0))
+        case 7: message.params = .threadList(ThreadListParams(0))
+        case 8: message.params = .threadArchive(ThreadArchiveParams(0))
+        case 9: message.params = .threadUnarchive(ThreadUnarchiveParams(0))
+        case 10: message.params = .threadUnsubscribe(ThreadUnsubscribeParams(0))
+        case 11: message.params = .threadSettingsUpdate(ThreadSettingsUpdateParams(0))
+        case 12: message.params = .agentSpawn(AgentSpawnParams(0))
+        case 13: message.params = .threadTurnsList(ThreadTurnsListParams(0))
+        case 14: message.params = .threadToolsUpdate(ThreadToolsUpdateParams(0))
+        case 15: message.params = .mcpServerList(McpServerListParams(0))
+        case 16: message.params = .modelList(ModelListParams(0))
+        case 17: message.params = .threadCompactStart(ThreadCompactStartParams(0))
+        case 18: message.params = .threadRollback(ThreadRollbackParams(0))
+        case 19: message.params = .threadNameSet(ThreadNameSetParams(0))
+        case 20: message.params = .turnStart(TurnStartParams(0))
+        case 21: message.params = .turnInterrupt(TurnInterruptParams(0))
         default: message.params = .turnSteer(TurnSteerParams(0))
         }
         return message
@@ -776,28 +802,29 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 22 {
+        switch variant % 23 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
-        case 2: message.result = .threadStart(ThreadLifecycleResult(0))
-        case 3: message.result = .threadResume(ThreadLifecycleResult(0))
-        case 4: message.result = .threadFork(ThreadLifecycleResult(0))
-        case 5: message.result = .threadRead(ThreadReadResult(0))
-        case 6: message.result = .threadList(ThreadListResult(0))
-        case 7: message.result = .threadArchive(ThreadArchiveResult(0))
-        case 8: message.result = .threadUnarchive(ThreadUnarchiveResult(0))
-        case 9: message.result = .threadUnsubscribe(ThreadUnsubscribeResult(0))
-        case 10: message.result = .threadSettingsUpdate(ThreadSettingsUpdateResult(0))
-        case 11: message.result = .agentSpawn(ThreadLifecycleResult(0))
-        case 12: message.result = .threadTurnsList(ThreadTurnsListResult(0))
-        case 13: message.result = .threadToolsUpdate(ThreadToolsUpdateResult(0))
-        case 14: message.result = .mcpServerList(McpServerListResult(0))
-        case 15: message.result = .modelList(ModelListResult(0))
-        case 16: message.result = .threadCompactStart(ThreadCompactStartResult(0))
-        case 17: message.result = .threadRollback(ThreadRollbackResult(0))
-        case 18: message.result = .threadNameSet(ThreadNameSetResult(0))
-        case 19: message.result = .turnStart(TurnStartResult(0))
-        case 20: message.result = .turnInterrupt(TurnInterruptResult(0))
+        case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
+        case 3: message.result = .threadStart(ThreadLifecycleResult(0))
+        case 4: message.result = .threadResume(ThreadLifecycleResult(0))
+        case 5: message.result = .threadFork(ThreadLifecycleResult(0))
+        case 6: message.result = .threadRead(ThreadReadResult(0))
+        case 7: message.result = .threadList(ThreadListResult(0))
+        case 8: message.result = .threadArchive(ThreadArchiveResult(0))
+        case 9: message.result = .threadUnarchive(ThreadUnarchiveResult(0))
+        case 10: message.result = .threadUnsubscribe(ThreadUnsubscribeResult(0))
+        case 11: message.result = .threadSettingsUpdate(ThreadSettingsUpdateResult(0))
+        case 12: message.result = .agentSpawn(ThreadLifecycleResult(0))
+        case 13: message.result = .threadTurnsList(ThreadTurnsListResult(0))
+        case 14: message.result = .threadToolsUpdate(ThreadToolsUpdateResult(0))
+        case 15: message.result = .mcpServerList(McpServerListResult(0))
+        case 16: message.result = .modelList(ModelListResult(0))
+        case 17: message.result = .threadCompactStart(ThreadCompactStartResult(0))
+        case 18: message.result = .threadRollback(ThreadRollbackResult(0))
+        case 19: message.result = .threadNameSet(ThreadNameSetResult(0))
+        case 20: message.result = .turnStart(TurnStartResult(0))
+        case 21: message.result = .turnInterrupt(TurnInterruptResult(0))
         default: message.result = .turnSteer(TurnSteerResult(0))
         }
         return message
@@ -838,6 +865,9 @@ public enum WireFixtures {
         ("HealthCheckParams#0", { try roundTrip(HealthCheckParams(0)) }),
         ("HealthCheckResult#0", { try roundTrip(HealthCheckResult(0)) }),
         ("KeyValue#0", { try roundTrip(KeyValue(0)) }),
+        ("ReflectionDescriptorsParams#0", { try roundTrip(ReflectionDescriptorsParams(0)) }),
+        ("ReflectedMethod#0", { try roundTrip(ReflectedMethod(0)) }),
+        ("ReflectionDescriptorsResult#0", { try roundTrip(ReflectionDescriptorsResult(0)) }),
         ("ToolCallParams#0", { try roundTrip(ToolCallParams(0)) }),
         ("ToolCallResult#0", { try roundTrip(ToolCallResult(0)) }),
         ("ApprovalParams#0", { try roundTrip(ApprovalParams(0)) }),
@@ -946,6 +976,7 @@ public enum WireFixtures {
         ("Request#19", { try roundTrip(Request(19)) }),
         ("Request#20", { try roundTrip(Request(20)) }),
         ("Request#21", { try roundTrip(Request(21)) }),
+        ("Request#22", { try roundTrip(Request(22)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -968,6 +999,7 @@ public enum WireFixtures {
         ("Response#19", { try roundTrip(Response(19)) }),
         ("Response#20", { try roundTrip(Response(20)) }),
         ("Response#21", { try roundTrip(Response(21)) }),
+        ("Response#22", { try roundTrip(Response(22)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

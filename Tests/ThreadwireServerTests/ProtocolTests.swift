@@ -20,6 +20,40 @@ struct ProtocolTests {
         await client.close()
     }
 
+    @Test("reflection/descriptors before initialize returns the compiled contract and every wire name")
+    func reflection() async throws {
+        let server = try await InProcessServer.launch()
+        let client = try await server.client(initialize: false)
+        guard case let .reflectionDescriptors(schema) = try await client.result(.reflectionDescriptors(.init())) else {
+            throw TestTimeout(description: "no reflection result")
+        }
+        #expect(schema.fileDescriptorSet == WireSchema.fileDescriptorSet)
+        // A FileDescriptorSet opens with its first `file` (field 1, length-delimited).
+        #expect(schema.fileDescriptorSet?.first == 0x0A)
+        #expect(schema.envelopeType == "threadwire.v1.Envelope")
+        #expect(schema.protocolVersion == 1)
+        let methods = Dictionary(uniqueKeysWithValues: schema.methods.map { ($0.field ?? "", $0) })
+        #expect(Set(methods.keys) == Set(Wire.Request.Params.fieldNames))
+        #expect(methods["thread_settings_update"]?.name == "thread/settings/update")
+        #expect(methods["mcp_server_list"]?.name == "mcp_server/list")
+        #expect(methods["turn_start"]?.paramsType == "threadwire.v1.TurnStartParams")
+        #expect(methods["turn_start"]?.resultType == "threadwire.v1.TurnStartResult")
+        #expect(Set(schema.notifications.compactMap(\.field)) == Set(Wire.Notification.Payload.fieldNames))
+        #expect(schema.notifications.allSatisfy { $0.resultType == nil })
+        #expect(schema.serverRequests.map(\.name) == ["item/tool/call", "item/tool/request_approval", "item/tool/request_user_input"])
+        // Every reflected method is one the server dispatches: none is UNIMPLEMENTED.
+        let fresh = try await server.client()
+        for method in schema.methods {
+            guard let field = method.field, let params = try Wire.Request.Params.fromJSON(fieldName: field, .object([]), path: "") else {
+                Issue.record("\(method.field ?? "?") has no params case"); continue
+            }
+            let response = try await fresh.call(params)
+            #expect(response.code != 12, "\(method.name ?? "?") is not served: \(response.message ?? "")")
+        }
+        await client.close()
+        await fresh.close()
+    }
+
     @Test("any method but health/check before initialize is FAILED_PRECONDITION; a second initialize too")
     func handshakeFirst() async throws {
         let server = try await InProcessServer.launch()

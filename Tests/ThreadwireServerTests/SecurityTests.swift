@@ -46,7 +46,7 @@ func expectClosed(_ client: ThreadwireClient, sourceLocation: SourceLocation = #
 
 @Suite("authentication and tenant isolation (real server)", .timeLimit(.minutes(3)))
 struct SecurityTests {
-    @Test("missing and wrong tokens get UNAUTHENTICATED and a close; before initialize only health/check answers and frames stay small")
+    @Test("missing and wrong tokens get UNAUTHENTICATED and a close; before initialize only health/check and reflection/descriptors answer and frames stay small")
     func missingAndWrongTokens() async throws {
         let (server, _) = try await authenticatingServer()
         defer { server.stopBlocking() }
@@ -71,6 +71,8 @@ struct SecurityTests {
         // a frame over 64 KiB is refused from its header with a close.
         let early = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         #expect(try await early.call(.healthCheck(Wire.HealthCheckParams())).code == 0)
+        // The schema is public, like gRPC reflection: no token needed.
+        #expect(try await early.call(.reflectionDescriptors(Wire.ReflectionDescriptorsParams())).code == 0)
         #expect(try await early.call(.threadList(Wire.ThreadListParams())).code == failedPrecondition)
         let socket = try RawSocket(port: server.port)
         defer { socket.close() }

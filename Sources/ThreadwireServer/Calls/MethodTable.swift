@@ -13,6 +13,8 @@ enum MethodTable {
                     mutates: false, requiresHandshake: false, inline: SessionHandlers.initialize),
             .method("health/check", params: { if case let .healthCheck(p) = $0 { p } else { nil } },
                     mutates: false, requiresHandshake: false, inline: SessionHandlers.healthCheck),
+            .method("reflection/descriptors", params: { if case let .reflectionDescriptors(p) = $0 { p } else { nil } },
+                    mutates: false, requiresHandshake: false, inline: SessionHandlers.reflectionDescriptors),
             .method("thread/start", params: { if case let .threadStart(p) = $0 { p } else { nil } },
                     mutates: true, run: ThreadHandlers.start),
             .method("thread/resume", params: { if case let .threadResume(p) = $0 { p } else { nil } },

@@ -102,6 +102,24 @@ enum SessionHandlers {
         .result(.mcpServerList(Wire.McpServerListResult(servers: call.engine.toolServerStatuses().map(\.wire))))
     }
 
+    /// The compiled contract, so generic tools need no .proto files. Built
+    /// once: it is the same for every caller.
+    @Sendable static func reflectionDescriptors(_ p: Wire.ReflectionDescriptorsParams, _ call: Call) throws -> InlineAnswer? {
+        var schema = reflectedSchema
+        schema.protocolVersion = call.server.protocolVersion
+        return .result(.reflectionDescriptors(schema))
+    }
+
+    private static let reflectedSchema: Wire.ReflectionDescriptorsResult = {
+        func reflected(_ methods: [WireSchema.Method]) -> [Wire.ReflectedMethod] {
+            methods.map { Wire.ReflectedMethod(name: $0.name, field: $0.field, paramsType: $0.paramsType, resultType: $0.resultType) }
+        }
+        return Wire.ReflectionDescriptorsResult(
+            fileDescriptorSet: WireSchema.fileDescriptorSet, envelopeType: WireSchema.envelopeType,
+            methods: reflected(WireSchema.methods),
+            notifications: reflected(WireSchema.notifications), serverRequests: reflected(WireSchema.serverRequests))
+    }()
+
     @Sendable static func healthCheck(_ p: Wire.HealthCheckParams, _ call: Call) throws -> InlineAnswer? {
         if let service = p.service, !service.isEmpty {
             throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")

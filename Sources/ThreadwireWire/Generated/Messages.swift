@@ -1285,6 +1285,289 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ReflectionDescriptorsParams: Sendable, Equatable {
+
+    public init() {}
+  }
+}
+
+extension Wire.ReflectionDescriptorsParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ReflectionDescriptorsParams"
+  typealias CMessage = Threadwire__V1__ReflectionDescriptorsParams
+
+  init(c: UnsafePointer<Threadwire__V1__ReflectionDescriptorsParams>) throws(WireError) {
+    self.init()
+  }
+
+  func fill(_ c: inout Threadwire__V1__ReflectionDescriptorsParams, arena: inout CodecArena) {
+    _ = arena
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__reflection_descriptors_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__reflection_descriptors_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ReflectionDescriptorsParams()
+      threadwire__v1__reflection_descriptors_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__reflection_descriptors_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__reflection_descriptors_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ReflectedMethod: Sendable, Equatable {
+    public var name: String?
+    public var field: String?
+    public var paramsType: String?
+    public var resultType: String?
+
+    public init() {
+      self.name = nil
+      self.field = nil
+      self.paramsType = nil
+      self.resultType = nil
+    }
+
+    public init(name: String? = nil, field: String? = nil, paramsType: String? = nil, resultType: String? = nil) {
+      self.name = name
+      self.field = field
+      self.paramsType = paramsType
+      self.resultType = resultType
+    }
+  }
+}
+
+extension Wire.ReflectedMethod: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ReflectedMethod"
+  typealias CMessage = Threadwire__V1__ReflectedMethod
+
+  init(c: UnsafePointer<Threadwire__V1__ReflectedMethod>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    if let v = c.pointee.field { self.field = try wireString(v, field: "field") }
+    if let v = c.pointee.params_type { self.paramsType = try wireString(v, field: "params_type") }
+    if let v = c.pointee.result_type { self.resultType = try wireString(v, field: "result_type") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ReflectedMethod, arena: inout CodecArena) {
+    if let v = self.name { c.name = arena.cString(v) }
+    if let v = self.field { c.field = arena.cString(v) }
+    if let v = self.paramsType { c.params_type = arena.cString(v) }
+    if let v = self.resultType { c.result_type = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__reflected_method__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__reflected_method__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ReflectedMethod()
+      threadwire__v1__reflected_method__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__reflected_method__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__reflected_method__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = name { object.append(("name", .string(v))) }
+    if let v = field { object.append(("field", .string(v))) }
+    if let v = paramsType { object.append(("params_type", .string(v))) }
+    if let v = resultType { object.append(("result_type", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "name": self.name = try value.stringValue(path: keyPath)
+      case "field": self.field = try value.stringValue(path: keyPath)
+      case "params_type", "paramsType": self.paramsType = try value.stringValue(path: keyPath)
+      case "result_type", "resultType": self.resultType = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ReflectionDescriptorsResult: Sendable, Equatable {
+    public var fileDescriptorSet: [UInt8]?
+    public var envelopeType: String?
+    public var protocolVersion: UInt32?
+    public var methods: [Wire.ReflectedMethod]
+    public var notifications: [Wire.ReflectedMethod]
+    public var serverRequests: [Wire.ReflectedMethod]
+
+    public init() {
+      self.fileDescriptorSet = nil
+      self.envelopeType = nil
+      self.protocolVersion = nil
+      self.methods = []
+      self.notifications = []
+      self.serverRequests = []
+    }
+
+    public init(fileDescriptorSet: [UInt8]? = nil, envelopeType: String? = nil, protocolVersion: UInt32? = nil, methods: [Wire.ReflectedMethod] = [], notifications: [Wire.ReflectedMethod] = [], serverRequests: [Wire.ReflectedMethod] = []) {
+      self.fileDescriptorSet = fileDescriptorSet
+      self.envelopeType = envelopeType
+      self.protocolVersion = protocolVersion
+      self.methods = methods
+      self.notifications = notifications
+      self.serverRequests = serverRequests
+    }
+  }
+}
+
+extension Wire.ReflectionDescriptorsResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ReflectionDescriptorsResult"
+  typealias CMessage = Threadwire__V1__ReflectionDescriptorsResult
+
+  init(c: UnsafePointer<Threadwire__V1__ReflectionDescriptorsResult>) throws(WireError) {
+    self.init()
+    if c.pointee.has_file_descriptor_set != 0 { self.fileDescriptorSet = wireBytes(c.pointee.file_descriptor_set) }
+    if let v = c.pointee.envelope_type { self.envelopeType = try wireString(v, field: "envelope_type") }
+    if c.pointee.has_protocol_version != 0 { self.protocolVersion = c.pointee.protocol_version }
+    if c.pointee.n_methods > 0, let items = c.pointee.methods {
+      self.methods.reserveCapacity(c.pointee.n_methods)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_methods { self.methods.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "methods") }
+    }
+    if c.pointee.n_notifications > 0, let items = c.pointee.notifications {
+      self.notifications.reserveCapacity(c.pointee.n_notifications)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_notifications { self.notifications.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "notifications") }
+    }
+    if c.pointee.n_server_requests > 0, let items = c.pointee.server_requests {
+      self.serverRequests.reserveCapacity(c.pointee.n_server_requests)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_server_requests { self.serverRequests.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "server_requests") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ReflectionDescriptorsResult, arena: inout CodecArena) {
+    if let v = self.fileDescriptorSet { c.has_file_descriptor_set = 1; c.file_descriptor_set = arena.binary(v) }
+    if let v = self.envelopeType { c.envelope_type = arena.cString(v) }
+    if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
+    if !self.methods.isEmpty {
+      c.n_methods = self.methods.count
+      c.methods = arena.array(self.methods) { value, arena in arena.message(value, Threadwire__V1__ReflectedMethod(), threadwire__v1__reflected_method__init) }
+    }
+    if !self.notifications.isEmpty {
+      c.n_notifications = self.notifications.count
+      c.notifications = arena.array(self.notifications) { value, arena in arena.message(value, Threadwire__V1__ReflectedMethod(), threadwire__v1__reflected_method__init) }
+    }
+    if !self.serverRequests.isEmpty {
+      c.n_server_requests = self.serverRequests.count
+      c.server_requests = arena.array(self.serverRequests) { value, arena in arena.message(value, Threadwire__V1__ReflectedMethod(), threadwire__v1__reflected_method__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__reflection_descriptors_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__reflection_descriptors_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ReflectionDescriptorsResult()
+      threadwire__v1__reflection_descriptors_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__reflection_descriptors_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__reflection_descriptors_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = fileDescriptorSet { object.append(("file_descriptor_set", .string(wireBase64(v)))) }
+    if let v = envelopeType { object.append(("envelope_type", .string(v))) }
+    if let v = protocolVersion { object.append(("protocol_version", .uint(UInt64(v)))) }
+    if !methods.isEmpty { object.append(("methods", .array(methods.map { $0.jsonValue() }))) }
+    if !notifications.isEmpty { object.append(("notifications", .array(notifications.map { $0.jsonValue() }))) }
+    if !serverRequests.isEmpty { object.append(("server_requests", .array(serverRequests.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "file_descriptor_set", "fileDescriptorSet": self.fileDescriptorSet = try value.bytesValue(path: keyPath)
+      case "envelope_type", "envelopeType": self.envelopeType = try value.stringValue(path: keyPath)
+      case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
+      case "methods": self.methods = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ReflectedMethod(json: element, path: path) }
+      case "notifications": self.notifications = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ReflectedMethod(json: element, path: path) }
+      case "server_requests", "serverRequests": self.serverRequests = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ReflectedMethod(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ToolCallParams: Sendable, Equatable {
     public var itemId: String?
     public var tool: String?
@@ -8475,6 +8758,7 @@ extension Wire {
     public enum Params: Sendable, Equatable {
       case initialize(Wire.InitializeParams)
       case healthCheck(Wire.HealthCheckParams)
+      case reflectionDescriptors(Wire.ReflectionDescriptorsParams)
       case threadStart(Wire.ThreadStartParams)
       case threadResume(Wire.ThreadResumeParams)
       case threadFork(Wire.ThreadForkParams)
@@ -8501,6 +8785,7 @@ extension Wire {
         switch self {
         case .initialize: return "initialize"
         case .healthCheck: return "health_check"
+        case .reflectionDescriptors: return "reflection_descriptors"
         case .threadStart: return "thread_start"
         case .threadResume: return "thread_resume"
         case .threadFork: return "thread_fork"
@@ -8529,6 +8814,7 @@ extension Wire {
         switch self {
         case .initialize: return "initialize"
         case .healthCheck: return "health/check"
+        case .reflectionDescriptors: return "reflection/descriptors"
         case .threadStart: return "thread/start"
         case .threadResume: return "thread/resume"
         case .threadFork: return "thread/fork"
@@ -8552,13 +8838,14 @@ extension Wire {
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
         case "initialize", "initialize": return .initialize(try Wire.InitializeParams(json: json, path: path))
         case "health_check", "healthCheck": return .healthCheck(try Wire.HealthCheckParams(json: json, path: path))
+        case "reflection_descriptors", "reflectionDescriptors": return .reflectionDescriptors(try Wire.ReflectionDescriptorsParams(json: json, path: path))
         case "thread_start", "threadStart": return .threadStart(try Wire.ThreadStartParams(json: json, path: path))
         case "thread_resume", "threadResume": return .threadResume(try Wire.ThreadResumeParams(json: json, path: path))
         case "thread_fork", "threadFork": return .threadFork(try Wire.ThreadForkParams(json: json, path: path))
@@ -8619,6 +8906,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .initialize(try Wire.InitializeParams(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
     case 11:
       do throws(WireError) { self.params = .healthCheck(try Wire.HealthCheckParams(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
+    case 12:
+      do throws(WireError) { self.params = .reflectionDescriptors(try Wire.ReflectionDescriptorsParams(c: wireRequired(c.pointee.reflection_descriptors))) } catch { throw error.nested(in: "reflection_descriptors") }
     case 20:
       do throws(WireError) { self.params = .threadStart(try Wire.ThreadStartParams(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
     case 21:
@@ -8677,6 +8966,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .healthCheck(let v)?:
       c.params_case = .init(rawValue: 11)
       c.health_check = arena.message(v, Threadwire__V1__HealthCheckParams(), threadwire__v1__health_check_params__init)
+    case .reflectionDescriptors(let v)?:
+      c.params_case = .init(rawValue: 12)
+      c.reflection_descriptors = arena.message(v, Threadwire__V1__ReflectionDescriptorsParams(), threadwire__v1__reflection_descriptors_params__init)
     case .threadStart(let v)?:
       c.params_case = .init(rawValue: 20)
       c.thread_start = arena.message(v, Threadwire__V1__ThreadStartParams(), threadwire__v1__thread_start_params__init)
@@ -8775,6 +9067,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     switch params {
     case .initialize(let v)?: object.append(("initialize", v.jsonValue()))
     case .healthCheck(let v)?: object.append(("health_check", v.jsonValue()))
+    case .reflectionDescriptors(let v)?: object.append(("reflection_descriptors", v.jsonValue()))
     case .threadStart(let v)?: object.append(("thread_start", v.jsonValue()))
     case .threadResume(let v)?: object.append(("thread_resume", v.jsonValue()))
     case .threadFork(let v)?: object.append(("thread_fork", v.jsonValue()))
@@ -8808,7 +9101,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -8827,6 +9120,7 @@ extension Wire {
     public enum Result: Sendable, Equatable {
       case initialize(Wire.InitializeResult)
       case healthCheck(Wire.HealthCheckResult)
+      case reflectionDescriptors(Wire.ReflectionDescriptorsResult)
       case threadStart(Wire.ThreadLifecycleResult)
       case threadResume(Wire.ThreadLifecycleResult)
       case threadFork(Wire.ThreadLifecycleResult)
@@ -8853,6 +9147,7 @@ extension Wire {
         switch self {
         case .initialize: return "initialize"
         case .healthCheck: return "health_check"
+        case .reflectionDescriptors: return "reflection_descriptors"
         case .threadStart: return "thread_start"
         case .threadResume: return "thread_resume"
         case .threadFork: return "thread_fork"
@@ -8881,6 +9176,7 @@ extension Wire {
         switch self {
         case .initialize: return "initialize"
         case .healthCheck: return "health/check"
+        case .reflectionDescriptors: return "reflection/descriptors"
         case .threadStart: return "thread/start"
         case .threadResume: return "thread/resume"
         case .threadFork: return "thread/fork"
@@ -8904,13 +9200,14 @@ extension Wire {
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
         case "initialize", "initialize": return .initialize(try Wire.InitializeResult(json: json, path: path))
         case "health_check", "healthCheck": return .healthCheck(try Wire.HealthCheckResult(json: json, path: path))
+        case "reflection_descriptors", "reflectionDescriptors": return .reflectionDescriptors(try Wire.ReflectionDescriptorsResult(json: json, path: path))
         case "thread_start", "threadStart": return .threadStart(try Wire.ThreadLifecycleResult(json: json, path: path))
         case "thread_resume", "threadResume": return .threadResume(try Wire.ThreadLifecycleResult(json: json, path: path))
         case "thread_fork", "threadFork": return .threadFork(try Wire.ThreadLifecycleResult(json: json, path: path))
@@ -8966,6 +9263,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .initialize(try Wire.InitializeResult(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
     case 11:
       do throws(WireError) { self.result = .healthCheck(try Wire.HealthCheckResult(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
+    case 12:
+      do throws(WireError) { self.result = .reflectionDescriptors(try Wire.ReflectionDescriptorsResult(c: wireRequired(c.pointee.reflection_descriptors))) } catch { throw error.nested(in: "reflection_descriptors") }
     case 20:
       do throws(WireError) { self.result = .threadStart(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
     case 21:
@@ -9021,6 +9320,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .healthCheck(let v)?:
       c.result_case = .init(rawValue: 11)
       c.health_check = arena.message(v, Threadwire__V1__HealthCheckResult(), threadwire__v1__health_check_result__init)
+    case .reflectionDescriptors(let v)?:
+      c.result_case = .init(rawValue: 12)
+      c.reflection_descriptors = arena.message(v, Threadwire__V1__ReflectionDescriptorsResult(), threadwire__v1__reflection_descriptors_result__init)
     case .threadStart(let v)?:
       c.result_case = .init(rawValue: 20)
       c.thread_start = arena.message(v, Threadwire__V1__ThreadLifecycleResult(), threadwire__v1__thread_lifecycle_result__init)
@@ -9119,6 +9421,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     switch result {
     case .initialize(let v)?: object.append(("initialize", v.jsonValue()))
     case .healthCheck(let v)?: object.append(("health_check", v.jsonValue()))
+    case .reflectionDescriptors(let v)?: object.append(("reflection_descriptors", v.jsonValue()))
     case .threadStart(let v)?: object.append(("thread_start", v.jsonValue()))
     case .threadResume(let v)?: object.append(("thread_resume", v.jsonValue()))
     case .threadFork(let v)?: object.append(("thread_fork", v.jsonValue()))
@@ -9152,7 +9455,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

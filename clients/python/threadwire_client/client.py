@@ -13,7 +13,7 @@ import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from google.protobuf import json_format
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
 # The generated modules import each other as `threadwire.v1.*`.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gen"))
@@ -45,6 +45,32 @@ def tls_context(ca_file=None, cert_file=None, key_file=None):
     return context
 
 
+class Schema:
+    """The server's contract as reflection/descriptors returns it: message
+    classes built from its FileDescriptorSet, so any method it offers can be
+    called without generated code (see Client.call_dict)."""
+
+    def __init__(self, result):
+        pool = descriptor_pool.DescriptorPool()
+        for file in descriptor_pb2.FileDescriptorSet.FromString(result.file_descriptor_set).file:
+            pool.Add(file)
+        self.envelope = message_factory.GetMessageClass(pool.FindMessageTypeByName(result.envelope_type))
+        self.protocol_version = result.protocol_version
+        self.methods = {m.name: m for m in result.methods}
+        self.notifications = {m.field: m.name for m in result.notifications}
+        self.server_requests = {m.field: m.name for m in result.server_requests}
+
+    def notification_to_dict(self, notification):
+        """(method name, params dict) of a received Notification."""
+        dynamic = self.envelope.FromString(messages.envelope.Envelope(notification=notification).SerializeToString())
+        field = dynamic.notification.WhichOneof("payload")
+        return self.notifications.get(field, field), _to_dict(getattr(dynamic.notification, field))
+
+
+def _to_dict(message):
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
 class Client:
     """`tls`: an ssl.SSLContext (see `tls_context`) to speak TLS; the server
     certificate must name `server_hostname` (default: `host`)."""
@@ -65,6 +91,7 @@ class Client:
         self._user_input = None
         self._workers = None
         self._write_lock = threading.Lock()
+        self._schema = None
 
     # -- framing -----------------------------------------------------------
     def send_frame(self, payload: bytes):
@@ -134,6 +161,37 @@ class Client:
         if response.code != 0:
             raise StatusError(response.code, response.message)
         return getattr(response, response.WhichOneof("result"))
+
+    def schema(self):
+        """The server's Schema (reflection/descriptors, fetched once; works
+        before initialize)."""
+        if self._schema is None:
+            self._schema = Schema(self.call("reflection/descriptors"))
+        return self._schema
+
+    def call_dict(self, method, params=None):
+        """Calls any method the server offers, found through its reflected
+        schema rather than this package's generated code: `params` and the
+        result are dicts with the .proto field names. Raises StatusError on a
+        non-OK response and ValueError for a method the server does not have."""
+        schema = self.schema()
+        spec = schema.methods.get(method)
+        if spec is None:
+            raise ValueError(f"the server has no method {method!r}; it has: {', '.join(sorted(schema.methods))}")
+        self._next_id += 1
+        envelope = schema.envelope()
+        envelope.request.id = self._next_id
+        target = getattr(envelope.request, spec.field)
+        target.SetInParent()
+        json_format.ParseDict(params or {}, target)
+        self.send_frame(envelope.SerializeToString())
+        response = self.wait(envelope.request.id)
+        if response.code != 0:
+            raise StatusError(response.code, response.message)
+        # Fields this package's code does not know survive as unknown fields
+        # of the compiled Envelope; the reflected one reads them.
+        dynamic = schema.envelope.FromString(messages.envelope.Envelope(response=response).SerializeToString())
+        return _to_dict(getattr(dynamic.response, spec.field))
 
     def call_many(self, calls):
         """Pipelines [(method, params), ...]: all sent first, responses in order."""

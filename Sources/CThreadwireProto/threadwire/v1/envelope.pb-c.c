@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[25] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[26] =
 {
   {
     "id",
@@ -335,6 +335,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     offsetof(Threadwire__V1__Request, params_case),
     offsetof(Threadwire__V1__Request, health_check),
     &threadwire__v1__health_check_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reflection_descriptors",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, reflection_descriptors),
+    &threadwire__v1__reflection_descriptors_params__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -581,39 +593,40 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
   },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
-  14,   /* field[14] = agent_spawn */
+  15,   /* field[15] = agent_spawn */
   4,   /* field[4] = health_check */
   0,   /* field[0] = id */
   3,   /* field[3] = initialize */
-  17,   /* field[17] = mcp_server_list */
+  18,   /* field[18] = mcp_server_list */
   2,   /* field[2] = metadata */
-  18,   /* field[18] = model_list */
-  10,   /* field[10] = thread_archive */
-  19,   /* field[19] = thread_compact_start */
-  7,   /* field[7] = thread_fork */
-  9,   /* field[9] = thread_list */
-  21,   /* field[21] = thread_name_set */
-  8,   /* field[8] = thread_read */
-  6,   /* field[6] = thread_resume */
-  20,   /* field[20] = thread_rollback */
-  13,   /* field[13] = thread_settings_update */
-  5,   /* field[5] = thread_start */
-  16,   /* field[16] = thread_tools_update */
-  15,   /* field[15] = thread_turns_list */
-  11,   /* field[11] = thread_unarchive */
-  12,   /* field[12] = thread_unsubscribe */
+  19,   /* field[19] = model_list */
+  5,   /* field[5] = reflection_descriptors */
+  11,   /* field[11] = thread_archive */
+  20,   /* field[20] = thread_compact_start */
+  8,   /* field[8] = thread_fork */
+  10,   /* field[10] = thread_list */
+  22,   /* field[22] = thread_name_set */
+  9,   /* field[9] = thread_read */
+  7,   /* field[7] = thread_resume */
+  21,   /* field[21] = thread_rollback */
+  14,   /* field[14] = thread_settings_update */
+  6,   /* field[6] = thread_start */
+  17,   /* field[17] = thread_tools_update */
+  16,   /* field[16] = thread_turns_list */
+  12,   /* field[12] = thread_unarchive */
+  13,   /* field[13] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  23,   /* field[23] = turn_interrupt */
-  22,   /* field[22] = turn_start */
-  24,   /* field[24] = turn_steer */
+  24,   /* field[24] = turn_interrupt */
+  23,   /* field[23] = turn_start */
+  25,   /* field[25] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
-  { 20, 5 },
-  { 40, 22 },
-  { 0, 25 }
+  { 20, 6 },
+  { 40, 23 },
+  { 0, 26 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -623,14 +636,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  25,
+  26,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[25] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[26] =
 {
   {
     "id",
@@ -688,6 +701,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     offsetof(Threadwire__V1__Response, result_case),
     offsetof(Threadwire__V1__Response, health_check),
     &threadwire__v1__health_check_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reflection_descriptors",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, reflection_descriptors),
+    &threadwire__v1__reflection_descriptors_result__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -934,39 +959,40 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
   },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
-  14,   /* field[14] = agent_spawn */
+  15,   /* field[15] = agent_spawn */
   1,   /* field[1] = code */
   4,   /* field[4] = health_check */
   0,   /* field[0] = id */
   3,   /* field[3] = initialize */
-  17,   /* field[17] = mcp_server_list */
+  18,   /* field[18] = mcp_server_list */
   2,   /* field[2] = message */
-  18,   /* field[18] = model_list */
-  10,   /* field[10] = thread_archive */
-  19,   /* field[19] = thread_compact_start */
-  7,   /* field[7] = thread_fork */
-  9,   /* field[9] = thread_list */
-  21,   /* field[21] = thread_name_set */
-  8,   /* field[8] = thread_read */
-  6,   /* field[6] = thread_resume */
-  20,   /* field[20] = thread_rollback */
-  13,   /* field[13] = thread_settings_update */
-  5,   /* field[5] = thread_start */
-  16,   /* field[16] = thread_tools_update */
-  15,   /* field[15] = thread_turns_list */
-  11,   /* field[11] = thread_unarchive */
-  12,   /* field[12] = thread_unsubscribe */
-  23,   /* field[23] = turn_interrupt */
-  22,   /* field[22] = turn_start */
-  24,   /* field[24] = turn_steer */
+  19,   /* field[19] = model_list */
+  5,   /* field[5] = reflection_descriptors */
+  11,   /* field[11] = thread_archive */
+  20,   /* field[20] = thread_compact_start */
+  8,   /* field[8] = thread_fork */
+  10,   /* field[10] = thread_list */
+  22,   /* field[22] = thread_name_set */
+  9,   /* field[9] = thread_read */
+  7,   /* field[7] = thread_resume */
+  21,   /* field[21] = thread_rollback */
+  14,   /* field[14] = thread_settings_update */
+  6,   /* field[6] = thread_start */
+  17,   /* field[17] = thread_tools_update */
+  16,   /* field[16] = thread_turns_list */
+  12,   /* field[12] = thread_unarchive */
+  13,   /* field[13] = thread_unsubscribe */
+  24,   /* field[24] = turn_interrupt */
+  23,   /* field[23] = turn_start */
+  25,   /* field[25] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
-  { 20, 5 },
-  { 40, 22 },
-  { 0, 25 }
+  { 20, 6 },
+  { 40, 23 },
+  { 0, 26 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -976,7 +1002,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  25,
+  26,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,

@@ -16,6 +16,7 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "threadwire/v1/health.pb-c.h"
 #include "threadwire/v1/multi_agent.pb-c.h"
+#include "threadwire/v1/reflection.pb-c.h"
 #include "threadwire/v1/server_request.pb-c.h"
 #include "threadwire/v1/settings.pb-c.h"
 #include "threadwire/v1/thread.pb-c.h"
@@ -82,6 +83,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS__NOT_SET = 0,
   THREADWIRE__V1__REQUEST__PARAMS_INITIALIZE = 10,
   THREADWIRE__V1__REQUEST__PARAMS_HEALTH_CHECK = 11,
+  THREADWIRE__V1__REQUEST__PARAMS_REFLECTION_DESCRIPTORS = 12,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_START = 20,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_RESUME = 21,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_FORK = 22,
@@ -134,6 +136,10 @@ struct  Threadwire__V1__Request
   union {
     Threadwire__V1__InitializeParams *initialize;
     Threadwire__V1__HealthCheckParams *health_check;
+    /*
+     * "reflection/descriptors": the schema, before initialize too.
+     */
+    Threadwire__V1__ReflectionDescriptorsParams *reflection_descriptors;
     Threadwire__V1__ThreadStartParams *thread_start;
     Threadwire__V1__ThreadResumeParams *thread_resume;
     Threadwire__V1__ThreadForkParams *thread_fork;
@@ -168,6 +174,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT__NOT_SET = 0,
   THREADWIRE__V1__RESPONSE__RESULT_INITIALIZE = 10,
   THREADWIRE__V1__RESPONSE__RESULT_HEALTH_CHECK = 11,
+  THREADWIRE__V1__RESPONSE__RESULT_REFLECTION_DESCRIPTORS = 12,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_START = 20,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_RESUME = 21,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_FORK = 22,
@@ -212,6 +219,7 @@ struct  Threadwire__V1__Response
   union {
     Threadwire__V1__InitializeResult *initialize;
     Threadwire__V1__HealthCheckResult *health_check;
+    Threadwire__V1__ReflectionDescriptorsResult *reflection_descriptors;
     Threadwire__V1__ThreadLifecycleResult *thread_start;
     Threadwire__V1__ThreadLifecycleResult *thread_resume;
     Threadwire__V1__ThreadLifecycleResult *thread_fork;

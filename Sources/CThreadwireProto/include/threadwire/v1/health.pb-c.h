@@ -98,7 +98,8 @@ struct  Threadwire__V1__Capabilities
 
 /*
  * Method "initialize". Must be the first request on a connection; every
- * method except "health/check" gets FAILED_PRECONDITION before it.
+ * method except "health/check" and "reflection/descriptors" gets
+ * FAILED_PRECONDITION before it.
  */
 struct  Threadwire__V1__InitializeParams
 {
@@ -114,9 +115,10 @@ struct  Threadwire__V1__InitializeParams
   /*
    * Bearer token, when the server authenticates (--auth-tokens or
    * THREADWIRE_AUTH_TOKEN). Missing or wrong: UNAUTHENTICATED, then the
-   * connection closes. Until initialize succeeds only initialize and
-   * health/check are served and frames are capped at 65536 bytes. The server
-   * never logs or records it. Ignored by a server without authentication.
+   * connection closes. Until initialize succeeds only initialize,
+   * health/check and reflection/descriptors are served and frames are capped
+   * at 65536 bytes. The server never logs or records it. Ignored by a server
+   * without authentication.
    * Over mutual TLS a client certificate that names a principal needs no token.
    */
   char *auth_token;
