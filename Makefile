@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql \
-  golang-go golang-google-protobuf-dev protoc-gen-go tshark
+  golang-go golang-google-protobuf-dev protoc-gen-go tshark node-typescript
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go memcheck clean bench bench-generate
+.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -68,6 +68,7 @@ test: deps check-generated
 	swift test --skip-build $(SWIFT_BUILD_FLAGS)
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-go
+	$(MAKE) --no-print-directory test-typescript
 	$(MAKE) --no-print-directory fuzz-smoke
 
 ## Coverage-guided fuzzing (libFuzzer + AddressSanitizer) of the frame decoder,
@@ -119,6 +120,13 @@ test-python: py-deps c-client
 GO_ENV := GOPROXY=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
 test-go: apt-deps
 	cd clients/go && $(GO_ENV) go vet ./... && $(GO_ENV) THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server go test -count=1 ./...
+
+## The TypeScript client (clients/typescript): compiled with Debian's tsc,
+## tested with node --test against the real server and, for its generated
+## codec, against Google's protobuf runtime (tests/typescript/oracle.py).
+test-typescript: apt-deps py-deps
+	cd clients/typescript && tsc -p . && THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server \
+	  THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) node --test test/*.test.mjs
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
 ## invalid access or definite leak fails. Run twice: with the codec's arena, and

@@ -7,6 +7,7 @@
 #   contrib/wireshark/threadwire.lua  the method tables of the dissector (codegen/gen_wireshark.py)
 #   clients/go/threadwirepb/          Go messages (Debian's protoc-gen-go)
 #   clients/go/methods.go             the Go client's typed calls (codegen/gen_go.py)
+#   clients/typescript/src/gen/       TypeScript messages and typed calls (codegen/protoc_gen_ts.py, a protoc plugin)
 # Needs protoc-c, protoc, protoc-gen-go and Python's protobuf package (make deps installs them).
 # Usage: codegen/generate.sh [OUTPUT_ROOT]   (default: the repository root)
 set -euo pipefail
@@ -55,6 +56,13 @@ protoc --go_out="$tmp/go" --go_opt=paths=source_relative $go_map $protos
 rm -f "$out"/clients/go/threadwirepb/*.pb.go
 cp "$tmp"/go/threadwire/v1/*.pb.go "$out/clients/go/threadwirepb/"
 "$python" "$here/gen_go.py" "$tmp/descriptors.pb" "$out/clients/go/methods.go"
+
+# TypeScript: the project's own protoc plugin (no protobuf library for Node here).
+printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$python" "$here/protoc_gen_ts.py" > "$tmp/protoc-gen-threadwire-ts"
+chmod +x "$tmp/protoc-gen-threadwire-ts"
+mkdir -p "$tmp/ts" "$out/clients/typescript/src/gen"
+PYTHONPATH="$here" protoc --plugin=protoc-gen-threadwire-ts="$tmp/protoc-gen-threadwire-ts" --threadwire-ts_out="$tmp/ts" $protos
+cp "$tmp/ts/messages.ts" "$tmp/ts/methods.ts" "$out/clients/typescript/src/gen/"
 
 mkdir -p "$out/contrib/wireshark"
 "$python" "$here/gen_wireshark.py" "$tmp/descriptors.pb" "$root/contrib/wireshark/threadwire.lua" "$tmp/threadwire.lua"

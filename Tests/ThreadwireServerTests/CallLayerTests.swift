@@ -113,7 +113,7 @@ struct CallLayerTests {
             let params = try #require(try Wire.Request.Params.fromJSON(fieldName: field, .object([]), path: field))
             let spec = try #require(MethodTable.methods[params.methodName], "no entry for \(params.methodName)")
             #expect(spec.name == params.methodName)
-            #expect(spec.requiresHandshake == !["initialize", "health/check"].contains(spec.name))
+            #expect(spec.requiresHandshake == !["initialize", "health/check", "reflection/descriptors"].contains(spec.name))
             guard let thread = spec.thread else { continue }
             #expect(thread.read(params) == nil, "\(spec.name): empty params name no thread")
             let named = try #require(try Wire.Request.Params.fromJSON(
@@ -122,7 +122,7 @@ struct CallLayerTests {
         }
         #expect(MethodTable.methods.count == Wire.Request.Params.fieldNames.count)
         let readsOnly = MethodTable.methods.values.filter { !$0.mutates }.map(\.name).sorted()
-        #expect(readsOnly == ["health/check", "initialize", "mcp_server/list", "model/list", "thread/list", "thread/read", "thread/turns/list"])
+        #expect(readsOnly == ["health/check", "initialize", "mcp_server/list", "model/list", "reflection/descriptors", "thread/list", "thread/read", "thread/turns/list"])
     }
 }
 

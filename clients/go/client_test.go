@@ -350,3 +350,15 @@ func selfSigned(t *testing.T, dir string) (string, string, *x509.CertPool) {
 	pool.AddCert(certificate)
 	return certFile, keyFile, pool
 }
+
+func TestExampleRuns(t *testing.T) {
+	addr := startServer(t)
+	out, err := exec.Command("go", "run", "./examples/session", addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	text := string(out)
+	if !strings.Contains(text, "mode MULTI_AGENT_MODE_PROACTIVE") || !strings.Contains(text, "turn/completed\nturn TURN_STATUS_COMPLETED") {
+		t.Fatalf("unexpected output:\n%s", text)
+	}
+}
