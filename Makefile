@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript memcheck clean bench bench-generate
+.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -46,7 +46,13 @@ $(C_EXAMPLE): clients/c/threadwire_example.c $(wildcard Sources/CThreadwireProto
 	cc -Wall -Wextra -O1 -I Sources/CThreadwireProto/include clients/c/threadwire_example.c \
 	  Sources/CThreadwireProto/threadwire/v1/*.pb-c.c -lprotobuf-c -lssl -lcrypto -o $@
 
-c-client: apt-deps $(C_EXAMPLE)
+C_CONFORMANCE := .build/threadwire-c-conformance
+$(C_CONFORMANCE): clients/c/threadwire_conformance.c $(wildcard Sources/CThreadwireProto/threadwire/v1/*.c)
+	@mkdir -p .build
+	cc -Wall -Wextra -Werror -O1 -I Sources/CThreadwireProto/include clients/c/threadwire_conformance.c \
+	  Sources/CThreadwireProto/threadwire/v1/*.pb-c.c -lprotobuf-c -o $@
+
+c-client: apt-deps $(C_EXAMPLE) $(C_CONFORMANCE)
 
 deps: apt-deps py-deps
 
@@ -69,6 +75,7 @@ test: deps check-generated
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-go
 	$(MAKE) --no-print-directory test-typescript
+	$(MAKE) --no-print-directory test-conformance
 	$(MAKE) --no-print-directory fuzz-smoke
 
 ## Coverage-guided fuzzing (libFuzzer + AddressSanitizer) of the frame decoder,
@@ -127,6 +134,13 @@ test-go: apt-deps
 test-typescript: apt-deps py-deps
 	cd clients/typescript && tsc -p . && THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server \
 	  THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) node --test test/*.test.mjs
+
+## One scenario in every client's language (tests/conformance): the Swift
+## CLI, Python, C, Go and TypeScript at once against one server, each
+## transcript compared with expected.txt line by line.
+test-conformance: py-deps c-client
+	cd clients/typescript && tsc -p .
+	THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) -m pytest -q tests/conformance
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
 ## invalid access or definite leak fails. Run twice: with the codec's arena, and

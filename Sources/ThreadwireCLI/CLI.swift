@@ -10,7 +10,7 @@ struct CLI: AsyncParsableCommand {
         commandName: "threadwire",
         abstract: "Drive a threadwire server by hand.",
         subcommands: [Call.self, Health.self, ThreadCommand.self, TurnCommand.self, ModeCommand.self,
-                      AgentCommand.self, Watch.self, Import.self, Replay.self, Bench.self])
+                      AgentCommand.self, Watch.self, Import.self, Replay.self, Bench.self, Conformance.self])
 }
 
 struct ServerOptions: ParsableArguments {

@@ -179,18 +179,49 @@ public final class ThreadwireClient: Sendable {
         serve(ServerRequestHandlers(toolCall: handler))
     }
 
-    /// Sends one request and waits for its response (any status).
+    /// Sends one request and waits for its response (any status). With
+    /// `timeoutMs` the server is told the deadline and the wait ends there
+    /// too: no answer by then is a DEADLINE_EXCEEDED (4) response made here
+    /// (a late answer is dropped).
     public func call(_ params: Wire.Request.Params?, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = []) async throws -> Wire.Response {
+        try await call(params, timeoutMs: timeoutMs, metadata: metadata, written: {})
+    }
+
+    /// Sends every request before waiting for any (one connection, in this
+    /// order) and returns their responses in the same order.
+    public func pipeline(_ requests: [(params: Wire.Request.Params, timeoutMs: UInt32?)]) async throws -> [Wire.Response] {
+        var waiting: [Task<Wire.Response, any Error>] = []
+        waiting.reserveCapacity(requests.count)
+        for request in requests {
+            // The next request is written only after this one: tasks start in any order.
+            let (written, signal) = AsyncStream<Void>.makeStream()
+            waiting.append(Task {
+                defer { signal.finish() }
+                return try await self.call(request.params, timeoutMs: request.timeoutMs, metadata: [], written: { signal.finish() })
+            })
+            for await _ in written {}
+        }
+        var responses: [Wire.Response] = []
+        responses.reserveCapacity(waiting.count)
+        for task in waiting { responses.append(try await task.value) }
+        return responses
+    }
+
+    private func call(_ params: Wire.Request.Params?, timeoutMs: UInt32?, metadata: [Wire.KeyValue],
+                      written: @escaping @Sendable () -> Void) async throws -> Wire.Response {
         let calls = state.calls
         do {
-            return try await calls.call { id in
+            return try await calls.call(deadline: timeoutMs.map { .milliseconds(Int64($0)) }) { id in
                 let request = Wire.Request(id: id, timeoutMs: timeoutMs, metadata: metadata, params: params)
                 channel.writeAndFlush(Wire.Envelope(kind: .request(request)).serializedBytes()).whenFailure { _ in
                     calls.fail(id, CallFailure.connectionClosed)
                 }
+                written()
             }
         } catch CallFailure.connectionClosed {
             throw ClientError.connectionClosed
+        } catch let CallFailure.deadlineExceeded(milliseconds) {
+            return Wire.Response(code: 4, message: "no response within \(milliseconds) ms (the client's deadline)")
         }
     }
 

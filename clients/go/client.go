@@ -205,8 +205,25 @@ func (c *Client) Call(ctx context.Context, request *pb.Request) (*pb.Response, e
 
 // CallRaw is Call without turning a non-OK response into an error.
 func (c *Client) CallRaw(ctx context.Context, request *pb.Request) (*pb.Response, error) {
+	return c.Go(ctx, request).Wait()
+}
+
+// Pending is a request sent by Go whose response has not been waited for.
+type Pending struct {
+	client *Client
+	ctx    context.Context
+	id     uint64
+	reply  chan *pb.Response
+	err    error
+}
+
+// Go sends a request without waiting for its response (pipelining):
+// requests sent by successive calls to Go are written in that order, and the
+// server answers a connection's requests in the order they arrive. The id is
+// assigned here; ctx's deadline becomes timeout_ms and bounds Wait.
+func (c *Client) Go(ctx context.Context, request *pb.Request) *Pending {
 	if err := ctx.Err(); err != nil {
-		return nil, contextError(err)
+		return &Pending{err: contextError(err)}
 	}
 	request = proto.Clone(request).(*pb.Request)
 	id := c.nextID.Add(1)
@@ -214,42 +231,52 @@ func (c *Client) CallRaw(ctx context.Context, request *pb.Request) (*pb.Response
 	if deadline, ok := ctx.Deadline(); ok {
 		remaining := time.Until(deadline).Milliseconds()
 		if remaining < 1 {
-			return nil, contextError(context.DeadlineExceeded)
+			return &Pending{err: contextError(context.DeadlineExceeded)}
 		}
 		if remaining > int64(^uint32(0)) {
 			remaining = int64(^uint32(0))
 		}
 		request.TimeoutMs = proto.Uint32(uint32(remaining))
 	}
-	reply := make(chan *pb.Response, 1)
+	pending := &Pending{client: c, ctx: ctx, id: id, reply: make(chan *pb.Response, 1)}
 	c.mu.Lock()
 	if c.closedErr != nil {
-		err := c.closedErr
+		pending.err = c.closedErr
 		c.mu.Unlock()
-		return nil, err
+		return pending
 	}
-	c.pending[id] = reply
+	c.pending[id] = pending.reply
 	c.mu.Unlock()
-	forget := func() {
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
-	}
 	if err := c.send(&pb.Envelope{Kind: &pb.Envelope_Request{Request: request}}); err != nil {
-		forget()
-		return nil, err
+		pending.forget()
+		pending.err = err
+	}
+	return pending
+}
+
+// Wait returns the response (any status code), or a *StatusError for a lost
+// connection, a passed deadline or a cancelled context.
+func (p *Pending) Wait() (*pb.Response, error) {
+	if p.err != nil {
+		return nil, p.err
 	}
 	select {
-	case response, ok := <-reply:
+	case response, ok := <-p.reply:
 		if !ok {
-			return nil, c.Err()
+			return nil, p.client.Err()
 		}
 		return response, nil
-	case <-ctx.Done():
+	case <-p.ctx.Done():
 		// The response, when it comes, is dropped.
-		forget()
-		return nil, contextError(ctx.Err())
+		p.forget()
+		return nil, contextError(p.ctx.Err())
 	}
+}
+
+func (p *Pending) forget() {
+	p.client.mu.Lock()
+	delete(p.client.pending, p.id)
+	p.client.mu.Unlock()
 }
 
 // Close ends the connection; waiting calls fail with UNAVAILABLE.

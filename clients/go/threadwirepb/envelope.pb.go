@@ -12,9 +12,12 @@
 // `health_check` is "health/check". Exceptions, whose segments have an
 // underscore of their own: `item_agent_message_delta` is
 // "item/agent_message/delta", `server_request_resolved` is
-// "server_request/resolved", and the server requests
+// "server_request/resolved", `mcp_server_list` is "mcp_server/list",
+// `thread_token_usage_updated` is "thread/token_usage/updated",
+// `thread_rolled_back` is "thread/rolled_back", and the server requests
 // `item_tool_request_approval` and `item_tool_request_user_input` are
 // "item/tool/request_approval" and "item/tool/request_user_input".
+// reflection/descriptors lists every name with its field.
 //
 // proto2 for field presence; see health.proto for why.
 

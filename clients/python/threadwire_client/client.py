@@ -4,11 +4,13 @@ turn runs (client tools, approvals, user input) from handlers that run on
 worker threads."""
 import importlib
 import json
+import math
 import socket
 import ssl
 import struct
 import sys
 import threading
+import time
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -92,6 +94,9 @@ class Client:
         self._workers = None
         self._write_lock = threading.Lock()
         self._schema = None
+        self._timeout = timeout
+        self._deadlines = {}  # request id -> time.monotonic() deadline
+        self._abandoned = set()  # ids whose deadline passed before their answer
 
     # -- framing -----------------------------------------------------------
     def send_frame(self, payload: bytes):
@@ -114,8 +119,14 @@ class Client:
                 raise ConnectionError("the server closed the connection")
             self._buffer += chunk
 
-    def _pump(self):
-        envelope = self._read_envelope()
+    def _pump(self, deadline=None):
+        if deadline is not None:
+            self.sock.settimeout(max(0.0001, deadline - time.monotonic()))
+        try:
+            envelope = self._read_envelope()
+        finally:
+            if deadline is not None:
+                self.sock.settimeout(self._timeout)
         kind = envelope.WhichOneof("kind")
         if kind == "notification":
             self.notifications.append(envelope.notification)
@@ -124,6 +135,14 @@ class Client:
         elif kind == "response":
             response = envelope.response
             if response.HasField("id"):
+                if response.id in self._abandoned:
+                    self._abandoned.discard(response.id)
+                    return
+                deadline = self._deadlines.get(response.id)
+                if deadline is not None and time.monotonic() > deadline:
+                    self._responses[response.id] = self._deadline_passed(response.id)
+                    self._abandoned.discard(response.id)
+                    return
                 self._responses[response.id] = response
             else:
                 self.unmatched.append(response)
@@ -143,21 +162,43 @@ class Client:
             target.CopyFrom(params)
         return envelope
 
-    def send(self, method, params=None):
-        """Sends without waiting; returns the request id."""
+    def send(self, method, params=None, timeout=None):
+        """Sends without waiting; returns the request id. `timeout` (seconds)
+        is sent as timeout_ms and bounds the wait: an answer that has not
+        arrived by then is a DEADLINE_EXCEEDED (4) response made here."""
         envelope = self._request(method, params)
+        if timeout is not None:
+            envelope.request.timeout_ms = max(1, math.ceil(timeout * 1000))
+            self._deadlines[envelope.request.id] = time.monotonic() + timeout
         self.send_frame(envelope.SerializeToString())
         return envelope.request.id
 
     def wait(self, request_id):
         """The Response for `request_id` (any status)."""
-        while request_id not in self._responses:
-            self._pump()
+        deadline = self._deadlines.get(request_id)
+        try:
+            while request_id not in self._responses:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return self._deadline_passed(request_id)
+                self._pump(deadline)
+        except socket.timeout:
+            if deadline is None:
+                raise
+            return self._deadline_passed(request_id)
+        self._deadlines.pop(request_id, None)
         return self._responses.pop(request_id)
 
-    def call(self, method, params=None):
-        """Calls a method and returns its result message; raises StatusError on failure."""
-        response = self.wait(self.send(method, params))
+    def _deadline_passed(self, request_id):
+        self._deadlines.pop(request_id, None)
+        self._abandoned.add(request_id)  # its answer, when it comes, is dropped
+        response = messages.envelope.Response(id=request_id, code=4)
+        response.message = "no response within the deadline (the client's)"
+        return response
+
+    def call(self, method, params=None, timeout=None):
+        """Calls a method and returns its result message; raises StatusError on
+        failure (DEADLINE_EXCEEDED past `timeout` seconds)."""
+        response = self.wait(self.send(method, params, timeout))
         if response.code != 0:
             raise StatusError(response.code, response.message)
         return getattr(response, response.WhichOneof("result"))
@@ -168,6 +209,12 @@ class Client:
         if self._schema is None:
             self._schema = Schema(self.call("reflection/descriptors"))
         return self._schema
+
+    def notification_method(self, notification):
+        """The wire name of a notification ("thread/rolled_back"), from the
+        server's reflected schema."""
+        field = notification.WhichOneof("payload")
+        return self.schema().notifications.get(field, field)
 
     def call_dict(self, method, params=None):
         """Calls any method the server offers, found through its reflected
