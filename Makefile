@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: bench-agents bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -200,6 +200,11 @@ bench-agents: apt-deps py-deps
 	$(VENV)/bin/python Benchmarks/agents.py .build/release/threadwire-server
 
 ## Issue 24: a 10,000-turn thread with and without compaction; search over 100,000 threads.
+## Issue 25: the Go and TypeScript clients next to the C generator.
+bench-clients: apt-deps py-deps
+	swift build -c release --product threadwire-server
+	Benchmarks/clients.sh
+
 bench-context: apt-deps py-deps
 	swift build -c release --product threadwire-server
 	Benchmarks/context.sh

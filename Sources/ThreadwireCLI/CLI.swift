@@ -71,11 +71,14 @@ struct Call: AsyncParsableCommand {
     var method: String
     @Option(help: "The params as a JSON object.")
     var json = "{}"
+    @Flag(help: "Build the request from the server's schema (reflection/descriptors) rather than this CLI's compiled contract; the default for a method this CLI does not know.")
+    var reflect = false
 
     func run() async throws {
         let field = method.replacingOccurrences(of: "/", with: "_")
-        guard var params = try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "") else {
-            throw ValidationError("unknown method '\(method)'; known: \(Wire.Request.Params.fieldNames.map { $0.replacingOccurrences(of: "_", with: "/") }.joined(separator: ", "))")
+        guard !reflect, var params = try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "") else {
+            try await callThroughReflection()
+            return
         }
         // A hand-written initialize gets the --auth-token unless it names one.
         if case var .initialize(initialize) = params, initialize.authToken == nil, let token = options.authToken {
@@ -86,6 +89,40 @@ struct Call: AsyncParsableCommand {
         let client = try await options.connect(initialize: field != "initialize" && field != "health_check")
         defer { Task { await client.close() } }
         try output(try await client.call(params))
+    }
+}
+
+extension Call {
+    /// The request built from the server's own schema: any method it
+    /// serves, even one this CLI was not compiled with.
+    func callThroughReflection() async throws {
+        let params = try JSONValue.parse(json)
+        let client = try await options.connect(initialize: !["initialize", "health/check", "reflection/descriptors"].contains(method))
+        defer { Task { await client.close() } }
+        guard case let .reflectionDescriptors(reflected) = try await client.result(.reflectionDescriptors(.init())) else {
+            throw ValidationError("the server did not answer reflection/descriptors with its schema")
+        }
+        let schema = try DynamicSchema(fileDescriptorSet: reflected.fileDescriptorSet ?? [])
+        let envelopeType = reflected.envelopeType ?? "threadwire.v1.Envelope"
+        guard let spec = reflected.methods.first(where: { $0.name == method }), let field = spec.field, let paramsType = spec.paramsType,
+              let number = schema.fieldNumber(field, in: envelopeType.replacingOccurrences(of: "Envelope", with: "Request")) else {
+            throw ValidationError("the server has no method '\(method)'; it has: \(reflected.methods.compactMap(\.name).joined(separator: ", "))")
+        }
+        let body = try schema.encode(params, as: paramsType)
+        let answer = try await client.callRaw { id in DynamicSchema.requestEnvelope(id: id, timeoutMs: nil, field: number, params: body) }
+        guard case let .object(envelope) = try schema.decode(answer, as: envelopeType),
+              case let .object(response)? = envelope.first(where: { $0.0 == "response" })?.1 else {
+            throw ValidationError("the server's answer is not a response")
+        }
+        let member = { (name: String) in response.first { $0.0 == name }?.1 }
+        let code: UInt64 = if case let .uint(code)? = member("code") { code } else { 0 }
+        guard code == 0 else {
+            let message: String = if case let .string(text)? = member("message") { text } else { "" }
+            let error = JSONValue.object([("code", .uint(code)), ("message", .string(message))])
+            FileHandle.standardError.write(Data((error.render(pretty: true) + "\n").utf8))
+            throw ExitCode(1)
+        }
+        print((member(field) ?? .object([])).render(pretty: true))
     }
 }
 

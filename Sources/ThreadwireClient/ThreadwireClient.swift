@@ -225,6 +225,23 @@ public final class ThreadwireClient: Sendable {
         }
     }
 
+    /// Sends a Request serialized elsewhere (see `DynamicSchema.requestEnvelope`)
+    /// under an id of the client's choosing and returns its response's Envelope
+    /// as received: for methods this client's compiled contract lacks, whose
+    /// results it could not decode. `envelope(id)` builds the bytes for the id.
+    public func callRaw(timeoutMs: UInt32? = nil, envelope: @escaping @Sendable (UInt64) -> [UInt8]) async throws -> [UInt8] {
+        let raw = state.rawCalls
+        do {
+            return try await raw.call(deadline: timeoutMs.map { .milliseconds(Int64($0)) }) { id in
+                channel.writeAndFlush(envelope(ClientState.rawIDBit | id)).whenFailure { _ in
+                    raw.fail(id, CallFailure.connectionClosed)
+                }
+            }
+        } catch CallFailure.connectionClosed {
+            throw ClientError.connectionClosed
+        }
+    }
+
     /// Sends one request and returns its result, throwing on a non-OK status.
     public func result(_ params: Wire.Request.Params, timeoutMs: UInt32? = nil) async throws -> Wire.Response.Result {
         let response = try await call(params, timeoutMs: timeoutMs)
@@ -273,6 +290,10 @@ public final class ThreadwireClient: Sendable {
 final class ClientState: Sendable {
     /// This client's requests waiting for their responses.
     let calls = PendingCalls<Wire.Response>()
+    /// Raw calls (`callRaw`): ids with the top bit set, answered with the
+    /// response's serialized Envelope.
+    let rawCalls = PendingCalls<[UInt8]>()
+    static let rawIDBit: UInt64 = 1 << 63
     let notifications: AsyncStream<Wire.Notification>.Continuation
     let unmatched: AsyncStream<Wire.Response>.Continuation
     let serverRequests: AsyncStream<Wire.ServerRequest>.Continuation
@@ -293,6 +314,7 @@ final class ClientState: Sendable {
 
     func closeAll() {
         calls.closeAll()
+        rawCalls.closeAll()
         notifications.finish()
         unmatched.finish()
         serverRequests.finish()
@@ -310,6 +332,8 @@ final class ClientHandler: ChannelInboundHandler, Sendable {
         let bytes = payload.readBytes(length: payload.readableBytes) ?? []
         guard let envelope = try? Wire.Envelope(serializedBytes: bytes) else { return }
         switch envelope.kind {
+        case let .response(response)? where (response.id ?? 0) & ClientState.rawIDBit != 0:
+            state.rawCalls.resolve(response.id! & ~ClientState.rawIDBit, with: bytes)
         case let .response(response)?: state.resolve(response)
         case let .notification(notification)?: state.notifications.yield(notification)
         case let .serverRequest(request)?: state.serverRequests.yield(request)

@@ -54,6 +54,33 @@ struct ProtocolTests {
         await fresh.close()
     }
 
+    @Test("threadwire call --reflect builds requests and reads results from the server's schema alone")
+    func callThroughReflection() async throws {
+        let server = try await ServerProcess.launch()
+        defer { server.stopBlocking() }
+        let address = "127.0.0.1:\(server.port)"
+        let (status, started) = try await runCLI(["call", "--reflect", "--server", address, "thread/start",
+                                                  "--json", #"{"multi_agent_mode": "MULTI_AGENT_MODE_PROACTIVE", "name": "reflected"}"#])
+        #expect(status == 0)
+        let result = try JSONValue.parse(started)
+        #expect(result["multi_agent_mode"] == .string("MULTI_AGENT_MODE_PROACTIVE"))
+        guard case let .string(threadID)? = result["thread"]?["id"] else { Issue.record("no thread id in \(started)"); return }
+        // The same read through the compiled contract and through reflection.
+        let (_, compiled) = try await runCLI(["call", "--server", address, "thread/read", "--json", #"{"thread_id": "\#(threadID)"}"#])
+        let (readStatus, reflected) = try await runCLI(["call", "--reflect", "--server", address, "thread/read", "--json", #"{"thread_id": "\#(threadID)"}"#])
+        #expect(readStatus == 0)
+        #expect(try JSONValue.parse(reflected)["thread"]?["name"] == .string("reflected"))
+        #expect(try JSONValue.parse(reflected)["thread"]?["id"] == JSONValue.parse(compiled)["thread"]?["id"])
+        // Errors keep their status code; a method the server lacks names what it has.
+        let (missing, _) = try await runCLI(["call", "--reflect", "--server", address, "thread/read", "--json", #"{"thread_id": "nope"}"#])
+        #expect(missing == 1)
+        let (unknown, _) = try await runCLI(["call", "--server", address, "thread/explode"])
+        #expect(unknown != 0)
+        // Before initialize too.
+        let (healthStatus, health) = try await runCLI(["call", "--reflect", "--server", address, "health/check"])
+        #expect(healthStatus == 0 && health.contains("SERVING_STATUS_SERVING"))
+    }
+
     @Test("any method but health/check before initialize is FAILED_PRECONDITION; a second initialize too")
     func handshakeFirst() async throws {
         let server = try await InProcessServer.launch()
