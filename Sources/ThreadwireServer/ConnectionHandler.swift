@@ -83,13 +83,22 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         requests?.finish()
         requests = nil
         if let connection {
-            connection.closed()
-            services.registry.remove(connectionID)
-            services.metrics.connectionsOpen.decrement()
-            let engine = services.engine
+            // Not inline: channelInactive can fire inside a write made on this
+            // event loop by code holding the connection's or a publisher's lock
+            // (a notification flushed to a peer that is gone closes the channel
+            // at once), and `closed()` takes those locks again. The next tick
+            // runs with none held.
+            let services = services
             let id = connectionID
-            services.tasks.spawn { await engine.connectionClosed(id) }
-            logger.debug("connection closed")
+            let logger = logger
+            context.eventLoop.execute {
+                connection.closed()
+                services.registry.remove(id)
+                services.metrics.connectionsOpen.decrement()
+                let engine = services.engine
+                services.tasks.spawn { await engine.connectionClosed(id) }
+                logger.debug("connection closed")
+            }
         }
         context.fireChannelInactive()
     }

@@ -43,6 +43,11 @@ public final class PostgresCluster: @unchecked Sendable {
             "-o", "-p \(port) -k \(dir) -c listen_addresses=127.0.0.1 -c max_connections=300", "start",
         ], as: owner)
         base = "postgres://threadwire@127.0.0.1:\(port)"
+        // Every test database is created from template1: give it pg_trgm once
+        // (migration 5 needs it), rather than have each of the suite's
+        // concurrent first migrations build the extension's objects again.
+        try Self.run(binaries + "/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "threadwire", "-d", "template1",
+                                          "-v", "ON_ERROR_STOP=1", "-c", "CREATE EXTENSION IF NOT EXISTS pg_trgm"])
         PostgresCluster.stopAtExit = { [binaries, owner] in
             try? Self.run(binaries + "/pg_ctl", ["-D", dir + "/data", "-m", "immediate", "-w", "stop"], as: owner)
             try? FileManager.default.removeItem(atPath: dir)

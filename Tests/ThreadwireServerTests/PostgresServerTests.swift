@@ -26,7 +26,7 @@ struct PostgresServerTests {
         let lastModels = await acknowledged.lastModels
 
         try await server.start()
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         try await Acknowledged.expectPresent(threads: threads, lastModels: lastModels, owned: owned, client)
         let recovered = try #require(try await client.read(held).thread?.turns.first { $0.id == heldTurn })
@@ -44,7 +44,7 @@ struct PostgresServerTests {
             let second = try await group.next()!
             return (first, second)
         }
-        defer { a.stopBlocking(); b.stopBlocking() }
+        defer { a.stopInBackground(); b.stopInBackground() }
         let onA = try await a.client()
         let thread = try #require(try await onA.startThread(Wire.ThreadStartParams(name: "shared")).thread?.id)
         try await onA.runTurn(thread, "written through a")
@@ -88,7 +88,7 @@ extension PostgresServerTests {
         let url = try await PostgresCluster.database()
         let database = try #require(url.split(separator: "/").last.map(String.init))
         let server = try await ServerProcess.launch(arguments: ["--store", url, "--admin-listen", "127.0.0.1:0"])
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         #expect(try await httpGet(port: server.adminPort, path: "/readyz").status == 200)
 
         try await Self.psql(url, "ALTER DATABASE \(database) WITH ALLOW_CONNECTIONS false")

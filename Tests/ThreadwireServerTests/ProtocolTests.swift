@@ -57,7 +57,7 @@ struct ProtocolTests {
     @Test("threadwire call --reflect builds requests and reads results from the server's schema alone")
     func callThroughReflection() async throws {
         let server = try await ServerProcess.launch()
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let address = "127.0.0.1:\(server.port)"
         let (status, started) = try await runCLI(["call", "--reflect", "--server", address, "thread/start",
                                                   "--json", #"{"multi_agent_mode": "MULTI_AGENT_MODE_PROACTIVE", "name": "reflected"}"#])

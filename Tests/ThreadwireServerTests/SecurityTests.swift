@@ -49,7 +49,7 @@ struct SecurityTests {
     @Test("missing and wrong tokens get UNAUTHENTICATED and a close; before initialize only health/check and reflection/descriptors answer and frames stay small")
     func missingAndWrongTokens() async throws {
         let (server, _) = try await authenticatingServer()
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
 
         // Missing token.
         let missing = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
@@ -102,7 +102,7 @@ struct SecurityTests {
     @Test("SIGHUP re-reads the tokens file: a revoked token's connections close and it no longer authenticates; a new token works; a broken file changes nothing")
     func revokedTokens() async throws {
         let (server, tokens) = try await authenticatingServer()
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let alice = try await connect(server, token: aliceToken)
         let bob = try await connect(server, token: bobToken)
         let bobThread = try #require(try await bob.startThread().thread?.id)
@@ -140,7 +140,7 @@ struct SecurityTests {
     @Test("THREADWIRE_AUTH_TOKEN alone authenticates one principal, 'default'")
     func environmentToken() async throws {
         let server = try await ServerProcess.launch(environment: ["THREADWIRE_AUTH_TOKEN": carolToken])
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let refused = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         #expect(try await refused.call(initializeParams(token: aliceToken)).code == unauthenticated)
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
@@ -179,7 +179,7 @@ struct SecurityTests {
     @Test("another principal gets NOT_FOUND for every method on a thread, never sees it listed and never hears of it; forks and children stay the owner's")
     func isolationForEveryMethod() async throws {
         let (server, _) = try await authenticatingServer(config: #"{"features": {"multi_agent": true}}"#)
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let alice = try await connect(server, token: aliceToken)
         let aliceInbox = Inbox(alice)
         let bob = try await connect(server, token: bobToken)
@@ -272,7 +272,7 @@ struct SecurityTests {
         let (status, _) = try await runCLI(["import", "--owner", "alice", "--data-dir", server.dataDir + "/store", rollout])
         #expect(status == 0)
         try await server.start()
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let id = "0196a000-0000-7000-8000-0000000a11ce"
         let alice = try await connect(server, token: aliceToken)
         #expect(try await alice.read(id).thread?.id == id)
@@ -283,7 +283,7 @@ struct SecurityTests {
     @Test("per-principal limits: threads started per minute and turns running at once are RESOURCE_EXHAUSTED naming the limit, also under concurrent requests; other principals are unaffected")
     func principalLimits() async throws {
         let (server, _) = try await authenticatingServer(arguments: ["--max-threads-started-per-minute", "4", "--max-running-turns", "2"])
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let alice1 = try await connect(server, token: aliceToken)
         let alice2 = try await connect(server, token: aliceToken)
         guard case let .initialize(info) = try await (try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port))

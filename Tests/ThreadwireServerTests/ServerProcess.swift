@@ -145,6 +145,21 @@ final class ServerProcess: @unchecked Sendable {
         return status
     }
 
+    /// SIGTERM, with the waiting (SIGKILL after 10 s) on a thread of its own:
+    /// for `defer` at the end of an async test, where waiting would hold one
+    /// of the cooperative pool's few threads and stall every other test.
+    func stopInBackground() {
+        guard let process else { return }
+        self.process = nil
+        guard process.isRunning else { return }
+        process.terminate()
+        Thread.detachNewThread {
+            let deadline = Date().addingTimeInterval(10)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+    }
+
     var pid: Int32 { process?.processIdentifier ?? 0 }
 
     /// Resident set size of the server process, in bytes.

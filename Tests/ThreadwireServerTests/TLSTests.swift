@@ -50,7 +50,7 @@ struct TLSTests {
     func tlsEndToEnd() async throws {
         let certs = try await makeCertificates()
         let server = try await ServerProcess.launch(arguments: ["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key"])
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         let tls = ClientTLS(caFile: certs + "/ca.pem")
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls)
         try await client.initialize(name: "tls-test")
@@ -85,7 +85,7 @@ struct TLSTests {
             "--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem",
             "--auth-tokens", tokens,
         ])
-        defer { server.stopBlocking() }
+        defer { server.stopInBackground() }
         func tls(_ name: String) -> ClientTLS {
             ClientTLS(caFile: certs + "/ca.pem", certificateFile: certs + "/\(name).pem", keyFile: certs + "/\(name).key")
         }

@@ -149,24 +149,33 @@ func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
 }
 
 /// Runs a program to its end off the test concurrency pool; its exit status,
-/// standard output and standard error (read together, so neither pipe fills).
+/// standard output and standard error. Through files, not pipes: a process
+/// spawned meanwhile by another test (a PostgreSQL daemon, a server) inherits
+/// open descriptors, and a pipe it holds would never reach end of file.
 func runBinary(_ path: String, _ arguments: [String]) async throws -> (Int32, String, String) {
     try await offThread {
+        let base = NSTemporaryDirectory() + "threadwire-run-" + UUID().uuidString
+        let outPath = base + ".out", errPath = base + ".err"
+        FileManager.default.createFile(atPath: outPath, contents: nil)
+        FileManager.default.createFile(atPath: errPath, contents: nil)
+        defer {
+            try? FileManager.default.removeItem(atPath: outPath)
+            try? FileManager.default.removeItem(atPath: errPath)
+        }
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
-        let out = Pipe()
-        let err = Pipe()
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let errText = LockedText()
-        let errReader = Thread { errText.set(err.fileHandleForReading.readDataToEndOfFile()) }
-        errReader.start()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        while !errText.isSet { usleep(1_000) }
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self), errText.text)
+        try? out.close()
+        try? err.close()
+        while process.isRunning { usleep(2_000) }
+        let outText = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
+        let errText = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+        return (process.terminationStatus, outText, errText)
     }
 }
 
