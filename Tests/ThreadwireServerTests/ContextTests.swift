@@ -295,6 +295,11 @@ struct ContextTests {
 
         // A model that answers without tool calls while input waits gets one more request.
         let slow = try await client.startTurn(id, "#sleep 3000\nslow")
+        // Steer only once the first request is out; earlier, the input would join that request.
+        for _ in 0..<3000 {
+            if try await client.read(id).thread?.turns.first(where: { $0.id == slow })?.modelRequests.count == 1 { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
         _ = try await Self.steer(client, id, slow, "while it thinks")
         let answered = try await client.waitForTurn(id, slow)
         #expect(answered.items.compactMap(\.text) == ["#sleep 3000\nslow", "while it thinks", "echo: slow", "echo: while it thinks"])
