@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 // Dependencies point one way (docs/architecture.md): CThreadwireProto ->
@@ -44,6 +44,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/modelcontextprotocol/swift-sdk", from: "0.12.1"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        // OTLP/HTTP only: its default traits would also build a gRPC stack.
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -67,8 +70,11 @@ let package = Package(
             dependencies: ["ThreadwireWire", "ThreadwireWireFixtures"],
             swiftSettings: swiftSettings
         ),
+        // The domain; tracing is only its API (spans go nowhere unless the
+        // executable installs a tracer).
         .target(
             name: "ThreadwireCore",
+            dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -111,6 +117,7 @@ let package = Package(
             name: "ThreadwireModels",
             dependencies: [
                 "ThreadwireCore",
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -152,6 +159,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -202,6 +210,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),

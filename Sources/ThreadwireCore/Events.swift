@@ -106,6 +106,9 @@ public struct TokenUsageReport: Sendable, Equatable {
 public struct Delivery: Sendable, Equatable {
     public var event: ThreadEvent
     public var recipients: [ConnectionID]
+    /// The trace of the request (or turn) that caused it, taken where the
+    /// event is made: its notification carries it (nil with tracing off).
+    public var trace: TraceCarrier? = ThreadTracing.currentContext()
 }
 
 /// Where the engine sends notifications. `deliver` must keep the order of

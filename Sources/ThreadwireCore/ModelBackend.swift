@@ -11,9 +11,12 @@ public enum ModelOutput: Sendable, Equatable {
 public struct ModelResponse: Sendable, Equatable {
     public var outputs: [ModelOutput]
     public var usage: TokenUsage?
-    public init(outputs: [ModelOutput], usage: TokenUsage? = nil) {
+    /// Attempts the provider refused before this answer (for traces).
+    public var retries = 0
+    public init(outputs: [ModelOutput], usage: TokenUsage? = nil, retries: Int = 0) {
         self.outputs = outputs
         self.usage = usage
+        self.retries = retries
     }
 }
 

@@ -440,6 +440,15 @@ enum ExternalTool: Sendable {
     case userInput
     case mcp(HostedTool)
 
+    /// As traces name where a tool runs.
+    var sourceName: String {
+        switch self {
+        case .client: "client"
+        case .userInput: "user_input"
+        case .mcp: "mcp"
+        }
+    }
+
     var spec: ToolSpec {
         switch self {
         case let .client(spec): return spec

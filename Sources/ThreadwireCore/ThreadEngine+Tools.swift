@@ -18,10 +18,14 @@ extension ThreadEngine {
         guard let tool = ToolCatalog.offeredDefinition(name, runtime: caller.record.runtime ?? .disabled, offered: offered) else {
             return ToolResult(output: jsonText(["error": "tool '\(name)' is not available in this thread"]))
         }
-        do {
-            return try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: turnIndex), arguments: arguments)
-        } catch {
-            return ToolResult(output: jsonText(["error": "\(error)"]))
+        return await ThreadTracing.span("tool \(name)", attributes: [
+            "threadwire.tool.name": .string(name), "threadwire.tool.source": "builtin",
+        ]) { span in
+            do {
+                return try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: turnIndex), arguments: arguments)
+            } catch {
+                return ToolResult(output: jsonText(["error": "\(error)"]))
+            }
         }
     }
 

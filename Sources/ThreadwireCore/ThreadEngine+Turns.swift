@@ -72,7 +72,16 @@ extension ThreadEngine {
         ]
         let publication = owner.publisher.ticket(deliveries)
         let turnID = turn.id
-        owner.runner = tasks.spawn { [self] in await runTurn(owner, turnID: turnID) }
+        let threadID = owner.id
+        owner.runner = tasks.spawn { [self] in
+            // The turn's model and tool calls are this span's children (a
+            // child of the request that started the turn).
+            await ThreadTracing.span("turn", attributes: [
+                "threadwire.thread.id": .string(threadID), "threadwire.turn.id": .string(turnID),
+            ]) { span in
+                await runTurn(owner, turnID: turnID)
+            }
+        }
         return (turn, publication)
     }
 
@@ -186,29 +195,43 @@ extension ThreadEngine {
         var usage = usage
         var start = outputs.startIndex
         while start < outputs.endIndex {
-            if let tool = externalTool(outputs[start], offered: tools), case let .toolCall(_, arguments, callID) = outputs[start] {
-                let started = await startClientCall(
-                    owner, turnID: turnID, tool: tool, arguments: arguments, callID: callID, deferred: outputs[(start + 1)...], usage: usage)
+            if let tool = externalTool(outputs[start], offered: tools), case let .toolCall(name, arguments, callID) = outputs[start] {
+                let deferred = outputs[(start + 1)...]
+                let callUsage = usage
                 usage = nil
-                switch started {
-                case .notRunning: return false
-                case .settled: break
-                case .waiting: guard await finishClientCall(owner, turnID: turnID) != nil else { return false }
-                case let .runHere(itemID):
-                    guard case let .mcp(hosted) = tool,
-                          case .done = await runHosted(owner, turnID: turnID, hosted, itemID: itemID, arguments: arguments, callID: callID)
-                    else { return false }
+                let goesOn = await ThreadTracing.span("tool \(name)", attributes: [
+                    "threadwire.tool.name": .string(name), "threadwire.tool.call_id": .string(callID),
+                    "threadwire.tool.source": .string(tool.sourceName),
+                ]) { span -> Bool in
+                    let started = await startClientCall(
+                        owner, turnID: turnID, tool: tool, arguments: arguments, callID: callID, deferred: deferred, usage: callUsage)
+                    switch started {
+                    case .notRunning: return false
+                    case .settled: return true
+                    case .waiting: return await finishClientCall(owner, turnID: turnID) != nil
+                    case let .runHere(itemID):
+                        guard case let .mcp(hosted) = tool,
+                              case .done = await runHosted(owner, turnID: turnID, hosted, itemID: itemID, arguments: arguments, callID: callID)
+                        else { return false }
+                        return true
+                    }
                 }
+                guard goesOn else { return false }
                 start += 1
                 continue
             }
             var waited: String?
-            if let tool = runsBeforeCommit(outputs[start]), case let .toolCall(_, arguments, _) = outputs[start] {
+            if let tool = runsBeforeCommit(outputs[start]), case let .toolCall(name, arguments, callID) = outputs[start] {
                 guard let caller = directory.snapshot(owner.id), let index = caller.activeTurnIndex else { return false }
-                do {
-                    waited = try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: index), arguments: arguments).output
-                } catch {
-                    waited = jsonText(["error": "\(error)"])
+                waited = await ThreadTracing.span("tool \(name)", attributes: [
+                    "threadwire.tool.name": .string(name), "threadwire.tool.call_id": .string(callID),
+                    "threadwire.tool.source": "builtin",
+                ]) { span in
+                    do {
+                        return try await tool.execute(self, ToolInvocation(owner: owner, caller: caller, turnIndex: index), arguments: arguments).output
+                    } catch {
+                        return jsonText(["error": "\(error)"])
+                    }
                 }
             }
             let end = outputs[(start + 1)...].firstIndex(where: startsStep) ?? outputs.endIndex

@@ -100,7 +100,9 @@ public struct OpenAICompatibleBackend: ModelBackend {
             }
             let status = response.status.code
             if (200..<300).contains(status) {
-                return try await read(response, stream: stream)
+                var answer = try await read(response, stream: stream)
+                answer.retries = attempt
+                return answer
             }
             let snippet = Self.text(try? await response.body.collect(upTo: 2048))
             if (status == 429 || status >= 500) && attempt < provider.maxRetries {

@@ -239,11 +239,11 @@ final class Connection: ReadGate, Sendable {
         }
     }
 
-    func notify(_ payload: Wire.Notification.Payload) {
+    func notify(_ payload: Wire.Notification.Payload, metadata: [Wire.KeyValue] = []) {
         let method = payload.methodName
         let overLimit = state.withLockedValue { state -> ConnectionStateMachine.Action in
             guard let session = state.machine.session, !state.machine.isClosing, !session.optOut.contains(method) else { return .none }
-            let notification = Wire.Notification(sequence: state.nextSequence, payload: payload)
+            let notification = Wire.Notification(sequence: state.nextSequence, metadata: metadata, payload: payload)
             let frame: ByteBuffer
             switch Wire.Envelope(kind: .notification(notification)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
             case let .framed(buffer):

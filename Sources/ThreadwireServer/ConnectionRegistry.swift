@@ -1,5 +1,6 @@
 import NIOConcurrencyHelpers
 import ThreadwireCore
+import ThreadwireWire
 
 /// Live connections by id; the engine's notification sink.
 final class ConnectionRegistry: EventSink, Sendable {
@@ -35,7 +36,8 @@ final class ConnectionRegistry: EventSink, Sendable {
                 for connection in targets { connection.resolved(threadID, requestID: requestID, outcome) }
             default:
                 guard let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions) else { continue }
-                for connection in targets { connection.notify(payload) }
+                let metadata = delivery.trace.map { $0.metadata.map { Wire.KeyValue(key: $0.key, value: $0.value) } } ?? []
+                for connection in targets { connection.notify(payload, metadata: metadata) }
             }
         }
     }

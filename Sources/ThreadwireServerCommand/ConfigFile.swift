@@ -23,6 +23,8 @@ import ThreadwireServer
 ///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0},
 ///       "tools": {"client_request_timeout_ms": 600000},
 ///       "compaction": {"auto": true, "threshold": 0.9, "prompt": "...", "summary_prefix": "..."},
+///       "tracing": {"enabled": true, "endpoint": "http://collector:4318/v1/traces", "sample_ratio": 1.0,
+///                   "service_name": "threadwire"},
 ///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
 ///                                "startup_timeout_ms": 10000, "tool_timeout_ms": 60000,
 ///                                "enabled_tools": ["get_current_time"], "require_approval": false, "default": true}}
@@ -39,6 +41,8 @@ enum ConfigFile {
         var modelProviders: [String: ModelProviderConfig] = [:]
         /// One process each, shared by every thread.
         var mcpServers: [MCPServerConfig] = []
+        /// OpenTelemetry traces; the OTEL_* environment variables override it.
+        var tracing = TracingConfig()
     }
 
     struct File: Decodable {
@@ -47,6 +51,7 @@ enum ConfigFile {
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
         struct Tools: Decodable { var client_request_timeout_ms: Int? }
         struct Compaction: Decodable { var auto: Bool?; var threshold: Double?; var prompt: String?; var summary_prefix: String? }
+        struct Tracing: Decodable { var enabled: Bool?; var endpoint: String?; var sample_ratio: Double?; var service_name: String? }
         struct MCPServer: Decodable {
             var command: String
             var args: [String]?
@@ -81,13 +86,15 @@ enum ConfigFile {
         var tools: Tools?
         var mcp_servers: [String: MCPServer]?
         var compaction: Compaction?
+        var tracing: Tracing?
     }
 
     /// Every key the file may hold, by the path of the object that holds it
     /// ("" for the top level; "[]" for each element of a list).
     static let knownKeys: [String: Set<String>] = [
         "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
-             "model_providers", "models", "limits", "tools", "mcp_servers", "compaction"],
+             "model_providers", "models", "limits", "tools", "mcp_servers", "compaction", "tracing"],
+        "tracing": ["enabled", "endpoint", "sample_ratio", "service_name"],
         "compaction": ["auto", "threshold", "prompt", "summary_prefix"],
         // Any server name; each server's own keys below ("env" is free-form).
         "mcp_servers": ["*"],
@@ -251,6 +258,23 @@ enum ConfigFile {
             }
             if let v = c.summary_prefix { settings.compaction.summaryPrefix = v }
         }
+        var tracing = TracingConfig()
+        if let t = file.tracing {
+            if let v = t.enabled { tracing.enabled = v }
+            if let v = t.endpoint {
+                guard let url = URL(string: v), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+                    throw ConfigError(description: "config file \(path): tracing.endpoint must be an http(s) URL of an OTLP/HTTP receiver (got '\(v)')")
+                }
+                tracing.endpoint = v
+            }
+            if let v = t.sample_ratio {
+                guard v >= 0, v <= 1 else {
+                    throw ConfigError(description: "config file \(path): tracing.sample_ratio must be from 0 to 1 (got \(v))")
+                }
+                tracing.sampleRatio = v
+            }
+            if let v = t.service_name { tracing.serviceName = v }
+        }
         settings.catalog = ModelCatalog(entries: (file.models ?? []).map {
             .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version, contextWindow: $0.context_window, provider: $0.provider)
         })
@@ -276,7 +300,7 @@ enum ConfigFile {
             do { try limits.validate() } catch { throw ConfigError(description: "config file \(path): limits.\(error)") }
         }
         return Loaded(settings: settings, limits: limits, modelProviders: try providers(file, path: path),
-                      mcpServers: try mcpServers(file, path: path))
+                      mcpServers: try mcpServers(file, path: path), tracing: tracing)
     }
 
     static func mcpServers(_ file: File, path: String) throws -> [MCPServerConfig] {

@@ -119,17 +119,16 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
+    @Option(help: "Log lines on standard error: text, or json (one object per line with request, thread, trace and span ids).")
+    var logFormat: LogFormat = .text
+
     public func run() async throws {
         // Run Swift Concurrency on NIO's event loops: requests then avoid a
         // thread switch between the concurrency pool and the loop doing I/O
         // (profiling showed context switches as the largest cost).
         _ = NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
         let level = Logger.Level(rawValue: logLevel) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrapServer(format: logFormat, level: level)
         let logger = Logger(label: "threadwire")
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(Self.metricsFactory(registry))
@@ -173,6 +172,8 @@ public struct ServerCommand: AsyncParsableCommand {
                         onAdminListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) async throws -> Composed {
         let (host, port) = try Self.hostPort(listen, flag: "--listen")
         let file = try config.map(ConfigFile.load) ?? ConfigFile.Loaded()
+        // In process (tests) the process's tracer is the test's business.
+        let tracing = transport == nil ? try Observability.startTracing(file.tracing, logger: logger) : nil
         var settings = file.settings
         settings.shutdownTurnGraceMs = Int(turnGraceSeconds * 1000)
         if let maxThreadsStartedPerMinute {
@@ -238,10 +239,15 @@ public struct ServerCommand: AsyncParsableCommand {
             }
             logger.info("model served by a provider", metadata: ["tw.model": "\(slug)", "tw.provider": "\(provider.name)"])
         }
-        let backend = ModelRouter(backends: backends, fallback: ScriptedEchoBackend())
-        let server = try ThreadwireServer(configuration: configuration, settings: settings, store: store, backend: backend,
+        let backend = ModelRouter(backends: backends, fallback: ScriptedEchoBackend(),
+                                  providers: file.modelProviders.mapValues(\.name))
+        let served: any ThreadStore = tracing == nil ? store
+            : TracedThreadStore(store, backend: store is PostgresThreadStore ? "postgresql" : "sqlite")
+        let server = try ThreadwireServer(configuration: configuration, settings: settings, store: served, backend: backend,
                                           logger: logger, onListening: onListening)
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if let tracing { services.append(.init(service: tracing, serviceName: "tracing")) }
+        services += [
             .init(service: storeService, serviceName: "store"),
             .init(service: server.storeHealth, serviceName: "store-health"),
             .init(service: server.leaseMaintenance, serviceName: "leases"),
@@ -375,3 +381,5 @@ struct MCPService: Service {
         await cancelWhenGracefulShutdown { await servers.run() }
     }
 }
+
+extension LogFormat: ExpressibleByArgument {}

@@ -833,6 +833,7 @@ public enum WireFixtures {
     public static func Notification(_ variant: Int) -> Wire.Notification {
         var message = Wire.Notification()
         message.sequence = UInt64(9223372036854775809)
+        message.metadata = [KeyValue(0), KeyValue(0)]
         switch variant % 15 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))

@@ -10,10 +10,11 @@ import ThreadwireWire
 final class InstanceGroup: Sendable {
     let instances: [ServerProcess]
 
-    static func start(_ count: Int, leaseSeconds: Double = 2, extra: [String] = []) async throws -> InstanceGroup {
+    static func start(_ count: Int, leaseSeconds: Double = 2, extra: [String] = [],
+                      environment: (Int) -> [String: String] = { _ in [:] }) async throws -> InstanceGroup {
         let url = try await PostgresCluster.database()
         var instances: [ServerProcess] = []
-        for _ in 0..<count {
+        for index in 0..<count {
             // A port free a moment ago may be taken by another test's
             // ephemeral bind before the server binds it: then another port.
             var attempt = 0
@@ -22,7 +23,7 @@ final class InstanceGroup: Sendable {
                 do {
                     instances.append(try await ServerProcess.launch(arguments: [
                         "--store", url, "--listen", "127.0.0.1:\(port)", "--lease-seconds", "\(leaseSeconds)",
-                    ] + extra))
+                    ] + extra, environment: environment(index)))
                     break
                 } catch where "\(error)".contains("Address already in use") && attempt < 3 {
                     attempt += 1

@@ -35,7 +35,7 @@ struct ContextTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await ServerProcess.launch(config: Self.providerConfig(provider), environment: ["FAKE_PROVIDER_KEY": "k"])
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1", multiAgentMode: .proactive)).thread?.id)
 
@@ -95,7 +95,7 @@ struct ContextTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await ServerProcess.launch(config: Self.providerConfig(provider), environment: ["FAKE_PROVIDER_KEY": "k"])
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
         try await provider.script([FakeProvider.stream(text: ["first answer"], usage: (950, 10))])
@@ -126,7 +126,7 @@ struct ContextTests {
     @Test("thread/compact/start compacts as a turn of its own; refused while a turn runs; the summary survives kill -9")
     func compactOnRequest() async throws {
         let server = try await ServerProcess.launch(config: Self.echoV2Config)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(multiAgentMode: .explicitRequestOnly)).thread?.id)
@@ -164,7 +164,7 @@ struct ContextTests {
     @Test("rollback of 1 and of 3 turns: they leave the model's context, stay readable on request, and it all survives kill -9")
     func rollback() async throws {
         let server = try await ServerProcess.launch(config: Self.echoV2Config)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let watcher = try await server.client()
         let inbox = Inbox(watcher)
@@ -270,7 +270,7 @@ struct ContextTests {
     @Test("steering joins the turn at once and reaches the model after the running tool call, at the next request; refused for an ended or another turn; durable across kill -9")
     func steering() async throws {
         let server = try await ServerProcess.launch()
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.capableClient()
         let inbox = Inbox(client)
         let tool = Self.heldTool(client)
@@ -352,7 +352,7 @@ struct ContextTests {
     @Test("the CLI names, searches, steers, compacts and rolls back")
     func cli() async throws {
         let server = try await ServerProcess.launch()
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
         let first = try #require(try await client.runTurn(id, "kept").id)
@@ -426,7 +426,7 @@ struct ContextTests {
     @Test("names set, listed and searched on SQLite, across kill -9")
     func namesOnSQLite() async throws {
         let server = try await ServerProcess.launch()
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await Self.nameAndSearch(server)
     }
 
@@ -434,7 +434,7 @@ struct ContextTests {
     func namesOnPostgres() async throws {
         let url = try await PostgresCluster.database()
         let server = try await ServerProcess.launch(arguments: ["--store", url])
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await Self.nameAndSearch(server)
     }
 }

@@ -31,7 +31,7 @@ struct ModelProviderTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await Self.launch(provider)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await provider.script([FakeProvider.stream(text: ["Hel", "lo, ", "world"], usage: (40, 3), delayMs: 5)])
 
         let client = try await server.client()
@@ -107,7 +107,7 @@ struct ModelProviderTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await Self.launch(provider)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await provider.script([
             FakeProvider.stream(toolCalls: [
                 (name: "spawn_agent", arguments: #"{"task_name": "docs", "message": "write the docs"}"#),
@@ -148,7 +148,7 @@ struct ModelProviderTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await Self.launch(provider, retries: 2)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
@@ -195,7 +195,7 @@ struct ModelProviderTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await Self.launch(provider, idleMs: 300, requestMs: 1500)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
 
@@ -234,7 +234,7 @@ struct ModelProviderTests {
         let provider = try await FakeProvider.launch()
         defer { provider.stop() }
         let server = try await Self.launch(provider)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await provider.script([FakeProvider.stream(text: (0..<100).map { "piece \($0) " }, delayMs: 50)])
         let client = try await server.client()
         let inbox = Inbox(client)
@@ -264,7 +264,7 @@ struct ModelProviderTests {
         defer { provider.stop() }
         let server = try await ServerProcess.launch(config: Self.config(provider, mode: false),
                                                     environment: ["FAKE_PROVIDER_KEY": "k"])
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await provider.script([
             // The parent: spawn, then wait in the same answer.
             FakeProvider.stream(toolCalls: [
@@ -304,7 +304,7 @@ struct ModelProviderTests {
              "models": [{"slug": "remote-1", "provider": "gone"}]}
             """
         let server = try await ServerProcess.launch(config: config)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
         let turn = try await client.runTurn(id, "anyone there?")
@@ -324,7 +324,7 @@ struct ModelProviderTests {
              "models": [{"slug": "remote-r", "provider": "fake", "multi_agent_version": "v2"}]}
             """
         let server = try await ServerProcess.launch(config: config)
-        defer { _ = server.stopInBackground() }
+        defer { server.stopInBackground() }
         try await provider.script([
             FakeProvider.responsesStream(text: ["Listing ", "agents."], toolCalls: [(name: "list_agents", arguments: #"{"path_prefix": "/root"}"#)]),
             FakeProvider.responsesStream(text: ["None yet."], usage: (50, 3)).merging(["match": "function_call_output"]) { $1 },

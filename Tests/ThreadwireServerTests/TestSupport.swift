@@ -54,9 +54,11 @@ extension ThreadwireClient {
         return result
     }
 
-    func read(_ id: String, turns: Bool = true, modelRequests: Bool = true) async throws -> Wire.ThreadReadResult {
+    func read(_ id: String, turns: Bool = true, modelRequests: Bool = true, turnsLimit: UInt32? = nil) async throws -> Wire.ThreadReadResult {
         guard case let .threadRead(result) = try await result(.threadRead(Wire.ThreadReadParams(
-            threadId: id, includeTurns: turns, includeModelRequests: modelRequests))) else { throw TestTimeout(description: "bad result") }
+            threadId: id, includeTurns: turns, includeModelRequests: modelRequests, turnsLimit: turnsLimit))) else {
+            throw TestTimeout(description: "bad result")
+        }
         return result
     }
 

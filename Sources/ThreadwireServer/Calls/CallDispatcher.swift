@@ -1,4 +1,5 @@
 import Logging
+import Tracing
 import ThreadwireContract
 import ThreadwireCore
 import ThreadwireWire
@@ -9,6 +10,8 @@ struct AdmittedCall: Sendable {
     let spec: MethodSpec
     let params: Wire.Request.Params
     let received: ContinuousClock.Instant
+    /// The request's server span (tracing on), ended with its answer.
+    var span: (any Span)? = nil
 }
 
 /// A request waiting for its connection's request task: admitted already
@@ -66,7 +69,9 @@ struct CallDispatcher: Sendable {
         if services.info.draining(), spec.requiresHandshake {
             return .refused(RequestError(.unavailable, "the server is shutting down"), method: method)
         }
-        return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received))
+        var admitted = AdmittedCall(request: request, spec: spec, params: params, received: received)
+        if ThreadTracing.enabled { admitted.span = RequestTracing.start(admitted, connection: connection) }
+        return .admitted(admitted)
     }
 
     // MARK: Answers of server requests
@@ -118,9 +123,19 @@ struct CallDispatcher: Sendable {
         // Only a deadline needs a task of its own.
         guard request.timeoutMs == nil, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
         do {
-            guard let call = try callWithoutSuspending(admitted, connection: connection),
-                  let answer = try runInline(admitted.params, call) else { return .suspend(admitted) }
+            let inline = { () throws -> InlineAnswer? in
+                guard let call = try callWithoutSuspending(admitted, connection: connection) else { return nil }
+                return try runInline(admitted.params, call)
+            }
+            let answered: InlineAnswer?
+            if let span = admitted.span {
+                answered = try ServiceContext.withValue(span.context) { try inline() }
+            } else {
+                answered = try inline()
+            }
+            guard let answer = answered else { return .suspend(admitted) }
             services.metrics.request(method: admitted.spec.name, code: .ok, duration: .now - received)
+            RequestTracing.finish(admitted, code: .ok, logger: logger)
             switch answer {
             case let .result(result):
                 connection.send(Wire.Response(id: request.id, code: StatusCode.ok.rawValue, result: result), flush: false)
@@ -181,7 +196,13 @@ struct CallDispatcher: Sendable {
         }
         let output: CallOutput
         do {
-            guard let finished = try await run(admitted, connection: connection) else { return }
+            let finishedOrNil: CallOutput?
+            if let span = admitted.span {
+                finishedOrNil = try await ServiceContext.withValue(span.context) { try await run(admitted, connection: connection) }
+            } else {
+                finishedOrNil = try await run(admitted, connection: connection)
+            }
+            guard let finished = finishedOrNil else { return }
             output = finished
         } catch {
             fail(admitted, error: error, connection: connection)
@@ -196,7 +217,12 @@ struct CallDispatcher: Sendable {
         let work: @Sendable () async throws -> CallOutput = { [self] in
             let local: @Sendable () async throws -> Outcome<Wire.Response.Result> = {
                 let call = try await authorizedCall(admitted, connection: connection)
-                return try await admitted.spec.run(admitted.params, call)
+                guard ThreadTracing.enabled else { return try await admitted.spec.run(admitted.params, call) }
+                return try await ThreadTracing.span("engine \(admitted.spec.name)", attributes: call.thread.map {
+                    ["threadwire.command": .string(admitted.spec.name), "threadwire.thread.id": .string($0)]
+                } ?? ["threadwire.command": .string(admitted.spec.name)]) { span in
+                    return try await admitted.spec.run(admitted.params, call)
+                }
             }
             guard services.info.relays else { return .local(try await local()) }
             return try await RelayToOwner.run(admitted, connection: connection, services: services, local: local)
@@ -205,7 +231,8 @@ struct CallDispatcher: Sendable {
         let task = Task { try await work() }
         guard let output = try await firstOf(task, timeoutMs: timeout) else {
             respond(connection, id: admitted.request.id, error: RequestError(.deadlineExceeded, "\(admitted.spec.name) did not finish within \(timeout) ms"),
-                    method: admitted.spec.name, received: admitted.received)
+                    method: admitted.spec.name, received: admitted.received, span: admitted.span,
+                    thread: admitted.spec.thread?.read(admitted.params))
             if admitted.spec.mutates {
                 // The change may still complete; its events and follow-up still happen.
                 services.tasks.spawn { if case let .local(late)? = try? await task.value { late.publish() } }
@@ -250,10 +277,12 @@ struct CallDispatcher: Sendable {
             let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
             services.metrics.request(method: method, code: code, duration: .now - admitted.received)
             services.metrics.forwarded(method: method, code: code, duration: .now - admitted.received)
+            RequestTracing.finish(admitted, code: code, message: response.message, logger: logger)
             connection.send(response)
         case let .local(outcome):
             // Counted before it is sent: a client holding its answer finds it in /metrics.
             services.metrics.request(method: method, code: .ok, duration: .now - admitted.received)
+            RequestTracing.finish(admitted, code: .ok, logger: logger)
             connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
             recordCreated(outcome.value, requestID: id, connection: connection)
             outcome.publish()
@@ -279,13 +308,16 @@ struct CallDispatcher: Sendable {
             logger.error("request failed", metadata: [
                 "tw.request.id": "\(admitted.request.id ?? 0)", "tw.command": "\(admitted.spec.name)", "tw.error": "\(error)"])
         }
-        respond(connection, id: admitted.request.id, error: mapped, method: admitted.spec.name, received: admitted.received, flush: flush)
+        respond(connection, id: admitted.request.id, error: mapped, method: admitted.spec.name, received: admitted.received, flush: flush,
+                span: admitted.span, thread: admitted.spec.thread?.read(admitted.params))
     }
 
     /// `flush: false` only on the event loop within a read batch.
     func respond(_ connection: Connection, id: UInt64?, error: RequestError, method: String,
-                 received: ContinuousClock.Instant, flush: Bool = true) {
+                 received: ContinuousClock.Instant, flush: Bool = true, span: (any Span)? = nil, thread: String? = nil) {
         services.metrics.request(method: method, code: error.code, duration: .now - received)
+        RequestTracing.finish(span, method: method, id: id, thread: thread, code: error.code, message: error.message,
+                              received: received, logger: logger)
         let response = Wire.Response(id: id, code: error.code.rawValue, message: error.message)
         guard error.code != .unauthenticated else {
             // A failed authentication ends the connection: no second guess on it.

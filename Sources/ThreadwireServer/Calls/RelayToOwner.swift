@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Tracing
 import NIOConcurrencyHelpers
 import ThreadwireClient
 import ThreadwireNIO
@@ -63,6 +64,25 @@ enum RelayToOwner {
     /// returns that instance's answer under the client's request id.
     static func forward(_ request: Wire.Request, _ params: Wire.Request.Params, to owner: OwnedElsewhere,
                         connection: Connection, services: ServerServices) async -> Relay {
+        guard ThreadTracing.enabled else {
+            return await forwardUntraced(request, params, to: owner, connection: connection, services: services)
+        }
+        // The hop's span: the owner continues the trace from it.
+        return await ThreadTracing.span("relay \(params.methodName)", kind: .client, attributes: [
+            "threadwire.relay.owner": .string(owner.address), "threadwire.thread.id": .string(owner.threadID),
+        ]) { span in
+            let relay = await forwardUntraced(request, params, to: owner, connection: connection, services: services)
+            switch relay {
+            case let .answered(response), let .unreachable(response), let .noAnswer(response):
+                span?.updateAttributes { $0["rpc.threadwire.status_code"] = Int64(response.code ?? 0) }
+                if (response.code ?? 0) != 0 { span?.setStatus(SpanStatus(code: .error, message: response.message)) }
+            }
+            return relay
+        }
+    }
+
+    private static func forwardUntraced(_ request: Wire.Request, _ params: Wire.Request.Params, to owner: OwnedElsewhere,
+                                        connection: Connection, services: ServerServices) async -> Relay {
         guard !connection.isPeer else {
             // Ownership moved between the two instances' reads: no second hop.
             return .answered(refusal(request, "thread \(owner.threadID) moved to the instance at \(owner.address) while this request was relayed; retry"))
@@ -84,7 +104,8 @@ enum RelayToOwner {
             return .unreachable(refusal(request, "thread \(owner.threadID) is owned by the instance at \(owner.address), which cannot be reached (\(error)); "
                 + "once its lease expires any instance takes the thread over: retry"))
         }
-        let call = Task { try await upstream.client.call(params, timeoutMs: request.timeoutMs, metadata: request.metadata) }
+        let metadata = RequestTracing.relayMetadata(request.metadata)
+        let call = Task { try await upstream.client.call(params, timeoutMs: request.timeoutMs, metadata: metadata) }
         let answer = try? await firstOf(call, timeoutMs: timeout)
         guard var response = answer else {
             // No answer: the owner is gone or paused. The outcome is unknown

@@ -47,7 +47,7 @@ final class Upstream: Sendable {
                 if case let .threadClosed(closed) = payload, let id = closed.threadId {
                     _ = subscribed.withLockedValue { $0.remove(id) }
                 }
-                connection.notify(payload)
+                connection.notify(payload, metadata: notification.metadata)
             }
             let deliberate = closing.withLockedValue { $0 }
             connection.upstreams.withLockedValue { table in

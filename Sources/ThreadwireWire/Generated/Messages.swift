@@ -9467,6 +9467,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
 extension Wire {
   public struct Notification: Sendable, Equatable {
     public var sequence: UInt64?
+    public var metadata: [Wire.KeyValue]
     public var payload: Payload?
 
     public enum Payload: Sendable, Equatable {
@@ -9555,11 +9556,13 @@ extension Wire {
 
     public init() {
       self.sequence = nil
+      self.metadata = []
       self.payload = nil
     }
 
-    public init(sequence: UInt64? = nil, payload: Payload? = nil) {
+    public init(sequence: UInt64? = nil, metadata: [Wire.KeyValue] = [], payload: Payload? = nil) {
       self.sequence = sequence
+      self.metadata = metadata
       self.payload = payload
     }
   }
@@ -9572,6 +9575,12 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   init(c: UnsafePointer<Threadwire__V1__Notification>) throws(WireError) {
     self.init()
     if c.pointee.has_sequence != 0 { self.sequence = c.pointee.sequence }
+    if c.pointee.n_metadata > 0, let items = c.pointee.metadata {
+      self.metadata.reserveCapacity(c.pointee.n_metadata)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_metadata { self.metadata.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "metadata") }
+    }
     switch Int(c.pointee.payload_case.rawValue) {
     case 10:
       do throws(WireError) { self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wireRequired(c.pointee.thread_started))) } catch { throw error.nested(in: "thread_started") }
@@ -9609,6 +9618,10 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
 
   func fill(_ c: inout Threadwire__V1__Notification, arena: inout CodecArena) {
     if let v = self.sequence { c.has_sequence = 1; c.sequence = v }
+    if !self.metadata.isEmpty {
+      c.n_metadata = self.metadata.count
+      c.metadata = arena.array(self.metadata) { value, arena in arena.message(value, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) }
+    }
     switch self.payload {
     case .threadStarted(let v)?:
       c.payload_case = .init(rawValue: 10)
@@ -9688,6 +9701,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   public func jsonValue() -> JSONValue {
     var object: [(String, JSONValue)] = []
     if let v = sequence { object.append(("sequence", .uint(UInt64(v)))) }
+    if !metadata.isEmpty { object.append(("metadata", .array(metadata.map { $0.jsonValue() }))) }
     switch payload {
     case .threadStarted(let v)?: object.append(("thread_started", v.jsonValue()))
     case .threadStatusChanged(let v)?: object.append(("thread_status_changed", v.jsonValue()))
@@ -9715,6 +9729,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
+      case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)

@@ -1009,7 +1009,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[16] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[17] =
 {
   {
     "sequence",
@@ -1019,6 +1019,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     offsetof(Threadwire__V1__Notification, has_sequence),
     offsetof(Threadwire__V1__Notification, sequence),
     NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "metadata",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, n_metadata),
+    offsetof(Threadwire__V1__Notification, metadata),
+    &threadwire__v1__key_value__descriptor,
     NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -1205,29 +1217,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
   },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
-  11,   /* field[11] = item_agent_message_delta */
-  10,   /* field[10] = item_completed */
-  9,   /* field[9] = item_started */
+  12,   /* field[12] = item_agent_message_delta */
+  11,   /* field[11] = item_completed */
+  10,   /* field[10] = item_started */
+  1,   /* field[1] = metadata */
   0,   /* field[0] = sequence */
-  12,   /* field[12] = server_request_resolved */
-  3,   /* field[3] = thread_archived */
-  5,   /* field[5] = thread_closed */
-  15,   /* field[15] = thread_name_updated */
-  14,   /* field[14] = thread_rolled_back */
-  6,   /* field[6] = thread_settings_updated */
-  1,   /* field[1] = thread_started */
-  2,   /* field[2] = thread_status_changed */
-  13,   /* field[13] = thread_token_usage_updated */
-  4,   /* field[4] = thread_unarchived */
-  8,   /* field[8] = turn_completed */
-  7,   /* field[7] = turn_started */
+  13,   /* field[13] = server_request_resolved */
+  4,   /* field[4] = thread_archived */
+  6,   /* field[6] = thread_closed */
+  16,   /* field[16] = thread_name_updated */
+  15,   /* field[15] = thread_rolled_back */
+  7,   /* field[7] = thread_settings_updated */
+  2,   /* field[2] = thread_started */
+  3,   /* field[3] = thread_status_changed */
+  14,   /* field[14] = thread_token_usage_updated */
+  5,   /* field[5] = thread_unarchived */
+  9,   /* field[9] = turn_completed */
+  8,   /* field[8] = turn_started */
 };
 static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1] =
 {
   { 1, 0 },
-  { 10, 1 },
-  { 20, 7 },
-  { 0, 16 }
+  { 10, 2 },
+  { 20, 8 },
+  { 0, 17 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1237,7 +1250,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  16,
+  17,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

@@ -5806,6 +5806,7 @@ export const Response: MessageType<Response> = {
 /** threadwire.v1.Notification */
 export interface Notification {
   sequence?: bigint;
+  metadata?: KeyValue[];
   payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification };
 }
 
@@ -5814,6 +5815,9 @@ export const Notification: MessageType<Notification> = {
   encode(message: Notification, writer: Writer = new Writer()): Writer {
     if (message.sequence !== undefined) {
       writer.tag(1, 0).uint64(message.sequence);
+    }
+    for (const value of message.metadata ?? []) {
+      writer.tag(2, 2).bytes(KeyValue.encode(value).finish());
     }
     if (message.payload?.case === "threadStarted") {
       writer.tag(10, 2).bytes(ThreadStartedNotification.encode(message.payload.value).finish());
@@ -5874,6 +5878,11 @@ export const Notification: MessageType<Notification> = {
         case 1: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.sequence = reader.uint64();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.metadata ??= []).push(KeyValue.decode(reader, reader.uint32(), depth + 1));
           break;
         }
         case 10: {

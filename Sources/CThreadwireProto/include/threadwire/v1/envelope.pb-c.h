@@ -128,7 +128,9 @@ struct  Threadwire__V1__Request
   protobuf_c_boolean has_timeout_ms;
   uint32_t timeout_ms;
   /*
-   * Free-form metadata (e.g. a trace id), logged with the request.
+   * Free-form metadata, logged with the request. A W3C "traceparent" (and
+   * "tracestate") continues the caller's trace when the server traces
+   * (OpenTelemetry); the server's spans for the request are its children.
    */
   size_t n_metadata;
   Threadwire__V1__KeyValue **metadata;
@@ -278,6 +280,14 @@ struct  Threadwire__V1__Notification
    */
   protobuf_c_boolean has_sequence;
   uint64_t sequence;
+  /*
+   * With tracing on (OpenTelemetry), the W3C trace context of the request
+   * that caused the event: "traceparent" (and "tracestate" when the caller
+   * sent one) as in Request.metadata, and "trace_id" (32 hex digits).
+   * Empty with tracing off.
+   */
+  size_t n_metadata;
+  Threadwire__V1__KeyValue **metadata;
   Threadwire__V1__Notification__PayloadCase payload_case;
   union {
     Threadwire__V1__ThreadStartedNotification *thread_started;
@@ -311,7 +321,7 @@ struct  Threadwire__V1__Notification
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__notification__descriptor) \
-    , 0, 0, THREADWIRE__V1__NOTIFICATION__PAYLOAD__NOT_SET, {0} }
+    , 0, 0, 0,NULL, THREADWIRE__V1__NOTIFICATION__PAYLOAD__NOT_SET, {0} }
 
 
 /* Threadwire__V1__Envelope methods */

@@ -1,0 +1,176 @@
+import Foundation
+public import Logging
+import Metrics
+import OTel
+public import ServiceLifecycle
+import ThreadwireCore
+import Tracing
+
+/// OpenTelemetry traces: off unless the config file's "tracing" enables them
+/// or the standard OTEL_* variables name an OTLP exporter or endpoint.
+public struct TracingConfig: Sendable, Equatable {
+    public var enabled = false
+    /// The OTLP/HTTP traces URL (…/v1/traces); OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT wins.
+    public var endpoint: String?
+    public var sampleRatio = 1.0
+    public var serviceName = "threadwire"
+
+    /// Whether the environment turns tracing on (or off: OTEL_SDK_DISABLED).
+    func enabled(in environment: [String: String]) -> Bool {
+        if environment["OTEL_SDK_DISABLED"]?.lowercased() == "true" { return false }
+        if let exporter = environment["OTEL_TRACES_EXPORTER"]?.lowercased() {
+            if exporter == "none" { return false }
+            if exporter.split(separator: ",").contains("otlp") { return true }
+        }
+        if environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil { return true }
+        return enabled
+    }
+}
+
+enum Observability {
+    /// Installs the OpenTelemetry tracer (OTLP over HTTP, protobuf) as the
+    /// process's tracer and returns the service that batches and exports
+    /// its spans; nil when tracing is off. Spans end into a bounded queue:
+    /// a collector that is down or slow costs dropped spans (counted as
+    /// threadwire_trace_spans_dropped_total), never a request's latency.
+    static func startTracing(_ config: TracingConfig, logger: Logger) throws -> (any Service)? {
+        let environment = ProcessInfo.processInfo.environment
+        guard config.enabled(in: environment) else { return nil }
+        var otel = OTel.Configuration.default
+        otel.serviceName = config.serviceName
+        otel.logs.enabled = false
+        otel.metrics.enabled = false
+        otel.traces.enabled = true
+        otel.traces.exporter = .otlp
+        if let endpoint = config.endpoint { otel.traces.otlpExporter.endpoint = endpoint }
+        otel.traces.otlpExporter.protocol = .httpProtobuf
+        otel.traces.sampler = .parentBasedTraceIDRatio(ratio: config.sampleRatio) ?? .parentBasedAlwaysOn
+        // An export waits at most this long; meanwhile spans queue (bounded).
+        otel.traces.otlpExporter.timeout = .seconds(5)
+        otel.traces.batchSpanProcessor.exportTimeout = .seconds(5)
+        otel.diagnosticLogger = .custom(Logger(label: "threadwire.otel") { label in
+            SpanDropCounter(forwardingTo: logger)
+        })
+        otel.diagnosticLogLevel = .warning
+        let (tracer, service) = try OTel.makeTracingBackend(configuration: otel)
+        InstrumentationSystem.bootstrap(tracer)
+        ThreadTracing.enable(tracer)
+        logger.info("tracing on (OpenTelemetry, OTLP/HTTP)", metadata: [
+            "tw.endpoint": "\(environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] ?? environment["OTEL_EXPORTER_OTLP_ENDPOINT"] ?? config.endpoint ?? "http://localhost:4318")"])
+        return service
+    }
+}
+
+/// swift-otel reports what it drops only in its diagnostic log (a batch that
+/// failed to export, spans refused by a full queue): this handler counts
+/// them into /metrics and passes the warnings on to the server's log.
+struct SpanDropCounter: LogHandler {
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .warning
+    let forward: Logger
+    static let dropped = Counter(label: "threadwire_trace_spans_dropped_total")
+    static let failedExports = Counter(label: "threadwire_trace_exports_failed_total")
+
+    init(forwardingTo logger: Logger) { forward = logger }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let all = metadata.merging(event.metadata ?? [:]) { $1 }
+        let text = "\(event.message)"
+        if text.hasPrefix("Failed to export batch"), let size = all["batch_size"].flatMap({ Int64("\($0)") }) {
+            Self.failedExports.increment()
+            Self.dropped.increment(by: size)
+        } else if text.contains("dropped"), let count = all["dropped_count"].flatMap({ Int64("\($0)") }) {
+            Self.dropped.increment(by: count)
+        }
+        forward.log(level: event.level, "opentelemetry: \(event.message)", metadata: all)
+    }
+}
+
+/// One JSON object per line on standard error: time, level, label, message,
+/// and the metadata (request id, thread id, and with tracing on the
+/// trace_id and span_id of the span the line was logged in).
+struct JSONLogHandler: LogHandler {
+    let label: String
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+    var metadataProvider: Logger.MetadataProvider?
+
+    init(label: String, metadataProvider: Logger.MetadataProvider?) {
+        self.label = label
+        self.metadataProvider = metadataProvider
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var fields: [String: Any] = [:]
+        var all = metadata
+        if let provided = metadataProvider?.get() { all.merge(provided) { $1 } }
+        if let extra = event.metadata { all.merge(extra) { $1 } }
+        for (key, value) in all { fields[key] = Self.json(value) }
+        // The common names log pipelines join on.
+        if let value = all["tw.request.id"] { fields["request_id"] = Self.json(value) }
+        if let value = all["tw.thread.id"] ?? all["tw.thread"] { fields["thread_id"] = Self.json(value) }
+        fields["time"] = Self.timestamp()
+        fields["level"] = event.level.rawValue
+        fields["label"] = label
+        fields["message"] = "\(event.message)"
+        if event.level >= .error { fields["source"] = "\(event.file):\(event.line)" }
+        guard var line = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
+        line.append(0x0A)
+        // One write per line: lines of concurrent loggers never interleave.
+        line.withUnsafeBytes { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+    }
+
+    static func json(_ value: Logger.MetadataValue) -> Any {
+        switch value {
+        case let .string(text): return text
+        case let .stringConvertible(convertible): return "\(convertible)"
+        case let .array(values): return values.map(json)
+        case let .dictionary(entries): return entries.mapValues(json)
+        }
+    }
+
+    static func timestamp() -> String {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+                      Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(now.tv_nsec / 1_000_000))
+    }
+}
+
+/// `--log-format`: text (swift-log's stream handler) or json.
+public enum LogFormat: String, Sendable, CaseIterable {
+    case text, json
+}
+
+extension LoggingSystem {
+    /// The server's log handlers on standard error, with trace and span ids
+    /// (from the task's current span) when tracing is on.
+    static func bootstrapServer(format: LogFormat, level: Logger.Level) {
+        let provider = OTel.makeLoggingMetadataProvider()
+        LoggingSystem.bootstrap({ label, provider in
+            switch format {
+            case .text:
+                var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+                handler.logLevel = level
+                return handler
+            case .json:
+                var handler = JSONLogHandler(label: label, metadataProvider: provider)
+                handler.logLevel = level
+                return handler
+            }
+        }, metadataProvider: provider)
+    }
+}

@@ -1,0 +1,288 @@
+import Foundation
+import Synchronization
+import Testing
+import ThreadwireClient
+import ThreadwireWire
+
+/// OpenTelemetry traces of the real server, exported over OTLP/HTTP to a real
+/// receiver (tests/tracing/otlp_receiver.py, decoding with PyPI's
+/// opentelemetry-proto), and the JSON logs that join them.
+@Suite("traced with OpenTelemetry (real OTLP/HTTP receiver)", .timeLimit(.minutes(4)),
+       .enabled(if: OTLPReceiver.python != nil, "opentelemetry-proto is not in .build/venv (make py-deps installs it)"))
+struct TracingTests {
+    static let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+    static let parentSpan = "00f067aa0ba902b7"
+    static var traceparent: [Wire.KeyValue] { [Wire.KeyValue(key: "traceparent", value: "00-\(traceID)-\(parentSpan)-01")] }
+
+    static func environment(_ receiver: OTLPReceiver, service: String = "threadwire") -> [String: String] {
+        ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_BSP_SCHEDULE_DELAY": "100",
+         "OTEL_SERVICE_NAME": service]
+    }
+
+    @Test("a request with a traceparent continues the caller's trace (request, engine command, store commit); the notifications it causes carry the trace id; JSON log lines carry it too")
+    func continuesTheCallersTrace() async throws {
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        let server = try await ServerProcess.launch(arguments: ["--log-format", "json", "--log-level", "debug"],
+                                                    environment: Self.environment(receiver))
+        defer { server.stopInBackground() }
+        let writer = try await server.client()
+        let watcher = try await server.client()
+        let thread = try #require(try await writer.startThread().thread?.id)
+        _ = try await watcher.resume(thread)
+        let metadata = Mutex<[Wire.KeyValue]?>(nil)
+        let watching = Task {
+            for await notification in watcher.notifications {
+                if case let .threadSettingsUpdated(update) = notification.payload, update.settings?.model == "traced" {
+                    metadata.withLock { $0 = notification.metadata }
+                    return
+                }
+            }
+        }
+        let response = try await writer.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "traced")),
+                                             metadata: Self.traceparent)
+        #expect(response.code ?? 0 == 0)
+        try await waitUntil("the watcher heard thread/settings/updated") { metadata.withLock { $0 } != nil }
+        watching.cancel()
+        let heard = metadata.withLock { $0 } ?? []
+        #expect(heard.first { $0.key == "trace_id" }?.value == Self.traceID, "the notification names the request's trace: \(heard)")
+        #expect(heard.first { $0.key == "traceparent" }?.value?.contains(Self.traceID) == true)
+
+        let spans = try await receiver.waitForSpans(trace: Self.traceID, named: ["thread/settings/update", "engine thread/settings/update", "store.commit"])
+        let request = try #require(spans.first { $0.name == "thread/settings/update" })
+        #expect(request.parentSpanID == Self.parentSpan, "the server span is a child of the caller's span")
+        #expect(request.kind == 2, "SPAN_KIND_SERVER")
+        #expect(request.attributes["rpc.method"] == "thread/settings/update")
+        #expect(request.attributes["threadwire.thread.id"] == thread)
+        #expect(request.attributes["enduser.id"] == "default")
+        #expect(request.attributes["rpc.threadwire.status_code"] == "0")
+        let engine = try #require(spans.first { $0.name == "engine thread/settings/update" })
+        #expect(engine.parentSpanID == request.spanID)
+        let commit = try #require(spans.first { $0.name == "store.commit" })
+        #expect(commit.parentSpanID == engine.spanID)
+        #expect(commit.attributes["db.system"] == "sqlite")
+
+        // A request without a traceparent starts a trace of its own.
+        _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "untraced"))
+        let fresh = try await receiver.waitFor { spans in
+            spans.contains { $0.name == "thread/settings/update" && $0.traceID != Self.traceID && $0.parentSpanID.isEmpty }
+        }
+        #expect(fresh)
+
+        // The JSON log: every line an object; the request's line carries its trace.
+        let log = try String(contentsOfFile: server.stderrPath, encoding: .utf8)
+        let lines = log.split(separator: "\n").filter { !$0.isEmpty }
+        #expect(!lines.isEmpty)
+        var traced = false
+        for line in lines {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                Issue.record("a log line that is not a JSON object: \(line)")
+                continue
+            }
+            #expect(object["level"] is String && object["message"] is String && object["time"] is String)
+            if object["message"] as? String == "request", object["tw.method"] as? String == "thread/settings/update",
+               object["trace_id"] as? String == Self.traceID {
+                #expect(object["span_id"] as? String == request.spanID)
+                #expect(object["thread_id"] as? String == thread)
+                #expect(object["request_id"] != nil)
+                traced = true
+            }
+        }
+        #expect(traced, "a JSON log line of the traced request carries its trace and span ids")
+    }
+
+    @Test("a turn's spans: the turn, each model call (provider, model, tokens, time to first token) and its client tool call, in the trace of the turn/start that began it")
+    func turnSpans() async throws {
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        let server = try await ServerProcess.launch(environment: Self.environment(receiver))
+        defer { server.stopInBackground() }
+        let client = try await server.capableClient()
+        _ = client.serveClientTools { _, _ in Wire.ToolCallResult(output: "file contents") }
+        let thread = try #require(try await client.startThread(ClientToolTests.startParams()).thread?.id)
+        let response = try await client.call(.turnStart(Wire.TurnStartParams(
+            threadId: thread, input: [Wire.UserInput(content: .text("#tool read_file {\"path\":\"a\"}\nread it"))])), metadata: Self.traceparent)
+        #expect(response.code ?? 0 == 0)
+        let spans = try await receiver.waitForSpans(trace: Self.traceID, named: ["turn/start", "turn", "tool read_file"], models: 2)
+        let turn = try #require(spans.first { $0.name == "turn" })
+        let models = spans.filter { $0.name.hasPrefix("model ") }
+        #expect(models.count == 2, "two model calls: the tool call, then the answer")
+        for model in models {
+            #expect(model.parentSpanID == turn.spanID)
+            #expect(model.attributes["gen_ai.system"] == "scripted-echo")
+            #expect(model.attributes["gen_ai.usage.input_tokens"] != nil)
+            #expect(model.attributes["threadwire.model.time_to_first_token_ms"] != nil)
+            #expect(model.attributes["threadwire.model.retries"] == "0")
+        }
+        let tool = try #require(spans.first { $0.name == "tool read_file" })
+        #expect(tool.parentSpanID == turn.spanID)
+        #expect(tool.attributes["threadwire.tool.source"] == "client")
+        #expect(spans.allSatisfy { $0.traceID == Self.traceID })
+    }
+
+    @Test("a request relayed to the thread's owner is one trace across both instances: the relay hop's span is the parent of the owner's server span")
+    func relayedOneTrace() async throws {
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        let group = try await InstanceGroup.start(2) { index in Self.environment(receiver, service: "threadwire-\(index)") }
+        defer { group.stopAll() }
+        let owner = try await group.instances[0].client()
+        let thread = try #require(try await owner.startThread().thread?.id)
+        let elsewhere = try await group.instances[1].client()
+        let response = try await elsewhere.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "relayed")),
+                                                metadata: Self.traceparent)
+        #expect(response.code ?? 0 == 0)
+        let spans = try await receiver.waitForSpans(trace: Self.traceID, named: ["relay thread/settings/update", "store.commit"], requests: 2)
+        let requests = spans.filter { $0.name == "thread/settings/update" }
+        let entry = try #require(requests.first { $0.parentSpanID == Self.parentSpan })
+        let relay = try #require(spans.first { $0.name == "relay thread/settings/update" })
+        #expect(relay.parentSpanID == entry.spanID)
+        #expect(relay.kind == 3, "SPAN_KIND_CLIENT")
+        let owned = try #require(requests.first { $0.parentSpanID == relay.spanID }, "the owner's server span is the relay's child")
+        #expect(owned.attributes["threadwire.relayed"] == "true")
+        let commit = try #require(spans.first { $0.name == "store.commit" })
+        #expect(commit.attributes["db.system"] == "postgresql")
+        // Each instance exported its own spans of the one trace.
+        #expect(entry.service == "threadwire-1" && relay.service == "threadwire-1")
+        #expect(owned.service == "threadwire-0" && commit.service == "threadwire-0")
+    }
+
+    @Test("a collector that is down: requests are served as before, and the spans that could not be exported are counted in /metrics")
+    func collectorDown() async throws {
+        let closedPort = try freePort()
+        let server = try await ServerProcess.launch(
+            arguments: ["--admin-listen", "127.0.0.1:0"],
+            environment: ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(closedPort)", "OTEL_BSP_SCHEDULE_DELAY": "100",
+                          "OTEL_EXPORTER_OTLP_TIMEOUT": "500"])
+        defer { server.stopInBackground() }
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        for index in 0..<200 {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "m\(index)"))
+        }
+        var dropped = 0.0
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            let metrics = try await httpGet(port: server.adminPort, path: "/metrics").body
+            dropped = metrics.split(separator: "\n").first { $0.hasPrefix("threadwire_trace_spans_dropped_total ") }
+                .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+            if dropped > 0 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(dropped > 0, "spans that could not be exported are counted")
+        #expect(try await client.read(thread, turns: false).settings?.model == "m199", "serving went on")
+    }
+
+    func waitUntil(_ what: String, within limit: Duration = .seconds(20), _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + limit
+        while !condition() {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("timed out waiting until \(what)")
+                throw TestTimeout(description: what)
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
+
+/// tests/tracing/otlp_receiver.py as a process: the spans it received, one JSON object a line.
+final class OTLPReceiver: @unchecked Sendable {
+    struct ReceivedSpan: Sendable {
+        var service: String
+        var traceID: String
+        var spanID: String
+        var parentSpanID: String
+        var name: String
+        var kind: Int
+        var attributes: [String: String]
+    }
+
+    let port: Int
+    private let process: Process
+    private let directory: String
+    private var spansPath: String { directory + "/spans.jsonl" }
+
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static let python: String? = {
+        let python = root.appendingPathComponent(".build/venv/bin/python").path
+        guard FileManager.default.isExecutableFile(atPath: python) else { return nil }
+        let lib = root.appendingPathComponent(".build/venv/lib").path
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: lib)) ?? []
+        let installed = versions.contains { FileManager.default.fileExists(atPath: "\(lib)/\($0)/site-packages/opentelemetry/proto") }
+        return installed ? python : nil
+    }()
+
+    init(delayMs: Int = 0) throws {
+        guard let python = Self.python else { throw ServerProcessError.unexpectedOutput("no python with opentelemetry-proto") }
+        directory = NSTemporaryDirectory() + "threadwire-otlp-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = [Self.root.appendingPathComponent("tests/tracing/otlp_receiver.py").path, directory + "/spans.jsonl",
+                             directory + "/port"] + (delayMs > 0 ? ["--delay-ms", "\(delayMs)"] : [])
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        var bound: Int?
+        while bound == nil, Date() < deadline {
+            bound = (try? String(contentsOfFile: directory + "/port", encoding: .utf8)).flatMap { Int($0) }
+            if bound == nil { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        guard let bound else {
+            kill(process.processIdentifier, SIGKILL)
+            throw ServerProcessError.unexpectedOutput("the OTLP receiver did not start")
+        }
+        port = bound
+    }
+
+    func spans() -> [ReceivedSpan] {
+        guard let text = try? String(contentsOfFile: spansPath, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line -> ReceivedSpan? in
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+            let attributes = object["attributes"] as? [String: String] ?? [:]
+            return ReceivedSpan(service: object["service"] as? String ?? "", traceID: object["trace_id"] as? String ?? "",
+                                spanID: object["span_id"] as? String ?? "", parentSpanID: object["parent_span_id"] as? String ?? "",
+                                name: object["name"] as? String ?? "", kind: object["kind"] as? Int ?? 0, attributes: attributes)
+        }
+    }
+
+    /// The spans of `trace` once every name in `named` arrived (and at least
+    /// `models` model spans and `requests` spans of the request's method).
+    func waitForSpans(trace: String, named: Set<String>, models: Int = 0, requests: Int = 0,
+                      within limit: Duration = .seconds(30)) async throws -> [ReceivedSpan] {
+        let deadline = ContinuousClock.now + limit
+        while true {
+            let spans = spans().filter { $0.traceID == trace }
+            let names = Set(spans.map(\.name))
+            let requestSpans = spans.filter { $0.kind == 2 }.count
+            if named.isSubset(of: names), spans.filter({ $0.name.hasPrefix("model ") }).count >= models, requestSpans >= requests {
+                return spans
+            }
+            guard ContinuousClock.now < deadline else {
+                Issue.record("spans of trace \(trace) named \(named.subtracting(names).sorted()) did not arrive; got \(spans.map(\.name))")
+                throw TestTimeout(description: "spans")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
+    func waitFor(within limit: Duration = .seconds(30), _ condition: ([ReceivedSpan]) -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if condition(spans()) { return true }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return false
+    }
+
+    func stop() {
+        // SIGKILL: the test process blocks SIGTERM and its children inherit the mask.
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
