@@ -240,12 +240,18 @@ final class Connection: ReadGate, Sendable {
     }
 
     func notify(_ payload: Wire.Notification.Payload, metadata: [Wire.KeyValue] = []) {
-        let method = payload.methodName
+        notify(Wire.EncodedNotification(payload, metadata: metadata))
+    }
+
+    /// Sends a notification encoded once for all its subscribers: only the
+    /// sequence number is written per connection.
+    func notify(_ encoded: Wire.EncodedNotification) {
+        let method = encoded.methodName
         let overLimit = state.withLockedValue { state -> ConnectionStateMachine.Action in
             guard let session = state.machine.session, !state.machine.isClosing, !session.optOut.contains(method) else { return .none }
-            let notification = Wire.Notification(sequence: state.nextSequence, metadata: metadata, payload: payload)
+            let sequence = state.nextSequence
             let frame: ByteBuffer
-            switch Wire.Envelope(kind: .notification(notification)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+            switch encoded.notificationFrame(sequence: sequence, allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
             case let .framed(buffer):
                 frame = buffer
             case let .tooLarge(size):
@@ -253,7 +259,7 @@ final class Connection: ReadGate, Sendable {
                 // and the reason, and can read the item with thread/turns/list.
                 state.nextSequence += 1
                 let refused = Wire.Response(code: StatusCode.resourceExhausted.rawValue, message:
-                    "notification \(notification.sequence ?? 0) (\(method)) is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
+                    "notification \(sequence) (\(method)) is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
                 let refusal = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
                 metrics.frameOut(bytes: refusal.readableBytes)
                 channel.writeAndFlush(refusal, promise: nil)

@@ -37,7 +37,9 @@ final class ConnectionRegistry: EventSink, Sendable {
             default:
                 guard let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions) else { continue }
                 let metadata = delivery.trace.map { $0.metadata.map { Wire.KeyValue(key: $0.key, value: $0.value) } } ?? []
-                for connection in targets { connection.notify(payload, metadata: metadata) }
+                // Encoded once for all the event's subscribers.
+                let encoded = Wire.EncodedNotification(payload, metadata: metadata)
+                for connection in targets { connection.notify(encoded) }
             }
         }
     }

@@ -21,3 +21,10 @@ extension Wire.EncodedResult {
         allocator.frame(maxPayload: maxPayload) { packResponse(id: id, $0) }
     }
 }
+
+extension Wire.EncodedNotification {
+    /// A Notification frame numbered `sequence`, from bytes encoded once for every subscriber.
+    func notificationFrame(sequence: UInt64, allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
+        allocator.frame(maxPayload: maxPayload) { packEnvelope(sequence: sequence, $0) }
+    }
+}

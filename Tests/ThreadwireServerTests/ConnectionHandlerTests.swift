@@ -72,6 +72,36 @@ struct ConnectionHandlerTests {
         }
     }
 
+    @Test("a notification encoded once and numbered per connection is byte for byte the packed Envelope, and too large alike")
+    func splicedNotificationFrame() throws {
+        let long = String(repeating: "d", count: 20_000)
+        let payloads: [(Wire.Notification.Payload, [Wire.KeyValue])] = [
+            (.threadSettingsUpdated(Wire.ThreadSettingsUpdatedNotification(threadId: "t", settings: Wire.ThreadSettings(model: "m"))), []),
+            (.itemAgentMessageDelta(Wire.ItemAgentMessageDeltaNotification(threadId: "t", turnId: "u", itemId: "i", delta: long)),
+             [Wire.KeyValue(key: "traceparent", value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+              Wire.KeyValue(key: "trace_id", value: "4bf92f3577b34da6a3ce929d0e0e4736")]),
+            (.threadClosed(Wire.ThreadClosedNotification()), []),
+        ]
+        let allocator = ByteBufferAllocator()
+        for (payload, metadata) in payloads {
+            let encoded = Wire.EncodedNotification(payload, metadata: metadata)
+            #expect(encoded.methodName == payload.methodName)
+            for sequence: UInt64 in [0, 1, 127, 128, 300, 1 << 40, .max] {
+                let packed = Wire.Envelope(kind: .notification(Wire.Notification(sequence: sequence, metadata: metadata, payload: payload)))
+                guard case let .framed(expected) = packed.frame(allocator: allocator, maxPayload: .max),
+                      case let .framed(spliced) = encoded.notificationFrame(sequence: sequence, allocator: allocator, maxPayload: .max) else {
+                    Issue.record("unbounded frames must fit"); continue
+                }
+                #expect(Array(spliced.readableBytesView) == Array(expected.readableBytesView), "sequence \(sequence)")
+                let size = expected.readableBytes - Framing.headerSize
+                guard case let .tooLarge(refused) = encoded.notificationFrame(sequence: sequence, allocator: allocator, maxPayload: size - 1) else {
+                    Issue.record("a frame one byte over the limit was built"); continue
+                }
+                #expect(refused == size)
+            }
+        }
+    }
+
     @Test("an undecodable payload is answered INVALID_ARGUMENT and the channel stays open")
     func malformedPayload() throws {
         let channel = try pipeline()
