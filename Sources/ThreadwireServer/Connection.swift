@@ -17,6 +17,10 @@ import ThreadwireWire
 final class Connection: ReadGate, Sendable {
     let id: ConnectionID
     let channel: any Channel
+    // Kept apart from the channel: reading them through the existential
+    // retains and releases the channel on every notification.
+    let eventLoop: any EventLoop
+    private let allocator: ByteBufferAllocator
     private let limits: ServerLimits
     private let metrics: ServerMetrics
 
@@ -58,6 +62,8 @@ final class Connection: ReadGate, Sendable {
          resumeReads: @escaping @Sendable () -> Void) {
         self.id = id
         self.channel = channel
+        self.eventLoop = channel.eventLoop
+        self.allocator = channel.allocator
         self.limits = limits
         self.metrics = metrics
         self.frameLimit = frameLimit ?? FrameSizeLimit(limits.maxFrameBytes)
@@ -211,13 +217,13 @@ final class Connection: ReadGate, Sendable {
     /// `flush: false` only on the event loop within a read batch; the
     /// connection handler flushes at the batch's end.
     func send(_ response: Wire.Response, flush: Bool = true) {
-        write(Wire.Envelope(kind: .response(response)).frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes),
+        write(Wire.Envelope(kind: .response(response)).frame(allocator: allocator, maxPayload: limits.maxFrameBytes),
               id: response.id, flush: flush)
     }
 
     /// An OK response whose result was encoded before.
     func send(id: UInt64?, encoded: Wire.EncodedResult, flush: Bool = true) {
-        write(encoded.responseFrame(id: id, allocator: channel.allocator, maxPayload: limits.maxFrameBytes), id: id, flush: flush)
+        write(encoded.responseFrame(id: id, allocator: allocator, maxPayload: limits.maxFrameBytes), id: id, flush: flush)
     }
 
     private func write(_ framed: FrameResult, id: UInt64?, flush: Bool) {
@@ -229,14 +235,10 @@ final class Connection: ReadGate, Sendable {
             // Never a frame larger than the limit the client was told.
             let refused = Wire.Response(id: id, code: StatusCode.resourceExhausted.rawValue, message:
                 "the response is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); page through turns with thread/turns/list")
-            frame = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
+            frame = Wire.Envelope(kind: .response(refused)).framed(allocator: allocator)
         }
         metrics.frameOut(bytes: frame.readableBytes)
-        if flush {
-            channel.writeAndFlush(frame, promise: nil)
-        } else {
-            channel.write(frame, promise: nil)
-        }
+        emit(frame, flush: flush)
     }
 
     func notify(_ payload: Wire.Notification.Payload, metadata: [Wire.KeyValue] = []) {
@@ -246,12 +248,21 @@ final class Connection: ReadGate, Sendable {
     /// Sends a notification encoded once for all its subscribers: only the
     /// sequence number is written per connection.
     func notify(_ encoded: Wire.EncodedNotification) {
+        if enqueueNotification(encoded) { scheduleDrain() }
+    }
+
+    /// Numbers `encoded` for this connection and queues its frame in the
+    /// outbox (or refuses it, or cuts off a subscriber over its backlog);
+    /// true when the caller must schedule the outbox's drain
+    /// (`ConnectionRegistry.deliver` sends one task per event loop for all
+    /// its subscribers).
+    func enqueueNotification(_ encoded: Wire.EncodedNotification) -> Bool {
         let method = encoded.methodName
-        let overLimit = state.withLockedValue { state -> ConnectionStateMachine.Action in
-            guard let session = state.machine.session, !state.machine.isClosing, !session.optOut.contains(method) else { return .none }
+        let (overLimit, needsDrain) = state.withLockedValue { state -> (ConnectionStateMachine.Action, Bool) in
+            guard let session = state.machine.session, !state.machine.isClosing, !session.optOut.contains(method) else { return (.none, false) }
             let sequence = state.nextSequence
             let frame: ByteBuffer
-            switch encoded.notificationFrame(sequence: sequence, allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+            switch encoded.notificationFrame(sequence: sequence, allocator: allocator, maxPayload: limits.maxFrameBytes) {
             case let .framed(buffer):
                 frame = buffer
             case let .tooLarge(size):
@@ -260,30 +271,108 @@ final class Connection: ReadGate, Sendable {
                 state.nextSequence += 1
                 let refused = Wire.Response(code: StatusCode.resourceExhausted.rawValue, message:
                     "notification \(sequence) (\(method)) is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
-                let refusal = Wire.Envelope(kind: .response(refused)).framed(allocator: channel.allocator)
+                let refusal = Wire.Envelope(kind: .response(refused)).framed(allocator: allocator)
                 metrics.frameOut(bytes: refusal.readableBytes)
-                channel.writeAndFlush(refusal, promise: nil)
-                return .none
+                return (.none, enqueue(refusal))
             }
             let count = frame.readableBytes
             let backlog = notificationBacklog.load(ordering: .relaxed)
             if backlog + count > limits.maxNotificationBacklogBytes {
                 closing.store(true, ordering: .relaxed)
-                return state.machine.close(.resourceExhausted,
+                return (state.machine.close(.resourceExhausted,
                     "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing",
-                    reason: "slowSubscriber")
+                    reason: "slowSubscriber"), false)
             }
             state.nextSequence += 1
+            // Counted from the moment it is queued until the socket took it.
             notificationBacklog.add(count, ordering: .relaxed)
             metrics.frameOut(bytes: count)
-            let promise = channel.eventLoop.makePromise(of: Void.self)
-            promise.futureResult.whenComplete { [self] _ in notificationBacklog.subtract(count, ordering: .relaxed) }
-            channel.writeAndFlush(frame, promise: promise)
-            return .none
+            return (.none, enqueue(frame, notificationBytes: count))
         }
         if case .close = overLimit {
             metrics.slowSubscriberDisconnects.increment()
             perform(overLimit)
+        }
+        return needsDrain
+    }
+
+    // MARK: Outbox
+
+    /// Frames sent from off the event loop, in the order they were sent.
+    /// One task writes all that are waiting and flushes once, so a
+    /// subscriber behind a busy loop gets many notifications in one write
+    /// (one syscall) rather than a task and a syscall each.
+    private struct Outbox {
+        var frames: [(ByteBuffer, EventLoopPromise<Void>?)] = []
+        var notificationBytes = 0
+        var drainScheduled = false
+    }
+    private let outbox = NIOLockedValueBox(Outbox())
+
+    /// True when the caller must schedule a drain (none is pending).
+    private func enqueue(_ frame: ByteBuffer, notificationBytes: Int = 0, promise: EventLoopPromise<Void>? = nil) -> Bool {
+        outbox.withLockedValue { box in
+            box.frames.append((frame, promise))
+            box.notificationBytes += notificationBytes
+            if box.drainScheduled { return false }
+            box.drainScheduled = true
+            return true
+        }
+    }
+
+    private func scheduleDrain() {
+        eventLoop.execute { self.drainOutbox() }
+    }
+
+    /// On the event loop: every queued frame, in order; flushed unless the
+    /// caller flushes after its own write.
+    func drainOutbox(flush: Bool = true) {
+        let taken = outbox.withLockedValue { box -> Outbox? in
+            if box.frames.isEmpty {
+                box.drainScheduled = false
+                return nil
+            }
+            defer { box = Outbox() }
+            return box
+        }
+        guard let taken else { return }
+        var promises = taken.frames.compactMap(\.1)
+        let batch: ByteBuffer
+        if taken.frames.count == 1 {
+            batch = taken.frames[0].0
+        } else {
+            // One buffer through the pipeline rather than one per frame: the
+            // handlers' per-write cost is paid once per batch.
+            var combined = allocator.buffer(capacity: taken.frames.reduce(0) { $0 + $1.0.readableBytes })
+            for (frame, _) in taken.frames { combined.writeImmutableBuffer(frame) }
+            batch = combined
+        }
+        if taken.notificationBytes == 0 && promises.count <= 1 {
+            channel.write(batch, promise: promises.first)
+        } else {
+            // One completion gives the backlog its bytes back and completes the frames' own promises.
+            let written = eventLoop.makePromise(of: Void.self)
+            let notificationBytes = taken.notificationBytes
+            written.futureResult.whenComplete { [self, promises] result in
+                notificationBacklog.subtract(notificationBytes, ordering: .relaxed)
+                for promise in promises { promise.completeWith(result) }
+            }
+            promises.removeAll()
+            channel.write(batch, promise: written)
+        }
+        if flush { channel.flush() }
+    }
+
+    /// Every write to the socket goes through here or the outbox, so frames
+    /// leave in the order they were sent from any thread: on the event loop
+    /// at once, after whatever the outbox still holds; elsewhere queued.
+    private func emit(_ frame: ByteBuffer, flush: Bool, promise: EventLoopPromise<Void>? = nil) {
+        if eventLoop.inEventLoop {
+            drainOutbox(flush: false)
+            channel.write(frame, promise: promise)
+            if flush { channel.flush() }
+        } else if enqueue(frame, promise: promise) {
+            scheduleDrain()
         }
     }
 
@@ -304,10 +393,10 @@ final class Connection: ReadGate, Sendable {
         // Once per connection, however many paths offer it (a live request and a new subscription can meet).
         guard eligible, offered.withLockedValue({ $0.updateValue(request.threadID, forKey: request.id) == nil }) else { return }
         let envelope = Wire.Envelope(kind: .serverRequest(request.wire(now: nowMillis())))
-        switch envelope.frame(allocator: channel.allocator, maxPayload: limits.maxFrameBytes) {
+        switch envelope.frame(allocator: allocator, maxPayload: limits.maxFrameBytes) {
         case let .framed(frame):
             metrics.frameOut(bytes: frame.readableBytes)
-            channel.writeAndFlush(frame, promise: nil)
+            emit(frame, flush: true)
         case .tooLarge:
             // Arguments are bounded by the model's output, frames by the limit: the request waits for its deadline.
             offered.withLockedValue { _ = $0.removeValue(forKey: request.id) }
@@ -335,11 +424,13 @@ final class Connection: ReadGate, Sendable {
     func sendThenClose(_ response: Wire.Response) {
         state.withLockedValue { $0.machine.closingAfterLastResponse() }
         closing.store(true, ordering: .relaxed)
-        let frame = Wire.Envelope(kind: .response(response)).framed(allocator: channel.allocator)
+        let frame = Wire.Envelope(kind: .response(response)).framed(allocator: allocator)
         let channel = self.channel
         metrics.frameOut(bytes: frame.readableBytes)
-        channel.writeAndFlush(frame).whenComplete { _ in channel.close(promise: nil) }
-        channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+        let written = eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        emit(frame, flush: true, promise: written)
+        eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
     }
 
     /// A last error frame (a Response without id), then close; nothing if
@@ -375,11 +466,13 @@ final class Connection: ReadGate, Sendable {
     private func perform(_ action: ConnectionStateMachine.Action) {
         guard case let .close(code, message, _) = action else { return }
         closing.store(true, ordering: .relaxed)
-        let frame = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).framed(allocator: channel.allocator)
+        let frame = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).framed(allocator: allocator)
         let channel = self.channel
         metrics.frameOut(bytes: frame.readableBytes)
-        channel.writeAndFlush(frame).whenComplete { _ in channel.close(promise: nil) }
+        let written = eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        emit(frame, flush: true, promise: written)
         // Long enough for a client that reads slowly to reach the error frame.
-        channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+        eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
     }
 }

@@ -1,3 +1,4 @@
+import NIOCore
 import NIOConcurrencyHelpers
 import ThreadwireCore
 import ThreadwireWire
@@ -37,10 +38,28 @@ final class ConnectionRegistry: EventSink, Sendable {
             default:
                 guard let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions) else { continue }
                 let metadata = delivery.trace.map { $0.metadata.map { Wire.KeyValue(key: $0.key, value: $0.value) } } ?? []
-                // Encoded once for all the event's subscribers.
+                // Encoded once for all the event's subscribers, queued in
+                // their outboxes, and one task per event loop drains the
+                // outboxes of that loop's subscribers.
                 let encoded = Wire.EncodedNotification(payload, metadata: metadata)
-                for connection in targets { connection.notify(encoded) }
+                let toDrain = targets.filter { $0.enqueueNotification(encoded) }
+                for (loop, group) in Self.byEventLoop(toDrain) {
+                    loop.execute { for connection in group { connection.drainOutbox() } }
+                }
             }
         }
+    }
+
+    private static func byEventLoop(_ connections: [Connection]) -> [(any EventLoop, [Connection])] {
+        var groups: [(any EventLoop, [Connection])] = []
+        for connection in connections {
+            let loop = connection.eventLoop
+            if let index = groups.firstIndex(where: { $0.0 === loop }) {
+                groups[index].1.append(connection)
+            } else {
+                groups.append((loop, [connection]))
+            }
+        }
+        return groups
     }
 }

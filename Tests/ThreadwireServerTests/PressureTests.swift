@@ -154,6 +154,54 @@ struct PressureTests {
         #expect(completed == turns)
     }
 
+    @Test("200 subscribers of one busy thread each get every notification once, numbered without gaps, in the same order as every other subscriber")
+    func manySubscribersGetEveryNotificationInOrder() async throws {
+        let server = try await ServerProcess.launch()
+        let driver = try await server.client()
+        let thread = try #require(try await driver.startThread().thread?.id)
+        var subscribers: [(client: ThreadwireClient, inbox: Inbox)] = []
+        for _ in 0..<200 {
+            let client = try await server.client()
+            let inbox = Inbox(client)
+            _ = try await client.resume(thread)
+            subscribers.append((client, inbox))
+        }
+        // Notifications are queued per subscriber and written in batches when
+        // the event loops are busy; each subscriber must still see them all.
+        let turns = 20
+        for turn in 0..<turns {
+            try await runTurnQuietly(driver, thread, "turn \(turn): " + String(repeating: "word ", count: 200))
+        }
+        var reference: [String]?
+        for (index, subscriber) in subscribers.enumerated() {
+            let deadline = ContinuousClock.now + .seconds(30)
+            var received: [Wire.Notification] = []
+            while ContinuousClock.now < deadline {
+                received = await subscriber.inbox.all
+                // The last turn's last notification is the thread going idle.
+                let completed = received.filter { if case .turnCompleted = $0.payload { return true }; return false }.count
+                if completed == turns, case .threadStatusChanged? = received.last?.payload { break }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let sequences = received.compactMap(\.sequence)
+            #expect(sequences.count == received.count && !sequences.isEmpty)
+            #expect(sequences == Array(sequences.first!..<sequences.first! + UInt64(sequences.count)),
+                    "subscriber \(index): sequence numbers with gaps or out of order")
+            // Short and comparable: the method and a digest of the whole payload.
+            let payloads = received.map { notification in
+                notification.payload.map { "\($0.methodName) #\(String(describing: $0).hashValue)" } ?? "nil"
+            }
+            #expect(payloads.filter { $0.hasPrefix("turn/completed ") }.count == turns, "subscriber \(index)")
+            if let reference {
+                #expect(payloads == reference, "subscriber \(index) saw other notifications or another order")
+            } else {
+                reference = payloads
+                #expect(payloads.count > turns * 3, "\(payloads.count) notifications for \(turns) turns")
+            }
+        }
+        for subscriber in subscribers { await subscriber.client.close() }
+    }
+
     @Test("a thread with about 30 MB of turns is read page by page; no frame exceeds the advertised limit, loaded or not")
     func largeThreadPages() async throws {
         let server = try await ServerProcess.launch()

@@ -168,7 +168,13 @@ struct CallDispatcher: Sendable {
             // A client that does not read its answers stops here: no request
             // of it starts until the answers already written are taken.
             await connection.waitUntilWritable()
-            await answer(queued, connection: connection)
+            // In a child task: the calls' async frames are tens of KiB, and a
+            // task keeps the largest stack it has used, so a connection that
+            // made one stored change and then sat idle held that memory for
+            // its lifetime (about 40 KiB each; issue 28's idle subscribers).
+            await withDiscardingTaskGroup { group in
+                group.addTask { await self.answer(queued, connection: connection) }
+            }
             // Counted out on the event loop, behind this request's writes
             // (writes from another thread are tasks on that loop, run in
             // order): a request answered inline after it cannot overtake them.
