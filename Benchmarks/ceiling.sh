@@ -21,7 +21,8 @@ grep -q listening "$data/tw.out" 2>/dev/null || { echo "a server did not start (
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 
-printf "connections\tC echo req/s (p50 µs)\tNIO echo req/s (p50 µs)\thealth/check req/s (p50 µs) = %% of C echo, %% of NIO echo\tthread/read req/s (p50 µs) = %% of C echo, %% of NIO echo\n"
+lat() { echo "$(field "$1" p50_us) / $(field "$1" p99_us) / $(field "$1" p99_9_us)"; }
+printf "connections\tC echo req/s (p50 / p99 / p99.9 µs)\tNIO echo req/s (p50 / p99 / p99.9 µs)\thealth/check req/s (p50 / p99 / p99.9 µs) = %% of C echo, %% of NIO echo; p99 / echo p99\tthread/read req/s (p50 / p99 / p99.9 µs) = %% of C echo, %% of NIO echo; p99 / echo p99\n"
 for c in 1 16 64; do
   echo_r=$(load 7591 $c "$DUR" "$HEALTH")
   nio_r=$(load 7594 $c "$DUR" "$HEALTH")
@@ -29,10 +30,11 @@ for c in 1 16 64; do
   read_r=$(load 7592 $c "$DUR" "$READ" "$INIT")
   e=$(field "$echo_r" requests_per_second); n=$(field "$nio_r" requests_per_second)
   h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
-  printf "%s\t%s (%s)\t%s (%s)\t%s (%s) = %s %%, %s %%\t%s (%s) = %s %%, %s %%\n" "$c" "$e" "$(field "$echo_r" p50_us)" \
-    "$n" "$(field "$nio_r" p50_us)" \
-    "$h" "$(field "$health_r" p50_us)" "$(pct "$h" "$e")" "$(pct "$h" "$n")" \
-    "$r" "$(field "$read_r" p50_us)" "$(pct "$r" "$e")" "$(pct "$r" "$n")"
+  ep99=$(field "$echo_r" p99_us)
+  printf "%s\t%s (%s)\t%s (%s)\t%s (%s) = %s %%, %s %%; %sx\t%s (%s) = %s %%, %s %%; %sx\n" "$c" "$e" "$(lat "$echo_r")" \
+    "$n" "$(lat "$nio_r")" \
+    "$h" "$(lat "$health_r")" "$(pct "$h" "$e")" "$(pct "$h" "$n")" "$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))")" \
+    "$r" "$(lat "$read_r")" "$(pct "$r" "$e")" "$(pct "$r" "$n")" "$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")"
   for x in "$health_r" "$read_r"; do [ "$(field "$x" errors)" = 0 ] || echo "errors: $x"; done
 done
 
