@@ -176,8 +176,9 @@ struct CallDispatcher: Sendable {
                 group.addTask { await self.answer(queued, connection: connection) }
             }
             // Counted out on the event loop, behind this request's writes
-            // (writes from another thread are tasks on that loop, run in
-            // order): a request answered inline after it cannot overtake them.
+            // (written from another thread, they wait in the connection's
+            // outbox, whose drain task is queued before this one): a request
+            // answered inline after it cannot overtake them.
             let eventLoop = connection.channel.eventLoop
             if eventLoop.inEventLoop {
                 connection.finished(bytes: queued.bytes)
