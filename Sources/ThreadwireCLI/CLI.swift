@@ -37,6 +37,24 @@ struct ServerOptions: ParsableArguments {
         return ClientTLS(caFile: tlsCa, certificateFile: tlsCert, keyFile: tlsKey)
     }
 
+    @Option(name: .long, help: "Attempts per call: UNAVAILABLE answers and lost connections are retried with backoff, and a change carries an idempotency key so a retry applies it once (1: no retry).")
+    var attempts = 5
+
+    /// The calls of one command: reconnecting and retried (see `--attempts`).
+    func session(initialize: Bool = true) throws -> ReconnectingClient {
+        ReconnectingClient(policy: try retryPolicy()) { try await connect(initialize: initialize) }
+    }
+
+    /// Checks the options a retry would not mend, then the policy.
+    func retryPolicy() throws -> RetryPolicy {
+        guard HostPort(server) != nil else { throw ValidationError("--server must be HOST:PORT, got '\(server)'") }
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        guard attempts >= 1 else { throw ValidationError("--attempts must be at least 1, got \(attempts)") }
+        var policy = RetryPolicy()
+        policy.maxAttempts = attempts
+        return policy
+    }
+
     func connect(initialize: Bool = true) async throws -> ThreadwireClient {
         guard let address = HostPort(server) else { throw ValidationError("--server must be HOST:PORT, got '\(server)'") }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
@@ -86,7 +104,7 @@ struct Call: AsyncParsableCommand {
             params = .initialize(initialize)
         }
         // initialize and health/check work on a fresh connection; others initialize first.
-        let client = try await options.connect(initialize: field != "initialize" && field != "health_check")
+        let client = try options.session(initialize: field != "initialize" && field != "health_check")
         defer { Task { await client.close() } }
         try output(try await client.call(params))
     }
@@ -130,7 +148,7 @@ struct Health: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Check the server's health (no initialize needed).")
     @OptionGroup var options: ServerOptions
     func run() async throws {
-        let client = try await options.connect(initialize: false)
+        let client = try options.session(initialize: false)
         try output(try await client.call(.healthCheck(Wire.HealthCheckParams())))
         await client.close()
     }
@@ -162,7 +180,7 @@ struct ThreadCommand: AsyncParsableCommand {
                 return Wire.KeyValue(key: String(entry[..<eq]), value: String(entry[entry.index(after: eq)...]))
             }
             if review { params.source = .review }
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadStart(params)))
             await client.close()
         }
@@ -172,7 +190,7 @@ struct ThreadCommand: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
         @Argument var threadID: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadResume(Wire.ThreadResumeParams(threadId: threadID, excludeTurns: true))))
             await client.close()
         }
@@ -182,7 +200,7 @@ struct ThreadCommand: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
         @Argument var threadID: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadFork(Wire.ThreadForkParams(threadId: threadID, excludeTurns: true))))
             await client.close()
         }
@@ -195,7 +213,7 @@ struct ThreadCommand: AsyncParsableCommand {
         @Flag(help: "With --turns: also what the model was shown.") var modelRequests = false
         @Flag(help: "With --turns: also turns taken back by thread/rollback.") var rolledBack = false
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadRead(Wire.ThreadReadParams(
                 threadId: threadID, includeTurns: turns, includeModelRequests: modelRequests, includeRolledBack: rolledBack))))
             await client.close()
@@ -208,7 +226,7 @@ struct ThreadCommand: AsyncParsableCommand {
         @Argument var threadID: String
         @Argument var name: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadNameSet(Wire.ThreadNameSetParams(threadId: threadID, name: name))))
             await client.close()
         }
@@ -219,11 +237,11 @@ struct ThreadCommand: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
         @Argument var threadID: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             let response = try await client.call(.threadCompactStart(Wire.ThreadCompactStartParams(threadId: threadID)))
             try output(response)
             guard case let .threadCompactStart(result)? = response.result, let turnID = result.turn?.id else { return }
-            for await notification in client.notifications {
+            for await notification in try await client.client().notifications {
                 writeLine(notification.jsonValue().render())
                 if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID { break }
             }
@@ -237,7 +255,7 @@ struct ThreadCommand: AsyncParsableCommand {
         @Argument var threadID: String
         @Argument(help: "How many turns, newest first.") var numTurns: UInt32 = 1
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadRollback(Wire.ThreadRollbackParams(threadId: threadID, numTurns: numTurns))))
             await client.close()
         }
@@ -249,7 +267,7 @@ struct ThreadCommand: AsyncParsableCommand {
         @Flag var archived = false
         @Option(help: "Only threads whose name or preview contains this (3 characters or more, ignoring case).") var search: String?
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived, searchTerm: search))))
             await client.close()
         }
@@ -279,11 +297,11 @@ struct TurnCommand: AsyncParsableCommand {
                 }
                 params.approvalPolicy = policy
             }
-            let client = try await answering.connect(options)
+            let client = try answering.session(options)
             let response = try await client.call(.turnStart(params))
             try output(response)
             guard !noWait, case let .turnStart(result)? = response.result, let turnID = result.turn?.id else { return }
-            for await notification in client.notifications {
+            for await notification in try await client.client().notifications {
                 writeLine(notification.jsonValue().render())
                 if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID, done.threadId == threadID { break }
             }
@@ -298,7 +316,7 @@ struct TurnCommand: AsyncParsableCommand {
         @Argument(help: "The running turn's id.") var turnID: String
         @Argument var text: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.turnSteer(Wire.TurnSteerParams(
                 threadId: threadID, expectedTurnId: turnID, input: [Wire.UserInput(content: .text(text))]))))
             await client.close()
@@ -310,7 +328,7 @@ struct TurnCommand: AsyncParsableCommand {
         @Argument var threadID: String
         @Argument var turnID: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turnID))))
             await client.close()
         }
@@ -327,7 +345,7 @@ struct ModeCommand: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
         @Argument var threadID: String
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             let result = try await client.result(.threadRead(Wire.ThreadReadParams(threadId: threadID, includeTurns: true)))
             guard case let .threadRead(read) = result, let thread = read.thread else { throw ExitCode(1) }
             let effective = thread.turns.last?.context?.effectiveMultiAgentMode
@@ -346,7 +364,7 @@ struct ModeCommand: AsyncParsableCommand {
         func run() async throws {
             var params = Wire.ThreadSettingsUpdateParams(threadId: threadID)
             params.multiAgentModeUpdate = mode == "clear" ? .clearMultiAgentMode(true) : .multiAgentMode(try parseMode(mode))
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.threadSettingsUpdate(params)))
             await client.close()
         }
@@ -363,7 +381,7 @@ struct AgentCommand: AsyncParsableCommand {
         @Option var model: String?
         @Option var taskName: String?
         func run() async throws {
-            let client = try await options.connect()
+            let client = try options.session()
             try output(try await client.call(.agentSpawn(Wire.AgentSpawnParams(
                 parentThreadId: parentThreadID, message: message, model: model, taskName: taskName))))
             await client.close()

@@ -29,6 +29,11 @@ struct ServerRequestOptions: ParsableArguments {
         }
     }
 
+    /// `connect`, again on every reconnect, with the server's retries (`--attempts`).
+    func session(_ server: ServerOptions) throws -> ReconnectingClient {
+        ReconnectingClient(policy: try server.retryPolicy()) { try await connect(server) }
+    }
+
     /// A connection that declared what these options answer, already serving.
     func connect(_ server: ServerOptions) async throws -> ThreadwireClient {
         let commands = try self.commands

@@ -183,8 +183,10 @@ public final class ThreadwireClient: Sendable {
     /// `timeoutMs` the server is told the deadline and the wait ends there
     /// too: no answer by then is a DEADLINE_EXCEEDED (4) response made here
     /// (a late answer is dropped).
-    public func call(_ params: Wire.Request.Params?, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = []) async throws -> Wire.Response {
-        try await call(params, timeoutMs: timeoutMs, metadata: metadata, written: {})
+    /// `idempotencyKey` (Request.idempotency_key) makes a mutation safe to send again.
+    public func call(_ params: Wire.Request.Params?, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = [],
+                     idempotencyKey: String? = nil) async throws -> Wire.Response {
+        try await call(params, timeoutMs: timeoutMs, metadata: metadata, idempotencyKey: idempotencyKey, written: {})
     }
 
     /// Sends every request before waiting for any (one connection, in this
@@ -197,7 +199,8 @@ public final class ThreadwireClient: Sendable {
             let (written, signal) = AsyncStream<Void>.makeStream()
             waiting.append(Task {
                 defer { signal.finish() }
-                return try await self.call(request.params, timeoutMs: request.timeoutMs, metadata: [], written: { signal.finish() })
+                return try await self.call(request.params, timeoutMs: request.timeoutMs, metadata: [], idempotencyKey: nil,
+                                           written: { signal.finish() })
             })
             for await _ in written {}
         }
@@ -207,12 +210,12 @@ public final class ThreadwireClient: Sendable {
         return responses
     }
 
-    private func call(_ params: Wire.Request.Params?, timeoutMs: UInt32?, metadata: [Wire.KeyValue],
+    private func call(_ params: Wire.Request.Params?, timeoutMs: UInt32?, metadata: [Wire.KeyValue], idempotencyKey: String?,
                       written: @escaping @Sendable () -> Void) async throws -> Wire.Response {
         let calls = state.calls
         do {
             return try await calls.call(deadline: timeoutMs.map { .milliseconds(Int64($0)) }) { id in
-                let request = Wire.Request(id: id, timeoutMs: timeoutMs, metadata: metadata, params: params)
+                let request = Wire.Request(id: id, timeoutMs: timeoutMs, metadata: metadata, idempotencyKey: idempotencyKey, params: params)
                 channel.writeAndFlush(Wire.Envelope(kind: .request(request)).serializedBytes()).whenFailure { _ in
                     calls.fail(id, CallFailure.connectionClosed)
                 }

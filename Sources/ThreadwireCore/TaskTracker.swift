@@ -21,7 +21,8 @@ public final class TaskTracker: Sendable {
             return state.next
         }
         let task = Task {
-            await body()
+            // Whatever a request sets off is not that request's change.
+            await IdempotentCommand.detached { await body() }
             self.ended(id)
         }
         state.withLock { state in

@@ -95,6 +95,11 @@ extension ThreadEngine {
     /// parent hears of it through the runtime's channel. Undelivered mailbox
     /// items move into the history.
     func load(_ owner: ThreadOwner) async throws {
+        // Recovery at load is not the change of the request that loads.
+        try await IdempotentCommand.detached { try await loadState(owner) }
+    }
+
+    private func loadState(_ owner: ThreadOwner) async throws {
         let id = owner.id
         if coordinator != nil, owner.fence == nil {
             // The tree is claimed before the thread is read, so the read sees
@@ -201,14 +206,20 @@ extension ThreadEngine {
         return value
     }
 
+    /// Every commit of the engine. The first commit of a keyed request's
+    /// change carries its key (`IdempotentCommand`).
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        let command = IdempotentCommand.current
+        let claim = command?.claim(for: operations, nowMillis: nowMillis())
         do {
-            try await store.commit(operations, fence: fence)
+            try await store.commit(claim.map { [.claimIdempotencyKey($0)] + operations } ?? operations, fence: fence)
+            if let claim { command?.claimed(claim) }
         } catch let error as DomainError {
             throw error
         } catch {
             let failure = StoreError.wrapping(error)
             if case let .leaseLost(fence) = failure { tasks.spawn { [self] in await treeLost(fence) } }
+            if case let .idempotencyKeyTaken(key) = failure { throw IdempotencyKeyTaken(key: key) }
             throw failure.domainError
         }
     }

@@ -12,6 +12,14 @@ public enum StoreOperation: Sendable {
     case enqueueMailbox(recipient: ThreadID, item: ContextItem)
     /// Remove delivered mailbox items up to and including `throughSequence`.
     case removeMailbox(recipient: ThreadID, throughSequence: Int64)
+    /// Store the key of a keyed change with the change. If the key is stored
+    /// already the whole commit fails with `StoreError.idempotencyKeyTaken`
+    /// and writes nothing.
+    case claimIdempotencyKey(IdempotencyClaim)
+    /// The answer to a keyed request: added to its claim, or stored with the
+    /// claim when the request changed nothing (a refusal, a no-op). An answer
+    /// already stored is kept (the first counts).
+    case recordIdempotentResponse(IdempotencyClaim, response: [UInt8])
 }
 
 /// Every way a store refuses or fails a call, for every store; mapped to
@@ -29,6 +37,9 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
     case unavailable(String)
     /// How the store was configured cannot work (a bad --store URL).
     case misconfigured(String)
+    /// A commit's `claimIdempotencyKey` found the key stored already;
+    /// nothing of the commit was written.
+    case idempotencyKeyTaken(IdempotencyKey)
 
     public var description: String {
         switch self {
@@ -37,6 +48,7 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
         case let .leaseLost(fence):
             "this instance no longer owns agent tree \(fence.tree) (lease epoch \(fence.epoch) was taken over); the change was not made"
         case let .unavailable(message), let .misconfigured(message): message
+        case let .idempotencyKeyTaken(key): IdempotencyKeyTaken(key: key).description
         }
     }
 
@@ -48,6 +60,7 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
         case .leaseLost: .unavailable(description + "; retry, the request then reaches the new owner")
         case let .unavailable(message): .unavailable(message)
         case let .misconfigured(message): .invalidArgument(message)
+        case .idempotencyKeyTaken: .aborted(description + "; repeat the request to get the first one's answer")
         }
     }
 
@@ -125,6 +138,10 @@ public protocol ThreadStore: Sendable {
     /// Throws unless a commit would succeed now (disk full, I/O error):
     /// health and readiness follow it.
     func probe() async throws
+    /// The stored key of a keyed change or answer, if any.
+    func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord?
+    /// Forgets keys stored before `millis` (milliseconds since 1970); how many.
+    func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int
 }
 
 extension ThreadStore {

@@ -140,6 +140,9 @@ final class CommitBatcher: Sendable {
                 return .success(())
             case "lease_lost":
                 return .failure(StoreError.leaseLost(LeaseFence(tree: commit.tree ?? "", epoch: commit.epoch ?? 0)))
+            case "key_taken":
+                guard let key = commit.claimedKey else { return .failure(StoreError.unavailable("threadwire_commit answered 'key_taken' for a commit without a key")) }
+                return .failure(StoreError.idempotencyKeyTaken(key))
             default:
                 // "conflict <id> <expected version>"
                 let parts = status.split(separator: " ")
@@ -180,12 +183,17 @@ enum CommitFunction {
         var tree: String?
         var epoch: Int64?
         var ops: [Operation]
+        /// The key its claim stores (not sent: named when it is refused).
+        var claimedKey: IdempotencyKey?
 
         init(_ operations: [StoreOperation], fence: LeaseFence?) throws {
             tree = fence?.tree
             epoch = fence?.epoch
             ops = try operations.map(Operation.init)
+            for case let .claimIdempotencyKey(claim) in operations { claimedKey = claim.key }
         }
+
+        enum CodingKeys: String, CodingKey { case tree, epoch, ops }
     }
 
     /// `k` names the kind; the other keys are the kind's.
@@ -200,6 +208,13 @@ enum CommitFunction {
         var status: String?
         var through: Int64?
         var turnID: String?
+        // An idempotency key's principal, key, method, fingerprint, turn ids and creation time.
+        var p: String?
+        var key: String?
+        var m: String?
+        var fp: Data?
+        var turns: String?
+        var at: Int64?
 
         init(_ operation: StoreOperation) throws {
             switch operation {
@@ -226,10 +241,29 @@ enum CommitFunction {
                 k = "mail-"
                 id = recipient
                 self.through = through
+            case let .claimIdempotencyKey(claim):
+                k = "key"
+                setKey(claim)
+            case let .recordIdempotentResponse(claim, response):
+                k = "reply"
+                setKey(claim)
+                record = Data(response)
             }
         }
 
-        enum CodingKeys: String, CodingKey { case k, r, id, first, items, seq, record, status, through, turnID = "turn" }
+        private mutating func setKey(_ claim: IdempotencyClaim) {
+            p = claim.key.principal
+            key = claim.key.key
+            m = claim.method
+            fp = Data(claim.fingerprint)
+            id = claim.threadID
+            turns = IdempotencyRows.turnIDs(claim.turnIDs)
+            at = claim.createdAtMillis
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case k, r, id, first, items, seq, record, status, through, turnID = "turn", p, key, m, fp, turns, at
+        }
     }
 
     struct Call: PostgresPreparedStatement {
@@ -333,4 +367,55 @@ enum CommitFunction {
     /// Migration 4: the same function, writing `tool_settings` too.
     static let definitionV4 = definition.replacingOccurrences(
         of: "agent_closed = v.agent_closed\n", with: "agent_closed = v.agent_closed, tool_settings = v.tool_settings\n")
+
+    /// Migration 6: idempotency keys. A commit with a claim ("key") has its
+    /// thread rows checked and locked first (as a commit of several does),
+    /// then inserts its key before any other write: a key stored already
+    /// (by a repeat that won the race) refuses the commit, "key_taken",
+    /// with nothing written; a concurrent insert of the same key waits for
+    /// the other transaction and then finds it. "reply" adds a request's
+    /// answer to its key (or stores both), keeping an answer already there.
+    static let definitionV6 = definitionV4
+        .replacingOccurrences(
+            of: "WHERE o->>'k' = 'thread') > 1 THEN",
+            with: "WHERE o->>'k' = 'thread') > 1 OR c->'ops' @> '[{\"k\": \"key\"}]'::jsonb THEN")
+        .replacingOccurrences(
+            of: """
+                        END LOOP;
+                    END IF;
+                    IF outcome = 'ok' THEN
+            """,
+            with: """
+                        END LOOP;
+                    END IF;
+                    IF outcome = 'ok' THEN
+                        FOR op IN SELECT value FROM jsonb_array_elements(c->'ops') o WHERE o->>'k' = 'key' LOOP
+                            INSERT INTO idempotency_keys (principal, key, method, fingerprint, thread_id, turn_ids, response, created_at)
+                            VALUES (op->>'p', op->>'key', op->>'m', decode(op->>'fp', 'base64'), op->>'id', op->>'turns', NULL,
+                                    (op->>'at')::bigint)
+                            ON CONFLICT (principal, key) DO NOTHING;
+                            GET DIAGNOSTICS changed = ROW_COUNT;
+                            IF changed = 0 THEN
+                                outcome := 'key_taken';
+                                EXIT;
+                            END IF;
+                        END LOOP;
+                    END IF;
+                    IF outcome = 'ok' THEN
+            """)
+        .replacingOccurrences(
+            of: """
+                            WHEN 'mail-' THEN
+            """,
+            with: """
+                            WHEN 'key' THEN
+                                NULL;
+                            WHEN 'reply' THEN
+                                INSERT INTO idempotency_keys (principal, key, method, fingerprint, thread_id, turn_ids, response, created_at)
+                                VALUES (op->>'p', op->>'key', op->>'m', decode(op->>'fp', 'base64'), op->>'id', op->>'turns',
+                                        decode(op->>'record', 'base64'), (op->>'at')::bigint)
+                                ON CONFLICT (principal, key) DO UPDATE SET response = EXCLUDED.response
+                                WHERE idempotency_keys.response IS NULL;
+                            WHEN 'mail-' THEN
+            """)
 }

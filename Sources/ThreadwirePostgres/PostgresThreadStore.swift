@@ -146,6 +146,17 @@ public final class PostgresThreadStore: ThreadStore {
             "CREATE EXTENSION IF NOT EXISTS pg_trgm",
             "CREATE INDEX threads_search ON threads USING gin ((coalesce(name, '') || E'\\n' || preview) gin_trgm_ops)",
         ]),
+        // Keyed changes and their answers (Request.idempotency_key): the
+        // commit function writes a claim with its change, and the answer after.
+        (6, [
+            """
+            CREATE TABLE idempotency_keys (principal TEXT NOT NULL, key TEXT NOT NULL, method TEXT NOT NULL,
+                fingerprint BYTEA NOT NULL, thread_id TEXT, turn_ids TEXT NOT NULL, response BYTEA,
+                created_at BIGINT NOT NULL, PRIMARY KEY (principal, key))
+            """,
+            "CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at)",
+            CommitFunction.definitionV6,
+        ]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -342,6 +353,33 @@ public final class PostgresThreadStore: ThreadStore {
             ids.append(id)
         }
         return ids
+    }
+
+    public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? {
+        try await bounded("an idempotency key's read") {
+            let rows = try await self.client.query("""
+                SELECT method, fingerprint, thread_id, turn_ids, response, created_at FROM idempotency_keys
+                WHERE principal = \(key.principal) AND key = \(key.key)
+                """, logger: self.logger)
+            for try await (method, fingerprint, thread, turns, response, created) in rows.decode(
+                (String, Data, String?, String, Data?, Int64).self) {
+                let claim = IdempotencyClaim(key: key, method: method, fingerprint: [UInt8](fingerprint), threadID: thread,
+                                             turnIDs: IdempotencyRows.turnIDs(turns), createdAtMillis: created)
+                return IdempotencyRecord(claim: claim, response: response.map { [UInt8]($0) })
+            }
+            return nil
+        }
+    }
+
+    public func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {
+        try await bounded("the purge of old idempotency keys") {
+            var purged = 0
+            for try await _ in try await self.client.query(
+                "DELETE FROM idempotency_keys WHERE created_at < \(millis) RETURNING 1", logger: self.logger).decode(Int.self) {
+                purged += 1
+            }
+            return purged
+        }
     }
 
     // MARK: Rows

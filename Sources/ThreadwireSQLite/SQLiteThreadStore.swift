@@ -141,6 +141,24 @@ public final class SQLiteThreadStore: ThreadStore {
                 END;
                 """)
         }
+        migrator.registerMigration("v7: idempotency keys") { db in
+            try db.execute(sql: """
+                -- Keyed changes and their answers (Request.idempotency_key); the
+                -- claim is written in the change's transaction, the answer after.
+                CREATE TABLE idempotency_keys (
+                    principal TEXT NOT NULL,
+                    key TEXT NOT NULL,
+                    method TEXT NOT NULL,
+                    fingerprint BLOB NOT NULL,
+                    thread_id TEXT,
+                    turn_ids TEXT NOT NULL,
+                    response BLOB,
+                    created_at INTEGER NOT NULL,
+                    PRIMARY KEY (principal, key)
+                ) WITHOUT ROWID;
+                CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
+                """)
+        }
         return migrator
     }
 
@@ -324,6 +342,45 @@ public final class SQLiteThreadStore: ThreadStore {
                 .execute(arguments: [recipient, Data(StoredRecords.encode(item))])
         case let .removeMailbox(recipient, through):
             try db.cachedStatement(sql: "DELETE FROM mailbox WHERE recipient_id = ? AND seq <= ?").execute(arguments: [recipient, through])
+        case let .claimIdempotencyKey(claim):
+            guard try Int.fetchOne(db, sql: "SELECT 1 FROM idempotency_keys WHERE principal = ? AND key = ?",
+                                   arguments: [claim.key.principal, claim.key.key]) == nil else {
+                throw StoreError.idempotencyKeyTaken(claim.key)
+            }
+            try db.cachedStatement(sql: insertKey).execute(arguments: keyArguments(claim, response: nil))
+        case let .recordIdempotentResponse(claim, response):
+            try db.cachedStatement(sql: insertKey + " ON CONFLICT (principal, key) DO UPDATE SET response = excluded.response WHERE response IS NULL")
+                .execute(arguments: keyArguments(claim, response: response))
+        }
+    }
+
+    private static let insertKey = """
+        INSERT INTO idempotency_keys (principal, key, method, fingerprint, thread_id, turn_ids, response, created_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        """
+
+    private static func keyArguments(_ claim: IdempotencyClaim, response: [UInt8]?) -> StatementArguments {
+        [claim.key.principal, claim.key.key, claim.method, Data(claim.fingerprint), claim.threadID,
+         IdempotencyRows.turnIDs(claim.turnIDs), response.map { Data($0) }, claim.createdAtMillis]
+    }
+
+    public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: """
+                SELECT method, fingerprint, thread_id, turn_ids, response, created_at FROM idempotency_keys
+                WHERE principal = ? AND key = ?
+                """, arguments: [key.principal, key.key]) else { return nil }
+            let claim = IdempotencyClaim(
+                key: key, method: row["method"], fingerprint: [UInt8](row["fingerprint"] as Data), threadID: row["thread_id"],
+                turnIDs: IdempotencyRows.turnIDs(row["turn_ids"] as String), createdAtMillis: row["created_at"])
+            return IdempotencyRecord(claim: claim, response: (row["response"] as Data?).map { [UInt8]($0) })
+        }
+    }
+
+    public func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM idempotency_keys WHERE created_at < ?", arguments: [millis])
+            return db.changesCount
         }
     }
 }

@@ -37,6 +37,8 @@ public struct RequestError: Error, Sendable, Equatable {
             }
         case let error as StoreError:
             self.init(error.domainError)
+        case let error as IdempotencyKeyTaken:
+            self.init(.aborted, error.description + "; repeat the request to get the first one's answer")
         case let error as WireError:
             self.init(.invalidArgument, error.description)
         default:

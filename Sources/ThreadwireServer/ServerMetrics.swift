@@ -15,6 +15,8 @@ final class ServerMetrics: Sendable {
     let slowSubscriberDisconnects = Counter(label: "threadwire_slow_subscriber_disconnects_total")
     /// Answers of server requests that counted (client tools).
     let serverRequestAnswers = Counter(label: "threadwire_server_request_answers_total")
+    /// Repeats of keyed requests answered with the first attempt's answer.
+    let idempotentReplays = Counter(label: "threadwire_idempotent_replays_total")
     let acceptBackoffs = Counter(label: "threadwire_accept_backoffs_total")
     let runningTurns = Gauge(label: "threadwire_running_turns")
     let loadedThreads = Gauge(label: "threadwire_loaded_threads")

@@ -76,8 +76,8 @@ struct MonitoredStore: ThreadStore {
             try await base.commit(operations, fence: fence)
         } catch {
             switch StoreError.wrapping(error) {
-            case .conflict, .leaseLost:
-                throw error  // the store works: a stale write, or this instance lost the thread
+            case .conflict, .leaseLost, .idempotencyKeyTaken:
+                throw error  // the store works: a stale write, this instance lost the thread, or a repeat lost its race
             case let .unavailable(reason), let .misconfigured(reason):
                 health.commitFailed(error)
                 throw StoreError.unavailable("the store cannot commit (\(reason)); the change was not made")
@@ -99,4 +99,8 @@ struct MonitoredStore: ThreadStore {
     }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await base.threadsWithRunningTurns() }
     func probe() async throws { try await base.probe() }
+    func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(key) }
+    func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {
+        try await base.purgeIdempotencyRecords(createdBefore: millis)
+    }
 }

@@ -34,6 +34,8 @@ public struct ServerConfiguration: Sendable {
     /// process owns everything), and how requests reach the owner.
     public var coordinator: (any OwnershipCoordinator)?
     public var peers = PeerSettings()
+    /// How long idempotency keys (and the answers stored with them) are kept at least.
+    public var idempotencyRetention: Duration = .seconds(24 * 3600)
     public init() {}
 
     /// A server reachable from other machines must authenticate, unless the
@@ -67,10 +69,12 @@ final class ServerServices: Sendable {
     let tasks = TaskTracker()
     let peers: PeerSettings
     let connectionIDs = ConnectionIDs()
+    let idempotency: IdempotentCalls
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
-         peers: PeerSettings = PeerSettings()) {
+         peers: PeerSettings = PeerSettings(), idempotency: IdempotentCalls) {
         self.peers = peers
+        self.idempotency = idempotency
         self.engine = engine
         self.registry = registry
         self.info = info
@@ -91,6 +95,8 @@ public final class ThreadwireServer: Service, Sendable {
     /// Renews this instance's leases (several instances on one store); a
     /// service of its own, shut down after the frame server has drained.
     public let leaseMaintenance: LeaseMaintenance
+    /// Forgets idempotency keys past their retention.
+    public let idempotencyKeeper: IdempotencyKeeper
     /// The capture file's writer, when recording; a service shut down after
     /// the frame server, so every frame it read is written.
     public var recorder: (any Service)? { services.recorder }
@@ -129,8 +135,15 @@ public final class ThreadwireServer: Service, Sendable {
         self.listened = listened
         leaseMaintenance = LeaseMaintenance(engine: engine, listening: listening, logger: logger)
         let recorder = try configuration.recordPath.map { try FrameRecorder(path: $0) }
+        var keys = IdempotentCalls.Settings()
+        keys.retention = configuration.idempotencyRetention
+        // With several instances, a claim without its answer may be another
+        // instance's, about to record it: wait as long as its lease can last.
+        keys.answerWait = configuration.coordinator?.leaseDuration ?? .zero
+        let idempotency = IdempotentCalls(store: MonitoredStore(base: store, health: health), settings: keys, logger: logger)
+        idempotencyKeeper = IdempotencyKeeper(calls: idempotency)
         services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics(),
-                                  peers: configuration.peers)
+                                  peers: configuration.peers, idempotency: idempotency)
     }
 
     /// Ready for new work: not draining and the store commits.
@@ -271,6 +284,16 @@ public final class LeaseMaintenance: Service, Sendable {
             // One instance alone holds no leases: nothing to do until the end.
             try? await gracefulShutdown()
         }
+    }
+}
+
+/// Forgets idempotency keys older than the retention window until shutdown.
+public final class IdempotencyKeeper: Service, Sendable {
+    private let calls: IdempotentCalls
+    init(calls: IdempotentCalls) { self.calls = calls }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown { await self.calls.purgeOldKeys() }
     }
 }
 

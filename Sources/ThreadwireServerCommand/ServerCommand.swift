@@ -110,6 +110,9 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds an unsubscribed idle thread stays loaded.")
     var idleUnloadSeconds = 1800.0
 
+    @Option(help: "Hours an idempotency key (Request.idempotency_key) and the answer stored with it are kept: a repeat within them is answered, not carried out again.")
+    var idempotencyRetentionHours = 24.0
+
     @Option(help: "Seconds graceful shutdown lets running turns finish before interrupting them.")
     var turnGraceSeconds = 5.0
 
@@ -190,6 +193,10 @@ public struct ServerCommand: AsyncParsableCommand {
         configuration.transport = transport
         configuration.limits = try limits(over: file.limits)
         configuration.idleUnloadSeconds = idleUnloadSeconds
+        guard idempotencyRetentionHours > 0, idempotencyRetentionHours <= 24 * 365 else {
+            throw ValidationError("--idempotency-retention-hours must be more than 0 and at most a year, got \(idempotencyRetentionHours)")
+        }
+        configuration.idempotencyRetention = .milliseconds(Int64(idempotencyRetentionHours * 3_600_000))
         configuration.recordPath = record
         do {
             configuration.authenticator = try Authenticator(
@@ -251,6 +258,7 @@ public struct ServerCommand: AsyncParsableCommand {
             .init(service: storeService, serviceName: "store"),
             .init(service: server.storeHealth, serviceName: "store-health"),
             .init(service: server.leaseMaintenance, serviceName: "leases"),
+            .init(service: server.idempotencyKeeper, serviceName: "idempotency-keys"),
         ]
         if let recorder = server.recorder { services.append(.init(service: recorder, serviceName: "recorder")) }
         if let adminListen {

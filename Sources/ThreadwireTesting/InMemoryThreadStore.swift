@@ -11,6 +11,7 @@ public actor InMemoryThreadStore: ThreadStore {
     private var turns: [ThreadID: [TurnID: TurnRecord]] = [:]
     private var mailbox: [(sequence: Int64, recipient: ThreadID, item: ContextItem)] = []
     private var nextMailboxSequence: Int64 = 1
+    private var keys: [IdempotencyKey: IdempotencyRecord] = [:]
     public private(set) var commits = 0
 
     public init() {}
@@ -22,6 +23,7 @@ public actor InMemoryThreadStore: ThreadStore {
         var turns = self.turns
         var mailbox = self.mailbox
         var nextSequence = nextMailboxSequence
+        var keys = self.keys
         for operation in operations {
             switch operation {
             case let .putThread(record):
@@ -47,9 +49,17 @@ public actor InMemoryThreadStore: ThreadStore {
                 nextSequence += 1
             case let .removeMailbox(recipient, through):
                 mailbox.removeAll { $0.recipient == recipient && $0.sequence <= through }
+            case let .claimIdempotencyKey(claim):
+                guard keys[claim.key] == nil else { throw StoreError.idempotencyKeyTaken(claim.key) }
+                keys[claim.key] = IdempotencyRecord(claim: claim, response: nil)
+            case let .recordIdempotentResponse(claim, response):
+                var record = keys[claim.key] ?? IdempotencyRecord(claim: claim, response: nil)
+                if record.response == nil { record.response = response }
+                keys[claim.key] = record
             }
         }
         commits += 1
+        self.keys = keys
         self.records = records
         self.history = history
         self.turns = turns
@@ -99,6 +109,14 @@ public actor InMemoryThreadStore: ThreadStore {
 
     public func threadsWithRunningTurns() async throws -> [ThreadID] {
         turns.filter { $0.value.values.contains { $0.status == .inProgress } }.map(\.key).sorted()
+    }
+
+    public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { keys[key] }
+
+    public func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {
+        let before = keys.count
+        keys = keys.filter { $0.value.claim.createdAtMillis >= millis }
+        return before - keys.count
     }
 
     /// Test hook: put a stored thread as-is (e.g. a legacy import).

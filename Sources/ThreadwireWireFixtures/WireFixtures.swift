@@ -96,6 +96,7 @@ public enum WireFixtures {
         message.field = "field héllo ✓ 0"
         message.paramsType = "params_type héllo ✓ 0"
         message.resultType = "result_type héllo ✓ 0"
+        message.mutates = true
         return message
     }
 
@@ -769,6 +770,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
+        message.idempotencyKey = "idempotency_key héllo ✓ 0"
         switch variant % 23 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))

@@ -16,13 +16,15 @@ import ThreadwireWire
 struct ConnectionHandlerTests {
     func pipeline(maxFrameBytes: Int = 1024) throws -> EmbeddedChannel {
         let registry = ConnectionRegistry(baseInstructions: { _ in "" })
-        let engine = ThreadEngine(store: InMemoryThreadStore(), backend: ScriptedEchoBackend(), settings: ServerSettings(), sink: registry)
+        let store = InMemoryThreadStore()
+        let engine = ThreadEngine(store: store, backend: ScriptedEchoBackend(), settings: ServerSettings(), sink: registry)
         var limits = ServerLimits()
         limits.maxFrameBytes = maxFrameBytes
         limits.handshakeTimeoutMs = 60_000
         let info = ServerInfo(limits: limits, draining: { false })
         let metrics = ServerMetrics()
-        let services = ServerServices(engine: engine, registry: registry, info: info, logger: Logger(label: "test"), recorder: nil, metrics: metrics)
+        let services = ServerServices(engine: engine, registry: registry, info: info, logger: Logger(label: "test"), recorder: nil, metrics: metrics,
+                                      idempotency: IdempotentCalls(store: store, settings: .init(), logger: Logger(label: "test")))
         let channel = EmbeddedChannel()
         let flowControl = FlowControlHandler(paused: { metrics.backpressurePauses.increment() })
         let frameLimit = FrameSizeLimit(maxFrameBytes)

@@ -13,7 +13,10 @@ final class ServerProcess: @unchecked Sendable {
     private(set) var adminPort = 0
     private let extraArguments: [String]
     private let fileLimit: Int?
-    private let environment: [String: String]
+    /// Extra environment of the server process (takes effect at the next start).
+    var environment: [String: String]
+    /// The port to listen on at the next start (nil: any free one).
+    var fixedPort: Int?
     /// The server's standard error, appended to across restarts.
     var stderrPath: String { dataDir + "/stderr.log" }
     /// Bearer token `client()` presents.
@@ -65,13 +68,22 @@ final class ServerProcess: @unchecked Sendable {
         try await start()
     }
 
+    /// Restarts it with another extra environment (on the same data
+    /// directory), on `port` if given (a client that reconnects finds it).
+    func restart(environment: [String: String], port: Int? = nil) async throws {
+        await stop()
+        self.environment = environment
+        fixedPort = port
+        try await start()
+    }
+
     /// Writes a new config (takes effect at the next restart).
     func rewriteConfig(_ config: String) throws { try setup.rewriteConfig(config) }
 
     func startBlocking() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["--listen", "127.0.0.1:0"] + setup.arguments(extraArguments)
+        process.arguments = ["--listen", "127.0.0.1:\(fixedPort ?? 0)"] + setup.arguments(extraArguments)
         if let fileLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!

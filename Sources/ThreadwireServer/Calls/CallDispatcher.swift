@@ -31,6 +31,18 @@ struct QueuedRequest: Sendable {
 enum CallOutput: Sendable {
     case local(Outcome<Wire.Response.Result>)
     case relayed(Wire.Response)
+    /// A repeat of a keyed request: the first attempt's answer, and what
+    /// subscribing this connection to its thread publishes.
+    case replayed(Wire.Response, Outcome<Void>)
+
+    /// Events to publish once the answer is sent.
+    func publish() {
+        switch self {
+        case let .local(outcome): outcome.publish()
+        case let .replayed(_, subscription): subscription.publish()
+        case .relayed: break
+        }
+    }
 }
 
 /// The one path of every request, inline or suspending: admission, the
@@ -222,16 +234,18 @@ struct CallDispatcher: Sendable {
     /// request's deadline; nil when the deadline passed (already answered).
     private func run(_ admitted: AdmittedCall, connection: Connection) async throws -> CallOutput? {
         let work: @Sendable () async throws -> CallOutput = { [self] in
-            let local: @Sendable () async throws -> Outcome<Wire.Response.Result> = {
+            let local: @Sendable () async throws -> CallOutput = {
                 let call = try await authorizedCall(admitted, connection: connection)
-                guard ThreadTracing.enabled else { return try await admitted.spec.run(admitted.params, call) }
-                return try await ThreadTracing.span("engine \(admitted.spec.name)", attributes: call.thread.map {
-                    ["threadwire.command": .string(admitted.spec.name), "threadwire.thread.id": .string($0)]
-                } ?? ["threadwire.command": .string(admitted.spec.name)]) { span in
-                    return try await admitted.spec.run(admitted.params, call)
+                return try await services.idempotency.run(admitted, call: call) {
+                    guard ThreadTracing.enabled else { return try await admitted.spec.run(admitted.params, call) }
+                    return try await ThreadTracing.span("engine \(admitted.spec.name)", attributes: call.thread.map {
+                        ["threadwire.command": .string(admitted.spec.name), "threadwire.thread.id": .string($0)]
+                    } ?? ["threadwire.command": .string(admitted.spec.name)]) { span in
+                        return try await admitted.spec.run(admitted.params, call)
+                    }
                 }
             }
-            guard services.info.relays else { return .local(try await local()) }
+            guard services.info.relays else { return try await local() }
             return try await RelayToOwner.run(admitted, connection: connection, services: services, local: local)
         }
         guard let timeout = admitted.request.timeoutMs else { return try await work() }
@@ -242,7 +256,7 @@ struct CallDispatcher: Sendable {
                     thread: admitted.spec.thread?.read(admitted.params))
             if admitted.spec.mutates {
                 // The change may still complete; its events and follow-up still happen.
-                services.tasks.spawn { if case let .local(late)? = try? await task.value { late.publish() } }
+                services.tasks.spawn { (try? await task.value)?.publish() }
             } else {
                 task.cancel()
             }
@@ -293,6 +307,14 @@ struct CallDispatcher: Sendable {
             connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value))
             recordCreated(outcome.value, requestID: id, connection: connection)
             outcome.publish()
+        case let .replayed(response, subscription):
+            let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
+            services.metrics.request(method: method, code: code, duration: .now - admitted.received)
+            services.metrics.idempotentReplays.increment()
+            RequestTracing.finish(admitted, code: code, message: response.message, logger: logger)
+            connection.send(response)
+            if let result = response.result { recordCreated(result, requestID: id, connection: connection) }
+            subscription.publish()
         }
     }
 

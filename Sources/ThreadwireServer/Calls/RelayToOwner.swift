@@ -16,11 +16,11 @@ enum RelayToOwner {
     /// the lease duration, and the request waits for that (trying again
     /// every 250 ms) rather than failing, so a crash is a pause to clients.
     static func run(_ admitted: AdmittedCall, connection: Connection, services: ServerServices,
-                    local: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> CallOutput {
+                    local: @Sendable () async throws -> CallOutput) async throws -> CallOutput {
         let deadline = ContinuousClock.now + services.peers.takeoverWait
         while true {
             do {
-                return .local(try await local())
+                return try await local()
             } catch let elsewhere as OwnedElsewhere {
                 let relay = await forward(admitted.request, admitted.params, to: elsewhere, connection: connection, services: services)
                 if elsewhere.remembered, relay.refusedWithoutEffect {
@@ -105,7 +105,9 @@ enum RelayToOwner {
                 + "once its lease expires any instance takes the thread over: retry"))
         }
         let metadata = RequestTracing.relayMetadata(request.metadata)
-        let call = Task { try await upstream.client.call(params, timeoutMs: request.timeoutMs, metadata: metadata) }
+        let call = Task {
+            try await upstream.client.call(params, timeoutMs: request.timeoutMs, metadata: metadata, idempotencyKey: request.idempotencyKey)
+        }
         let answer = try? await firstOf(call, timeoutMs: timeout)
         guard var response = answer else {
             // No answer: the owner is gone or paused. The outcome is unknown
@@ -155,6 +157,9 @@ enum RelayToOwner {
     static func track(_ params: Wire.Request.Params, _ response: Wire.Response, _ upstream: Upstream) {
         switch (params, response.result) {
         case let (.threadResume(p), _): upstream.subscribed(p.threadId.map { [$0] } ?? [])
+        // A repeated keyed thread/start or fork is relayed to the thread's owner.
+        case let (.threadStart, .threadStart(result)?), let (.threadFork, .threadFork(result)?):
+            upstream.subscribed(result.thread?.id.map { [$0] } ?? [])
         case let (.turnStart(p), _): upstream.subscribed(p.threadId.map { [$0] } ?? [])
         case let (.agentSpawn(p), .agentSpawn(result)?):
             upstream.subscribed([p.parentThreadId, result.thread?.id].compactMap { $0 })

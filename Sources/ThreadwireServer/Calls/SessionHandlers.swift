@@ -114,9 +114,15 @@ enum SessionHandlers {
         func reflected(_ methods: [WireSchema.Method]) -> [Wire.ReflectedMethod] {
             methods.map { Wire.ReflectedMethod(name: $0.name, field: $0.field, paramsType: $0.paramsType, resultType: $0.resultType) }
         }
+        // Clients learn from the table which methods need a key to be retried.
+        let methods = reflected(WireSchema.methods).map { method -> Wire.ReflectedMethod in
+            var method = method
+            method.mutates = method.name.flatMap { MethodTable.methods[$0]?.mutates } ?? false
+            return method
+        }
         return Wire.ReflectionDescriptorsResult(
             fileDescriptorSet: WireSchema.fileDescriptorSet, envelopeType: WireSchema.envelopeType,
-            methods: reflected(WireSchema.methods),
+            methods: methods,
             notifications: reflected(WireSchema.notifications), serverRequests: reflected(WireSchema.serverRequests))
     }()
 

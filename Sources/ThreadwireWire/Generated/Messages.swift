@@ -1351,19 +1351,22 @@ extension Wire {
     public var field: String?
     public var paramsType: String?
     public var resultType: String?
+    public var mutates: Bool?
 
     public init() {
       self.name = nil
       self.field = nil
       self.paramsType = nil
       self.resultType = nil
+      self.mutates = nil
     }
 
-    public init(name: String? = nil, field: String? = nil, paramsType: String? = nil, resultType: String? = nil) {
+    public init(name: String? = nil, field: String? = nil, paramsType: String? = nil, resultType: String? = nil, mutates: Bool? = nil) {
       self.name = name
       self.field = field
       self.paramsType = paramsType
       self.resultType = resultType
+      self.mutates = mutates
     }
   }
 }
@@ -1378,6 +1381,7 @@ extension Wire.ReflectedMethod: WireMessage, CBridgedMessage {
     if let v = c.pointee.field { self.field = try wireString(v, field: "field") }
     if let v = c.pointee.params_type { self.paramsType = try wireString(v, field: "params_type") }
     if let v = c.pointee.result_type { self.resultType = try wireString(v, field: "result_type") }
+    if c.pointee.has_mutates != 0 { self.mutates = c.pointee.mutates != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ReflectedMethod, arena: inout CodecArena) {
@@ -1385,6 +1389,7 @@ extension Wire.ReflectedMethod: WireMessage, CBridgedMessage {
     if let v = self.field { c.field = arena.cString(v) }
     if let v = self.paramsType { c.params_type = arena.cString(v) }
     if let v = self.resultType { c.result_type = arena.cString(v) }
+    if let v = self.mutates { c.has_mutates = 1; c.mutates = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1419,6 +1424,7 @@ extension Wire.ReflectedMethod: WireMessage, CBridgedMessage {
     if let v = field { object.append(("field", .string(v))) }
     if let v = paramsType { object.append(("params_type", .string(v))) }
     if let v = resultType { object.append(("result_type", .string(v))) }
+    if let v = mutates { object.append(("mutates", .bool(v))) }
     return .object(object)
   }
 
@@ -1431,6 +1437,7 @@ extension Wire.ReflectedMethod: WireMessage, CBridgedMessage {
       case "field": self.field = try value.stringValue(path: keyPath)
       case "params_type", "paramsType": self.paramsType = try value.stringValue(path: keyPath)
       case "result_type", "resultType": self.resultType = try value.stringValue(path: keyPath)
+      case "mutates": self.mutates = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -8753,6 +8760,7 @@ extension Wire {
     public var id: UInt64?
     public var timeoutMs: UInt32?
     public var metadata: [Wire.KeyValue]
+    public var idempotencyKey: String?
     public var params: Params?
 
     public enum Params: Sendable, Equatable {
@@ -8875,13 +8883,15 @@ extension Wire {
       self.id = nil
       self.timeoutMs = nil
       self.metadata = []
+      self.idempotencyKey = nil
       self.params = nil
     }
 
-    public init(id: UInt64? = nil, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = [], params: Params? = nil) {
+    public init(id: UInt64? = nil, timeoutMs: UInt32? = nil, metadata: [Wire.KeyValue] = [], idempotencyKey: String? = nil, params: Params? = nil) {
       self.id = id
       self.timeoutMs = timeoutMs
       self.metadata = metadata
+      self.idempotencyKey = idempotencyKey
       self.params = params
     }
   }
@@ -8901,6 +8911,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_metadata { self.metadata.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "metadata") }
     }
+    if let v = c.pointee.idempotency_key { self.idempotencyKey = try wireString(v, field: "idempotency_key") }
     switch Int(c.pointee.params_case.rawValue) {
     case 10:
       do throws(WireError) { self.params = .initialize(try Wire.InitializeParams(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
@@ -8959,6 +8970,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       c.n_metadata = self.metadata.count
       c.metadata = arena.array(self.metadata) { value, arena in arena.message(value, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) }
     }
+    if let v = self.idempotencyKey { c.idempotency_key = arena.cString(v) }
     switch self.params {
     case .initialize(let v)?:
       c.params_case = .init(rawValue: 10)
@@ -9064,6 +9076,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     if let v = id { object.append(("id", .uint(UInt64(v)))) }
     if let v = timeoutMs { object.append(("timeout_ms", .uint(UInt64(v)))) }
     if !metadata.isEmpty { object.append(("metadata", .array(metadata.map { $0.jsonValue() }))) }
+    if let v = idempotencyKey { object.append(("idempotency_key", .string(v))) }
     switch params {
     case .initialize(let v)?: object.append(("initialize", v.jsonValue()))
     case .healthCheck(let v)?: object.append(("health_check", v.jsonValue()))
@@ -9101,6 +9114,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
+      case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
       case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)

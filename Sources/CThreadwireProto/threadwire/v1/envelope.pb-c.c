@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[26] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[27] =
 {
   {
     "id",
@@ -311,6 +311,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     offsetof(Threadwire__V1__Request, n_metadata),
     offsetof(Threadwire__V1__Request, metadata),
     &threadwire__v1__key_value__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "idempotency_key",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__Request, idempotency_key),
+    NULL,
     NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -593,40 +605,41 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
   },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
-  15,   /* field[15] = agent_spawn */
-  4,   /* field[4] = health_check */
+  16,   /* field[16] = agent_spawn */
+  5,   /* field[5] = health_check */
   0,   /* field[0] = id */
-  3,   /* field[3] = initialize */
-  18,   /* field[18] = mcp_server_list */
+  3,   /* field[3] = idempotency_key */
+  4,   /* field[4] = initialize */
+  19,   /* field[19] = mcp_server_list */
   2,   /* field[2] = metadata */
-  19,   /* field[19] = model_list */
-  5,   /* field[5] = reflection_descriptors */
-  11,   /* field[11] = thread_archive */
-  20,   /* field[20] = thread_compact_start */
-  8,   /* field[8] = thread_fork */
-  10,   /* field[10] = thread_list */
-  22,   /* field[22] = thread_name_set */
-  9,   /* field[9] = thread_read */
-  7,   /* field[7] = thread_resume */
-  21,   /* field[21] = thread_rollback */
-  14,   /* field[14] = thread_settings_update */
-  6,   /* field[6] = thread_start */
-  17,   /* field[17] = thread_tools_update */
-  16,   /* field[16] = thread_turns_list */
-  12,   /* field[12] = thread_unarchive */
-  13,   /* field[13] = thread_unsubscribe */
+  20,   /* field[20] = model_list */
+  6,   /* field[6] = reflection_descriptors */
+  12,   /* field[12] = thread_archive */
+  21,   /* field[21] = thread_compact_start */
+  9,   /* field[9] = thread_fork */
+  11,   /* field[11] = thread_list */
+  23,   /* field[23] = thread_name_set */
+  10,   /* field[10] = thread_read */
+  8,   /* field[8] = thread_resume */
+  22,   /* field[22] = thread_rollback */
+  15,   /* field[15] = thread_settings_update */
+  7,   /* field[7] = thread_start */
+  18,   /* field[18] = thread_tools_update */
+  17,   /* field[17] = thread_turns_list */
+  13,   /* field[13] = thread_unarchive */
+  14,   /* field[14] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  24,   /* field[24] = turn_interrupt */
-  23,   /* field[23] = turn_start */
-  25,   /* field[25] = turn_steer */
+  25,   /* field[25] = turn_interrupt */
+  24,   /* field[24] = turn_start */
+  26,   /* field[26] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
-  { 10, 3 },
-  { 20, 6 },
-  { 40, 23 },
-  { 0, 26 }
+  { 10, 4 },
+  { 20, 7 },
+  { 40, 24 },
+  { 0, 27 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -636,7 +649,7 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  26,
+  27,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,

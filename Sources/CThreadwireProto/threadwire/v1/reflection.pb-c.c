@@ -160,7 +160,7 @@ const ProtobufCMessageDescriptor threadwire__v1__reflection_descriptors_params__
   (ProtobufCMessageInit) threadwire__v1__reflection_descriptors_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__reflected_method__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__reflected_method__field_descriptors[5] =
 {
   {
     "name",
@@ -210,9 +210,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__reflected_method__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "mutates",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ReflectedMethod, has_mutates),
+    offsetof(Threadwire__V1__ReflectedMethod, mutates),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__reflected_method__field_indices_by_name[] = {
   1,   /* field[1] = field */
+  4,   /* field[4] = mutates */
   0,   /* field[0] = name */
   2,   /* field[2] = params_type */
   3,   /* field[3] = result_type */
@@ -220,7 +233,7 @@ static const unsigned threadwire__v1__reflected_method__field_indices_by_name[] 
 static const ProtobufCIntRange threadwire__v1__reflected_method__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__reflected_method__descriptor =
 {
@@ -230,7 +243,7 @@ const ProtobufCMessageDescriptor threadwire__v1__reflected_method__descriptor =
   "Threadwire__V1__ReflectedMethod",
   "threadwire.v1",
   sizeof(Threadwire__V1__ReflectedMethod),
-  4,
+  5,
   threadwire__v1__reflected_method__field_descriptors,
   threadwire__v1__reflected_method__field_indices_by_name,
   1,  threadwire__v1__reflected_method__number_ranges,

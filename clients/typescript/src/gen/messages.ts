@@ -765,6 +765,7 @@ export interface ReflectedMethod {
   field?: string;
   paramsType?: string;
   resultType?: string;
+  mutates?: boolean;
 }
 
 export const ReflectedMethod: MessageType<ReflectedMethod> = {
@@ -781,6 +782,9 @@ export const ReflectedMethod: MessageType<ReflectedMethod> = {
     }
     if (message.resultType !== undefined) {
       writer.tag(4, 2).string(message.resultType);
+    }
+    if (message.mutates !== undefined) {
+      writer.tag(5, 0).bool(message.mutates);
     }
     return writer;
   },
@@ -811,6 +815,11 @@ export const ReflectedMethod: MessageType<ReflectedMethod> = {
         case 4: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.resultType = reader.string();
+          break;
+        }
+        case 5: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.mutates = reader.bool();
           break;
         }
         default:
@@ -5330,6 +5339,7 @@ export interface Request {
   id?: bigint;
   timeoutMs?: number;
   metadata?: KeyValue[];
+  idempotencyKey?: string;
   params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
 }
 
@@ -5344,6 +5354,9 @@ export const Request: MessageType<Request> = {
     }
     for (const value of message.metadata ?? []) {
       writer.tag(3, 2).bytes(KeyValue.encode(value).finish());
+    }
+    if (message.idempotencyKey !== undefined) {
+      writer.tag(4, 2).string(message.idempotencyKey);
     }
     if (message.params?.case === "initialize") {
       writer.tag(10, 2).bytes(InitializeParams.encode(message.params.value).finish());
@@ -5438,6 +5451,11 @@ export const Request: MessageType<Request> = {
         case 3: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           (message.metadata ??= []).push(KeyValue.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 4: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.idempotencyKey = reader.string();
           break;
         }
         case 10: {

@@ -134,6 +134,25 @@ struct  Threadwire__V1__Request
    */
   size_t n_metadata;
   Threadwire__V1__KeyValue **metadata;
+  /*
+   * Makes a method that changes state safe to retry (ignored by reads).
+   * The first request with a key is carried out; a repeat of it with the
+   * same key by the same principal, within the server's retention window
+   * (default 24 h), is not carried out again but answered with the first
+   * attempt's response: whether that attempt finished, is still running
+   * (the repeat waits for it) or was refused (INVALID_ARGUMENT,
+   * NOT_FOUND, FAILED_PRECONDITION, ALREADY_EXISTS, RESOURCE_EXHAUSTED,
+   * PERMISSION_DENIED, OUT_OF_RANGE, UNIMPLEMENTED). An attempt that ended
+   * UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, CANCELLED or INTERNAL with
+   * nothing applied is not remembered, so its repeat is carried out. The
+   * key is stored with the change in the same transaction, and every
+   * instance of a cluster honours it. A repeat with other params (or
+   * another method) is INVALID_ARGUMENT. A repeat that subscribes (thread
+   * start, resume, fork, agent spawn, turn start, compaction) subscribes
+   * its own connection too. 1 to 128 printable ASCII characters; clients
+   * use a random UUID per logical change and resend it on every retry.
+   */
+  char *idempotency_key;
   Threadwire__V1__Request__ParamsCase params_case;
   union {
     Threadwire__V1__InitializeParams *initialize;
@@ -169,7 +188,7 @@ struct  Threadwire__V1__Request
 };
 #define THREADWIRE__V1__REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__request__descriptor) \
-    , 0, 0, 0, 0, 0,NULL, THREADWIRE__V1__REQUEST__PARAMS__NOT_SET, {0} }
+    , 0, 0, 0, 0, 0,NULL, NULL, THREADWIRE__V1__REQUEST__PARAMS__NOT_SET, {0} }
 
 
 typedef enum {

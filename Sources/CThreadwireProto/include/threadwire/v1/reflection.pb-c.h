@@ -63,10 +63,16 @@ struct  Threadwire__V1__ReflectedMethod
    * Unset for notifications, which have no answer.
    */
   char *result_type;
+  /*
+   * Methods only: true when the method changes state. Retry such a method
+   * only with Request.idempotency_key set; the others are safe to repeat.
+   */
+  protobuf_c_boolean has_mutates;
+  protobuf_c_boolean mutates;
 };
 #define THREADWIRE__V1__REFLECTED_METHOD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__reflected_method__descriptor) \
-    , NULL, NULL, NULL, NULL }
+    , NULL, NULL, NULL, NULL, 0, 0 }
 
 
 struct  Threadwire__V1__ReflectionDescriptorsResult

@@ -1,0 +1,316 @@
+import Crypto
+import Foundation
+import Logging
+import Synchronization
+import ThreadwireContract
+import ThreadwireCore
+import ThreadwireWire
+
+/// Request.idempotency_key: a change sent again after a lost answer is
+/// applied once, and the repeat gets the first attempt's answer.
+///
+/// The key is written in the change's own transaction (the engine adds the
+/// claim to the first commit of the request's change, `IdempotentCommand`),
+/// so a change is never durable without its key; the answer is added to it
+/// before it is sent. A repeat finds the key and is answered from it; one
+/// that arrives while the first attempt runs here waits for it; one that
+/// races the first on another instance loses at the key's insert (the
+/// store refuses its whole commit) and then waits for the winner's answer.
+/// An instance that died between the change and recording its answer
+/// leaves a claim without one: the repeat is then answered from what the
+/// claim names, as it is now (`rebuild`).
+final class IdempotentCalls: Sendable {
+    struct Settings: Sendable {
+        /// Keys are kept at least this long.
+        var retention: Duration = .seconds(24 * 3600)
+        /// How long a repeat waits for the answer of a claim recorded
+        /// without one (another instance may be about to record it) before
+        /// rebuilding it: a lease, when several instances share the store.
+        var answerWait: Duration = .zero
+    }
+
+    private let store: any ThreadStore
+    private let settings: Settings
+    private let logger: Logger
+    /// Keyed requests running in this process, so a repeat waits for them.
+    private let running = Mutex<[IdempotencyKey: Running]>([:])
+
+    init(store: any ThreadStore, settings: Settings, logger: Logger) {
+        self.store = store
+        self.settings = settings
+        self.logger = logger
+    }
+
+    /// Refusals a repeat gets again: what the request asked cannot be done
+    /// (as it was asked, by this principal). Others (UNAVAILABLE,
+    /// DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, CANCELLED, INTERNAL)
+    /// may pass, so the repeat is carried out.
+    static let rememberedRefusals: Set<StatusCode> = [
+        .invalidArgument, .notFound, .alreadyExists, .permissionDenied, .failedPrecondition, .outOfRange, .unimplemented,
+    ]
+
+    /// Methods whose answer subscribes the connection: a repeat, whose
+    /// connection is usually a new one, is subscribed too.
+    static let subscribing: Set<String> = [
+        "thread/start", "thread/resume", "thread/fork", "agent/spawn", "turn/start", "thread/compact/start",
+    ]
+
+    /// `execute` as the request's change, once per key. Not keyed, or not
+    /// a mutation: just `execute`.
+    func run(_ admitted: AdmittedCall, call: Call, execute: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> CallOutput {
+        guard admitted.spec.mutates, let raw = admitted.request.idempotencyKey else { return .local(try await execute()) }
+        try IdempotencyKey.validate(raw)
+        let key = IdempotencyKey(principal: call.principal, key: raw)
+        let request = Fingerprinted(admitted)
+        while true {
+            let (entry, first) = running.withLock { table -> (Running, Bool) in
+                if let entry = table[key] { return (entry, false) }
+                let entry = Running(method: request.method, fingerprint: request.fingerprint)
+                table[key] = entry
+                return (entry, true)
+            }
+            guard first else {
+                try request.check(against: entry.method, entry.fingerprint, key: key)
+                guard let answer = await entry.answer() else { continue }  // it ended with nothing remembered: go again
+                return try await replay(answer, claim: nil, admitted, call: call)
+            }
+            do {
+                let (output, remembered) = try await carryOut(key, request, admitted, call: call, execute: execute)
+                finish(key, entry, remembered)
+                return output
+            } catch {
+                finish(key, entry, nil)
+                throw error
+            }
+        }
+    }
+
+    private func finish(_ key: IdempotencyKey, _ entry: Running, _ answer: Wire.Response?) {
+        running.withLock { table in if table[key] === entry { table[key] = nil } }
+        entry.finish(answer)
+    }
+
+    /// Looks the key up; carries the request out if it is new. The second
+    /// value is the answer a repeat waiting here gets (nil: none remembered).
+    private func carryOut(_ key: IdempotencyKey, _ request: Fingerprinted, _ admitted: AdmittedCall, call: Call,
+                          execute: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> (CallOutput, Wire.Response?) {
+        if let record = try await store.idempotencyRecord(key) {
+            return try await answerFromRecord(record, request, key: key, admitted, call: call)
+        }
+        let command = IdempotentCommand(key: key, method: request.method, fingerprint: request.fingerprint, target: call.thread)
+        defer { command.close() }
+        let outcome: Outcome<Wire.Response.Result>
+        do {
+            outcome = try await IdempotentCommand.$current.withValue(command) { try await execute() }
+        } catch is IdempotencyKeyTaken {
+            // A repeat elsewhere committed first; this attempt changed nothing.
+            guard let record = try await store.idempotencyRecord(key) else {
+                throw RequestError(.aborted, "a request with idempotency key \(key) was applied and then forgotten; repeat it")
+            }
+            return try await answerFromRecord(record, request, key: key, admitted, call: call)
+        } catch let elsewhere as OwnedElsewhere {
+            throw elsewhere  // relayed: the owner keeps the key
+        } catch {
+            let refusal = RequestError(error)
+            if Self.rememberedRefusals.contains(refusal.code) || command.claim != nil {
+                await remember(command.claim ?? request.claim(key), Wire.Response(code: refusal.code.rawValue, message: refusal.message))
+            }
+            throw error
+        }
+        let answer = Wire.Response(code: StatusCode.ok.rawValue, result: outcome.value)
+        FaultInjection.point("idempotency.after-change")
+        await remember(command.claim ?? request.claim(key), answer)
+        return (.local(outcome), answer)
+    }
+
+    /// Records a request's answer with its key. If that fails the change
+    /// stands: a repeat rebuilds the answer from the claim.
+    private func remember(_ claim: IdempotencyClaim, _ answer: Wire.Response) async {
+        do {
+            try await store.commit([.recordIdempotentResponse(claim, response: answer.serializedBytes())])
+        } catch {
+            logger.warning("an idempotent request's answer was not recorded; a repeat will rebuild it", metadata: [
+                "tw.method": "\(claim.method)", "tw.error": "\(error)"])
+        }
+    }
+
+    private func answerFromRecord(_ record: IdempotencyRecord, _ request: Fingerprinted, key: IdempotencyKey, _ admitted: AdmittedCall,
+                                  call: Call) async throws -> (CallOutput, Wire.Response?) {
+        try request.check(against: record.claim.method, record.claim.fingerprint, key: key)
+        if let bytes = record.response {
+            let answer = try Wire.Response(serializedBytes: bytes)
+            return (try await replay(answer, claim: record.claim, admitted, call: call), answer)
+        }
+        if let answer = try await awaitAnswer(key) {
+            return (try await replay(answer, claim: record.claim, admitted, call: call), answer)
+        }
+        let rebuilt = try await rebuild(record.claim, admitted, call: call)
+        await remember(record.claim, rebuilt)
+        return (try await replay(rebuilt, claim: record.claim, admitted, call: call), rebuilt)
+    }
+
+    /// A claim without an answer: waits (up to `answerWait`) for another
+    /// instance to record it.
+    private func awaitAnswer(_ key: IdempotencyKey) async throws -> Wire.Response? {
+        let deadline = ContinuousClock.now + settings.answerWait
+        var pause = Duration.milliseconds(20)
+        while ContinuousClock.now < deadline {
+            try await Task.sleep(for: min(pause, deadline - .now))
+            pause = min(pause * 2, .milliseconds(500))
+            if let bytes = try await store.idempotencyRecord(key)?.response { return try Wire.Response(serializedBytes: bytes) }
+        }
+        return nil
+    }
+
+    /// The first attempt's answer under this request's id. A repeat of a
+    /// method that subscribes subscribes its own connection to the same
+    /// thread (if another instance owns it, the request is relayed there,
+    /// where it is answered the same way).
+    private func replay(_ answer: Wire.Response, claim: IdempotencyClaim?, _ admitted: AdmittedCall, call: Call) async throws -> CallOutput {
+        var response = answer
+        response.id = admitted.request.id
+        var subscription = Outcome<Void>(())
+        if response.code ?? 0 == StatusCode.ok.rawValue, Self.subscribing.contains(admitted.spec.name),
+           let thread = Self.subscribedThread(response.result) ?? claim?.threadID ?? call.thread {
+            let resumed = try await call.engine.resumeThread(thread, model: nil, excludeTurns: true, connection: call.connection.id)
+            subscription = Outcome((), carrying: resumed)
+        }
+        return .replayed(response, subscription)
+    }
+
+    private static func subscribedThread(_ result: Wire.Response.Result?) -> ThreadID? {
+        switch result {
+        case let .threadStart(r)?, let .threadFork(r)?, let .agentSpawn(r)?, let .threadResume(r)?: r.thread?.id
+        default: nil
+        }
+    }
+
+    /// The answer of a change whose process died before recording it, from
+    /// what its claim names as it is now. Methods whose repeat changes
+    /// nothing more are carried out again; the others are answered from
+    /// the thread or turn they made.
+    private func rebuild(_ claim: IdempotencyClaim, _ admitted: AdmittedCall, call: Call) async throws -> Wire.Response {
+        func ok(_ result: Wire.Response.Result) -> Wire.Response { Wire.Response(code: StatusCode.ok.rawValue, result: result) }
+        let thread = claim.threadID ?? call.thread
+        switch admitted.spec.name {
+        case "thread/start", "thread/fork", "agent/spawn":
+            guard let thread, let resume = MethodTable.methods["thread/resume"] else { break }
+            let resumed = try await resume.run(.threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true)),
+                                               Call(connection: call.connection, engine: call.engine, server: call.server, thread: thread))
+            guard case let .threadResume(lifecycle) = resumed.value else { break }
+            switch admitted.spec.name {
+            case "thread/start": return ok(.threadStart(lifecycle))
+            case "thread/fork": return ok(.threadFork(lifecycle))
+            default: return ok(.agentSpawn(lifecycle))
+            }
+        case "turn/start", "thread/compact/start":
+            guard let thread, let turnID = claim.turnIDs.first else { break }
+            let page = try await call.engine.listTurns(thread, cursor: nil, limit: 100, descending: true)
+            guard let turn = page.turns.first(where: { $0.id == turnID }) else { break }
+            return ok(admitted.spec.name == "turn/start" ? .turnStart(Wire.TurnStartResult(turn: turn.wire()))
+                                                         : .threadCompactStart(Wire.ThreadCompactStartResult(turn: turn.wire())))
+        case "turn/interrupt":
+            return ok(.turnInterrupt(Wire.TurnInterruptResult()))
+        case "turn/steer":
+            guard let turnID = claim.turnIDs.first else { break }
+            return ok(.turnSteer(Wire.TurnSteerResult(turnId: turnID)))
+        case "thread/rollback":
+            return ok(.threadRollback(Wire.ThreadRollbackResult(turnIds: claim.turnIDs)))
+        default:
+            // Carried out again it changes nothing more (the state it set is there).
+            var again = try await admitted.spec.run(admitted.params, call)
+            if case var .threadSettingsUpdate(result) = again.value {
+                result.changed = true  // the first attempt's commit is the claim's
+                again.value = .threadSettingsUpdate(result)
+            }
+            return ok(again.value)
+        }
+        return Wire.Response(code: StatusCode.internal.rawValue, message: """
+            the first request with idempotency key '\(claim.key.key)' was applied, but what it made can no longer be \
+            found to answer it again; read the thread
+            """)
+    }
+
+    /// Forgets keys older than the retention window, now and then, until cancelled.
+    func purgeOldKeys() async {
+        let period = min(settings.retention / 10, .seconds(600))
+        while !Task.isCancelled {
+            try? await Task.sleep(for: period)
+            let (seconds, attoseconds) = settings.retention.components
+            let cutoff = nowMillis() - seconds * 1000 - attoseconds / 1_000_000_000_000_000
+            do {
+                let purged = try await store.purgeIdempotencyRecords(createdBefore: cutoff)
+                if purged > 0 { logger.debug("forgot old idempotency keys", metadata: ["tw.keys": "\(purged)"]) }
+            } catch {
+                logger.warning("old idempotency keys not purged", metadata: ["tw.error": "\(error)"])
+            }
+        }
+    }
+}
+
+/// A keyed request's method and the digest of its params.
+private struct Fingerprinted {
+    let method: String
+    let fingerprint: [UInt8]
+
+    init(_ admitted: AdmittedCall) {
+        method = admitted.spec.name
+        // The params re-encoded (protobuf-c writes fields in number order):
+        // the same request gives the same bytes whatever client sent it.
+        var hasher = SHA256()
+        hasher.update(data: Array(method.utf8) + [0])
+        hasher.update(data: Wire.Request(params: admitted.params).serializedBytes())
+        fingerprint = Array(hasher.finalize())
+    }
+
+    func check(against method: String, _ fingerprint: [UInt8], key: IdempotencyKey) throws {
+        guard method == self.method else {
+            throw RequestError(.invalidArgument, "idempotency key \(key) was used for \(method); a key names one request (this is \(self.method))")
+        }
+        guard fingerprint == self.fingerprint else {
+            throw RequestError(.invalidArgument, "idempotency key \(key) was used for a \(method) request with other params; a key names one request")
+        }
+    }
+
+    /// The key of a request that changed nothing (its answer is all it stores).
+    func claim(_ key: IdempotencyKey) -> IdempotencyClaim {
+        IdempotencyClaim(key: key, method: method, fingerprint: fingerprint, createdAtMillis: nowMillis())
+    }
+}
+
+/// A keyed request running here: repeats wait for its answer.
+private final class Running: Sendable {
+    let method: String
+    let fingerprint: [UInt8]
+    private let state = Mutex<(done: Bool, answer: Wire.Response?, waiters: [CheckedContinuation<Wire.Response?, Never>])>(
+        (false, nil, []))
+
+    init(method: String, fingerprint: [UInt8]) {
+        self.method = method
+        self.fingerprint = fingerprint
+    }
+
+    /// Its answer once it ends; nil if it ended with none remembered.
+    func answer() async -> Wire.Response? {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> (Bool, Wire.Response?) in
+                guard state.done else {
+                    state.waiters.append(continuation)
+                    return (false, nil)
+                }
+                return (true, state.answer)
+            }
+            if ready.0 { continuation.resume(returning: ready.1) }
+        }
+    }
+
+    func finish(_ answer: Wire.Response?) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Wire.Response?, Never>] in
+            state.done = true
+            state.answer = answer
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: answer) }
+    }
+}
