@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/threadwire/threadwire/clients/go/threadwirepb"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // startServer runs the real server binary (THREADWIRE_SERVER_BIN, default
@@ -360,5 +361,102 @@ func TestExampleRuns(t *testing.T) {
 	text := string(out)
 	if !strings.Contains(text, "mode MULTI_AGENT_MODE_PROACTIVE") || !strings.Contains(text, "turn/completed\nturn TURN_STATUS_COMPLETED") {
 		t.Fatalf("unexpected output:\n%s", text)
+	}
+}
+
+// A mutation whose answer is lost is sent again with the same key and
+// applied once: the server is killed (fault point) after the change's
+// commit and before its answer, then restarted on the same port.
+func TestReconnectingClientAppliesAChangeOnce(t *testing.T) {
+	binary := os.Getenv("THREADWIRE_SERVER_BIN")
+	if binary == "" {
+		binary = "../../.build/debug/threadwire-server"
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listener.Addr().String()
+	listener.Close()
+	dir := t.TempDir()
+	start := func(fault bool) *exec.Cmd {
+		command := exec.Command(binary, "--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error")
+		command.Env = os.Environ()
+		if fault {
+			command.Env = append(command.Env, "THREADWIRE_FAULT_POINTS=idempotency.after-change")
+		}
+		stdout, err := command.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := command.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "threadwire listening on ") {
+			t.Fatalf("server did not start: %q %v", line, err)
+		}
+		return command
+	}
+	first := start(false)
+	setup := dial(t, addr)
+	ctx := testContext(t)
+	started, err := setup.ThreadStart(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	thread := started.GetThread().GetId()
+	setup.Close()
+	first.Process.Signal(os.Interrupt)
+	first.Wait()
+
+	faulty := start(true)
+	restarted := make(chan *exec.Cmd, 1)
+	go func() {
+		faulty.Wait() // killed by the fault point
+		restarted <- start(false)
+	}()
+	policy := DefaultRetryPolicy()
+	policy.MaxAttempts = 40
+	policy.InitialBackoff = 50 * time.Millisecond
+	policy.MaxBackoff = 300 * time.Millisecond
+	retrying := NewReconnectingClient(func(ctx context.Context) (*Client, error) { return Dial(ctx, addr) }, policy)
+	defer retrying.Close()
+	response, err := retrying.Call(ctx, &pb.Request{Params: &pb.Request_TurnStart{TurnStart: &pb.TurnStartParams{
+		ThreadId: proto.String(thread), Input: []*pb.UserInput{{Content: &pb.UserInput_Text{Text: "once"}}}}}})
+	second := <-restarted
+	t.Cleanup(func() { second.Process.Signal(os.Interrupt); second.Wait() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retrying.Connections() < 2 {
+		t.Fatalf("the client never reconnected")
+	}
+	read, err := dial(t, addr).ThreadRead(ctx, &pb.ThreadReadParams{ThreadId: proto.String(thread), IncludeTurns: proto.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := read.GetThread().GetTurns()
+	if len(turns) != 1 || turns[0].GetId() != response.GetTurnStart().GetTurn().GetId() {
+		t.Fatalf("want exactly the answered turn, got %d turns", len(turns))
+	}
+}
+
+// The client's table of mutations matches the server's reflection.
+func TestMutatesMatchesReflection(t *testing.T) {
+	client := dial(t, startServer(t))
+	schema, err := client.ReflectionDescriptors(testContext(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, method := range schema.GetMethods() {
+		request := &pb.Request{}
+		field := request.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(method.GetField()))
+		if field == nil {
+			t.Fatalf("no Request field %s", method.GetField())
+		}
+		request.ProtoReflect().Set(field, request.ProtoReflect().NewField(field))
+		if Mutates(request) != method.GetMutates() {
+			t.Errorf("%s: client says mutates=%v, server %v", method.GetName(), Mutates(request), method.GetMutates())
+		}
 	}
 }

@@ -5,6 +5,7 @@ worker threads."""
 import importlib
 import json
 import math
+import random
 import socket
 import ssl
 import struct
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 import types
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -162,11 +164,15 @@ class Client:
             target.CopyFrom(params)
         return envelope
 
-    def send(self, method, params=None, timeout=None):
+    def send(self, method, params=None, timeout=None, idempotency_key=None):
         """Sends without waiting; returns the request id. `timeout` (seconds)
         is sent as timeout_ms and bounds the wait: an answer that has not
-        arrived by then is a DEADLINE_EXCEEDED (4) response made here."""
+        arrived by then is a DEADLINE_EXCEEDED (4) response made here.
+        `idempotency_key` makes a change safe to send again (see
+        Request.idempotency_key and ReconnectingClient)."""
         envelope = self._request(method, params)
+        if idempotency_key is not None:
+            envelope.request.idempotency_key = idempotency_key
         if timeout is not None:
             envelope.request.timeout_ms = max(1, math.ceil(timeout * 1000))
             self._deadlines[envelope.request.id] = time.monotonic() + timeout
@@ -195,10 +201,10 @@ class Client:
         response.message = "no response within the deadline (the client's)"
         return response
 
-    def call(self, method, params=None, timeout=None):
+    def call(self, method, params=None, timeout=None, idempotency_key=None):
         """Calls a method and returns its result message; raises StatusError on
         failure (DEADLINE_EXCEEDED past `timeout` seconds)."""
-        response = self.wait(self.send(method, params, timeout))
+        response = self.wait(self.send(method, params, timeout, idempotency_key))
         if response.code != 0:
             raise StatusError(response.code, response.message)
         return getattr(response, response.WhichOneof("result"))
@@ -349,3 +355,102 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# Methods that change state, for servers whose reflection does not say
+# (reflection/descriptors marks each method's `mutates`).
+MUTATING_METHODS = frozenset({
+    "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/unarchive", "thread/unsubscribe",
+    "thread/settings/update", "agent/spawn", "thread/tools/update", "thread/compact/start", "thread/rollback",
+    "thread/name/set", "turn/start", "turn/interrupt", "turn/steer",
+})
+
+
+class RetryPolicy:
+    """gRPC's retry policy: up to `max_attempts` in all after UNAVAILABLE
+    (14) or a lost connection, with exponential backoff and full jitter."""
+
+    def __init__(self, max_attempts=5, initial_backoff=0.1, max_backoff=5.0, multiplier=2.0, retryable_codes=(14,)):
+        self.max_attempts = max_attempts
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.multiplier = multiplier
+        self.retryable_codes = frozenset(retryable_codes)
+
+    def pause(self, attempt):
+        """Seconds to wait before attempt `attempt` (2, 3, ...)."""
+        ceiling = min(self.max_backoff, self.initial_backoff * self.multiplier ** max(0, attempt - 2))
+        return random.uniform(0, ceiling)
+
+
+class ReconnectingClient:
+    """Calls that outlive a connection. `connect()` returns a new initialized
+    Client (it may pick another instance each time); it is called when there
+    is no connection or the last one was lost. A change is sent with one
+    idempotency key (a new UUID unless given) on every attempt, so the server
+    applies it once however many attempts reach it. Subscriptions belong to a
+    connection: after a reconnect (`connections` grew), resume the threads."""
+
+    def __init__(self, connect, policy=None):
+        self._connect = connect
+        self.policy = policy or RetryPolicy()
+        self.client = None
+        self.connections = 0
+
+    def _current(self):
+        if self.client is None:
+            self.client = self._connect()
+            self.connections += 1
+        return self.client
+
+    def _drop(self):
+        if self.client is not None:
+            try:
+                self.client.sock.close()
+            except OSError:
+                pass
+        self.client = None
+
+    def mutates(self, method):
+        try:
+            spec = self._current().schema().methods.get(method)
+        except (StatusError, OSError, ConnectionError):
+            spec = None
+        return spec.mutates if spec is not None and spec.HasField("mutates") else method in MUTATING_METHODS
+
+    def response(self, method, params=None, timeout=None, idempotency_key=None, on_attempt=None):
+        """The last Response (any status) after the policy's attempts.
+        `on_attempt(attempt, key)` is called before each attempt is sent.
+        Raises the connection error when no attempt got an answer."""
+        key = idempotency_key
+        if key is None and self.mutates(method):
+            key = str(uuid.uuid4())
+        attempt = 1
+        while True:
+            try:
+                if on_attempt is not None:
+                    on_attempt(attempt, key)
+                client = self._current()
+                response = client.wait(client.send(method, params, timeout, key))
+                if response.code not in self.policy.retryable_codes or attempt >= self.policy.max_attempts:
+                    return response
+            except (OSError, ConnectionError):
+                # No connection, or it broke mid-call: the outcome is unknown,
+                # which the key makes safe to send again.
+                self._drop()
+                if attempt >= self.policy.max_attempts:
+                    raise
+            attempt += 1
+            time.sleep(self.policy.pause(attempt))
+
+    def call(self, method, params=None, timeout=None, idempotency_key=None):
+        """Like Client.call, retried."""
+        response = self.response(method, params, timeout, idempotency_key)
+        if response.code != 0:
+            raise StatusError(response.code, response.message)
+        return getattr(response, response.WhichOneof("result"))
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
