@@ -17,8 +17,9 @@ public func withDeadline<T: Sendable>(
         try await withCheckedThrowingContinuation { continuation in
             outcome.arm(continuation)
             let alarm = DeadlineTimer.shared.schedule(after: timeout) {
-                work.cancel()
+                // The timeout first: the cancelled body may end at once with its own error.
                 outcome.finish(.failure(timeoutError()))
+                work.cancel()
             }
             outcome.onFinish { DeadlineTimer.shared.cancel(alarm) }
         }

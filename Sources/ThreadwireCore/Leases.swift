@@ -104,6 +104,13 @@ final class KnownOwners: Sendable {
 
 /// The trees this process holds and which of its loaded threads use each.
 /// A tree is held while any of its threads is loaded here.
+///
+/// Also until when every held lease is surely still this instance's, on the
+/// monotonic clock: from the start of the last renewal (or of the first
+/// grant while none was held) plus the lease less a safety margin. The
+/// database decides expiry by its own clock from the moment it ran the
+/// statement, which is after the start measured here; the margin covers
+/// clocks that run at slightly different rates. Wall clocks play no part.
 final class HeldTrees: Sendable {
     struct Entry {
         var fence: LeaseFence
@@ -111,8 +118,7 @@ final class HeldTrees: Sendable {
         var grantedAt: ContinuousClock.Instant
     }
     private let table = Mutex<[ThreadID: Entry]>([:])
-    /// Until when, by the last renewal, every held lease is surely still
-    /// ours (nanoseconds of the monotonic clock; 0: not yet granted).
+    /// Nanoseconds of the monotonic clock (0: nothing held).
     private let validUntilNanos = Atomic<UInt64>(0)
 
     /// The tree's fence if held (the thread joins it).
@@ -125,9 +131,14 @@ final class HeldTrees: Sendable {
         }
     }
 
-    func granted(_ fence: LeaseFence, thread: ThreadID, leaseDuration: Duration) {
-        table.withLock { $0[fence.tree] = Entry(fence: fence, threads: [thread], grantedAt: .now) }
-        extendValidity(from: .now, by: leaseDuration, onlyIfUnset: true)
+    /// A grant asked for at `asked`: valid for `validFor` from then. The
+    /// first tree held starts the validity; later ones are covered by it
+    /// (their grants are newer than the renewal it counts from).
+    func granted(_ fence: LeaseFence, thread: ThreadID, asked: ContinuousClock.Instant, validFor: Duration) {
+        table.withLock { table in
+            if table.isEmpty { validUntilNanos.store(Self.nanos(asked + validFor), ordering: .relaxed) }
+            table[fence.tree] = Entry(fence: fence, threads: [thread], grantedAt: .now)
+        }
     }
 
     /// The thread left; returns the fence to release when it was the last.
@@ -137,6 +148,7 @@ final class HeldTrees: Sendable {
             entry.threads.remove(thread)
             if entry.threads.isEmpty {
                 table[fence.tree] = nil
+                if table.isEmpty { validUntilNanos.store(0, ordering: .relaxed) }
                 return fence
             }
             table[fence.tree] = entry
@@ -144,11 +156,12 @@ final class HeldTrees: Sendable {
         }
     }
 
-    /// Forgets a tree whose lease moved on; returns its threads.
+    /// Forgets a tree whose lease moved on (or was given up); returns its threads.
     func lost(_ fence: LeaseFence) -> Set<ThreadID> {
         table.withLock { table in
             guard let entry = table[fence.tree], entry.fence == fence else { return [] }
             table[fence.tree] = nil
+            if table.isEmpty { validUntilNanos.store(0, ordering: .relaxed) }
             return entry.threads
         }
     }
@@ -157,25 +170,37 @@ final class HeldTrees: Sendable {
 
     func removeAll() -> [LeaseFence] {
         table.withLock { table in
-            defer { table.removeAll() }
+            defer {
+                table.removeAll()
+                validUntilNanos.store(0, ordering: .relaxed)
+            }
             return table.values.map(\.fence)
         }
     }
 
-    func extendValidity(from start: ContinuousClock.Instant, by duration: Duration, onlyIfUnset: Bool = false) {
-        let until = Self.nanos(start + duration)
-        if onlyIfUnset {
-            _ = validUntilNanos.compareExchange(expected: 0, desired: until, ordering: .relaxed)
-        } else {
-            validUntilNanos.store(until, ordering: .relaxed)
+    /// A renewal that started at `start` answered: every lease it kept is
+    /// valid for `validFor` from then.
+    func renewed(from start: ContinuousClock.Instant, validFor: Duration) {
+        table.withLock { table in
+            guard !table.isEmpty else { return }
+            validUntilNanos.store(Self.nanos(start + validFor), ordering: .relaxed)
         }
     }
 
     /// False once the leases may have expired unrenewed (the process was
-    /// paused or the database unreachable): loaded state may then be stale.
+    /// paused or the database unreachable): loaded state may then be stale,
+    /// and nothing may be committed under them.
     var surelyValid: Bool {
         let until = validUntilNanos.load(ordering: .relaxed)
         return until == 0 || Self.nanos(.now) < until
+    }
+
+    /// How long until the held leases may lapse; nil when none is held.
+    var timeUntilLapse: Duration? {
+        let until = validUntilNanos.load(ordering: .relaxed)
+        guard until != 0 else { return nil }
+        let now = Self.nanos(.now)
+        return until > now ? .nanoseconds(Int64(until - now)) : .zero
     }
 
     private static func nanos(_ instant: ContinuousClock.Instant) -> UInt64 {
@@ -184,4 +209,11 @@ final class HeldTrees: Sendable {
         return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
     }
     private static let origin = ContinuousClock.now - .seconds(1)
+}
+
+/// Why this instance is not sure of its leases: renewals have failed since
+/// `since`, the last with `error`.
+struct LeaseTrouble: Sendable {
+    var since: ContinuousClock.Instant
+    var error: String
 }

@@ -11,9 +11,10 @@ extension ThreadEngine {
         guard let coordinator else { return nil }
         return try await withTreeGate(tree) {
             if let fence = heldTrees.join(tree, thread) { return fence }
-            switch try await coordinator.acquire(tree) {
+            let asked = ContinuousClock.now
+            switch try await acquire(tree, coordinator) {
             case let .held(fence):
-                heldTrees.granted(fence, thread: thread, leaseDuration: coordinator.leaseDuration)
+                heldTrees.granted(fence, thread: thread, asked: asked, validFor: leaseValidity(coordinator))
                 return fence
             case let .elsewhere(address):
                 knownOwners.remember(thread, at: address)
@@ -42,9 +43,10 @@ extension ThreadEngine {
     func claimNewTree(_ id: ThreadID) async throws -> LeaseFence? {
         guard let coordinator else { return nil }
         do {
-            switch try await coordinator.acquire(id) {
+            let asked = ContinuousClock.now
+            switch try await acquire(id, coordinator) {
             case let .held(fence):
-                heldTrees.granted(fence, thread: id, leaseDuration: coordinator.leaseDuration)
+                heldTrees.granted(fence, thread: id, asked: asked, validFor: leaseValidity(coordinator))
                 return fence
             case let .elsewhere(address):
                 throw DomainError.internal("a new thread id \(id) is already leased to \(address)")
@@ -109,28 +111,73 @@ extension ThreadEngine {
         }
     }
 
+    /// A grant, or UNAVAILABLE once a lease's time passed without an answer
+    /// (the store unreachable: a partition stalls the call for minutes).
+    /// A grant proves the store reachable again.
+    private func acquire(_ tree: ThreadID, _ coordinator: any OwnershipCoordinator) async throws -> LeaseClaim {
+        let claim = try await withDeadline(coordinator.leaseDuration, timeoutError: { [self] in
+            DomainError.unavailable("the store did not grant the lease of agent tree \(tree) within \(coordinator.leaseDuration)"
+                + (ownershipTrouble.map { " (\($0))" } ?? "") + "; retry")
+        }) { try await coordinator.acquire(tree) }
+        if case .held = claim { leaseTrouble.withLock { $0 = nil } }
+        return claim
+    }
+
+    /// How long a lease is surely this instance's after the moment it asked
+    /// for it: the lease less a quarter (at least 100 ms), which covers
+    /// clocks running at different rates and leaves renewals two chances.
+    func leaseValidity(_ coordinator: any OwnershipCoordinator) -> Duration {
+        coordinator.leaseDuration - max(coordinator.leaseDuration / 4, .milliseconds(100))
+    }
+
+    /// Refuses a commit under leases that may have lapsed: the instance
+    /// stopped acting for its trees (another may own them by now). Fencing
+    /// refuses such a commit in the store too; this refuses it before it
+    /// is sent, and names the cause.
+    func ensureLeasesValid(_ fence: LeaseFence?) throws {
+        guard fence != nil, coordinator != nil, !heldTrees.surelyValid else { return }
+        throw DomainError.unavailable(steppedDownMessage)
+    }
+
+    var steppedDownMessage: String {
+        let trouble = leaseTrouble.withLock { $0 }
+        let since = trouble.map { " for \(Self.seconds(ContinuousClock.now - $0.since)) s (\($0.error))" } ?? ""
+        return "this instance could not renew its ownership leases with the store\(since); it stopped acting for its agent trees so "
+            + "that another instance can take them over safely: retry, the request then reaches the owner"
+    }
+
+    /// Why this instance is not ready: it could not renew its leases in
+    /// time and stepped down (nil once a renewal works again).
+    public var ownershipTrouble: String? {
+        guard coordinator != nil, let trouble = leaseTrouble.withLock({ $0 }) else { return nil }
+        return "ownership leases not renewed for \(Self.seconds(ContinuousClock.now - trouble.since)) s: \(trouble.error)"
+    }
+
+    private static func seconds(_ duration: Duration) -> String {
+        let (whole, attoseconds) = duration.components
+        return String(format: "%.1f", Double(whole) + Double(attoseconds) / 1e18)
+    }
+
     /// Renews this instance's leases every third of their duration until
     /// cancelled, unloads trees taken over meanwhile, and recovers turns
-    /// that dead instances left running once their leases expired.
+    /// that dead instances left running once their leases expired. A
+    /// renewal that cannot be answered before the leases may lapse (the
+    /// store unreachable, a partition) makes the instance step down first.
     public func maintainLeases(logger: @escaping @Sendable (String) -> Void = { _ in }) async {
         guard let coordinator else { return }
         let period = coordinator.leaseDuration / 3
         var lastSweep = ContinuousClock.now
         while !Task.isCancelled, !stopping.load(ordering: .acquiring) {
-            try? await Task.sleep(for: period)
+            // Awake by the moment the leases may lapse, whatever the period.
+            try? await Task.sleep(for: min(period, heldTrees.timeUntilLapse.map { $0 + .milliseconds(1) } ?? period))
             if Task.isCancelled || stopping.load(ordering: .acquiring) { break }
-            let started = ContinuousClock.now
-            let held = heldTrees.all
-            do {
-                let renewed = try await coordinator.renew(held.map(\.fence))
-                heldTrees.extendValidity(from: started, by: coordinator.leaseDuration)
-                for entry in held where !renewed.contains(entry.fence) && entry.grantedAt < started {
-                    logger("lease of agent tree \(entry.fence.tree) was taken over; unloading its threads here")
-                    await treeLost(entry.fence)
-                }
-            } catch {
-                logger("lease renewal failed: \(error)")
+            if !heldTrees.surelyValid {
+                await stepDown(logger: logger)
+                continue
             }
+            let held = heldTrees.all
+            // Nothing held, nothing to renew (an acquire proves the store reachable).
+            if !held.isEmpty { await renew(held, coordinator, logger: logger) }
             if ContinuousClock.now - lastSweep >= coordinator.leaseDuration {
                 lastSweep = .now
                 if let recovered = try? await recoverInterruptedTurns(), recovered > 0 {
@@ -138,6 +185,45 @@ extension ThreadEngine {
                 }
             }
         }
+    }
+
+    private func renew(_ held: [HeldTrees.Entry], _ coordinator: any OwnershipCoordinator, logger: @Sendable (String) -> Void) async {
+        let started = ContinuousClock.now
+        do {
+            // Not waited for past the lapse: a partition stalls the call for minutes.
+            let renewed = try await withDeadline(heldTrees.timeUntilLapse ?? coordinator.leaseDuration, timeoutError: {
+                StoreError.unavailable("the store did not answer a lease renewal before the leases could lapse")
+            }) { try await coordinator.renew(held.map(\.fence)) }
+            heldTrees.renewed(from: started, validFor: leaseValidity(coordinator))
+            if leaseTrouble.withLock({ state in defer { state = nil }; return state }) != nil {
+                logger("lease renewals work again")
+            }
+            for entry in held where !renewed.contains(entry.fence) && entry.grantedAt < started {
+                logger("lease of agent tree \(entry.fence.tree) was taken over; unloading its threads here")
+                await treeLost(entry.fence)
+            }
+        } catch {
+            leaseTrouble.withLock { state in
+                state = LeaseTrouble(since: state?.since ?? started, error: "\(error)")
+            }
+            logger("lease renewal failed: \(error)")
+            if !heldTrees.surelyValid { await stepDown(logger: logger) }
+        }
+    }
+
+    /// The leases may have lapsed unrenewed: every held tree's threads are
+    /// unloaded here (running turns stop; subscribers hear thread/closed and
+    /// resume through any instance). The leases are not released (the store
+    /// cannot be reached); they lapse, and any instance, this one too once
+    /// it reaches the store again, takes the trees over and recovers their turns.
+    func stepDown(logger: @Sendable (String) -> Void) async {
+        let held = heldTrees.all
+        guard !held.isEmpty else { return }
+        leaseTrouble.withLock { state in
+            if state == nil { state = LeaseTrouble(since: .now, error: "leases not renewed in time") }
+        }
+        logger("stepping down: \(steppedDownMessage); unloading the threads of \(held.count) agent tree(s)")
+        for entry in held { await treeLost(entry.fence) }
     }
 
     /// Gives every held tree up (graceful shutdown), so other instances take

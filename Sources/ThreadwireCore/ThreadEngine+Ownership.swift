@@ -209,6 +209,7 @@ extension ThreadEngine {
     /// Every commit of the engine. The first commit of a keyed request's
     /// change carries its key (`IdempotentCommand`).
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        try ensureLeasesValid(fence)
         let command = IdempotentCommand.current
         let claim = command?.claim(for: operations, nowMillis: nowMillis())
         do {

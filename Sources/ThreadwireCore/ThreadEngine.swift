@@ -32,6 +32,8 @@ public final class ThreadEngine: Sendable {
     /// (nil: this process owns every thread).
     let coordinator: (any OwnershipCoordinator)?
     let heldTrees = HeldTrees()
+    /// Set while lease renewals fail (see `maintainLeases`).
+    let leaseTrouble = Mutex<LeaseTrouble?>(nil)
     let knownOwners: KnownOwners
     /// Answers of server requests (client tools), by request id.
     let pendingAnswers = PendingAnswers()

@@ -150,6 +150,7 @@ public final class ThreadwireServer: Service, Sendable {
     public var readiness: (ready: Bool, reason: String) {
         if draining.value { return (false, "draining: the server is shutting down") }
         if let failure = storeHealth.failure { return (false, "the store cannot commit: \(failure)") }
+        if let trouble = services.engine.ownershipTrouble { return (false, trouble) }
         return (true, "ready")
     }
 
