@@ -63,6 +63,8 @@ public protocol OwnershipCoordinator: Sendable {
     /// Threads with a turn stored as running whose tree no live instance
     /// holds: left by a dead instance, waiting to be recovered.
     func orphanedRunningThreads() async throws -> [ThreadID]
+    /// Returns once the store answers (a round trip), throws if it cannot.
+    func probe() async throws
 }
 
 /// Which instance owned threads this one relayed for, remembered briefly so
@@ -120,6 +122,10 @@ final class HeldTrees: Sendable {
     private let table = Mutex<[ThreadID: Entry]>([:])
     /// Nanoseconds of the monotonic clock (0: nothing held).
     private let validUntilNanos = Atomic<UInt64>(0)
+    /// When the store last confirmed the leases (a grant's or renewal's start).
+    private let confirmed = Mutex<ContinuousClock.Instant?>(nil)
+
+    var lastConfirmed: ContinuousClock.Instant? { confirmed.withLock { $0 } }
 
     /// The tree's fence if held (the thread joins it).
     func join(_ tree: ThreadID, _ thread: ThreadID) -> LeaseFence? {
@@ -136,7 +142,10 @@ final class HeldTrees: Sendable {
     /// (their grants are newer than the renewal it counts from).
     func granted(_ fence: LeaseFence, thread: ThreadID, asked: ContinuousClock.Instant, validFor: Duration) {
         table.withLock { table in
-            if table.isEmpty { validUntilNanos.store(Self.nanos(asked + validFor), ordering: .relaxed) }
+            if table.isEmpty {
+                validUntilNanos.store(Self.nanos(asked + validFor), ordering: .relaxed)
+                confirmed.withLock { $0 = asked }
+            }
             table[fence.tree] = Entry(fence: fence, threads: [thread], grantedAt: .now)
         }
     }
@@ -184,6 +193,7 @@ final class HeldTrees: Sendable {
         table.withLock { table in
             guard !table.isEmpty else { return }
             validUntilNanos.store(Self.nanos(start + validFor), ordering: .relaxed)
+            confirmed.withLock { $0 = start }
         }
     }
 

@@ -66,6 +66,7 @@ extension ThreadEngine {
     @discardableResult
     func readFromOwnerIfElsewhere(_ id: ThreadID) async throws -> Bool {
         try throwIfKnownElsewhere(id)
+        try throwIfCutOff()
         guard let coordinator, let record = try await store.threadRecord(id) else { return false }
         if let address = try await coordinator.holder(record.sessionID) {
             knownOwners.remember(id, at: address)
@@ -96,18 +97,7 @@ extension ThreadEngine {
             await owner.gate.lock()
             defer { owner.gate.unlock() }
             guard !owner.retired, owner.fence == fence else { continue }
-            owner.runner?.cancel()  // a turn runner between its steps stops here
-            _ = owner.messageStream?.close()  // and no delta follows thread/closed
-            owner.messageStream = nil
-            owner.retired = true
-            owner.cancelUnload()
-            directory.remove(owner)
-            directory.drop(id)
-            let recipients = owner.subscribers + owner.formerSubscribers
-            owner.publisher.ticket([
-                Delivery(event: .statusChanged(id, .notLoaded), recipients: recipients),
-                Delivery(event: .closed(id), recipients: recipients),
-            ]).publish()
+            drop(owner, retiring: false)  // the lease is gone already: nothing to release
         }
     }
 
@@ -136,6 +126,15 @@ extension ThreadEngine {
     /// is sent, and names the cause.
     func ensureLeasesValid(_ fence: LeaseFence?) throws {
         guard fence != nil, coordinator != nil, !heldTrees.surelyValid else { return }
+        throw DomainError.unavailable(steppedDownMessage)
+    }
+
+    /// While lease renewals fail (the store is out of reach), a thread
+    /// that is not loaded is not looked for in the store (that waits for
+    /// the store's timeout): the command is refused at once, so its client,
+    /// or the instance that relayed it, turns to the thread's next owner.
+    public func throwIfCutOff() throws {
+        guard coordinator != nil, leaseTrouble.withLock({ $0 != nil }) else { return }
         throw DomainError.unavailable(steppedDownMessage)
     }
 
@@ -176,8 +175,17 @@ extension ThreadEngine {
                 continue
             }
             let held = heldTrees.all
-            // Nothing held, nothing to renew (an acquire proves the store reachable).
-            if !held.isEmpty { await renew(held, coordinator, logger: logger) }
+            if !held.isEmpty {
+                await renew(held, coordinator, logger: logger)
+            } else if leaseTrouble.withLock({ $0 != nil }) {
+                // Stepped down and holding nothing: ask whether the store answers again.
+                if (try? await withDeadline(coordinator.leaseDuration, timeoutError: { StoreError.unavailable("no answer") }) {
+                    try await coordinator.probe()
+                }) != nil {
+                    leaseTrouble.withLock { $0 = nil }
+                    logger("the store answers again; serving threads again")
+                }
+            }
             if ContinuousClock.now - lastSweep >= coordinator.leaseDuration {
                 lastSweep = .now
                 if let recovered = try? await recoverInterruptedTurns(), recovered > 0 {
@@ -190,9 +198,12 @@ extension ThreadEngine {
     private func renew(_ held: [HeldTrees.Entry], _ coordinator: any OwnershipCoordinator, logger: @Sendable (String) -> Void) async {
         let started = ContinuousClock.now
         do {
-            // Not waited for past the lapse: a partition stalls the call for minutes.
-            let renewed = try await withDeadline(heldTrees.timeUntilLapse ?? coordinator.leaseDuration, timeoutError: {
-                StoreError.unavailable("the store did not answer a lease renewal before the leases could lapse")
+            // Not waited for past a period (a partition stalls the call for
+            // minutes): unanswered, the instance is in trouble at once (it
+            // takes on nothing new) and tries again; at the lapse it steps down.
+            let wait = min(coordinator.leaseDuration / 3, heldTrees.timeUntilLapse ?? coordinator.leaseDuration)
+            let renewed = try await withDeadline(wait, timeoutError: {
+                StoreError.unavailable("the store did not answer a lease renewal within \(wait)")
             }) { try await coordinator.renew(held.map(\.fence)) }
             heldTrees.renewed(from: started, validFor: leaseValidity(coordinator))
             if leaseTrouble.withLock({ state in defer { state = nil }; return state }) != nil {
@@ -204,7 +215,7 @@ extension ThreadEngine {
             }
         } catch {
             leaseTrouble.withLock { state in
-                state = LeaseTrouble(since: state?.since ?? started, error: "\(error)")
+                state = LeaseTrouble(since: state?.since ?? heldTrees.lastConfirmed ?? started, error: "\(error)")
             }
             logger("lease renewal failed: \(error)")
             if !heldTrees.surelyValid { await stepDown(logger: logger) }
@@ -220,7 +231,7 @@ extension ThreadEngine {
         let held = heldTrees.all
         guard !held.isEmpty else { return }
         leaseTrouble.withLock { state in
-            if state == nil { state = LeaseTrouble(since: .now, error: "leases not renewed in time") }
+            if state == nil { state = LeaseTrouble(since: heldTrees.lastConfirmed ?? .now, error: "no renewal answered in time") }
         }
         logger("stepping down: \(steppedDownMessage); unloading the threads of \(held.count) agent tree(s)")
         for entry in held { await treeLost(entry.fence) }

@@ -70,6 +70,7 @@ extension ThreadEngine {
         } catch {
             threadStarts.refund(principal, reservation)
             if newTree { abandonNewTree(fence) }
+            if let unconfirmed = error as? CommitUnconfirmed { throw DomainError.unavailable(unconfirmed.description) }
             throw error
         }
     }
@@ -81,9 +82,39 @@ extension ThreadEngine {
             operations.insert(.putThread(next.record.bumped()), at: 0)
         }
         for case let .putThread(record) in operations where record.id == owner.id { next.record.version = record.version }
-        try await commit(operations, fence: owner.fence)
+        do {
+            try await commit(operations, fence: owner.fence)
+        } catch let unconfirmed as CommitUnconfirmed {
+            // The store may hold a state this owner never installed: the
+            // thread is unloaded, and the next command loads it as stored.
+            drop(owner, retiring: true)
+            throw DomainError.unavailable(unconfirmed.description)
+        }
         owner.state = next
         directory.publish(next)
+    }
+
+    /// Unloads a thread whose in-memory state can no longer be trusted (its
+    /// tree's lease moved on, or a commit went unconfirmed), with its gate
+    /// held: its turn stops, no delta follows, and its subscribers hear
+    /// thread/closed (they resume through any instance).
+    func drop(_ owner: ThreadOwner, retiring: Bool) {
+        owner.runner?.cancel()  // a turn runner between its steps stops here
+        _ = owner.messageStream?.close()
+        owner.messageStream = nil
+        owner.cancelUnload()
+        if retiring {
+            retire(owner)
+        } else {
+            owner.retired = true
+            directory.remove(owner)
+        }
+        directory.drop(owner.id)
+        let recipients = owner.subscribers + owner.formerSubscribers
+        owner.publisher.ticket([
+            Delivery(event: .statusChanged(owner.id, .notLoaded), recipients: recipients),
+            Delivery(event: .closed(owner.id), recipients: recipients),
+        ]).publish()
     }
 
     // MARK: - Loading and crash recovery
@@ -100,6 +131,7 @@ extension ThreadEngine {
     }
 
     private func loadState(_ owner: ThreadOwner) async throws {
+        try throwIfCutOff()
         let id = owner.id
         if coordinator != nil, owner.fence == nil {
             // The tree is claimed before the thread is read, so the read sees
@@ -134,7 +166,13 @@ extension ThreadEngine {
             stored.record.version = before.version + 1
             operations.insert(.putThread(stored.record), at: 0)
         }
-        if !operations.isEmpty { try await commit(operations, fence: owner.fence) }
+        if !operations.isEmpty {
+            do {
+                try await commit(operations, fence: owner.fence)
+            } catch let unconfirmed as CommitUnconfirmed {
+                throw DomainError.unavailable(unconfirmed.description)  // not loaded: the next command loads again
+            }
+        }
         owner.config = try threadConfig(overrides: stored.record.configOverrides, ceilings: .clamp)
         owner.state = stored
         directory.publish(stored)
@@ -221,6 +259,7 @@ extension ThreadEngine {
             let failure = StoreError.wrapping(error)
             if case let .leaseLost(fence) = failure { tasks.spawn { [self] in await treeLost(fence) } }
             if case let .idempotencyKeyTaken(key) = failure { throw IdempotencyKeyTaken(key: key) }
+            if case .outcomeUnknown = failure { throw CommitUnconfirmed(description: failure.domainError.description) }
             throw failure.domainError
         }
     }
@@ -252,4 +291,9 @@ extension ThreadEngine {
             Delivery(event: .closed(owner.id), recipients: recipients),
         ]).publish()
     }
+}
+
+/// A commit whose outcome the store did not confirm (see `StoreError.outcomeUnknown`).
+struct CommitUnconfirmed: Error, CustomStringConvertible {
+    let description: String
 }

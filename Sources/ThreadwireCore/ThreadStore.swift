@@ -40,6 +40,9 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
     /// A commit's `claimIdempotencyKey` found the key stored already;
     /// nothing of the commit was written.
     case idempotencyKeyTaken(IdempotencyKey)
+    /// The commit was sent and its answer never came (a timeout, a
+    /// connection lost mid-commit): it may or may not have been applied.
+    case outcomeUnknown(String)
 
     public var description: String {
         switch self {
@@ -49,6 +52,7 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
             "this instance no longer owns agent tree \(fence.tree) (lease epoch \(fence.epoch) was taken over); the change was not made"
         case let .unavailable(message), let .misconfigured(message): message
         case let .idempotencyKeyTaken(key): IdempotencyKeyTaken(key: key).description
+        case let .outcomeUnknown(reason): "the store did not confirm the commit (\(reason)): the change may or may not have been made"
         }
     }
 
@@ -61,6 +65,7 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
         case let .unavailable(message): .unavailable(message)
         case let .misconfigured(message): .invalidArgument(message)
         case .idempotencyKeyTaken: .aborted(description + "; repeat the request to get the first one's answer")
+        case .outcomeUnknown: .unavailable(description + "; read the thread, or repeat the request with the same idempotency key")
         }
     }
 

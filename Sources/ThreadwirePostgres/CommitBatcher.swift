@@ -86,7 +86,7 @@ final class CommitBatcher: Sendable {
             let answer = Answer(batch.map(\.continuation))
             let (timeout, location) = (self.timeout, self.location)
             let alarm = DeadlineTimer.shared.schedule(after: timeout) {
-                let error = StoreError.unavailable("PostgreSQL at \(location) did not complete a commit within \(timeout)")
+                let error = StoreError.outcomeUnknown("PostgreSQL at \(location) did not complete a commit within \(timeout)")
                 if answer.give(batch.map { _ in .failure(error) }) { self.abandoned() }
             }
             let outcomes = await run(batch.map(\.commit))
@@ -111,17 +111,29 @@ final class CommitBatcher: Sendable {
     private func run(_ commits: [CommitFunction.Commit]) async -> [Result<Void, any Error>] {
         do {
             return try await call(commits)
-        } catch where commits.count > 1 {
+        } catch where commits.count > 1 && Self.refusedByServer(error) {
             logger.debug("a grouped commit failed; committing its commits one by one", metadata: [
                 "tw.commits": "\(commits.count)", "tw.error": "\(String(reflecting: error))"])
             var outcomes: [Result<Void, any Error>] = []
             for commit in commits {
-                do { outcomes.append(try await call([commit])[0]) } catch { outcomes.append(.failure(error)) }
+                do { outcomes.append(try await call([commit])[0]) } catch { outcomes.append(.failure(Self.classified(error))) }
             }
             return outcomes
         } catch {
-            return [.failure(error)]
+            return commits.map { _ in .failure(Self.classified(error)) }
         }
+    }
+
+    /// PostgreSQL answered with an error: the transaction was rolled back.
+    static func refusedByServer(_ error: any Error) -> Bool {
+        (error as? PSQLError)?.serverInfo != nil
+    }
+
+    /// A refusal stays what it is; anything else (the connection lost or
+    /// timed out mid-call) leaves the commit's outcome unknown.
+    static func classified(_ error: any Error) -> any Error {
+        if refusedByServer(error) || error is StoreError { return error }
+        return StoreError.outcomeUnknown("\(String(reflecting: error))")
     }
 
     private func call(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {

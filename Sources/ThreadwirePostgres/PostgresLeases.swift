@@ -118,6 +118,10 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
         return nil
     }
 
+    public func probe() async throws {
+        try await store.client.query("SELECT 1", logger: store.logger)
+    }
+
     public func orphanedRunningThreads() async throws -> [ThreadID] {
         var ids: [ThreadID] = []
         for try await id in try await store.client.query("""

@@ -27,8 +27,13 @@ public final class PostgresThreadStore: ThreadStore {
     /// lease row while it runs; if its process is paused or cut off
     /// mid-commit, this is how the lock is freed so another instance can
     /// take the thread over (the paused commit then fails).
+    /// `operationTimeout`: how long a call may take before it fails
+    /// (default: 5 s, or twice the stalled-transaction timeout if longer);
+    /// with leases, no longer than one, so an instance cut off from the
+    /// database gives up in time for another to take its threads over.
     public static func connect(url: String, logger: Logger, startupTimeout: Duration = .seconds(15),
-                               stalledTransactionTimeout: Duration = .seconds(5)) async throws -> PostgresThreadStore {
+                               stalledTransactionTimeout: Duration = .seconds(5),
+                               operationTimeout: Duration? = nil) async throws -> PostgresThreadStore {
         let target = try PostgresURL(url)
         var configuration = PostgresClient.Configuration(
             host: target.host, port: target.port, username: target.user,
@@ -53,7 +58,7 @@ public final class PostgresThreadStore: ThreadStore {
         }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let store = PostgresThreadStore(client: client, logger: logger, location: target.redacted,
-                                        operationTimeout: max(.seconds(5), stalledTransactionTimeout * 2))
+                                        operationTimeout: operationTimeout ?? max(.seconds(5), stalledTransactionTimeout * 2))
         do {
             // The pool retries a refused connection for ever: startup gives up.
             try await withThrowingTaskGroup(of: Void.self) { group in

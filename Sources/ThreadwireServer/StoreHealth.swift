@@ -81,6 +81,9 @@ struct MonitoredStore: ThreadStore {
             case let .unavailable(reason), let .misconfigured(reason):
                 health.commitFailed(error)
                 throw StoreError.unavailable("the store cannot commit (\(reason)); the change was not made")
+            case .outcomeUnknown:
+                health.commitFailed(error)
+                throw error
             }
         }
     }

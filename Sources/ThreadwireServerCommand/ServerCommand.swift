@@ -221,8 +221,10 @@ public struct ServerCommand: AsyncParsableCommand {
         let store: any ThreadStore
         let storeService: StoreLifecycle
         if let url = self.store ?? ProcessInfo.processInfo.environment["THREADWIRE_STORE"], !url.isEmpty {
+            let stalled = Duration.milliseconds(Int(min(5, leaseSeconds / 2) * 1000))
             let postgres = try await PostgresThreadStore.connect(
-                url: url, logger: logger, stalledTransactionTimeout: .milliseconds(Int(min(5, leaseSeconds / 2) * 1000)))
+                url: url, logger: logger, stalledTransactionTimeout: stalled,
+                operationTimeout: max(stalled * 2, .milliseconds(Int(min(5, leaseSeconds) * 1000))))
             logger.info("store: PostgreSQL", metadata: ["tw.store": "\(postgres.location)"])
             store = postgres
             storeService = StoreLifecycle { postgres.close() }

@@ -33,6 +33,7 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     func release(_ fences: [LeaseFence]) async {}
     func holder(_ tree: ThreadID) async throws -> String? { nil }
     func orphanedRunningThreads() async throws -> [ThreadID] { [] }
+    func probe() async throws { try await reachable() }
 }
 
 /// The in-memory store, taking fences as given (the coordinator above is the test's).
@@ -81,18 +82,22 @@ struct LeaseStepDownTests {
         #expect(engine.loadCounts.loaded == 0, "the thread is still loaded")
         let trouble = try #require(engine.ownershipTrouble)
         #expect(trouble.contains("not renewed"), "\(trouble)")
-        // A command now needs the tree's lease again, which the cut store cannot
-        // grant: UNAVAILABLE after a lease's time, naming why, with nothing committed.
+        // A command is refused at once (not after the store's timeout), naming
+        // why, so its client or relaying instance turns to the next owner.
+        let asked = ContinuousClock.now
         do {
             _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "during"; return u }())
             Issue.record("a command was carried out while the store was cut off")
         } catch let DomainError.unavailable(message) {
-            #expect(message.contains("did not grant the lease") && message.contains("not renewed"), "\(message)")
+            #expect(message.contains("could not renew its ownership leases"), "\(message)")
         }
+        #expect(ContinuousClock.now - asked < lease / 2, "the refusal waited for the store")
         coordinator.cut(false)
-        // Healed: the instance takes the tree again; the grant clears the trouble.
-        _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "after"; return u }())
+        // Healed: the instance sees the store answer again, then takes the tree back.
+        let healedAt = ContinuousClock.now
+        while engine.ownershipTrouble != nil, ContinuousClock.now - healedAt < lease * 5 { try await Task.sleep(for: .milliseconds(10)) }
         #expect(engine.ownershipTrouble == nil)
+        _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "after"; return u }())
         #expect(try await engine.readThread(id, includeTurns: false, includeModelRequests: false).record.model == "after")
     }
 

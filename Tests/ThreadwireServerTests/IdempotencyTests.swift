@@ -183,6 +183,26 @@ struct IdempotencyTests {
         #expect(result2.turn?.id == turnID)
     }
 
+    @Test("a settings update whose answer a crash kept from being recorded, repeated after another client changed the setting, does not undo that change")
+    func rebuiltAnswerDoesNotRedo() async throws {
+        let server = try await ServerProcess.launch()
+        let thread = try #require(try await server.client().startThread().thread?.id)
+        try await server.restart(environment: ["THREADWIRE_FAULT_POINTS": "idempotency.after-change"])
+        let first = Wire.Request.Params.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "first"))
+        _ = try? await server.client().keyed("settings-crash", first)
+        try await server.restart(environment: [:])
+        let other = try await server.client()
+        _ = try await other.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "later"))
+        let repeated = try await other.keyed("settings-crash", first)
+        guard case let .threadSettingsUpdate(result)? = repeated.result else {
+            Issue.record("the repeat was not answered: \(repeated)")
+            return
+        }
+        #expect(result.changed == true)
+        #expect(result.settings?.model == "later", "the answer is the thread as it is now")
+        #expect(try await other.read(thread, turns: false).thread?.model == "later", "the repeat undid a later change")
+    }
+
     @Test("keys are forgotten after the retention window: a repeat then is a new request")
     func retention() async throws {
         // 0.0005 h = 1.8 s; the keeper looks every tenth of it.

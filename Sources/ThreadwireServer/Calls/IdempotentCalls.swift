@@ -60,6 +60,8 @@ final class IdempotentCalls: Sendable {
     func run(_ admitted: AdmittedCall, call: Call, execute: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> CallOutput {
         guard admitted.spec.mutates, let raw = admitted.request.idempotencyKey else { return .local(try await execute()) }
         try IdempotencyKey.validate(raw)
+        // Cut off from the store, the key could not be looked up before the store's timeout.
+        try call.engine.throwIfCutOff()
         let key = IdempotencyKey(principal: call.principal, key: raw)
         let request = Fingerprinted(admitted)
         while true {
@@ -185,49 +187,66 @@ final class IdempotentCalls: Sendable {
         }
     }
 
-    /// The answer of a change whose process died before recording it, from
-    /// what its claim names as it is now. Methods whose repeat changes
-    /// nothing more are carried out again; the others are answered from
-    /// the thread or turn they made.
+    /// The answer of a change whose process died before recording it (or
+    /// whose commit went unconfirmed), from what its claim names as it is
+    /// now. Nothing is carried out again: the change was made once, and
+    /// made again it could undo what others changed since (a settings
+    /// update repeated after another one).
     private func rebuild(_ claim: IdempotencyClaim, _ admitted: AdmittedCall, call: Call) async throws -> Wire.Response {
         func ok(_ result: Wire.Response.Result) -> Wire.Response { Wire.Response(code: StatusCode.ok.rawValue, result: result) }
-        let thread = claim.threadID ?? call.thread
-        switch admitted.spec.name {
-        case "thread/start", "thread/fork", "agent/spawn":
-            guard let thread, let resume = MethodTable.methods["thread/resume"] else { break }
+        guard let thread = claim.threadID ?? call.thread else { return lost(claim) }
+        let method = admitted.spec.name
+        switch method {
+        case "thread/start", "thread/fork", "agent/spawn", "thread/resume":
+            // The thread as it is, subscribed: what thread/resume answers, with no model change.
+            guard let resume = MethodTable.methods["thread/resume"] else { return lost(claim) }
             let resumed = try await resume.run(.threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true)),
                                                Call(connection: call.connection, engine: call.engine, server: call.server, thread: thread))
-            guard case let .threadResume(lifecycle) = resumed.value else { break }
-            switch admitted.spec.name {
+            guard case let .threadResume(lifecycle) = resumed.value else { return lost(claim) }
+            switch method {
             case "thread/start": return ok(.threadStart(lifecycle))
             case "thread/fork": return ok(.threadFork(lifecycle))
-            default: return ok(.agentSpawn(lifecycle))
+            case "agent/spawn": return ok(.agentSpawn(lifecycle))
+            default: return ok(.threadResume(lifecycle))
             }
         case "turn/start", "thread/compact/start":
-            guard let thread, let turnID = claim.turnIDs.first else { break }
+            guard let turnID = claim.turnIDs.first else { return lost(claim) }
             let page = try await call.engine.listTurns(thread, cursor: nil, limit: 100, descending: true)
-            guard let turn = page.turns.first(where: { $0.id == turnID }) else { break }
-            return ok(admitted.spec.name == "turn/start" ? .turnStart(Wire.TurnStartResult(turn: turn.wire()))
-                                                         : .threadCompactStart(Wire.ThreadCompactStartResult(turn: turn.wire())))
+            guard let turn = page.turns.first(where: { $0.id == turnID }) else { return lost(claim) }
+            return ok(method == "turn/start" ? .turnStart(Wire.TurnStartResult(turn: turn.wire()))
+                                             : .threadCompactStart(Wire.ThreadCompactStartResult(turn: turn.wire())))
         case "turn/interrupt":
             return ok(.turnInterrupt(Wire.TurnInterruptResult()))
         case "turn/steer":
-            guard let turnID = claim.turnIDs.first else { break }
+            guard let turnID = claim.turnIDs.first else { return lost(claim) }
             return ok(.turnSteer(Wire.TurnSteerResult(turnId: turnID)))
         case "thread/rollback":
             return ok(.threadRollback(Wire.ThreadRollbackResult(turnIds: claim.turnIDs)))
-        default:
-            // Carried out again it changes nothing more (the state it set is there).
-            var again = try await admitted.spec.run(admitted.params, call)
-            if case var .threadSettingsUpdate(result) = again.value {
-                result.changed = true  // the first attempt's commit is the claim's
-                again.value = .threadSettingsUpdate(result)
+        case "thread/name/set":
+            return ok(.threadNameSet(Wire.ThreadNameSetResult()))
+        case "thread/archive":
+            return ok(.threadArchive(Wire.ThreadArchiveResult()))
+        case "thread/unsubscribe":
+            return ok(.threadUnsubscribe(Wire.ThreadUnsubscribeResult(wasSubscribed: true)))
+        case "thread/unarchive", "thread/settings/update", "thread/tools/update":
+            // The thread's state now (later changes included): a read.
+            let view = try await call.engine.readThread(thread, includeTurns: false, includeModelRequests: false)
+            switch method {
+            case "thread/unarchive": return ok(.threadUnarchive(Wire.ThreadUnarchiveResult(thread: view.wire(baseInstructions: ""))))
+            case "thread/settings/update":
+                // The first attempt's commit is the claim's: it changed something.
+                return ok(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(settings: view.settings.wire, changed: true)))
+            default: return ok(.threadToolsUpdate(Wire.ThreadToolsUpdateResult(clientTools: view.record.clientTools.map(\.wire))))
             }
-            return ok(again.value)
+        default:
+            return lost(claim)
         }
-        return Wire.Response(code: StatusCode.internal.rawValue, message: """
-            the first request with idempotency key '\(claim.key.key)' was applied, but what it made can no longer be \
-            found to answer it again; read the thread
+    }
+
+    private func lost(_ claim: IdempotencyClaim) -> Wire.Response {
+        Wire.Response(code: StatusCode.internal.rawValue, message: """
+            the first request with idempotency key '\(claim.key.key)' (\(claim.method)) was applied, but what it made can no longer \
+            be found to answer it again; read the thread
             """)
     }
 
@@ -241,9 +260,9 @@ final class IdempotentCalls: Sendable {
             do {
                 let purged = try await store.purgeIdempotencyRecords(createdBefore: cutoff)
                 if purged > 0 { logger.debug("forgot old idempotency keys", metadata: ["tw.keys": "\(purged)"]) }
-            } catch {
+            } catch where !Task.isCancelled {
                 logger.warning("old idempotency keys not purged", metadata: ["tw.error": "\(error)"])
-            }
+            } catch {}
         }
     }
 }

@@ -1,0 +1,173 @@
+"""PostgreSQL and three threadwire instances, each on its own test host (see
+netns.py), for the fault tests."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
+PORT, ADMIN_PORT, PG_PORT = 7420, 7421, 5432
+LEASE_SECONDS = 2
+
+
+def postgres_bin():
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+    if not versions:
+        raise RuntimeError("PostgreSQL is not installed (make test installs Debian's postgresql package)")
+    return versions[-1]
+
+
+def skewed_clock_preload(directory):
+    """LD_PRELOAD for a process whose wall clock is skewed: libfaketime's
+    multithreaded library (preloaded into the server itself: the faketime
+    command forks, and kill -9 must reach the server), after a shim that
+    keeps it off the monotonic clocks' timers (timerfd_passthrough.c)."""
+    found = glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")
+    if not found:
+        raise RuntimeError("libfaketime is not installed (make test installs Debian's faketime)")
+    shim = os.path.join(directory, "timerfd_passthrough.so")
+    if not os.path.exists(shim):
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", shim, str(Path(__file__).with_name("timerfd_passthrough.c")), "-ldl"],
+                       check=True, capture_output=True)
+    return f"{shim} {found[0]}"
+
+
+class Postgres:
+    """A throwaway PostgreSQL on the network's "pg" host."""
+
+    def __init__(self, net):
+        self.net = net
+        self.host = net.hosts["pg"]
+        self.bin = postgres_bin()
+        self.dir = tempfile.mkdtemp(prefix="threadwire-chaos-pg-")
+        shutil.chown(self.dir, "postgres")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+        subprocess.run(as_postgres + [f"{self.bin}/initdb", "-D", f"{self.dir}/data", "-U", "threadwire", "--auth=trust", "--no-sync"],
+                       check=True, capture_output=True)
+        with open(f"{self.dir}/data/pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {self.host.rsplit('.', 1)[0]}.0/24 trust\n")
+        subprocess.run(net.exec_args("pg") + as_postgres + [
+            f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w", "-t", "60",
+            "-o", f"-h {self.host} -p {PG_PORT} -k {self.dir} -c max_connections=300 -c fsync=off", "start"],
+            check=True, capture_output=True)
+        self.databases = 0
+
+    def sql(self, statement, database="postgres"):
+        result = subprocess.run(self.net.exec_args("pg") + [
+            f"{self.bin}/psql", "-h", self.host, "-p", str(PG_PORT), "-U", "threadwire", "-d", database, "-Atc", statement],
+            capture_output=True, text=True, timeout=30)
+        if result.returncode != 0:
+            raise RuntimeError(f"psql: {result.stderr.strip()}")
+        return result.stdout
+
+    def database(self):
+        """A new empty database; its URL."""
+        self.databases += 1
+        name = f"chaos{self.databases}"
+        self.sql(f"CREATE DATABASE {name}")
+        return f"postgres://threadwire@{self.host}:{PG_PORT}/{name}"
+
+    def close(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop"],
+                       capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Instance:
+    def __init__(self, net, host, store, directory, skew=None):
+        self.net, self.host, self.store, self.skew = net, host, store, skew
+        self.address = f"{net.hosts[host]}:{PORT}"
+        self.directory = directory
+        self.log = open(os.path.join(directory, f"{host}.log"), "ab")
+        self.config = os.path.join(directory, "config.json")
+        self.proc = None
+
+    def start(self):
+        env = dict(os.environ)
+        if self.skew:
+            # Only the wall clock: a machine's monotonic clock is its own.
+            env.update({"LD_PRELOAD": skewed_clock_preload(self.directory), "FAKETIME": self.skew, "FAKETIME_DONT_RESET": "1",
+                        "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+        self.proc = subprocess.Popen(self.net.exec_args(self.host) + [
+            BINARY, "--listen", self.address, "--advertise", self.address, "--store", self.store,
+            "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",
+            "--config", self.config, "--log-level", "notice", "--allow-unauthenticated"],
+            stdout=subprocess.PIPE, stderr=self.log, env=env)
+        deadline = time.monotonic() + 60
+        lines = []
+        while len(lines) < 2 and time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise RuntimeError(f"{self.host} exited while starting ({self.proc.wait()}); see its log")
+            lines.append(line)
+        if not any(line.startswith("threadwire listening on ") for line in lines):
+            raise RuntimeError(f"{self.host}: {lines}")
+
+    def kill9(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Cluster:
+    """Three instances on one database of `postgres`, on hosts i1..i3."""
+
+    def __init__(self, net, postgres, skews=None):
+        self.net = net
+        self.postgres = postgres
+        self.url = postgres.database()
+        self.dir = tempfile.mkdtemp(prefix="threadwire-chaos-")
+        Path(self.dir, "config.json").write_text(json.dumps({"agents": {"max_threads": 3}}))
+        skews = skews or {}
+        self.instances = [Instance(net, f"i{n}", self.url, self.dir, skews.get(f"i{n}")) for n in (1, 2, 3)]
+        try:
+            for instance in self.instances:
+                instance.start()
+        except Exception:
+            self.close()
+            raise
+
+    @property
+    def addresses(self):
+        return [instance.address for instance in self.instances]
+
+    def readiness(self, host):
+        """(HTTP status, body) of an instance's /readyz, asked from the client host."""
+        script = ("import urllib.request, urllib.error, sys\n"
+                  f"try:\n r = urllib.request.urlopen('http://{self.net.hosts[host]}:{ADMIN_PORT}/readyz', timeout=3)\n"
+                  " print(r.status); print(r.read().decode())\n"
+                  "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n")
+        result = subprocess.run(self.net.exec_args("cl") + ["python3", "-c", script], capture_output=True, text=True, timeout=20)
+        status, _, body = result.stdout.partition("\n")
+        return int(status or 0), body.strip()
+
+    def leases(self):
+        """[(tree, instance id, address, epoch, live)] as the database sees them now."""
+        rows = self.postgres.sql("SELECT tree, instance_id, address, epoch, expires_at > now() FROM thread_leases ORDER BY tree",
+                                 database=self.url.rsplit("/", 1)[1])
+        return [tuple(line.split("|")) for line in rows.splitlines() if line]
+
+    def close(self):
+        for instance in self.instances:
+            instance.stop()
+            instance.log.close()
+
+    def logs(self):
+        return {i.host: Path(self.dir, f"{i.host}.log").read_text(errors="replace") for i in self.instances}

@@ -1,0 +1,95 @@
+"""The history checker on hand-made histories: each known anomaly is found,
+valid histories pass, and a search over its budget is undecided, not a pass."""
+from checker import INFINITY, Operation, check
+
+
+def w(key, value, start, end=INFINITY, outcome="ok", process="p"):
+    return Operation(process, "write", key, value, start, end, outcome)
+
+
+def r(key, value, start, end, process="q"):
+    return Operation(process, "read", key, value, start, end, "ok")
+
+
+def append(key, value, start, end=INFINITY, outcome="ok"):
+    return Operation("a", "append", key, value, start, end, outcome)
+
+
+def read_list(key, values, start, end):
+    return Operation("l", "list", key, list(values), start, end, "ok")
+
+
+def test_sequential_and_concurrent_histories_are_valid():
+    history = [
+        w("t:model", "a", 0, 1), r("t:model", "a", 2, 3), w("t:model", "b", 4, 10),
+        r("t:model", "a", 5, 6),   # concurrent with the write: may see the old value
+        r("t:model", "b", 7, 8),   # or the new one
+        r("t:model", "b", 11, 12),
+    ]
+    verdict = check(history)
+    assert verdict.valid, verdict.anomalies
+    assert (verdict.operations, verdict.acknowledged, verdict.failed, verdict.indeterminate) == (6, 6, 0, 0)
+
+
+def test_lost_update_is_found():
+    history = [w("t:model", "a", 0, 1), w("t:model", "b", 2, 3), r("t:model", "a", 4, 5)]
+    verdict = check(history)
+    assert not verdict.valid and "not linearizable" in verdict.anomalies[0]
+
+
+def test_stale_read_is_found():
+    verdict = check([w("t:model", "a", 0, 1), r("t:model", None, 2, 3)])
+    assert not verdict.valid and "initial value" in verdict.anomalies[0]
+
+
+def test_indeterminate_write_may_apply_late_or_never_but_not_undo():
+    maybe = w("t:model", "a", 0, outcome="info")
+    assert check([maybe, r("t:model", None, 5, 6), r("t:model", "a", 7, 8)]).valid
+    assert check([maybe, r("t:model", None, 5, 6)]).valid
+    verdict = check([maybe, r("t:model", "a", 5, 6), r("t:model", None, 7, 8)])
+    assert not verdict.valid, "a write that was seen cannot be undone"
+
+
+def test_refused_write_must_not_be_seen():
+    history = [w("t:model", "a", 0, 1, outcome="fail"), r("t:model", "a", 2, 3)]
+    assert not check(history).valid
+
+
+def test_duplicate_append_is_found():
+    history = [append("t", "x", 0, 1), read_list("t", ["x", "x"], 2, 3)]
+    verdict = check(history)
+    assert any("duplicate append" in a for a in verdict.anomalies), verdict.anomalies
+
+
+def test_lost_append_and_stale_list_read_are_found():
+    lost = check([append("t", "x", 0, 1), read_list("t", [], 2, 3)])
+    assert any("lost append" in a for a in lost.anomalies), lost.anomalies
+    stale = check([append("t", "x", 0, 1), read_list("t", ["x"], 2, 3), read_list("t", [], 4, 5), read_list("t", ["x"], 6, 7)])
+    assert any("stale read" in a for a in stale.anomalies), stale.anomalies
+
+
+def test_append_order_and_phantoms_are_checked():
+    order = check([append("t", "x", 0, 1), append("t", "y", 2, 3), read_list("t", ["y", "x"], 4, 5)])
+    assert any("comes before" in a for a in order.anomalies), order.anomalies
+    phantom = check([read_list("t", ["z"], 0, 1)])
+    assert any("never appended" in a for a in phantom.anomalies), phantom.anomalies
+    fine = check([append("t", "x", 0, 1), append("t", "y", 0.5, 3, outcome="info"), read_list("t", ["x", "y"], 4, 5)])
+    assert fine.valid, fine.anomalies
+
+
+def test_caps_and_lost_spawns():
+    spawn = Operation("s", "spawn", "root", "child-1", 0, 1, "ok")
+    over = check([spawn], caps={"root": (1, ["child-1", "child-2"])})
+    assert any("over the cap" in a for a in over.anomalies)
+    lost = check([spawn], caps={"root": (2, [])})
+    assert any("lost spawn" in a for a in lost.anomalies)
+    assert check([spawn], caps={"root": (2, ["child-1"])}).valid
+
+
+def test_a_search_over_budget_is_undecided_never_a_pass():
+    # 22 writes that may each apply or not, and a read of a value nobody wrote:
+    # refuting it means trying every subset.
+    history = [w("t:model", f"v{i}", 0, outcome="info") for i in range(22)] + [r("t:model", "nobody", 1, 2)]
+    verdict = check(history, budget=10_000)
+    assert verdict.unknown and not verdict.valid
+    assert "UNKNOWN" in verdict.summary()

@@ -1,0 +1,209 @@
+"""The clients of a fault test (runs on the client host, in its namespace).
+
+Workers change and read a few threads through every instance at once, each
+through a ReconnectingClient (a new connection on another instance when one
+is lost; changes carry idempotency keys), and record every operation to a
+history file for the checker: an invoke line before it is sent, and an ok,
+fail or info line when it ends.
+
+    workload.py --instances HOST:PORT,... --history FILE --setup FILE
+                --duration SECONDS --healed FILE [--workers N] [--seed N]
+
+After --duration the workers stop; once the --healed file exists (every
+fault healed, every instance running) the final reads are made and recorded.
+"""
+import argparse
+import json
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+from threadwire_client import Client, ReconnectingClient, RetryPolicy
+
+# Refusals the server remembers under an idempotency key: the change surely
+# was not made. Any other end of an operation leaves it indeterminate.
+DEFINITE_REFUSALS = {3, 5, 6, 7, 9, 11, 12}
+USER_MESSAGE = 1
+
+
+class History:
+    def __init__(self, path):
+        self.file = open(path, "w", buffering=1)
+        self.lock = threading.Lock()
+        self.next_id = 0
+
+    def invoke(self, process, f, key, value=None):
+        with self.lock:
+            self.next_id += 1
+            self._write({"type": "invoke", "id": self.next_id, "process": process, "f": f, "key": key, "value": value,
+                         "time": time.monotonic()})
+            return self.next_id
+
+    def end(self, op_id, outcome, value=None, error=None):
+        with self.lock:
+            self._write({"type": outcome, "id": op_id, "value": value, "error": error, "time": time.monotonic()})
+
+    def _write(self, event):
+        self.file.write(json.dumps(event) + "\n")
+
+
+def connector(instances, start):
+    """Connects to the instances in turn, from `start`, moving on after each use."""
+    position = [start]
+
+    def connect():
+        last = None
+        for _ in range(len(instances)):
+            host, port = instances[position[0] % len(instances)].rsplit(":", 1)
+            position[0] += 1
+            try:
+                client = Client(host, int(port), timeout=2.0)
+                client.initialize(name="chaos")
+                return client
+            except OSError as error:
+                last = error
+        raise last
+
+    return connect
+
+
+def retrying(instances, start):
+    return ReconnectingClient(connector(instances, start),
+                              RetryPolicy(max_attempts=8, initial_backoff=0.1, max_backoff=1.0))
+
+
+def perform(history, client, process, f, key, method, params, value=None, result=None):
+    """One recorded operation; `result(response)` is the value an ok read returns."""
+    op_id = history.invoke(process, f, key, value)
+    try:
+        response = client.response(method, params)
+    except OSError as error:
+        history.end(op_id, "info", error=f"{type(error).__name__}: {error}")
+        return None
+    if response.code == 0:
+        history.end(op_id, "ok", value=result(response) if result else None)
+        return response
+    outcome = "fail" if response.code in DEFINITE_REFUSALS else "info"
+    history.end(op_id, outcome, error=f"{response.code}: {response.message}")
+    return None
+
+
+def turn_inputs(response):
+    turns = response.thread_read.thread.turns
+    return [next((item.text for item in turn.items if item.type == USER_MESSAGE), "") for turn in turns]
+
+
+def read_settings(history, client, process, thread):
+    op_model = history.invoke(process, "read", f"{thread}:model")
+    op_cwd = history.invoke(process, "read", f"{thread}:cwd")
+    try:
+        response = client.response("thread/read", {"thread_id": thread})
+    except OSError as error:
+        for op in (op_model, op_cwd):
+            history.end(op, "info", error=str(error))
+        return
+    if response.code != 0:
+        for op in (op_model, op_cwd):
+            history.end(op, "info", error=f"{response.code}: {response.message}")
+        return
+    thread_message = response.thread_read.thread
+    history.end(op_model, "ok", value=thread_message.model)
+    history.end(op_cwd, "ok", value=thread_message.cwd)
+
+
+def read_turns(history, client, process, thread):
+    perform(history, client, process, "list", thread, "thread/read",
+            {"thread_id": thread, "include_turns": True, "turns_limit": 1000}, result=turn_inputs)
+
+
+def worker(index, args, setup, history, deadline):
+    rng = random.Random(args.seed * 1000 + index)
+    client = retrying(args.instances, index)
+    process = f"w{index}"
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        thread = rng.choice(setup["threads"])
+        roll = rng.random()
+        if roll < 0.22:
+            value = f"m-{process}-{n}"
+            perform(history, client, process, "write", f"{thread}:model", "thread/settings/update",
+                    {"thread_id": thread, "model": value}, value=value)
+        elif roll < 0.34:
+            value = f"/w/{process}/{n}"
+            perform(history, client, process, "write", f"{thread}:cwd", "thread/settings/update",
+                    {"thread_id": thread, "cwd": value}, value=value)
+        elif roll < 0.56:
+            read_settings(history, client, process, thread)
+        elif roll < 0.78:
+            value = f"t-{process}-{n}"
+            perform(history, client, process, "append", thread, "turn/start",
+                    {"thread_id": thread, "input": [{"text": value}]}, value=value)
+        elif roll < 0.94:
+            read_turns(history, client, process, thread)
+        else:
+            perform(history, client, process, "spawn", setup["spawn_root"], "agent/spawn",
+                    {"parent_thread_id": setup["spawn_root"]},
+                    result=lambda response: response.agent_spawn.thread.id)
+        time.sleep(rng.uniform(0, 0.02))
+    client.close()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--instances", required=True)
+    parser.add_argument("--history", required=True)
+    parser.add_argument("--setup", required=True)
+    parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--healed", required=True)
+    parser.add_argument("--workers", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--settle", type=float, default=1.0)
+    parser.add_argument("--setup-instance", type=int, default=0, help="the instance that creates (and first owns) the threads")
+    args = parser.parse_args()
+    args.instances = args.instances.split(",")
+    history = History(args.history)
+
+    setup_client = retrying(args.instances, args.setup_instance)
+    started = [setup_client.call("thread/start", {"name": f"chaos-{i}"}).thread for i in range(args.threads)]
+    threads = [thread.id for thread in started]
+    spawn_root = setup_client.call("thread/start", {"name": "spawn-root"}).thread.id
+    # A thread spawns children once its first turn has resolved its runtime.
+    setup_client.call("turn/start", {"thread_id": spawn_root, "input": [{"text": "ready to spawn"}]})
+    while setup_client.call("thread/read", {"thread_id": spawn_root}).thread.status.type == 3:  # THREAD_STATUS_TYPE_ACTIVE
+        time.sleep(0.02)
+    setup_client.close()
+    # The registers' values before the first write.
+    initial = {f"{thread.id}:model": thread.model for thread in started}
+    initial.update({f"{thread.id}:cwd": thread.cwd for thread in started})
+    setup = {"threads": threads, "spawn_root": spawn_root, "initial": initial,
+             # By the wall clock of the instance that made them (a skewed one shows).
+             "created_at_ms": [thread.created_at for thread in started], "wall_clock_ms": int(time.time() * 1000)}
+    Path(args.setup).write_text(json.dumps(setup))
+
+    deadline = time.monotonic() + args.duration
+    workers = [threading.Thread(target=worker, args=(i, args, setup, history, deadline)) for i in range(args.workers)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+
+    # Final reads, once every fault is healed: what the store holds for good.
+    while not os.path.exists(args.healed):
+        time.sleep(0.05)
+    time.sleep(args.settle)
+    final = retrying(args.instances, 0)
+    for thread in threads:
+        read_settings(history, final, "final", thread)
+        read_turns(history, final, "final", thread)
+    children = final.call("thread/list", {"parent_thread_id": spawn_root, "limit": 100})
+    setup["children"] = [thread.id for thread in children.data]
+    Path(args.setup).write_text(json.dumps(setup))
+    final.close()
+
+
+if __name__ == "__main__":
+    main()
