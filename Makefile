@@ -233,6 +233,14 @@ bench-mesh: apt-deps py-deps
 	swift build -c release --product threadwire
 	Benchmarks/mesh.sh
 
+## Issue 27: settings/update and turn/start with and without idempotency keys (SQLite, PostgreSQL);
+## how long a partitioned owner's threads wait for another instance (as root: network namespaces).
+bench-idempotency: apt-deps py-deps
+	swift build -c release --product threadwire-server
+	swift build -c release --product threadwire
+	Benchmarks/idempotency.sh
+	THREADWIRE_SERVER_BIN=$(CURDIR)/.build/release/threadwire-server $(PYTHON) Benchmarks/failover.py
+
 ## Issue 28: one thread streaming to many subscribers; memory per idle subscriber.
 bench-fanout: apt-deps py-deps
 	swift build -c release --product threadwire-server

@@ -18,13 +18,15 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Total requests per second (open loop); default: as fast as possible.") var rate: Double?
     @Option(help: "Seconds to run.") var duration = 5.0
     @Flag(help: "Print the report as JSON.") var json = false
+    @Flag(help: "Send each change (settings, turn) with a new idempotency key, as retrying clients do.") var idempotencyKeys = false
 
     func run() async throws {
         let threads = ThreadBox()
         let workload = self.workload
+        let keyed = idempotencyKeys
         let report = try await LoadRun.run(
             server: server, options: LoadOptions(connections: connections, rate: rate, duration: duration), progress: !json,
-            makeScript: { BenchScript(workload: workload, thread: threads.get($0)) },
+            makeScript: { BenchScript(workload: workload, thread: threads.get($0), keyed: keyed) },
             setUp: { client, index in
                 guard workload != .health else { return }
                 guard case let .threadStart(started) = try await client.result(.threadStart(Wire.ThreadStartParams())),
@@ -46,13 +48,17 @@ final class ThreadBox: @unchecked Sendable {
 final class BenchScript: LoadScript, @unchecked Sendable {
     let workload: Bench.Workload
     let thread: String
+    let keyed: Bool
     private var counter = 0
     private var notifications: AsyncStream<Wire.Notification>.Iterator?
 
-    init(workload: Bench.Workload, thread: String) {
+    init(workload: Bench.Workload, thread: String, keyed: Bool) {
         self.workload = workload
         self.thread = thread
+        self.keyed = keyed
     }
+
+    private var key: String? { keyed ? UUID().uuidString : nil }
 
     func step(_ client: ThreadwireClient) async throws -> UInt32? {
         counter += 1
@@ -62,10 +68,12 @@ final class BenchScript: LoadScript, @unchecked Sendable {
         case .read:
             return try await client.call(.threadRead(Wire.ThreadReadParams(threadId: thread))).code ?? 0
         case .settings:
-            return try await client.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "m\(counter)"))).code ?? 0
+            return try await client.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "m\(counter)")),
+                                         idempotencyKey: key).code ?? 0
         case .turn:
             if notifications == nil { notifications = client.notifications.makeAsyncIterator() }
-            let response = try await client.call(.turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text("step \(counter)"))])))
+            let response = try await client.call(.turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text("step \(counter)"))])),
+                                                 idempotencyKey: key)
             guard response.code ?? 0 == 0, case let .turnStart(started)? = response.result else { return response.code ?? 0 }
             while let notification = await notifications?.next() {
                 if case let .turnCompleted(done)? = notification.payload, done.turn?.id == started.turn?.id { break }

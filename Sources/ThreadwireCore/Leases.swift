@@ -218,7 +218,11 @@ final class HeldTrees: Sendable {
         let (seconds, attoseconds) = elapsed.components
         return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
     }
-    private static let origin = ContinuousClock.now - .seconds(1)
+    /// Far enough back that every instant this process deals with comes
+    /// after it (it is taken lazily, at first use: a grant asked for a
+    /// while before that must not land before it, which would read as
+    /// "nothing held", that is, valid for ever).
+    private static let origin = ContinuousClock.now - .seconds(365 * 24 * 3600)
 }
 
 /// Why this instance is not sure of its leases: renewals have failed since

@@ -105,12 +105,22 @@ extension ThreadEngine {
     /// (the store unreachable: a partition stalls the call for minutes).
     /// A grant proves the store reachable again.
     private func acquire(_ tree: ThreadID, _ coordinator: any OwnershipCoordinator) async throws -> LeaseClaim {
-        let claim = try await withDeadline(coordinator.leaseDuration, timeoutError: { [self] in
-            DomainError.unavailable("the store did not grant the lease of agent tree \(tree) within \(coordinator.leaseDuration)"
-                + (ownershipTrouble.map { " (\($0))" } ?? "") + "; retry")
-        }) { try await coordinator.acquire(tree) }
-        if case .held = claim { leaseTrouble.withLock { $0 = nil } }
-        return claim
+        do {
+            let claim = try await withDeadline(coordinator.leaseDuration, timeoutError: { [self] in
+                DomainError.unavailable("the store did not grant the lease of agent tree \(tree) within \(coordinator.leaseDuration)"
+                    + (ownershipTrouble.map { " (\($0))" } ?? "") + "; retry")
+            }) { try await coordinator.acquire(tree) }
+            leaseTrouble.withLock { $0 = nil }
+            return claim
+        } catch {
+            noteTrouble("\(error)")
+            throw error
+        }
+    }
+
+    /// The store did not answer the coordinator: in trouble from now (or since earlier).
+    private func noteTrouble(_ error: String, since: ContinuousClock.Instant = .now) {
+        leaseTrouble.withLock { state in state = LeaseTrouble(since: state?.since ?? since, error: error) }
     }
 
     /// How long a lease is surely this instance's after the moment it asked
@@ -170,20 +180,25 @@ extension ThreadEngine {
             // Awake by the moment the leases may lapse, whatever the period.
             try? await Task.sleep(for: min(period, heldTrees.timeUntilLapse.map { $0 + .milliseconds(1) } ?? period))
             if Task.isCancelled || stopping.load(ordering: .acquiring) { break }
+            var steppedDown = false
             if !heldTrees.surelyValid {
                 await stepDown(logger: logger)
-                continue
+                steppedDown = true
             }
             let held = heldTrees.all
             if !held.isEmpty {
                 await renew(held, coordinator, logger: logger)
-            } else if leaseTrouble.withLock({ $0 != nil }) {
-                // Stepped down and holding nothing: ask whether the store answers again.
-                if (try? await withDeadline(coordinator.leaseDuration, timeoutError: { StoreError.unavailable("no answer") }) {
-                    try await coordinator.probe()
-                }) != nil {
-                    leaseTrouble.withLock { $0 = nil }
-                    logger("the store answers again; serving threads again")
+            } else if steppedDown || leaseTrouble.withLock({ $0 != nil }) {
+                // Holding nothing after a step-down or trouble: does the store answer?
+                do {
+                    try await withDeadline(coordinator.leaseDuration / 3, timeoutError: {
+                        StoreError.unavailable("the store did not answer within \(coordinator.leaseDuration / 3)")
+                    }) { try await coordinator.probe() }
+                    if leaseTrouble.withLock({ state in defer { state = nil }; return state }) != nil {
+                        logger("the store answers again; serving threads again")
+                    }
+                } catch {
+                    noteTrouble("\(error)")
                 }
             }
             if ContinuousClock.now - lastSweep >= coordinator.leaseDuration {
@@ -214,9 +229,7 @@ extension ThreadEngine {
                 await treeLost(entry.fence)
             }
         } catch {
-            leaseTrouble.withLock { state in
-                state = LeaseTrouble(since: state?.since ?? heldTrees.lastConfirmed ?? started, error: "\(error)")
-            }
+            noteTrouble("\(error)", since: heldTrees.lastConfirmed ?? started)
             logger("lease renewal failed: \(error)")
             if !heldTrees.surelyValid { await stepDown(logger: logger) }
         }
@@ -227,13 +240,15 @@ extension ThreadEngine {
     /// resume through any instance). The leases are not released (the store
     /// cannot be reached); they lapse, and any instance, this one too once
     /// it reaches the store again, takes the trees over and recovers their turns.
+    /// Without renewal trouble (renewals did not fail: the process was
+    /// paused past its validity, as by SIGSTOP), the store is not suspected:
+    /// the instance goes on serving, loading its threads afresh.
     func stepDown(logger: @Sendable (String) -> Void) async {
         let held = heldTrees.all
         guard !held.isEmpty else { return }
-        leaseTrouble.withLock { state in
-            if state == nil { state = LeaseTrouble(since: heldTrees.lastConfirmed ?? .now, error: "no renewal answered in time") }
-        }
-        logger("stepping down: \(steppedDownMessage); unloading the threads of \(held.count) agent tree(s)")
+        let cause = leaseTrouble.withLock { $0 }.map { "could not renew its ownership leases (\($0.error))" }
+            ?? "did not renew its ownership leases in time (the process was held up)"
+        logger("stepping down: this instance \(cause); unloading the threads of \(held.count) agent tree(s), which any instance takes over")
         for entry in held { await treeLost(entry.fence) }
     }
 

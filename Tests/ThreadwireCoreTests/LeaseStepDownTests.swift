@@ -58,7 +58,7 @@ struct UnfencedStore: ThreadStore {
 struct LeaseStepDownTests {
     @Test("renewals that hang past the lease's validity: commands are refused with UNAVAILABLE naming the cause, the threads are unloaded, readiness names the trouble; healed, the instance takes its thread back")
     func stepsDownBeforeTheLeaseCanExpire() async throws {
-        let lease = Duration.milliseconds(600)
+        let lease = Duration.seconds(8)
         let coordinator = CuttableCoordinator(leaseDuration: lease)
         let engine = ThreadEngine(store: UnfencedStore(), backend: ScriptedEchoBackend(), settings: ServerSettings(), sink: RecordingSink(),
                                   coordinator: coordinator)
@@ -103,7 +103,7 @@ struct LeaseStepDownTests {
 
     @Test("a commit attempted after the leases may have lapsed, before any step-down ran, is refused UNAVAILABLE saying the leases were not renewed")
     func commitRefusedOnceLapsed() async throws {
-        let lease = Duration.milliseconds(400)
+        let lease = Duration.seconds(8)
         let coordinator = CuttableCoordinator(leaseDuration: lease)
         let engine = ThreadEngine(store: UnfencedStore(), backend: ScriptedEchoBackend(), settings: ServerSettings(), sink: RecordingSink(),
                                   coordinator: coordinator)

@@ -253,7 +253,7 @@ final class Envoy: @unchecked Sendable {
     func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            process.waitForExit()
         }
         try? FileManager.default.removeItem(atPath: directory)
     }

@@ -254,7 +254,7 @@ final class HAProxy: @unchecked Sendable {
 
     func stop() {
         if process.isRunning { process.terminate() }
-        process.waitUntilExit()
+        process.waitForExit()
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

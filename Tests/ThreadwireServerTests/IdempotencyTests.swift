@@ -205,15 +205,16 @@ struct IdempotencyTests {
 
     @Test("keys are forgotten after the retention window: a repeat then is a new request")
     func retention() async throws {
-        // 0.0005 h = 1.8 s; the keeper looks every tenth of it.
-        let server = try await InProcessServer.launch(arguments: ["--idempotency-retention-hours", "0.0005"])
+        // 0.003 h = 10.8 s (long enough for the first repeat on a loaded
+        // machine); the keeper looks every tenth of it.
+        let server = try await InProcessServer.launch(arguments: ["--idempotency-retention-hours", "0.003"])
         let client = try await server.client()
         let params = Wire.Request.Params.threadStart(Wire.ThreadStartParams())
         let first = try await client.keyed("kept-briefly", params)
         let soon = try await client.keyed("kept-briefly", params)
         guard case let .threadStart(a)? = first.result, case let .threadStart(b)? = soon.result else { throw TestTimeout(description: "bad") }
         #expect(a.thread?.id == b.thread?.id)
-        try await Task.sleep(for: .seconds(3))
+        try await Task.sleep(for: .seconds(13))
         let later = try await client.keyed("kept-briefly", params)
         guard case let .threadStart(c)? = later.result else { throw TestTimeout(description: "bad") }
         #expect(c.thread?.id != a.thread?.id, "the key outlived its retention")
@@ -245,7 +246,7 @@ struct IdempotencyTests {
         let thread = try #require(try await setup.startThread().thread?.id)
         try await server.restart(environment: ["THREADWIRE_FAULT_POINTS": "idempotency.after-change"])
         var policy = RetryPolicy()
-        policy.maxAttempts = 30
+        policy.maxAttempts = 300  // up to a minute: the restart of a debug server on a loaded machine
         policy.initialBackoff = .milliseconds(50)
         policy.maxBackoff = .milliseconds(300)
         let port = server.port

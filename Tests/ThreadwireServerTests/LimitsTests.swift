@@ -313,6 +313,6 @@ func shell(_ command: String) -> Int32 {
     process.executableURL = URL(fileURLWithPath: "/bin/sh")
     process.arguments = ["-c", command]
     do { try process.run() } catch { return -1 }
-    process.waitUntilExit()
+    process.waitForExit()
     return process.terminationStatus
 }

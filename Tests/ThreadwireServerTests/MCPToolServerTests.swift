@@ -22,7 +22,7 @@ struct MCPToolServerTests {
             git.executableURL = URL(fileURLWithPath: "/usr/bin/git")
             git.arguments = ["-C", path] + arguments
             try git.run()
-            git.waitUntilExit()
+            git.waitForExit()
             guard git.terminationStatus == 0 else { throw TestTimeout(description: "git \(arguments) failed") }
         }
         return path

@@ -78,7 +78,7 @@ extension PostgresServerTests {
                                  "-v", "ON_ERROR_STOP=1", "-qc", sql]
             process.standardOutput = FileHandle.nullDevice
             try process.run()
-            process.waitUntilExit()
+            process.waitForExit()
             guard process.terminationStatus == 0 else { throw TestTimeout(description: "psql failed: \(sql)") }
         }
     }

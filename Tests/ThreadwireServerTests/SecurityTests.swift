@@ -374,7 +374,7 @@ struct SecurityTests {
                     break
                 }
             }
-            process.waitUntilExit()
+            process.waitForExit()
             stdout.append(out.fileHandleForReading.readDataToEndOfFile())
             return (process.terminationStatus, String(decoding: stdout, as: UTF8.self),
                     String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))

@@ -113,7 +113,7 @@ final class ServerProcess: @unchecked Sendable {
             }
             let chunk = stdout.fileHandleForReading.availableData
             if chunk.isEmpty {
-                process.waitUntilExit()
+                process.waitForExit()
                 let log = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
                 throw ServerProcessError.exitedEarly(status: process.terminationStatus, stderr: String(log.suffix(2000)))
             }

@@ -28,7 +28,7 @@ private func makeCertificatesBlocking() throws -> String {
     process.executableURL = URL(fileURLWithPath: "/bin/bash")
     process.arguments = [script, dir]
     try process.run()
-    process.waitUntilExit()
+    process.waitForExit()
     guard process.terminationStatus == 0 else { throw TestTimeout(description: "make_test_certs.sh failed") }
     return dir
 }

@@ -219,3 +219,12 @@ struct TestServerSetup: Sendable {
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
     }
 }
+
+extension Process {
+    /// Waits for the process to end by polling: Process.waitUntilExit spins
+    /// a run loop and has hung the whole suite when many processes run at once.
+    func waitForExit(timeout: Double = 120) {
+        let deadline = Date().addingTimeInterval(timeout)
+        while isRunning && Date() < deadline { usleep(2_000) }
+    }
+}

@@ -281,7 +281,10 @@ final class OTLPReceiver: @unchecked Sendable {
         // SIGKILL: the test process blocks SIGTERM and its children inherit the mask.
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            // Not Process.waitUntilExit: it spins a run loop and has hung the
+            // whole suite here. SIGKILL cannot be ignored; the reaping is Foundation's.
+            let deadline = Date().addingTimeInterval(5)
+            while process.isRunning && Date() < deadline { usleep(5_000) }
         }
         try? FileManager.default.removeItem(atPath: directory)
     }

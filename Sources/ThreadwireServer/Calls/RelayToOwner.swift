@@ -116,7 +116,7 @@ enum RelayToOwner {
             connection.upstreams.withLockedValue { table in if table[owner.address] === upstream { table[owner.address] = nil } }
             upstream.close()
             return .noAnswer(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
-                + "the change may or may not have been made: read the thread, then retry"))
+                + "the change may or may not have been made: read the thread, then retry (with the same idempotency key a retry applies it once)"))
         }
         response.id = request.id
         if response.code ?? 0 == 0 { track(params, response, upstream) }
