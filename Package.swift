@@ -81,7 +81,7 @@ let package = Package(
         ),
         .target(
             name: "ThreadwireContract",
-            dependencies: ["ThreadwireCore", "ThreadwireWire"],
+            dependencies: ["ThreadwireCore", "ThreadwireWire", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         // What every store shares: the thread row's columns and the on-disk
@@ -221,7 +221,7 @@ let package = Package(
         .executableTarget(
             name: "ThreadwireCLI",
             dependencies: [
-                "ThreadwireClient", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireCore", "ThreadwireNIO",
+                "ThreadwireClient", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireCore", "ThreadwireNIO", "ThreadwireContract",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],

@@ -30,11 +30,11 @@ enum Mappings {
         (.userInput, .userInput), (.assistantMessage, .assistantMessage), (.toolCall, .toolCall),
         (.toolOutput, .toolOutput), (.subagentNotification, .subagentNotification), (.mailbox, .mailbox),
         (.interruptionMarker, .interruptionMarker), (.developerMessage, .developerMessage),
-        (.compactionSummary, .compactionSummary), (.rollbackMarker, .rollbackMarker),
+        (.compactionSummary, .compactionSummary), (.rollbackMarker, .rollbackMarker), (.historyReplaced, .historyReplaced),
     ])
     static let itemType = EnumMapping<ItemType, Wire.ItemType>(pairs: [
         (.userMessage, .userMessage), (.agentMessage, .agentMessage), (.collabToolCall, .collabToolCall), (.toolCall, .toolCall),
-        (.contextCompaction, .contextCompaction),
+        (.contextCompaction, .contextCompaction), (.reasoning, .reasoning),
     ])
     static let toolSource = EnumMapping<ToolSource, Wire.ToolSource>(pairs: [(.client, .client), (.mcp, .mcp), (.builtin, .builtin)])
     static let approvalPolicy = EnumMapping<ApprovalPolicy, Wire.ApprovalPolicy>(pairs: [
@@ -261,7 +261,7 @@ extension ThreadView {
             id: r.id, sessionId: r.sessionID, forkedFromId: r.forkedFromID, parentThreadId: r.parentID,
             preview: r.preview, name: r.name, createdAt: r.createdAt, updatedAt: r.updatedAt, status: status.wire,
             source: Wire.ThreadSource(kind: r.source.wire, parentThreadId: r.parentID, depth: UInt32(r.depth),
-                                      agentNickname: r.nickname, taskName: r.taskName),
+                                      agentNickname: r.nickname, taskName: r.taskName, agentRole: r.agentRole),
             archived: r.archived, multiAgentRuntime: r.runtime?.wire ?? .unspecified,
             multiAgentMode: r.selectedMode?.wire, model: r.model, cwd: r.cwd, turns: turns)
     }

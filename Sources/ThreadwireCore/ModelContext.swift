@@ -25,6 +25,8 @@ public enum ModelContext {
             case .compactionSummary:
                 reversed.append(index)
                 return reversed.reversed()
+            case .historyReplaced:
+                return reversed.reversed()
             default:
                 reversed.append(index)
             }

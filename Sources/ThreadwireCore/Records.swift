@@ -32,6 +32,8 @@ public struct ThreadRecord: Sendable, Equatable {
     public var depth: Int
     public var taskName: String?
     public var nickname: String?
+    /// A child's role, as an imported rollout recorded it.
+    public var agentRole: String?
     public var preview: String = ""
     public var name: String?
     public var createdAt: Millis
@@ -103,6 +105,9 @@ public enum ContextKind: String, Sendable, CaseIterable {
     case compactionSummary
     /// Never shown: the items from `rollsBackFrom` up to it leave the model's context.
     case rollbackMarker
+    /// Never shown, and nothing before it is (an imported codex compaction
+    /// whose replacement history follows it).
+    case historyReplaced
 }
 
 /// One model-visible history item.
@@ -229,7 +234,7 @@ public enum AgentStatus: String, Sendable, CaseIterable {
 
 public enum TurnStatus: String, Sendable, CaseIterable { case inProgress, completed, interrupted, failed }
 
-public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall, toolCall, contextCompaction }
+public enum ItemType: String, Sendable, CaseIterable { case userMessage, agentMessage, collabToolCall, toolCall, contextCompaction, reasoning }
 
 /// Who runs a tool-call item's tool.
 public enum ToolSource: String, Sendable, CaseIterable, Codable { case client, mcp, builtin }

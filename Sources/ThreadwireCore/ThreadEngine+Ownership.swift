@@ -144,7 +144,12 @@ extension ThreadEngine {
         var operations: [StoreOperation] = []
         if stored.record.runtime == nil {
             let origin: HistoryOrigin = stored.record.legacy || !stored.turns.isEmpty ? .resumed : .new
-            stored.record.runtime = RuntimeResolver.resolveAtLoad(inherited: nil, recorded: Self.recordedRuntime(stored), origin: origin)
+            // An imported child that recorded none takes its parent's, as a spawned child does.
+            var inherited: MultiAgentRuntime?
+            if stored.record.source == .threadSpawn, let parentID = stored.record.parentID {
+                inherited = try await store.threadRecord(parentID)?.runtime
+            }
+            stored.record.runtime = RuntimeResolver.resolveAtLoad(inherited: inherited, recorded: Self.recordedRuntime(stored), origin: origin)
         }
         var recovered = false
         // A turn that was only waiting for a client goes on waiting: its

@@ -20,6 +20,30 @@ public enum StoreOperation: Sendable {
     /// claim when the request changed nothing (a refusal, a no-op). An answer
     /// already stored is kept (the first counts).
     case recordIdempotentResponse(IdempotencyClaim, response: [UInt8])
+    /// Remember which content a thread was imported from (thread/import).
+    case recordImport(ImportRecord)
+    /// Threads imported before their ancestor (their tree named by that
+    /// ancestor's id, `from`) join its tree, `to`; each such row's version is
+    /// bumped, so a stale copy of it cannot overwrite the change.
+    case relinkTree(from: ThreadID, to: ThreadID)
+}
+
+/// Which content a thread was imported from: importing the same again
+/// changes nothing.
+public struct ImportRecord: Sendable, Equatable {
+    public var threadID: ThreadID
+    public var principal: Principal
+    /// SHA-256 of the file's lines.
+    public var digest: [UInt8]
+    public var lines: Int
+    public var importedAt: Millis
+    public init(threadID: ThreadID, principal: Principal, digest: [UInt8], lines: Int, importedAt: Millis) {
+        self.threadID = threadID
+        self.principal = principal
+        self.digest = digest
+        self.lines = lines
+        self.importedAt = importedAt
+    }
 }
 
 /// Every way a store refuses or fails a call, for every store; mapped to
@@ -147,6 +171,8 @@ public protocol ThreadStore: Sendable {
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord?
     /// Forgets keys stored before `millis` (milliseconds since 1970); how many.
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int
+    /// What a thread was imported from, if it was.
+    func importRecord(_ thread: ThreadID) async throws -> ImportRecord?
 }
 
 extension ThreadStore {

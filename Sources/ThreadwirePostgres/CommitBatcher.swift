@@ -227,6 +227,9 @@ enum CommitFunction {
         var fp: Data?
         var turns: String?
         var at: Int64?
+        // An import record's line count; a relink's new tree.
+        var lines: Int?
+        var to: String?
 
         init(_ operation: StoreOperation) throws {
             switch operation {
@@ -260,6 +263,17 @@ enum CommitFunction {
                 k = "reply"
                 setKey(claim)
                 record = Data(response)
+            case let .recordImport(imported):
+                k = "import"
+                id = imported.threadID
+                p = imported.principal
+                fp = Data(imported.digest)
+                lines = imported.lines
+                at = imported.importedAt
+            case let .relinkTree(from, to):
+                k = "relink"
+                id = from
+                self.to = to
             }
         }
 
@@ -274,7 +288,7 @@ enum CommitFunction {
         }
 
         enum CodingKeys: String, CodingKey {
-            case k, r, id, first, items, seq, record, status, through, turnID = "turn", p, key, m, fp, turns, at
+            case k, r, id, first, items, seq, record, status, through, turnID = "turn", p, key, m, fp, turns, at, lines, to
         }
     }
 
@@ -428,6 +442,27 @@ enum CommitFunction {
                                         decode(op->>'record', 'base64'), (op->>'at')::bigint)
                                 ON CONFLICT (principal, key) DO UPDATE SET response = EXCLUDED.response
                                 WHERE idempotency_keys.response IS NULL;
+                            WHEN 'mail-' THEN
+            """)
+
+    /// Migration 7: the same, writing `agent_role`, import records, and
+    /// relinking threads imported before their ancestor into its tree.
+    static let definitionV7 = definitionV6
+        .replacingOccurrences(
+            of: "tool_settings = v.tool_settings\n", with: "tool_settings = v.tool_settings, agent_role = v.agent_role\n")
+        .replacingOccurrences(
+            of: """
+                            WHEN 'mail-' THEN
+            """,
+            with: """
+                            WHEN 'import' THEN
+                                INSERT INTO thread_imports (thread_id, owner, digest, lines, imported_at)
+                                VALUES (op->>'id', op->>'p', decode(op->>'fp', 'base64'), (op->>'lines')::bigint, (op->>'at')::bigint)
+                                ON CONFLICT (thread_id) DO UPDATE SET owner = EXCLUDED.owner, digest = EXCLUDED.digest,
+                                    lines = EXCLUDED.lines, imported_at = EXCLUDED.imported_at;
+                            WHEN 'relink' THEN
+                                UPDATE threads SET session_id = op->>'to', version = version + 1
+                                WHERE session_id = op->>'id' AND id <> op->>'id';
                             WHEN 'mail-' THEN
             """)
 }

@@ -162,6 +162,16 @@ public final class PostgresThreadStore: ThreadStore {
             "CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at)",
             CommitFunction.definitionV6,
         ]),
+        // thread/import: a child's role, which content each imported thread
+        // came from, and the commit function writing both (and relinking).
+        (7, [
+            "ALTER TABLE threads ADD COLUMN agent_role TEXT",
+            """
+            CREATE TABLE thread_imports (thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, digest BYTEA NOT NULL,
+                lines BIGINT NOT NULL, imported_at BIGINT NOT NULL)
+            """,
+            CommitFunction.definitionV7,
+        ]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -239,7 +249,7 @@ public final class PostgresThreadStore: ThreadStore {
     static let threadColumns = """
         id, session_id, parent_id, forked_from_id, source, depth, task_name, nickname, preview, name, created_at,
         updated_at, archived, runtime, legacy, selected_mode, model, cwd, base_instructions, config_overrides, version,
-        agent_status, agent_final_message, agent_closed, owner, tool_settings
+        agent_status, agent_final_message, agent_closed, owner, tool_settings, agent_role
         """
 
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
@@ -371,6 +381,17 @@ public final class PostgresThreadStore: ThreadStore {
                 let claim = IdempotencyClaim(key: key, method: method, fingerprint: [UInt8](fingerprint), threadID: thread,
                                              turnIDs: IdempotencyRows.turnIDs(turns), createdAtMillis: created)
                 return IdempotencyRecord(claim: claim, response: response.map { [UInt8]($0) })
+            }
+            return nil
+        }
+    }
+
+    public func importRecord(_ thread: ThreadID) async throws -> ImportRecord? {
+        try await bounded("an import record's read") {
+            for try await (owner, digest, lines, at) in try await self.client.query(
+                "SELECT owner, digest, lines, imported_at FROM thread_imports WHERE thread_id = \(thread)", logger: self.logger
+            ).decode((String, Data, Int64, Int64).self) {
+                return ImportRecord(threadID: thread, principal: owner, digest: [UInt8](digest), lines: Int(lines), importedAt: at)
             }
             return nil
         }

@@ -159,6 +159,20 @@ public final class SQLiteThreadStore: ThreadStore {
                 CREATE INDEX idempotency_keys_created ON idempotency_keys(created_at);
                 """)
         }
+        migrator.registerMigration("v8: imports") { db in
+            try db.execute(sql: """
+                -- A child's role as an imported rollout recorded it.
+                ALTER TABLE threads ADD COLUMN agent_role TEXT;
+                -- Which content each imported thread came from (thread/import is idempotent).
+                CREATE TABLE thread_imports (
+                    thread_id TEXT PRIMARY KEY NOT NULL,
+                    owner TEXT NOT NULL,
+                    digest BLOB NOT NULL,
+                    lines INTEGER NOT NULL,
+                    imported_at INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 
@@ -351,6 +365,20 @@ public final class SQLiteThreadStore: ThreadStore {
         case let .recordIdempotentResponse(claim, response):
             try db.cachedStatement(sql: insertKey + " ON CONFLICT (principal, key) DO UPDATE SET response = excluded.response WHERE response IS NULL")
                 .execute(arguments: keyArguments(claim, response: response))
+        case let .recordImport(record):
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO thread_imports (thread_id, owner, digest, lines, imported_at) VALUES (?, ?, ?, ?, ?)")
+                .execute(arguments: [record.threadID, record.principal, Data(record.digest), record.lines, record.importedAt])
+        case let .relinkTree(from, to):
+            try db.cachedStatement(sql: "UPDATE threads SET session_id = ?, version = version + 1 WHERE session_id = ? AND id <> ?")
+                .execute(arguments: [to, from, from])
+        }
+    }
+
+    public func importRecord(_ thread: ThreadID) async throws -> ImportRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT owner, digest, lines, imported_at FROM thread_imports WHERE thread_id = ?", arguments: [thread])
+                .map { ImportRecord(threadID: thread, principal: $0["owner"], digest: [UInt8]($0["digest"] as Data), lines: $0["lines"],
+                                    importedAt: $0["imported_at"]) }
         }
     }
 

@@ -22,12 +22,16 @@ public struct ServerInfo: Sendable {
     /// Several instances share the store: requests for threads another
     /// instance owns are relayed there.
     public var relays = false
+    /// Files being imported in several requests (thread/import).
+    let imports: ImportSessions
 
     /// Whether connections act as distinct principals (tokens or client
     /// certificates); otherwise everything belongs to one principal.
     public var authenticates: Bool { authenticator.isEnabled || clientCertificatesName }
 
-    public init(limits: ServerLimits, draining: @escaping @Sendable () -> Bool, storeHealthy: @escaping @Sendable () -> Bool = { true }) {
+    public init(limits: ServerLimits, draining: @escaping @Sendable () -> Bool, storeHealthy: @escaping @Sendable () -> Bool = { true },
+                defaultModel: String = ServerSettings().defaultModel) {
+        imports = ImportSessions(defaultModel: defaultModel)
         self.limits = limits
         self.draining = draining
         self.storeHealthy = storeHealthy

@@ -116,7 +116,8 @@ public final class ThreadwireServer: Service, Sendable {
         let flag = draining
         let health = StoreHealth(store: store, logger: logger)
         storeHealth = health
-        var info = ServerInfo(limits: configuration.limits, draining: { flag.value }, storeHealthy: { health.isHealthy })
+        var info = ServerInfo(limits: configuration.limits, draining: { flag.value }, storeHealthy: { health.isHealthy },
+                              defaultModel: settings.defaultModel)
         info.settings = settings
         info.authenticator = configuration.authenticator
         info.clientCertificatesName = configuration.tls?.clientCAFile != nil

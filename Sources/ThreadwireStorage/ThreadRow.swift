@@ -28,6 +28,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     public var owner: String
     /// JSON (`ToolSettings`): the thread's client tools.
     public var tool_settings: String
+    public var agent_role: String?
 
     /// The `tool_settings` column's JSON.
     struct ToolSettings: Codable, Equatable {
@@ -62,6 +63,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
+        agent_role = r.agentRole
     }
 
     /// A row as a store read it, column by column.
@@ -79,6 +81,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         agent_final_message = try row.optionalText("agent_final_message"); agent_closed = try row.boolean("agent_closed")
         owner = try row.text("owner")
         tool_settings = try row.text("tool_settings")
+        agent_role = try row.optionalText("agent_role")
     }
 
     public func record() throws -> ThreadRecord {
@@ -89,6 +92,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         record.forkedFromID = forked_from_id
         record.taskName = task_name
         record.nickname = nickname
+        record.agentRole = agent_role
         record.preview = preview
         record.name = name
         record.updatedAt = updated_at
@@ -128,7 +132,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     public static let changeableColumns = [
         "session_id", "parent_id", "forked_from_id", "source", "depth", "task_name", "nickname", "preview", "name",
         "created_at", "updated_at", "archived", "runtime", "legacy", "selected_mode", "model", "cwd", "base_instructions",
-        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed", "tool_settings",
+        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed", "tool_settings", "agent_role",
     ]
 
     public var changeableValues: [ColumnValue] {
@@ -137,7 +141,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             .text(nickname), .text(preview), .text(name), .integer(created_at), .integer(updated_at), .boolean(archived),
             .text(runtime), .boolean(legacy), .text(selected_mode), .text(model), .text(cwd), .text(base_instructions),
             .text(config_overrides), .integer(version), .text(agent_status), .text(agent_final_message), .boolean(agent_closed),
-            .text(tool_settings),
+            .text(tool_settings), .text(agent_role),
         ]
     }
 }

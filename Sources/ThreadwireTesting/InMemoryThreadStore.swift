@@ -12,6 +12,7 @@ public actor InMemoryThreadStore: ThreadStore {
     private var mailbox: [(sequence: Int64, recipient: ThreadID, item: ContextItem)] = []
     private var nextMailboxSequence: Int64 = 1
     private var keys: [IdempotencyKey: IdempotencyRecord] = [:]
+    private var imports: [ThreadID: ImportRecord] = [:]
     public private(set) var commits = 0
 
     public init() {}
@@ -24,6 +25,7 @@ public actor InMemoryThreadStore: ThreadStore {
         var mailbox = self.mailbox
         var nextSequence = nextMailboxSequence
         var keys = self.keys
+        var imports = self.imports
         for operation in operations {
             switch operation {
             case let .putThread(record):
@@ -56,10 +58,20 @@ public actor InMemoryThreadStore: ThreadStore {
                 var record = keys[claim.key] ?? IdempotencyRecord(claim: claim, response: nil)
                 if record.response == nil { record.response = response }
                 keys[claim.key] = record
+            case let .recordImport(record):
+                imports[record.threadID] = record
+            case let .relinkTree(from, to):
+                for (id, record) in records where record.sessionID == from && id != from {
+                    var moved = record
+                    moved.sessionID = to
+                    moved.version += 1
+                    records[id] = moved
+                }
             }
         }
         commits += 1
         self.keys = keys
+        self.imports = imports
         self.records = records
         self.history = history
         self.turns = turns
@@ -112,6 +124,8 @@ public actor InMemoryThreadStore: ThreadStore {
     }
 
     public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { keys[key] }
+
+    public func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { imports[thread] }
 
     public func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {
         let before = keys.count

@@ -252,7 +252,7 @@ public enum WireFixtures {
     public static func ThreadItem(_ variant: Int) -> Wire.ThreadItem {
         var message = Wire.ThreadItem()
         message.id = "id héllo ✓ 0"
-        message.type = Wire.ItemType.contextCompaction
+        message.type = Wire.ItemType.reasoning
         message.text = "text héllo ✓ 0"
         message.toolName = "tool_name héllo ✓ 0"
         message.toolArguments = "tool_arguments héllo ✓ 0"
@@ -268,7 +268,7 @@ public enum WireFixtures {
     public static func ContextItem(_ variant: Int) -> Wire.ContextItem {
         var message = Wire.ContextItem()
         message.role = Wire.ContextRole.tool
-        message.kind = Wire.ContextKind.rollbackMarker
+        message.kind = Wire.ContextKind.historyReplaced
         message.text = "text héllo ✓ 0"
         message.toolName = "tool_name héllo ✓ 0"
         message.callId = "call_id héllo ✓ 0"
@@ -444,6 +444,7 @@ public enum WireFixtures {
         message.depth = UInt32(4000000003)
         message.agentNickname = "agent_nickname héllo ✓ 0"
         message.taskName = "task_name héllo ✓ 0"
+        message.agentRole = "agent_role héllo ✓ 0"
         return message
     }
 
@@ -753,6 +754,55 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadImportParams(_ variant: Int) -> Wire.ThreadImportParams {
+        var message = Wire.ThreadImportParams()
+        message.fileName = "file_name héllo ✓ 0"
+        message.lines = [[0, 255, 10, 1, 0], [0, 255, 10, 2, 0]]
+        message.importId = "import_id héllo ✓ 0"
+        message.last = true
+        message.strict = true
+        message.firstLine = UInt64(9223372036854775814)
+        return message
+    }
+
+    public static func ThreadImportResult(_ variant: Int) -> Wire.ThreadImportResult {
+        var message = Wire.ThreadImportResult()
+        message.report = ImportReport(0)
+        message.linesReceived = UInt64(9223372036854775810)
+        return message
+    }
+
+    public static func ImportReport(_ variant: Int) -> Wire.ImportReport {
+        var message = Wire.ImportReport()
+        message.fileName = "file_name héllo ✓ 0"
+        message.threadId = "thread_id héllo ✓ 0"
+        message.parentThreadId = "parent_thread_id héllo ✓ 0"
+        message.outcome = Wire.ImportOutcome.unchanged
+        message.lines = UInt64(9223372036854775813)
+        message.turns = UInt32(4000000006)
+        message.items = [ImportCount(0), ImportCount(0)]
+        message.skipped = [SkippedLine(0), SkippedLine(0)]
+        message.unknownRecords = [ImportCount(0), ImportCount(0)]
+        message.linkedChildren = UInt32(4000000010)
+        message.multiAgentRuntime = Wire.MultiAgentRuntime.v2
+        message.depth = UInt32(4000000012)
+        return message
+    }
+
+    public static func ImportCount(_ variant: Int) -> Wire.ImportCount {
+        var message = Wire.ImportCount()
+        message.kind = "kind héllo ✓ 0"
+        message.count = UInt64(9223372036854775810)
+        return message
+    }
+
+    public static func SkippedLine(_ variant: Int) -> Wire.SkippedLine {
+        var message = Wire.SkippedLine()
+        message.line = UInt64(9223372036854775809)
+        message.reason = "reason héllo ✓ 0"
+        return message
+    }
+
     public static func Envelope(_ variant: Int) -> Wire.Envelope {
         var message = Wire.Envelope()
         switch variant % 5 {
@@ -771,7 +821,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 23 {
+        switch variant % 24 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -792,8 +842,9 @@ public enum WireFixtures {
         case 17: message.params = .threadCompactStart(ThreadCompactStartParams(0))
         case 18: message.params = .threadRollback(ThreadRollbackParams(0))
         case 19: message.params = .threadNameSet(ThreadNameSetParams(0))
-        case 20: message.params = .turnStart(TurnStartParams(0))
-        case 21: message.params = .turnInterrupt(TurnInterruptParams(0))
+        case 20: message.params = .threadImport(ThreadImportParams(0))
+        case 21: message.params = .turnStart(TurnStartParams(0))
+        case 22: message.params = .turnInterrupt(TurnInterruptParams(0))
         default: message.params = .turnSteer(TurnSteerParams(0))
         }
         return message
@@ -804,7 +855,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 23 {
+        switch variant % 24 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -825,8 +876,9 @@ public enum WireFixtures {
         case 17: message.result = .threadCompactStart(ThreadCompactStartResult(0))
         case 18: message.result = .threadRollback(ThreadRollbackResult(0))
         case 19: message.result = .threadNameSet(ThreadNameSetResult(0))
-        case 20: message.result = .turnStart(TurnStartResult(0))
-        case 21: message.result = .turnInterrupt(TurnInterruptResult(0))
+        case 20: message.result = .threadImport(ThreadImportResult(0))
+        case 21: message.result = .turnStart(TurnStartResult(0))
+        case 22: message.result = .turnInterrupt(TurnInterruptResult(0))
         default: message.result = .turnSteer(TurnSteerResult(0))
         }
         return message
@@ -952,6 +1004,11 @@ public enum WireFixtures {
         ("ThreadNameSetParams#0", { try roundTrip(ThreadNameSetParams(0)) }),
         ("ThreadNameSetResult#0", { try roundTrip(ThreadNameSetResult(0)) }),
         ("ThreadNameUpdatedNotification#0", { try roundTrip(ThreadNameUpdatedNotification(0)) }),
+        ("ThreadImportParams#0", { try roundTrip(ThreadImportParams(0)) }),
+        ("ThreadImportResult#0", { try roundTrip(ThreadImportResult(0)) }),
+        ("ImportReport#0", { try roundTrip(ImportReport(0)) }),
+        ("ImportCount#0", { try roundTrip(ImportCount(0)) }),
+        ("SkippedLine#0", { try roundTrip(SkippedLine(0)) }),
         ("Envelope#0", { try roundTrip(Envelope(0)) }),
         ("Envelope#1", { try roundTrip(Envelope(1)) }),
         ("Envelope#2", { try roundTrip(Envelope(2)) }),
@@ -980,6 +1037,7 @@ public enum WireFixtures {
         ("Request#20", { try roundTrip(Request(20)) }),
         ("Request#21", { try roundTrip(Request(21)) }),
         ("Request#22", { try roundTrip(Request(22)) }),
+        ("Request#23", { try roundTrip(Request(23)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1003,6 +1061,7 @@ public enum WireFixtures {
         ("Response#20", { try roundTrip(Response(20)) }),
         ("Response#21", { try roundTrip(Response(21)) }),
         ("Response#22", { try roundTrip(Response(22)) }),
+        ("Response#23", { try roundTrip(Response(23)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

@@ -52,6 +52,7 @@ struct UnfencedStore: ThreadStore {
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await inner.idempotencyRecord(key) }
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int { try await inner.purgeIdempotencyRecords(createdBefore: millis) }
+    func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { try await inner.importRecord(thread) }
 }
 
 @Suite("a partitioned owner steps down in time (in memory)")

@@ -248,6 +248,18 @@ func (c *Client) ThreadNameSet(ctx context.Context, params *pb.ThreadNameSetPara
 	return response.GetThreadNameSet(), nil
 }
 
+// ThreadImport calls "thread/import". A nil params sends an empty message.
+func (c *Client) ThreadImport(ctx context.Context, params *pb.ThreadImportParams) (*pb.ThreadImportResult, error) {
+	if params == nil {
+		params = &pb.ThreadImportParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadImport{ThreadImport: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadImport(), nil
+}
+
 // TurnStart calls "turn/start". A nil params sends an empty message.
 func (c *Client) TurnStart(ctx context.Context, params *pb.TurnStartParams) (*pb.TurnStartResult, error) {
 	if params == nil {
@@ -327,6 +339,8 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/rollback"
 	case *pb.Request_ThreadNameSet:
 		return "thread/name/set"
+	case *pb.Request_ThreadImport:
+		return "thread/import"
 	case *pb.Request_TurnStart:
 		return "turn/start"
 	case *pb.Request_TurnInterrupt:

@@ -70,6 +70,7 @@ local METHODS = {
   [34] = "thread/compact/start",
   [35] = "thread/rollback",
   [36] = "thread/name/set",
+  [37] = "thread/import",
   [40] = "turn/start",
   [41] = "turn/interrupt",
   [42] = "turn/steer",

@@ -165,6 +165,7 @@ extension Wire {
     case collabToolCall = 3
     case toolCall = 4
     case contextCompaction = 5
+    case reasoning = 6
 
     public static let protoName = "threadwire.v1.ItemType"
     public var protoValueName: String {
@@ -175,6 +176,7 @@ extension Wire {
       case .collabToolCall: return "ITEM_TYPE_COLLAB_TOOL_CALL"
       case .toolCall: return "ITEM_TYPE_TOOL_CALL"
       case .contextCompaction: return "ITEM_TYPE_CONTEXT_COMPACTION"
+      case .reasoning: return "ITEM_TYPE_REASONING"
       }
     }
   }
@@ -242,6 +244,7 @@ extension Wire {
     case developerMessage = 11
     case compactionSummary = 12
     case rollbackMarker = 13
+    case historyReplaced = 14
 
     public static let protoName = "threadwire.v1.ContextKind"
     public var protoValueName: String {
@@ -260,6 +263,7 @@ extension Wire {
       case .developerMessage: return "CONTEXT_KIND_DEVELOPER_MESSAGE"
       case .compactionSummary: return "CONTEXT_KIND_COMPACTION_SUMMARY"
       case .rollbackMarker: return "CONTEXT_KIND_ROLLBACK_MARKER"
+      case .historyReplaced: return "CONTEXT_KIND_HISTORY_REPLACED"
       }
     }
   }
@@ -399,6 +403,23 @@ extension Wire {
       case .unspecified: return "SORT_DIRECTION_UNSPECIFIED"
       case .descending: return "SORT_DIRECTION_DESCENDING"
       case .ascending: return "SORT_DIRECTION_ASCENDING"
+      }
+    }
+  }
+}
+
+extension Wire {
+  public enum ImportOutcome: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case imported = 1
+    case unchanged = 2
+
+    public static let protoName = "threadwire.v1.ImportOutcome"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "IMPORT_OUTCOME_UNSPECIFIED"
+      case .imported: return "IMPORT_OUTCOME_IMPORTED"
+      case .unchanged: return "IMPORT_OUTCOME_UNCHANGED"
       }
     }
   }
@@ -5115,6 +5136,7 @@ extension Wire {
     public var depth: UInt32?
     public var agentNickname: String?
     public var taskName: String?
+    public var agentRole: String?
 
     public init() {
       self.kind = nil
@@ -5122,14 +5144,16 @@ extension Wire {
       self.depth = nil
       self.agentNickname = nil
       self.taskName = nil
+      self.agentRole = nil
     }
 
-    public init(kind: Wire.ThreadSourceKind? = nil, parentThreadId: String? = nil, depth: UInt32? = nil, agentNickname: String? = nil, taskName: String? = nil) {
+    public init(kind: Wire.ThreadSourceKind? = nil, parentThreadId: String? = nil, depth: UInt32? = nil, agentNickname: String? = nil, taskName: String? = nil, agentRole: String? = nil) {
       self.kind = kind
       self.parentThreadId = parentThreadId
       self.depth = depth
       self.agentNickname = agentNickname
       self.taskName = taskName
+      self.agentRole = agentRole
     }
   }
 }
@@ -5145,6 +5169,7 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
     if c.pointee.has_depth != 0 { self.depth = c.pointee.depth }
     if let v = c.pointee.agent_nickname { self.agentNickname = try wireString(v, field: "agent_nickname") }
     if let v = c.pointee.task_name { self.taskName = try wireString(v, field: "task_name") }
+    if let v = c.pointee.agent_role { self.agentRole = try wireString(v, field: "agent_role") }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSource, arena: inout CodecArena) {
@@ -5153,6 +5178,7 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
     if let v = self.depth { c.has_depth = 1; c.depth = v }
     if let v = self.agentNickname { c.agent_nickname = arena.cString(v) }
     if let v = self.taskName { c.task_name = arena.cString(v) }
+    if let v = self.agentRole { c.agent_role = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -5188,6 +5214,7 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
     if let v = depth { object.append(("depth", .uint(UInt64(v)))) }
     if let v = agentNickname { object.append(("agent_nickname", .string(v))) }
     if let v = taskName { object.append(("task_name", .string(v))) }
+    if let v = agentRole { object.append(("agent_role", .string(v))) }
     return .object(object)
   }
 
@@ -5201,6 +5228,7 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
       case "depth": self.depth = try value.uint32Value(path: keyPath)
       case "agent_nickname", "agentNickname": self.agentNickname = try value.stringValue(path: keyPath)
       case "task_name", "taskName": self.taskName = try value.stringValue(path: keyPath)
+      case "agent_role", "agentRole": self.agentRole = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -8603,6 +8631,526 @@ extension Wire.ThreadNameUpdatedNotification: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadImportParams: Sendable, Equatable {
+    public var fileName: String?
+    public var lines: [[UInt8]]
+    public var importId: String?
+    public var last: Bool?
+    public var strict: Bool?
+    public var firstLine: UInt64?
+
+    public init() {
+      self.fileName = nil
+      self.lines = []
+      self.importId = nil
+      self.last = nil
+      self.strict = nil
+      self.firstLine = nil
+    }
+
+    public init(fileName: String? = nil, lines: [[UInt8]] = [], importId: String? = nil, last: Bool? = nil, strict: Bool? = nil, firstLine: UInt64? = nil) {
+      self.fileName = fileName
+      self.lines = lines
+      self.importId = importId
+      self.last = last
+      self.strict = strict
+      self.firstLine = firstLine
+    }
+  }
+}
+
+extension Wire.ThreadImportParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadImportParams"
+  typealias CMessage = Threadwire__V1__ThreadImportParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadImportParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.file_name { self.fileName = try wireString(v, field: "file_name") }
+    if c.pointee.n_lines > 0, let items = c.pointee.lines {
+      self.lines.reserveCapacity(c.pointee.n_lines)
+      for index in 0..<c.pointee.n_lines { self.lines.append(wireBytes(items[index])) }
+    }
+    if let v = c.pointee.import_id { self.importId = try wireString(v, field: "import_id") }
+    if c.pointee.has_last != 0 { self.last = c.pointee.last != 0 }
+    if c.pointee.has_strict != 0 { self.strict = c.pointee.strict != 0 }
+    if c.pointee.has_first_line != 0 { self.firstLine = c.pointee.first_line }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadImportParams, arena: inout CodecArena) {
+    if let v = self.fileName { c.file_name = arena.cString(v) }
+    if !self.lines.isEmpty {
+      c.n_lines = self.lines.count
+      c.lines = arena.array(self.lines) { value, arena in arena.binary(value) }
+    }
+    if let v = self.importId { c.import_id = arena.cString(v) }
+    if let v = self.last { c.has_last = 1; c.last = v ? 1 : 0 }
+    if let v = self.strict { c.has_strict = 1; c.strict = v ? 1 : 0 }
+    if let v = self.firstLine { c.has_first_line = 1; c.first_line = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_import_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_import_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadImportParams()
+      threadwire__v1__thread_import_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_import_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_import_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = fileName { object.append(("file_name", .string(v))) }
+    if !lines.isEmpty { object.append(("lines", .array(lines.map { .string(wireBase64($0)) }))) }
+    if let v = importId { object.append(("import_id", .string(v))) }
+    if let v = last { object.append(("last", .bool(v))) }
+    if let v = strict { object.append(("strict", .bool(v))) }
+    if let v = firstLine { object.append(("first_line", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "file_name", "fileName": self.fileName = try value.stringValue(path: keyPath)
+      case "lines": self.lines = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.bytesValue(path: path) }
+      case "import_id", "importId": self.importId = try value.stringValue(path: keyPath)
+      case "last": self.last = try value.boolValue(path: keyPath)
+      case "strict": self.strict = try value.boolValue(path: keyPath)
+      case "first_line", "firstLine": self.firstLine = try value.uint64Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadImportResult: Sendable, Equatable {
+    public var report: Wire.ImportReport?
+    public var linesReceived: UInt64?
+
+    public init() {
+      self.report = nil
+      self.linesReceived = nil
+    }
+
+    public init(report: Wire.ImportReport? = nil, linesReceived: UInt64? = nil) {
+      self.report = report
+      self.linesReceived = linesReceived
+    }
+  }
+}
+
+extension Wire.ThreadImportResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadImportResult"
+  typealias CMessage = Threadwire__V1__ThreadImportResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadImportResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.report {
+      do throws(WireError) { self.report = try Wire.ImportReport(c: v) } catch { throw error.nested(in: "report") }
+    }
+    if c.pointee.has_lines_received != 0 { self.linesReceived = c.pointee.lines_received }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadImportResult, arena: inout CodecArena) {
+    if let v = self.report { c.report = arena.message(v, Threadwire__V1__ImportReport(), threadwire__v1__import_report__init) }
+    if let v = self.linesReceived { c.has_lines_received = 1; c.lines_received = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_import_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_import_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadImportResult()
+      threadwire__v1__thread_import_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_import_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_import_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = report { object.append(("report", v.jsonValue())) }
+    if let v = linesReceived { object.append(("lines_received", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "report": self.report = try Wire.ImportReport(json: value, path: keyPath)
+      case "lines_received", "linesReceived": self.linesReceived = try value.uint64Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ImportReport: Sendable, Equatable {
+    public var fileName: String?
+    public var threadId: String?
+    public var parentThreadId: String?
+    public var outcome: Wire.ImportOutcome?
+    public var lines: UInt64?
+    public var turns: UInt32?
+    public var items: [Wire.ImportCount]
+    public var skipped: [Wire.SkippedLine]
+    public var unknownRecords: [Wire.ImportCount]
+    public var linkedChildren: UInt32?
+    public var multiAgentRuntime: Wire.MultiAgentRuntime?
+    public var depth: UInt32?
+
+    public init() {
+      self.fileName = nil
+      self.threadId = nil
+      self.parentThreadId = nil
+      self.outcome = nil
+      self.lines = nil
+      self.turns = nil
+      self.items = []
+      self.skipped = []
+      self.unknownRecords = []
+      self.linkedChildren = nil
+      self.multiAgentRuntime = nil
+      self.depth = nil
+    }
+
+    public init(fileName: String? = nil, threadId: String? = nil, parentThreadId: String? = nil, outcome: Wire.ImportOutcome? = nil, lines: UInt64? = nil, turns: UInt32? = nil, items: [Wire.ImportCount] = [], skipped: [Wire.SkippedLine] = [], unknownRecords: [Wire.ImportCount] = [], linkedChildren: UInt32? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, depth: UInt32? = nil) {
+      self.fileName = fileName
+      self.threadId = threadId
+      self.parentThreadId = parentThreadId
+      self.outcome = outcome
+      self.lines = lines
+      self.turns = turns
+      self.items = items
+      self.skipped = skipped
+      self.unknownRecords = unknownRecords
+      self.linkedChildren = linkedChildren
+      self.multiAgentRuntime = multiAgentRuntime
+      self.depth = depth
+    }
+  }
+}
+
+extension Wire.ImportReport: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ImportReport"
+  typealias CMessage = Threadwire__V1__ImportReport
+
+  init(c: UnsafePointer<Threadwire__V1__ImportReport>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.file_name { self.fileName = try wireString(v, field: "file_name") }
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
+    if c.pointee.has_outcome != 0 { self.outcome = try wireEnum(Int32(truncatingIfNeeded: c.pointee.outcome.rawValue), field: "outcome") as Wire.ImportOutcome }
+    if c.pointee.has_lines != 0 { self.lines = c.pointee.lines }
+    if c.pointee.has_turns != 0 { self.turns = c.pointee.turns }
+    if c.pointee.n_items > 0, let items = c.pointee.items {
+      self.items.reserveCapacity(c.pointee.n_items)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_items { self.items.append(try Wire.ImportCount(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "items") }
+    }
+    if c.pointee.n_skipped > 0, let items = c.pointee.skipped {
+      self.skipped.reserveCapacity(c.pointee.n_skipped)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_skipped { self.skipped.append(try Wire.SkippedLine(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "skipped") }
+    }
+    if c.pointee.n_unknown_records > 0, let items = c.pointee.unknown_records {
+      self.unknownRecords.reserveCapacity(c.pointee.n_unknown_records)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_unknown_records { self.unknownRecords.append(try Wire.ImportCount(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "unknown_records") }
+    }
+    if c.pointee.has_linked_children != 0 { self.linkedChildren = c.pointee.linked_children }
+    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_depth != 0 { self.depth = c.pointee.depth }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ImportReport, arena: inout CodecArena) {
+    if let v = self.fileName { c.file_name = arena.cString(v) }
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.parentThreadId { c.parent_thread_id = arena.cString(v) }
+    if let v = self.outcome { c.has_outcome = 1; c.outcome = Threadwire__V1__ImportOutcome(rawValue: numericCast(v.rawValue)) }
+    if let v = self.lines { c.has_lines = 1; c.lines = v }
+    if let v = self.turns { c.has_turns = 1; c.turns = v }
+    if !self.items.isEmpty {
+      c.n_items = self.items.count
+      c.items = arena.array(self.items) { value, arena in arena.message(value, Threadwire__V1__ImportCount(), threadwire__v1__import_count__init) }
+    }
+    if !self.skipped.isEmpty {
+      c.n_skipped = self.skipped.count
+      c.skipped = arena.array(self.skipped) { value, arena in arena.message(value, Threadwire__V1__SkippedLine(), threadwire__v1__skipped_line__init) }
+    }
+    if !self.unknownRecords.isEmpty {
+      c.n_unknown_records = self.unknownRecords.count
+      c.unknown_records = arena.array(self.unknownRecords) { value, arena in arena.message(value, Threadwire__V1__ImportCount(), threadwire__v1__import_count__init) }
+    }
+    if let v = self.linkedChildren { c.has_linked_children = 1; c.linked_children = v }
+    if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
+    if let v = self.depth { c.has_depth = 1; c.depth = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__import_report__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__import_report__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ImportReport()
+      threadwire__v1__import_report__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__import_report__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__import_report__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = fileName { object.append(("file_name", .string(v))) }
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = parentThreadId { object.append(("parent_thread_id", .string(v))) }
+    if let v = outcome { object.append(("outcome", .string(v.protoValueName))) }
+    if let v = lines { object.append(("lines", .uint(UInt64(v)))) }
+    if let v = turns { object.append(("turns", .uint(UInt64(v)))) }
+    if !items.isEmpty { object.append(("items", .array(items.map { $0.jsonValue() }))) }
+    if !skipped.isEmpty { object.append(("skipped", .array(skipped.map { $0.jsonValue() }))) }
+    if !unknownRecords.isEmpty { object.append(("unknown_records", .array(unknownRecords.map { $0.jsonValue() }))) }
+    if let v = linkedChildren { object.append(("linked_children", .uint(UInt64(v)))) }
+    if let v = multiAgentRuntime { object.append(("multi_agent_runtime", .string(v.protoValueName))) }
+    if let v = depth { object.append(("depth", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "file_name", "fileName": self.fileName = try value.stringValue(path: keyPath)
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
+      case "outcome": self.outcome = try Wire.ImportOutcome(json: value, path: keyPath)
+      case "lines": self.lines = try value.uint64Value(path: keyPath)
+      case "turns": self.turns = try value.uint32Value(path: keyPath)
+      case "items": self.items = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ImportCount(json: element, path: path) }
+      case "skipped": self.skipped = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.SkippedLine(json: element, path: path) }
+      case "unknown_records", "unknownRecords": self.unknownRecords = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ImportCount(json: element, path: path) }
+      case "linked_children", "linkedChildren": self.linkedChildren = try value.uint32Value(path: keyPath)
+      case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
+      case "depth": self.depth = try value.uint32Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ImportCount: Sendable, Equatable {
+    public var kind: String?
+    public var count: UInt64?
+
+    public init() {
+      self.kind = nil
+      self.count = nil
+    }
+
+    public init(kind: String? = nil, count: UInt64? = nil) {
+      self.kind = kind
+      self.count = count
+    }
+  }
+}
+
+extension Wire.ImportCount: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ImportCount"
+  typealias CMessage = Threadwire__V1__ImportCount
+
+  init(c: UnsafePointer<Threadwire__V1__ImportCount>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.kind { self.kind = try wireString(v, field: "kind") }
+    if c.pointee.has_count != 0 { self.count = c.pointee.count }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ImportCount, arena: inout CodecArena) {
+    if let v = self.kind { c.kind = arena.cString(v) }
+    if let v = self.count { c.has_count = 1; c.count = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__import_count__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__import_count__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ImportCount()
+      threadwire__v1__import_count__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__import_count__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__import_count__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = kind { object.append(("kind", .string(v))) }
+    if let v = count { object.append(("count", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "kind": self.kind = try value.stringValue(path: keyPath)
+      case "count": self.count = try value.uint64Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct SkippedLine: Sendable, Equatable {
+    public var line: UInt64?
+    public var reason: String?
+
+    public init() {
+      self.line = nil
+      self.reason = nil
+    }
+
+    public init(line: UInt64? = nil, reason: String? = nil) {
+      self.line = line
+      self.reason = reason
+    }
+  }
+}
+
+extension Wire.SkippedLine: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.SkippedLine"
+  typealias CMessage = Threadwire__V1__SkippedLine
+
+  init(c: UnsafePointer<Threadwire__V1__SkippedLine>) throws(WireError) {
+    self.init()
+    if c.pointee.has_line != 0 { self.line = c.pointee.line }
+    if let v = c.pointee.reason { self.reason = try wireString(v, field: "reason") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__SkippedLine, arena: inout CodecArena) {
+    if let v = self.line { c.has_line = 1; c.line = v }
+    if let v = self.reason { c.reason = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__skipped_line__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__skipped_line__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__SkippedLine()
+      threadwire__v1__skipped_line__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__skipped_line__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__skipped_line__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = line { object.append(("line", .uint(UInt64(v)))) }
+    if let v = reason { object.append(("reason", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "line": self.line = try value.uint64Value(path: keyPath)
+      case "reason": self.reason = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct Envelope: Sendable, Equatable {
     public var kind: Kind?
 
@@ -8784,6 +9332,7 @@ extension Wire {
       case threadCompactStart(Wire.ThreadCompactStartParams)
       case threadRollback(Wire.ThreadRollbackParams)
       case threadNameSet(Wire.ThreadNameSetParams)
+      case threadImport(Wire.ThreadImportParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
       case turnSteer(Wire.TurnSteerParams)
@@ -8811,6 +9360,7 @@ extension Wire {
         case .threadCompactStart: return "thread_compact_start"
         case .threadRollback: return "thread_rollback"
         case .threadNameSet: return "thread_name_set"
+        case .threadImport: return "thread_import"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
@@ -8840,13 +9390,14 @@ extension Wire {
         case .threadCompactStart: return "thread/compact/start"
         case .threadRollback: return "thread/rollback"
         case .threadNameSet: return "thread/name/set"
+        case .threadImport: return "thread/import"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -8871,6 +9422,7 @@ extension Wire {
         case "thread_compact_start", "threadCompactStart": return .threadCompactStart(try Wire.ThreadCompactStartParams(json: json, path: path))
         case "thread_rollback", "threadRollback": return .threadRollback(try Wire.ThreadRollbackParams(json: json, path: path))
         case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetParams(json: json, path: path))
+        case "thread_import", "threadImport": return .threadImport(try Wire.ThreadImportParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerParams(json: json, path: path))
@@ -8953,6 +9505,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadRollback(try Wire.ThreadRollbackParams(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
     case 36:
       do throws(WireError) { self.params = .threadNameSet(try Wire.ThreadNameSetParams(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
+    case 37:
+      do throws(WireError) { self.params = .threadImport(try Wire.ThreadImportParams(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -9032,6 +9586,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadNameSet(let v)?:
       c.params_case = .init(rawValue: 36)
       c.thread_name_set = arena.message(v, Threadwire__V1__ThreadNameSetParams(), threadwire__v1__thread_name_set_params__init)
+    case .threadImport(let v)?:
+      c.params_case = .init(rawValue: 37)
+      c.thread_import = arena.message(v, Threadwire__V1__ThreadImportParams(), threadwire__v1__thread_import_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -9098,6 +9655,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadCompactStart(let v)?: object.append(("thread_compact_start", v.jsonValue()))
     case .threadRollback(let v)?: object.append(("thread_rollback", v.jsonValue()))
     case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
+    case .threadImport(let v)?: object.append(("thread_import", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
@@ -9115,7 +9673,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -9152,6 +9710,7 @@ extension Wire {
       case threadCompactStart(Wire.ThreadCompactStartResult)
       case threadRollback(Wire.ThreadRollbackResult)
       case threadNameSet(Wire.ThreadNameSetResult)
+      case threadImport(Wire.ThreadImportResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
       case turnSteer(Wire.TurnSteerResult)
@@ -9179,6 +9738,7 @@ extension Wire {
         case .threadCompactStart: return "thread_compact_start"
         case .threadRollback: return "thread_rollback"
         case .threadNameSet: return "thread_name_set"
+        case .threadImport: return "thread_import"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
@@ -9208,13 +9768,14 @@ extension Wire {
         case .threadCompactStart: return "thread/compact/start"
         case .threadRollback: return "thread/rollback"
         case .threadNameSet: return "thread/name/set"
+        case .threadImport: return "thread/import"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -9239,6 +9800,7 @@ extension Wire {
         case "thread_compact_start", "threadCompactStart": return .threadCompactStart(try Wire.ThreadCompactStartResult(json: json, path: path))
         case "thread_rollback", "threadRollback": return .threadRollback(try Wire.ThreadRollbackResult(json: json, path: path))
         case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetResult(json: json, path: path))
+        case "thread_import", "threadImport": return .threadImport(try Wire.ThreadImportResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerResult(json: json, path: path))
@@ -9313,6 +9875,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadRollback(try Wire.ThreadRollbackResult(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
     case 36:
       do throws(WireError) { self.result = .threadNameSet(try Wire.ThreadNameSetResult(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
+    case 37:
+      do throws(WireError) { self.result = .threadImport(try Wire.ThreadImportResult(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -9388,6 +9952,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadNameSet(let v)?:
       c.result_case = .init(rawValue: 36)
       c.thread_name_set = arena.message(v, Threadwire__V1__ThreadNameSetResult(), threadwire__v1__thread_name_set_result__init)
+    case .threadImport(let v)?:
+      c.result_case = .init(rawValue: 37)
+      c.thread_import = arena.message(v, Threadwire__V1__ThreadImportResult(), threadwire__v1__thread_import_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -9453,6 +10020,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadCompactStart(let v)?: object.append(("thread_compact_start", v.jsonValue()))
     case .threadRollback(let v)?: object.append(("thread_rollback", v.jsonValue()))
     case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
+    case .threadImport(let v)?: object.append(("thread_import", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
@@ -9469,7 +10037,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -362,7 +362,7 @@ class Client:
 MUTATING_METHODS = frozenset({
     "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/unarchive", "thread/unsubscribe",
     "thread/settings/update", "agent/spawn", "thread/tools/update", "thread/compact/start", "thread/rollback",
-    "thread/name/set", "turn/start", "turn/interrupt", "turn/steer",
+    "thread/name/set", "turn/start", "turn/interrupt", "turn/steer", "thread/import",
 })
 
 

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[27] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[28] =
 {
   {
     "id",
@@ -568,6 +568,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_import",
+    37,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_import),
+    &threadwire__v1__thread_import_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -617,6 +629,7 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   12,   /* field[12] = thread_archive */
   21,   /* field[21] = thread_compact_start */
   9,   /* field[9] = thread_fork */
+  24,   /* field[24] = thread_import */
   11,   /* field[11] = thread_list */
   23,   /* field[23] = thread_name_set */
   10,   /* field[10] = thread_read */
@@ -629,17 +642,17 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   13,   /* field[13] = thread_unarchive */
   14,   /* field[14] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  25,   /* field[25] = turn_interrupt */
-  24,   /* field[24] = turn_start */
-  26,   /* field[26] = turn_steer */
+  26,   /* field[26] = turn_interrupt */
+  25,   /* field[25] = turn_start */
+  27,   /* field[27] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 40, 24 },
-  { 0, 27 }
+  { 40, 25 },
+  { 0, 28 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -649,14 +662,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  27,
+  28,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[26] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[27] =
 {
   {
     "id",
@@ -935,6 +948,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_import",
+    37,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_import),
+    &threadwire__v1__thread_import_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -984,6 +1009,7 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   11,   /* field[11] = thread_archive */
   20,   /* field[20] = thread_compact_start */
   8,   /* field[8] = thread_fork */
+  23,   /* field[23] = thread_import */
   10,   /* field[10] = thread_list */
   22,   /* field[22] = thread_name_set */
   9,   /* field[9] = thread_read */
@@ -995,17 +1021,17 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   16,   /* field[16] = thread_turns_list */
   12,   /* field[12] = thread_unarchive */
   13,   /* field[13] = thread_unsubscribe */
-  24,   /* field[24] = turn_interrupt */
-  23,   /* field[23] = turn_start */
-  25,   /* field[25] = turn_steer */
+  25,   /* field[25] = turn_interrupt */
+  24,   /* field[24] = turn_start */
+  26,   /* field[26] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 40, 23 },
-  { 0, 26 }
+  { 40, 24 },
+  { 0, 27 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1015,7 +1041,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  26,
+  27,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,

@@ -1852,6 +1852,231 @@ void   threadwire__v1__thread_name_updated_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_name_updated_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_import_params__init
+                     (Threadwire__V1__ThreadImportParams         *message)
+{
+  static const Threadwire__V1__ThreadImportParams init_value = THREADWIRE__V1__THREAD_IMPORT_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_import_params__get_packed_size
+                     (const Threadwire__V1__ThreadImportParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_import_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_import_params__pack
+                     (const Threadwire__V1__ThreadImportParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_import_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_import_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadImportParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_import_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadImportParams *
+       threadwire__v1__thread_import_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadImportParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_import_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_import_params__free_unpacked
+                     (Threadwire__V1__ThreadImportParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_import_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_import_result__init
+                     (Threadwire__V1__ThreadImportResult         *message)
+{
+  static const Threadwire__V1__ThreadImportResult init_value = THREADWIRE__V1__THREAD_IMPORT_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_import_result__get_packed_size
+                     (const Threadwire__V1__ThreadImportResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_import_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_import_result__pack
+                     (const Threadwire__V1__ThreadImportResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_import_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_import_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadImportResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_import_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadImportResult *
+       threadwire__v1__thread_import_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadImportResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_import_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_import_result__free_unpacked
+                     (Threadwire__V1__ThreadImportResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_import_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__import_report__init
+                     (Threadwire__V1__ImportReport         *message)
+{
+  static const Threadwire__V1__ImportReport init_value = THREADWIRE__V1__IMPORT_REPORT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__import_report__get_packed_size
+                     (const Threadwire__V1__ImportReport *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__import_report__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__import_report__pack
+                     (const Threadwire__V1__ImportReport *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__import_report__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__import_report__pack_to_buffer
+                     (const Threadwire__V1__ImportReport *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__import_report__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ImportReport *
+       threadwire__v1__import_report__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ImportReport *)
+     protobuf_c_message_unpack (&threadwire__v1__import_report__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__import_report__free_unpacked
+                     (Threadwire__V1__ImportReport *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__import_report__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__import_count__init
+                     (Threadwire__V1__ImportCount         *message)
+{
+  static const Threadwire__V1__ImportCount init_value = THREADWIRE__V1__IMPORT_COUNT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__import_count__get_packed_size
+                     (const Threadwire__V1__ImportCount *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__import_count__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__import_count__pack
+                     (const Threadwire__V1__ImportCount *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__import_count__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__import_count__pack_to_buffer
+                     (const Threadwire__V1__ImportCount *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__import_count__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ImportCount *
+       threadwire__v1__import_count__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ImportCount *)
+     protobuf_c_message_unpack (&threadwire__v1__import_count__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__import_count__free_unpacked
+                     (Threadwire__V1__ImportCount *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__import_count__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__skipped_line__init
+                     (Threadwire__V1__SkippedLine         *message)
+{
+  static const Threadwire__V1__SkippedLine init_value = THREADWIRE__V1__SKIPPED_LINE__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__skipped_line__get_packed_size
+                     (const Threadwire__V1__SkippedLine *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__skipped_line__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__skipped_line__pack
+                     (const Threadwire__V1__SkippedLine *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__skipped_line__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__skipped_line__pack_to_buffer
+                     (const Threadwire__V1__SkippedLine *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__skipped_line__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__SkippedLine *
+       threadwire__v1__skipped_line__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__SkippedLine *)
+     protobuf_c_message_unpack (&threadwire__v1__skipped_line__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__skipped_line__free_unpacked
+                     (Threadwire__V1__SkippedLine *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__skipped_line__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor threadwire__v1__thread_status__field_descriptors[3] =
 {
   {
@@ -1916,7 +2141,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_status__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_status__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_source__field_descriptors[5] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_source__field_descriptors[6] =
 {
   {
     "kind",
@@ -1978,9 +2203,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_source__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "agent_role",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSource, agent_role),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_source__field_indices_by_name[] = {
   3,   /* field[3] = agent_nickname */
+  5,   /* field[5] = agent_role */
   2,   /* field[2] = depth */
   0,   /* field[0] = kind */
   1,   /* field[1] = parent_thread_id */
@@ -1989,7 +2227,7 @@ static const unsigned threadwire__v1__thread_source__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__thread_source__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
 {
@@ -1999,7 +2237,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
   "Threadwire__V1__ThreadSource",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSource),
-  5,
+  6,
   threadwire__v1__thread_source__field_descriptors,
   threadwire__v1__thread_source__field_indices_by_name,
   1,  threadwire__v1__thread_source__number_ranges,
@@ -4396,6 +4634,443 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_name_updated_notificatio
   (ProtobufCMessageInit) threadwire__v1__thread_name_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor threadwire__v1__thread_import_params__field_descriptors[6] =
+{
+  {
+    "file_name",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadImportParams, file_name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "lines",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_BYTES,
+    offsetof(Threadwire__V1__ThreadImportParams, n_lines),
+    offsetof(Threadwire__V1__ThreadImportParams, lines),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "import_id",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadImportParams, import_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "last",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadImportParams, has_last),
+    offsetof(Threadwire__V1__ThreadImportParams, last),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "strict",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadImportParams, has_strict),
+    offsetof(Threadwire__V1__ThreadImportParams, strict),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "first_line",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ThreadImportParams, has_first_line),
+    offsetof(Threadwire__V1__ThreadImportParams, first_line),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_import_params__field_indices_by_name[] = {
+  0,   /* field[0] = file_name */
+  5,   /* field[5] = first_line */
+  2,   /* field[2] = import_id */
+  3,   /* field[3] = last */
+  1,   /* field[1] = lines */
+  4,   /* field[4] = strict */
+};
+static const ProtobufCIntRange threadwire__v1__thread_import_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_import_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadImportParams",
+  "ThreadImportParams",
+  "Threadwire__V1__ThreadImportParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadImportParams),
+  6,
+  threadwire__v1__thread_import_params__field_descriptors,
+  threadwire__v1__thread_import_params__field_indices_by_name,
+  1,  threadwire__v1__thread_import_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_import_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_import_result__field_descriptors[2] =
+{
+  {
+    "report",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadImportResult, report),
+    &threadwire__v1__import_report__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "lines_received",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ThreadImportResult, has_lines_received),
+    offsetof(Threadwire__V1__ThreadImportResult, lines_received),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_import_result__field_indices_by_name[] = {
+  1,   /* field[1] = lines_received */
+  0,   /* field[0] = report */
+};
+static const ProtobufCIntRange threadwire__v1__thread_import_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_import_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadImportResult",
+  "ThreadImportResult",
+  "Threadwire__V1__ThreadImportResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadImportResult),
+  2,
+  threadwire__v1__thread_import_result__field_descriptors,
+  threadwire__v1__thread_import_result__field_indices_by_name,
+  1,  threadwire__v1__thread_import_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_import_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__import_report__field_descriptors[12] =
+{
+  {
+    "file_name",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ImportReport, file_name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ImportReport, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "parent_thread_id",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ImportReport, parent_thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "outcome",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ImportReport, has_outcome),
+    offsetof(Threadwire__V1__ImportReport, outcome),
+    &threadwire__v1__import_outcome__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "lines",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ImportReport, has_lines),
+    offsetof(Threadwire__V1__ImportReport, lines),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "turns",
+    6,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ImportReport, has_turns),
+    offsetof(Threadwire__V1__ImportReport, turns),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "items",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ImportReport, n_items),
+    offsetof(Threadwire__V1__ImportReport, items),
+    &threadwire__v1__import_count__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "skipped",
+    8,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ImportReport, n_skipped),
+    offsetof(Threadwire__V1__ImportReport, skipped),
+    &threadwire__v1__skipped_line__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "unknown_records",
+    9,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ImportReport, n_unknown_records),
+    offsetof(Threadwire__V1__ImportReport, unknown_records),
+    &threadwire__v1__import_count__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "linked_children",
+    10,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ImportReport, has_linked_children),
+    offsetof(Threadwire__V1__ImportReport, linked_children),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "multi_agent_runtime",
+    11,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ImportReport, has_multi_agent_runtime),
+    offsetof(Threadwire__V1__ImportReport, multi_agent_runtime),
+    &threadwire__v1__multi_agent_runtime__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "depth",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ImportReport, has_depth),
+    offsetof(Threadwire__V1__ImportReport, depth),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__import_report__field_indices_by_name[] = {
+  11,   /* field[11] = depth */
+  0,   /* field[0] = file_name */
+  6,   /* field[6] = items */
+  4,   /* field[4] = lines */
+  9,   /* field[9] = linked_children */
+  10,   /* field[10] = multi_agent_runtime */
+  3,   /* field[3] = outcome */
+  2,   /* field[2] = parent_thread_id */
+  7,   /* field[7] = skipped */
+  1,   /* field[1] = thread_id */
+  5,   /* field[5] = turns */
+  8,   /* field[8] = unknown_records */
+};
+static const ProtobufCIntRange threadwire__v1__import_report__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 12 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__import_report__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ImportReport",
+  "ImportReport",
+  "Threadwire__V1__ImportReport",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ImportReport),
+  12,
+  threadwire__v1__import_report__field_descriptors,
+  threadwire__v1__import_report__field_indices_by_name,
+  1,  threadwire__v1__import_report__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__import_report__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__import_count__field_descriptors[2] =
+{
+  {
+    "kind",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ImportCount, kind),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "count",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ImportCount, has_count),
+    offsetof(Threadwire__V1__ImportCount, count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__import_count__field_indices_by_name[] = {
+  1,   /* field[1] = count */
+  0,   /* field[0] = kind */
+};
+static const ProtobufCIntRange threadwire__v1__import_count__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__import_count__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ImportCount",
+  "ImportCount",
+  "Threadwire__V1__ImportCount",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ImportCount),
+  2,
+  threadwire__v1__import_count__field_descriptors,
+  threadwire__v1__import_count__field_indices_by_name,
+  1,  threadwire__v1__import_count__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__import_count__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__skipped_line__field_descriptors[2] =
+{
+  {
+    "line",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__SkippedLine, has_line),
+    offsetof(Threadwire__V1__SkippedLine, line),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__SkippedLine, reason),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__skipped_line__field_indices_by_name[] = {
+  0,   /* field[0] = line */
+  1,   /* field[1] = reason */
+};
+static const ProtobufCIntRange threadwire__v1__skipped_line__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__skipped_line__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.SkippedLine",
+  "SkippedLine",
+  "Threadwire__V1__SkippedLine",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__SkippedLine),
+  2,
+  threadwire__v1__skipped_line__field_descriptors,
+  threadwire__v1__skipped_line__field_indices_by_name,
+  1,  threadwire__v1__skipped_line__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__skipped_line__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue threadwire__v1__thread_status_type__enum_values_by_number[5] =
 {
   { "THREAD_STATUS_TYPE_UNSPECIFIED", "THREADWIRE__V1__THREAD_STATUS_TYPE__THREAD_STATUS_TYPE_UNSPECIFIED", 0 },
@@ -4588,5 +5263,35 @@ const ProtobufCEnumDescriptor threadwire__v1__sort_direction__descriptor =
   threadwire__v1__sort_direction__enum_values_by_name,
   1,
   threadwire__v1__sort_direction__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__import_outcome__enum_values_by_number[3] =
+{
+  { "IMPORT_OUTCOME_UNSPECIFIED", "THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNSPECIFIED", 0 },
+  { "IMPORT_OUTCOME_IMPORTED", "THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_IMPORTED", 1 },
+  { "IMPORT_OUTCOME_UNCHANGED", "THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNCHANGED", 2 },
+};
+static const ProtobufCIntRange threadwire__v1__import_outcome__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__import_outcome__enum_values_by_name[3] =
+{
+  { "IMPORT_OUTCOME_IMPORTED", 1 },
+  { "IMPORT_OUTCOME_UNCHANGED", 2 },
+  { "IMPORT_OUTCOME_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__import_outcome__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ImportOutcome",
+  "ImportOutcome",
+  "Threadwire__V1__ImportOutcome",
+  "threadwire.v1",
+  3,
+  threadwire__v1__import_outcome__enum_values_by_number,
+  3,
+  threadwire__v1__import_outcome__enum_values_by_name,
+  1,
+  threadwire__v1__import_outcome__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

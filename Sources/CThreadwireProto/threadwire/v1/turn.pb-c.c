@@ -2539,7 +2539,7 @@ const ProtobufCEnumDescriptor threadwire__v1__turn_status__descriptor =
   threadwire__v1__turn_status__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number[6] =
+static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number[7] =
 {
   { "ITEM_TYPE_UNSPECIFIED", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_UNSPECIFIED", 0 },
   { "ITEM_TYPE_USER_MESSAGE", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_USER_MESSAGE", 1 },
@@ -2547,15 +2547,17 @@ static const ProtobufCEnumValue threadwire__v1__item_type__enum_values_by_number
   { "ITEM_TYPE_COLLAB_TOOL_CALL", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_COLLAB_TOOL_CALL", 3 },
   { "ITEM_TYPE_TOOL_CALL", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_TOOL_CALL", 4 },
   { "ITEM_TYPE_CONTEXT_COMPACTION", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_CONTEXT_COMPACTION", 5 },
+  { "ITEM_TYPE_REASONING", "THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_REASONING", 6 },
 };
 static const ProtobufCIntRange threadwire__v1__item_type__value_ranges[] = {
-{0, 0},{0, 6}
+{0, 0},{0, 7}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__item_type__enum_values_by_name[6] =
+static const ProtobufCEnumValueIndex threadwire__v1__item_type__enum_values_by_name[7] =
 {
   { "ITEM_TYPE_AGENT_MESSAGE", 2 },
   { "ITEM_TYPE_COLLAB_TOOL_CALL", 3 },
   { "ITEM_TYPE_CONTEXT_COMPACTION", 5 },
+  { "ITEM_TYPE_REASONING", 6 },
   { "ITEM_TYPE_TOOL_CALL", 4 },
   { "ITEM_TYPE_UNSPECIFIED", 0 },
   { "ITEM_TYPE_USER_MESSAGE", 1 },
@@ -2567,9 +2569,9 @@ const ProtobufCEnumDescriptor threadwire__v1__item_type__descriptor =
   "ItemType",
   "Threadwire__V1__ItemType",
   "threadwire.v1",
-  6,
+  7,
   threadwire__v1__item_type__enum_values_by_number,
-  6,
+  7,
   threadwire__v1__item_type__enum_values_by_name,
   1,
   threadwire__v1__item_type__value_ranges,
@@ -2647,7 +2649,7 @@ const ProtobufCEnumDescriptor threadwire__v1__context_role__descriptor =
   threadwire__v1__context_role__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_number[14] =
+static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_number[15] =
 {
   { "CONTEXT_KIND_UNSPECIFIED", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_UNSPECIFIED", 0 },
   { "CONTEXT_KIND_BASE_INSTRUCTIONS", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_BASE_INSTRUCTIONS", 1 },
@@ -2663,16 +2665,18 @@ static const ProtobufCEnumValue threadwire__v1__context_kind__enum_values_by_num
   { "CONTEXT_KIND_DEVELOPER_MESSAGE", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_DEVELOPER_MESSAGE", 11 },
   { "CONTEXT_KIND_COMPACTION_SUMMARY", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_COMPACTION_SUMMARY", 12 },
   { "CONTEXT_KIND_ROLLBACK_MARKER", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_ROLLBACK_MARKER", 13 },
+  { "CONTEXT_KIND_HISTORY_REPLACED", "THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_HISTORY_REPLACED", 14 },
 };
 static const ProtobufCIntRange threadwire__v1__context_kind__value_ranges[] = {
-{0, 0},{0, 14}
+{0, 0},{0, 15}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__context_kind__enum_values_by_name[14] =
+static const ProtobufCEnumValueIndex threadwire__v1__context_kind__enum_values_by_name[15] =
 {
   { "CONTEXT_KIND_ASSISTANT_MESSAGE", 5 },
   { "CONTEXT_KIND_BASE_INSTRUCTIONS", 1 },
   { "CONTEXT_KIND_COMPACTION_SUMMARY", 12 },
   { "CONTEXT_KIND_DEVELOPER_MESSAGE", 11 },
+  { "CONTEXT_KIND_HISTORY_REPLACED", 14 },
   { "CONTEXT_KIND_INTERRUPTION_MARKER", 10 },
   { "CONTEXT_KIND_MAILBOX", 9 },
   { "CONTEXT_KIND_MULTI_AGENT_MODE", 3 },
@@ -2691,9 +2695,9 @@ const ProtobufCEnumDescriptor threadwire__v1__context_kind__descriptor =
   "ContextKind",
   "Threadwire__V1__ContextKind",
   "threadwire.v1",
-  14,
+  15,
   threadwire__v1__context_kind__enum_values_by_number,
-  14,
+  15,
   threadwire__v1__context_kind__enum_values_by_name,
   1,
   threadwire__v1__context_kind__value_ranges,

@@ -75,6 +75,7 @@ export enum ItemType {
   ITEM_TYPE_COLLAB_TOOL_CALL = 3,
   ITEM_TYPE_TOOL_CALL = 4,
   ITEM_TYPE_CONTEXT_COMPACTION = 5,
+  ITEM_TYPE_REASONING = 6,
 }
 
 /** threadwire.v1.ItemStatus */
@@ -113,6 +114,7 @@ export enum ContextKind {
   CONTEXT_KIND_DEVELOPER_MESSAGE = 11,
   CONTEXT_KIND_COMPACTION_SUMMARY = 12,
   CONTEXT_KIND_ROLLBACK_MARKER = 13,
+  CONTEXT_KIND_HISTORY_REPLACED = 14,
 }
 
 /** threadwire.v1.TurnFailureReason */
@@ -172,6 +174,13 @@ export enum SortDirection {
   SORT_DIRECTION_UNSPECIFIED = 0,
   SORT_DIRECTION_DESCENDING = 1,
   SORT_DIRECTION_ASCENDING = 2,
+}
+
+/** threadwire.v1.ImportOutcome */
+export enum ImportOutcome {
+  IMPORT_OUTCOME_UNSPECIFIED = 0,
+  IMPORT_OUTCOME_IMPORTED = 1,
+  IMPORT_OUTCOME_UNCHANGED = 2,
 }
 
 /** threadwire.v1.ClientInfo */
@@ -3149,6 +3158,7 @@ export interface ThreadSource {
   depth?: number;
   agentNickname?: string;
   taskName?: string;
+  agentRole?: string;
 }
 
 export const ThreadSource: MessageType<ThreadSource> = {
@@ -3168,6 +3178,9 @@ export const ThreadSource: MessageType<ThreadSource> = {
     }
     if (message.taskName !== undefined) {
       writer.tag(5, 2).string(message.taskName);
+    }
+    if (message.agentRole !== undefined) {
+      writer.tag(6, 2).string(message.agentRole);
     }
     return writer;
   },
@@ -3203,6 +3216,11 @@ export const ThreadSource: MessageType<ThreadSource> = {
         case 5: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.taskName = reader.string();
+          break;
+        }
+        case 6: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.agentRole = reader.string();
           break;
         }
         default:
@@ -5266,6 +5284,357 @@ export const ThreadNameUpdatedNotification: MessageType<ThreadNameUpdatedNotific
   },
 };
 
+/** threadwire.v1.ThreadImportParams */
+export interface ThreadImportParams {
+  fileName?: string;
+  lines?: Uint8Array[];
+  importId?: string;
+  last?: boolean;
+  strict?: boolean;
+  firstLine?: bigint;
+}
+
+export const ThreadImportParams: MessageType<ThreadImportParams> = {
+  typeName: "threadwire.v1.ThreadImportParams",
+  encode(message: ThreadImportParams, writer: Writer = new Writer()): Writer {
+    if (message.fileName !== undefined) {
+      writer.tag(1, 2).string(message.fileName);
+    }
+    for (const value of message.lines ?? []) {
+      writer.tag(2, 2).bytes(value);
+    }
+    if (message.importId !== undefined) {
+      writer.tag(3, 2).string(message.importId);
+    }
+    if (message.last !== undefined) {
+      writer.tag(4, 0).bool(message.last);
+    }
+    if (message.strict !== undefined) {
+      writer.tag(5, 0).bool(message.strict);
+    }
+    if (message.firstLine !== undefined) {
+      writer.tag(6, 0).uint64(message.firstLine);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadImportParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadImportParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadImportParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.fileName = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.lines ??= []).push(reader.bytes());
+          break;
+        }
+        case 3: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.importId = reader.string();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.last = reader.bool();
+          break;
+        }
+        case 5: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.strict = reader.bool();
+          break;
+        }
+        case 6: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.firstLine = reader.uint64();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadImportParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadImportResult */
+export interface ThreadImportResult {
+  report?: ImportReport;
+  linesReceived?: bigint;
+}
+
+export const ThreadImportResult: MessageType<ThreadImportResult> = {
+  typeName: "threadwire.v1.ThreadImportResult",
+  encode(message: ThreadImportResult, writer: Writer = new Writer()): Writer {
+    if (message.report !== undefined) {
+      writer.tag(1, 2).bytes(ImportReport.encode(message.report).finish());
+    }
+    if (message.linesReceived !== undefined) {
+      writer.tag(2, 0).uint64(message.linesReceived);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadImportResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadImportResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadImportResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.report = ImportReport.decode(reader, reader.uint32(), depth + 1);
+          break;
+        }
+        case 2: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.linesReceived = reader.uint64();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadImportResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ImportReport */
+export interface ImportReport {
+  fileName?: string;
+  threadId?: string;
+  parentThreadId?: string;
+  outcome?: ImportOutcome;
+  lines?: bigint;
+  turns?: number;
+  items?: ImportCount[];
+  skipped?: SkippedLine[];
+  unknownRecords?: ImportCount[];
+  linkedChildren?: number;
+  multiAgentRuntime?: MultiAgentRuntime;
+  depth?: number;
+}
+
+export const ImportReport: MessageType<ImportReport> = {
+  typeName: "threadwire.v1.ImportReport",
+  encode(message: ImportReport, writer: Writer = new Writer()): Writer {
+    if (message.fileName !== undefined) {
+      writer.tag(1, 2).string(message.fileName);
+    }
+    if (message.threadId !== undefined) {
+      writer.tag(2, 2).string(message.threadId);
+    }
+    if (message.parentThreadId !== undefined) {
+      writer.tag(3, 2).string(message.parentThreadId);
+    }
+    if (message.outcome !== undefined) {
+      writer.tag(4, 0).int32(message.outcome);
+    }
+    if (message.lines !== undefined) {
+      writer.tag(5, 0).uint64(message.lines);
+    }
+    if (message.turns !== undefined) {
+      writer.tag(6, 0).uint32(message.turns);
+    }
+    for (const value of message.items ?? []) {
+      writer.tag(7, 2).bytes(ImportCount.encode(value).finish());
+    }
+    for (const value of message.skipped ?? []) {
+      writer.tag(8, 2).bytes(SkippedLine.encode(value).finish());
+    }
+    for (const value of message.unknownRecords ?? []) {
+      writer.tag(9, 2).bytes(ImportCount.encode(value).finish());
+    }
+    if (message.linkedChildren !== undefined) {
+      writer.tag(10, 0).uint32(message.linkedChildren);
+    }
+    if (message.multiAgentRuntime !== undefined) {
+      writer.tag(11, 0).int32(message.multiAgentRuntime);
+    }
+    if (message.depth !== undefined) {
+      writer.tag(12, 0).uint32(message.depth);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ImportReport {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ImportReport: nested deeper than ${Reader.maxDepth}`);
+    const message: ImportReport = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.fileName = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 3: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.parentThreadId = reader.string();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.outcome = reader.int32() as ImportOutcome;
+          break;
+        }
+        case 5: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.lines = reader.uint64();
+          break;
+        }
+        case 6: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.turns = reader.uint32();
+          break;
+        }
+        case 7: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.items ??= []).push(ImportCount.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 8: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.skipped ??= []).push(SkippedLine.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 9: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.unknownRecords ??= []).push(ImportCount.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 10: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.linkedChildren = reader.uint32();
+          break;
+        }
+        case 11: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.multiAgentRuntime = reader.int32() as MultiAgentRuntime;
+          break;
+        }
+        case 12: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.depth = reader.uint32();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ImportReport: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ImportCount */
+export interface ImportCount {
+  kind?: string;
+  count?: bigint;
+}
+
+export const ImportCount: MessageType<ImportCount> = {
+  typeName: "threadwire.v1.ImportCount",
+  encode(message: ImportCount, writer: Writer = new Writer()): Writer {
+    if (message.kind !== undefined) {
+      writer.tag(1, 2).string(message.kind);
+    }
+    if (message.count !== undefined) {
+      writer.tag(2, 0).uint64(message.count);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ImportCount {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ImportCount: nested deeper than ${Reader.maxDepth}`);
+    const message: ImportCount = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.kind = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.count = reader.uint64();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ImportCount: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.SkippedLine */
+export interface SkippedLine {
+  line?: bigint;
+  reason?: string;
+}
+
+export const SkippedLine: MessageType<SkippedLine> = {
+  typeName: "threadwire.v1.SkippedLine",
+  encode(message: SkippedLine, writer: Writer = new Writer()): Writer {
+    if (message.line !== undefined) {
+      writer.tag(1, 0).uint64(message.line);
+    }
+    if (message.reason !== undefined) {
+      writer.tag(2, 2).string(message.reason);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): SkippedLine {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`SkippedLine: nested deeper than ${Reader.maxDepth}`);
+    const message: SkippedLine = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.line = reader.uint64();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reason = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("SkippedLine: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.Envelope */
 export interface Envelope {
   kind?: { case: "request"; value: Request } | { case: "response"; value: Response } | { case: "notification"; value: Notification } | { case: "serverRequest"; value: ServerRequest } | { case: "serverRequestAnswer"; value: ServerRequestAnswer };
@@ -5340,7 +5709,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -5417,6 +5786,9 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "threadNameSet") {
       writer.tag(36, 2).bytes(ThreadNameSetParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadImport") {
+      writer.tag(37, 2).bytes(ThreadImportParams.encode(message.params.value).finish());
     }
     if (message.params?.case === "turnStart") {
       writer.tag(40, 2).bytes(TurnStartParams.encode(message.params.value).finish());
@@ -5558,6 +5930,11 @@ export const Request: MessageType<Request> = {
           message.params = { case: "threadNameSet", value: ThreadNameSetParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 37: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadImport", value: ThreadImportParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         case 40: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.params = { case: "turnStart", value: TurnStartParams.decode(reader, reader.uint32(), depth + 1) };
@@ -5587,7 +5964,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -5661,6 +6038,9 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "threadNameSet") {
       writer.tag(36, 2).bytes(ThreadNameSetResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadImport") {
+      writer.tag(37, 2).bytes(ThreadImportResult.encode(message.result.value).finish());
     }
     if (message.result?.case === "turnStart") {
       writer.tag(40, 2).bytes(TurnStartResult.encode(message.result.value).finish());
@@ -5795,6 +6175,11 @@ export const Response: MessageType<Response> = {
         case 36: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.result = { case: "threadNameSet", value: ThreadNameSetResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 37: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadImport", value: ThreadImportResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         case 40: {

@@ -59,6 +59,11 @@ typedef struct Threadwire__V1__ThreadRolledBackNotification Threadwire__V1__Thre
 typedef struct Threadwire__V1__ThreadNameSetParams Threadwire__V1__ThreadNameSetParams;
 typedef struct Threadwire__V1__ThreadNameSetResult Threadwire__V1__ThreadNameSetResult;
 typedef struct Threadwire__V1__ThreadNameUpdatedNotification Threadwire__V1__ThreadNameUpdatedNotification;
+typedef struct Threadwire__V1__ThreadImportParams Threadwire__V1__ThreadImportParams;
+typedef struct Threadwire__V1__ThreadImportResult Threadwire__V1__ThreadImportResult;
+typedef struct Threadwire__V1__ImportReport Threadwire__V1__ImportReport;
+typedef struct Threadwire__V1__ImportCount Threadwire__V1__ImportCount;
+typedef struct Threadwire__V1__SkippedLine Threadwire__V1__SkippedLine;
 
 
 /* --- enums --- */
@@ -151,6 +156,15 @@ typedef enum _Threadwire__V1__SortDirection {
   THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_ASCENDING = 2
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__SORT_DIRECTION)
 } Threadwire__V1__SortDirection;
+typedef enum _Threadwire__V1__ImportOutcome {
+  THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNSPECIFIED = 0,
+  THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_IMPORTED = 1,
+  /*
+   * The same content was imported before: nothing changed.
+   */
+  THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNCHANGED = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__IMPORT_OUTCOME)
+} Threadwire__V1__ImportOutcome;
 
 /* --- messages --- */
 
@@ -187,10 +201,14 @@ struct  Threadwire__V1__ThreadSource
    * V2 children: the task name given at spawn.
    */
   char *task_name;
+  /*
+   * The child's role, when the rollout it was imported from recorded one.
+   */
+  char *agent_role;
 };
 #define THREADWIRE__V1__THREAD_SOURCE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_source__descriptor) \
-    , 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0, 0, NULL, NULL }
+    , 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0, 0, NULL, NULL, NULL }
 
 
 struct  Threadwire__V1__Thread
@@ -978,6 +996,149 @@ struct  Threadwire__V1__ThreadNameUpdatedNotification
     , NULL, NULL }
 
 
+/*
+ * Method "thread/import": a codex rollout file (JSONL of {timestamp, type,
+ * payload} lines, see shared/reference §4) becomes a thread of the calling
+ * principal, with its turns, items (messages, tool calls and their outputs,
+ * reasoning summaries, compactions), usage and history. A sub-agent's rollout
+ * becomes a child of its parent thread (linked when the parent is imported,
+ * whatever the order). Importing the same content again changes nothing
+ * (outcome UNCHANGED); other content under an imported thread's id is
+ * ALREADY_EXISTS. A file too large for one request is sent in several, each
+ * continuing the last, with one import_id; nothing is stored until the
+ * request with `last` set, which stores the whole thread in one transaction.
+ * Lines that cannot be read are skipped and reported (a torn last line: codex
+ * was stopped while writing); with `strict` any such line fails the import.
+ */
+struct  Threadwire__V1__ThreadImportParams
+{
+  ProtobufCMessage base;
+  /*
+   * Names the file in the report (the server does not open it).
+   */
+  char *file_name;
+  /*
+   * A run of the file's lines, in order, without their line ends (bytes: a
+   * torn line may end inside a UTF-8 sequence).
+   */
+  size_t n_lines;
+  ProtobufCBinaryData *lines;
+  /*
+   * Chosen by the client for one file sent in several requests (a UUID);
+   * omitted: `lines` is the whole file.
+   */
+  char *import_id;
+  /*
+   * The file's last request: import it now.
+   */
+  protobuf_c_boolean has_last;
+  protobuf_c_boolean last;
+  protobuf_c_boolean has_strict;
+  protobuf_c_boolean strict;
+  /*
+   * The number (1-based) of lines[0] in the file; absent: 1. A request that
+   * does not continue where the import stands is FAILED_PRECONDITION (a
+   * piece lost or sent twice), and a continuation of an import this instance
+   * does not hold (expired after 10 idle minutes, or sent to another
+   * instance) is NOT_FOUND: send the file again from its first line.
+   */
+  protobuf_c_boolean has_first_line;
+  uint64_t first_line;
+};
+#define THREADWIRE__V1__THREAD_IMPORT_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_import_params__descriptor) \
+    , NULL, 0,NULL, NULL, 0, 0, 0, 0, 0, 0 }
+
+
+struct  Threadwire__V1__ThreadImportResult
+{
+  ProtobufCMessage base;
+  /*
+   * Set by the last request.
+   */
+  Threadwire__V1__ImportReport *report;
+  /*
+   * Lines received so far under this import_id.
+   */
+  protobuf_c_boolean has_lines_received;
+  uint64_t lines_received;
+};
+#define THREADWIRE__V1__THREAD_IMPORT_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_import_result__descriptor) \
+    , NULL, 0, 0 }
+
+
+/*
+ * What one file became.
+ */
+struct  Threadwire__V1__ImportReport
+{
+  ProtobufCMessage base;
+  char *file_name;
+  char *thread_id;
+  char *parent_thread_id;
+  protobuf_c_boolean has_outcome;
+  Threadwire__V1__ImportOutcome outcome;
+  protobuf_c_boolean has_lines;
+  uint64_t lines;
+  protobuf_c_boolean has_turns;
+  uint32_t turns;
+  /*
+   * Imported items by kind: user_message, agent_message, tool_call,
+   * collab_tool_call, reasoning, compaction, rollback, model_call (a
+   * token_count), mailbox, developer_message.
+   */
+  size_t n_items;
+  Threadwire__V1__ImportCount **items;
+  size_t n_skipped;
+  Threadwire__V1__SkippedLine **skipped;
+  /*
+   * Record kinds this server does not import (counted, never an error).
+   */
+  size_t n_unknown_records;
+  Threadwire__V1__ImportCount **unknown_records;
+  /*
+   * Threads imported earlier as children of this one, now linked to it.
+   */
+  protobuf_c_boolean has_linked_children;
+  uint32_t linked_children;
+  protobuf_c_boolean has_multi_agent_runtime;
+  Threadwire__V1__MultiAgentRuntime multi_agent_runtime;
+  protobuf_c_boolean has_depth;
+  uint32_t depth;
+};
+#define THREADWIRE__V1__IMPORT_REPORT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__import_report__descriptor) \
+    , NULL, NULL, NULL, 0, THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNSPECIFIED, 0, 0, 0, 0, 0,NULL, 0,NULL, 0,NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, 0 }
+
+
+struct  Threadwire__V1__ImportCount
+{
+  ProtobufCMessage base;
+  char *kind;
+  protobuf_c_boolean has_count;
+  uint64_t count;
+};
+#define THREADWIRE__V1__IMPORT_COUNT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__import_count__descriptor) \
+    , NULL, 0, 0 }
+
+
+struct  Threadwire__V1__SkippedLine
+{
+  ProtobufCMessage base;
+  /*
+   * 1-based.
+   */
+  protobuf_c_boolean has_line;
+  uint64_t line;
+  char *reason;
+};
+#define THREADWIRE__V1__SKIPPED_LINE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__skipped_line__descriptor) \
+    , 0, 0, NULL }
+
+
 /* Threadwire__V1__ThreadStatus methods */
 void   threadwire__v1__thread_status__init
                      (Threadwire__V1__ThreadStatus         *message);
@@ -1757,6 +1918,101 @@ Threadwire__V1__ThreadNameUpdatedNotification *
 void   threadwire__v1__thread_name_updated_notification__free_unpacked
                      (Threadwire__V1__ThreadNameUpdatedNotification *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadImportParams methods */
+void   threadwire__v1__thread_import_params__init
+                     (Threadwire__V1__ThreadImportParams         *message);
+size_t threadwire__v1__thread_import_params__get_packed_size
+                     (const Threadwire__V1__ThreadImportParams   *message);
+size_t threadwire__v1__thread_import_params__pack
+                     (const Threadwire__V1__ThreadImportParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_import_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadImportParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadImportParams *
+       threadwire__v1__thread_import_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_import_params__free_unpacked
+                     (Threadwire__V1__ThreadImportParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadImportResult methods */
+void   threadwire__v1__thread_import_result__init
+                     (Threadwire__V1__ThreadImportResult         *message);
+size_t threadwire__v1__thread_import_result__get_packed_size
+                     (const Threadwire__V1__ThreadImportResult   *message);
+size_t threadwire__v1__thread_import_result__pack
+                     (const Threadwire__V1__ThreadImportResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_import_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadImportResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadImportResult *
+       threadwire__v1__thread_import_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_import_result__free_unpacked
+                     (Threadwire__V1__ThreadImportResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ImportReport methods */
+void   threadwire__v1__import_report__init
+                     (Threadwire__V1__ImportReport         *message);
+size_t threadwire__v1__import_report__get_packed_size
+                     (const Threadwire__V1__ImportReport   *message);
+size_t threadwire__v1__import_report__pack
+                     (const Threadwire__V1__ImportReport   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__import_report__pack_to_buffer
+                     (const Threadwire__V1__ImportReport   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ImportReport *
+       threadwire__v1__import_report__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__import_report__free_unpacked
+                     (Threadwire__V1__ImportReport *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ImportCount methods */
+void   threadwire__v1__import_count__init
+                     (Threadwire__V1__ImportCount         *message);
+size_t threadwire__v1__import_count__get_packed_size
+                     (const Threadwire__V1__ImportCount   *message);
+size_t threadwire__v1__import_count__pack
+                     (const Threadwire__V1__ImportCount   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__import_count__pack_to_buffer
+                     (const Threadwire__V1__ImportCount   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ImportCount *
+       threadwire__v1__import_count__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__import_count__free_unpacked
+                     (Threadwire__V1__ImportCount *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__SkippedLine methods */
+void   threadwire__v1__skipped_line__init
+                     (Threadwire__V1__SkippedLine         *message);
+size_t threadwire__v1__skipped_line__get_packed_size
+                     (const Threadwire__V1__SkippedLine   *message);
+size_t threadwire__v1__skipped_line__pack
+                     (const Threadwire__V1__SkippedLine   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__skipped_line__pack_to_buffer
+                     (const Threadwire__V1__SkippedLine   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__SkippedLine *
+       threadwire__v1__skipped_line__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__skipped_line__free_unpacked
+                     (Threadwire__V1__SkippedLine *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Threadwire__V1__ThreadStatus_Closure)
@@ -1882,6 +2138,21 @@ typedef void (*Threadwire__V1__ThreadNameSetResult_Closure)
 typedef void (*Threadwire__V1__ThreadNameUpdatedNotification_Closure)
                  (const Threadwire__V1__ThreadNameUpdatedNotification *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadImportParams_Closure)
+                 (const Threadwire__V1__ThreadImportParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadImportResult_Closure)
+                 (const Threadwire__V1__ThreadImportResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ImportReport_Closure)
+                 (const Threadwire__V1__ImportReport *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ImportCount_Closure)
+                 (const Threadwire__V1__ImportCount *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__SkippedLine_Closure)
+                 (const Threadwire__V1__SkippedLine *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1894,6 +2165,7 @@ extern const ProtobufCEnumDescriptor    threadwire__v1__thread_source_kind__desc
 extern const ProtobufCEnumDescriptor    threadwire__v1__mcp_server_state__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__thread_sort_key__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__sort_direction__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__import_outcome__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_status__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor;
@@ -1935,6 +2207,11 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_rolled_back_notif
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_name_set_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_name_set_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_name_updated_notification__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_import_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_import_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__import_report__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__import_count__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__skipped_line__descriptor;
 
 PROTOBUF_C__END_DECLS
 

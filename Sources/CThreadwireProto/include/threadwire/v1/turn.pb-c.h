@@ -72,7 +72,11 @@ typedef enum _Threadwire__V1__ItemType {
    * summary that replaced the earlier context in what the model is shown.
    * The items it summarised stay in the transcript.
    */
-  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_CONTEXT_COMPACTION = 5
+  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_CONTEXT_COMPACTION = 5,
+  /*
+   * A reasoning summary the model gave (imported rollouts): text.
+   */
+  THREADWIRE__V1__ITEM_TYPE__ITEM_TYPE_REASONING = 6
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__ITEM_TYPE)
 } Threadwire__V1__ItemType;
 typedef enum _Threadwire__V1__ItemStatus {
@@ -139,7 +143,13 @@ typedef enum _Threadwire__V1__ContextKind {
    * Never shown to the model: thread/rollback's marker. The history items
    * from rolls_back_from up to this marker leave the model's context.
    */
-  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_ROLLBACK_MARKER = 13
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_ROLLBACK_MARKER = 13,
+  /*
+   * Never shown to the model: a codex compaction that recorded the whole
+   * history to replace the old one (imported rollouts). Nothing before it is
+   * shown; the replacement history follows it.
+   */
+  THREADWIRE__V1__CONTEXT_KIND__CONTEXT_KIND_HISTORY_REPLACED = 14
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__CONTEXT_KIND)
 } Threadwire__V1__ContextKind;
 /*

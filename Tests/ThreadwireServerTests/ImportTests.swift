@@ -1,0 +1,160 @@
+import Foundation
+import Testing
+import ThreadwireClient
+import ThreadwireTesting
+import ThreadwireWire
+
+/// thread/import through a running server, with rollout fixtures written
+/// from the documented format (tests/rollouts), on SQLite and on PostgreSQL.
+@Suite("codex rollouts imported through the server (real server, real stores)", .timeLimit(.minutes(4)))
+struct ImportTests {
+    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("tests/rollouts").path
+    static func fixture(_ name: String) -> String { fixtures + "/" + name }
+
+    static let root = "0196a000-0000-7000-8000-000000000001"
+    static let parent = "0196a000-0000-7000-8000-000000000010"
+    static let explorer = "0196a000-0000-7000-8000-000000000011"
+    static let tester = "0196a000-0000-7000-8000-000000000012"
+    static let torn = "0196a000-0000-7000-8000-000000000020"
+    static let malformed = "0196a000-0000-7000-8000-000000000030"
+    static let newest = "0196a000-0000-7000-8000-000000000040"
+
+    /// The files, children before their parent.
+    static let files = ["child_tester.jsonl", "child_explorer.jsonl", "parent_v2.jsonl", "root.jsonl", "torn.jsonl",
+                        "malformed_middle.jsonl", "newest_meta.jsonl"]
+
+    /// `threadwire import --json` against the server; the parsed output.
+    func importFiles(_ server: ServerProcess, _ names: [String], extra: [String] = []) async throws -> (Int32, [String: Any]) {
+        let (status, out) = try await runCLI(["import", "--server", "127.0.0.1:\(server.port)", "--json"] + extra + names.map(Self.fixture))
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any], "not JSON: \(out)")
+        return (status, object)
+    }
+
+    func reports(_ output: [String: Any]) -> [String: [String: Any]] {
+        var byThread: [String: [String: Any]] = [:]
+        for report in output["files"] as? [[String: Any]] ?? [] { byThread[report["thread_id"] as? String ?? ""] = report }
+        return byThread
+    }
+
+    @Test("on SQLite: the tree (children given first), tool calls, reasoning, usage, a compaction and a rollback shaping the next model request, torn and malformed lines, newest session_meta; a second import changes nothing")
+    func sqlite() async throws {
+        let server = try await ServerProcess.launch(config: #"{"features": {"multi_agent_v2": true}}"#)
+        try await check(server)
+    }
+
+    @Test("on PostgreSQL: the same files, the same results")
+    func postgres() async throws {
+        let url = try await PostgresCluster.database()
+        let server = try await ServerProcess.launch(config: #"{"features": {"multi_agent_v2": true}}"#, arguments: ["--store", url])
+        try await check(server)
+    }
+
+    func check(_ server: ServerProcess) async throws {
+        let (status, output) = try await importFiles(server, Self.files)
+        #expect(status == 0, "\(output)")
+        let reports = reports(output)
+        #expect(reports.count == 7)
+
+        // The report: skipped lines with their numbers and why; unknown kinds counted.
+        let tornSkipped = try #require(reports[Self.torn]?["skipped"] as? [[String: Any]])
+        #expect(tornSkipped.count == 1 && (tornSkipped[0]["line"] as? Int) == 5 && "\(tornSkipped[0]["reason"] ?? "")".contains("torn"))
+        let badSkipped = try #require(reports[Self.malformed]?["skipped"] as? [[String: Any]])
+        #expect(badSkipped.count == 1 && (badSkipped[0]["line"] as? Int) == 4)
+        let unknown = try #require(reports[Self.root]?["unknown_records"] as? [[String: Any]])
+        #expect(unknown.contains { $0["kind"] as? String == "world_state" && $0["count"] as? Int == 1 })
+        #expect((reports[Self.parent]?["linked_children"] as? Int) == 2, "the parent linked its two children imported before it")
+
+        let client = try await server.client()
+        // The tree: both children are the parent's, in its agent tree, with path, nickname and role.
+        guard case let .threadList(children) = try await client.result(.threadList(Wire.ThreadListParams(limit: 10, parentThreadId: Self.parent))) else {
+            throw TestTimeout(description: "bad list")
+        }
+        #expect(Set(children.data.compactMap(\.id)) == [Self.explorer, Self.tester])
+        for child in children.data {
+            #expect(child.sessionId == Self.parent, "child \(child.id ?? "") is not in its parent's tree")
+            #expect(child.source?.kind == .threadSpawn && child.source?.depth == 1)
+        }
+        let explorer = try #require(children.data.first { $0.id == Self.explorer })
+        #expect(explorer.source?.taskName == "/root/explorer" && explorer.source?.agentNickname == "Ada" && explorer.source?.agentRole == "explorer")
+        // The tester recorded no runtime: it takes its parent's when first resumed.
+        #expect(children.data.first { $0.id == Self.tester }?.multiAgentRuntime == .unspecified)
+        #expect(try await client.resume(Self.tester).thread?.multiAgentRuntime == .v2)
+
+        // The root: every item the transcript held.
+        let read = try await client.read(Self.root, turns: true, modelRequests: true)
+        let rootThread = try #require(read.thread)
+        #expect(rootThread.multiAgentRuntime == .v2 && rootThread.cwd == "/work/app")
+        let turns = rootThread.turns
+        let first = try #require(turns.first { $0.id == "turn-1" })
+        #expect(first.items.map(\.type) == [.userMessage, .reasoning, .toolCall, .agentMessage])
+        #expect(first.items[1].text == "I should run ls in the workspace.")
+        #expect(first.items[2].toolName == "shell" && first.items[2].toolOutput == "a.txt\nb.txt" && first.items[2].status == .completed)
+        #expect(first.items[2].toolArguments?.contains("\"ls\"") == true)
+        #expect(first.modelRequests.first?.usage?.inputTokens == 1200 && first.modelRequests.first?.usage?.outputTokens == 40)
+        let second = try #require(turns.first { $0.id == "turn-2" })
+        #expect(second.items.compactMap(\.toolName) == ["local_shell", "apply_patch"])
+        #expect(second.items.first { $0.toolName == "apply_patch" }?.toolOutput == "Success. Updated a.txt")
+        #expect(turns.contains { $0.items.contains { $0.type == .contextCompaction } })
+        // The rolled-back turn is left out of thread/read, and kept with include_rolled_back.
+        #expect(!turns.contains { $0.id == "turn-3" })
+        guard case let .threadRead(withRolledBack) = try await client.result(.threadRead(Wire.ThreadReadParams(
+            threadId: Self.root, includeTurns: true, includeRolledBack: true))) else { throw TestTimeout(description: "bad read") }
+        #expect(withRolledBack.thread?.turns.first { $0.id == "turn-3" }?.rolledBack == true)
+
+        // What the model is shown next: the compaction's replacement history,
+        // not the rolled-back turn, then the new input.
+        let next = try await client.runTurn(Self.root, "what now?")
+        let shown = next.lastContext.filter { $0.kind == .userInput || $0.kind == .assistantMessage }.compactMap(\.text)
+        #expect(shown == ["list the files", "show a.txt and fix its typo", "Summary: listed the files and fixed the typo in a.txt.", "what now?"],
+                "\(shown)")
+        #expect(!next.lastContext.contains { $0.text?.contains("delete b.txt") == true })
+
+        // The parent's collaboration calls name the children.
+        let parentTurn = try #require(try await client.read(Self.parent).thread?.turns.first)
+        let spawns = parentTurn.items.filter { $0.type == .collabToolCall && $0.toolName == "spawn_agent" }
+        #expect(Set(spawns.compactMap(\.receiverThreadId)) == [Self.explorer, Self.tester])
+        // Mailbox history of a child.
+        let explorerRead = try await client.read(Self.explorer, turns: true, modelRequests: false)
+        #expect(explorerRead.thread?.turns.first?.items.contains { $0.type == .agentMessage && $0.text == "Ada finished." } == true)
+
+        // Newest session_meta wins; a torn file keeps what it had.
+        let newest = try #require(try await client.read(Self.newest, turns: false).thread)
+        #expect(newest.cwd == "/new/place" && newest.multiAgentRuntime == .v2)
+        let torn = try #require(try await client.read(Self.torn).thread)
+        #expect(torn.turns.first?.items.map(\.text) == ["start something long", "Working on it"])
+
+        // Again: nothing changes.
+        let before = try await client.read(Self.parent, turns: false).thread
+        let (againStatus, again) = try await importFiles(server, Self.files)
+        #expect(againStatus == 0)
+        let outcomes = (again["files"] as? [[String: Any]] ?? []).compactMap { $0["outcome"] as? String }
+        #expect(outcomes.count == 7 && outcomes.allSatisfy { $0 == "IMPORT_OUTCOME_UNCHANGED" }, "\(outcomes)")
+        #expect(try await client.read(Self.parent, turns: false).thread?.updatedAt == before?.updatedAt)
+        guard case let .threadList(all) = try await client.result(.threadList(Wire.ThreadListParams(limit: 100))) else {
+            throw TestTimeout(description: "bad list")
+        }
+        #expect(Set(all.data.compactMap(\.id)) == [Self.root, Self.parent, Self.explorer, Self.tester, Self.torn, Self.malformed, Self.newest])
+        #expect(all.data.count == 7, "a thread imported twice")
+    }
+
+    @Test("--strict: a file with an unreadable line imports nothing and fails; a large file in many pieces commits as one thread")
+    func strictAndPieces() async throws {
+        let server = try await ServerProcess.launch()
+        let (status, output) = try await importFiles(server, ["malformed_middle.jsonl", "torn.jsonl"], extra: ["--strict"])
+        #expect(status == 1)
+        let failed = output["failed"] as? [[String: Any]] ?? []
+        #expect(failed.count == 2 && failed.allSatisfy { "\($0["error"] ?? "")".contains("nothing was imported (strict)") }, "\(failed)")
+        let client = try await server.client()
+        await expectStatus(5, mentioning: "not found") { _ = try await client.read(Self.malformed) }
+
+        // The root file in pieces of about 1 KiB: several requests, one commit.
+        let (piecesStatus, pieces) = try await importFiles(server, ["root.jsonl"], extra: ["--chunk-bytes", "1024"])
+        #expect(piecesStatus == 0, "\(pieces)")
+        #expect(try await client.read(Self.root).thread?.turns.count == 3)
+        // A piece that does not continue the import is refused.
+        let gap = try await client.call(.threadImport(Wire.ThreadImportParams(
+            fileName: "x", lines: [Array("{}".utf8)], importId: "gap", last: false, firstLine: 5)))
+        #expect(gap.code == 5, "\(gap)")
+    }
+}
