@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -240,6 +240,12 @@ bench-idempotency: apt-deps py-deps
 	swift build -c release --product threadwire
 	Benchmarks/idempotency.sh
 	THREADWIRE_SERVER_BIN=$(CURDIR)/.build/release/threadwire-server $(PYTHON) Benchmarks/failover.py
+
+## Issue 29: importing a 50 MB codex rollout through the server, against a JSON parser alone.
+bench-import: apt-deps
+	swift build -c release --product threadwire-server
+	swift build -c release --product threadwire
+	Benchmarks/import.sh
 
 ## Issue 28: one thread streaming to many subscribers; memory per idle subscriber.
 bench-fanout: apt-deps py-deps

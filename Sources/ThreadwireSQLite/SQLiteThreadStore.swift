@@ -357,11 +357,12 @@ public final class SQLiteThreadStore: ThreadStore {
         case let .removeMailbox(recipient, through):
             try db.cachedStatement(sql: "DELETE FROM mailbox WHERE recipient_id = ? AND seq <= ?").execute(arguments: [recipient, through])
         case let .claimIdempotencyKey(claim):
-            guard try Int.fetchOne(db, sql: "SELECT 1 FROM idempotency_keys WHERE principal = ? AND key = ?",
-                                   arguments: [claim.key.principal, claim.key.key]) == nil else {
+            // The key's primary key refuses a second claim; the commit's savepoint then writes nothing.
+            do {
+                try db.cachedStatement(sql: insertKey).execute(arguments: keyArguments(claim, response: nil))
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 throw StoreError.idempotencyKeyTaken(claim.key)
             }
-            try db.cachedStatement(sql: insertKey).execute(arguments: keyArguments(claim, response: nil))
         case let .recordIdempotentResponse(claim, response):
             try db.cachedStatement(sql: insertKey + " ON CONFLICT (principal, key) DO UPDATE SET response = excluded.response WHERE response IS NULL")
                 .execute(arguments: keyArguments(claim, response: response))

@@ -259,6 +259,7 @@ public final class ThreadwireServer: Service, Sendable {
         try? await Task.sleep(for: configuration.finalFlush)
         for connection in services.registry.all { try? await connection.channel.close() }
         await services.tasks.waitForAll()
+        await services.idempotency.waitForWrites()
     }
 }
 

@@ -12,7 +12,9 @@ import ThreadwireWire
 /// The key is written in the change's own transaction (the engine adds the
 /// claim to the first commit of the request's change, `IdempotentCommand`),
 /// so a change is never durable without its key; the answer is added to it
-/// before it is sent. A repeat finds the key and is answered from it; one
+/// as it is sent (not waited for: a second durable write would halve what a
+/// keyed change costs, and until it is stored a repeat here is answered from
+/// memory). A repeat finds the key and is answered from it; one
 /// that arrives while the first attempt runs here waits for it; one that
 /// races the first on another instance loses at the key's insert (the
 /// store refuses its whole commit) and then waits for the winner's answer.
@@ -34,6 +36,7 @@ final class IdempotentCalls: Sendable {
     private let logger: Logger
     /// Keyed requests running in this process, so a repeat waits for them.
     private let running = Mutex<[IdempotencyKey: Running]>([:])
+    private let writes = TaskTracker()
 
     init(store: any ThreadStore, settings: Settings, logger: Logger) {
         self.store = store
@@ -76,14 +79,26 @@ final class IdempotentCalls: Sendable {
                 guard let answer = await entry.answer() else { continue }  // it ended with nothing remembered: go again
                 return try await replay(answer, claim: nil, admitted, call: call)
             }
+            let carried: Carried
             do {
-                let (output, remembered) = try await carryOut(key, request, admitted, call: call, execute: execute)
-                finish(key, entry, remembered)
-                return output
+                carried = try await carryOut(key, request, admitted, call: call, execute: execute)
             } catch {
                 finish(key, entry, nil)
                 throw error
             }
+            // Repeats waiting here have their answer at once; the key stays
+            // in `running` until the answer is stored, so a repeat meanwhile
+            // is answered from memory rather than rebuilt.
+            entry.finish(carried.answer)
+            if let remembered = carried.remember {
+                writes.spawn { [self] in
+                    await remember(remembered.claim, remembered.answer)
+                    finish(key, entry, carried.answer)
+                }
+            } else {
+                finish(key, entry, carried.answer)
+            }
+            return try carried.output.get()
         }
     }
 
@@ -92,10 +107,22 @@ final class IdempotentCalls: Sendable {
         entry.finish(answer)
     }
 
-    /// Looks the key up; carries the request out if it is new. The second
-    /// value is the answer a repeat waiting here gets (nil: none remembered).
+    /// What carrying a keyed request out came to: its output (or error),
+    /// the answer repeats get (nil: none, they are carried out), and the
+    /// answer to store with the key (not waited for: the change's own
+    /// commit holds the key, and a repeat that finds no answer rebuilds it).
+    struct Carried {
+        var output: Result<CallOutput, any Error>
+        var answer: Wire.Response?
+        var remember: (claim: IdempotencyClaim, answer: Wire.Response)?
+    }
+
+    /// Answers still being stored (the drain waits for them).
+    func waitForWrites() async { await writes.waitForAll(timeout: .seconds(10)) }
+
+    /// Looks the key up; carries the request out if it is new.
     private func carryOut(_ key: IdempotencyKey, _ request: Fingerprinted, _ admitted: AdmittedCall, call: Call,
-                          execute: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> (CallOutput, Wire.Response?) {
+                          execute: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> Carried {
         if let record = try await store.idempotencyRecord(key) {
             return try await answerFromRecord(record, request, key: key, admitted, call: call)
         }
@@ -114,15 +141,13 @@ final class IdempotentCalls: Sendable {
             throw elsewhere  // relayed: the owner keeps the key
         } catch {
             let refusal = RequestError(error)
-            if Self.rememberedRefusals.contains(refusal.code) || command.claim != nil {
-                await remember(command.claim ?? request.claim(key), Wire.Response(code: refusal.code.rawValue, message: refusal.message))
-            }
-            throw error
+            guard Self.rememberedRefusals.contains(refusal.code) || command.claim != nil else { throw error }
+            let answer = Wire.Response(code: refusal.code.rawValue, message: refusal.message)
+            return Carried(output: .failure(error), answer: answer, remember: (command.claim ?? request.claim(key), answer))
         }
         let answer = Wire.Response(code: StatusCode.ok.rawValue, result: outcome.value)
         FaultInjection.point("idempotency.after-change")
-        await remember(command.claim ?? request.claim(key), answer)
-        return (.local(outcome), answer)
+        return Carried(output: .success(.local(outcome)), answer: answer, remember: (command.claim ?? request.claim(key), answer))
     }
 
     /// Records a request's answer with its key. If that fails the change
@@ -137,18 +162,18 @@ final class IdempotentCalls: Sendable {
     }
 
     private func answerFromRecord(_ record: IdempotencyRecord, _ request: Fingerprinted, key: IdempotencyKey, _ admitted: AdmittedCall,
-                                  call: Call) async throws -> (CallOutput, Wire.Response?) {
+                                  call: Call) async throws -> Carried {
         try request.check(against: record.claim.method, record.claim.fingerprint, key: key)
         if let bytes = record.response {
             let answer = try Wire.Response(serializedBytes: bytes)
-            return (try await replay(answer, claim: record.claim, admitted, call: call), answer)
+            return Carried(output: .success(try await replay(answer, claim: record.claim, admitted, call: call)), answer: answer)
         }
         if let answer = try await awaitAnswer(key) {
-            return (try await replay(answer, claim: record.claim, admitted, call: call), answer)
+            return Carried(output: .success(try await replay(answer, claim: record.claim, admitted, call: call)), answer: answer)
         }
         let rebuilt = try await rebuild(record.claim, admitted, call: call)
-        await remember(record.claim, rebuilt)
-        return (try await replay(rebuilt, claim: record.claim, admitted, call: call), rebuilt)
+        return Carried(output: .success(try await replay(rebuilt, claim: record.claim, admitted, call: call)), answer: rebuilt,
+                       remember: (record.claim, rebuilt))
     }
 
     /// A claim without an answer: waits (up to `answerWait`) for another
