@@ -3,7 +3,7 @@
 # reading the same file with a JSON parser alone (Python's json, C-accelerated).
 # The file: one session of TURNS turns, each a turn_context, a user message, a
 # reasoning summary, a function call with a 1 KiB output, a token_count, an
-# agent message and a task_complete (about 50 MB at the default 17,000 turns).
+# agent message and a task_complete (about 50 MB at the default 21,000 turns).
 # The release server on SQLite (and on PostgreSQL with PG=1), the release CLI
 # sending it in 1 MiB pieces; RUNS runs each, median.
 # Usage: Benchmarks/import.sh (make bench-import)
@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 server_bin=${SERVER_BIN:-$root/.build/release/threadwire-server}
 cli_bin=${CLI_BIN:-$root/.build/release/threadwire}
 runs=${RUNS:-3}
-turns=${TURNS:-17000}
+turns=${TURNS:-21000}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 

@@ -341,7 +341,44 @@ public struct RolloutParser: Sendable {
 
     // MARK: Reading values
 
+    /// RFC 3339 in UTC as codex writes it ("2026-05-01T10:00:00.123Z"),
+    /// read by hand: a date formatter per line was most of an import's time.
+    /// Anything else (an offset, no fraction) goes to Foundation's parser.
     static func parseTimestamp(_ text: String) -> Millis? {
+        let utf8 = Array(text.utf8)
+        func digits(_ from: Int, _ count: Int) -> Int? {
+            guard from + count <= utf8.count else { return nil }
+            var value = 0
+            for byte in utf8[from..<(from + count)] {
+                guard (0x30...0x39).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - 0x30)
+            }
+            return value
+        }
+        if utf8.count >= 20, utf8.last == UInt8(ascii: "Z"), utf8[4] == UInt8(ascii: "-"), utf8[10] == UInt8(ascii: "T"),
+           let year = digits(0, 4), let month = digits(5, 2), let day = digits(8, 2),
+           let hour = digits(11, 2), let minute = digits(14, 2), let second = digits(17, 2), (1...12).contains(month) {
+            var millis = 0
+            if utf8.count > 21, utf8[19] == UInt8(ascii: ".") {
+                let fraction = utf8[20..<(utf8.count - 1)]
+                guard fraction.allSatisfy({ (0x30...0x39).contains($0) }) else { return foundationTimestamp(text) }
+                for (index, byte) in fraction.prefix(3).enumerated() { millis += Int(byte - 0x30) * [100, 10, 1][index] }
+            } else if utf8.count != 20 {
+                return foundationTimestamp(text)
+            }
+            // Days from 1970-01-01 (Howard Hinnant's days_from_civil).
+            let y = month <= 2 ? year - 1 : year
+            let era = (y >= 0 ? y : y - 399) / 400
+            let yearOfEra = y - era * 400
+            let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+            let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+            let days = era * 146_097 + dayOfEra - 719_468
+            return Millis(((days * 24 + hour) * 60 + minute) * 60 + second) * 1000 + Millis(millis)
+        }
+        return foundationTimestamp(text)
+    }
+
+    private static func foundationTimestamp(_ text: String) -> Millis? {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         if let date = formatter.date(from: text) { return Millis((date.timeIntervalSince1970 * 1000).rounded()) }

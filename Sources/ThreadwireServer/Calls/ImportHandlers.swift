@@ -10,18 +10,14 @@ enum ImportHandlers {
     @Sendable static func importRollout(_ p: Wire.ThreadImportParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
         let imports = call.server.imports
         let key = ImportSessions.Key(principal: call.principal, importID: p.importId ?? UUID().uuidString)
-        var session = try imports.take(key, fileName: p.fileName, firstLine: Int(p.firstLine ?? 1))
+        let session = try imports.take(key, fileName: p.fileName, firstLine: Int(p.firstLine ?? 1))
         do {
             let last = p.importId == nil || p.last == true
             // Parsing is CPU work of up to seconds: not on an event loop.
-            session = try await offLoop { [session] in
-                var session = session
-                try session.feed(p.lines, last: last, limits: imports.limits)
-                return session
-            }
+            try await offLoop { try session.feed(p.lines, last: last, limits: imports.limits) }
             guard last else {
                 let received = session.lines
-                try imports.put(key, session)
+                imports.put(key, session)
                 return Outcome(.threadImport(Wire.ThreadImportResult(linesReceived: UInt64(received))))
             }
             imports.done(key, session)
@@ -68,15 +64,22 @@ final class ImportSessions: Sendable {
         var importID: String
     }
 
-    struct Session: Sendable {
-        var fileName: String
-        var feed: RolloutFeed
+    /// One file's import. A class, fed in place (a copy per piece would copy
+    /// everything parsed so far); only the request holding it (`take`) touches it.
+    final class Session: @unchecked Sendable {
+        let fileName: String
+        private(set) var feed: RolloutFeed
         var touched = ContinuousClock.now
+
+        init(fileName: String, feed: RolloutFeed) {
+            self.fileName = fileName
+            self.feed = feed
+        }
 
         var lines: Int { feed.lines }
 
         /// Feeds lines, numbered on from the last request's.
-        mutating func feed(_ chunk: [[UInt8]], last: Bool, limits: Limits) throws {
+        func feed(_ chunk: [[UInt8]], last: Bool, limits: Limits) throws {
             let added = chunk.reduce(0) { $0 + $1.count + 1 }
             guard feed.bytes + added <= limits.bytesPerImport else {
                 throw RequestError(.resourceExhausted, "\(fileName): over \(limits.bytesPerImport) bytes, the most one import may hold")
@@ -126,9 +129,8 @@ final class ImportSessions: Sendable {
         }
     }
 
-    func put(_ key: Key, _ session: Session) throws {
+    func put(_ key: Key, _ session: Session) {
         state.withLock { state in
-            var session = session
             session.touched = .now
             state.sessions[key] = session
             state.busy.remove(key)
