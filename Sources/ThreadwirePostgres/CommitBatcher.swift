@@ -66,6 +66,9 @@ final class CommitBatcher: Sendable {
 
     var statistics: CommitStatistics { state.withLock { $0.statistics } }
 
+    /// Whether a call runs or commits wait for one.
+    var busy: Bool { state.withLock { $0.callsInFlight > 0 || !$0.pending.isEmpty } }
+
     /// Calls until nothing waits.
     private func drain() async {
         while true {
