@@ -119,6 +119,9 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Record every inbound frame to this capture file.")
     var record: String?
 
+    @Option(help: "Event loop threads (they also run the server's tasks); default: one per core. Fewer than the cores leaves room for other processes on the machine (a load generator, PostgreSQL), which shortens the latency tail.")
+    var eventLoops: Int?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
@@ -129,6 +132,10 @@ public struct ServerCommand: AsyncParsableCommand {
         // Run Swift Concurrency on NIO's event loops: requests then avoid a
         // thread switch between the concurrency pool and the loop doing I/O
         // (profiling showed context switches as the largest cost).
+        if let eventLoops {
+            guard eventLoops >= 1, eventLoops <= 512 else { throw ValidationError("--event-loops must be from 1 to 512, got \(eventLoops)") }
+            NIOSingletons.groupLoopCountSuggestion = eventLoops
+        }
         _ = NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
         let level = Logger.Level(rawValue: logLevel) ?? .info
         LoggingSystem.bootstrapServer(format: logFormat, level: level)
