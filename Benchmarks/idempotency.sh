@@ -15,22 +15,7 @@ runs=${RUNS:-3}
 seconds=${SECONDS_PER_RUN:-5}
 . "$root/Benchmarks/pg-cluster.sh"
 
-start_server() {  # name, flags...
-  local name=$1; shift
-  "$server_bin" --listen 127.0.0.1:0 --data-dir "$work/data-$name" --log-level error "$@" > "$work/$name.out" &
-  server_pid=$!
-  for _ in $(seq 150); do grep -q "listening on" "$work/$name.out" 2>/dev/null && break; sleep 0.1; done
-  grep -q "listening on" "$work/$name.out" || { echo "server $name did not start" >&2; exit 1; }
-  port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$work/$name.out" | head -1)
-}
-
-measure() {  # workload connections [--idempotency-keys] -> "rps p50 p99"
-  local workload=$1 connections=$2; shift 2
-  for _ in $(seq "$runs"); do
-    "$cli_bin" bench --server "127.0.0.1:$port" --workload "$workload" --connections "$connections" --duration "$seconds" --json "$@" |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); print(int(r["throughput_per_second"]), r["latency_us"]["p50"], r["latency_us"]["p99"])'
-  done | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'
-}
+. "$root/Benchmarks/cli_load.sh"
 
 printf '%-9s %-9s %5s | %-28s | %-28s | %s\n' store workload conns "without keys: req/s p50 p99 µs" "with keys: req/s p50 p99 µs" "keyed/plain"
 for store in sqlite postgres; do
