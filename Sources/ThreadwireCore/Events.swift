@@ -26,6 +26,22 @@ public struct ThreadSettingsView: Sendable, Equatable {
     public var approvalPolicy: ApprovalPolicy = .never
     public var userInput = false
     public var mcpServers: [String] = []
+
+    public init(record: ThreadRecord) {
+        self.init(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime,
+                  approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled, mcpServers: record.mcpServers)
+    }
+
+    public init(model: String, cwd: String, selectedMode: MultiAgentMode?, runtime: MultiAgentRuntime?,
+                approvalPolicy: ApprovalPolicy = .never, userInput: Bool = false, mcpServers: [String] = []) {
+        self.model = model
+        self.cwd = cwd
+        self.selectedMode = selectedMode
+        self.runtime = runtime
+        self.approvalPolicy = approvalPolicy
+        self.userInput = userInput
+        self.mcpServers = mcpServers
+    }
 }
 
 /// A thread as reported to clients.
@@ -45,10 +61,7 @@ public struct ThreadView: Sendable, Equatable {
         hasOlderTurns = all.count > limit
     }
 
-    public var settings: ThreadSettingsView {
-        ThreadSettingsView(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime,
-                           approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled, mcpServers: record.mcpServers)
-    }
+    public var settings: ThreadSettingsView { ThreadSettingsView(record: record) }
 
     /// Without `include`, the view leaves out turns thread/rollback took back
     /// (the page was read before they were left out, so it may hold fewer).

@@ -2,10 +2,12 @@ import Synchronization
 
 /// Retries that apply once (Request.idempotency_key). A keyed change writes
 /// its key into the same transaction as the change (`IdempotencyClaim`), so
-/// no crash or partition can leave a change applied without its key; the
-/// answer the client was sent is added to the same row right after
-/// (`IdempotencyRecord.response`). A repeat finds the row and is answered
-/// from it instead of being carried out again.
+/// no crash or partition can leave a change applied without its key. The
+/// answer goes into the same transaction when the change alone tells it
+/// (`IdempotentCommand.Answer`: settings updates, turn starts, …); other
+/// answers are added to the row right after (`IdempotencyRecord.response`).
+/// A repeat finds the row and is answered from it instead of being carried
+/// out again.
 public struct IdempotencyKey: Hashable, Sendable, CustomStringConvertible {
     public var principal: Principal
     public var key: String
@@ -87,29 +89,39 @@ public final class IdempotentCommand: Sendable {
     public let fingerprint: [UInt8]
     /// The thread the request names (nil for thread/start).
     public let target: ThreadID?
+    /// The request's answer (a serialized threadwire.v1.Response without
+    /// id) told from its change's operations, stored in the change's own
+    /// transaction; nil where the answer needs more than the change.
+    public typealias Answer = @Sendable (_ operations: [StoreOperation]) -> [UInt8]?
+    private let answer: Answer?
     private let state = Mutex(State())
 
     private struct State {
         var claim: IdempotencyClaim?
+        var storedAnswer: [UInt8]?
         var closed = false
     }
 
-    public init(key: IdempotencyKey, method: String, fingerprint: [UInt8], target: ThreadID?) {
+    public init(key: IdempotencyKey, method: String, fingerprint: [UInt8], target: ThreadID?, answer: Answer? = nil) {
         self.key = key
         self.method = method
         self.fingerprint = fingerprint
         self.target = target
+        self.answer = answer
     }
 
     /// The claim committed with the request's change; nil if it changed nothing.
     public var claim: IdempotencyClaim? { state.withLock { $0.claim } }
 
+    /// The answer committed with the claim, if the change told it.
+    public var storedAnswer: [UInt8]? { state.withLock { $0.storedAnswer } }
+
     /// After the request's answer: no later commit carries the key.
     public func close() { state.withLock { $0.closed = true } }
 
-    /// The claim to add to a commit of `operations`, if this commit is the
-    /// request's change and nothing claimed the key yet.
-    func claim(for operations: [StoreOperation], nowMillis: Int64) -> IdempotencyClaim? {
+    /// The claim (and answer) to add to a commit of `operations`, if this
+    /// commit is the request's change and nothing claimed the key yet.
+    func claim(for operations: [StoreOperation], nowMillis: Int64) -> (claim: IdempotencyClaim, answer: [UInt8]?)? {
         var created: ThreadID?
         var touchesTarget = false
         var turns: [TurnID] = []
@@ -126,15 +138,20 @@ public final class IdempotentCommand: Sendable {
         guard created != nil || touchesTarget else { return nil }
         // A created thread names what the change made (a fork's copied turns do not).
         if created != nil { turns = [] }
-        return state.withLock { state in
-            guard !state.closed, state.claim == nil else { return nil }
-            return IdempotencyClaim(key: key, method: method, fingerprint: fingerprint, threadID: created ?? target,
-                                    turnIDs: turns, createdAtMillis: nowMillis)
-        }
+        let open = state.withLock { !$0.closed && $0.claim == nil }
+        guard open else { return nil }
+        let claim = IdempotencyClaim(key: key, method: method, fingerprint: fingerprint, threadID: created ?? target,
+                                     turnIDs: turns, createdAtMillis: nowMillis)
+        return (claim, answer?(operations))
     }
 
-    /// The commit carrying `claim` succeeded.
-    func claimed(_ claim: IdempotencyClaim) { state.withLock { $0.claim = claim } }
+    /// The commit carrying `claim` (and `answer`) succeeded.
+    func claimed(_ claim: IdempotencyClaim, answer: [UInt8]?) {
+        state.withLock { state in
+            state.claim = claim
+            state.storedAnswer = answer
+        }
+    }
 
     /// Runs `body` as no keyed request: for work a request sets off that is
     /// not its change (recovery at load, background tasks).

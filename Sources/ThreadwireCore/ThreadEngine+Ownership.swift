@@ -256,8 +256,9 @@ extension ThreadEngine {
         let command = IdempotentCommand.current
         let claim = command?.claim(for: operations, nowMillis: nowMillis())
         do {
-            try await store.commit(claim.map { [.claimIdempotencyKey($0)] + operations } ?? operations, fence: fence)
-            if let claim { command?.claimed(claim) }
+            try await store.commit(claim.map { [.claimIdempotencyKey($0.claim, response: $0.answer)] + operations } ?? operations,
+                                   fence: fence)
+            if let claim { command?.claimed(claim.claim, answer: claim.answer) }
         } catch let error as DomainError {
             throw error
         } catch {

@@ -12,10 +12,11 @@ public enum StoreOperation: Sendable {
     case enqueueMailbox(recipient: ThreadID, item: ContextItem)
     /// Remove delivered mailbox items up to and including `throughSequence`.
     case removeMailbox(recipient: ThreadID, throughSequence: Int64)
-    /// Store the key of a keyed change with the change. If the key is stored
-    /// already the whole commit fails with `StoreError.idempotencyKeyTaken`
-    /// and writes nothing.
-    case claimIdempotencyKey(IdempotencyClaim)
+    /// Store the key of a keyed change with the change, and the answer the
+    /// change makes when it can be told from the change itself. If the key
+    /// is stored already the whole commit fails with
+    /// `StoreError.idempotencyKeyTaken` and writes nothing.
+    case claimIdempotencyKey(IdempotencyClaim, response: [UInt8]?)
     /// The answer to a keyed request: added to its claim, or stored with the
     /// claim when the request changed nothing (a refusal, a no-op). An answer
     /// already stored is kept (the first counts).

@@ -205,7 +205,7 @@ enum CommitFunction {
             tree = fence?.tree
             epoch = fence?.epoch
             ops = try operations.map(Operation.init)
-            for case let .claimIdempotencyKey(claim) in operations { claimedKey = claim.key }
+            for case let .claimIdempotencyKey(claim, _) in operations { claimedKey = claim.key }
         }
 
         enum CodingKeys: String, CodingKey { case tree, epoch, ops }
@@ -259,9 +259,10 @@ enum CommitFunction {
                 k = "mail-"
                 id = recipient
                 self.through = through
-            case let .claimIdempotencyKey(claim):
+            case let .claimIdempotencyKey(claim, response):
                 k = "key"
                 setKey(claim)
+                record = response.map { Data($0) }
             case let .recordIdempotentResponse(claim, response):
                 k = "reply"
                 setKey(claim)
@@ -468,4 +469,9 @@ enum CommitFunction {
                                 WHERE session_id = op->>'id' AND id <> op->>'id';
                             WHEN 'mail-' THEN
             """)
+
+    /// Migration 8: a claim stores the answer its change tells, in the
+    /// change's own transaction.
+    static let definitionV8 = definitionV7.replacingOccurrences(
+        of: "op->>'turns', NULL,", with: "op->>'turns', decode(op->>'record', 'base64'),")
 }

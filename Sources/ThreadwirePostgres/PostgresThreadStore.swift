@@ -173,6 +173,8 @@ public final class PostgresThreadStore: ThreadStore {
             """,
             CommitFunction.definitionV7,
         ]),
+        // A keyed change's answer stored in its own transaction.
+        (8, [CommitFunction.definitionV8]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).

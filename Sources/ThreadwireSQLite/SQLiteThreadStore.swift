@@ -356,10 +356,10 @@ public final class SQLiteThreadStore: ThreadStore {
                 .execute(arguments: [recipient, Data(StoredRecords.encode(item))])
         case let .removeMailbox(recipient, through):
             try db.cachedStatement(sql: "DELETE FROM mailbox WHERE recipient_id = ? AND seq <= ?").execute(arguments: [recipient, through])
-        case let .claimIdempotencyKey(claim):
+        case let .claimIdempotencyKey(claim, response):
             // The key's primary key refuses a second claim; the commit's savepoint then writes nothing.
             do {
-                try db.cachedStatement(sql: insertKey).execute(arguments: keyArguments(claim, response: nil))
+                try db.cachedStatement(sql: insertKey).execute(arguments: keyArguments(claim, response: response))
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 throw StoreError.idempotencyKeyTaken(claim.key)
             }

@@ -51,9 +51,9 @@ public actor InMemoryThreadStore: ThreadStore {
                 nextSequence += 1
             case let .removeMailbox(recipient, through):
                 mailbox.removeAll { $0.recipient == recipient && $0.sequence <= through }
-            case let .claimIdempotencyKey(claim):
+            case let .claimIdempotencyKey(claim, response):
                 guard keys[claim.key] == nil else { throw StoreError.idempotencyKeyTaken(claim.key) }
-                keys[claim.key] = IdempotencyRecord(claim: claim, response: nil)
+                keys[claim.key] = IdempotencyRecord(claim: claim, response: response)
             case let .recordIdempotentResponse(claim, response):
                 var record = keys[claim.key] ?? IdempotencyRecord(claim: claim, response: nil)
                 if record.response == nil { record.response = response }

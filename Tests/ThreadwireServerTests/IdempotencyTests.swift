@@ -183,8 +183,8 @@ struct IdempotencyTests {
         #expect(result2.turn?.id == turnID)
     }
 
-    @Test("a settings update whose answer a crash kept from being recorded, repeated after another client changed the setting, does not undo that change")
-    func rebuiltAnswerDoesNotRedo() async throws {
+    @Test("a keyed settings update killed (SIGKILL) before it answered, repeated after another client changed the setting: the repeat gets the answer stored with the change and undoes nothing")
+    func answerStoredWithTheChange() async throws {
         let server = try await ServerProcess.launch()
         let thread = try #require(try await server.client().startThread().thread?.id)
         try await server.restart(environment: ["THREADWIRE_FAULT_POINTS": "idempotency.after-change"])
@@ -199,8 +199,51 @@ struct IdempotencyTests {
             return
         }
         #expect(result.changed == true)
-        #expect(result.settings?.model == "later", "the answer is the thread as it is now")
+        // Only the change's own transaction can have stored "first": the
+        // process died before it could write anything after it.
+        #expect(result.settings?.model == "first", "the answer was not the one stored with the change: \(result)")
         #expect(try await other.read(thread, turns: false).thread?.model == "later", "the repeat undid a later change")
+    }
+
+    @Test("answers stored in the change's own transaction (settings, tools, turn, name, archive) are the first attempt's answers byte for byte, after kill -9 too")
+    func storedAnswersMatchTheFirst() async throws {
+        let server = try await ServerProcess.launch()
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        let tool = Wire.ToolSpec(name: "grep", description: "Searches.", parametersJsonSchema: #"{"type":"object"}"#)
+        let requests: [(key: String, params: Wire.Request.Params)] = [
+            ("settings", .threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "stored-with-change"))),
+            ("tools", .threadToolsUpdate(Wire.ThreadToolsUpdateParams(threadId: thread, clientTools: [tool]))),
+            ("turn", turnStartParams(thread, "stored with its change")),
+            ("name", .threadNameSet(Wire.ThreadNameSetParams(threadId: thread, name: "named"))),
+            ("archive", .threadArchive(Wire.ThreadArchiveParams(threadId: thread))),
+        ]
+        func bytes(_ response: Wire.Response) -> [UInt8] {
+            var response = response
+            response.id = nil
+            return response.serializedBytes()
+        }
+        var firstAnswers: [String: [UInt8]] = [:]
+        for request in requests {
+            let answer = try await client.keyed(request.key, request.params)
+            #expect(answer.code == 0, "\(request.key): \(answer)")
+            firstAnswers[request.key] = bytes(answer)
+            if case let .turnStart(started)? = answer.result, let turn = started.turn?.id {
+                _ = try await client.waitForTurn(thread, turn)
+            }
+        }
+        let sameProcess = try await server.client()
+        for request in requests {
+            #expect(bytes(try await sameProcess.keyed(request.key, request.params)) == firstAnswers[request.key], "\(request.key)")
+        }
+        server.kill9()
+        try await server.start()
+        let afterKill = try await server.client()
+        for request in requests {
+            #expect(bytes(try await afterKill.keyed(request.key, request.params)) == firstAnswers[request.key],
+                    "\(request.key) after kill -9")
+        }
+        #expect(try await afterKill.read(thread).thread?.turns.count == 1)
     }
 
     @Test("keys are forgotten after the retention window: a repeat then is a new request")

@@ -108,6 +108,40 @@ struct StoreConformanceTests {
         #expect(try await store.loadThread("a")?.history == [item])
     }
 
+    @Test("an idempotency key is stored with its change (and the answer the change tells), once: a second claim refuses its whole commit; a later answer never replaces one stored", arguments: Backend.allCases)
+    func idempotencyKeys(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        let key = IdempotencyKey(principal: "alice", key: "k-1")
+        let claim = IdempotencyClaim(key: key, method: "thread/settings/update", fingerprint: [1, 2, 3], threadID: "t1",
+                                     turnIDs: ["u1", "u2"], createdAtMillis: 1_000)
+        try await store.commit([.claimIdempotencyKey(claim, response: [9, 9]), .putThread(thread("t1", created: 1, owner: "alice"))])
+        #expect(try await store.idempotencyRecord(key) == IdempotencyRecord(claim: claim, response: [9, 9]))
+        // The repeat that lost the race: nothing of its commit is written.
+        do {
+            try await store.commit([.claimIdempotencyKey(claim, response: nil), .putThread(thread("t2", created: 2))])
+            Issue.record("a second claim of the same key committed")
+        } catch StoreError.idempotencyKeyTaken(let taken) {
+            #expect(taken == key)
+        }
+        #expect(try await store.threadRecord("t2") == nil)
+        try await store.commit([.recordIdempotentResponse(claim, response: [7])])
+        #expect(try await store.idempotencyRecord(key)?.response == [9, 9], "a later answer replaced the one stored with the change")
+        // A claim without an answer gets one added; a key that changed nothing stores both.
+        let bare = IdempotencyClaim(key: IdempotencyKey(principal: "alice", key: "k-2"), method: "turn/start", fingerprint: [4],
+                                    threadID: "t1", createdAtMillis: 2_000)
+        try await store.commit([.claimIdempotencyKey(bare, response: nil)])
+        #expect(try await store.idempotencyRecord(bare.key)?.response == nil)
+        try await store.commit([.recordIdempotentResponse(bare, response: [5])])
+        #expect(try await store.idempotencyRecord(bare.key) == IdempotencyRecord(claim: bare, response: [5]))
+        let refusal = IdempotencyClaim(key: IdempotencyKey(principal: "bob", key: "k-1"), method: "thread/rollback", fingerprint: [6],
+                                       createdAtMillis: 3_000)
+        try await store.commit([.recordIdempotentResponse(refusal, response: [3])])
+        #expect(try await store.idempotencyRecord(refusal.key) == IdempotencyRecord(claim: refusal, response: [3]), "keys are per principal")
+        #expect(try await store.purgeIdempotencyRecords(createdBefore: 2_500) == 2)
+        #expect(try await store.idempotencyRecord(key) == nil)
+        #expect(try await store.idempotencyRecord(refusal.key) != nil)
+    }
+
     @Test("load returns the record, history in sequence order and turns (replaced in place) in sequence order", arguments: Backend.allCases)
     func loadThread(_ backend: Backend) async throws {
         let store = try await backend.make()

@@ -11,10 +11,12 @@ import ThreadwireWire
 ///
 /// The key is written in the change's own transaction (the engine adds the
 /// claim to the first commit of the request's change, `IdempotentCommand`),
-/// so a change is never durable without its key; the answer is added to it
-/// as it is sent (not waited for: a second durable write would halve what a
-/// keyed change costs, and until it is stored a repeat here is answered from
-/// memory). A repeat finds the key and is answered from it; one
+/// so a change is never durable without its key. So is the answer, where
+/// the change alone tells it (`answerFromChange`: settings and tool
+/// updates, turn starts, interrupts, names, archiving). Other answers (a
+/// started thread's, which reads its model catalog and instructions) are
+/// added to the key as they are sent, not waited for; until stored, a
+/// repeat here is answered from memory. A repeat finds the key and is answered from it; one
 /// that arrives while the first attempt runs here waits for it; one that
 /// races the first on another instance loses at the key's insert (the
 /// store refuses its whole commit) and then waits for the winner's answer.
@@ -126,7 +128,8 @@ final class IdempotentCalls: Sendable {
         if let record = try await store.idempotencyRecord(key) {
             return try await answerFromRecord(record, request, key: key, admitted, call: call)
         }
-        let command = IdempotentCommand(key: key, method: request.method, fingerprint: request.fingerprint, target: call.thread)
+        let command = IdempotentCommand(key: key, method: request.method, fingerprint: request.fingerprint, target: call.thread,
+                                        answer: Self.answerFromChange(request.method, target: call.thread))
         defer { command.close() }
         let outcome: Outcome<Wire.Response.Result>
         do {
@@ -147,7 +150,50 @@ final class IdempotentCalls: Sendable {
         }
         let answer = Wire.Response(code: StatusCode.ok.rawValue, result: outcome.value)
         FaultInjection.point("idempotency.after-change")
+        if let stored = command.storedAnswer {
+            // Stored with the change. They agree by construction; should
+            // they not, repeats get what the change's commit stored.
+            if stored != answer.serializedBytes() {
+                logger.error("an idempotent request's answer differs from the one stored with its change", metadata: [
+                    "tw.method": "\(request.method)"])
+            }
+            return Carried(output: .success(.local(outcome)), answer: answer, remember: nil)
+        }
         return Carried(output: .success(.local(outcome)), answer: answer, remember: (command.claim ?? request.claim(key), answer))
+    }
+
+    /// The answer of `method` told from its change's operations, for the
+    /// change's own transaction: the same bytes its handler answers with
+    /// (IdempotencyTests compare the two). Nil for methods whose answer
+    /// needs more than the change.
+    static func answerFromChange(_ method: String, target: ThreadID?) -> IdempotentCommand.Answer? {
+        guard let target else { return nil }
+        @Sendable func ok(_ result: Wire.Response.Result) -> [UInt8] {
+            Wire.Response(code: StatusCode.ok.rawValue, result: result).serializedBytes()
+        }
+        @Sendable func thread(_ operations: [StoreOperation]) -> ThreadRecord? {
+            for case let .putThread(record) in operations where record.id == target { return record }
+            return nil
+        }
+        switch method {
+        case "thread/settings/update":
+            // Only a change that changed something commits.
+            return { thread($0).map { ok(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
+                settings: ThreadSettingsView(record: $0).wire, changed: true))) } }
+        case "thread/tools/update":
+            return { thread($0).map { ok(.threadToolsUpdate(Wire.ThreadToolsUpdateResult(clientTools: $0.clientTools.map(\.wire)))) } }
+        case "turn/start":
+            return { operations in
+                for case let .putTurn(turn) in operations where turn.threadID == target {
+                    return ok(.turnStart(Wire.TurnStartResult(turn: turn.wire())))
+                }
+                return nil
+            }
+        case "turn/interrupt": return { _ in ok(.turnInterrupt(Wire.TurnInterruptResult())) }
+        case "thread/name/set": return { _ in ok(.threadNameSet(Wire.ThreadNameSetResult())) }
+        case "thread/archive": return { _ in ok(.threadArchive(Wire.ThreadArchiveResult())) }
+        default: return nil
+        }
     }
 
     /// Records a request's answer with its key. If that fails the change

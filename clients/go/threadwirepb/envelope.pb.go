@@ -192,11 +192,11 @@ type Request struct {
 	// (default 24 h), is not carried out again but answered with the first
 	// attempt's response: whether that attempt finished, is still running
 	// (the repeat waits for it) or was refused (INVALID_ARGUMENT,
-	// NOT_FOUND, FAILED_PRECONDITION, ALREADY_EXISTS, RESOURCE_EXHAUSTED,
-	// PERMISSION_DENIED, OUT_OF_RANGE, UNIMPLEMENTED). An attempt that ended
-	// UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, CANCELLED or INTERNAL with
-	// nothing applied is not remembered, so its repeat is carried out. The
-	// key is stored with the change in the same transaction, and every
+	// NOT_FOUND, FAILED_PRECONDITION, ALREADY_EXISTS, PERMISSION_DENIED,
+	// OUT_OF_RANGE, UNIMPLEMENTED). An attempt that ended UNAVAILABLE,
+	// DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, CANCELLED or INTERNAL
+	// with nothing applied is not remembered, so its repeat is carried out.
+	// The key is stored with the change in the same transaction, and every
 	// instance of a cluster honours it. A repeat with other params (or
 	// another method) is INVALID_ARGUMENT. A repeat that subscribes (thread
 	// start, resume, fork, agent spawn, turn start, compaction) subscribes
