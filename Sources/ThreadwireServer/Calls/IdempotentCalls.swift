@@ -189,10 +189,20 @@ final class IdempotentCalls: Sendable {
                 }
                 return nil
             }
-        case "turn/interrupt": return { _ in ok(.turnInterrupt(Wire.TurnInterruptResult())) }
-        case "thread/name/set": return { _ in ok(.threadNameSet(Wire.ThreadNameSetResult())) }
-        case "thread/archive": return { _ in ok(.threadArchive(Wire.ThreadArchiveResult())) }
-        default: return nil
+        default:
+            guard let fixed = fixedResult(method) else { return nil }
+            let bytes = ok(fixed)
+            return { _ in bytes }
+        }
+    }
+
+    /// The results that do not depend on what the change made.
+    private static func fixedResult(_ method: String) -> Wire.Response.Result? {
+        switch method {
+        case "turn/interrupt": .turnInterrupt(Wire.TurnInterruptResult())
+        case "thread/name/set": .threadNameSet(Wire.ThreadNameSetResult())
+        case "thread/archive": .threadArchive(Wire.ThreadArchiveResult())
+        default: nil
         }
     }
 
@@ -286,17 +296,11 @@ final class IdempotentCalls: Sendable {
             guard let turn = page.turns.first(where: { $0.id == turnID }) else { return lost(claim) }
             return ok(method == "turn/start" ? .turnStart(Wire.TurnStartResult(turn: turn.wire()))
                                              : .threadCompactStart(Wire.ThreadCompactStartResult(turn: turn.wire())))
-        case "turn/interrupt":
-            return ok(.turnInterrupt(Wire.TurnInterruptResult()))
         case "turn/steer":
             guard let turnID = claim.turnIDs.first else { return lost(claim) }
             return ok(.turnSteer(Wire.TurnSteerResult(turnId: turnID)))
         case "thread/rollback":
             return ok(.threadRollback(Wire.ThreadRollbackResult(turnIds: claim.turnIDs)))
-        case "thread/name/set":
-            return ok(.threadNameSet(Wire.ThreadNameSetResult()))
-        case "thread/archive":
-            return ok(.threadArchive(Wire.ThreadArchiveResult()))
         case "thread/unsubscribe":
             return ok(.threadUnsubscribe(Wire.ThreadUnsubscribeResult(wasSubscribed: true)))
         case "thread/unarchive", "thread/settings/update", "thread/tools/update":
@@ -310,7 +314,7 @@ final class IdempotentCalls: Sendable {
             default: return ok(.threadToolsUpdate(Wire.ThreadToolsUpdateResult(clientTools: view.record.clientTools.map(\.wire))))
             }
         default:
-            return lost(claim)
+            return Self.fixedResult(method).map(ok) ?? lost(claim)
         }
     }
 
