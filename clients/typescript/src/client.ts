@@ -196,6 +196,7 @@ export class Client extends GeneratedCalls {
     const id = ++this.nextId;
     const request: Request = { id, params };
     if (options.timeoutMs !== undefined) request.timeoutMs = Math.min(Math.max(1, Math.ceil(options.timeoutMs)), 0xffffffff);
+    if (options.idempotencyKey !== undefined) request.idempotencyKey = options.idempotencyKey;
     return new Promise<Response>((resolve, reject) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const cleanup = () => {
@@ -256,6 +257,11 @@ export class Client extends GeneratedCalls {
         return this;
       },
     };
+  }
+
+  /** Whether the connection has ended (lost, closed or aborted): calls on it fail with UNAVAILABLE. */
+  get ended(): boolean {
+    return this.closedError !== undefined;
   }
 
   /** Ends the connection; calls still waiting fail with UNAVAILABLE. */

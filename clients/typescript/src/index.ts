@@ -5,3 +5,4 @@ export { Client, Code, PROTOCOL_VERSION, StatusError, type ConnectOptions, type 
 export * from "./gen/messages.js";
 export { methodNames, notificationMethod, notificationNames, serverRequestMethod, serverRequestNames, type CallOptions } from "./gen/methods.js";
 export { DecodeError, Reader, Writer, type MessageType } from "./runtime.js";
+export { ReconnectingClient, defaultRetryPolicy, mutatingMethods, mutates, newIdempotencyKey, type RetryPolicy } from "./retry.js";

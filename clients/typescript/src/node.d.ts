@@ -33,3 +33,7 @@ declare module "node:tls" {
   }
   export function connect(options: ConnectionOptions): Socket;
 }
+
+declare module "node:crypto" {
+  export function randomUUID(): string;
+}

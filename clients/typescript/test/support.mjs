@@ -8,14 +8,17 @@ import { createInterface } from "node:readline";
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
-/** Starts threadwire-server (THREADWIRE_SERVER_BIN, default the debug build); resolves { host, port, stop }. */
-export async function startServer(extraArguments = []) {
+/** Starts threadwire-server (THREADWIRE_SERVER_BIN, default the debug build); resolves { host, port, stop, exited }.
+ * `options`: `directory` (a store to reopen, kept by stop), `port` (default any free one), `env` (added to the server's). */
+export async function startServer(extraArguments = [], options = {}) {
   const binary = process.env.THREADWIRE_SERVER_BIN ?? join(root, ".build", "debug", "threadwire-server");
-  const directory = mkdtempSync(join(tmpdir(), "threadwire-ts-"));
+  const keep = options.directory !== undefined;
+  const directory = options.directory ?? mkdtempSync(join(tmpdir(), "threadwire-ts-"));
   const config = join(directory, "config.json");
   writeFileSync(config, JSON.stringify({ features: { multi_agent_v2: true, multi_agent_mode: true } }));
-  const child = spawn(binary, ["--listen", "127.0.0.1:0", "--data-dir", join(directory, "store"), "--config", config,
-    "--log-level", "error", ...extraArguments], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(binary, ["--listen", `127.0.0.1:${options.port ?? 0}`, "--data-dir", join(directory, "store"), "--config", config,
+    "--log-level", "error", ...extraArguments], { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...(options.env ?? {}) } });
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve(signal ?? code)));
   const line = await new Promise((resolve, reject) => {
     const lines = createInterface({ input: child.stdout });
     lines.once("line", resolve);
@@ -27,11 +30,12 @@ export async function startServer(extraArguments = []) {
     host: match[1],
     port: Number(match[2]),
     directory,
+    /** Resolves with the exit code, or the signal that ended the server. */
+    exited,
     async stop() {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
       await exited;
-      rmSync(directory, { recursive: true, force: true });
+      if (!keep) rmSync(directory, { recursive: true, force: true });
     },
   };
 }
@@ -52,4 +56,14 @@ export async function waitFor(client, match, timeoutMs = 20000) {
   } finally {
     clearTimeout(deadline);
   }
+}
+
+/** A TCP port nothing listens on right now. */
+export async function freePort() {
+  const { createServer } = await import("node:net");
+  const listener = createServer();
+  await new Promise((resolve) => listener.listen(0, "127.0.0.1", resolve));
+  const { port } = listener.address();
+  await new Promise((resolve) => listener.close(resolve));
+  return port;
 }

@@ -2,11 +2,14 @@
 /* eslint-disable */
 import type { AgentSpawnParams, HealthCheckParams, HealthCheckResult, InitializeParams, InitializeResult, McpServerListParams, McpServerListResult, ModelListParams, ModelListResult, Notification, ReflectionDescriptorsParams, ReflectionDescriptorsResult, Request, Response, ServerRequest, ThreadArchiveParams, ThreadArchiveResult, ThreadCompactStartParams, ThreadCompactStartResult, ThreadForkParams, ThreadImportParams, ThreadImportResult, ThreadLifecycleResult, ThreadListParams, ThreadListResult, ThreadNameSetParams, ThreadNameSetResult, ThreadReadParams, ThreadReadResult, ThreadResumeParams, ThreadRollbackParams, ThreadRollbackResult, ThreadSettingsUpdateParams, ThreadSettingsUpdateResult, ThreadStartParams, ThreadToolsUpdateParams, ThreadToolsUpdateResult, ThreadTurnsListParams, ThreadTurnsListResult, ThreadUnarchiveParams, ThreadUnarchiveResult, ThreadUnsubscribeParams, ThreadUnsubscribeResult, TurnInterruptParams, TurnInterruptResult, TurnStartParams, TurnStartResult, TurnSteerParams, TurnSteerResult } from "./messages.js";
 
-/** Options of one call: an AbortSignal (AbortSignal.timeout(ms) for a deadline) and the timeout_ms sent. */
+/** Options of one call: an AbortSignal (AbortSignal.timeout(ms) for a deadline), the timeout_ms and idempotency_key sent. */
 export interface CallOptions {
   signal?: AbortSignal;
   /** Sent as the request's timeout_ms; the wait also ends then (default: none). */
   timeoutMs?: number;
+  /** Sent as the request's idempotency_key: a repeat with the same key (same principal, same params) is answered
+   * with the first attempt's response instead of changing anything again (see ReconnectingClient). */
+  idempotencyKey?: string;
 }
 
 /** The wire name of each method, by its Request.params case. */
