@@ -141,7 +141,7 @@ final class CommitBatcher: Sendable {
 
     private func call(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
         var binds = PostgresBindings()
-        binds.append(String(decoding: try JSONEncoder().encode(commits), as: UTF8.self))
+        binds.append(CommitJSON.encode(commits))
         var statuses: [String] = []
         for try await row in try await client.execute(CommitFunction.Call(bindings: binds), logger: logger) {
             statuses = row

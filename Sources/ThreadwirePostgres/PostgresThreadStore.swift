@@ -41,9 +41,25 @@ public final class PostgresThreadStore: ThreadStore {
             password: target.password ?? ProcessInfo.processInfo.environment["PGPASSWORD"],
             database: target.database, tls: .disable)
         configuration.options.maximumConnections = 16
+        // The pool's keep-alive pings and the idle timeout of connections
+        // above the minimum are timers armed each time a connection goes back
+        // to the pool and cancelled when it is taken again: two task groups
+        // and a Dispatch timer per commit, which woke a Dispatch thread twice
+        // per request (8 context switches per settings/update at one client,
+        // ~340 µs of CPU). Without the pings and with a few connections kept
+        // for good, a lone request's path arms no timer; PostgreSQL's own TCP
+        // keep-alives (set per session below) keep idle connections through
+        // middleboxes and find a client that went away, and a connection that
+        // died while idle fails its next call within `operationTimeout`
+        // (UNAVAILABLE, which clients retry with their idempotency key).
+        configuration.options.keepAliveBehavior = nil
+        configuration.options.minimumConnections = 4
         let (seconds, attoseconds) = stalledTransactionTimeout.components
         let stalledMs = max(100, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
-        configuration.options.additionalStartupParameters = [("idle_in_transaction_session_timeout", "\(stalledMs)")]
+        configuration.options.additionalStartupParameters = [
+            ("idle_in_transaction_session_timeout", "\(stalledMs)"),
+            ("tcp_keepalives_idle", "30"), ("tcp_keepalives_interval", "10"), ("tcp_keepalives_count", "3"),
+        ]
         // One direct connection first: a refused port or a wrong password is
         // reported at once (the pool would retry it quietly).
         do {

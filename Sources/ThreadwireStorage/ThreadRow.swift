@@ -52,7 +52,9 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         archived = r.archived; runtime = r.runtime?.rawValue; legacy = r.legacy
         selected_mode = r.selectedMode?.rawValue; model = r.model; cwd = r.cwd
         base_instructions = r.baseInstructions
-        config_overrides = String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
+        // The common empty cases spelled out: a JSONEncoder per row was a few
+        // per cent of a commit's CPU (the same bytes it writes for them).
+        config_overrides = r.configOverrides.isEmpty ? "[]" : String(decoding: try JSONEncoder().encode(r.configOverrides), as: UTF8.self)
         version = r.version; agent_status = r.agentStatus?.rawValue; agent_final_message = r.agentFinalMessage
         agent_closed = r.agentClosed; owner = r.principal
         let tools = ToolSettings(client_tools: r.clientTools.isEmpty ? nil : r.clientTools.map {
@@ -60,9 +62,13 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
                               requires_approval: $0.requiresApproval ? true : nil)
         }, approval_policy: r.approvalPolicy == .never ? nil : r.approvalPolicy, user_input: r.userInputEnabled ? true : nil,
            tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals, mcp_servers: r.mcpServers.isEmpty ? nil : r.mcpServers)
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
+        if tools == ToolSettings() {
+            tool_settings = "{}"
+        } else {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
+        }
         agent_role = r.agentRole
     }
 

@@ -16,6 +16,24 @@ struct StorageFormatTests {
         return turn
     }
 
+    @Test("a thread row's JSON columns: the empty cases are the bytes JSONEncoder writes, and every column reads back")
+    func threadRowJSONColumns() throws {
+        let bare = ThreadRecord(id: "a", sessionID: "a", source: .appServer, depth: 0, createdAt: 1, model: "m", cwd: "/w")
+        let row = try ThreadRow(bare)
+        #expect(row.config_overrides == String(decoding: try JSONEncoder().encode([KeyValuePair]()), as: UTF8.self))
+        let sorted = JSONEncoder()
+        sorted.outputFormatting = .sortedKeys
+        struct NoTools: Encodable { var client_tools: [String]? }
+        #expect(row.tool_settings == String(decoding: try sorted.encode(NoTools()), as: UTF8.self))
+        #expect(try row.record() == bare)
+        var full = bare
+        full.configOverrides = [KeyValuePair(key: "k", value: "v")]
+        full.clientTools = [ToolSpec(name: "t", namespace: "", description: "d", parametersSchema: "{}", requiresApproval: true)]
+        full.userInputEnabled = true
+        full.mcpServers = ["time"]
+        #expect(try ThreadRow(full).record() == full)
+    }
+
     @Test("history items and turns round-trip through the versioned record format")
     func roundTrip() throws {
         let item = ContextItem(role: .tool, kind: .toolOutput, text: "{\"ok\":true}", toolName: "wait_agent", callID: "c1")
