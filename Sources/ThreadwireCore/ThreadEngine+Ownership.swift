@@ -243,7 +243,10 @@ extension ThreadEngine {
 
     func nonEmpty(_ value: String?, field: String) throws -> String? {
         guard let value else { return nil }
-        guard !value.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+        // Stops at the first scalar that is not white space (Unicode's
+        // White_Space, the set .whitespacesAndNewlines names) instead of
+        // building a trimmed copy through Foundation on every command.
+        guard !value.unicodeScalars.allSatisfy(\.properties.isWhitespace) else {
             throw DomainError.invalidArgument("\(field) must not be empty")
         }
         return value

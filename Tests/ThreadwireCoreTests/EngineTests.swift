@@ -136,6 +136,26 @@ struct EngineTests {
         #expect(sink.deliveries.filter { if case .settingsUpdated = $0.event { true } else { false } }.count == 1)
     }
 
+    @Test("a model or cwd of only white space (any Unicode white space) is refused by name; one with text around spaces is kept as sent")
+    func blankModelRefused() async throws {
+        let (engine, _, _) = engine()
+        for blank in ["", " ", "\t\n\r", "\u{3000}\u{2028}\u{00A0}\u{85}"] {
+            await #expect(throws: DomainError.invalidArgument("model must not be empty")) {
+                var start = ThreadEngine.StartRequest()
+                start.model = blank
+                _ = try await engine.startThread(start, connection: 1)
+            }
+        }
+        let id = try await engine.startThread(.init(), connection: 1).value.record.id
+        var update = ThreadEngine.SettingsUpdate()
+        update.cwd = "\u{2003} "
+        await #expect(throws: DomainError.invalidArgument("cwd must not be empty")) { _ = try await engine.updateSettings(id, update) }
+        update.cwd = nil
+        update.model = " gpt x\u{3000}"
+        _ = try await engine.updateSettings(id, update)
+        #expect(try await engine.readThread(id, includeTurns: false, includeModelRequests: false).record.model == " gpt x\u{3000}")
+    }
+
     @Test("an update to an unloaded thread goes through the loaded copy, so later operations see it")
     func unloadedUpdateIsSeen() async throws {
         let (engine, store, _) = engine()
