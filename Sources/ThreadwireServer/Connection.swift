@@ -363,6 +363,13 @@ final class Connection: ReadGate, Sendable {
         if flush { channel.flush() }
     }
 
+    /// On the event loop: what the outbox holds, then one flush for it and
+    /// for the frames written before without one.
+    func flushOutbox() {
+        drainOutbox(flush: false)
+        channel.flush()
+    }
+
     /// Every write to the socket goes through here or the outbox, so frames
     /// leave in the order they were sent from any thread: on the event loop
     /// at once, after whatever the outbox still holds; elsewhere queued.
