@@ -122,10 +122,21 @@ final class IdempotentCalls: Sendable {
     /// Answers still being stored (the drain waits for them).
     func waitForWrites() async { await writes.waitForAll(timeout: .seconds(10)) }
 
-    /// Looks the key up; carries the request out if it is new.
+    /// Methods carried out before their key is looked up: they change one
+    /// thread row in memory only once its commit, which carries the key,
+    /// succeeds, and nothing else before it. A repeat's commit then fails
+    /// at the key and writes nothing; a repeat that commits nothing (the
+    /// change is there already) or is refused looks the key up after, and a
+    /// stored answer wins. The first attempt, the common case, saves the
+    /// store read a lookup costs.
+    static let optimistic: Set<String> = ["thread/settings/update", "thread/tools/update", "thread/name/set"]
+
+    /// Looks the key up (after, for `optimistic` methods); carries the
+    /// request out if it is new.
     private func carryOut(_ key: IdempotencyKey, _ request: Fingerprinted, _ admitted: AdmittedCall, call: Call,
                           execute: @Sendable () async throws -> Outcome<Wire.Response.Result>) async throws -> Carried {
-        if let record = try await store.idempotencyRecord(key) {
+        let optimistic = Self.optimistic.contains(request.method)
+        if !optimistic, let record = try await store.idempotencyRecord(key) {
             return try await answerFromRecord(record, request, key: key, admitted, call: call)
         }
         let command = IdempotentCommand(key: key, method: request.method, fingerprint: request.fingerprint, target: call.thread,
@@ -134,6 +145,10 @@ final class IdempotentCalls: Sendable {
         let outcome: Outcome<Wire.Response.Result>
         do {
             outcome = try await IdempotentCommand.$current.withValue(command) { try await execute() }
+            if optimistic, command.claim == nil, let record = try await store.idempotencyRecord(key) {
+                outcome.publish()  // a change that changed nothing: no notification, its turn in the thread's order
+                return try await answerFromRecord(record, request, key: key, admitted, call: call)
+            }
         } catch is IdempotencyKeyTaken {
             // A repeat elsewhere committed first; this attempt changed nothing.
             guard let record = try await store.idempotencyRecord(key) else {
@@ -143,6 +158,9 @@ final class IdempotentCalls: Sendable {
         } catch let elsewhere as OwnedElsewhere {
             throw elsewhere  // relayed: the owner keeps the key
         } catch {
+            if optimistic, command.claim == nil, let record = try await store.idempotencyRecord(key) {
+                return try await answerFromRecord(record, request, key: key, admitted, call: call)
+            }
             let refusal = RequestError(error)
             guard Self.rememberedRefusals.contains(refusal.code) || command.claim != nil else { throw error }
             let answer = Wire.Response(code: refusal.code.rawValue, message: refusal.message)
