@@ -101,6 +101,65 @@ struct IdempotencyTests {
         #expect(try await server.client().read(thread).thread?.turns.count == 5)
     }
 
+    @Test("eight connections send the same keyed settings/update at once while another client changes the thread: one change per key, all eight answered alike, the other change kept; repeats after later changes and after kill -9 get the first answer and undo nothing")
+    func concurrentSettingsRepeats() async throws {
+        let server = try await ServerProcess.launch()
+        let owner = try await server.client()
+        let thread = try #require(try await owner.startThread().thread?.id)
+        let clients = try await (0..<8).asyncMap { _ in try await server.client() }
+        let other = try await server.client()
+        func bytes(_ response: Wire.Response) -> [UInt8] {
+            var response = response
+            response.id = nil
+            return response.serializedBytes()
+        }
+        func params(_ round: Int) -> Wire.Request.Params {
+            .threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "m-\(round)"))
+        }
+        var firstAnswers: [[UInt8]] = []
+        for round in 0..<5 {
+            let barrier = Barrier(clients.count + 1)
+            let answers = try await withThrowingTaskGroup(of: Wire.Response?.self) { group in
+                for client in clients {
+                    group.addTask {
+                        await barrier.arrive()
+                        return try await client.keyed("settings-\(round)", params(round))
+                    }
+                }
+                group.addTask {
+                    await barrier.arrive()
+                    let plain = try await other.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, cwd: "/w-\(round)")))
+                    #expect(plain.code == 0, "the unkeyed change: \(plain)")
+                    return nil
+                }
+                var all: [Wire.Response] = []
+                for try await answer in group { if let answer { all.append(answer) } }
+                return all
+            }
+            #expect(answers.allSatisfy { $0.code == 0 }, "round \(round): \(answers.map { $0.message ?? "ok" })")
+            #expect(Set(answers.map(bytes)).count == 1, "round \(round): the eight attempts were answered differently")
+            guard case let .threadSettingsUpdate(result)? = answers.first?.result else {
+                Issue.record("round \(round): not a settings answer")
+                return
+            }
+            #expect(result.changed == true && result.settings?.model == "m-\(round)")
+            firstAnswers.append(bytes(answers[0]))
+            let stored = try #require(try await owner.read(thread, turns: false).thread)
+            #expect(stored.model == "m-\(round)" && stored.cwd == "/w-\(round)", "round \(round): a change was lost: \(stored.model ?? "-") \(stored.cwd ?? "-")")
+        }
+        // Repeats after later changes: the first answer, and the thread as the later changes left it.
+        for round in [0, 2] {
+            #expect(bytes(try await clients[round].keyed("settings-\(round)", params(round))) == firstAnswers[round], "repeat of round \(round)")
+        }
+        #expect(try await owner.read(thread, turns: false).thread?.model == "m-4", "a repeat undid a later change")
+        server.kill9()
+        try await server.start()
+        let afterKill = try await server.client()
+        #expect(bytes(try await afterKill.keyed("settings-1", params(1))) == firstAnswers[1], "repeat after kill -9")
+        let final = try #require(try await afterKill.read(thread, turns: false).thread)
+        #expect(final.model == "m-4" && final.cwd == "/w-4")
+    }
+
     @Test("a key reused with other params or for another method is INVALID_ARGUMENT and changes nothing; a bad key is refused; reads ignore keys")
     func misuse() async throws {
         let server = try await InProcessServer.launch()
