@@ -304,22 +304,16 @@ struct CallDispatcher: Sendable {
             // Counted before it is sent: a client holding its answer finds it in /metrics.
             services.metrics.request(method: method, code: .ok, duration: .now - admitted.received)
             RequestTracing.finish(admitted, code: .ok, logger: logger)
-            let response = Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value)
-            guard connection.eventLoop.inEventLoop else {
-                // Off the loop both wait in the outbox and leave in one write.
-                connection.send(response)
-                recordCreated(outcome.value, requestID: id, connection: connection)
-                outcome.publish()
-                return
-            }
             // On the loop the response would leave at once and the change's
             // notifications to this same connection (a client that watches
-            // the thread it changes) in a second write: held back, they
-            // leave together, the response first.
-            connection.send(response, flush: false)
+            // the thread it changes) in a second write: held back, they leave
+            // together, the response first. Off the loop both wait in the
+            // outbox and leave in one write anyway.
+            let onLoop = connection.eventLoop.inEventLoop
+            connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: outcome.value), flush: !onLoop)
             recordCreated(outcome.value, requestID: id, connection: connection)
             outcome.publish()
-            connection.flushOutbox()
+            if onLoop { connection.flushOutbox() }
         case let .replayed(response, subscription):
             let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
             services.metrics.request(method: method, code: code, duration: .now - admitted.received)
