@@ -11,19 +11,65 @@ public enum ThreadTracing {
     /// `startSpan` looks the tracer up under a lock with dynamic casts on
     /// every call.
     nonisolated(unsafe) private static var installed: (any Tracer)?
+    /// Written with `installed`.
+    nonisolated(unsafe) private static var sampling = TraceSampling.parentBasedAlwaysOn
 
     public static var enabled: Bool { on.load(ordering: .acquiring) }
 
-    /// Once, at startup, with the tracer just given to `InstrumentationSystem.bootstrap`.
-    public static func enable(_ tracer: any Tracer) {
+    /// Once, at startup, with the tracer just given to
+    /// `InstrumentationSystem.bootstrap`. The tracer must record every span
+    /// it is asked for: `sampling` decides before it is asked.
+    public static func enable(_ tracer: any Tracer, sampling: TraceSampling = .parentBasedAlwaysOn) {
         installed = tracer
+        Self.sampling = sampling
         on.store(true, ordering: .releasing)
     }
 
-    /// A span from the installed tracer (tracing on), else from the global one.
+    /// A span from the installed tracer (tracing on), else from the global
+    /// one. A context without a decision starts a trace, recorded or not as
+    /// the sampling says; an unrecorded trace gets fast ids and a span that
+    /// records nothing, and its children are that same span.
     public static func startSpan(_ name: String, context: ServiceContext, ofKind kind: SpanKind) -> any Span {
         guard enabled, let tracer = installed else { return Tracing.startSpan(name, context: context, ofKind: kind) }
+        switch context[TraceDecisionKey.self] {
+        case true?:
+            return tracer.startSpan(name, context: context, ofKind: kind)
+        case false?:
+            return NoOpTracer.NoOpSpan(context: context)
+        case nil:
+            guard sampling.samplesRoot() else {
+                return unsampled(tracer, TraceCarrier(traceparent: TraceIDs.unsampledTraceparent()), in: context)
+            }
+            var root = context
+            root[TraceDecisionKey.self] = true
+            return tracer.startSpan(name, context: root, ofKind: kind)
+        }
+    }
+
+    /// A request's span: it continues the caller's trace when `caller`
+    /// holds a valid W3C traceparent (recorded as the sampling says of the
+    /// caller's), else it starts one.
+    public static func startSpan(_ name: String, continuing caller: TraceCarrier, ofKind kind: SpanKind) -> any Span {
+        guard enabled, let tracer = installed, let header = caller.traceparent, let parent = TraceParent(header) else {
+            return startSpan(name, context: .topLevel, ofKind: kind)
+        }
+        guard sampling.samples(caller: parent) else {
+            let carrier = TraceCarrier(traceparent: TraceIDs.unsampledTraceparent(traceID: parent.traceID), tracestate: caller.tracestate)
+            return unsampled(tracer, carrier, in: .topLevel)
+        }
+        var context = ServiceContext.topLevel
+        tracer.extract(caller, into: &context, using: TraceCarrier.Reader())
+        context[TraceDecisionKey.self] = true
         return tracer.startSpan(name, context: context, ofKind: kind)
+    }
+
+    /// The tracer's own reading of `carrier` (so that logs, notifications
+    /// and relayed requests carry it), marked as not recorded.
+    private static func unsampled(_ tracer: any Tracer, _ carrier: TraceCarrier, in context: ServiceContext) -> any Span {
+        var context = context
+        tracer.extract(carrier, into: &context, using: TraceCarrier.Reader())
+        context[TraceDecisionKey.self] = false
+        return NoOpTracer.NoOpSpan(context: context)
     }
 
     /// `body` inside a span named `name` (a child of the task's current
@@ -102,6 +148,17 @@ public struct TraceCarrier: Sendable, Equatable {
         if let tracestate, !tracestate.isEmpty { pairs.append(("tracestate", tracestate)) }
         if let traceID { pairs.append(("trace_id", traceID)) }
         return pairs
+    }
+
+    public struct Reader: Extractor {
+        public init() {}
+        public func extract(key: String, from carrier: TraceCarrier) -> String? {
+            switch key.lowercased() {
+            case "traceparent": carrier.traceparent
+            case "tracestate": carrier.tracestate
+            default: nil
+            }
+        }
     }
 
     public struct Writer: Injector {

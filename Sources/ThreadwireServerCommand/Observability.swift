@@ -25,6 +25,28 @@ public struct TracingConfig: Sendable, Equatable {
         if environment["OTEL_EXPORTER_OTLP_ENDPOINT"] != nil || environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] != nil { return true }
         return enabled
     }
+
+    /// The head sampling: OTEL_TRACES_SAMPLER[_ARG] win over the file's
+    /// sample_ratio (parent-based). An unknown sampler or a bad argument is
+    /// reported and the file's ratio used, as OpenTelemetry SDKs do.
+    func sampling(in environment: [String: String], logger: Logger) -> TraceSampling {
+        let fromFile = TraceSampling(ratio: sampleRatio)
+        guard let name = environment["OTEL_TRACES_SAMPLER"] else {
+            guard let argument = environment["OTEL_TRACES_SAMPLER_ARG"] else { return fromFile }
+            return Self.orReport(TraceSampling.named("parentbased_traceidratio", argument: argument), instead: fromFile, logger: logger)
+        }
+        return Self.orReport(TraceSampling.named(name, argument: environment["OTEL_TRACES_SAMPLER_ARG"]), instead: fromFile, logger: logger)
+    }
+
+    private static func orReport(_ result: Result<TraceSampling, TraceSampling.SamplerError>, instead: TraceSampling,
+                                 logger: Logger) -> TraceSampling {
+        switch result {
+        case let .success(sampling): return sampling
+        case let .failure(error):
+            logger.warning("\(error.description); sampling with \(instead) instead")
+            return instead
+        }
+    }
 }
 
 enum Observability {
@@ -44,7 +66,10 @@ enum Observability {
         otel.traces.exporter = .otlp
         if let endpoint = config.endpoint { otel.traces.otlpExporter.endpoint = endpoint }
         otel.traces.otlpExporter.protocol = .httpProtobuf
-        otel.traces.sampler = .parentBasedTraceIDRatio(ratio: config.sampleRatio) ?? .parentBasedAlwaysOn
+        let sampling = config.sampling(in: environment, logger: logger)
+        // threadwire samples before it asks swift-otel for a span (see
+        // TraceSampling), so swift-otel records every span it is asked for.
+        otel.traces.sampler = .alwaysOn
         // An export waits at most this long; meanwhile spans queue (bounded).
         otel.traces.otlpExporter.timeout = .seconds(5)
         otel.traces.batchSpanProcessor.exportTimeout = .seconds(5)
@@ -52,13 +77,29 @@ enum Observability {
             SpanDropCounter(forwardingTo: logger)
         })
         otel.diagnosticLogLevel = .warning
-        let (tracer, service) = try OTel.makeTracingBackend(configuration: otel)
+        let (tracer, service) = try withoutSamplerVariables { try OTel.makeTracingBackend(configuration: otel) }
         InstrumentationSystem.bootstrap(tracer)
-        ThreadTracing.enable(tracer)
+        ThreadTracing.enable(tracer, sampling: sampling)
         logger.info("tracing on (OpenTelemetry, OTLP/HTTP)", metadata: [
+            "tw.sampler": "\(sampling)",
             "tw.endpoint": "\(environment["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] ?? environment["OTEL_EXPORTER_OTLP_ENDPOINT"] ?? config.endpoint ?? "http://localhost:4318")"])
         return service
     }
+}
+
+/// swift-otel applies OTEL_TRACES_SAMPLER[_ARG] over its configuration while
+/// it builds the tracer; threadwire has applied them already (a second
+/// ratio would square the first), so they are hidden from it for that call
+/// and put back, for child processes, right after. This runs once, at
+/// startup, before any request is served.
+private func withoutSamplerVariables<T>(_ body: () throws -> T) rethrows -> T {
+    let names = ["OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"]
+    let saved = names.map { name in getenv(name).map { String(cString: $0) } }
+    for name in names { unsetenv(name) }
+    defer {
+        for (name, value) in zip(names, saved) { if let value { setenv(name, value, 1) } }
+    }
+    return try body()
 }
 
 /// swift-otel reports what it drops only in its diagnostic log (a batch that

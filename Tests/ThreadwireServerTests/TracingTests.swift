@@ -124,11 +124,17 @@ struct TracingTests {
     func relayedOneTrace() async throws {
         let receiver = try OTLPReceiver()
         defer { receiver.stop() }
-        let group = try await InstanceGroup.start(2) { index in Self.environment(receiver, service: "threadwire-\(index)") }
+        // Traces the instances start are not recorded: the relay must carry
+        // "not sampled" to the owner, and the caller's "sampled" through.
+        let group = try await InstanceGroup.start(2) { index in
+            Self.environment(receiver, service: "threadwire-\(index)").merging(["OTEL_TRACES_SAMPLER": "parentbased_always_off"]) { $1 }
+        }
         defer { group.stopAll() }
         let owner = try await group.instances[0].client()
         let thread = try #require(try await owner.startThread().thread?.id)
         let elsewhere = try await group.instances[1].client()
+        let unrecorded = try await elsewhere.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "unrecorded")))
+        #expect(unrecorded.code ?? 0 == 0)
         let response = try await elsewhere.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "relayed")),
                                                 metadata: Self.traceparent)
         #expect(response.code ?? 0 == 0)
@@ -145,6 +151,114 @@ struct TracingTests {
         // Each instance exported its own spans of the one trace.
         #expect(entry.service == "threadwire-1" && relay.service == "threadwire-1")
         #expect(owned.service == "threadwire-0" && commit.service == "threadwire-0")
+        // Each instance exports in order, so the unrecorded request's spans would be in by now.
+        #expect(Set(receiver.spans().map(\.traceID)) == [Self.traceID], "the unsampled relayed request was recorded by neither instance")
+    }
+
+    static func randomTraceID() -> String {
+        String((0..<32).map { _ in "0123456789abcdef".randomElement()! })
+    }
+
+    @Test("head sampling at parentbased_traceidratio 0.5: about half the traces this instance starts are recorded (once sampled, not a quarter); every caller-sampled request is recorded")
+    func rootRatio() async throws {
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        var environment = Self.environment(receiver)
+        environment["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+        environment["OTEL_TRACES_SAMPLER_ARG"] = "0.5"
+        let server = try await ServerProcess.launch(environment: environment)
+        defer { server.stopInBackground() }
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        let roots = 400
+        for index in 0..<roots {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "root-\(index)"))
+        }
+        var callers: [String] = []
+        for index in 0..<20 {
+            let trace = Self.randomTraceID()
+            callers.append(trace)
+            let response = try await client.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "caller-\(index)")),
+                                                 metadata: [Wire.KeyValue(key: "traceparent", value: "00-\(trace)-\(Self.parentSpan)-01")])
+            #expect(response.code ?? 0 == 0)
+        }
+        // One exporter, batches in order: once the last caller's spans are in, all earlier ones are.
+        _ = try await receiver.waitForSpans(trace: callers.last!, named: ["thread/settings/update", "store.commit"])
+        let spans = receiver.spans()
+        let recordedRoots = Set(spans.filter { $0.name == "thread/settings/update" && $0.parentSpanID.isEmpty }.map(\.traceID)).count
+        // Binomial(400, 0.5): 200 ± 10; sampling twice would give 100 ± 9.
+        #expect((150...250).contains(recordedRoots), "\(recordedRoots) of \(roots) root traces recorded at 0.5")
+        let recordedCallers = Set(spans.filter { $0.name == "thread/settings/update" && $0.parentSpanID == Self.parentSpan }.map(\.traceID))
+        #expect(recordedCallers == Set(callers), "parent-based: every request whose caller sampled it is recorded")
+    }
+
+    @Test("parentbased_always_off: traces this instance starts and callers' unsampled traces are not recorded, yet their notifications and log lines carry W3C trace ids flagged not sampled (the caller's when there is one)")
+    func unsampledStillCarryIDs() async throws {
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        var environment = Self.environment(receiver)
+        environment["OTEL_TRACES_SAMPLER"] = "parentbased_always_off"
+        let server = try await ServerProcess.launch(arguments: ["--log-format", "json", "--log-level", "debug"], environment: environment)
+        defer { server.stopInBackground() }
+        let writer = try await server.client()
+        let watcher = try await server.client()
+        let thread = try #require(try await writer.startThread().thread?.id)
+        _ = try await watcher.resume(thread)
+        // Every thread/settings/updated the watcher hears, by the model it set.
+        let heard = Mutex<[String: [Wire.KeyValue]]>([:])
+        let watching = Task {
+            for await notification in watcher.notifications {
+                if case let .threadSettingsUpdated(update) = notification.payload, let model = update.settings?.model {
+                    heard.withLock { $0[model] = notification.metadata }
+                }
+            }
+        }
+        defer { watching.cancel() }
+        for index in 0..<20 {
+            _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "root-\(index)"))
+        }
+        let unsampledCaller = Self.randomTraceID()
+        _ = try await writer.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "caller-unsampled")),
+                                  metadata: [Wire.KeyValue(key: "traceparent", value: "00-\(unsampledCaller)-\(Self.parentSpan)-00")])
+        let sampledCaller = Self.randomTraceID()
+        _ = try await writer.call(.threadSettingsUpdate(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "caller-sampled")),
+                                  metadata: [Wire.KeyValue(key: "traceparent", value: "00-\(sampledCaller)-\(Self.parentSpan)-01")])
+        try await waitUntil("the watcher heard all 22 updates") { heard.withLock { $0.count } >= 22 }
+        let notifications = heard.withLock { $0 }
+
+        var rootTraces = Set<String>()
+        for index in 0..<20 {
+            let metadata = notifications["root-\(index)"] ?? []
+            let parent = metadata.first { $0.key == "traceparent" }?.value ?? ""
+            let fields = parent.split(separator: "-")
+            #expect(fields.count == 4 && fields[0] == "00" && fields[1].count == 32 && fields[2].count == 16 && fields[3] == "00",
+                    "an unrecorded root still has a W3C context, flagged not sampled: \(parent)")
+            #expect(fields[1] != String(repeating: "0", count: 32) && fields[1].allSatisfy(\.isHexDigit))
+            let traceID = metadata.first { $0.key == "trace_id" }?.value ?? ""
+            #expect(fields.count > 1 && traceID == String(fields[1]))
+            rootTraces.insert(traceID)
+        }
+        #expect(rootTraces.count == 20, "each root request has a trace of its own")
+        let fromCaller = notifications["caller-unsampled"] ?? []
+        #expect(fromCaller.first { $0.key == "trace_id" }?.value == unsampledCaller, "the caller's unsampled trace id is kept: \(fromCaller)")
+        #expect(fromCaller.first { $0.key == "traceparent" }?.value?.hasSuffix("-00") == true)
+        #expect(notifications["caller-sampled"]?.first { $0.key == "traceparent" }?.value?.hasSuffix("-01") == true)
+
+        // Only the sampled caller's trace was exported.
+        _ = try await receiver.waitForSpans(trace: sampledCaller, named: ["thread/settings/update", "engine thread/settings/update", "store.commit"])
+        let exported = Set(receiver.spans().map(\.traceID))
+        #expect(exported == [sampledCaller], "nothing but the sampled caller's trace is recorded: \(exported.count) traces")
+
+        // The log lines of unrecorded requests carry their trace ids too.
+        let log = try String(contentsOfFile: server.stderrPath, encoding: .utf8)
+        var logged = Set<String>()
+        for line in log.split(separator: "\n") {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  object["message"] as? String == "request", object["tw.method"] as? String == "thread/settings/update",
+                  let trace = object["trace_id"] as? String else { continue }
+            logged.insert(trace)
+        }
+        #expect(rootTraces.union([unsampledCaller, sampledCaller]).isSubset(of: logged), "every request's log line names its trace")
     }
 
     @Test("a collector that is down: requests are served as before, and the spans that could not be exported are counted in /metrics")

@@ -9,11 +9,15 @@ import ThreadwireWire
 enum RequestTracing {
     static func start(_ admitted: AdmittedCall, connection: Connection) -> (any Span)? {
         guard ThreadTracing.enabled else { return nil }
-        var context = ServiceContext.topLevel
-        if !admitted.request.metadata.isEmpty {
-            InstrumentationSystem.instrument.extract(admitted.request.metadata, into: &context, using: MetadataReader())
+        var caller = TraceCarrier()
+        for pair in admitted.request.metadata {
+            switch pair.key?.lowercased() {
+            case "traceparent": caller.traceparent = caller.traceparent ?? pair.value
+            case "tracestate": caller.tracestate = caller.tracestate ?? pair.value
+            default: break
+            }
         }
-        let span = ThreadTracing.startSpan(admitted.spec.name, context: context, ofKind: .server)
+        let span = ThreadTracing.startSpan(admitted.spec.name, continuing: caller, ofKind: .server)
         guard span.isRecording else { return span }
         // Set at once: each `span.attributes[…] =` would copy the dictionary under the span's lock.
         var attributes: SpanAttributes = [
@@ -66,11 +70,5 @@ enum RequestTracing {
         if let parent = carrier.traceparent { relayed.append(Wire.KeyValue(key: "traceparent", value: parent)) }
         if let state = carrier.tracestate, !state.isEmpty { relayed.append(Wire.KeyValue(key: "tracestate", value: state)) }
         return relayed
-    }
-
-    struct MetadataReader: Extractor {
-        func extract(key: String, from carrier: [Wire.KeyValue]) -> String? {
-            carrier.first { $0.key?.lowercased() == key.lowercased() }?.value
-        }
     }
 }
