@@ -4,14 +4,24 @@ import ThreadwireContract
 import ThreadwireCore
 import ThreadwireWire
 
-/// A request that passed admission: its table entry and params, and when it arrived.
-struct AdmittedCall: Sendable {
+/// A request that passed admission: its table entry and params, and when it
+/// arrived. A class: it goes from admission through the queue to its answer,
+/// and each copy of a struct retained every field.
+final class AdmittedCall: Sendable {
     let request: Wire.Request
     let spec: MethodSpec
     let params: Wire.Request.Params
     let received: ContinuousClock.Instant
     /// The request's server span (tracing on), ended with its answer.
-    var span: (any Span)? = nil
+    let span: (any Span)?
+
+    init(request: Wire.Request, spec: MethodSpec, params: Wire.Request.Params, received: ContinuousClock.Instant, span: (any Span)?) {
+        self.request = request
+        self.spec = spec
+        self.params = params
+        self.received = received
+        self.span = span
+    }
 }
 
 /// A request waiting for its connection's request task: admitted already
@@ -81,9 +91,8 @@ struct CallDispatcher: Sendable {
         if services.info.draining(), spec.requiresHandshake {
             return .refused(RequestError(.unavailable, "the server is shutting down"), method: method)
         }
-        var admitted = AdmittedCall(request: request, spec: spec, params: params, received: received)
-        if ThreadTracing.enabled { admitted.span = RequestTracing.start(admitted, connection: connection) }
-        return .admitted(admitted)
+        let span = ThreadTracing.enabled ? RequestTracing.start(request, spec: spec, params: params, connection: connection) : nil
+        return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received, span: span))
     }
 
     // MARK: Answers of server requests
@@ -282,7 +291,7 @@ struct CallDispatcher: Sendable {
     }
 
     private func call(_ admitted: AdmittedCall, thread: ThreadID?, connection: Connection) -> Call {
-        Call(connection: connection, engine: services.engine, server: services.info, thread: thread)
+        Call(connection: connection, engine: services.engine, services: services, thread: thread)
     }
 
     private static func notFound(_ id: ThreadID) -> DomainError { .notFound("thread \(id) not found") }

@@ -8,8 +8,14 @@ import ThreadwireWire
 struct Call: Sendable {
     let connection: Connection
     let engine: ThreadEngine
-    let server: ServerInfo
+    /// Held by reference: a `ServerInfo` is large, and a call is made per request.
+    let services: ServerServices
     let thread: ThreadID?
+
+    /// Borrowed, not copied, on each use.
+    var server: ServerInfo {
+        _read { yield services.info }
+    }
 
     /// The principal this call acts for.
     var principal: Principal { connection.principal }
@@ -44,8 +50,9 @@ struct ThreadField: Sendable {
 }
 
 /// One entry of the method table: everything the dispatcher needs to know
-/// about a method before its handler runs, as data.
-struct MethodSpec: Sendable {
+/// about a method before its handler runs, as data. A class: every request
+/// carries its entry, and a copy of the struct retained each field.
+final class MethodSpec: Sendable {
     typealias Run = @Sendable (Wire.Request.Params, Call) async throws -> Outcome<Wire.Response.Result>
     /// Answers without suspending, on the event loop that read the request,
     /// or returns nil when it cannot (the call then suspends).
@@ -62,6 +69,15 @@ struct MethodSpec: Sendable {
     let mutates: Bool
     let run: Run
     let runInline: RunInline?
+
+    init(name: String, requiresHandshake: Bool, thread: ThreadField?, mutates: Bool, run: @escaping Run, runInline: RunInline?) {
+        self.name = name
+        self.requiresHandshake = requiresHandshake
+        self.thread = thread
+        self.mutates = mutates
+        self.run = run
+        self.runInline = runInline
+    }
 
     /// A method whose params are `P`, picked out of the request by `params`.
     /// The cast is the table's: handlers get their own params type.

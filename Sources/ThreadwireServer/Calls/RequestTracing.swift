@@ -7,25 +7,25 @@ import ThreadwireWire
 /// The server span of each request (tracing on): a child of the caller's
 /// W3C trace context when its metadata carries one, else a new trace.
 enum RequestTracing {
-    static func start(_ admitted: AdmittedCall, connection: Connection) -> (any Span)? {
+    static func start(_ request: Wire.Request, spec: MethodSpec, params: Wire.Request.Params, connection: Connection) -> (any Span)? {
         guard ThreadTracing.enabled else { return nil }
         var caller = TraceCarrier()
-        for pair in admitted.request.metadata {
+        for pair in request.metadata {
             switch pair.key?.lowercased() {
             case "traceparent": caller.traceparent = caller.traceparent ?? pair.value
             case "tracestate": caller.tracestate = caller.tracestate ?? pair.value
             default: break
             }
         }
-        let span = ThreadTracing.startSpan(admitted.spec.name, continuing: caller, ofKind: .server)
+        let span = ThreadTracing.startSpan(spec.name, continuing: caller, ofKind: .server)
         guard span.isRecording else { return span }
         // Set at once: each `span.attributes[…] =` would copy the dictionary under the span's lock.
         var attributes: SpanAttributes = [
-            "rpc.system": "threadwire", "rpc.method": .string(admitted.spec.name),
+            "rpc.system": "threadwire", "rpc.method": .string(spec.name),
             "threadwire.connection.id": .int64(Int64(truncatingIfNeeded: connection.id)), "enduser.id": .string(connection.principal),
         ]
-        if let id = admitted.request.id { attributes["threadwire.request.id"] = Int64(truncatingIfNeeded: id) }
-        if let field = admitted.spec.thread, let thread = field.read(admitted.params) {
+        if let id = request.id { attributes["threadwire.request.id"] = Int64(truncatingIfNeeded: id) }
+        if let field = spec.thread, let thread = field.read(params) {
             attributes["threadwire.thread.id"] = thread
         }
         if connection.isPeer { attributes["threadwire.relayed"] = true }
