@@ -203,7 +203,7 @@ bench-security: apt-deps
 	Benchmarks/security.sh
 
 ## Issue 12: the PostgreSQL store vs SQLite, and vs pgbench's durable one-row updates.
-bench-postgres: apt-deps
+bench-postgres: apt-deps py-deps
 	swift build -c release
 	Benchmarks/postgres.sh
 

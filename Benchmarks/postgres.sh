@@ -22,6 +22,39 @@ seconds=${SECONDS_PER_RUN:-5}
 
 . "$root/Benchmarks/cli_load.sh"
 
+# The independent C generator (Benchmarks/c/frame_load.c) for settings/update
+# on PostgreSQL: the CLI's Swift client adds latency of its own (and its
+# connection hears each update as a notification). Each connection changes
+# its own thread, alternating two models so that every request is a change.
+PY=${PY:-$root/.build/venv/bin/python}
+mkdir -p "$root/.build/c"
+cc -O2 -pthread -o "$root/.build/c/frame_load" "$root/Benchmarks/c/frame_load.c"
+frame() {  # python statements filling `e` (an Envelope) -> frame hex
+  "$PY" -c "
+from threadwire_client import messages
+e = messages.envelope.Envelope()
+$1
+p = e.SerializeToString()
+print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
+}
+measure_c() {  # connections -> "rps p50 p99", the median run of $runs
+  local connections=$1 first=() second=()
+  for _ in $(seq "$connections"); do
+    local thread
+    thread=$("$cli_bin" call --server "127.0.0.1:$port" thread/start --json '{}' | python3 -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
+    first+=("$(frame "e.request.id = 3; e.request.thread_settings_update.thread_id = '$thread'; e.request.thread_settings_update.model = 'a'")")
+    second+=("$(frame "e.request.id = 3; e.request.thread_settings_update.thread_id = '$thread'; e.request.thread_settings_update.model = 'b'")")
+  done
+  local init
+  init=$(frame "e.request.id = 1; e.request.initialize.client_info.name = 'frame-load'; e.request.initialize.protocol_version = 1")
+  local requests alternates
+  requests=$(IFS=,; echo "${first[*]}"); alternates=$(IFS=,; echo "${second[*]}")
+  for _ in $(seq "$runs"); do
+    ALTERNATE_HEX=$alternates "$root/.build/c/frame_load" "$port" "$connections" "$seconds" "$requests" "$init" |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["errors"] == 0, r; print(int(r["requests_per_second"]), r["p50_us"], r["p99_us"])'
+  done | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'
+}
+
 declare -A result
 for store in sqlite postgres; do
   if [ $store = sqlite ]; then start_server sqlite; else start_server postgres --store "postgres://threadwire@127.0.0.1:$pgport/tw"; fi
@@ -30,6 +63,9 @@ for store in sqlite postgres; do
       result[$store,$workload,$connections]=$(measure $workload $connections)
     done
   done
+  if [ $store = postgres ]; then
+    for connections in 1 16; do result[c,$connections]=$(measure_c $connections); done
+  fi
   kill "$server_pid"; wait "$server_pid" 2>/dev/null || true
 done
 
@@ -55,12 +91,17 @@ UPDATE threads t SET session_id = t.session_id, parent_id = t.parent_id, forked_
     agent_status = t.agent_status, agent_final_message = t.agent_final_message, agent_closed = t.agent_closed
 FROM b WHERE t.id = b.id AND EXISTS (SELECT 1 FROM fence);
 SQL
-declare -A ceiling
+declare -A ceiling ceiling_p50
 for script in minimal same-rows; do
   for connections in 1 16; do
-    ceiling[$script,$connections]=$(for _ in $(seq "$runs"); do
-      "$pgbin/pgbench" -n -M prepared -h 127.0.0.1 -p "$pgport" -U threadwire -c "$connections" -j "$connections" -T "$seconds" -f "$work/$script.sql" tw 2>/dev/null |
+    # Each run logs every transaction's latency (µs, third field): its median is the p50.
+    ceiling[$script,$connections]=$(for run in $(seq "$runs"); do
+      (cd "$work" && "$pgbin/pgbench" -n -M prepared -h 127.0.0.1 -p "$pgport" -U threadwire -c "$connections" -j "$connections" -T "$seconds" \
+        --log --log-prefix="lat-$script-$connections-$run" -f "$work/$script.sql" tw 2>/dev/null) |
         sed -n 's/^tps = \([0-9.]*\).*/\1/p' | cut -d. -f1
+    done | median)
+    ceiling_p50[$script,$connections]=$(for run in $(seq "$runs"); do
+      cat "$work"/lat-$script-$connections-$run.* | awk '{print $3}' | median
     done | median)
   done
 done
@@ -78,4 +119,10 @@ for connections in 1 16; do
   read -r p_rps _ _ <<< "${result[postgres,settings,$connections]}"
   minimal=${ceiling[minimal,$connections]}; same=${ceiling[same-rows,$connections]}
   echo "| $connections | $minimal | $same | $p_rps | $(python3 -c "print(f'{$p_rps/$minimal*100:.0f} %')") | $(python3 -c "print(f'{$p_rps/$same*100:.0f} %')") |"
+done
+printf '\n| connections | pgbench same rows tps (p50 µs) | threadwire settings/update on PostgreSQL, C generator, req/s (p50 / p99 µs) | throughput vs same rows | p50 vs same rows |\n|---|---|---|---|---|\n'
+for connections in 1 16; do
+  read -r c_rps c_p50 c_p99 <<< "${result[c,$connections]}"
+  same=${ceiling[same-rows,$connections]}; same_p50=${ceiling_p50[same-rows,$connections]}
+  echo "| $connections | $same ($same_p50) | $c_rps ($c_p50 / $c_p99) | $(python3 -c "print(f'{$c_rps/$same*100:.0f} %')") | $(python3 -c "print(f'{$c_p50/$same_p50:.2f}×')") |"
 done

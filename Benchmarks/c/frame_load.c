@@ -7,7 +7,11 @@
  * Usage: frame_load PORT CONNECTIONS SECONDS REQUEST_HEX [SETUP_HEX]
  * DEPTH=N in the environment keeps N requests in flight per connection
  * (pipelined: N frames written in one go, then N read); latency is then per
- * batch. Prints one JSON line: requests/s and latency percentiles (p50, p99,
+ * batch. REQUEST_HEX may list frames separated by commas: connection i
+ * sends frame i modulo their number (one thread per connection, say).
+ * ALTERNATE_HEX (same shape, with DEPTH 1) is sent every other time, so
+ * that a change replayed is a change each time (a settings/update that sets
+ * what is already set commits nothing). Prints one JSON line: requests/s and latency percentiles (p50, p99,
  * p99.9) in µs; latencies over 200 ms count as 200 ms. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -28,10 +32,10 @@ static unsigned char *request, *setup;
 static size_t request_len, setup_len;
 static volatile int running = 1;
 static int depth = 1;
-static unsigned char *batch;
-static size_t batch_len;
+/* One connection's frames. */
+typedef struct { unsigned char *batch, *alternate; size_t batch_len, alternate_len; } frames_t;
 
-typedef struct { uint64_t count, errors; uint32_t *histogram; } worker_t;
+typedef struct { uint64_t count, errors; uint32_t *histogram; frames_t frames; } worker_t;
 
 static uint64_t now_ns(void) {
     struct timespec t;
@@ -40,11 +44,20 @@ static uint64_t now_ns(void) {
 }
 
 static unsigned char *from_hex(const char *hex, size_t *len) {
-    size_t n = strlen(hex) / 2;
+    size_t n = strcspn(hex, ",") / 2;
     unsigned char *bytes = malloc(n);
     for (size_t i = 0; i < n; i++) sscanf(hex + 2 * i, "%2hhx", &bytes[i]);
     *len = n;
     return bytes;
+}
+
+/* The i-th (modulo their number) of comma-separated items. */
+static const char *nth(const char *list, int i) {
+    int count = 1;
+    for (const char *c = list; *c; c++) count += *c == ',';
+    i %= count;
+    while (i-- > 0) list = strchr(list, ',') + 1;
+    return list;
 }
 
 static int read_full(int fd, unsigned char *buffer, size_t n) {
@@ -87,9 +100,11 @@ static void *work(void *arg) {
     size_t capacity = 1 << 16;
     unsigned char *buffer = malloc(capacity);
     if (setup_len && (send_all(fd, setup, setup_len) || read_frame(fd, &buffer, &capacity) < 0)) { worker->errors++; return NULL; }
-    while (running) {
+    for (uint64_t round = 0; running; round++) {
         uint64_t start = now_ns();
-        if (send_all(fd, batch, batch_len)) { worker->errors++; break; }
+        const frames_t *f = &worker->frames;
+        int other = f->alternate_len && (round & 1);
+        if (send_all(fd, other ? f->alternate : f->batch, other ? f->alternate_len : f->batch_len)) { worker->errors++; break; }
         int failed = 0;
         for (int k = 0; k < depth; k++) if (read_frame(fd, &buffer, &capacity) < 0) { failed = 1; break; }
         if (failed) { worker->errors++; break; }
@@ -107,16 +122,20 @@ int main(int argc, char **argv) {
     port = atoi(argv[1]);
     int connections = atoi(argv[2]);
     seconds = atoi(argv[3]);
-    request = from_hex(argv[4], &request_len);
     if (argc > 5) setup = from_hex(argv[5], &setup_len);
     if (getenv("DEPTH")) depth = atoi(getenv("DEPTH"));
     if (depth < 1) depth = 1;
-    batch_len = request_len * (size_t)depth;
-    batch = malloc(batch_len);
-    for (int k = 0; k < depth; k++) memcpy(batch + (size_t)k * request_len, request, request_len);
+    const char *alternates = depth == 1 ? getenv("ALTERNATE_HEX") : NULL;
     pthread_t *threads = calloc(connections, sizeof *threads);
     worker_t *workers = calloc(connections, sizeof *workers);
     for (int i = 0; i < connections; i++) {
+        frames_t *f = &workers[i].frames;
+        request = from_hex(nth(argv[4], i), &request_len);
+        f->batch_len = request_len * (size_t)depth;
+        f->batch = malloc(f->batch_len);
+        for (int k = 0; k < depth; k++) memcpy(f->batch + (size_t)k * request_len, request, request_len);
+        free(request);
+        if (alternates) f->alternate = from_hex(nth(alternates, i), &f->alternate_len);
         workers[i].histogram = calloc(BUCKETS, sizeof(uint32_t));
         pthread_create(&threads[i], NULL, work, &workers[i]);
     }
