@@ -152,9 +152,10 @@ enum TraceIDs {
         return text
     }
 
+    private static let digits = Array("0123456789abcdef".utf8)
+
     private static func hex(_ value: UInt64) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        return String(unsafeUninitializedCapacity: 16) { buffer in
+        String(unsafeUninitializedCapacity: 16) { buffer in
             for i in 0..<16 { buffer[i] = digits[Int((value >> (60 - 4 * UInt64(i))) & 0xF)] }
             return 16
         }

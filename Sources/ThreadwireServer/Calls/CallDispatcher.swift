@@ -291,7 +291,7 @@ struct CallDispatcher: Sendable {
     }
 
     private func call(_ admitted: AdmittedCall, thread: ThreadID?, connection: Connection) -> Call {
-        Call(connection: connection, engine: services.engine, services: services, thread: thread)
+        Call(connection: connection, services: services, thread: thread)
     }
 
     private static func notFound(_ id: ThreadID) -> DomainError { .notFound("thread \(id) not found") }

@@ -300,7 +300,7 @@ final class IdempotentCalls: Sendable {
             // The thread as it is, subscribed: what thread/resume answers, with no model change.
             guard let resume = MethodTable.methods["thread/resume"] else { return lost(claim) }
             let resumed = try await resume.run(.threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true)),
-                                               Call(connection: call.connection, engine: call.engine, services: call.services, thread: thread))
+                                               Call(connection: call.connection, services: call.services, thread: thread))
             guard case let .threadResume(lifecycle) = resumed.value else { return lost(claim) }
             switch method {
             case "thread/start": return ok(.threadStart(lifecycle))

@@ -7,10 +7,11 @@ import ThreadwireWire
 /// the dispatcher (nil for methods whose table entry names no thread).
 struct Call: Sendable {
     let connection: Connection
-    let engine: ThreadEngine
     /// Held by reference: a `ServerInfo` is large, and a call is made per request.
     let services: ServerServices
     let thread: ThreadID?
+
+    var engine: ThreadEngine { services.engine }
 
     /// Borrowed, not copied, on each use.
     var server: ServerInfo {
