@@ -5,7 +5,8 @@
 #   BASE_BIN=/path/to/baseline/release Benchmarks/postgres-ab.sh
 # where BASE_BIN holds a threadwire-server built from the baseline commit
 # (e.g. `git stash -u && swift build -c release && cp .build/release/threadwire-server DIR`).
-# Medians of RUNS rounds of SECONDS_PER_RUN s per workload and connection count.
+# Medians of RUNS rounds of SECONDS_PER_RUN s per workload and connection
+# count; "settings-c" is settings/update from the independent C generator.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base_server=${BASE_BIN:?set BASE_BIN to a directory with the baseline threadwire-server}/threadwire-server
@@ -14,6 +15,7 @@ cli_bin=$root/.build/release/threadwire
 runs=${RUNS:-3}
 seconds=${SECONDS_PER_RUN:-5}
 . "$root/Benchmarks/pg-cluster.sh"
+. "$root/Benchmarks/c_settings_load.sh"
 "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U threadwire tw_base
 
 declare -A samples
@@ -32,13 +34,16 @@ for round in $(seq "$runs"); do
         samples[$build,$workload,$connections]+="$rps"$'\n'
       done
     done
+    for connections in 1 16; do
+      samples[$build,settings-c,$connections]+="$(load_settings_c $connections)"$'\n'
+    done
     kill $pid; wait $pid 2>/dev/null || true
   done
 done
 
 median() { grep . | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 printf '\n| workload | connections | baseline req/s (p50 / p99 µs) | this build req/s (p50 / p99 µs) | change |\n|---|---|---|---|---|\n'
-for workload in settings turn; do
+for workload in settings turn settings-c; do
   for connections in 1 16; do
     read -r b_rps b_p50 b_p99 <<< "$(printf '%s' "${samples[base,$workload,$connections]}" | median)"
     read -r n_rps n_p50 n_p99 <<< "$(printf '%s' "${samples[new,$workload,$connections]}" | median)"

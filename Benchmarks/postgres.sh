@@ -22,37 +22,12 @@ seconds=${SECONDS_PER_RUN:-5}
 
 . "$root/Benchmarks/cli_load.sh"
 
-# The independent C generator (Benchmarks/c/frame_load.c) for settings/update
-# on PostgreSQL: the CLI's Swift client adds latency of its own (and its
-# connection hears each update as a notification). Each connection changes
-# its own thread, alternating two models so that every request is a change.
-PY=${PY:-$root/.build/venv/bin/python}
-mkdir -p "$root/.build/c"
-cc -O2 -pthread -o "$root/.build/c/frame_load" "$root/Benchmarks/c/frame_load.c"
-frame() {  # python statements filling `e` (an Envelope) -> frame hex
-  "$PY" -c "
-from threadwire_client import messages
-e = messages.envelope.Envelope()
-$1
-p = e.SerializeToString()
-print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
-}
+# settings/update on PostgreSQL from the independent C generator too: the
+# CLI's Swift client adds latency of its own (and its connection hears each
+# update as a notification), pgbench hears nothing back.
+. "$root/Benchmarks/c_settings_load.sh"
 measure_c() {  # connections -> "rps p50 p99", the median run of $runs
-  local connections=$1 first=() second=()
-  for _ in $(seq "$connections"); do
-    local thread
-    thread=$("$cli_bin" call --server "127.0.0.1:$port" thread/start --json '{}' | python3 -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
-    first+=("$(frame "e.request.id = 3; e.request.thread_settings_update.thread_id = '$thread'; e.request.thread_settings_update.model = 'a'")")
-    second+=("$(frame "e.request.id = 3; e.request.thread_settings_update.thread_id = '$thread'; e.request.thread_settings_update.model = 'b'")")
-  done
-  local init
-  init=$(frame "e.request.id = 1; e.request.initialize.client_info.name = 'frame-load'; e.request.initialize.protocol_version = 1")
-  local requests alternates
-  requests=$(IFS=,; echo "${first[*]}"); alternates=$(IFS=,; echo "${second[*]}")
-  for _ in $(seq "$runs"); do
-    ALTERNATE_HEX=$alternates "$root/.build/c/frame_load" "$port" "$connections" "$seconds" "$requests" "$init" |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["errors"] == 0, r; print(int(r["requests_per_second"]), r["p50_us"], r["p99_us"])'
-  done | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'
+  for _ in $(seq "$runs"); do load_settings_c "$1"; done | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'
 }
 
 declare -A result

@@ -12,8 +12,11 @@ import ThreadwireStorage
 /// at once, so a quiet server adds no delay. Before it writes anything, the
 /// function checks each commit's fence and versions, so a refused commit
 /// (stale version, lost lease) writes nothing and does not disturb the others
-/// of its call. A call that fails as a whole (a constraint, a dropped
-/// connection) is retried one commit per call, so only the commit at fault fails.
+/// of its call. A call whose commits each only replace a different thread's
+/// row (settings, tools, names) goes as one set-based UPDATE with the same
+/// checks instead (`ThreadUpdates`). A call that fails as a whole (a
+/// constraint, a dropped connection) is retried one commit per call, so only
+/// the commit at fault fails.
 final class CommitBatcher: Sendable {
     private struct Pending: Sendable {
         let commit: CommitFunction.Commit
@@ -140,6 +143,11 @@ final class CommitBatcher: Sendable {
     }
 
     private func call(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
+        if let threads = Self.distinctUpdatedThreads(commits) { return try await updateThreads(commits, threads: threads) }
+        return try await callFunction(commits)
+    }
+
+    private func callFunction(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
         var binds = PostgresBindings()
         binds.append(CommitJSON.encode(commits))
         var statuses: [String] = []
@@ -170,6 +178,43 @@ final class CommitBatcher: Sendable {
     }
 }
 
+extension CommitBatcher {
+    /// The threads of `commits` when each only replaces a different thread's
+    /// row (the common group: settings, tools, names of many threads).
+    static func distinctUpdatedThreads(_ commits: [CommitFunction.Commit]) -> [String]? {
+        var threads: [String] = []
+        var seen = Set<String>()
+        for commit in commits {
+            guard let thread = commit.updatedThread, seen.insert(thread).inserted else { return nil }
+            threads.append(thread)
+        }
+        return threads
+    }
+
+    /// Row replacements of distinct threads as one set-based UPDATE (one
+    /// statement, no PL/pgSQL loop: PostgreSQL spent about 38 µs per commit
+    /// in the function's loop and JSON against 19 µs in the UPDATE itself),
+    /// with the function's checks in its order: every fence locked FOR SHARE
+    /// in tree order (the aggregate takes them all before a row is
+    /// written), then each row compare-and-set on owner and version. A commit whose
+    /// row was not replaced wrote nothing; the commit function then names
+    /// its refusal (a lost lease or a conflict cannot come right again).
+    private func updateThreads(_ commits: [CommitFunction.Commit], threads: [String]) async throws -> [Result<Void, any Error>] {
+        state.withLock { $0.statistics.rowUpdateCalls += 1 }
+        var binds = PostgresBindings()
+        binds.append(CommitJSON.encode(commits))
+        var replaced = Set<String>()
+        for try await thread in try await client.execute(CommitFunction.ThreadUpdates(bindings: binds), logger: logger) {
+            replaced.insert(thread)
+        }
+        var outcomes: [Result<Void, any Error>] = []
+        for (commit, thread) in zip(commits, threads) {
+            outcomes.append(replaced.contains(thread) ? .success(()) : try await callFunction([commit])[0])
+        }
+        return outcomes
+    }
+}
+
 /// Answers the commits of one call once: with the call's outcomes, or with
 /// a timeout error if its alarm comes first.
 private final class Answer: Sendable {
@@ -185,10 +230,12 @@ private final class Answer: Sendable {
     }
 }
 
-/// How well commits were grouped: `commits` sent in `calls` calls.
+/// How well commits were grouped: `commits` sent in `calls` calls, of which
+/// `rowUpdateCalls` went as one set-based UPDATE.
 public struct CommitStatistics: Sendable, Equatable {
     public var calls = 0
     public var commits = 0
+    public var rowUpdateCalls = 0
 }
 
 /// The PL/pgSQL function every commit goes through, and its input.
@@ -200,12 +247,16 @@ enum CommitFunction {
         var ops: [Operation]
         /// The key its claim stores (not sent: named when it is refused).
         var claimedKey: IdempotencyKey?
+        /// The thread whose row is this commit's only change, on top of an
+        /// earlier version (not sent: such commits can go as one UPDATE).
+        var updatedThread: String?
 
         init(_ operations: [StoreOperation], fence: LeaseFence?) throws {
             tree = fence?.tree
             epoch = fence?.epoch
             ops = try operations.map(Operation.init)
             for case let .claimIdempotencyKey(claim, _) in operations { claimedKey = claim.key }
+            if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1 { updatedThread = record.id }
         }
 
         enum CodingKeys: String, CodingKey { case tree, epoch, ops }
@@ -294,6 +345,29 @@ enum CommitFunction {
         enum CodingKeys: String, CodingKey {
             case k, r, id, first, items, seq, record, status, through, turnID = "turn", p, key, m, fp, turns, at, lines, to
         }
+    }
+
+    /// Commits that each only replace a distinct thread's row, in the
+    /// function's input shape: the ids of the rows replaced.
+    struct ThreadUpdates: PostgresPreparedStatement {
+        typealias Row = String
+        static let name = "threadwire_thread_updates"
+        static let sql = """
+            WITH batch AS MATERIALIZED (
+                SELECT r.*, c->>'tree' AS fence_tree, (c->>'epoch')::bigint AS fence_epoch
+                FROM json_array_elements($1::json) c, LATERAL json_populate_record(NULL::threads, c->'ops'->0->'r') r),
+            held AS MATERIALIZED (
+                SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') AS fences FROM (
+                    SELECT tree, epoch FROM thread_leases WHERE tree IN (SELECT fence_tree FROM batch) ORDER BY tree FOR SHARE) l)
+            UPDATE threads t SET \(ThreadRow.changeableColumns.map { "\($0) = b.\($0)" }.joined(separator: ", "))
+            FROM batch b, held h
+            WHERE t.id = b.id AND t.owner = b.owner AND t.version = b.version - 1
+              AND (b.fence_tree IS NULL OR b.fence_tree || ' ' || b.fence_epoch = ANY (h.fences))
+            RETURNING t.id
+            """
+        let bindings: PostgresBindings
+        func makeBindings() throws -> PostgresBindings { bindings }
+        func decodeRow(_ row: PostgresRow) throws -> String { try row.decode(String.self) }
     }
 
     struct Call: PostgresPreparedStatement {

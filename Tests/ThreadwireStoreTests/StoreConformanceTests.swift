@@ -458,6 +458,79 @@ struct PostgresLeaseTests {
         }
     }
 
+    @Test("row replacements of distinct threads grouped into one UPDATE keep each commit's fence and version: a stale fence gets leaseLost, a stale version a conflict, both write nothing; the others land")
+    func groupedRowReplacements() async throws {
+        let url = try await PostgresCluster.database()
+        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
+        defer { store.close() }
+        let instance = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:4", leaseDuration: .seconds(30))
+        var fences: [String: LeaseFence] = [:]
+        for index in 0..<16 {
+            let tree = "tree\(index)"
+            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted"); return }
+            try await store.commit([.putThread(thread(tree, created: Int64(index)))], fence: fence)
+            fences[tree] = fence
+        }
+        // Trees 0-3 are released and taken again: their first fences are stale.
+        var current = fences
+        for index in 0..<4 {
+            let tree = "tree\(index)"
+            await instance.release([fences[tree]!])
+            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted again"); return }
+            current[tree] = fence
+        }
+        enum Outcome: Equatable { case landed, leaseLost, conflict(String, Int64), other(String) }
+        let (first, latest) = (fences, current)
+        var byTree: [String: Outcome] = [:]
+        var grouped = 0
+        // Rounds until some call went as one UPDATE (commits launched together group, but a round may go one by one).
+        for round in 0..<20 where grouped == 0 {
+            let before = store.commitStatistics.rowUpdateCalls
+            let outcomes = await withTaskGroup(of: (String, Outcome).self) { group in
+                for index in 0..<16 {
+                    group.addTask {
+                        let tree = "tree\(index)"
+                        var record = thread(tree, created: Int64(index))
+                        // Trees 4-7 write on top of a version they do not have; 0-3 stay at version 1.
+                        record.version = switch index { case 0..<4: 2; case 4..<8: Int64(100 + round); default: Int64(2 + round) }
+                        record.model = "round \(round)"
+                        do {
+                            try await store.commit([.putThread(record)], fence: index < 4 ? first[tree]! : latest[tree]!)
+                            return (tree, .landed)
+                        } catch StoreError.leaseLost {
+                            return (tree, .leaseLost)
+                        } catch let StoreError.conflict(threadID, expected) {
+                            return (tree, .conflict(threadID, expected))
+                        } catch {
+                            return (tree, .other("\(error)"))
+                        }
+                    }
+                }
+                var all: [(String, Outcome)] = []
+                for await outcome in group { all.append(outcome) }
+                return all
+            }
+            byTree = Dictionary(uniqueKeysWithValues: outcomes)
+            grouped = store.commitStatistics.rowUpdateCalls - before
+            for index in 0..<16 {
+                let tree = "tree\(index)"
+                let stored = try #require(try await store.loadThread(tree))
+                switch index {
+                case 0..<4:
+                    #expect(byTree[tree] == .leaseLost, "\(tree): \(String(describing: byTree[tree]))")
+                    #expect(stored.record.version == 1, "a stale fence wrote nothing")
+                case 4..<8:
+                    #expect(byTree[tree] == .conflict(tree, Int64(99 + round)), "\(tree): \(String(describing: byTree[tree]))")
+                    #expect(stored.record.version == 1, "a stale version wrote nothing")
+                default:
+                    #expect(byTree[tree] == .landed, "\(tree): \(String(describing: byTree[tree]))")
+                    #expect(stored.record.version == Int64(2 + round) && stored.record.model == "round \(round)")
+                }
+            }
+        }
+        #expect(grouped > 0, "commits went as one set-based UPDATE")
+    }
+
     @Test("threads with a running turn count as orphaned only while no live lease covers their tree")
     func orphanedRunningThreads() async throws {
         let url = try await PostgresCluster.database()
