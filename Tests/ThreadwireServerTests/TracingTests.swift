@@ -14,9 +14,13 @@ struct TracingTests {
     static let parentSpan = "00f067aa0ba902b7"
     static var traceparent: [Wire.KeyValue] { [Wire.KeyValue(key: "traceparent", value: "00-\(traceID)-\(parentSpan)-01")] }
 
-    static func environment(_ receiver: OTLPReceiver, service: String = "threadwire") -> [String: String] {
-        ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_BSP_SCHEDULE_DELAY": "100",
-         "OTEL_SERVICE_NAME": service]
+    static func environment(_ receiver: OTLPReceiver, service: String = "threadwire", sampler: String? = nil,
+                            samplerArgument: String? = nil) -> [String: String] {
+        var environment = ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_BSP_SCHEDULE_DELAY": "100",
+                           "OTEL_SERVICE_NAME": service]
+        environment["OTEL_TRACES_SAMPLER"] = sampler
+        environment["OTEL_TRACES_SAMPLER_ARG"] = samplerArgument
+        return environment
     }
 
     @Test("a request with a traceparent continues the caller's trace (request, engine command, store commit); the notifications it causes carry the trace id; JSON log lines carry it too")
@@ -127,7 +131,7 @@ struct TracingTests {
         // Traces the instances start are not recorded: the relay must carry
         // "not sampled" to the owner, and the caller's "sampled" through.
         let group = try await InstanceGroup.start(2) { index in
-            Self.environment(receiver, service: "threadwire-\(index)").merging(["OTEL_TRACES_SAMPLER": "parentbased_always_off"]) { $1 }
+            Self.environment(receiver, service: "threadwire-\(index)", sampler: "parentbased_always_off")
         }
         defer { group.stopAll() }
         let owner = try await group.instances[0].client()
@@ -163,10 +167,8 @@ struct TracingTests {
     func rootRatio() async throws {
         let receiver = try OTLPReceiver()
         defer { receiver.stop() }
-        var environment = Self.environment(receiver)
-        environment["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
-        environment["OTEL_TRACES_SAMPLER_ARG"] = "0.5"
-        let server = try await ServerProcess.launch(environment: environment)
+        let server = try await ServerProcess.launch(
+            environment: Self.environment(receiver, sampler: "parentbased_traceidratio", samplerArgument: "0.5"))
         defer { server.stopInBackground() }
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
@@ -196,9 +198,8 @@ struct TracingTests {
     func unsampledStillCarryIDs() async throws {
         let receiver = try OTLPReceiver()
         defer { receiver.stop() }
-        var environment = Self.environment(receiver)
-        environment["OTEL_TRACES_SAMPLER"] = "parentbased_always_off"
-        let server = try await ServerProcess.launch(arguments: ["--log-format", "json", "--log-level", "debug"], environment: environment)
+        let server = try await ServerProcess.launch(arguments: ["--log-format", "json", "--log-level", "debug"],
+                                                    environment: Self.environment(receiver, sampler: "parentbased_always_off"))
         defer { server.stopInBackground() }
         let writer = try await server.client()
         let watcher = try await server.client()

@@ -391,28 +391,34 @@ struct PostgresLeaseTests {
         #expect(again.epoch > newFence.epoch)
     }
 
+    /// `count` trees, each with its root thread committed under its lease;
+    /// trees 0-3 then released and taken again. The fences first granted,
+    /// and the current ones.
+    static func leasedTrees(_ count: Int, store: PostgresThreadStore) async throws -> (first: [String: LeaseFence], current: [String: LeaseFence]) {
+        let instance = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:4", leaseDuration: .seconds(30))
+        var first: [String: LeaseFence] = [:]
+        for index in 0..<count {
+            let tree = "tree\(index)"
+            let fence = try #require(try await instance.acquire(tree).heldFence, "\(tree) granted")
+            try await store.commit([.putThread(thread(tree, created: Int64(index)))], fence: fence)
+            first[tree] = fence
+        }
+        var current = first
+        for index in 0..<4 {
+            let tree = "tree\(index)"
+            await instance.release([first[tree]!])
+            current[tree] = try #require(try await instance.acquire(tree).heldFence, "\(tree) granted again")
+        }
+        return (first, current)
+    }
+
     @Test("commits grouped into one call each keep their own fence: those of a lost lease write nothing, the others land")
     func groupedFencedCommits() async throws {
         let url = try await PostgresCluster.database()
         let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
         defer { store.close() }
-        let instance = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:4", leaseDuration: .seconds(30))
-        var fences: [String: LeaseFence] = [:]
-        for index in 0..<8 {
-            let tree = "tree\(index)"
-            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted"); return }
-            try await store.commit([.putThread(thread(tree, created: Int64(index)))], fence: fence)
-            fences[tree] = fence
-        }
         // Trees 0-3 are released and taken again: their first fences are stale.
-        var current = fences
-        for index in 0..<4 {
-            let tree = "tree\(index)"
-            await instance.release([fences[tree]!])
-            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted again"); return }
-            current[tree] = fence
-        }
-        let (first, latest) = (fences, current)
+        let (first, latest) = try await Self.leasedTrees(8, store: store)
         let before = store.commitStatistics
         let outcomes = await withTaskGroup(of: (String, Bool, Bool).self) { group in
             for index in 0..<8 {
@@ -463,24 +469,9 @@ struct PostgresLeaseTests {
         let url = try await PostgresCluster.database()
         let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "leases"))
         defer { store.close() }
-        let instance = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:4", leaseDuration: .seconds(30))
-        var fences: [String: LeaseFence] = [:]
-        for index in 0..<16 {
-            let tree = "tree\(index)"
-            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted"); return }
-            try await store.commit([.putThread(thread(tree, created: Int64(index)))], fence: fence)
-            fences[tree] = fence
-        }
         // Trees 0-3 are released and taken again: their first fences are stale.
-        var current = fences
-        for index in 0..<4 {
-            let tree = "tree\(index)"
-            await instance.release([fences[tree]!])
-            guard case let .held(fence) = try await instance.acquire(tree) else { Issue.record("granted again"); return }
-            current[tree] = fence
-        }
+        let (first, latest) = try await Self.leasedTrees(16, store: store)
         enum Outcome: Equatable { case landed, leaseLost, conflict(String, Int64), other(String) }
-        let (first, latest) = (fences, current)
         var byTree: [String: Outcome] = [:]
         var grouped = 0
         // Rounds until some call went as one UPDATE (commits launched together group, but a round may go one by one).
@@ -545,5 +536,11 @@ struct PostgresLeaseTests {
         #expect(try await instance.orphanedRunningThreads().isEmpty, "a live lease on the tree covers the child too")
         await instance.release([fence])
         #expect(try await instance.orphanedRunningThreads() == ["child", "root"])
+    }
+}
+
+extension LeaseClaim {
+    var heldFence: LeaseFence? {
+        if case let .held(fence) = self { fence } else { nil }
     }
 }
