@@ -9,24 +9,14 @@
 # count; "settings-c" is settings/update from the independent C generator.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-base_server=${BASE_BIN:?set BASE_BIN to a directory with the baseline threadwire-server}/threadwire-server
-new_server=$root/.build/release/threadwire-server
-cli_bin=$root/.build/release/threadwire
 runs=${RUNS:-3}
 seconds=${SECONDS_PER_RUN:-5}
-. "$root/Benchmarks/pg-cluster.sh"
-. "$root/Benchmarks/c_settings_load.sh"
-"$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U threadwire tw_base
+. "$root/Benchmarks/pg-ab.sh"
 
 declare -A samples
 for round in $(seq "$runs"); do
   for build in base new; do
-    if [ $build = base ]; then bin=$base_server; db=tw_base; else bin=$new_server; db=tw; fi
-    "$bin" --listen 127.0.0.1:0 --data-dir "$work/data-$build" --log-level error \
-      --store "postgres://threadwire@127.0.0.1:$pgport/$db" > "$work/$build.out" &
-    pid=$!
-    for _ in $(seq 150); do grep -q "listening on" "$work/$build.out" 2>/dev/null && break; sleep 0.1; done
-    port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$work/$build.out" | head -1)
+    start_build $build
     for workload in settings turn; do
       for connections in 1 16; do
         rps=$("$cli_bin" bench --server "127.0.0.1:$port" --workload $workload --connections $connections --duration "$seconds" --json |
