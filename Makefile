@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -263,6 +263,11 @@ bench-streaming: apt-deps
 bench-profile: apt-deps py-deps
 	swift build -c release
 	Benchmarks/profile.sh
+
+## Issue 28: where the latency tail comes from (perf sched: every thread's wait for a core), echo vs threadwire.
+bench-tail: apt-deps py-deps
+	swift build -c release
+	Benchmarks/tail.sh
 
 ## Regenerates the swift-protobuf peer code the codec benchmark compares against
 ## (needs protoc-gen-swift from swift-protobuf 1.39.0 on the PATH).

@@ -16,10 +16,16 @@ p = e.SerializeToString()
 print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"
 }
 
+# Where the ids of the threads the last run changed go, one per line
+# (postgres.sh has pgbench update exactly those rows).
+settings_threads_file=${settings_threads_file:-/dev/null}
+
 load_settings_c() {  # connections -> "rps p50 p99" of one run of $seconds on the server at $port
   local connections=$1 first=() second=() thread init requests alternates
+  : > "$settings_threads_file"
   for _ in $(seq "$connections"); do
     thread=$("$cli_bin" call --server "127.0.0.1:$port" thread/start --json '{}' | python3 -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
+    echo "$thread" >> "$settings_threads_file"
     first+=("$(frame "e.request.id = 3; e.request.thread_settings_update.thread_id = '$thread'; e.request.thread_settings_update.model = 'a'")")
     second+=("$(frame "e.request.id = 3; e.request.thread_settings_update.thread_id = '$thread'; e.request.thread_settings_update.model = 'b'")")
   done

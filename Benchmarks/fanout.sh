@@ -90,7 +90,7 @@ wait $watch_pid
 after=$(cpu_ticks)
 if [ -n "${PERF:-}" ]; then
   kill -INT "$perf_pid"; wait "$perf_pid" || true
-  perf report -i "$data/perf.data" --no-children --sort ${PERF_SORT:-symbol} --stdio ${PERF_ARGS:-} 2>/dev/null | grep -E "${PERF_GREP:-^ +[0-9]}" | head -${PERF_TOP:-40}
+  perf report -i "$data/perf.data" --no-children --sort ${PERF_SORT:-symbol} --stdio ${PERF_ARGS:-} 2>/dev/null | grep -E "${PERF_GREP:-^ +[0-9]}" | head -${PERF_TOP:-40} || true  # head closing the pipe is not a failure
 fi
 report "threadwire" "$(tail -1 "$data/watch.out")" "$("$PY" -c "print(($after - $before) / $(getconf CLK_TCK))")" "$count"
 done
