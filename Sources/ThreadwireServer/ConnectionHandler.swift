@@ -22,6 +22,11 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     /// Reads the client certificate's principal (mutual TLS), nil otherwise.
     private let certificatePrincipal: (@Sendable (any Channel) -> Principal?)?
     private var connection: Connection?
+    /// Holds the connection strongly until the handshake deadline or the
+    /// close, whichever comes first: a weak reference would give every
+    /// Connection a side table, and then each retain and release of it
+    /// (several per request and per notification) takes the runtime's slow path.
+    private var handshakeTimer: Scheduled<Void>?
     private var lastRead = NIODeadline.now()
     private var pendingFrames = 0
     private var pendingBytes = 0
@@ -71,8 +76,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         if limits.idleTimeoutMs > 0 {
             armIdleTimer(context: context, at: .now() + .milliseconds(Int64(limits.idleTimeoutMs)))
         }
-        context.eventLoop.scheduleTask(in: .milliseconds(Int64(limits.handshakeTimeoutMs))) { [weak connection] in
-            guard let connection, case let .close(_, _, reason) = connection.handshakeDeadlinePassed() else { return }
+        handshakeTimer = context.eventLoop.scheduleTask(in: .milliseconds(Int64(limits.handshakeTimeoutMs))) {
+            guard case let .close(_, _, reason) = connection.handshakeDeadlinePassed() else { return }
             logger.debug("closed connection that did not initialize", metadata: ["tw.close.reason": "\(reason)"])
             services.metrics.serverClosed(reason: reason)
         }
@@ -80,6 +85,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        handshakeTimer?.cancel()
+        handshakeTimer = nil
         requests?.finish()
         requests = nil
         if let connection {
