@@ -55,6 +55,7 @@ same_rows_pgbench() {  # connections run -> "tps p50" of pgbench's same-row scri
   local tps
   tps=$(cd "$work" && "$pgbin/pgbench" -n -M prepared -h 127.0.0.1 -p "$pgport" -U threadwire -c "$connections" -j "$connections" -T "$seconds" \
     --log --log-prefix="lat-interleaved-$connections-$run" -f "$work/same-rows.sql" tw 2>/dev/null | sed -n 's/^tps = \([0-9]*\).*/\1/p')
+  [ -n "$tps" ] || { echo "pgbench did not run on the rows of the last settings run" >&2; return 1; }
   # Every transaction's latency (µs, third field of the log): its median is the p50.
   echo "$tps $(cat "$work"/lat-interleaved-$connections-$run.* | awk '{print $3}' | median)"
 }
