@@ -250,7 +250,7 @@ let package = Package(
         .testTarget(
             name: "ThreadwireStoreTests",
             dependencies: ["ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireStorage", "ThreadwireCore", "ThreadwireTesting", "ThreadwireContract", "ThreadwireWire",
-                           .product(name: "Logging", package: "swift-log")],
+                           .product(name: "Logging", package: "swift-log"), .product(name: "PostgresNIO", package: "postgres-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

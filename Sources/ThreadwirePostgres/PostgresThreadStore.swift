@@ -62,19 +62,20 @@ public final class PostgresThreadStore: ThreadStore {
         ]
         // One direct connection first: a refused port or a wrong password is
         // reported at once (the pool would retry it quietly).
+        var direct = PostgresConnection.Configuration(
+            host: target.host, port: target.port, username: target.user, password: configuration.password,
+            database: target.database, tls: .disable)
+        direct.options.additionalStartupParameters = configuration.options.additionalStartupParameters
         do {
             let probe = try await PostgresConnection.connect(
-                on: MultiThreadedEventLoopGroup.singleton.next(),
-                configuration: PostgresConnection.Configuration(
-                    host: target.host, port: target.port, username: target.user, password: configuration.password,
-                    database: target.database, tls: .disable),
-                id: 0, logger: logger).get()
+                on: MultiThreadedEventLoopGroup.singleton.next(), configuration: direct, id: 0, logger: logger).get()
             try await probe.close()
         } catch {
             throw StoreError.unavailable("cannot connect to PostgreSQL at \(target.redacted): \(String(reflecting: error))")
         }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        let store = PostgresThreadStore(client: client, logger: logger, location: target.redacted,
+        let store = PostgresThreadStore(client: client, lone: LoneUpdateConnection(configuration: direct, logger: logger),
+                                        logger: logger, location: target.redacted,
                                         operationTimeout: operationTimeout ?? max(.seconds(5), stalledTransactionTimeout * 2))
         do {
             // The pool retries a refused connection for ever: startup gives up.
@@ -98,9 +99,10 @@ public final class PostgresThreadStore: ThreadStore {
     let operationTimeout: Duration
     private let commits: CommitBatcher
 
-    private init(client: PostgresClient, logger: Logger, location: String, operationTimeout: Duration) {
+    private init(client: PostgresClient, lone: LoneUpdateConnection, logger: Logger, location: String, operationTimeout: Duration) {
         self.operationTimeout = operationTimeout
         self.client = client
+        self.lone = lone
         self.logger = logger
         self.location = location
         commits = CommitBatcher(client: client, logger: logger, timeout: operationTimeout, location: location)
@@ -108,9 +110,15 @@ public final class PostgresThreadStore: ThreadStore {
     }
 
     /// Closes the pool's connections.
-    public func close() { runner.cancel() }
+    public func close() {
+        lone.close()
+        runner.cancel()
+    }
 
-    deinit { runner.cancel() }
+    deinit {
+        lone.close()
+        runner.cancel()
+    }
 
     // MARK: Schema
 
@@ -222,22 +230,22 @@ public final class PostgresThreadStore: ThreadStore {
     /// Concurrent commits are grouped (`CommitBatcher`).
     /// A commit that only replaces one thread row (a settings update, a
     /// name, an archive), when no other commit is under way, is one prepared
-    /// UPDATE of its own: a lone commit needs no grouping, and the commit
-    /// function's JSON and PL/pgSQL cost more than so small a change. Under
-    /// concurrency every commit goes to the group commit, whose one
+    /// UPDATE of its own, on a connection kept for these
+    /// (`LoneUpdateConnection`): a lone commit needs no grouping, and the
+    /// commit function's JSON and PL/pgSQL cost more than so small a change.
+    /// Under concurrency every commit goes to the group commit, whose one
     /// transaction and WAL flush for many is worth more.
     public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
         if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1, !commits.busy,
-           lonelyUpdates.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged {
-            defer { lonelyUpdates.store(0, ordering: .releasing) }
-            try await updateThread(record, fence: fence)
+           let connection = lone.take() {
+            try await updateThread(record, fence: fence, on: connection)
             return
         }
         try await commits.commit(operations, fence: fence)
     }
 
-    /// 1 while a lone update runs (see `commit`).
-    private let lonelyUpdates = Atomic<Int>(0)
+    /// The connection lone updates run on (see `commit`).
+    private let lone: LoneUpdateConnection
 
     public func commit(_ operations: [StoreOperation]) async throws {
         try await commit(operations, fence: nil)
@@ -249,23 +257,35 @@ public final class PostgresThreadStore: ThreadStore {
     /// statement, one round trip and one transaction, as PostgreSQL's own
     /// benchmark makes its updates (the function's JSON and PL/pgSQL cost
     /// more than the update itself for a change this small).
-    private func updateThread(_ record: ThreadRecord, fence: LeaseFence?) async throws {
-        let statement = ThreadUpdate(row: try ThreadRow(record), previousVersion: record.version - 1, fence: fence)
-        let (timeout, location) = (operationTimeout, self.location)
-        let updated: Int
+    /// The statement runs in the calling task: once `operationTimeout`
+    /// passes, its connection is closed, which ends it (a connection cut off
+    /// by a partition would otherwise wait for TCP to give up).
+    private func updateThread(_ record: ThreadRecord, fence: LeaseFence?, on connection: PostgresConnection) async throws {
+        let statement: ThreadUpdate
         do {
-            updated = try await withDeadline(timeout, timeoutError: {
-                StoreError.outcomeUnknown("PostgreSQL at \(location) did not complete a commit within \(timeout)")
-            }) {
-                var rows = 0
-                for try await _ in try await self.client.execute(statement, logger: self.logger) { rows += 1 }
-                return rows
-            }
-        } catch let error as StoreError {
-            throw error
+            statement = ThreadUpdate(row: try ThreadRow(record), previousVersion: record.version - 1, fence: fence)
         } catch {
-            throw CommitBatcher.classified(error)
+            lone.giveBack(connection)
+            throw error
         }
+        let deadline = StatementDeadline()
+        let alarm = DeadlineTimer.shared.schedule(after: operationTimeout) {
+            if deadline.expire() { connection.closeNow() }
+        }
+        var updated = 0
+        var failure: (any Error)?
+        do {
+            for try await _ in try await connection.execute(statement, logger: logger) { updated += 1 }
+        } catch {
+            failure = error
+        }
+        DeadlineTimer.shared.cancel(alarm)
+        if deadline.settle() {
+            lone.discard(connection)
+            throw StoreError.outcomeUnknown("PostgreSQL at \(location) did not complete a commit within \(operationTimeout)")
+        }
+        lone.giveBack(connection)
+        if let failure { throw CommitBatcher.classified(failure) }
         guard updated == 0 else { return }
         // Refused: the lease moved on, or the row is not at the version replaced.
         if let fence {

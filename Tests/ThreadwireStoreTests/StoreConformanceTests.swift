@@ -2,6 +2,7 @@
 // must do, run against every backend; split, a backend could miss a part.
 import Foundation
 import Logging
+import PostgresNIO
 import Testing
 import ThreadwireCore
 import ThreadwirePostgres
@@ -389,6 +390,59 @@ struct PostgresLeaseTests {
         await second.release([newFence])
         guard case let .held(again) = try await first.acquire("tree") else { Issue.record("a released tree is granted at once"); return }
         #expect(again.epoch > newFence.epoch)
+    }
+
+    @Test("a lone update PostgreSQL does not answer (its row locked elsewhere) fails as outcome unknown within the operation timeout, on its own connection; the next updates land")
+    func loneUpdateDeadline() async throws {
+        let url = try await PostgresCluster.database()
+        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "lone"), operationTimeout: .seconds(1))
+        defer { store.close() }
+        var record = thread("t1", created: 100)
+        try await store.commit([.putThread(record)])
+        // The first update finds no lone-update connection and goes through
+        // the group commit; the connection is made meanwhile.
+        var viaGroupCommit = 0
+        for version in Int64(2)...4 {
+            record.version = version
+            let before = store.commitStatistics.commits
+            try await store.commit([.putThread(record)])
+            viaGroupCommit += store.commitStatistics.commits - before
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(viaGroupCommit < 3, "later updates ran on the lone-update connection")
+
+        let components = try #require(URLComponents(string: url))
+        let locker = try await PostgresConnection.connect(
+            configuration: .init(host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: components.user ?? "",
+                                 password: components.password, database: String(components.path.dropFirst()), tls: .disable),
+            id: 1, logger: Logger(label: "locker"))
+        try await locker.query("BEGIN", logger: locker.logger)
+        try await locker.query("SELECT 1 FROM threads WHERE id = 't1' FOR UPDATE", logger: locker.logger)
+        record.version = 5
+        record.model = "written while the row is locked"
+        let before = store.commitStatistics.commits
+        let started = ContinuousClock.now
+        do {
+            try await store.commit([.putThread(record)])
+            Issue.record("the update cannot complete while the row is locked")
+        } catch let StoreError.outcomeUnknown(message) {
+            #expect(message.contains("did not complete a commit within"), "\(message)")
+        }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .seconds(1) && waited < .seconds(4), "gave up at the operation timeout: \(waited)")
+        #expect(store.commitStatistics.commits == before, "it was a lone update")
+        // Released: the abandoned statement may still land (its outcome was unknown).
+        try await locker.query("ROLLBACK", logger: locker.logger)
+        try await locker.close()
+
+        for _ in 0..<3 {
+            let stored = try #require(try await store.threadRecord("t1"))
+            record.version = stored.version + 1
+            record.model = "after the lock, version \(record.version)"
+            try await store.commit([.putThread(record)])
+            #expect(try await store.threadRecord("t1") == record)
+            try await Task.sleep(for: .milliseconds(100))
+        }
     }
 
     /// `count` trees, each with its root thread committed under its lease;
