@@ -461,7 +461,8 @@ struct PostgresLeaseTests {
         for index in 0..<4 {
             let tree = "tree\(index)"
             await instance.release([first[tree]!])
-            current[tree] = try #require(try await instance.acquire(tree).heldFence, "\(tree) granted again")
+            let again = try #require(try await instance.acquire(tree).heldFence, "\(tree) granted again")
+            current[tree] = again
         }
         return (first, current)
     }
