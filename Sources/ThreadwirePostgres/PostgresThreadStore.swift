@@ -74,7 +74,7 @@ public final class PostgresThreadStore: ThreadStore {
             throw StoreError.unavailable("cannot connect to PostgreSQL at \(target.redacted): \(String(reflecting: error))")
         }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        let store = PostgresThreadStore(client: client, lone: LoneUpdateConnection(configuration: direct, logger: logger),
+        let store = PostgresThreadStore(client: client, lone: LoneUpdateConnections(configuration: direct, logger: logger),
                                         logger: logger, location: target.redacted,
                                         operationTimeout: operationTimeout ?? max(.seconds(5), stalledTransactionTimeout * 2))
         do {
@@ -99,7 +99,7 @@ public final class PostgresThreadStore: ThreadStore {
     let operationTimeout: Duration
     private let commits: CommitBatcher
 
-    private init(client: PostgresClient, lone: LoneUpdateConnection, logger: Logger, location: String, operationTimeout: Duration) {
+    private init(client: PostgresClient, lone: LoneUpdateConnections, logger: Logger, location: String, operationTimeout: Duration) {
         self.operationTimeout = operationTimeout
         self.client = client
         self.lone = lone
@@ -231,21 +231,21 @@ public final class PostgresThreadStore: ThreadStore {
     /// A commit that only replaces one thread row (a settings update, a
     /// name, an archive), when no other commit is under way, is one prepared
     /// UPDATE of its own, on a connection kept for these
-    /// (`LoneUpdateConnection`): a lone commit needs no grouping, and the
+    /// (`LoneUpdateConnections`): a lone commit needs no grouping, and the
     /// commit function's JSON and PL/pgSQL cost more than so small a change.
     /// Under concurrency every commit goes to the group commit, whose one
     /// transaction and WAL flush for many is worth more.
     public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
         if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1, !commits.busy,
-           let connection = lone.take() {
-            try await updateThread(record, fence: fence, on: connection)
+           let (line, connection) = lone.take() {
+            try await updateThread(record, fence: fence, on: connection, of: line)
             return
         }
         try await commits.commit(operations, fence: fence)
     }
 
-    /// The connection lone updates run on (see `commit`).
-    private let lone: LoneUpdateConnection
+    /// The connections lone updates run on (see `commit`).
+    private let lone: LoneUpdateConnections
 
     public func commit(_ operations: [StoreOperation]) async throws {
         try await commit(operations, fence: nil)
@@ -260,12 +260,13 @@ public final class PostgresThreadStore: ThreadStore {
     /// The statement runs in the calling task: once `operationTimeout`
     /// passes, its connection is closed, which ends it (a connection cut off
     /// by a partition would otherwise wait for TCP to give up).
-    private func updateThread(_ record: ThreadRecord, fence: LeaseFence?, on connection: PostgresConnection) async throws {
+    private func updateThread(_ record: ThreadRecord, fence: LeaseFence?, on connection: PostgresConnection,
+                              of line: LoneUpdateConnection) async throws {
         let statement: ThreadUpdate
         do {
             statement = ThreadUpdate(row: try ThreadRow(record), previousVersion: record.version - 1, fence: fence)
         } catch {
-            lone.giveBack(connection)
+            line.giveBack(connection)
             throw error
         }
         let deadline = StatementDeadline()
@@ -281,10 +282,10 @@ public final class PostgresThreadStore: ThreadStore {
         }
         DeadlineTimer.shared.cancel(alarm)
         if deadline.settle() {
-            lone.discard(connection)
+            line.discard(connection)
             throw StoreError.outcomeUnknown("PostgreSQL at \(location) did not complete a commit within \(operationTimeout)")
         }
-        lone.giveBack(connection)
+        line.giveBack(connection)
         if let failure { throw CommitBatcher.classified(failure) }
         guard updated == 0 else { return }
         // Refused: the lease moved on, or the row is not at the version replaced.
