@@ -32,14 +32,15 @@ seconds=${SECONDS_PER_RUN:-5}
 settings_threads_file=$work/settings-threads
 . "$root/Benchmarks/c_settings_load.sh"
 # pgbench's update of the rows threadwire's settings/update changes (a threads
-# row with its 8 indexes, the lease row locked FOR SHARE as a fenced commit does).
+# row with its 8 indexes, the lease row locked FOR SHARE as a fenced commit
+# does; updated_at set to the time in ms, as threadwire sets it).
 cat > "$work/same-rows.sql" <<'SQL'
 \set n :client_id + 1
 WITH b AS (SELECT id, session_id FROM bench_ids WHERE n = :n),
      fence AS (SELECT 1 FROM thread_leases l, b WHERE l.tree = b.session_id AND l.epoch = 1 FOR SHARE OF l)
 UPDATE threads t SET session_id = t.session_id, parent_id = t.parent_id, forked_from_id = t.forked_from_id,
     source = t.source, depth = t.depth, task_name = t.task_name, nickname = t.nickname, preview = t.preview,
-    name = t.name, created_at = t.created_at, updated_at = t.updated_at + 1, archived = t.archived,
+    name = t.name, created_at = t.created_at, updated_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint, archived = t.archived,
     runtime = t.runtime, legacy = t.legacy, selected_mode = t.selected_mode, model = t.model, cwd = t.cwd,
     base_instructions = t.base_instructions, config_overrides = t.config_overrides, version = t.version + 1,
     agent_status = t.agent_status, agent_final_message = t.agent_final_message, agent_closed = t.agent_closed
@@ -59,9 +60,17 @@ same_rows_pgbench() {  # connections run -> "tps p50" of pgbench's same-row scri
   # Every transaction's latency (µs, third field of the log): its median is the p50.
   echo "$tps $(cat "$work"/lat-interleaved-$connections-$run.* | awk '{print $3}' | median)"
 }
+# Each run of either starts on vacuumed tables (pgbench vacuums its own
+# tables before a run unless told not to): the thousands of dead versions
+# of a few rows that a run leaves, and their index entries at the right edge
+# of the updated_at indexes, slowed the next run 2-5x until autovacuum came.
+vacuum_tables() { "$pgbin/psql" -q -h 127.0.0.1 -p "$pgport" -U threadwire -d tw -c "VACUUM threads, thread_leases" > /dev/null; }
 measure_c() {  # connections -> "rps p50 p99 tps p50": threadwire's run and pgbench's after it, the pair with the median ratio
   for run in $(seq "$runs"); do
-    echo "$(load_settings_c "$1") $(same_rows_pgbench "$1" "$run")"
+    vacuum_tables
+    local threadwire; threadwire=$(load_settings_c "$1")
+    vacuum_tables
+    echo "$threadwire $(same_rows_pgbench "$1" "$run")"
   done | awk '{print $1 / $4, $0}' | sort -n | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}' | cut -d' ' -f2-
 }
 
