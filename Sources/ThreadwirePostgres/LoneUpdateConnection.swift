@@ -15,10 +15,14 @@ import ThreadwireCore
 /// no lease, and its deadline can close its connection, which ends the
 /// statement at once (through the pool it ran in a task of its own that the
 /// deadline abandoned: a task, a continuation and two executor hops).
+///
+/// Only a caller running on one of the group's loops gets one (the server
+/// runs its tasks on them): postgres-nio drops a statement written to a
+/// connection that has just closed without ever failing it, so the
+/// statement must be written from the connection's own loop right after
+/// checking that it is open (see `PostgresThreadStore.updateThread`).
 final class LoneUpdateConnections: Sendable {
     private let byLoop: [ObjectIdentifier: LoneUpdateConnection]
-    /// For a caller on no event loop of the group (tests, tools).
-    private let fallback: LoneUpdateConnection
 
     init(configuration: PostgresConnection.Configuration, logger: Logger,
          group: MultiThreadedEventLoopGroup = .singleton) {
@@ -26,22 +30,19 @@ final class LoneUpdateConnections: Sendable {
         for loop in group.makeIterator() {
             byLoop[ObjectIdentifier(loop)] = LoneUpdateConnection(on: loop, configuration: configuration, logger: logger)
         }
-        let first = group.next()
-        fallback = byLoop[ObjectIdentifier(first)] ?? LoneUpdateConnection(on: first, configuration: configuration, logger: logger)
         self.byLoop = byLoop
     }
 
     /// The calling loop's connection, the caller's until it gives it back
-    /// (see `LoneUpdateConnection.take`).
+    /// (see `LoneUpdateConnection.take`); nil off the group's loops.
     func take() -> (line: LoneUpdateConnection, connection: PostgresConnection)? {
-        let line = MultiThreadedEventLoopGroup.currentEventLoop.flatMap { byLoop[ObjectIdentifier($0)] } ?? fallback
+        guard let loop = MultiThreadedEventLoopGroup.currentEventLoop, let line = byLoop[ObjectIdentifier(loop)] else { return nil }
         return line.take().map { (line, $0) }
     }
 
     /// At shutdown.
     func close() {
         for line in byLoop.values { line.close() }
-        fallback.close()
     }
 }
 

@@ -269,6 +269,14 @@ public final class PostgresThreadStore: ThreadStore {
             line.giveBack(connection)
             throw error
         }
+        // Written at once from the connection's own loop while it is open, so
+        // it reaches postgres-nio's handler, which fails it if the connection
+        // closes later (our deadline closes it). A write to a closed channel
+        // is dropped and its statement never ends, deadline or not.
+        guard connection.eventLoop.inEventLoop, !connection.isClosed else {
+            line.giveBack(connection)
+            return try await commits.commit([.putThread(record)], fence: fence)
+        }
         let deadline = StatementDeadline()
         let alarm = DeadlineTimer.shared.schedule(after: operationTimeout) {
             if deadline.expire() { connection.closeNow() }

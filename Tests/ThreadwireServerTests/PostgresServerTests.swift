@@ -83,6 +83,32 @@ extension PostgresServerTests {
         }
     }
 
+    @Test("every backend of the server terminated (its lone-update connections too): each settings update after that is acknowledged, and a restarted server reads the last one")
+    func updatesAfterBackendsTerminated() async throws {
+        let url = try await PostgresCluster.database()
+        let database = try #require(url.split(separator: "/").last.map(String.init))
+        let server = try await ServerProcess.launch(arguments: ["--store", url])
+        defer { server.stopInBackground() }
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        // Lone updates, one at a time: their connections get made and used.
+        for round in 0..<5 {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "before-\(round)"))
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        try await Self.psql(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(database)'")
+        // Time for the server to see its connections closed.
+        try await Task.sleep(for: .milliseconds(500))
+        for round in 0..<10 {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "after-\(round)"))
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(server.stopBlocking() == 0)
+        try await server.start()
+        let again = try await server.client()
+        #expect(try await again.read(thread, turns: false).thread?.model == "after-9")
+    }
+
     @Test("/readyz includes the database: 503 naming the store while PostgreSQL refuses the server, ready again when it accepts")
     func readinessFollowsTheDatabase() async throws {
         let url = try await PostgresCluster.database()

@@ -2,6 +2,8 @@
 // must do, run against every backend; split, a backend could miss a part.
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import PostgresNIO
 import Testing
 import ThreadwireCore
@@ -397,6 +399,8 @@ struct PostgresLeaseTests {
         let url = try await PostgresCluster.database()
         let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "lone"), operationTimeout: .seconds(1))
         defer { store.close() }
+        // Lone updates are for callers on an event loop (the server runs its tasks on them).
+        let onLoop = LoopTaskExecutor(MultiThreadedEventLoopGroup.singleton.next())
         var record = thread("t1", created: 100)
         try await store.commit([.putThread(record)])
         // The first update finds no lone-update connection and goes through
@@ -405,11 +409,16 @@ struct PostgresLeaseTests {
         for version in Int64(2)...4 {
             record.version = version
             let before = store.commitStatistics.commits
-            try await store.commit([.putThread(record)])
+            try await withTaskExecutorPreference(onLoop) { [record] in try await store.commit([.putThread(record)]) }
             viaGroupCommit += store.commitStatistics.commits - before
             try await Task.sleep(for: .milliseconds(100))
         }
         #expect(viaGroupCommit < 3, "later updates ran on the lone-update connection")
+        // Off the loops, the same update goes through the group commit.
+        record.version = 5
+        let offLoop = store.commitStatistics.commits
+        try await store.commit([.putThread(record)])
+        #expect(store.commitStatistics.commits == offLoop + 1)
 
         let components = try #require(URLComponents(string: url))
         let locker = try await PostgresConnection.connect(
@@ -418,12 +427,12 @@ struct PostgresLeaseTests {
             id: 1, logger: Logger(label: "locker"))
         try await locker.query("BEGIN", logger: locker.logger)
         try await locker.query("SELECT 1 FROM threads WHERE id = 't1' FOR UPDATE", logger: locker.logger)
-        record.version = 5
+        record.version = 6
         record.model = "written while the row is locked"
         let before = store.commitStatistics.commits
         let started = ContinuousClock.now
         do {
-            try await store.commit([.putThread(record)])
+            try await withTaskExecutorPreference(onLoop) { [record] in try await store.commit([.putThread(record)]) }
             Issue.record("the update cannot complete while the row is locked")
         } catch let StoreError.outcomeUnknown(message) {
             #expect(message.contains("did not complete a commit within"), "\(message)")
@@ -439,7 +448,7 @@ struct PostgresLeaseTests {
             let stored = try #require(try await store.threadRecord("t1"))
             record.version = stored.version + 1
             record.model = "after the lock, version \(record.version)"
-            try await store.commit([.putThread(record)])
+            try await withTaskExecutorPreference(onLoop) { [record] in try await store.commit([.putThread(record)]) }
             #expect(try await store.threadRecord("t1") == record)
             try await Task.sleep(for: .milliseconds(100))
         }
@@ -597,5 +606,18 @@ struct PostgresLeaseTests {
 extension LeaseClaim {
     var heldFence: LeaseFence? {
         if case let .held(fence) = self { fence } else { nil }
+    }
+}
+
+/// Runs a task's nonisolated code on one event loop, as the server's tasks
+/// run (it installs NIO's loops as Swift Concurrency's global executor).
+final class LoopTaskExecutor: TaskExecutor {
+    let loop: any EventLoop
+
+    init(_ loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }
