@@ -3,7 +3,6 @@ import NIOCore
 import NIOPosix
 import PostgresNIO
 import Synchronization
-import ThreadwireCore
 
 /// Connections of their own for lone updates (`PostgresThreadStore.commit`),
 /// outside the pool, one per event loop, each made on first use. A lone

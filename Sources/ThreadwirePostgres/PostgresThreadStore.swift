@@ -3,7 +3,6 @@ public import Logging
 import NIOCore
 import NIOPosix
 import PostgresNIO
-import Synchronization
 public import ThreadwireCore
 import ThreadwireStorage
 
