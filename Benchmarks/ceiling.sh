@@ -4,7 +4,10 @@
 # by one independent C load generator (Benchmarks/c/frame_load.c: one blocking
 # thread per connection, closed loop) for every server, next to the SwiftNIO
 # echo of the Benchmarks package (same framing, ByteToMessageHandler) so
-# threadwire is reported against both in one run. make bench-ceiling.
+# threadwire is reported against both in one run, and against SwiftNIO's
+# floor: the same echo with no decoder (`echo-server --raw`, each read's bytes
+# written back and flushed per read batch), the least any SwiftNIO server can
+# do per request. make bench-ceiling.
 set -euo pipefail
 BIN=${BIN:-.build/release}
 DUR=${DUR:-3}
@@ -14,29 +17,35 @@ pids+=($!)
 NIO_ECHO_BIN=${NIO_ECHO_BIN:-Benchmarks/.build/release/ThreadwireBench}
 "$NIO_ECHO_BIN" echo-server --port 7594 > "$data/nio.out" &
 pids+=($!)
+"$NIO_ECHO_BIN" echo-server --raw --port 7595 > "$data/floor.out" &
+pids+=($!)
 "${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7592 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && grep -q listening "$data/nio.out" && break; sleep 0.05; done
-grep -q listening "$data/tw.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/tw.out")" >&2; exit 1; }; grep -q listening "$data/echo.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/echo.out")" >&2; exit 1; }; grep -q listening "$data/nio.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/nio.out")" >&2; exit 1; };
+for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && grep -q listening "$data/nio.out" && grep -q listening "$data/floor.out" && break; sleep 0.05; done
+grep -q listening "$data/tw.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/tw.out")" >&2; exit 1; }; grep -q listening "$data/echo.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/echo.out")" >&2; exit 1; }; grep -q listening "$data/nio.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/nio.out")" >&2; exit 1; }; grep -q listening "$data/floor.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/floor.out")" >&2; exit 1; };
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 
 lat() { echo "$(field "$1" p50_us) / $(field "$1" p99_us) / $(field "$1" p99_9_us)"; }
-printf "connections\tC echo req/s (p50 / p99 / p99.9 µs)\tNIO echo req/s (p50 / p99 / p99.9 µs)\thealth/check req/s (p50 / p99 / p99.9 µs) = %% of C echo, %% of NIO echo; p99 / echo p99\tthread/read req/s (p50 / p99 / p99.9 µs) = %% of C echo, %% of NIO echo; p99 / echo p99\n"
-for c in 1 16 64; do
+printf "connections\tC echo req/s (p50 / p99 / p99.9 µs)\tNIO echo req/s (p50 / p99 / p99.9 µs)\tNIO floor req/s (p50 / p99 / p99.9 µs) = %% of C echo\thealth/check req/s (p50 / p99 / p99.9 µs) = %% of C echo, %% of NIO echo, %% of NIO floor; p99 / echo p99\tthread/read req/s (p50 / p99 / p99.9 µs) = %% of C echo, %% of NIO echo, %% of NIO floor; p99 / echo p99\n"
+# ROUNDS > 1 repeats each row (interleaved: every server once per round), for
+# a machine whose neighbours move single runs by 20 % or more.
+for c in 1 16 64; do for round in $(seq "${ROUNDS:-1}"); do
+  label=$c; [ "${ROUNDS:-1}" = 1 ] || label="$c (round $round)"
   echo_r=$(load 7591 $c "$DUR" "$HEALTH")
   nio_r=$(load 7594 $c "$DUR" "$HEALTH")
+  floor_r=$(load 7595 $c "$DUR" "$HEALTH")
   health_r=$(load 7592 $c "$DUR" "$HEALTH")
   read_r=$(load 7592 $c "$DUR" "$READ" "$INIT")
-  e=$(field "$echo_r" requests_per_second); n=$(field "$nio_r" requests_per_second)
+  e=$(field "$echo_r" requests_per_second); n=$(field "$nio_r" requests_per_second); f=$(field "$floor_r" requests_per_second)
   h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
   ep99=$(field "$echo_r" p99_us)
-  printf "%s\t%s (%s)\t%s (%s)\t%s (%s) = %s %%, %s %%; %sx\t%s (%s) = %s %%, %s %%; %sx\n" "$c" "$e" "$(lat "$echo_r")" \
-    "$n" "$(lat "$nio_r")" \
-    "$h" "$(lat "$health_r")" "$(pct "$h" "$e")" "$(pct "$h" "$n")" "$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))")" \
-    "$r" "$(lat "$read_r")" "$(pct "$r" "$e")" "$(pct "$r" "$n")" "$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")"
+  printf "%s\t%s (%s)\t%s (%s)\t%s (%s) = %s %%\t%s (%s) = %s %%, %s %%, %s %%; %sx\t%s (%s) = %s %%, %s %%, %s %%; %sx\n" "$label" "$e" "$(lat "$echo_r")" \
+    "$n" "$(lat "$nio_r")" "$f" "$(lat "$floor_r")" "$(pct "$f" "$e")" \
+    "$h" "$(lat "$health_r")" "$(pct "$h" "$e")" "$(pct "$h" "$n")" "$(pct "$h" "$f")" "$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))")" \
+    "$r" "$(lat "$read_r")" "$(pct "$r" "$e")" "$(pct "$r" "$n")" "$(pct "$r" "$f")" "$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")"
   for x in "$health_r" "$read_r"; do [ "$(field "$x" errors)" = 0 ] || echo "errors: $x"; done
-done
+done; done
 
 # Pipelined: 32 requests in flight per connection against the closed loop.
 printf "\npipelined health/check (32 in flight per connection) against closed loop\n"
@@ -60,25 +69,47 @@ if [ "${PIN:-1}" = 0 ] || [ "$cpus" -lt 2 ] || ! command -v taskset > /dev/null;
 fi
 kill "${pids[@]}" 2> /dev/null || true; wait 2> /dev/null || true; pids=()
 taskset -c 0 .build/c/epoll_echo 7591 > "$data/echo-pinned.out" &
-pids+=($!)
+pids+=($!); echo_pid=$!
+taskset -c 0 "$NIO_ECHO_BIN" echo-server --raw --event-loops 1 --port 7595 > "$data/floor-pinned.out" &
+pids+=($!); floor_pid=$!
 taskset -c 0 "${SERVER_BIN:-$BIN/threadwire-server}" --event-loops 1 --listen 127.0.0.1:7592 --data-dir "$data/store-pinned" \
   --log-level error > "$data/tw-pinned.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 200); do grep -q listening "$data/tw-pinned.out" 2>/dev/null && grep -q listening "$data/echo-pinned.out" && break; sleep 0.05; done
+pids+=($!); tw_pid=$!
+for _ in $(seq 200); do grep -q listening "$data/tw-pinned.out" 2>/dev/null && grep -q listening "$data/echo-pinned.out" \
+  && grep -q listening "$data/floor-pinned.out" && break; sleep 0.05; done
 grep -q listening "$data/tw-pinned.out" 2>/dev/null || { echo "the pinned server did not start: $(cat "$data/tw-pinned.out")" >&2; exit 1; }
+grep -q listening "$data/floor-pinned.out" 2>/dev/null || { echo "the pinned NIO floor did not start: $(cat "$data/floor-pinned.out")" >&2; exit 1; }
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 others=$([ "$cpus" = 2 ] && echo 1 || echo "1-$((cpus - 1))")
-printf "\nisolated cores: servers on CPU 0 (threadwire --event-loops 1), generator on CPUs %s\n" "$others"
-printf "connections\tC echo req/s (p50 / p99 / p99.9 µs)\thealth/check req/s (p50 / p99 / p99.9 µs) = %% of C echo; p99 / echo p99\tthread/read req/s (p50 / p99 / p99.9 µs) = %% of C echo; p99 / echo p99\n"
+# A server's CPU (user + system, all its threads) per request over one run:
+# with the server on a core of its own, this is what its throughput buys.
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
+measured() { # pid, then frame_load's arguments; prints frame_load's JSON, then µs of server CPU per request: total (user + system)
+  local pid=$1; shift
+  local u0 s0 u1 s1 out
+  read -r u0 s0 < <(ticks "$pid")
+  out=$(taskset -c "$others" .build/c/frame_load "$@")
+  read -r u1 s1 < <(ticks "$pid")
+  echo "$out"
+  "$PY" -c "
+per = 1e6 / $(getconf CLK_TCK) / ($(field "$out" requests_per_second) * $DUR)
+u, s = ($u1 - $u0) * per, ($s1 - $s0) * per
+print('%.1f (%.1f + %.1f)' % (u + s, u, s))"
+}
+printf "\nisolated cores: servers on CPU 0 (threadwire and the NIO floor with one event loop), generator on CPUs %s; server CPU per request in µs: total (user + system)\n" "$others"
+printf "connections\tC echo req/s (p50 / p99 / p99.9 µs) CPU\tNIO floor req/s (p50 / p99 / p99.9 µs) CPU\thealth/check req/s (p50 / p99 / p99.9 µs) CPU = %% of C echo; p99 / echo p99\tthread/read req/s (p50 / p99 / p99.9 µs) CPU = %% of C echo; p99 / echo p99\n"
 for c in 1 16 64; do
-  echo_r=$(taskset -c "$others" .build/c/frame_load 7591 $c "$DUR" "$HEALTH")
-  health_r=$(taskset -c "$others" .build/c/frame_load 7592 $c "$DUR" "$HEALTH")
-  read_r=$(taskset -c "$others" .build/c/frame_load 7592 $c "$DUR" "$READ" "$INIT")
-  e=$(field "$echo_r" requests_per_second); h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
+  { read -r echo_r; read -r echo_cpu; } < <(measured "$echo_pid" 7591 $c "$DUR" "$HEALTH")
+  { read -r floor_r; read -r floor_cpu; } < <(measured "$floor_pid" 7595 $c "$DUR" "$HEALTH")
+  { read -r health_r; read -r health_cpu; } < <(measured "$tw_pid" 7592 $c "$DUR" "$HEALTH")
+  { read -r read_r; read -r read_cpu; } < <(measured "$tw_pid" 7592 $c "$DUR" "$READ" "$INIT")
+  e=$(field "$echo_r" requests_per_second); f=$(field "$floor_r" requests_per_second)
+  h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
   ep99=$(field "$echo_r" p99_us)
-  printf "%s\t%s (%s)\t%s (%s) = %s %%; %sx\t%s (%s) = %s %%; %sx\n" "$c" "$e" "$(lat "$echo_r")" \
-    "$h" "$(lat "$health_r")" "$(pct "$h" "$e")" "$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))")" \
-    "$r" "$(lat "$read_r")" "$(pct "$r" "$e")" "$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")"
+  printf "%s\t%s (%s) %s\t%s (%s) %s\t%s (%s) %s = %s %%; %sx\t%s (%s) %s = %s %%; %sx\n" "$c" "$e" "$(lat "$echo_r")" "$echo_cpu" \
+    "$f" "$(lat "$floor_r")" "$floor_cpu" \
+    "$h" "$(lat "$health_r")" "$health_cpu" "$(pct "$h" "$e")" "$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))")" \
+    "$r" "$(lat "$read_r")" "$read_cpu" "$(pct "$r" "$e")" "$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")"
   for x in "$health_r" "$read_r"; do [ "$(field "$x" errors)" = 0 ] || echo "errors: $x"; done
 done

@@ -6,9 +6,14 @@ import ThreadwireNIO
 
 /// The transport ceiling: a bare SwiftNIO server speaking the same framing,
 /// echoing every frame back untouched (no protobuf, no store).
+/// `--raw` is SwiftNIO's floor: no decoder at all, each read's bytes written
+/// back as they came and flushed once per read batch, which a closed-loop
+/// generator (one frame in flight per connection) cannot tell from an echo.
 struct EchoServer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "echo-server")
     @Option var port = 0
+    @Flag(help: "Echo each read's bytes without decoding frames (SwiftNIO's floor).") var raw = false
+    @Option(help: "Event loops (default: one per core NIO counts, which ignores a taskset).") var eventLoops: Int?
 
     final class Echo: ChannelInboundHandler, Sendable {
         typealias InboundIn = ByteBuffer
@@ -19,15 +24,32 @@ struct EchoServer: AsyncParsableCommand {
         }
     }
 
+    final class RawEcho: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        typealias OutboundOut = ByteBuffer
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            context.write(data, promise: nil)
+        }
+        func channelReadComplete(context: ChannelHandlerContext) {
+            context.flush()
+        }
+    }
+
     func run() async throws {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let raw = raw
+        let group = eventLoops.map { MultiThreadedEventLoopGroup(numberOfThreads: $0) } ?? MultiThreadedEventLoopGroup.singleton
+        let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder()), MessageToByteHandler(FrameEncoder()), Echo(),
-                    ])
+                    if raw {
+                        try channel.pipeline.syncOperations.addHandler(RawEcho())
+                    } else {
+                        try channel.pipeline.syncOperations.addHandlers([
+                            ByteToMessageHandler(FrameDecoder()), MessageToByteHandler(FrameEncoder()), Echo(),
+                        ])
+                    }
                 }
             }
             .bind(host: "127.0.0.1", port: port).get()
