@@ -1,7 +1,7 @@
 # Sourced by the scripts that drive servers with the C load generator
 # (ceiling.sh, compare.sh): builds the C echo and the generator, defines
 # frame() and the frames every run sends, and a temporary folder whose
-# servers (pids) are stopped and removed at exit.
+# servers (pids) are stopped and removed at exit, and listening() to wait for them.
 PY=${PY:-.build/venv/bin/python}
 mkdir -p .build/c
 cc -O2 -pthread -o .build/c/epoll_echo Benchmarks/c/epoll_echo.c
@@ -24,3 +24,15 @@ trap 'kill ${pids[@]} 2>/dev/null; wait 2>/dev/null; rm -rf "$data"' EXIT
 load() { .build/c/frame_load "$@"; }
 field() { "$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print(r['$2'])" "$1"; }
 pct() { "$PY" -c "print(round(100*$1/$2))"; }
+# Waits up to 10 s for each server's output file under $data to say it is
+# listening; stops the script with that output if one does not.
+listening() {
+  local f ready
+  for _ in $(seq 200); do
+    ready=1
+    for f in "$@"; do grep -q listening "$data/$f" 2>/dev/null || { ready=0; break; }; done
+    [ "$ready" = 1 ] && return 0
+    sleep 0.05
+  done
+  for f in "$@"; do grep -q listening "$data/$f" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/$f")" >&2; exit 1; }; done
+}

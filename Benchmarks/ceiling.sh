@@ -21,8 +21,7 @@ pids+=($!)
 pids+=($!)
 "${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7592 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && grep -q listening "$data/nio.out" && grep -q listening "$data/floor.out" && break; sleep 0.05; done
-grep -q listening "$data/tw.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/tw.out")" >&2; exit 1; }; grep -q listening "$data/echo.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/echo.out")" >&2; exit 1; }; grep -q listening "$data/nio.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/nio.out")" >&2; exit 1; }; grep -q listening "$data/floor.out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/floor.out")" >&2; exit 1; };
+listening tw.out echo.out nio.out floor.out
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 
@@ -75,10 +74,7 @@ pids+=($!); floor_pid=$!
 taskset -c 0 "${SERVER_BIN:-$BIN/threadwire-server}" --event-loops 1 --listen 127.0.0.1:7592 --data-dir "$data/store-pinned" \
   --log-level error > "$data/tw-pinned.out" 2>&1 &
 pids+=($!); tw_pid=$!
-for _ in $(seq 200); do grep -q listening "$data/tw-pinned.out" 2>/dev/null && grep -q listening "$data/echo-pinned.out" \
-  && grep -q listening "$data/floor-pinned.out" && break; sleep 0.05; done
-grep -q listening "$data/tw-pinned.out" 2>/dev/null || { echo "the pinned server did not start: $(cat "$data/tw-pinned.out")" >&2; exit 1; }
-grep -q listening "$data/floor-pinned.out" 2>/dev/null || { echo "the pinned NIO floor did not start: $(cat "$data/floor-pinned.out")" >&2; exit 1; }
+listening tw-pinned.out echo-pinned.out floor-pinned.out
 THREAD=$("$BIN/threadwire" call --server 127.0.0.1:7592 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
 READ=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$THREAD'")
 others=$([ "$cpus" = 2 ] && echo 1 || echo "1-$((cpus - 1))")

@@ -11,8 +11,7 @@ source Benchmarks/c_load.sh
 (cd clients/typescript && tsc -p .)
 "${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7596 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && break; sleep 0.05; done
-grep -q listening "$data/tw.out" || { echo "the server did not start: $(cat "$data/tw.out")" >&2; exit 1; }
+listening tw.out
 THREAD=$("$PY" -c "
 from threadwire_client import Client
 with Client('127.0.0.1', 7596) as c:

@@ -21,11 +21,7 @@ pids+=($!)
 pids+=($!)
 "$B_BIN" --listen 127.0.0.1:7683 --data-dir "$data/b" --log-level error > "$data/b.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do
-  grep -q listening "$data/a.out" 2>/dev/null && grep -q listening "$data/b.out" 2>/dev/null && grep -q listening "$data/echo.out" && break
-  sleep 0.05
-done
-for s in a b echo; do grep -q listening "$data/$s.out" || { echo "server $s did not start: $(cat "$data/$s.out")" >&2; exit 1; }; done
+listening a.out b.out echo.out
 thread() { "$CLI" call --server "127.0.0.1:$1" thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])"; }
 READ_A=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7682)'")
 READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7683)'")

@@ -20,7 +20,7 @@ cc -O2 -o .build/c/fanout_watch Benchmarks/c/fanout_watch.c
 
 python3 -u Tests/provider/fake_openai.py > "$data/provider.out" &
 pids+=($!)
-for _ in $(seq 100); do grep -q listening "$data/provider.out" 2>/dev/null && break; sleep 0.1; done
+listening provider.out
 provider_port=$(awk '{print $2}' "$data/provider.out")
 python3 - "$provider_port" "$chunks" "$delay" <<'PY'
 import json, sys, urllib.request
@@ -74,7 +74,7 @@ for count in $subscribers; do
 echo "$count subscribers, $chunks deltas one every $delay ms:"
 .build/c/fanout_ceiling 0 "$count" 2 "$chunks" "$delay" > "$data/ceiling.out" &
 ceiling_pid=$!
-for _ in $(seq 100); do grep -q listening "$data/ceiling.out" 2>/dev/null && break; sleep 0.05; done
+listening ceiling.out
 ceiling_port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$data/ceiling.out")
 .build/c/fanout_watch "$ceiling_port" "$count" "$chunks" $((chunks * delay / 1000 + 60)) "$setup" 2 > "$data/watch.out"
 wait $ceiling_pid

@@ -19,8 +19,7 @@ source Benchmarks/c_load.sh
 pids+=($!)
 "${SERVER_BIN:-$BIN/threadwire-server}" --listen 127.0.0.1:7592 --data-dir "$data/store" --log-level error > "$data/tw.out" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do grep -q listening "$data/tw.out" 2>/dev/null && grep -q listening "$data/echo.out" && break; sleep 0.05; done
-grep -q listening "$data/tw.out" 2>/dev/null || { echo "threadwire did not start: $(cat "$data/tw.out")" >&2; exit 1; }
+listening tw.out echo.out
 
 for server in "C echo:7591" "threadwire:7592"; do
   name=${server%%:*}; port=${server##*:}
