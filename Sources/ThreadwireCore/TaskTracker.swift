@@ -14,15 +14,27 @@ public final class TaskTracker: Sendable {
 
     public init() {}
 
+    /// The executor preferred by the task running this code, as given to
+    /// `spawn(on:)`: unstructured tasks do not inherit a task executor, so
+    /// the tasks a request sets off (a turn's runner, a delivery) learn it here.
+    @TaskLocal public static var inheritedExecutor: (any TaskExecutor)?
+
+    /// - Parameter executor: where the task's jobs run (see
+    ///   `EventLoopTaskExecutor`), also preferred by the tasks it spawns;
+    ///   nil: the spawning task's, else the global executor.
     @discardableResult
-    public func spawn(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+    public func spawn(on executor: (any TaskExecutor)? = nil,
+                      _ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         let id = state.withLock { state in
             state.next += 1
             return state.next
         }
-        let task = Task {
+        let executor = executor ?? Self.inheritedExecutor
+        let task = Task(executorPreference: executor) {
             // Whatever a request sets off is not that request's change.
-            await IdempotentCommand.detached { await body() }
+            await Self.$inheritedExecutor.withValue(executor) {
+                await IdempotentCommand.detached { await body() }
+            }
             self.ended(id)
         }
         state.withLock { state in

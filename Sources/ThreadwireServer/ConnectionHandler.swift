@@ -72,7 +72,9 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let services = self.services
         let logger = self.logger
         let dispatcher = self.dispatcher
-        services.tasks.spawn { await dispatcher.serve(stream, connection: connection) }
+        // On this loop as a task executor: see `EventLoopTaskExecutor` (the
+        // requests' child tasks inherit it).
+        services.tasks.spawn(on: EventLoopTaskExecutor.current()) { await dispatcher.serve(stream, connection: connection) }
         if limits.idleTimeoutMs > 0 {
             armIdleTimer(context: context, at: .now() + .milliseconds(Int64(limits.idleTimeoutMs)))
         }
