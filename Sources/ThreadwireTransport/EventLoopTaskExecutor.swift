@@ -29,7 +29,8 @@ public final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     /// One per loop, made on first use and kept for the process (the loops
-    /// of `MultiThreadedEventLoopGroup.singleton` live as long).
+    /// of `MultiThreadedEventLoopGroup.singleton` live as long). Each holds
+    /// its loop, so no other loop can take a key's address while it is here.
     private static let byLoop = Mutex<[ObjectIdentifier: EventLoopTaskExecutor]>([:])
 
     /// The executor of the event loop running the caller; nil off a

@@ -2,7 +2,6 @@ import Logging
 import Tracing
 import ThreadwireContract
 import ThreadwireCore
-import ThreadwireTransport
 import ThreadwireWire
 
 /// A request that passed admission: its table entry and params, and when it
@@ -260,7 +259,7 @@ struct CallDispatcher: Sendable {
         }
         guard let timeout = admitted.request.timeoutMs else { return try await work() }
         // Unstructured, so it does not inherit this task's executor: given it.
-        let task = Task(executorPreference: EventLoopTaskExecutor.current()) { try await work() }
+        let task = Task(executorPreference: TaskTracker.inheritedExecutor) { try await work() }
         guard let output = try await firstOf(task, timeoutMs: timeout) else {
             respond(connection, id: admitted.request.id, error: RequestError(.deadlineExceeded, "\(admitted.spec.name) did not finish within \(timeout) ms"),
                     method: admitted.spec.name, received: admitted.received, span: admitted.span,
