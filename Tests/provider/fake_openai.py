@@ -171,6 +171,10 @@ def main():
                 pass
             os._exit(0)
         threading.Thread(target=watch, daemon=True).start()
+    # socketserver listens with a backlog of 5: a server opening tens of
+    # streams at once overflowed it, and each dropped connect waited for TCP
+    # to retry it (1 s, then 3 s, ...).
+    ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     print("listening", server.server_address[1], flush=True)
