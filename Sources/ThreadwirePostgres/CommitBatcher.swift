@@ -63,7 +63,9 @@ final class CommitBatcher: Sendable {
                 state.callsInFlight += 1
                 return true
             }
-            if startCalling { Task { await self.drain() } }
+            // On the committing request's loop when it has one (see
+            // `EventLoopTaskExecutor`): the call's awaits then continue in place.
+            if startCalling { Task(executorPreference: TaskTracker.inheritedExecutor) { await self.drain() } }
         }
     }
 
@@ -110,7 +112,7 @@ final class CommitBatcher: Sendable {
             }
             return true
         }
-        if restart { Task { await self.drain() } }
+        if restart { Task(executorPreference: TaskTracker.inheritedExecutor) { await self.drain() } }
     }
 
     /// One outcome per commit.
