@@ -3,6 +3,8 @@
 # generator (16 connections, closed loop) against SERVER_BIN while
 # `perf record -g` samples the server, then prints the server's CPU time per
 # request and its samples by shared object and by symbol.
+# PIN=1: the server on CPU 0 with one event loop, the generator on CPU 1, so
+# the profile is the server's alone (FREQ sets perf's sampling rate).
 # Usage: SERVER_BIN=path/to/threadwire-server Benchmarks/profile.sh   (make bench-profile)
 set -euo pipefail
 BIN=${BIN:-.build/release}
@@ -17,17 +19,19 @@ from threadwire_client import messages
 e = messages.envelope.Envelope(); e.request.id = 1; e.request.health_check.SetInParent()
 p = e.SerializeToString(); print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())")
 data=$(mktemp -d)
-"$SERVER_BIN" --listen 127.0.0.1:7593 --data-dir "$data/store" --log-level error > "$data/out" 2>&1 &
+server_cpu=(); generator_cpu=(); loops=()
+if [ "${PIN:-0}" = 1 ]; then server_cpu=(taskset -c 0); generator_cpu=(taskset -c 1); loops=(--event-loops 1); fi
+"${server_cpu[@]}" "$SERVER_BIN" "${loops[@]}" --listen 127.0.0.1:7593 --data-dir "$data/store" --log-level error > "$data/out" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 200); do grep -q listening "$data/out" 2>/dev/null && break; sleep 0.05; done
 grep -q listening "$data/out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/out")" >&2; exit 1; };
-.build/c/frame_load 7593 "$CONNS" 1 "$HEALTH" > /dev/null  # warm up
+"${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" 1 "$HEALTH" > /dev/null  # warm up
 ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
 before=$(ticks)
-perf record -F 4000 -g -p $pid -o "$data/perf.data" -- sleep "$DUR" > /dev/null 2>&1 &
+perf record -F "${FREQ:-4000}" -g -p $pid -o "$data/perf.data" -- sleep "$DUR" > /dev/null 2>&1 &
 perf_pid=$!
-result=$(.build/c/frame_load 7593 "$CONNS" "$DUR" "$HEALTH")
+result=$("${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" "$DUR" "$HEALTH")
 wait $perf_pid
 after=$(ticks)
 hz=$(getconf CLK_TCK)
