@@ -19,17 +19,19 @@ struct EventLoopTaskExecutorTests {
         try await group.shutdownGracefully()
     }
 
-    /// Which of `loop`'s two group members is not `loop`.
-    static func otherLoop(in group: MultiThreadedEventLoopGroup, than loop: any EventLoop) -> any EventLoop {
-        group.makeIterator().first { $0 !== loop }!
+    /// Two loops of a group of their own, and the first one's executor.
+    static func withTwoLoops(_ body: (_ loop: any EventLoop, _ other: any EventLoop, _ executor: EventLoopTaskExecutor) async throws -> Void) async throws {
+        try await withGroup(threads: 2) { group in
+            let loop = group.next()
+            let other = group.makeIterator().first { $0 !== loop }!
+            let executor = try #require(try await loop.submit { EventLoopTaskExecutor.current() }.get())
+            try await body(loop, other, executor)
+        }
     }
 
     @Test("a task preferring a loop's executor runs on that loop: at its start, after a yield, and when another loop or a plain thread resumes it")
     func staysOnItsLoop() async throws {
-        try await Self.withGroup(threads: 2) { group in
-            let loop = group.next()
-            let other = Self.otherLoop(in: group, than: loop)
-            let executor = try #require(try await loop.submit { EventLoopTaskExecutor.current() }.get())
+        try await Self.withTwoLoops { loop, other, executor in
             #expect(executor.eventLoop === loop)
 
             let onLoop = await Task(executorPreference: executor) { () -> [Bool] in
@@ -63,10 +65,7 @@ struct EventLoopTaskExecutorTests {
 
     @Test("tasks spawned from a task given a loop's executor prefer it too, and run there")
     func spawnedTasksInheritTheExecutor() async throws {
-        try await Self.withGroup(threads: 2) { group in
-            let loop = group.next()
-            let other = Self.otherLoop(in: group, than: loop)
-            let executor = try #require(try await loop.submit { EventLoopTaskExecutor.current() }.get())
+        try await Self.withTwoLoops { loop, other, executor in
             let tracker = TaskTracker()
             let (results, report) = AsyncStream<[Bool]>.makeStream()
             tracker.spawn(on: executor) {
