@@ -31,7 +31,7 @@ printf "connections\tC echo req/s (p50 / p99 / p99.9 µs)\tNIO echo req/s (p50 /
 # a machine whose neighbours move single runs by 20 % or more.
 # The issue's targets are medians over rounds: with ROUNDS > 1, each
 # connection count ends with the median of every ratio over its rounds.
-median() { "$PY" -c "import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))" "$@"; }
+median() { "$PY" -c "import statistics,sys; print(round(statistics.median(float(x) for x in sys.argv[1:]), 2))" "$@"; }
 for c in 1 16 64; do
   floor_pcts=(); health_pcts=(); read_pcts=(); health_p99s=(); read_p99s=()
   for round in $(seq "${ROUNDS:-1}"); do
@@ -44,18 +44,19 @@ for c in 1 16 64; do
     e=$(field "$echo_r" requests_per_second); n=$(field "$nio_r" requests_per_second); f=$(field "$floor_r" requests_per_second)
     h=$(field "$health_r" requests_per_second); r=$(field "$read_r" requests_per_second)
     ep99=$(field "$echo_r" p99_us)
+    hp99=$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))"); rp99=$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")
     printf "%s\t%s (%s)\t%s (%s)\t%s (%s) = %s %%\t%s (%s) = %s %%, %s %%, %s %%; %sx\t%s (%s) = %s %%, %s %%, %s %%; %sx\n" "$label" "$e" "$(lat "$echo_r")" \
       "$n" "$(lat "$nio_r")" "$f" "$(lat "$floor_r")" "$(pct "$f" "$e")" \
-      "$h" "$(lat "$health_r")" "$(pct "$h" "$e")" "$(pct "$h" "$n")" "$(pct "$h" "$f")" "$("$PY" -c "print(round($(field "$health_r" p99_us)/$ep99, 2))")" \
-      "$r" "$(lat "$read_r")" "$(pct "$r" "$e")" "$(pct "$r" "$n")" "$(pct "$r" "$f")" "$("$PY" -c "print(round($(field "$read_r" p99_us)/$ep99, 2))")"
+      "$h" "$(lat "$health_r")" "$(pct "$h" "$e")" "$(pct "$h" "$n")" "$(pct "$h" "$f")" "$hp99" \
+      "$r" "$(lat "$read_r")" "$(pct "$r" "$e")" "$(pct "$r" "$n")" "$(pct "$r" "$f")" "$rp99"
     for x in "$health_r" "$read_r"; do [ "$(field "$x" errors)" = 0 ] || echo "errors: $x"; done
     floor_pcts+=("$(pct "$f" "$e")"); health_pcts+=("$(pct "$h" "$e")"); read_pcts+=("$(pct "$r" "$e")")
-    health_p99s+=("$("$PY" -c "print($(field "$health_r" p99_us)/$ep99)")"); read_p99s+=("$("$PY" -c "print($(field "$read_r" p99_us)/$ep99)")")
+    health_p99s+=("$hp99"); read_p99s+=("$rp99")
   done
   if [ "${ROUNDS:-1}" != 1 ]; then
     printf "%s (median of %s rounds)	NIO floor %s %% of C echo	health/check %s %% of C echo, p99 %sx the echo's	thread/read %s %% of C echo, p99 %sx the echo's\n" "$c" "$ROUNDS" \
-      "$(median "${floor_pcts[@]}")" "$(median "${health_pcts[@]}")" "$("$PY" -c "print(round($(median "${health_p99s[@]}"), 2))")" \
-      "$(median "${read_pcts[@]}")" "$("$PY" -c "print(round($(median "${read_p99s[@]}"), 2))")"
+      "$(median "${floor_pcts[@]}")" "$(median "${health_pcts[@]}")" "$(median "${health_p99s[@]}")" \
+      "$(median "${read_pcts[@]}")" "$(median "${read_p99s[@]}")"
   fi
 done
 
