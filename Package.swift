@@ -234,7 +234,7 @@ let package = Package(
         ),
         .target(
             name: "ThreadwireTesting",
-            dependencies: ["ThreadwireCore"],
+            dependencies: ["ThreadwireCore", "ThreadwirePostgres", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -68,6 +68,9 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
     /// The commit was sent and its answer never came (a timeout, a
     /// connection lost mid-commit): it may or may not have been applied.
     case outcomeUnknown(String)
+    /// A history item's sequence is stored already: a writer appended on
+    /// top of a history it had not read. Nothing of the commit was written.
+    case historySequenceTaken(threadID: ThreadID, sequence: Int)
 
     public var description: String {
         switch self {
@@ -78,6 +81,8 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
         case let .unavailable(message), let .misconfigured(message): message
         case let .idempotencyKeyTaken(key): IdempotencyKeyTaken(key: key).description
         case let .outcomeUnknown(reason): "the store did not confirm the commit (\(reason)): the change may or may not have been made"
+        case let .historySequenceTaken(thread, sequence):
+            "history item \(sequence) of thread \(thread) is already stored; a stale write was refused"
         }
     }
 
@@ -91,6 +96,7 @@ public enum StoreError: Error, CustomStringConvertible, Equatable {
         case let .misconfigured(message): .invalidArgument(message)
         case .idempotencyKeyTaken: .aborted(description + "; repeat the request to get the first one's answer")
         case .outcomeUnknown: .unavailable(description + "; read the thread, or repeat the request with the same idempotency key")
+        case .historySequenceTaken: .aborted(description + "; retry the request")
         }
     }
 

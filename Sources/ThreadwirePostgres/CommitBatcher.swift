@@ -137,9 +137,21 @@ final class CommitBatcher: Sendable {
         (error as? PSQLError)?.serverInfo != nil
     }
 
+    /// context_items' primary key refused an append: PostgreSQL's detail is
+    /// "Key (thread_id, seq)=(ID, SEQ) already exists." (the id may hold
+    /// commas, the sequence cannot).
+    static func historySequenceTaken(_ error: any Error) -> StoreError? {
+        guard let info = (error as? PSQLError)?.serverInfo, info[.sqlState] == "23505",
+              info[.constraintName] == "context_items_pkey", let detail = info[.detail],
+              let match = detail.firstMatch(of: /^Key \(thread_id, seq\)=\((.*), (\d+)\) already exists\.$/),
+              let sequence = Int(match.2) else { return nil }
+        return .historySequenceTaken(threadID: String(match.1), sequence: sequence)
+    }
+
     /// A refusal stays what it is; anything else (the connection lost or
     /// timed out mid-call) leaves the commit's outcome unknown.
     static func classified(_ error: any Error) -> any Error {
+        if let taken = historySequenceTaken(error) { return taken }
         if refusedByServer(error) || error is StoreError { return error }
         return StoreError.outcomeUnknown("\(String(reflecting: error))")
     }

@@ -345,8 +345,12 @@ public final class SQLiteThreadStore: ThreadStore {
             }
         case let .appendHistory(id, first, items):
             for (offset, item) in items.enumerated() {
-                try db.cachedStatement(sql: "INSERT INTO context_items (thread_id, seq, record) VALUES (?, ?, ?)")
-                    .execute(arguments: [id, first + offset, Data(StoredRecords.encode(item))])
+                do {
+                    try db.cachedStatement(sql: "INSERT INTO context_items (thread_id, seq, record) VALUES (?, ?, ?)")
+                        .execute(arguments: [id, first + offset, Data(StoredRecords.encode(item))])
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    throw StoreError.historySequenceTaken(threadID: id, sequence: first + offset)
+                }
             }
         case let .putTurn(turn):
             try db.cachedStatement(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record, status) VALUES (?, ?, ?, ?, ?)")

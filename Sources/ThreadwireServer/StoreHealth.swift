@@ -76,7 +76,7 @@ struct MonitoredStore: ThreadStore {
             try await base.commit(operations, fence: fence)
         } catch {
             switch StoreError.wrapping(error) {
-            case .conflict, .leaseLost, .idempotencyKeyTaken:
+            case .conflict, .leaseLost, .idempotencyKeyTaken, .historySequenceTaken:
                 throw error  // the store works: a stale write, this instance lost the thread, or a repeat lost its race
             case let .unavailable(reason), let .misconfigured(reason):
                 health.commitFailed(error)

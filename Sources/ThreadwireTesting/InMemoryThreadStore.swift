@@ -40,7 +40,7 @@ public actor InMemoryThreadStore: ThreadStore {
             case let .appendHistory(id, first, items):
                 for (offset, item) in items.enumerated() {
                     guard history[id]?[first + offset] == nil else {
-                        throw DomainError.internal("history item \(first + offset) of \(id) is already stored")
+                        throw StoreError.historySequenceTaken(threadID: id, sequence: first + offset)
                     }
                     history[id, default: [:]][first + offset] = item
                 }

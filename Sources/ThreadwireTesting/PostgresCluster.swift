@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import ThreadwirePostgres
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,16 +40,14 @@ public final class PostgresCluster: @unchecked Sendable {
         directory = dir
         let port = try Self.freePort()
         try Self.run(binaries + "/initdb", ["-D", dir + "/data", "-U", "threadwire", "--auth=trust", "--no-sync"], as: owner)
+        // fsync off: the cluster is thrown away with the test process and no
+        // test crashes it (they crash threadwire's servers), so flushing its
+        // files to disk would only take time from the tests.
         try Self.run(binaries + "/pg_ctl", [
             "-D", dir + "/data", "-l", dir + "/server.log", "-w", "-t", "60",
-            "-o", "-p \(port) -k \(dir) -c listen_addresses=127.0.0.1 -c max_connections=300", "start",
+            "-o", "-p \(port) -k \(dir) -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off", "start",
         ], as: owner)
         base = "postgres://threadwire@127.0.0.1:\(port)"
-        // Every test database is created from template1: give it pg_trgm once
-        // (migration 5 needs it), rather than have each of the suite's
-        // concurrent first migrations build the extension's objects again.
-        try Self.run(binaries + "/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", "threadwire", "-d", "template1",
-                                          "-v", "ON_ERROR_STOP=1", "-c", "CREATE EXTENSION IF NOT EXISTS pg_trgm"])
         PostgresCluster.stopAtExit = { [binaries, owner] in
             try? Self.run(binaries + "/pg_ctl", ["-D", dir + "/data", "-m", "immediate", "-w", "stop"], as: owner)
             try? FileManager.default.removeItem(atPath: dir)
@@ -57,28 +57,71 @@ public final class PostgresCluster: @unchecked Sendable {
 
     nonisolated(unsafe) static var stopAtExit: (() -> Void)?
 
-    /// A new empty database of the shared cluster (started on first use); its
-    /// URL. The blocking work (initdb, pg_ctl, createdb) runs on a thread of
-    /// its own, never on the test's concurrency pool, which it would starve.
+    /// A new database of the shared cluster (started on first use), with
+    /// threadwire's schema already in it; its URL.
+    ///
+    /// Each is a copy of one template migrated once per test process: a
+    /// migration is dozens of DDL statements, a PL/pgSQL function and a
+    /// trigram index, and a full `swift test` opens a store on about forty
+    /// databases, up to fifteen at once. Migrated each on its own, those runs
+    /// of DDL held the 2-core machine long enough for stores to miss their
+    /// start-up limit. A copy is one file-level clone. The store's own
+    /// migration still runs on open and finds nothing left to apply.
+    /// The blocking work (initdb, pg_ctl, createdb) runs on threads of its
+    /// own, never on the test's concurrency pool, which it would starve.
     public static func database() async throws -> String {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<String, any Error>) in
-            Thread.detachNewThread {
-                continuation.resume(with: Result { try shared.get().makeDatabase() })
-            }
+        let template = try await migratedTemplate.value
+        return try await onThread { try shared.get().makeDatabase(template: template) }
+    }
+
+    /// The template's name, once it is migrated and closed to connections
+    /// (`CREATE DATABASE … TEMPLATE` refuses a template anyone is connected to).
+    private static let migratedTemplate = Task<String, any Error> {
+        let cluster = try await onThread { try shared.get() }
+        let name = "tw_template_\(getpid())"
+        try await onThread { try cluster.createDatabase(name) }
+        let store = try await PostgresThreadStore.connect(url: cluster.base + "/" + name,
+                                                          logger: Logger(label: "threadwire-test-template"),
+                                                          startupTimeout: .seconds(120))
+        store.close()
+        try await onThread {
+            try cluster.sql("ALTER DATABASE \(name) WITH ALLOW_CONNECTIONS false")
+            try cluster.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)'")
+        }
+        return name
+    }
+
+    private static func onThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
         }
     }
 
-    /// A new empty database; its URL.
-    public func makeDatabase() throws -> String {
+    /// A new database, a copy of `template` (PostgreSQL's `template1` when
+    /// nil); its URL.
+    public func makeDatabase(template: String? = nil) throws -> String {
         let name = counter.withLock { () -> String in
             databases += 1
             return "tw_\(getpid())_\(databases)"
         }
+        try createDatabase(name, template: template)
+        return base + "/" + name
+    }
+
+    private func createDatabase(_ name: String, template: String? = nil) throws {
         let components = URLComponents(string: base)!
         try Self.run(binaries + "/createdb", [
-            "-h", components.host!, "-p", "\(components.port ?? 5432)", "-U", components.user!, name,
+            "-h", components.host!, "-p", "\(components.port ?? 5432)", "-U", components.user!,
+        ] + (template.map { ["-T", $0] } ?? []) + [name])
+    }
+
+    /// One statement through psql, on the `postgres` database.
+    private func sql(_ statement: String) throws {
+        let components = URLComponents(string: base)!
+        try Self.run(binaries + "/psql", [
+            "-h", components.host!, "-p", "\(components.port ?? 5432)", "-U", components.user!, "-d", "postgres",
+            "-v", "ON_ERROR_STOP=1", "-c", statement,
         ])
-        return base + "/" + name
     }
 
     /// posix_spawn and waitpid: Foundation's Process.waitUntilExit can hang

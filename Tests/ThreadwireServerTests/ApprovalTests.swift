@@ -216,7 +216,7 @@ struct ApprovalRestartTests {
         let turnID = try await ide.startTurn(id, "#tool read_file {\"path\":\"k\"}")
         let ask = try await ide.nextServerRequest()
         if how == "kill -9" {
-            server.kill9()
+            await server.kill9()
         } else {
             let stopping = ContinuousClock.now
             #expect(await server.stop() == 0)

@@ -316,7 +316,7 @@ struct ClientToolRestartTests {
     @Test("kill -9 while a turn waits on a client tool: after restart the same request is offered and the turn goes on")
     func survivesKill9() async throws {
         let server = try await ServerProcess.launch()
-        try await waitThroughRestart(server) { server.kill9() }
+        try await waitThroughRestart(server) { await server.kill9() }
     }
 
     @Test("SIGTERM while a turn waits on a client tool: the server exits 0 at once and the turn goes on after restart")

@@ -30,12 +30,26 @@ final class InstanceGroup: Sendable {
                 }
             }
         }
-        return InstanceGroup(instances: instances)
+        return InstanceGroup(instances: instances, database: url)
     }
 
-    private init(instances: [ServerProcess]) { self.instances = instances }
+    /// The instances' shared database.
+    let database: String
 
-    func stopAll() { for instance in instances { instance.stopBlocking() } }
+    private init(instances: [ServerProcess], database: String) {
+        self.instances = instances
+        self.database = database
+    }
+
+    /// One query on the shared database through psql; its rows, one a line.
+    func query(_ sql: String) async throws -> String {
+        let (status, out, err) = try await runBinary("/usr/bin/psql", [database, "-v", "ON_ERROR_STOP=1", "-tAc", sql])
+        try #require(status == 0, "psql: \(err)")
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// For a `defer`: SIGTERM to each, the waiting off the test's pool.
+    func stopAll() { for instance in instances { instance.stopInBackground() } }
 }
 
 @Suite("several instances on one PostgreSQL (real servers, real PostgreSQL)", .timeLimit(.minutes(4)))
@@ -156,7 +170,7 @@ struct ClusterTests {
         }
         try await Task.sleep(for: .seconds(1))
         for victim in [0, 1, 2].shuffled() {
-            group.instances[victim].kill9()
+            await group.instances[victim].kill9()
             try await Task.sleep(for: .milliseconds(Int.random(in: 200...800)))
             try await group.instances[victim].start()
             try await Task.sleep(for: .milliseconds(1500))
@@ -237,7 +251,7 @@ struct ClusterTests {
         }
         for thread in threads { #expect(try await clients[0].read(thread, turns: false).settings?.model == "by-5") }
 
-        group.instances[0].kill9()
+        await group.instances[0].kill9()
         try await proxy.waitFor(server: "a", status: "DOWN", within: .seconds(20))
         let after = try await viaProxy()
         for thread in threads {
@@ -263,7 +277,10 @@ struct ClusterTests {
         _ = try await viaB.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "via-b-1"))
         // The creator leaves; a unloads the idle thread and gives its tree up.
         await creator.close()
-        try await Task.sleep(for: .seconds(2))
+        // Within 5 s: released, not run out (the lease is 10 s, renewed while loaded).
+        _ = try await waitUntil("a released the tree's lease", timeout: .seconds(5)) {
+            try await group.query("SELECT expires_at <= now() FROM thread_leases WHERE tree = '\(thread)'") == "t" ? true : nil
+        }
         let viaC = try await c.client()
         _ = try await viaC.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "via-c"))
         // b relays to a (remembered), which no longer owns it: b looks again.

@@ -71,7 +71,7 @@ struct ConcurrencyTests {
             let stored = try #require(try await a.read(thread, turns: false).thread)
             #expect(stored.model == model && stored.multiAgentMode == mode, "round \(round): \(stored.model ?? "") / \(String(describing: stored.multiAgentMode))")
         }
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try #require(try await server.client().read(thread, turns: false).thread)
         #expect(after.model == lastModel && after.multiAgentMode == lastMode)
@@ -117,7 +117,7 @@ struct ConcurrencyTests {
             let stored = try #require(try await a.read(thread, turns: false).thread)
             #expect(stored.archived == archive && stored.model == model, "round \(round)")
         }
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try #require(try await server.client().read(thread, turns: false).thread)
         #expect(after.archived == ((Self.rounds - 1) % 2 == 0) && after.model == "m\(Self.rounds - 1)")
@@ -146,7 +146,7 @@ struct ConcurrencyTests {
             #expect(stored.multiAgentMode == mode && stored.model == model, "round \(round)")
             expectations.append((thread, mode, model))
         }
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let client = try await server.client()
         for expected in expectations {
@@ -185,7 +185,7 @@ struct ConcurrencyTests {
             }
         }
         #expect(archivedWins + turnWins == Self.rounds)
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try #require(try await server.client().read(thread).thread)
         #expect(!after.turns.contains { $0.status == .inProgress })
@@ -250,13 +250,13 @@ struct ConcurrencyTests {
                     let names = accepted.compactMap { $0.thread?.source?.taskName }
                     #expect(Set(names).count == names.count && names.count == cap, "v2 task names unique: \(names)")
                 }
-                guard case let .threadList(children) = try await owner.result(.threadList(Wire.ThreadListParams(parentThreadId: parent))) else { return }
+                guard case let .threadList(children) = try await owner.result(.threadList(Wire.ThreadListParams(parentThreadId: parent))) else { throw UnexpectedResult(expected: "threadList") }
                 #expect(children.data.count == cap, "stored children match the acknowledged ones")
                 fullParents.append((parent, limitName))
             }
         }
         // The caps are counted from the stored registry, not from memory.
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let again = try await server.client()
         for (parent, limitName) in fullParents {

@@ -84,7 +84,7 @@ struct ContextTests {
         #expect(modeFragments(thirdContext) == ["proactive"])
         #expect(thirdContext.compactMap(\.text).suffix(3) == ["second question", "second answer", "third question"])
 
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let reread = try #require(try await server.client().read(id).thread)
         #expect(reread.turns == stored.turns + [third], "compaction and what followed it are durable")
@@ -149,7 +149,7 @@ struct ContextTests {
         #expect(summary.contains("alpha") && summary.contains("beta"))
         try await inbox.waitFor("turn/completed of the compaction") { if case let .turnCompleted(n) = $0 { n.turn?.id == turnID } else { false } }
 
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try await server.client()
         let next = try await after.runTurn(id, "gamma")
@@ -206,7 +206,7 @@ struct ContextTests {
         _ = try await client.result(.turnInterrupt(Wire.TurnInterruptParams(threadId: id, turnId: held)))
         _ = try await client.waitForTurn(id, held)
 
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try await server.client()
         #expect(try await readTurns(after, includeRolledBack: true).filter { $0.rolledBack == true }.compactMap(\.id) == Array(turns[1...4]))
@@ -311,7 +311,7 @@ struct ContextTests {
         await expectStatus(3, mentioning: "non-empty") { _ = try await Self.steer(client, id, held, "") }
         let kept = try await Self.steer(client, id, held, "kept across a crash")
 
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let recovered = try #require(try await server.client().read(id).thread?.turns.first { $0.id == held })
         #expect(recovered.status == .interrupted)
@@ -415,7 +415,7 @@ struct ContextTests {
         _ = try await client.result(.threadNameSet(Wire.ThreadNameSetParams(threadId: ids[1], name: "")))
         #expect(try await client.read(ids[1]).thread?.name == nil, "an empty name clears it")
 
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try await server.client()
         #expect(try await search(after, "parser cleanup") == [ids[2]], "names survive kill -9")

@@ -37,7 +37,7 @@ struct EnvoyTests {
             try await envoy.waitFor(port: draining.port, healthy: false, within: .seconds(30))
             #expect(await draining.stop() == 0, "the drained instance exits 0")
             try await Task.sleep(for: .seconds(2))
-            crashing.kill9()
+            await crashing.kill9()
             try await envoy.waitFor(port: crashing.port, healthy: false, within: .seconds(30))
             // Past the lease: the survivors serve the crashed instance's threads.
             try await Task.sleep(for: .seconds(4))

@@ -42,7 +42,7 @@ struct HAProxyTests {
         // own steps can be late, and the server must still be draining (and
         // not closing the raw connection for not initializing) when they come.
         let server = try await ServerProcess.launch(arguments: ["--turn-grace-seconds", "60", "--handshake-timeout-ms", "120000"])
-        defer { server.kill9() }
+        defer { server.kill9InBackground() }
         let socket = try RawSocket(port: server.port)
         defer { socket.close() }
         try socket.send(DocumentedHealthCheck.bytes(DocumentedHealthCheck.request))
@@ -54,10 +54,15 @@ struct HAProxyTests {
         let thread = try #require(try await client.startThread().thread?.id)
         _ = try await client.startTurn(thread, "#hold")
         kill(server.pid, SIGTERM)
-        try await Task.sleep(for: .milliseconds(300))
-        try socket.send(DocumentedHealthCheck.bytes(DocumentedHealthCheck.request))
+        // The signal is handled asynchronously: ask again on the same raw
+        // connection until the answer changes (each answer is one whole reply).
         let notServing = DocumentedHealthCheck.bytes(DocumentedHealthCheck.notServing)
-        let reply = await readExactly(socket, serving.count)
+        let reply = try await waitUntil("health/check answering NOT_SERVING after SIGTERM") { () -> [UInt8]? in
+            try socket.send(DocumentedHealthCheck.bytes(DocumentedHealthCheck.request))
+            let reply = await readExactly(socket, serving.count)
+            #expect(reply.count == serving.count, "one whole reply per check")
+            return reply == serving ? nil : reply
+        }
         #expect(reply.suffix(notServing.count) == notServing[...], "reply \(reply)")
         #expect(reply.prefix(serving.count - notServing.count) == serving.prefix(serving.count - notServing.count))
     }

@@ -54,7 +54,7 @@ struct IdempotencyTests {
         #expect(threads.data.count == 1, "a repeated thread/start made a second thread")
         #expect(try await second.read(thread).thread?.turns.count == 1, "a repeated turn/start made a second turn")
 
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let third = try await server.client()
         let afterCrash = try await third.keyed("turn-1", turnStartParams(thread, "hello once"))
@@ -96,7 +96,7 @@ struct IdempotencyTests {
         }
         let turns = try #require(try await owner.read(thread).thread?.turns)
         #expect(turns.count == 5, "five keys, \(turns.count) turns")
-        server.kill9()
+        await server.kill9()
         try await server.start()
         #expect(try await server.client().read(thread).thread?.turns.count == 5)
     }
@@ -152,7 +152,7 @@ struct IdempotencyTests {
             #expect(bytes(try await clients[round].keyed("settings-\(round)", params(round))) == firstAnswers[round], "repeat of round \(round)")
         }
         #expect(try await owner.read(thread, turns: false).thread?.model == "m-4", "a repeat undid a later change")
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let afterKill = try await server.client()
         #expect(bytes(try await afterKill.keyed("settings-1", params(1))) == firstAnswers[1], "repeat after kill -9")
@@ -295,7 +295,7 @@ struct IdempotencyTests {
         for request in requests {
             #expect(bytes(try await sameProcess.keyed(request.key, request.params)) == firstAnswers[request.key], "\(request.key)")
         }
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let afterKill = try await server.client()
         for request in requests {
@@ -408,7 +408,7 @@ struct ClusterIdempotencyTests {
         let turn = try await a.keyed("owner-dies", turnStartParams(thread, "once"))
         guard case let .turnStart(started)? = turn.result, let turnID = started.turn?.id else { throw TestTimeout(description: "no turn") }
         _ = try await a.waitForTurn(thread, turnID)
-        group.instances[0].kill9()
+        await group.instances[0].kill9()
         // The repeat reaches the survivor, which takes the tree over once the lease lapses.
         let repeated = try await b.keyed("owner-dies", turnStartParams(thread, "once"))
         guard case let .turnStart(again)? = repeated.result else {

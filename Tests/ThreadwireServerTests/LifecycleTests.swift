@@ -18,7 +18,7 @@ struct LifecycleTests {
         // Kill at a random moment once the stream is well under way.
         while await acknowledged.count < 40 { try await Task.sleep(for: .milliseconds(5)) }
         try await Task.sleep(for: .milliseconds(Int.random(in: 0...150)))
-        server.kill9()
+        await server.kill9()
         await stream.value
         let threads = await acknowledged.threads
         let lastModels = await acknowledged.lastModels
@@ -37,17 +37,17 @@ struct LifecycleTests {
         var seen: [String] = []
         var cursor: String?
         repeat {
-            guard case let .threadList(page) = try await client.result(.threadList(Wire.ThreadListParams(cursor: cursor, limit: 3))) else { return }
+            guard case let .threadList(page) = try await client.result(.threadList(Wire.ThreadListParams(cursor: cursor, limit: 3))) else { throw UnexpectedResult(expected: "threadList") }
             seen += page.data.compactMap(\.id)
             cursor = page.nextCursor
         } while cursor != nil
         #expect(seen == ids.reversed(), "newest first, every thread once")
-        guard case let .threadList(ascending) = try await client.result(.threadList(Wire.ThreadListParams(limit: 2, sortDirection: .ascending))) else { return }
+        guard case let .threadList(ascending) = try await client.result(.threadList(Wire.ThreadListParams(limit: 2, sortDirection: .ascending))) else { throw UnexpectedResult(expected: "threadList") }
         #expect(ascending.data.compactMap(\.id) == Array(ids.prefix(2)))
 
         try await client.runTurn(ids[0], "hi")
         let child = try #require(try await client.spawn(ids[0]).thread?.id)
-        guard case let .threadList(children) = try await client.result(.threadList(Wire.ThreadListParams(parentThreadId: ids[0]))) else { return }
+        guard case let .threadList(children) = try await client.result(.threadList(Wire.ThreadListParams(parentThreadId: ids[0]))) else { throw UnexpectedResult(expected: "threadList") }
         #expect(children.data.compactMap(\.id) == [child])
         await expectStatus(3, mentioning: "cursor") { _ = try await client.result(.threadList(Wire.ThreadListParams(cursor: "garbage"))) }
         await expectStatus(3, mentioning: "limit") { _ = try await client.result(.threadList(Wire.ThreadListParams(limit: 0))) }
@@ -61,10 +61,10 @@ struct LifecycleTests {
         let id = try #require(try await client.startThread().thread?.id)
         _ = try await client.result(.threadArchive(Wire.ThreadArchiveParams(threadId: id)))
         try await inbox.waitFor("thread/archived") { if case let .threadArchived(n) = $0 { return n.threadId == id } else { return false } }
-        guard case let .threadList(archived) = try await client.result(.threadList(Wire.ThreadListParams(archived: true))) else { return }
+        guard case let .threadList(archived) = try await client.result(.threadList(Wire.ThreadListParams(archived: true))) else { throw UnexpectedResult(expected: "threadList") }
         #expect(archived.data.compactMap(\.id) == [id])
         await expectStatus(9, mentioning: "archived") { _ = try await client.startTurn(id, "hi") }
-        guard case let .threadUnarchive(result) = try await client.result(.threadUnarchive(Wire.ThreadUnarchiveParams(threadId: id))) else { return }
+        guard case let .threadUnarchive(result) = try await client.result(.threadUnarchive(Wire.ThreadUnarchiveParams(threadId: id))) else { throw UnexpectedResult(expected: "threadUnarchive") }
         #expect(result.thread?.archived == false)
         try await inbox.waitFor("thread/unarchived") { if case let .threadUnarchived(n) = $0 { return n.threadId == id } else { return false } }
         await expectStatus(5, mentioning: "not found") { _ = try await client.result(.threadArchive(Wire.ThreadArchiveParams(threadId: "missing"))) }
@@ -77,7 +77,7 @@ struct LifecycleTests {
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(id, "hi")
-        guard case let .threadUnsubscribe(result) = try await client.result(.threadUnsubscribe(Wire.ThreadUnsubscribeParams(threadId: id))) else { return }
+        guard case let .threadUnsubscribe(result) = try await client.result(.threadUnsubscribe(Wire.ThreadUnsubscribeParams(threadId: id))) else { throw UnexpectedResult(expected: "threadUnsubscribe") }
         #expect(result.wasSubscribed == true)
         try await inbox.waitFor("thread/closed") { if case let .threadClosed(n) = $0 { return n.threadId == id } else { return false } }
         #expect(try await client.read(id, turns: false).thread?.status?.type == .notLoaded)

@@ -100,7 +100,9 @@ struct LimitsTests {
         // The first connection's share is held before the second arrives:
         // its bytes reached the server's socket, and the server reads eagerly.
         await first.waitUntilSent(seconds: 10)
-        try await Task.sleep(for: .milliseconds(300))
+        _ = try await waitUntil("the server read the first connection's 800 KB") {
+            try await serverReadEverything(port: server.port) ? true : nil
+        }
         let second = try RawSocket(port: server.port)
         defer { second.close() }
         try second.send(header + part)
@@ -228,18 +230,13 @@ struct LimitsTests {
         #expect(stored.thread?.turns.last?.status == .interrupted)
     }
 
-    @Test("health and readiness follow the store: NOT_SERVING while the disk is full, SERVING once it has room")
+    @Test("health and readiness follow the store: NOT_SERVING while the disk is full, SERVING once it has room",
+          .needsRoot("mounting a small tmpfs"))
     func healthFollowsStore() async throws {
-        guard getuid() == 0 else {
-            print("skipped: mounting a small tmpfs needs root (this run is uid \(getuid()))")
-            return
-        }
+        try requireRoot("mounting a small tmpfs")
         let mountPoint = NSTemporaryDirectory() + "threadwire-full-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        guard shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0 else {
-            print("skipped: this machine does not allow mounting a tmpfs")
-            return
-        }
+        try #require(shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0, "mount a 4 MiB tmpfs at \(mountPoint)")
         defer {
             _ = shell("umount '\(mountPoint)'")
             try? FileManager.default.removeItem(atPath: mountPoint)

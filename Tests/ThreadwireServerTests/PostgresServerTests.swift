@@ -20,7 +20,7 @@ struct PostgresServerTests {
         let stream = acknowledged.writeUntilFailure(writers, owned: owned)
         while await acknowledged.count < 200 { try await Task.sleep(for: .milliseconds(5)) }
         try await Task.sleep(for: .milliseconds(Int.random(in: 0...150)))
-        server.kill9()
+        await server.kill9()
         await stream.value
         let threads = await acknowledged.threads
         let lastModels = await acknowledged.lastModels
@@ -52,7 +52,7 @@ struct PostgresServerTests {
         let read = try await onB.read(thread)
         #expect(read.thread?.name == "shared")
         #expect(read.thread?.turns.count == 1)
-        guard case let .threadList(list) = try await onB.result(.threadList(Wire.ThreadListParams())) else { return }
+        guard case let .threadList(list) = try await onB.result(.threadList(Wire.ThreadListParams())) else { throw UnexpectedResult(expected: "threadList") }
         #expect(list.data.map(\.id) == [thread])
     }
 
@@ -103,7 +103,7 @@ extension PostgresServerTests {
             _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "after-\(round)"))
             try await Task.sleep(for: .milliseconds(50))
         }
-        #expect(server.stopBlocking() == 0)
+        #expect(await server.stop() == 0)
         try await server.start()
         let again = try await server.client()
         #expect(try await again.read(thread, turns: false).thread?.model == "after-9")

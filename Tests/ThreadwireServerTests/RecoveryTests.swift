@@ -22,7 +22,7 @@ struct RecoveryTests {
         let thread = try #require(try await client.startThread().thread?.id)
         try await client.runTurn(thread, "first")
         let held = try await client.startTurn(thread, "#hold")
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try await server.client()
         let stored = try #require(try await after.read(thread).thread)
@@ -62,7 +62,7 @@ struct RecoveryTests {
         let second = try #require(try await client.spawn(parent, message: "quick work").thread?.id)
         let third = try #require(try await client.spawn(parent, message: "#hold").thread?.id)
         _ = try await client.waitForThread(second) { $0.turns.last?.status == .completed }
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let after = try await server.client()
         for child in [first, third] {
@@ -85,7 +85,7 @@ struct RecoveryTests {
         // Closing a child frees its slot, durably.
         let closed = try await after.runTurn(parent, "#tool close_agent {\"target\": \"task1\"}")
         #expect(try toolOutput(closed, "close_agent")["status"] as? String == "shutdown")
-        server.kill9()
+        await server.kill9()
         try await server.start()
         let third2 = try await server.client()
         _ = try await third2.spawn(parent)

@@ -131,10 +131,12 @@ struct SecurityTests {
         // A file that does not parse leaves the tokens as they were.
         try "alice\n".write(toFile: tokens, atomically: true, encoding: .utf8)
         kill(server.pid, SIGHUP)
-        try await Task.sleep(for: .milliseconds(500))
+        // The reload is asynchronous to the signal: wait for its refusal in the log.
+        _ = try await waitUntil("the refused reload logged") {
+            (try? String(contentsOfFile: server.stderrPath, encoding: .utf8))?.contains("auth tokens not reloaded") == true ? true : nil
+        }
         _ = try await connect(server, token: carolToken)
         #expect(alice.isActive)
-        #expect(try String(contentsOfFile: server.stderrPath, encoding: .utf8).contains("auth tokens not reloaded"))
     }
 
     @Test("THREADWIRE_AUTH_TOKEN alone authenticates one principal, 'default'")
@@ -221,11 +223,11 @@ struct SecurityTests {
         }
 
         // Lists: bob sees his own thread only, also filtered by alice's parent.
-        guard case let .threadList(bobList) = try await bob.result(.threadList(Wire.ThreadListParams(limit: 100))) else { return }
+        guard case let .threadList(bobList) = try await bob.result(.threadList(Wire.ThreadListParams(limit: 100))) else { throw UnexpectedResult(expected: "threadList") }
         #expect(bobList.data.map(\.id) == [bobOwn])
-        guard case let .threadList(children) = try await bob.result(.threadList(Wire.ThreadListParams(parentThreadId: thread))) else { return }
+        guard case let .threadList(children) = try await bob.result(.threadList(Wire.ThreadListParams(parentThreadId: thread))) else { throw UnexpectedResult(expected: "threadList") }
         #expect(children.data.isEmpty)
-        guard case let .threadList(aliceList) = try await alice.result(.threadList(Wire.ThreadListParams(limit: 100))) else { return }
+        guard case let .threadList(aliceList) = try await alice.result(.threadList(Wire.ThreadListParams(limit: 100))) else { throw UnexpectedResult(expected: "threadList") }
         #expect(Set(aliceList.data.compactMap(\.id)) == [thread, child, fork])
 
         // Nothing bob tried changed alice's thread; alice's own changes reach
@@ -287,7 +289,7 @@ struct SecurityTests {
         let alice1 = try await connect(server, token: aliceToken)
         let alice2 = try await connect(server, token: aliceToken)
         guard case let .initialize(info) = try await (try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port))
-            .result(initializeParams(token: bobToken)) else { return }
+            .result(initializeParams(token: bobToken)) else { throw UnexpectedResult(expected: "initialize") }
         #expect(info.limits?.maxThreadsStartedPerMinute == 4)
         #expect(info.limits?.maxRunningTurns == 2)
 
@@ -338,7 +340,7 @@ struct SecurityTests {
 
         // One of alice's turns ends: a slot frees.
         let (heldThread, heldResponse) = try #require(running.first)
-        guard case let .turnStart(held)? = heldResponse?.result, let heldTurn = held.turn?.id else { return }
+        guard case let .turnStart(held)? = heldResponse?.result, let heldTurn = held.turn?.id else { throw UnexpectedResult(expected: "turnStart") }
         try await alice1.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: heldThread, turnId: heldTurn))).expectOK()
         _ = try await alice1.waitForTurn(heldThread, heldTurn)
         let runningThreads = Set(running.map(\.0))

@@ -192,8 +192,21 @@ final class ServerProcess: @unchecked Sendable {
         return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    /// SIGKILL: no chance to flush anything.
-    func kill9() {
+    /// SIGKILL: no chance to flush anything. Returns once the process is
+    /// gone (its port and files are free for a restart); the waiting is on a
+    /// thread of its own (see `launch`).
+    func kill9() async {
+        await offPool { [self] in kill9Blocking() }
+    }
+
+    /// SIGKILL without waiting for the process to go (for a `defer`).
+    func kill9InBackground() {
+        guard let process, process.isRunning else { return }
+        self.process = nil
+        kill(process.processIdentifier, SIGKILL)
+    }
+
+    private func kill9Blocking() {
         guard let process, process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
         _ = waitForExit(process, seconds: 10)

@@ -90,12 +90,12 @@ struct TLSTests {
             ClientTLS(caFile: certs + "/ca.pem", certificateFile: certs + "/\(name).pem", keyFile: certs + "/\(name).key")
         }
         let alice = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls("alice"))
-        guard case let .initialize(info) = try await alice.result(initializeParams(token: nil)) else { return }
+        guard case let .initialize(info) = try await alice.result(initializeParams(token: nil)) else { throw UnexpectedResult(expected: "initialize") }
         #expect(info.principal == "alice")
         let thread = try #require(try await alice.startThread().thread?.id)
 
         let bob = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: tls("bob"))
-        guard case let .initialize(bobInfo) = try await bob.result(initializeParams(token: nil)) else { return }
+        guard case let .initialize(bobInfo) = try await bob.result(initializeParams(token: nil)) else { throw UnexpectedResult(expected: "initialize") }
         #expect(bobInfo.principal == "bob")
         #expect(try await bob.call(.threadRead(Wire.ThreadReadParams(threadId: thread))).code == notFound)
 

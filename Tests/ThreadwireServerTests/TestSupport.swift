@@ -7,6 +7,29 @@ struct TestTimeout: Error, CustomStringConvertible {
     var description: String
 }
 
+/// Thrown where a call answered with another result than the one the test
+/// checks next: the test fails there. (`guard case … else { return }` would
+/// end it as passed with every later check skipped.)
+struct UnexpectedResult: Error, CustomStringConvertible {
+    var expected: String
+    var description: String { "expected a \(expected) result" }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// A test that needs root (mounts, network namespaces). CI runs as root,
+    /// so under CI the test always runs and a missing privilege fails it
+    /// (`requireRoot`); elsewhere it is reported as skipped, with the reason.
+    static func needsRoot(_ what: String) -> Self {
+        .enabled(if: getuid() == 0 || ProcessInfo.processInfo.environment["CI"] != nil,
+                 "\(what) needs root (this run is uid \(getuid()))")
+    }
+}
+
+/// Inside a `.needsRoot` test: fails it when it runs without root (under CI).
+func requireRoot(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    try #require(getuid() == 0, "\(what) needs root and CI runs as root: this run is uid \(getuid())", sourceLocation: sourceLocation)
+}
+
 /// Collects a client's notifications so tests can wait for one and inspect all.
 actor Inbox {
     private var items: [Wire.Notification] = []
@@ -140,6 +163,16 @@ func expectStatus(_ code: UInt32, mentioning: String, _ body: () async throws ->
     } catch {
         Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
     }
+}
+
+/// Whether the server listening on `port` has read every byte its clients
+/// sent: the receive queue of each of its established connections is empty
+/// (iproute2's `ss`, the kernel's own count).
+func serverReadEverything(port: Int) async throws -> Bool {
+    let (status, out, err) = try await runBinary("/usr/bin/ss", ["-tnH", "state", "established", "( sport = :\(port) )"])
+    try #require(status == 0, "ss failed: \(err)")
+    let queues = out.split(separator: "\n").compactMap { Int($0.split(separator: " ", omittingEmptySubsequences: true).first ?? "") }
+    return !queues.isEmpty && queues.allSatisfy { $0 == 0 }
 }
 
 /// Runs the `threadwire` CLI beside the server binary, off the test

@@ -48,11 +48,22 @@ private func turn(_ threadID: ThreadID, _ sequence: Int, status: TurnStatus = .c
     return turn
 }
 
-private func expectConflict(_ store: any ThreadStore, _ operations: [StoreOperation], sourceLocation: SourceLocation = #_sourceLocation) async {
+/// The commit must be refused with exactly `refusal`: any other error (a
+/// store that is down, a driver's error no store error names) fails the test.
+private func expectRefused(_ store: any ThreadStore, _ operations: [StoreOperation], as refusal: StoreError,
+                           sourceLocation: SourceLocation = #_sourceLocation) async {
     do {
         try await store.commit(operations)
-        Issue.record("expected the commit to fail", sourceLocation: sourceLocation)
-    } catch {}
+        Issue.record("expected the commit to be refused: \(refusal)", sourceLocation: sourceLocation)
+    } catch {
+        #expect(error as? StoreError == refusal, "\(String(reflecting: error))", sourceLocation: sourceLocation)
+    }
+}
+
+/// Refused as a stale version of `thread` (its stored version is not `version`).
+private func expectConflict(_ store: any ThreadStore, _ operations: [StoreOperation], on thread: ThreadID, expecting version: Int64,
+                            sourceLocation: SourceLocation = #_sourceLocation) async {
+    await expectRefused(store, operations, as: .conflict(threadID: thread, expectedVersion: version), sourceLocation: sourceLocation)
 }
 
 @Suite("ThreadStore conformance: in-memory, SQLite and PostgreSQL", .timeLimit(.minutes(3)))
@@ -62,7 +73,7 @@ struct StoreConformanceTests {
         let store = try await backend.make()
         var record = thread("t1", created: 100, owner: "alice")
         try await store.commit([.putThread(record)])
-        await expectConflict(store, [.putThread(record)])                     // a second insert
+        await expectConflict(store, [.putThread(record)], on: "t1", expecting: 0)                   // a second insert
         var next = record
         next.version = 2
         next.model = "second"
@@ -70,14 +81,14 @@ struct StoreConformanceTests {
         var stale = record
         stale.version = 2
         stale.model = "stale"
-        await expectConflict(store, [.putThread(stale)])                      // on top of version 1 again
+        await expectConflict(store, [.putThread(stale)], on: "t1", expecting: 1)                   // on top of version 1 again
         var skipping = next
         skipping.version = 4
-        await expectConflict(store, [.putThread(skipping)])
+        await expectConflict(store, [.putThread(skipping)], on: "t1", expecting: 3)
         var stolen = next
         stolen.version = 3
         stolen.principal = "mallory"
-        await expectConflict(store, [.putThread(stolen)])
+        await expectConflict(store, [.putThread(stolen)], on: "t1", expecting: 2)
         let stored = try #require(try await store.threadRecord("t1"))
         #expect(stored == next)
         #expect(stored.principal == "alice")
@@ -99,14 +110,15 @@ struct StoreConformanceTests {
             .putThread(thread("b", created: 2)), .appendHistory("b", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "x")]),
             .putTurn(turn("b", 0)), .enqueueMailbox(recipient: "a", item: ContextItem(role: .developer, kind: .mailbox, text: "m")),
             .putThread(stale),
-        ])
+        ], on: "a", expecting: 0)
         #expect(try await store.threadRecord("b") == nil)
         #expect(try await store.loadThread("b") == nil)
         #expect(try await store.pendingMailbox("a").isEmpty)
         // A history item stored twice fails the same way.
         let item = ContextItem(role: .user, kind: .userInput, text: "once")
         try await store.commit([.appendHistory("a", firstSequence: 0, items: [item])])
-        await expectConflict(store, [.putThread(thread("c", created: 3)), .appendHistory("a", firstSequence: 0, items: [item])])
+        await expectRefused(store, [.putThread(thread("c", created: 3)), .appendHistory("a", firstSequence: 0, items: [item])],
+                            as: .historySequenceTaken(threadID: "a", sequence: 0))
         #expect(try await store.threadRecord("c") == nil)
         #expect(try await store.loadThread("a")?.history == [item])
     }

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from threadwire_client import MUTATING_METHODS, Client, ReconnectingClient, RetryPolicy, StatusError
+from threadwire_client import MUTATING_METHODS, Client, ReconnectingClient, RetryPolicy, StatusError, messages
 
 BINARY = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
 
@@ -110,7 +110,11 @@ def test_unavailable_is_retried_then_returned(tmp_path):
         thread_id = client.call("thread/start", {}).thread.id
         client.call("turn/start", turn_start(thread_id, "#hold"))
         server.terminate()
-        time.sleep(0.3)
+        # SIGTERM is handled asynchronously: wait until the server says it drains.
+        deadline = time.monotonic() + 10
+        while client.call("health/check").status != messages.health.SERVING_STATUS_NOT_SERVING:
+            assert time.monotonic() < deadline, "the server never began draining after SIGTERM"
+            time.sleep(0.02)
         response = retrying.response("thread/settings/update", {"thread_id": thread_id, "model": "m"},
                                      on_attempt=lambda n, key: calls.append(n))
         assert response.code == 14, response

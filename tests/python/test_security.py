@@ -73,10 +73,16 @@ def test_a_token_over_tls_must_match_the_certificate(tls_server, certs):
 
 
 def test_no_client_certificate_or_a_wrong_ca_is_refused(tls_server, certs):
-    for context in (client_tls(certs), client_tls(certs, "mallory")):
-        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+    # The server's own TLS alert, not any failure to connect (a dead server
+    # would raise ConnectionRefusedError, an OSError too).
+    for context, alert in ((client_tls(certs), "TLSV13_ALERT_CERTIFICATE_REQUIRED"),
+                           (client_tls(certs, "mallory"), "TLSV1_ALERT_UNKNOWN_CA")):
+        with pytest.raises(ssl.SSLError) as refused:
             with Client(port=tls_server, tls=context) as client:
                 client.initialize()
+        assert refused.value.reason == alert, refused.value
+    with Client(port=tls_server, tls=client_tls(certs, "alice")) as alice:
+        assert alice.initialize().principal == "alice"
     untrusting = tls_context(ca_file=str(certs / "rogue-ca.pem"), cert_file=str(certs / "alice.pem"), key_file=str(certs / "alice.key"))
     with pytest.raises(ssl.SSLCertVerificationError):
         Client(port=tls_server, tls=untrusting)
