@@ -158,6 +158,52 @@ struct MCPToolServerTests {
         #expect(metrics.contains(#"threadwire_mcp_server_restarts_total{server="time"}"#))
     }
 
+    @Test("an MCP server that hangs or crashes during a call: the call fails into the model's output (a hang at tool_timeout_ms), the turn goes on, other threads' calls on the same server are answered meanwhile, a crashed server is started again")
+    func faultsDuringACall() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("tests/mcp/faulty_server.py").path
+        let config = """
+            {"mcp_servers": {"faulty": {"command": "\(Self.venv)/python", "args": ["\(script)"], "tool_timeout_ms": 6000,
+                                        "startup_timeout_ms": 120000}}}
+            """
+        let server = try await ServerProcess.launch(config: config)
+        let client = try await server.client()
+        let before = try #require(try await Self.ready(client).first { $0.name == "faulty" })
+        let hanging = try #require(try await client.startThread().thread?.id)
+        let other = try #require(try await client.startThread().thread?.id)
+
+        // A call that is never answered: another thread's call to the same
+        // server is answered while it waits.
+        let hangingTurn = try await client.startTurn(hanging, "#tool mcp__faulty__hang {}\nafter the hang")
+        _ = try await waitUntil("the hanging call is under way") { () -> Bool? in
+            let turn = try await client.read(hanging).thread?.turns.first { $0.id == hangingTurn }
+            return turn?.items.contains { $0.type == .toolCall && $0.status == .inProgress } == true ? true : nil
+        }
+        let echoed = try await client.runTurn(other, #"#tool mcp__faulty__echo {"text":"answered meanwhile"}"#, timeout: .seconds(30))
+        #expect(try Self.mcpItem(echoed).status == .completed)
+        #expect(try Self.mcpItem(echoed).toolOutput == "answered meanwhile")
+        #expect(try await client.read(hanging).thread?.turns.first { $0.id == hangingTurn }?.status == .inProgress,
+                "the other thread's call was answered while the hanging one still waited")
+        let timedOut = try await client.waitForTurn(hanging, hangingTurn, timeout: .seconds(60))
+        #expect(timedOut.status == .completed, "the turn goes on after the failed call")
+        let hung = try Self.mcpItem(timedOut)
+        #expect(hung.status == .failed)
+        #expect(hung.toolOutput?.contains("did not finish within 6000 ms") == true, "\(hung.toolOutput ?? "")")
+        #expect(timedOut.items.last?.text?.contains("after the hang") == true, "the model went on: \(timedOut.items.last?.text ?? "")")
+
+        // The process ends in the middle of a call.
+        let crashing = try #require(try await client.startThread().thread?.id)
+        let crashed = try await client.runTurn(crashing, "#tool mcp__faulty__crash {}\nafter the crash", timeout: .seconds(60))
+        #expect(crashed.status == .completed, "the turn goes on")
+        let failed = try Self.mcpItem(crashed)
+        #expect(failed.status == .failed)
+        #expect(failed.toolOutput?.contains("MCP server faulty") == true, "the model reads which server failed: \(failed.toolOutput ?? "")")
+        let restarted = try #require(try await Self.ready(client, "faulty", otherThan: before.pid).first { $0.name == "faulty" })
+        #expect((restarted.restarts ?? 0) >= 1)
+        let again = try await client.runTurn(other, #"#tool mcp__faulty__echo {"text":"again"}"#, timeout: .seconds(30))
+        #expect(try Self.mcpItem(again).toolOutput == "again", "calls work again after the restart")
+    }
+
     @Test("require_approval: an MCP call under on_request waits for an approval naming the server, then runs")
     func approvalOfAnMCPCall() async throws {
         let repository = try Self.repository()

@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -51,11 +52,42 @@ class Postgres:
                        check=True, capture_output=True)
         with open(f"{self.dir}/data/pg_hba.conf", "a") as hba:
             hba.write(f"host all all {self.host.rsplit('.', 1)[0]}.0/24 trust\n")
-        subprocess.run(net.exec_args("pg") + as_postgres + [
+        self.start()
+        self.databases = 0
+
+    def start(self):
+        subprocess.run(self.net.exec_args("pg") + ["runuser", "-u", "postgres", "--",
             f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w", "-t", "60",
             "-o", f"-h {self.host} -p {PG_PORT} -k {self.dir} -c max_connections=300 -c fsync=off", "start"],
             check=True, capture_output=True)
-        self.databases = 0
+
+    def restart(self, mode):
+        """pg_ctl stop -m MODE ("fast": clients disconnected, a checkpoint;
+        "immediate": every process quits at once, crash recovery on start),
+        then start. (stopping began, accepting again), monotonic seconds."""
+        stopping = time.monotonic()
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-m", mode,
+                        "-w", "stop"], check=True, capture_output=True)
+        self.start()
+        return stopping, time.monotonic()
+
+    def pause(self, seconds):
+        """SIGSTOP to the postmaster and every backend (connections stay open
+        and unanswered, as with a hung host), SIGCONT after `seconds`.
+        (paused at, resumed at), monotonic seconds."""
+        postmaster = int(Path(self.dir, "data", "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+        pids = [postmaster] + [int(pid) for pid in children]
+        paused = time.monotonic()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            # Backends forked meanwhile cannot exist (the postmaster was stopped).
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        return paused, time.monotonic()
 
     def sql(self, statement, database="postgres"):
         result = subprocess.run(self.net.exec_args("pg") + [

@@ -16,7 +16,9 @@ import argparse
 import json
 import os
 import random
+import sys
 import threading
+import traceback
 import time
 from pathlib import Path
 
@@ -185,11 +187,23 @@ def main():
     Path(args.setup).write_text(json.dumps(setup))
 
     deadline = time.monotonic() + args.duration
-    workers = [threading.Thread(target=worker, args=(i, args, setup, history, deadline)) for i in range(args.workers)]
+    died = []
+
+    def guarded(index):
+        # A worker that dies (a status error its retries gave up on, a bug)
+        # fails the run: its operations stop early and would go unchecked.
+        try:
+            worker(index, args, setup, history, deadline)
+        except BaseException:
+            died.append(f"worker {index}:\n{traceback.format_exc()}")
+
+    workers = [threading.Thread(target=guarded, args=(i,)) for i in range(args.workers)]
     for thread in workers:
         thread.start()
     for thread in workers:
         thread.join()
+    if died:
+        sys.exit("workload: " + "\n".join(died))
 
     # Final reads, once every fault is healed: what the store holds for good.
     while not os.path.exists(args.healed):
