@@ -10,6 +10,9 @@ public import ServiceLifecycle
 ///                 draining or while the store cannot commit
 ///   GET /metrics  Prometheus text format (swift-prometheus is the
 ///                 swift-metrics backend)
+///   GET /leases   JSON: the agent trees this instance holds with their
+///                 lease epochs, and whether it is sure of them now
+///                 (several instances on PostgreSQL; empty otherwise)
 /// It knows nothing of threads: the frame server hands it closures.
 public struct AdminServer: Service {
     public struct Readiness: Sendable {
@@ -26,12 +29,14 @@ public struct AdminServer: Service {
     private let registry: PrometheusCollectorRegistry
     private let readiness: @Sendable () -> Readiness
     private let beforeScrape: @Sendable () -> Void
+    private let leases: @Sendable () -> String
     private let onListening: @Sendable (String, Int) -> Void
     private let logger: Logger
 
     public init(host: String, port: Int, registry: PrometheusCollectorRegistry,
                 readiness: @escaping @Sendable () -> Readiness,
                 beforeScrape: @escaping @Sendable () -> Void = {},
+                leases: @escaping @Sendable () -> String = { #"{"held":[],"surely_valid":true}"# },
                 onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
                 logger: Logger) {
         self.host = host
@@ -39,6 +44,7 @@ public struct AdminServer: Service {
         self.registry = registry
         self.readiness = readiness
         self.beforeScrape = beforeScrape
+        self.leases = leases
         self.onListening = onListening
         self.logger = logger
     }
@@ -54,6 +60,11 @@ public struct AdminServer: Service {
         router.get("readyz") { _, _ in
             let state = readiness()
             return Self.text(state.ready ? .ok : .serviceUnavailable, state.reason + "\n")
+        }
+        let leases = self.leases
+        router.get("leases") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"],
+                     body: .init(byteBuffer: ByteBuffer(string: leases() + "\n")))
         }
         router.get("metrics") { _, _ in
             beforeScrape()

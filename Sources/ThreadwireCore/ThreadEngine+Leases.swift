@@ -91,7 +91,11 @@ extension ThreadEngine {
     /// instance), and their running turns stop; what they would still
     /// commit is refused by the fence.
     func treeLost(_ fence: LeaseFence) async {
-        let threads = heldTrees.lost(fence)
+        await unload(heldTrees.lost(fence), of: fence)
+    }
+
+    /// Drops the loaded threads of a tree no longer held under `fence`.
+    private func unload(_ threads: Set<ThreadID>, of fence: LeaseFence) async {
         for id in threads {
             guard let owner = directory.existing(id) else { continue }
             await owner.gate.lock()
@@ -220,13 +224,17 @@ extension ThreadEngine {
             let renewed = try await withDeadline(wait, timeoutError: {
                 StoreError.unavailable("the store did not answer a lease renewal within \(wait)")
             }) { try await coordinator.renew(held.map(\.fence)) }
+            // Trees taken over leave the table before the renewal extends the
+            // validity: not for a moment are they this instance's and valid.
+            let lost = held.filter { !renewed.contains($0.fence) && $0.grantedAt < started }
+                .map { (fence: $0.fence, threads: heldTrees.lost($0.fence)) }
             heldTrees.renewed(from: started, validFor: leaseValidity(coordinator))
             if leaseTrouble.withLock({ state in defer { state = nil }; return state }) != nil {
                 logger("lease renewals work again")
             }
-            for entry in held where !renewed.contains(entry.fence) && entry.grantedAt < started {
-                logger("lease of agent tree \(entry.fence.tree) was taken over; unloading its threads here")
-                await treeLost(entry.fence)
+            for (fence, threads) in lost {
+                logger("lease of agent tree \(fence.tree) was taken over; unloading its threads here")
+                await unload(threads, of: fence)
             }
         } catch {
             noteTrouble("\(error)", since: heldTrees.lastConfirmed ?? started)
@@ -258,5 +266,25 @@ extension ThreadEngine {
         guard let coordinator else { return }
         let fences = heldTrees.removeAll()
         if !fences.isEmpty { await coordinator.release(fences) }
+    }
+}
+
+/// The agent trees this instance holds, as it sees them: what an operator
+/// (or a fault test) compares across instances to see who serves a tree.
+public struct LeaseView: Sendable {
+    /// Held trees and the epoch of each.
+    public var fences: [LeaseFence]
+    /// Whether this instance is sure, right now, that every one is still its
+    /// own (false once renewals have failed past the lease's validity: it
+    /// then serves none of them).
+    public var surelyValid: Bool
+}
+
+extension ThreadEngine {
+    public var leaseView: LeaseView {
+        // Validity read on both sides of the table: a lapse in between counts.
+        let before = heldTrees.surelyValid
+        let fences = heldTrees.all.map(\.fence).sorted { $0.tree < $1.tree }
+        return LeaseView(fences: fences, surelyValid: before && heldTrees.surelyValid)
     }
 }

@@ -155,6 +155,9 @@ public final class ThreadwireServer: Service, Sendable {
         return (true, "ready")
     }
 
+    /// The agent trees this instance holds (admin endpoint /leases).
+    public var leaseView: LeaseView { services.engine.leaseView }
+
     /// Re-reads the tokens file (SIGHUP) and closes every connection whose
     /// token no longer names its principal, with UNAUTHENTICATED. On an
     /// error the tokens in use stay as they were.

@@ -276,6 +276,7 @@ public struct ServerCommand: AsyncParsableCommand {
                 host: adminHost, port: adminPort, registry: metricsRegistry,
                 readiness: { let state = server.readiness; return .init(ready: state.ready, reason: state.reason) },
                 beforeScrape: { server.refreshGauges() },
+                leases: { Self.leasesJSON(server.leaseView) },
                 onListening: onAdminListening,
                 logger: logger)
             services.append(.init(service: admin, serviceName: "admin"))
@@ -286,6 +287,16 @@ public struct ServerCommand: AsyncParsableCommand {
         }
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
+    }
+
+    /// /leases: {"held": [{"tree": …, "epoch": …}], "surely_valid": …}.
+    static func leasesJSON(_ view: LeaseView) -> String {
+        struct Held: Encodable { var tree: String; var epoch: Int64 }
+        struct Body: Encodable { var held: [Held]; var surely_valid: Bool }
+        let body = Body(held: view.fences.map { Held(tree: $0.tree, epoch: $0.epoch) }, surely_valid: view.surelyValid)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return (try? encoder.encode(body)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
     }
 
     /// Several instances on one PostgreSQL store: leases, the address others

@@ -203,3 +203,69 @@ class Cluster:
 
     def logs(self):
         return {i.host: Path(self.dir, f"{i.host}.log").read_text(errors="replace") for i in self.instances}
+
+
+LEASE_SAMPLER = """
+import json, os, sys, time, urllib.request
+hosts, out, stop = sys.argv[1].split(","), open(sys.argv[2], "w", buffering=1), sys.argv[3]
+while not os.path.exists(stop):
+    for host in hosts:
+        try:
+            leases = json.loads(urllib.request.urlopen(f"http://{host}/leases", timeout=1).read())
+        except Exception as error:
+            leases = None
+        out.write(json.dumps({"host": host, "leases": leases}) + "\\n")
+"""
+
+
+class LeaseSampler:
+    """Asks each instance in turn, one request at a time from the client
+    host, which trees it believes it holds (admin /leases): what each
+    instance serves, not what the database says. Requests never overlap,
+    so the samples' order is the order in which the instances answered."""
+
+    def __init__(self, cluster, path):
+        self.path, self.stop_file = path, f"{path}.stop"
+        hosts = ",".join(f"{cluster.net.hosts[i.host]}:{ADMIN_PORT}" for i in cluster.instances)
+        self.names = {f"{cluster.net.hosts[i.host]}:{ADMIN_PORT}": i.host for i in cluster.instances}
+        self.proc = subprocess.Popen(cluster.net.exec_args("cl") + ["python3", "-c", LEASE_SAMPLER, hosts, path, self.stop_file])
+
+    def stop(self):
+        Path(self.stop_file).touch()
+        self.proc.wait(timeout=30)
+        samples = [json.loads(line) for line in Path(self.path).read_text().splitlines() if line.strip()]
+        return [(self.names[s["host"]], s["leases"]) for s in samples]
+
+
+def serving_overlaps(samples):
+    """Times two instances served one tree at once. An instance's two
+    consecutive answers that both hold tree T at epoch E, surely valid,
+    bracket a stretch in which it served T throughout (an epoch only grows,
+    and a lease taken over cannot be renewed at the old epoch); another
+    instance answering in between that it serves T is a second owner."""
+    overlaps = []
+    by_host = {}
+    for index, (host, leases) in enumerate(samples):
+        by_host.setdefault(host, []).append(index)
+
+    def held(index):
+        leases = samples[index][1]
+        if not leases or not leases.get("surely_valid"):
+            return set()
+        return {(lease["tree"], lease["epoch"]) for lease in leases.get("held", [])}
+
+    for host, indexes in by_host.items():
+        for first, second in zip(indexes, indexes[1:]):
+            steady = held(first) & held(second)
+            if not steady:
+                continue
+            for between in range(first + 1, second):
+                other, _ = samples[between]
+                if other == host:
+                    continue
+                for tree, epoch in steady:
+                    for other_tree, other_epoch in held(between):
+                        if other_tree == tree:
+                            overlaps.append(f"{tree}: {host} served it at epoch {epoch} before and after {other} "
+                                            f"served it at epoch {other_epoch}")
+    return overlaps

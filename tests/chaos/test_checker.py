@@ -93,3 +93,20 @@ def test_a_search_over_budget_is_undecided_never_a_pass():
     verdict = check(history, budget=10_000)
     assert verdict.unknown and not verdict.valid
     assert "UNKNOWN" in verdict.summary()
+
+
+def test_serving_overlaps_found_and_not_invented():
+    from cluster import serving_overlaps
+
+    def view(*held, valid=True):
+        return {"held": [{"tree": t, "epoch": e} for t, e in held], "surely_valid": valid}
+
+    handover = [("i1", view(("t", 1))), ("i2", view()), ("i1", view()), ("i2", view(("t", 2))), ("i1", view())]
+    assert serving_overlaps(handover) == []
+    # i1 stepped down (not surely valid) while i2 took over: no overlap.
+    stepped_down = [("i1", view(("t", 1))), ("i1", view(("t", 1), valid=False)), ("i2", view(("t", 2))),
+                    ("i1", view(("t", 1), valid=False))]
+    assert serving_overlaps(stepped_down) == []
+    # Planted: i1 serves t at epoch 1 before and after i2 serves it at epoch 2.
+    planted = [("i1", view(("t", 1))), ("i2", view(("t", 2))), ("i3", view()), ("i1", view(("t", 1)))]
+    assert serving_overlaps(planted) == ["t: i1 served it at epoch 1 before and after i2 served it at epoch 2"]
