@@ -15,8 +15,14 @@ history is checked at the end.
   appended by some operation, reads are prefixes of one order, an append
   that completed before another began comes first, and a read that began
   after an append was acknowledged contains it (no stale read).
+- Snapshots (a thread/read's model and cwd, one response): the thread's
+  settings as one register whose state is (model, cwd), each write setting
+  one field, each snapshot read the pair; so a read that tears (one field
+  from before a write, the other from after another) is found, which the
+  per-field registers alone cannot see.
 - Caps: the children an agent tree holds at the end are within the cap, and
-  no acknowledged spawn is missing.
+  no acknowledged spawn is missing. Children are never closed, so their
+  number only grows: the end is the highest point of the history.
 
 A search that exceeds its budget is UNKNOWN, which is never a pass.
 """
@@ -79,16 +85,17 @@ def load(path):
                 op.outcome = event["type"]
                 if event["type"] in ("ok", "fail"):
                     op.completed = event["time"]
-                if event["type"] == "ok" and op.f in ("read", "list", "spawn"):
+                if event["type"] == "ok" and op.f in ("read", "list", "spawn", "snapshot"):
                     op.value = event.get("value")
     return operations
 
 
 # -- registers ----------------------------------------------------------------
 
-def check_register(ops, initial=None, budget=2_000_000):
+def check_register(ops, initial=None, budget=2_000_000, apply=None):
     """True (linearizable), False, or None (budget exceeded). `ops` are one
-    register's reads and writes; fails are left out by the caller."""
+    register's reads and writes; fails are left out by the caller.
+    `apply(state, written)`: the state after a write (default: the value)."""
     ops = [op for op in ops if not (op.f == "read" and op.outcome != "ok")]  # an unanswered read constrains nothing
     for i, op in enumerate(ops):
         op.index = i
@@ -131,7 +138,7 @@ def check_register(ops, initial=None, budget=2_000_000):
 
     def step(state, op):
         if op.f == "write":
-            return True, op.value
+            return True, apply(state, op.value) if apply else op.value
         return op.value == state, state
 
     linearized = 0  # bitset of op indexes
@@ -255,6 +262,7 @@ def check(operations, caps=None, initial=None, budget=2_000_000):
             verdict.unknown.append(f"{key}: {len(considered)} operations not decided within {budget} steps")
         elif not result:
             verdict.anomalies.append(f"{key}: not linearizable ({explain_register(considered, (initial or {}).get(key))})")
+    check_snapshots(operations, registers, initial or {}, budget, verdict)
     for key, ops in sorted(lists.items()):
         check_list(key, [op for op in ops if op.f == "append"], [op for op in ops if op.f == "list"], verdict.anomalies)
     spawns = {}
@@ -268,6 +276,35 @@ def check(operations, caps=None, initial=None, budget=2_000_000):
             if op.outcome == "ok" and op.value not in children:
                 verdict.anomalies.append(f"{tree}: lost spawn: child {op.value} was acknowledged and is gone")
     return verdict
+
+
+FIELDS = ("model", "cwd")
+
+
+def check_snapshots(operations, registers, initial, budget, verdict):
+    """Each thread's snapshot reads against the writes of both its fields."""
+    snapshots = {}
+    for op in operations:
+        if op.f == "snapshot" and op.outcome == "ok":
+            snapshots.setdefault(op.key, []).append(op)
+    for thread, reads in sorted(snapshots.items()):
+        ops = [Operation(r.process, "read", thread, tuple(r.value[f] for f in FIELDS), r.invoked, r.completed, r.outcome)
+               for r in reads]
+        for position, name in enumerate(FIELDS):
+            for w in registers.get(f"{thread}:{name}", []):
+                if w.f == "write" and w.outcome != "fail":
+                    ops.append(Operation(w.process, "write", thread, (position, w.value), w.invoked, w.completed, w.outcome))
+        start = tuple(initial.get(f"{thread}:{name}") for name in FIELDS)
+
+        def apply(state, written):
+            position, value = written
+            return state[:position] + (value,) + state[position + 1:]
+
+        result = check_register(ops, initial=start, budget=budget, apply=apply)
+        if result is None:
+            verdict.unknown.append(f"{thread} (model, cwd): {len(ops)} operations not decided within {budget} steps")
+        elif not result:
+            verdict.anomalies.append(f"{thread}: a thread/read's (model, cwd) matches no single moment of the history")
 
 
 def explain_register(ops, initial=None):

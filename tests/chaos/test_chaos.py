@@ -82,6 +82,7 @@ def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1):
                 out.write(line + "\n")
         assert verdict.valid
         assert verdict.acknowledged > 50, "too little was acknowledged to judge anything"
+        assert state["stuck_turns"] == [], f"turns still running {state['turns_settled_after']} s after the heal"
         failed = False
         return verdict, observed, operations
     finally:

@@ -110,3 +110,21 @@ def test_serving_overlaps_found_and_not_invented():
     # Planted: i1 serves t at epoch 1 before and after i2 serves it at epoch 2.
     planted = [("i1", view(("t", 1))), ("i2", view(("t", 2))), ("i3", view()), ("i1", view(("t", 1)))]
     assert serving_overlaps(planted) == ["t: i1 served it at epoch 1 before and after i2 served it at epoch 2"]
+
+
+def snapshot(thread, model, cwd, start, end):
+    return Operation("s", "snapshot", thread, {"model": model, "cwd": cwd}, start, end, "ok")
+
+
+def test_a_torn_snapshot_is_found_though_each_field_alone_is_fine():
+    initial = {"t:model": "m0", "t:cwd": "c0"}
+    writes = [w("t:model", "m1", 0, 1), w("t:cwd", "c1", 2, 3)]
+    # Each field alone: reading m0 during nothing... both reads below are
+    # per-field linearizable; the pair (m0, c1) is not: c1 was written after
+    # m1 was acknowledged, so no moment had m0 and c1 together.
+    torn = writes + [r("t:model", "m0", 0.5, 4), r("t:cwd", "c1", 0.5, 4), snapshot("t", "m0", "c1", 0.5, 4)]
+    verdict = check(torn, initial=initial)
+    assert any("no single moment" in a for a in verdict.anomalies), verdict.anomalies
+    assert not any(a.startswith("t:model") or a.startswith("t:cwd") for a in verdict.anomalies), verdict.anomalies
+    whole = writes + [snapshot("t", "m1", "c0", 1.5, 1.8), snapshot("t", "m1", "c1", 3.5, 4)]
+    assert check(whole, initial=initial).valid

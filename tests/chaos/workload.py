@@ -98,21 +98,24 @@ def turn_inputs(response):
 
 
 def read_settings(history, client, process, thread):
-    op_model = history.invoke(process, "read", f"{thread}:model")
-    op_cwd = history.invoke(process, "read", f"{thread}:cwd")
+    """One thread/read: each field as a read of its register, and the pair
+    as one snapshot (the checker finds a read torn between writes)."""
+    ops = [history.invoke(process, "read", f"{thread}:model"), history.invoke(process, "read", f"{thread}:cwd"),
+           history.invoke(process, "snapshot", thread)]
     try:
         response = client.response("thread/read", {"thread_id": thread})
     except OSError as error:
-        for op in (op_model, op_cwd):
+        for op in ops:
             history.end(op, "info", error=str(error))
         return
     if response.code != 0:
-        for op in (op_model, op_cwd):
+        for op in ops:
             history.end(op, "info", error=f"{response.code}: {response.message}")
         return
     thread_message = response.thread_read.thread
-    history.end(op_model, "ok", value=thread_message.model)
-    history.end(op_cwd, "ok", value=thread_message.cwd)
+    history.end(ops[0], "ok", value=thread_message.model)
+    history.end(ops[1], "ok", value=thread_message.cwd)
+    history.end(ops[2], "ok", value={"model": thread_message.model, "cwd": thread_message.cwd})
 
 
 def read_turns(history, client, process, thread):
@@ -151,6 +154,25 @@ def worker(index, args, setup, history, deadline):
                     result=lambda response: response.agent_spawn.thread.id)
         time.sleep(rng.uniform(0, 0.02))
     client.close()
+
+
+TURN_IN_PROGRESS = 1
+
+
+def settle_turns(client, threads, limit=30.0):
+    """After the heal every turn must end: finished, or interrupted by the
+    recovery of a dead owner's turns (within a lease or two). Returns the
+    turns still running after `limit` seconds, and how long it took."""
+    started = time.monotonic()
+    while True:
+        running = []
+        for thread in threads:
+            turns = client.call("thread/read", {"thread_id": thread, "include_turns": True, "turns_limit": 1000}).thread.turns
+            running += [f"{thread}/{turn.id}" for turn in turns if turn.status == TURN_IN_PROGRESS]
+        waited = time.monotonic() - started
+        if not running or waited > limit:
+            return running, round(waited, 2)
+        time.sleep(0.2)
 
 
 def main():
@@ -215,6 +237,7 @@ def main():
         read_turns(history, final, "final", thread)
     children = final.call("thread/list", {"parent_thread_id": spawn_root, "limit": 100})
     setup["children"] = [thread.id for thread in children.data]
+    setup["stuck_turns"], setup["turns_settled_after"] = settle_turns(final, threads + [spawn_root] + setup["children"])
     Path(args.setup).write_text(json.dumps(setup))
     final.close()
 
