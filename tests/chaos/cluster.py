@@ -123,8 +123,14 @@ class Instance:
         env = dict(os.environ)
         if self.skew:
             # Only the wall clock: a machine's monotonic clock is its own.
-            env.update({"LD_PRELOAD": skewed_clock_preload(self.directory), "FAKETIME": self.skew, "FAKETIME_DONT_RESET": "1",
+            env.update({"LD_PRELOAD": skewed_clock_preload(self.directory), "FAKETIME_DONT_RESET": "1",
                         "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+            if self.skew.startswith("file:"):
+                # A clock that can jump mid-run: libfaketime reads its offset
+                # from the file, again at most every second.
+                env.update({"FAKETIME_TIMESTAMP_FILE": self.skew[len("file:"):], "FAKETIME_CACHE_DURATION": "1"})
+            else:
+                env["FAKETIME"] = self.skew
         self.proc = subprocess.Popen(self.net.exec_args(self.host) + [
             BINARY, "--listen", self.address, "--advertise", self.address, "--store", self.store,
             "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",

@@ -230,6 +230,30 @@ def test_clock_skewed_owner_cut_off_no_second_owner(lab, tmp_path, round):
     assert moved, "the skewed owner's trees never moved to another instance"
 
 
+def test_wall_clocks_at_other_rates_and_jumping(lab, tmp_path):
+    """i2's wall clock runs at half speed and i3's at twice; i1's jumps five
+    minutes ahead mid-run, then five minutes back behind the true time.
+    Leases are the database's and validity the monotonic clock's, so no wall
+    clock may matter; i1 made the threads, so it owns them through its jumps."""
+    clock = tmp_path / "i1-clock"
+    clock.write_text("+0\n")
+
+    def faults(net, nodes, started):
+        sleep_until(started + 2)
+        clock.write_text("+5m\n")
+        sleep_until(started + 5)
+        clock.write_text("-5m\n")
+
+    name = "wall clocks at 0.5x and 2x, one jumping +5 min then -5 min"
+    run(lab, name, faults, tmp_path, skews={"i1": f"file:{clock}", "i2": "+0 x0.5", "i3": "+0 x2"}, seed=91)
+    setup = json.loads(Path(tmp_path, f"{name}.setup").read_text())
+    assert abs(min(setup["created_at_ms"]) - setup["wall_clock_ms"]) < 60_000, "i1 made the threads before its clock jumped"
+    # The jumps happened: i1 dated turns it ran from both stretches.
+    offsets = [started - setup["wall_clock_ms"] for started in setup["turns_started_ms"]]
+    assert any(offset > 4 * 60_000 for offset in offsets), "no turn was dated 5 minutes ahead: the clock did not jump"
+    assert any(offset < -4 * 60_000 for offset in offsets), "no turn was dated 5 minutes behind: the clock did not jump back"
+
+
 def writes_back_after(operations, down, up):
     """Seconds from `down` to the first change acknowledged that was sent
     after `up` (the fault healed); fails when none came."""

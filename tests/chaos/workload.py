@@ -238,6 +238,9 @@ def main():
     children = final.call("thread/list", {"parent_thread_id": spawn_root, "limit": 100})
     setup["children"] = [thread.id for thread in children.data]
     setup["stuck_turns"], setup["turns_settled_after"] = settle_turns(final, threads + [spawn_root] + setup["children"])
+    # By the owners' wall clocks: a test of clock faults sees them here.
+    setup["turns_started_ms"] = [turn.started_at for thread in threads for turn in
+                                 final.call("thread/read", {"thread_id": thread, "include_turns": True, "turns_limit": 1000}).thread.turns]
     Path(args.setup).write_text(json.dumps(setup))
     final.close()
 
