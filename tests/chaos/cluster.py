@@ -111,8 +111,10 @@ class Postgres:
 
 
 class Instance:
-    def __init__(self, net, host, store, directory, skew=None):
+    def __init__(self, net, host, store, directory, skew=None, authentication=None):
         self.net, self.host, self.store, self.skew = net, host, store, skew
+        # ["--auth-tokens", FILE, "--peer-token", SECRET], or none at all.
+        self.authentication = authentication or ["--allow-unauthenticated"]
         self.address = f"{net.hosts[host]}:{PORT}"
         self.directory = directory
         self.log = open(os.path.join(directory, f"{host}.log"), "ab")
@@ -134,7 +136,7 @@ class Instance:
         self.proc = subprocess.Popen(self.net.exec_args(self.host) + [
             BINARY, "--listen", self.address, "--advertise", self.address, "--store", self.store,
             "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",
-            "--config", self.config, "--log-level", "notice", "--allow-unauthenticated"],
+            "--config", self.config, "--log-level", "notice", *self.authentication],
             stdout=subprocess.PIPE, stderr=self.log, env=env)
         deadline = time.monotonic() + 60
         lines = []
@@ -167,14 +169,22 @@ class Instance:
 class Cluster:
     """Three instances on one database of `postgres`, on hosts i1..i3."""
 
-    def __init__(self, net, postgres, skews=None):
+    def __init__(self, net, postgres, skews=None, token=None):
+        """`token`: clients authenticate with it (principal "chaos"), and the
+        instances relay to each other with a shared peer secret."""
         self.net = net
         self.postgres = postgres
         self.url = postgres.database()
         self.dir = tempfile.mkdtemp(prefix="threadwire-chaos-")
         Path(self.dir, "config.json").write_text(json.dumps({"agents": {"max_threads": 3}}))
+        authentication = None
+        if token:
+            tokens = Path(self.dir, "tokens")
+            tokens.write_text(f"chaos {token}\n")
+            tokens.chmod(0o600)
+            authentication = ["--auth-tokens", str(tokens), "--peer-token", "chaos-peer-secret-0123456789abcdef"]
         skews = skews or {}
-        self.instances = [Instance(net, f"i{n}", self.url, self.dir, skews.get(f"i{n}")) for n in (1, 2, 3)]
+        self.instances = [Instance(net, f"i{n}", self.url, self.dir, skews.get(f"i{n}"), authentication) for n in (1, 2, 3)]
         try:
             for instance in self.instances:
                 instance.start()
@@ -185,6 +195,13 @@ class Cluster:
     @property
     def addresses(self):
         return [instance.address for instance in self.instances]
+
+    def metrics(self, host):
+        """An instance's /metrics text, asked from the client host."""
+        script = ("import urllib.request\n"
+                  f"print(urllib.request.urlopen('http://{self.net.hosts[host]}:{ADMIN_PORT}/metrics', timeout=5).read().decode())")
+        return subprocess.run(self.net.exec_args("cl") + ["python3", "-c", script], capture_output=True, text=True,
+                              timeout=20, check=True).stdout
 
     def readiness(self, host):
         """(HTTP status, body) of an instance's /readyz, asked from the client host."""

@@ -48,18 +48,18 @@ def sleep_until(moment):
     time.sleep(max(0.0, moment - time.monotonic()))
 
 
-def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1):
+def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1, token=None):
     """Runs the workload under `faults(net, cluster, started)`, heals, checks.
     Returns (verdict, what `faults` returned, the history)."""
     net, postgres = lab
-    nodes = cluster.Cluster(net, postgres, skews)
+    nodes = cluster.Cluster(net, postgres, skews, token)
     history, setup, healed = tmp_path / f"{name}.history", tmp_path / f"{name}.setup", tmp_path / f"{name}.healed"
     failed = True
     try:
         workload = subprocess.Popen(net.exec_args("cl") + [
             sys.executable, str(WORKLOAD), "--instances", ",".join(nodes.addresses), "--history", str(history),
             "--setup", str(setup), "--duration", str(SECONDS), "--healed", str(healed), "--seed", str(seed),
-            "--setup-instance", str(setup_instance)])
+            "--setup-instance", str(setup_instance)] + (["--token", token] if token else []))
         while not setup.exists():
             assert workload.poll() is None, "the workload ended before its setup"
             time.sleep(0.02)
@@ -252,6 +252,44 @@ def test_wall_clocks_at_other_rates_and_jumping(lab, tmp_path):
     offsets = [started - setup["wall_clock_ms"] for started in setup["turns_started_ms"]]
     assert any(offset > 4 * 60_000 for offset in offsets), "no turn was dated 5 minutes ahead: the clock did not jump"
     assert any(offset < -4 * 60_000 for offset in offsets), "no turn was dated 5 minutes behind: the clock did not jump back"
+
+
+def test_authenticated_cluster_with_a_peer_secret(lab, tmp_path):
+    """Clients authenticate with a token, instances relay to each other with
+    the shared --peer-token; under a cut owner and a kill -9, relayed calls
+    still act as the client's principal (threads are the principal's: a
+    relay that lost it would answer NOT_FOUND, a definite failure)."""
+    refused_hellos = {}
+
+    def faults(net, nodes, started):
+        sleep_until(started + 1)
+        net.cut("i1", "pg")
+        sleep_until(started + 3.5)
+        net.heal()
+        nodes.instances[1].kill9()
+        sleep_until(started + 5)
+        nodes.instances[1].start()
+        sleep_until(started + SECONDS - 0.5)
+        # A refused peer hello is retried elsewhere by the client (UNAVAILABLE
+        # from the relaying instance), so it shows only in the owner's counts.
+        for instance in nodes.instances:
+            refused_hellos[instance.host] = sum(
+                float(line.rsplit(" ", 1)[1]) for line in nodes.metrics(instance.host).splitlines()
+                if line.startswith("threadwire_requests_total{") and 'method="initialize"' in line and 'code="16"' in line)
+
+    name = "authenticated, with a peer secret"
+    run(lab, name, faults, tmp_path, seed=101, token="chaos-client-token-0123456789abcdef")
+    ended = Path(tmp_path, f"{name}.history").read_text().splitlines()
+    codes = {}
+    for error in errors(ended):
+        if error:
+            codes[error.split(":", 1)[0]] = codes.get(error.split(":", 1)[0], 0) + 1
+    print(f"  errors by status code: {codes}")
+    # NOT_FOUND, PERMISSION_DENIED or UNAUTHENTICATED: a relay that lost the
+    # client's principal (or a peer refused) — the checker counts a refusal
+    # as "not done", so it would not see one.
+    assert not {"5", "7", "16"} & set(codes), codes
+    assert refused_hellos and not any(refused_hellos.values()), f"initialize refused UNAUTHENTICATED: {refused_hellos}"
 
 
 def writes_back_after(operations, down, up):

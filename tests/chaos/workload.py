@@ -51,6 +51,9 @@ class History:
         self.file.write(json.dumps(event) + "\n")
 
 
+TOKEN = None  # --token: the clients' bearer token
+
+
 def connector(instances, start):
     """Connects to the instances in turn, from `start`, moving on after each use."""
     position = [start]
@@ -62,7 +65,7 @@ def connector(instances, start):
             position[0] += 1
             try:
                 client = Client(host, int(port), timeout=2.0)
-                client.initialize(name="chaos")
+                client.initialize(name="chaos", auth_token=TOKEN)
                 return client
             except OSError as error:
                 last = error
@@ -187,7 +190,10 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=1.0)
     parser.add_argument("--setup-instance", type=int, default=0, help="the instance that creates (and first owns) the threads")
+    parser.add_argument("--token", help="authenticate with this bearer token")
     args = parser.parse_args()
+    global TOKEN
+    TOKEN = args.token
     args.instances = args.instances.split(",")
     history = History(args.history)
 
