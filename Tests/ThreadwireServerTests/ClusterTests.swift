@@ -336,8 +336,13 @@ struct ClusterTests {
             return false
         }
         // Whatever it is asked now, it serves nothing stale: a read (answered
-        // by the new owner through the relay) shows the takeover.
-        let readOnOld = try await onOld.read(thread)
+        // by the new owner through the relay) shows the takeover. If the
+        // pause caught it inside a lease renewal, that renewal timed out on
+        // waking: it answers UNAVAILABLE until its store answers again, as a
+        // client that retries sees.
+        let readOnOld = try await waitUntil("the woken owner answers a read") { () -> Wire.ThreadReadResult? in
+            do { return try await onOld.read(thread) } catch where statusCode(error) == 14 { return nil }
+        }
         #expect(readOnOld.settings?.model == "after-takeover")
         #expect(readOnOld.thread?.turns.first { $0.id == slow }?.status == .interrupted)
         // Nothing it wrote late landed: the slow turn never completed, its
