@@ -17,6 +17,7 @@ import pytest
 import checker
 import cluster
 import netns
+import second_checker
 
 REASON = netns.unavailable_reason()
 # CI runs as root with iproute2 and nftables: there nothing is skipped and a
@@ -75,11 +76,14 @@ def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1, token
         state = json.loads(setup.read_text())
         operations = checker.load(history)
         verdict = checker.check(operations, caps={state["spawn_root"]: (3, state["children"])}, initial=state["initial"])
-        line = f"{name}: {verdict.summary()}"
+        second, second_anomalies = second_checker.verdict(history, setup, 3)
+        state_of = "VALID" if verdict.valid else ("INVALID" if verdict.anomalies else "UNKNOWN")
+        line = f"{name}: {verdict.summary()}; gocheck: {second}"
         print("\n" + line + "".join(f"\n  {anomaly}" for anomaly in verdict.anomalies[:20] + verdict.unknown))
         if VERDICTS:
             with open(VERDICTS, "a") as out:
                 out.write(line + "\n")
+        assert second == state_of, f"the two checkers disagree: gocheck {second} {second_anomalies[:5]}"
         assert verdict.valid
         assert verdict.acknowledged > 50, "too little was acknowledged to judge anything"
         assert state["stuck_turns"] == [], f"turns still running {state['turns_settled_after']} s after the heal"

@@ -1,5 +1,7 @@
 """The history checker on hand-made histories: each known anomaly is found,
 valid histories pass, and a search over its budget is undecided, not a pass."""
+import pytest
+
 from checker import INFINITY, Operation, check
 
 
@@ -128,3 +130,51 @@ def test_a_torn_snapshot_is_found_though_each_field_alone_is_fine():
     assert not any(a.startswith("t:model") or a.startswith("t:cwd") for a in verdict.anomalies), verdict.anomalies
     whole = writes + [snapshot("t", "m1", "c0", 1.5, 1.8), snapshot("t", "m1", "c1", 3.5, 4)]
     assert check(whole, initial=initial).valid
+
+
+# -- the second checker (gocheck, in Go) agrees on every hand-made history ----
+
+MAYBE = w("t:model", "a", 0, outcome="info")
+CASES = {
+    "sequential and concurrent": ([w("t:model", "a", 0, 1), r("t:model", "a", 2, 3), w("t:model", "b", 4, 10),
+                                   r("t:model", "a", 5, 6), r("t:model", "b", 7, 8), r("t:model", "b", 11, 12)], {}),
+    "lost update": ([w("t:model", "a", 0, 1), w("t:model", "b", 2, 3), r("t:model", "a", 4, 5)], {}),
+    "stale read": ([w("t:model", "a", 0, 1), r("t:model", None, 2, 3)], {}),
+    "indeterminate applied late": ([MAYBE, r("t:model", None, 5, 6), r("t:model", "a", 7, 8)], {}),
+    "indeterminate undone": ([MAYBE, r("t:model", "a", 5, 6), r("t:model", None, 7, 8)], {}),
+    "refused write seen": ([w("t:model", "a", 0, 1, outcome="fail"), r("t:model", "a", 2, 3)], {}),
+    "duplicate append": ([append("t", "x", 0, 1), read_list("t", ["x", "x"], 2, 3)], {}),
+    "lost append": ([append("t", "x", 0, 1), read_list("t", [], 2, 3)], {}),
+    "stale list": ([append("t", "x", 0, 1), read_list("t", ["x"], 2, 3), read_list("t", [], 4, 5)], {}),
+    "append order": ([append("t", "x", 0, 1), append("t", "y", 2, 3), read_list("t", ["y", "x"], 4, 5)], {}),
+    "phantom": ([read_list("t", ["z"], 0, 1)], {}),
+    "lists fine": ([append("t", "x", 0, 1), append("t", "y", 0.5, 3, outcome="info"), read_list("t", ["x", "y"], 4, 5)], {}),
+    "over the cap": ([Operation("s", "spawn", "root", "child-1", 0, 1, "ok")],
+                     {"spawn_root": "root", "children": ["child-1", "child-2"], "cap": 1}),
+    "lost spawn": ([Operation("s", "spawn", "root", "child-1", 0, 1, "ok")], {"spawn_root": "root", "children": [], "cap": 2}),
+    "spawn fine": ([Operation("s", "spawn", "root", "child-1", 0, 1, "ok")],
+                   {"spawn_root": "root", "children": ["child-1"], "cap": 2}),
+    "torn snapshot": ([w("t:model", "m1", 0, 1), w("t:cwd", "c1", 2, 3), r("t:model", "m0", 0.5, 4), r("t:cwd", "c1", 0.5, 4),
+                       snapshot("t", "m0", "c1", 0.5, 4)], {"initial": {"t:model": "m0", "t:cwd": "c0"}}),
+    "whole snapshots": ([w("t:model", "m1", 0, 1), w("t:cwd", "c1", 2, 3), snapshot("t", "m1", "c0", 1.5, 1.8),
+                         snapshot("t", "m1", "c1", 3.5, 4)], {"initial": {"t:model": "m0", "t:cwd": "c0"}}),
+}
+
+
+def python_verdict(operations, spawn_root="", children=(), cap=3, initial=None):
+    verdict = check(operations, caps={spawn_root: (cap, list(children))} if spawn_root else None, initial=initial)
+    return "VALID" if verdict.valid else ("INVALID" if verdict.anomalies else "UNKNOWN")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_two_checkers_agree(name, tmp_path):
+    import second_checker
+    operations, options = CASES[name]
+    cap = options.get("cap", 3)
+    expected = python_verdict(operations, options.get("spawn_root", ""), options.get("children", ()), cap, options.get("initial"))
+    second_checker.write(operations, tmp_path / "history", tmp_path / "setup", initial=options.get("initial"),
+                         spawn_root=options.get("spawn_root", ""), children=options.get("children", ()))
+    verdict, anomalies = second_checker.verdict(tmp_path / "history", tmp_path / "setup", cap)
+    assert verdict == expected, anomalies
+    assert (verdict == "VALID") == (name in {"sequential and concurrent", "indeterminate applied late", "lists fine",
+                                             "spawn fine", "whole snapshots"}), "a planted anomaly was missed"
