@@ -27,6 +27,12 @@ public struct ServerLimits: Sendable, Equatable {
     public var maxPartialFrameBytes = 64 * 1024 * 1024
     /// Milliseconds a connection may stay open without initialize.
     public var handshakeTimeoutMs = 10_000
+    /// TCP keepalive on client connections: after this many milliseconds
+    /// without a packet from the peer the kernel probes it, and closes the
+    /// connection when it stays silent (0: no keepalive). What reclaims a
+    /// half-open connection (the peer's host gone without a FIN) that the
+    /// idle timeout spares: a subscriber waiting for notifications.
+    public var tcpKeepaliveMs = 60_000
 
     public init() {}
 
@@ -48,6 +54,9 @@ public struct ServerLimits: Sendable, Equatable {
             throw LimitError(message: "max_partial_frame_bytes (\(maxPartialFrameBytes)) must hold at least one whole frame (max_frame_bytes \(maxFrameBytes) + \(Framing.headerSize))")
         }
         try positive(handshakeTimeoutMs, "handshake_timeout_ms")
+        guard tcpKeepaliveMs == 0 || tcpKeepaliveMs >= 1000 else {
+            throw LimitError(message: "tcp_keepalive_ms must be 0 (off) or at least 1000 (the kernel counts whole seconds), got \(tcpKeepaliveMs)")
+        }
     }
 }
 

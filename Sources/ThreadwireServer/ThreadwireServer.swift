@@ -239,6 +239,7 @@ public final class ThreadwireServer: Service, Sendable {
             outOfDescriptorsRefusal: Wire.Envelope(kind: .response(Wire.Response(
                 code: StatusCode.unavailable.rawValue, message: "the server is out of file descriptors; try again later")))
                 .framed(allocator: ByteBufferAllocator()).readableBytesView.map { $0 },
+            tcpKeepaliveSeconds: (limits.tcpKeepaliveMs + 999) / 1000,
             events: TransportEvents(
                 readsPaused: { metrics.backpressurePauses.increment() },
                 acceptBackedOff: { metrics.acceptBackoffs.increment() },

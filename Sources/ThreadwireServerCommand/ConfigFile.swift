@@ -19,7 +19,7 @@ import ThreadwireServer
 ///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2", "context_window": 128000}],
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
-///                  "max_connections": 4096, "idle_timeout_ms": 300000, "max_partial_frame_bytes": 67108864,
+///                  "max_connections": 4096, "idle_timeout_ms": 300000, "tcp_keepalive_ms": 60000, "max_partial_frame_bytes": 67108864,
 ///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0},
 ///       "tools": {"client_request_timeout_ms": 600000},
 ///       "compaction": {"auto": true, "threshold": 0.9, "prompt": "...", "summary_prefix": "..."},
@@ -107,7 +107,7 @@ enum ConfigFile {
                               "max_retries", "retry_base_delay_ms"],
         "models[]": ["slug", "provider", "multi_agent_version", "context_window"],
         "limits": ["max_frame_bytes", "max_queued_requests", "max_queued_request_bytes", "outbound_high_water_bytes",
-                   "max_notification_backlog_bytes", "max_connections", "idle_timeout_ms", "max_partial_frame_bytes",
+                   "max_notification_backlog_bytes", "max_connections", "idle_timeout_ms", "tcp_keepalive_ms", "max_partial_frame_bytes",
                    "handshake_timeout_ms", "max_threads_started_per_minute", "max_running_turns"],
         "tools": ["client_request_timeout_ms"],
     ]
@@ -147,6 +147,7 @@ enum ConfigFile {
         var max_notification_backlog_bytes: Int?
         var max_connections: Int?
         var idle_timeout_ms: Int?
+        var tcp_keepalive_ms: Int?
         var max_partial_frame_bytes: Int?
         var handshake_timeout_ms: Int?
         var max_threads_started_per_minute: Int?
@@ -287,6 +288,7 @@ enum ConfigFile {
             if let v = l.max_notification_backlog_bytes { limits.maxNotificationBacklogBytes = v }
             if let v = l.max_connections { limits.maxConnections = v }
             if let v = l.idle_timeout_ms { limits.idleTimeoutMs = v }
+            if let v = l.tcp_keepalive_ms { limits.tcpKeepaliveMs = v }
             if let v = l.max_partial_frame_bytes { limits.maxPartialFrameBytes = v }
             if let v = l.handshake_timeout_ms { limits.handshakeTimeoutMs = v }
             if let v = l.max_threads_started_per_minute {

@@ -80,6 +80,9 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Milliseconds an initialized connection with nothing in flight and no subscription may stay silent; 0 never closes (limits.idle_timeout_ms; default 300000).")
     var idleTimeoutMs: Int?
 
+    @Option(help: "Milliseconds without a packet from a client before the kernel probes it (TCP keepalive), closing a half-open connection after three unanswered probes; 0 turns it off (limits.tcp_keepalive_ms; default 60000).")
+    var tcpKeepaliveMs: Int?
+
     @Option(help: "Bytes of incomplete frames held across all connections (limits.max_partial_frame_bytes; default 67108864).")
     var maxPartialFrameBytes: Int?
 
@@ -367,6 +370,7 @@ public struct ServerCommand: AsyncParsableCommand {
         if let maxNotificationBacklogBytes { limits.maxNotificationBacklogBytes = maxNotificationBacklogBytes }
         if let maxConnections { limits.maxConnections = maxConnections }
         if let idleTimeoutMs { limits.idleTimeoutMs = idleTimeoutMs }
+        if let tcpKeepaliveMs { limits.tcpKeepaliveMs = tcpKeepaliveMs }
         if let maxPartialFrameBytes { limits.maxPartialFrameBytes = maxPartialFrameBytes }
         if let handshakeTimeoutMs { limits.handshakeTimeoutMs = handshakeTimeoutMs }
         do { try limits.validate() } catch { throw ValidationError("limit \(error)") }

@@ -34,14 +34,17 @@ public struct ConnectionSettings: Sendable {
     /// The frame a connection refused for want of file descriptors is sent
     /// (written by the codec; never sent through TLS).
     public var outOfDescriptorsRefusal: [UInt8]?
+    /// TCP keepalive's idle time in whole seconds (0: off); see `Limits.tcpKeepaliveMs`.
+    public var tcpKeepaliveSeconds: Int
     public var events: TransportEvents
 
     public init(initialMaxFrameBytes: Int, maxPartialFrameBytes: Int, outboundHighWaterBytes: Int,
-                outOfDescriptorsRefusal: [UInt8]? = nil, events: TransportEvents = TransportEvents()) {
+                outOfDescriptorsRefusal: [UInt8]? = nil, tcpKeepaliveSeconds: Int = 0, events: TransportEvents = TransportEvents()) {
         self.initialMaxFrameBytes = initialMaxFrameBytes
         self.maxPartialFrameBytes = maxPartialFrameBytes
         self.outboundHighWaterBytes = outboundHighWaterBytes
         self.outOfDescriptorsRefusal = outOfDescriptorsRefusal
+        self.tcpKeepaliveSeconds = tcpKeepaliveSeconds
         self.events = events
     }
 }

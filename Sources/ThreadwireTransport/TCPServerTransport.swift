@@ -3,6 +3,9 @@ public import NIOCore
 public import NIOPosix
 public import NIOSSL
 import ThreadwireNIO
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Clients over TCP, optionally TLS: the listening socket (made here so that
 /// the descriptor reserve can accept on it), accept backoff, and the
@@ -50,6 +53,7 @@ public final class TCPServerTransport: ServerTransport {
             .childChannelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try Self.keepAlive(channel, idleSeconds: settings.tcpKeepaliveSeconds)
                     try FramePipeline.configure(channel, settings: settings, budget: budget,
                                                 tls: tls.map { context in { NIOSSLServerHandler(context: context) } }, accept: accept)
                 }
@@ -59,6 +63,19 @@ public final class TCPServerTransport: ServerTransport {
         ListeningSocket.setBacklog(descriptor, Self.backlog)
         listener.withLockedValue { $0 = channel }
         return channel.localAddress
+    }
+
+    /// Kernel keepalive probes after `idleSeconds` of silence, then every
+    /// `min(10, max(1, idle / 2))` s; three unanswered probes close the
+    /// connection (the handler then sees it inactive, as on any reset).
+    static func keepAlive(_ channel: any Channel, idleSeconds: Int) throws {
+        guard idleSeconds > 0 else { return }
+        guard let options = channel.syncOptions else { throw ChannelError.operationUnsupported }
+        let interval = min(10, max(1, idleSeconds / 2))
+        try options.setOption(.socketOption(.so_keepalive), value: 1)
+        try options.setOption(.tcpOption(.init(rawValue: CInt(TCP_KEEPIDLE))), value: idleSeconds)
+        try options.setOption(.tcpOption(.init(rawValue: CInt(TCP_KEEPINTVL))), value: interval)
+        try options.setOption(.tcpOption(.init(rawValue: CInt(TCP_KEEPCNT))), value: 3)
     }
 
     public func stopAccepting() {

@@ -24,10 +24,35 @@ struct LimitsTests {
 
     @Test("a limit that cannot work stops startup with a message naming it")
     func badLimitRefused() async throws {
-        await #expect(throws: ServerProcessError.self) { try await ServerProcess.launch(arguments: ["--max-connections", "0"]) }
-        await #expect(throws: ServerProcessError.self) {
-            try await ServerProcess.launch(arguments: ["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"])
+        for (arguments, named) in [(["--max-connections", "0"], "max_connections"),
+                                   (["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"], "max_partial_frame_bytes"),
+                                   (["--tcp-keepalive-ms", "500"], "tcp_keepalive_ms")] {
+            do {
+                _ = try await ServerProcess.launch(arguments: arguments)
+                Issue.record("started with \(arguments)")
+            } catch let ServerProcessError.exitedEarly(status, stderr) {
+                #expect(status != 0)
+                #expect(stderr.contains(named), "\(arguments): \(stderr)")
+            }
         }
+    }
+
+    @Test("client connections carry TCP keepalive (--tcp-keepalive-ms): the kernel's keepalive timer runs on the server's side of each")
+    func tcpKeepalive() async throws {
+        let server = try await ServerProcess.launch(arguments: ["--tcp-keepalive-ms", "3000"])
+        let client = try await server.client()
+        _ = try await client.result(.healthCheck(.init()))
+        // ss shows the timer running now: a retransmission's while the answer
+        // is unacknowledged, the keepalive's once the connection is quiet.
+        _ = try await waitUntil("the keepalive timer on the server's side") { () -> Bool? in
+            let (status, sockets, err) = try await runBinary("/usr/bin/ss", ["-tnoH", "state", "established", "( sport = :\(server.port) )"])
+            try #require(status == 0, "\(err)")
+            return !sockets.isEmpty && sockets.split(separator: "\n").allSatisfy { $0.contains("timer:(keepalive") } ? true : nil
+        }
+        let off = try await ServerProcess.launch(arguments: ["--tcp-keepalive-ms", "0"])
+        _ = try await (try await off.client()).result(.healthCheck(.init()))
+        let (_, unprobed, _) = try await runBinary("/usr/bin/ss", ["-tnoH", "state", "established", "( sport = :\(off.port) )"])
+        #expect(!unprobed.isEmpty && !unprobed.contains("keepalive"), "\(unprobed)")
     }
 
     @Test("past --max-connections a connection gets RESOURCE_EXHAUSTED, then a close; a freed slot is usable again")

@@ -111,8 +111,8 @@ class Postgres:
 
 
 class Instance:
-    def __init__(self, net, host, store, directory, skew=None, authentication=None):
-        self.net, self.host, self.store, self.skew = net, host, store, skew
+    def __init__(self, net, host, store, directory, skew=None, authentication=None, extra=()):
+        self.net, self.host, self.store, self.skew, self.extra = net, host, store, skew, list(extra)
         # ["--auth-tokens", FILE, "--peer-token", SECRET], or none at all.
         self.authentication = authentication or ["--allow-unauthenticated"]
         self.address = f"{net.hosts[host]}:{PORT}"
@@ -136,7 +136,7 @@ class Instance:
         self.proc = subprocess.Popen(self.net.exec_args(self.host) + [
             BINARY, "--listen", self.address, "--advertise", self.address, "--store", self.store,
             "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",
-            "--config", self.config, "--log-level", "notice", *self.authentication],
+            "--config", self.config, "--log-level", "notice", *self.authentication, *self.extra],
             stdout=subprocess.PIPE, stderr=self.log, env=env)
         deadline = time.monotonic() + 60
         lines = []
@@ -169,7 +169,7 @@ class Instance:
 class Cluster:
     """Three instances on one database of `postgres`, on hosts i1..i3."""
 
-    def __init__(self, net, postgres, skews=None, token=None):
+    def __init__(self, net, postgres, skews=None, token=None, extra=()):
         """`token`: clients authenticate with it (principal "chaos"), and the
         instances relay to each other with a shared peer secret."""
         self.net = net
@@ -184,7 +184,7 @@ class Cluster:
             tokens.chmod(0o600)
             authentication = ["--auth-tokens", str(tokens), "--peer-token", "chaos-peer-secret-0123456789abcdef"]
         skews = skews or {}
-        self.instances = [Instance(net, f"i{n}", self.url, self.dir, skews.get(f"i{n}"), authentication) for n in (1, 2, 3)]
+        self.instances = [Instance(net, f"i{n}", self.url, self.dir, skews.get(f"i{n}"), authentication, extra) for n in (1, 2, 3)]
         try:
             for instance in self.instances:
                 instance.start()
@@ -196,12 +196,19 @@ class Cluster:
     def addresses(self):
         return [instance.address for instance in self.instances]
 
-    def metrics(self, host):
-        """An instance's /metrics text, asked from the client host."""
+    def metrics(self, host, asked_from="cl"):
+        """An instance's /metrics text, asked from the client host (or another)."""
         script = ("import urllib.request\n"
                   f"print(urllib.request.urlopen('http://{self.net.hosts[host]}:{ADMIN_PORT}/metrics', timeout=5).read().decode())")
-        return subprocess.run(self.net.exec_args("cl") + ["python3", "-c", script], capture_output=True, text=True,
+        return subprocess.run(self.net.exec_args(asked_from) + ["python3", "-c", script], capture_output=True, text=True,
                               timeout=20, check=True).stdout
+
+    def gauge(self, host, name, asked_from="cl"):
+        """One unlabelled gauge of an instance's /metrics."""
+        for line in self.metrics(host, asked_from).splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{host} has no {name} in /metrics")
 
     def readiness(self, host):
         """(HTTP status, body) of an instance's /readyz, asked from the client host."""

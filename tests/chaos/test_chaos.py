@@ -296,6 +296,46 @@ def test_authenticated_cluster_with_a_peer_secret(lab, tmp_path):
     assert refused_hellos and not any(refused_hellos.values()), f"initialize refused UNAUTHENTICATED: {refused_hellos}"
 
 
+HOLDER = """
+import sys, time
+from threadwire_client import Client
+host, port = sys.argv[1].rsplit(":", 1)
+client = Client(host, int(port), timeout=5)
+client.initialize(name="half-open")
+client.call("thread/start", {"name": "watched"})  # subscribes this connection
+print("subscribed", flush=True)
+time.sleep(120)
+"""
+
+
+def test_half_open_subscriber_is_reclaimed(lab, tmp_path):
+    """A subscribed client's host vanishes: every packet between them is
+    dropped (no FIN, no RST). The idle timeout spares a subscriber, so only
+    TCP keepalive (--tcp-keepalive-ms 2000: probes after 2 s, three missed
+    probes a second apart) can find it; the server must close it."""
+    net, postgres = lab
+    nodes = cluster.Cluster(net, postgres, extra=["--tcp-keepalive-ms", "2000"])
+    holder = None
+    try:
+        holder = subprocess.Popen(net.exec_args("cl") + [sys.executable, "-c", HOLDER, nodes.instances[0].address],
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "subscribed"
+        open_before = nodes.gauge("i1", "threadwire_connections_open", asked_from="i2")
+        assert open_before >= 1
+        net.cut("cl", "i1")
+        cut_at = time.monotonic()
+        while nodes.gauge("i1", "threadwire_connections_open", asked_from="i2") >= open_before:
+            assert time.monotonic() < cut_at + 30, "the half-open connection was still open 30 s after its client vanished"
+            time.sleep(0.25)
+        print(f"\n  half-open subscriber reclaimed {time.monotonic() - cut_at:.1f} s after its client vanished")
+    finally:
+        net.heal()
+        if holder:
+            holder.kill()
+            holder.wait()
+        nodes.close()
+
+
 def writes_back_after(operations, down, up):
     """Seconds from `down` to the first change acknowledged that was sent
     after `up` (the fault healed); fails when none came."""
