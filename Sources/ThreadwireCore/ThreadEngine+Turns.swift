@@ -345,7 +345,36 @@ extension ThreadEngine {
     /// With the gate held.
     func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String, reason: TurnFailureReason) async {
         guard let state = owner.state, let index = state.activeTurnIndex, state.turns[index].id == turnID else { return }
-        (try? await endActiveTurn(owner, status: .failed, error: error, reason: reason))?.publish()
+        do {
+            try await endActiveTurn(owner, status: .failed, error: error, reason: reason).publish()
+        } catch _ {
+            // The store refused the end as well (a full disk, PostgreSQL
+            // away): the turn has no runner now, and would stay IN_PROGRESS
+            // for good, here and in the store. It is ended once the store
+            // commits again.
+            endWhenTheStoreCommits(owner, turnID: turnID, error: error, reason: reason)
+        }
+    }
+
+    /// Retries failing the turn, backing off up to 5 s, until the end is
+    /// committed or the turn is no longer this owner's to end (another end
+    /// landed, the thread was unloaded, the engine stops).
+    private func endWhenTheStoreCommits(_ owner: ThreadOwner, turnID: TurnID, error: String, reason: TurnFailureReason) {
+        _ = tasks.spawn { [self] in
+            var pause = Duration.milliseconds(250)
+            while !stopping.load(ordering: .acquiring) {
+                try? await Task.sleep(for: pause)
+                let settled = await locked(owner) { () -> Bool in
+                    guard !owner.retired, let state = owner.state, let index = state.activeTurnIndex,
+                          state.turns[index].id == turnID else { return true }
+                    guard let ended = try? await endActiveTurn(owner, status: .failed, error: error, reason: reason) else { return false }
+                    ended.publish()
+                    return true
+                }
+                if settled { return }
+                pause = min(pause * 2, .seconds(5))
+            }
+        }
     }
 
     /// Ends the active turn (gate held): cancels its runner, commits the end,

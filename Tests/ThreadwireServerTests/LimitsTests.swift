@@ -57,7 +57,7 @@ struct LimitsTests {
 
     @Test("past --max-connections a connection gets RESOURCE_EXHAUSTED, then a close; a freed slot is usable again")
     func connectionCap() async throws {
-        let server = try await ServerProcess.launch(arguments: ["--max-connections", "2"])
+        let server = try await ServerProcess.launch(arguments: ["--max-connections", "2", "--admin-listen", "127.0.0.1:0"])
         let first = try await server.client()
         let second = try await server.client()
         let third = try RawSocket(port: server.port)
@@ -71,23 +71,18 @@ struct LimitsTests {
         _ = try await first.result(.healthCheck(.init()))
         _ = try await second.result(.healthCheck(.init()))
         await second.close()
-        // The server sees the close asynchronously; a new client gets in once it has.
-        // A liveness bound, not a speed goal: a full run on two cores has
-        // held this server's loop back for seconds (seen twice in 7 runs).
-        let deadline = ContinuousClock.now + .seconds(30)
-        var admitted = false
-        var attempts: [String] = []
-        while ContinuousClock.now < deadline, !admitted {
-            do {
-                let client = try await server.client()
-                _ = try await client.result(.healthCheck(.init()))
-                admitted = true
-            } catch {
-                attempts.append("\(ContinuousClock.now): \(error)")
-                try await Task.sleep(for: .milliseconds(20))
-            }
+        // The server sees the close asynchronously: wait until its own count
+        // says the slot is free, then one client must get in. (A loop of
+        // attempts could leak: an attempt admitted but failing later would
+        // hold the slot it was waiting for.)
+        _ = try await waitUntil("the server counting one open connection", timeout: .seconds(30)) { () -> Bool? in
+            let metrics = try await httpGet(port: server.adminPort, path: "/metrics").body
+            let line = metrics.split(separator: "\n").first { $0.hasPrefix("threadwire_connections_open ") }
+            return line.flatMap { Double($0.split(separator: " ").last ?? "") } == 1 ? true : nil
         }
-        #expect(admitted, "attempts: \(attempts.count), first: \(attempts.first ?? "-"), last: \(attempts.last ?? "-")")
+        let admitted = try await server.client()
+        _ = try await admitted.result(.healthCheck(.init()))
+        _ = try await first.result(.healthCheck(.init()))
     }
 
     @Test("an initialized connection with nothing in flight and no subscription is closed after the idle timeout; a subscriber stays")
@@ -253,6 +248,37 @@ struct LimitsTests {
         let after = try await server.client()
         let stored = try await after.read(thread, turns: true, modelRequests: false)
         #expect(stored.thread?.turns.last?.status == .interrupted)
+    }
+
+    @Test("a turn whose end cannot be committed (the disk full) ends FAILED once the store has room again: never IN_PROGRESS for good",
+          .needsRoot("mounting a small tmpfs"))
+    func turnEndsAfterTheDiskHasRoom() async throws {
+        try requireRoot("mounting a small tmpfs")
+        let mountPoint = NSTemporaryDirectory() + "threadwire-full-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        try #require(shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0, "mount a 4 MiB tmpfs at \(mountPoint)")
+        defer {
+            _ = shell("umount '\(mountPoint)'")
+            try? FileManager.default.removeItem(atPath: mountPoint)
+        }
+        let server = try await ServerProcess.launch(arguments: ["--data-dir", mountPoint + "/store"])
+        let client = try await server.client()
+        let thread = try #require(try await client.startThread().thread?.id)
+        // The disk fills as the turn starts: its next commit fails (the model
+        // request, or the answer), and so does committing its failure.
+        let turn = try await client.startTurn(thread, "#sleep 2000\n" + String(repeating: "a long answer ", count: 20_000))
+        _ = shell("dd if=/dev/zero of='\(mountPoint)/filler' bs=64k 2>/dev/null")
+        _ = try await waitUntil("the store refusing commits", timeout: .seconds(30)) { () -> Bool? in
+            guard case let .healthCheck(health) = try await client.result(.healthCheck(.init())) else { throw UnexpectedResult(expected: "healthCheck") }
+            return health.status == .notServing ? true : nil
+        }
+        #expect(try await client.read(thread).thread?.turns.first { $0.id == turn }?.status == .inProgress, "the end was not committed")
+        try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+        let ended = try await client.waitForTurn(thread, turn, timeout: .seconds(20))
+        #expect(ended.status == .failed, "\(ended.status as Any)")
+        let stored = try await (try await server.client()).read(thread)
+        #expect(stored.thread?.status?.type == .idle, "the thread takes a new turn: \(stored.thread?.status as Any)")
+        #expect(try await client.runTurn(thread, "after the disk had room").status == .completed)
     }
 
     @Test("health and readiness follow the store: NOT_SERVING while the disk is full, SERVING once it has room",
