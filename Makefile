@@ -87,7 +87,7 @@ test: deps check-generated
 CHAOS_ROUNDS ?= 5
 CHAOS_SECONDS ?= 30
 test-chaos: py-deps
-	$(PYTHON) -m pytest -q -s tests/chaos
+	$(PYTHON) -m pytest -q -s -m "not extended" tests/chaos
 
 ## More and longer rounds of the same (not part of make test).
 chaos: py-deps

@@ -52,6 +52,7 @@ class Postgres:
                        check=True, capture_output=True)
         with open(f"{self.dir}/data/pg_hba.conf", "a") as hba:
             hba.write(f"host all all {self.host.rsplit('.', 1)[0]}.0/24 trust\n")
+        self._mount_small_disk()
         self.start()
         self.databases = 0
 
@@ -97,16 +98,40 @@ class Postgres:
             raise RuntimeError(f"psql: {result.stderr.strip()}")
         return result.stdout
 
-    def database(self):
-        """A new empty database; its URL."""
+    def database(self, tablespace=None):
+        """A new empty database (in `tablespace`, if given); its URL."""
         self.databases += 1
         name = f"chaos{self.databases}"
-        self.sql(f"CREATE DATABASE {name}")
+        self.sql(f"CREATE DATABASE {name}" + (f" TABLESPACE {tablespace}" if tablespace else ""))
         return f"postgres://threadwire@{self.host}:{PG_PORT}/{name}"
+
+    SMALL_DISK_MB = 48
+
+    def _mount_small_disk(self):
+        """A tmpfs of SMALL_DISK_MB, mounted before the server starts: `ip
+        netns exec` gives the server a copy of the mounts made before it, so
+        one made later would not be its (the filler, written from here, takes
+        the same tmpfs's room)."""
+        self.small = f"{self.dir}/small"
+        os.mkdir(self.small)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.SMALL_DISK_MB}m", "tmpfs", self.small],
+                       check=True, capture_output=True)
+        os.mkdir(f"{self.small}/space")
+        shutil.chown(f"{self.small}/space", "postgres")
+
+    def small_disk(self):
+        """A tablespace on the small tmpfs: (its name, the tmpfs's directory).
+        Tables and indexes written there fail with "No space left on device"
+        once it is full; PostgreSQL itself (its WAL elsewhere) stays up."""
+        if not getattr(self, "small_tablespace", None):
+            self.sql(f"CREATE TABLESPACE small LOCATION '{self.small}/space'")
+            self.small_tablespace = "small"
+        return self.small_tablespace, self.small
 
     def close(self):
         subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop"],
                        capture_output=True)
+        subprocess.run(["umount", f"{self.dir}/small"], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -169,12 +194,12 @@ class Instance:
 class Cluster:
     """Three instances on one database of `postgres`, on hosts i1..i3."""
 
-    def __init__(self, net, postgres, skews=None, token=None, extra=()):
+    def __init__(self, net, postgres, skews=None, token=None, extra=(), tablespace=None):
         """`token`: clients authenticate with it (principal "chaos"), and the
         instances relay to each other with a shared peer secret."""
         self.net = net
         self.postgres = postgres
-        self.url = postgres.database()
+        self.url = postgres.database(tablespace)
         self.dir = tempfile.mkdtemp(prefix="threadwire-chaos-")
         Path(self.dir, "config.json").write_text(json.dumps({"agents": {"max_threads": 3}}))
         authentication = None

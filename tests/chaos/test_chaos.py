@@ -49,11 +49,11 @@ def sleep_until(moment):
     time.sleep(max(0.0, moment - time.monotonic()))
 
 
-def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1, token=None):
+def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1, token=None, tablespace=None):
     """Runs the workload under `faults(net, cluster, started)`, heals, checks.
     Returns (verdict, what `faults` returned, the history)."""
     net, postgres = lab
-    nodes = cluster.Cluster(net, postgres, skews, token)
+    nodes = cluster.Cluster(net, postgres, skews, token, tablespace=tablespace)
     history, setup, healed = tmp_path / f"{name}.history", tmp_path / f"{name}.setup", tmp_path / f"{name}.healed"
     failed = True
     try:
@@ -294,6 +294,43 @@ def test_authenticated_cluster_with_a_peer_secret(lab, tmp_path):
     # as "not done", so it would not see one.
     assert not {"5", "7", "16"} & set(codes), codes
     assert refused_hellos and not any(refused_hellos.values()), f"initialize refused UNAUTHENTICATED: {refused_hellos}"
+
+
+@pytest.mark.extended
+def test_postgres_disk_full(lab, tmp_path):
+    """The database's tablespace (a small tmpfs) fills up mid-run: inserts
+    fail with "No space left on device" while PostgreSQL stays up; then
+    room is made again.
+
+    In `make chaos` only, for now: of about fifty runs on the session's
+    machine one history came out INVALID (both checkers agreed) and its
+    anomalies were not kept; until that is explained it does not gate CI.
+    Its first finding, turns left IN_PROGRESS after the heal, is fixed and
+    guarded in `make test` (LimitsTests, a turn whose end cannot be
+    committed)."""
+    net, postgres = lab
+    tablespace, disk = postgres.small_disk()
+    filler = Path(disk, "filler")
+
+    def faults(net, nodes, started):
+        sleep_until(started + 2)
+        with open(filler, "wb") as out:  # every byte the tmpfs has left
+            try:
+                while True:
+                    out.write(b"\0" * (1 << 20))
+                    out.flush()
+            except OSError:
+                pass
+        full = time.monotonic()
+        sleep_until(started + 5)
+        filler.unlink()
+        return full, time.monotonic()
+
+    _, (full, room), operations = run(lab, "PostgreSQL out of disk", faults, tmp_path, seed=111, tablespace=tablespace)
+    refused = [op for op in operations if op.f in ("write", "append") and op.outcome != "ok" and full <= op.invoked < room]
+    print(f"  PostgreSQL out of disk {room - full:.1f} s: {len(refused)} changes not acknowledged meanwhile, "
+          f"writes back after {writes_back_after(operations, full, room):.1f} s")
+    assert refused, "nothing failed while the disk was full: the fault did not reach the store"
 
 
 HOLDER = """
