@@ -62,11 +62,12 @@ public final class PostgresCluster: @unchecked Sendable {
     ///
     /// Each is a copy of one template migrated once per test process: a
     /// migration is dozens of DDL statements, a PL/pgSQL function and a
-    /// trigram index, and a full `swift test` opens a store on about forty
+    /// trigram index, and a full `swift test` opens stores on dozens of
     /// databases, up to fifteen at once. Migrated each on its own, those runs
     /// of DDL held the 2-core machine long enough for stores to miss their
-    /// start-up limit. A copy is one file-level clone. The store's own
-    /// migration still runs on open and finds nothing left to apply.
+    /// start-up limit. A copy is PostgreSQL copying the template's few
+    /// pages. The store's own migration still runs on open and finds nothing
+    /// left to apply.
     /// The blocking work (initdb, pg_ctl, createdb) runs on threads of its
     /// own, never on the test's concurrency pool, which it would starve.
     public static func database() async throws -> String {

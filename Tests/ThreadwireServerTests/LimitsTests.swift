@@ -253,14 +253,8 @@ struct LimitsTests {
     @Test("a turn whose end cannot be committed (the disk full) ends FAILED once the store has room again: never IN_PROGRESS for good",
           .needsRoot("mounting a small tmpfs"))
     func turnEndsAfterTheDiskHasRoom() async throws {
-        try requireRoot("mounting a small tmpfs")
-        let mountPoint = NSTemporaryDirectory() + "threadwire-full-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        try #require(shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0, "mount a 4 MiB tmpfs at \(mountPoint)")
-        defer {
-            _ = shell("umount '\(mountPoint)'")
-            try? FileManager.default.removeItem(atPath: mountPoint)
-        }
+        let mountPoint = try smallDisk()
+        defer { removeSmallDisk(mountPoint) }
         let server = try await ServerProcess.launch(arguments: ["--data-dir", mountPoint + "/store"])
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
@@ -284,14 +278,8 @@ struct LimitsTests {
     @Test("health and readiness follow the store: NOT_SERVING while the disk is full, SERVING once it has room",
           .needsRoot("mounting a small tmpfs"))
     func healthFollowsStore() async throws {
-        try requireRoot("mounting a small tmpfs")
-        let mountPoint = NSTemporaryDirectory() + "threadwire-full-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        try #require(shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0, "mount a 4 MiB tmpfs at \(mountPoint)")
-        defer {
-            _ = shell("umount '\(mountPoint)'")
-            try? FileManager.default.removeItem(atPath: mountPoint)
-        }
+        let mountPoint = try smallDisk()
+        defer { removeSmallDisk(mountPoint) }
         let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0", "--data-dir", mountPoint + "/store"])
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
@@ -363,4 +351,19 @@ func shell(_ command: String) -> Int32 {
     do { try process.run() } catch { return -1 }
     process.waitForExit()
     return process.terminationStatus
+}
+
+/// A 4 MiB tmpfs to fill (a disk-full test, `.needsRoot`): its mount point.
+private func smallDisk(sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+    try requireRoot("mounting a small tmpfs", sourceLocation: sourceLocation)
+    let mountPoint = NSTemporaryDirectory() + "threadwire-full-" + UUID().uuidString
+    try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+    try #require(shell("mount -t tmpfs -o size=4m tmpfs '\(mountPoint)'") == 0, "mount a 4 MiB tmpfs at \(mountPoint)",
+                 sourceLocation: sourceLocation)
+    return mountPoint
+}
+
+private func removeSmallDisk(_ mountPoint: String) {
+    _ = shell("umount '\(mountPoint)'")
+    try? FileManager.default.removeItem(atPath: mountPoint)
 }

@@ -8,8 +8,8 @@ struct TestTimeout: Error, CustomStringConvertible {
 }
 
 /// Thrown where a call answered with another result than the one the test
-/// checks next: the test fails there. (`guard case … else { return }` would
-/// end it as passed with every later check skipped.)
+/// checks next: the test fails there. (A bare `return` in the guard's else
+/// would end it as passed with every later check skipped.)
 struct UnexpectedResult: Error, CustomStringConvertible {
     var expected: String
     var description: String { "expected a \(expected) result" }
