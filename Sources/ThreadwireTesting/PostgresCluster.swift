@@ -139,6 +139,12 @@ public final class PostgresCluster: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o666)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        // Nothing else of the test process: pg_ctl's postmaster outlives the
+        // call, and a pipe it inherited (a test server's stdout being set up
+        // on another thread at that moment) would never reach end of file.
+        // (glibc 2.34's posix_spawn_file_actions_addclosefrom_np, which
+        // Swift's Glibc module does not declare.)
+        if let closeFrom = Self.closeFrom { _ = closeFrom(&actions, 3) }
         var pid: pid_t = 0
         let cArguments = all.map { strdup($0) } + [nil]
         defer { cArguments.forEach { free($0) } }
@@ -152,6 +158,11 @@ public final class PostgresCluster: @unchecked Sendable {
             throw ClusterError("\((path as NSString).lastPathComponent) failed (\(exitCode)): \(text)")
         }
     }
+
+    private static let closeFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+    }()
 
     public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

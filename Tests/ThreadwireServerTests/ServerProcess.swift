@@ -89,6 +89,11 @@ final class ServerProcess: @unchecked Sendable {
             process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!
         }
         let stdout = Pipe()
+        // Only the server's own copy (dup2 in its child) stays open across
+        // exec: other processes spawned meanwhile must not hold this pipe.
+        for fd in [stdout.fileHandleForReading.fileDescriptor, stdout.fileHandleForWriting.fileDescriptor] {
+            _ = fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC)
+        }
         process.standardOutput = stdout
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
@@ -105,19 +110,25 @@ final class ServerProcess: @unchecked Sendable {
         let wantsAdmin = process.arguments!.contains("--admin-listen")
         var buffered = Data()
         var lines: [String] = []
+        let startDeadline = Date().addingTimeInterval(120)
         while lines.count < (wantsAdmin ? 2 : 1) {
             if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
                 lines.append(String(decoding: buffered[..<newline], as: UTF8.self))
                 buffered = Data(buffered[(newline + 1)...])
                 continue
             }
-            let chunk = stdout.fileHandleForReading.availableData
-            if chunk.isEmpty {
+            switch Self.read(stdout.fileHandleForReading.fileDescriptor, whileRunning: process, until: startDeadline) {
+            case let .bytes(chunk):
+                buffered.append(contentsOf: chunk)
+            case .ended:
                 process.waitForExit()
                 let log = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
                 throw ServerProcessError.exitedEarly(status: process.terminationStatus, stderr: String(log.suffix(2000)))
+            case .timedOut:
+                kill(process.processIdentifier, SIGKILL)
+                process.waitForExit()
+                throw ServerProcessError.unexpectedOutput("threadwire-server printed no address within 120 s: \(lines)")
             }
-            buffered.append(chunk)
         }
         for text in lines {
             if text.hasPrefix("threadwire listening on "), let port = Int(text.split(separator: ":").last ?? "") {
@@ -134,6 +145,31 @@ final class ServerProcess: @unchecked Sendable {
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: port)
         if initialize { try await client.initialize(name: "tests", optOut: optOut, authToken: token) }
         return client
+    }
+
+    enum ReadOutcome { case bytes([UInt8]), ended, timedOut }
+
+    /// What the server printed next, without waiting for ever: a read on
+    /// its stdout pipe ends only when every holder of the pipe's write end
+    /// closed it, and a process another test spawned at the same moment can
+    /// hold a copy. So the wait polls, and once the server has exited and
+    /// nothing more is there, that is the end.
+    static func read(_ fd: Int32, whileRunning process: Process, until deadline: Date) -> ReadOutcome {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while Date() < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&poller, 1, 100)
+            if ready > 0 {
+                let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, 4096) }
+                if count > 0 { return .bytes(Array(chunk[..<count])) }
+                if count == 0 { return .ended }
+                if errno == EINTR || errno == EAGAIN { continue }
+                return .ended
+            }
+            if ready < 0 && errno != EINTR { return .ended }
+            if ready == 0 && !process.isRunning { return .ended }
+        }
+        return .timedOut
     }
 
     /// SIGTERM, and SIGKILL if it has not exited within 10 s (a test must never
