@@ -187,7 +187,9 @@ func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
 /// standard output and standard error. Through files, not pipes: a process
 /// spawned meanwhile by another test (a PostgreSQL daemon, a server) inherits
 /// open descriptors, and a pipe it holds would never reach end of file.
-func runBinary(_ path: String, _ arguments: [String]) async throws -> (Int32, String, String) {
+/// A program still running after `timeout` is killed and the test fails
+/// naming it: a hang must end as a failure, never as a suite that waits.
+func runBinary(_ path: String, _ arguments: [String], timeout: Double = 120) async throws -> (Int32, String, String) {
     try await offThread {
         let base = NSTemporaryDirectory() + "threadwire-run-" + UUID().uuidString
         let outPath = base + ".out", errPath = base + ".err"
@@ -207,9 +209,15 @@ func runBinary(_ path: String, _ arguments: [String]) async throws -> (Int32, St
         try process.run()
         try? out.close()
         try? err.close()
-        while process.isRunning { usleep(2_000) }
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(2_000) }
         let outText = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
         let errText = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            throw TestTimeout(description: "\(path) \(arguments) still running after \(Int(timeout)) s; killed. stdout: "
+                              + "\(outText.suffix(500)) stderr: \(errText.suffix(500))")
+        }
         return (process.terminationStatus, outText, errText)
     }
 }
