@@ -249,29 +249,6 @@ final class ServerProcess: @unchecked Sendable {
         self.process = nil
     }
 
-    /// Polls with waitpid rather than Process.waitUntilExit, which spins a run
-    /// loop and has hung here when many processes run at once.
-    /// The exit status (-1 if Foundation reaped the child first), nil on timeout.
-    private func waitForExit(_ process: Process, seconds: Double) -> Int32? {
-        let pid = process.processIdentifier
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            var status: Int32 = 0
-            let result = waitpid(pid, &status, WNOHANG)
-            if result == pid { return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f) }
-            // Foundation may reap the child first (then waitpid says ECHILD):
-            // its status arrives through Process a moment later.
-            if !process.isRunning { return process.terminationStatus }
-            if result == -1 && errno == ECHILD {
-                let reaped = Date().addingTimeInterval(5)
-                while process.isRunning && Date() < reaped { usleep(1_000) }
-                return process.isRunning ? -1 : process.terminationStatus
-            }
-            usleep(5_000)
-        }
-        return nil
-    }
-
     /// A server nobody stopped: SIGTERM now, and the waiting (up to 10 s, then
     /// SIGKILL) on a thread of its own, never on the test's concurrency pool
     /// (a server still draining a client that does not read would hold one of

@@ -183,6 +183,30 @@ func runCLI(_ arguments: [String]) async throws -> (Int32, String) {
     return (status, out)
 }
 
+/// Polls with waitpid rather than Process.waitUntilExit, which spins a run
+/// loop and has hung here when many processes run at once.
+/// The exit status (-1 if Foundation reaped the child first), nil on timeout.
+func waitForExit(_ process: Process, seconds: Double) -> Int32? {
+    let pid = process.processIdentifier
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, WNOHANG)
+        if result == pid { return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f) }
+        // Foundation may reap the child first (then waitpid says ECHILD):
+        // its status arrives through Process a moment later.
+        if !process.isRunning { return process.terminationStatus }
+        if result == -1 && errno == ECHILD {
+            let reaped = Date().addingTimeInterval(5)
+            while process.isRunning && Date() < reaped { usleep(1_000) }
+            return process.isRunning ? -1 : process.terminationStatus
+        }
+        usleep(5_000)
+    }
+    return nil
+}
+
+
 /// Runs a program to its end off the test concurrency pool; its exit status,
 /// standard output and standard error. Through files, not pipes: a process
 /// spawned meanwhile by another test (a PostgreSQL daemon, a server) inherits
@@ -209,16 +233,16 @@ func runBinary(_ path: String, _ arguments: [String], timeout: Double = 120) asy
         try process.run()
         try? out.close()
         try? err.close()
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(2_000) }
+        // waitpid, not only Process.isRunning: Foundation has missed exits here.
+        let status = waitForExit(process, seconds: timeout)
         let outText = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
         let errText = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
-        if process.isRunning {
+        guard let status else {
             kill(process.processIdentifier, SIGKILL)
             throw TestTimeout(description: "\(path) \(arguments) still running after \(Int(timeout)) s; killed. stdout: "
                               + "\(outText.suffix(500)) stderr: \(errText.suffix(500))")
         }
-        return (process.terminationStatus, outText, errText)
+        return (status, outText, errText)
     }
 }
 
