@@ -177,6 +177,9 @@ final class HeldTrees: Sendable {
 
     var all: [Entry] { table.withLock { Array($0.values) } }
 
+    /// Whether the tree is still held under this very fence.
+    func holds(_ fence: LeaseFence) -> Bool { table.withLock { $0[fence.tree]?.fence == fence } }
+
     func removeAll() -> [LeaseFence] {
         table.withLock { table in
             defer {

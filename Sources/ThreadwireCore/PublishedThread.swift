@@ -8,10 +8,14 @@ import Synchronization
 public final class PublishedThread: Sendable {
     let stored: StoredThread
     public let memo: SnapshotMemo
+    /// The lease the state was committed under (nil with one instance): the
+    /// snapshot is served only while this instance still holds it.
+    let fence: LeaseFence?
 
-    init(stored: StoredThread, memo: SnapshotMemo) {
+    init(stored: StoredThread, memo: SnapshotMemo, fence: LeaseFence?) {
         self.stored = stored
         self.memo = memo
+        self.fence = fence
     }
 
     /// The principal the thread belongs to.

@@ -33,8 +33,8 @@ final class ThreadDirectory: Sendable {
 
     /// Every publish starts a new memo, so nothing derived from an older
     /// snapshot is served after a commit.
-    func publish(_ stored: StoredThread) {
-        let published = PublishedThread(stored: stored, memo: SnapshotMemo())
+    func publish(_ stored: StoredThread, fence: LeaseFence?) {
+        let published = PublishedThread(stored: stored, memo: SnapshotMemo(), fence: fence)
         snapshots.withLock { table in
             let wasRunning = table[stored.record.id]?.stored.activeTurnIndex != nil
             table[stored.record.id] = published

@@ -94,6 +94,15 @@ extension ThreadEngine {
         await unload(heldTrees.lost(fence), of: fence)
     }
 
+    /// `unload` without waiting: it waits for each thread's running command,
+    /// which may wait on a slow store, and lease maintenance must not wait
+    /// with it (the other trees' renewals would come late). Meanwhile
+    /// nothing is served from those threads' state: it is no longer under a
+    /// held lease (`liveSnapshot`, `withOwner`).
+    private func unloadSoon(_ threads: Set<ThreadID>, of fence: LeaseFence) {
+        tasks.spawn { [self] in await unload(threads, of: fence) }
+    }
+
     /// Drops the loaded threads of a tree no longer held under `fence`.
     private func unload(_ threads: Set<ThreadID>, of fence: LeaseFence) async {
         for id in threads {
@@ -234,7 +243,7 @@ extension ThreadEngine {
             }
             for (fence, threads) in lost {
                 logger("lease of agent tree \(fence.tree) was taken over; unloading its threads here")
-                await unload(threads, of: fence)
+                unloadSoon(threads, of: fence)
             }
         } catch {
             noteTrouble("\(error)", since: heldTrees.lastConfirmed ?? started)
@@ -257,7 +266,7 @@ extension ThreadEngine {
         let cause = leaseTrouble.withLock { $0 }.map { "could not renew its ownership leases (\($0.error))" }
             ?? "did not renew its ownership leases in time (the process was held up)"
         logger("stepping down: this instance \(cause); unloading the threads of \(held.count) agent tree(s), which any instance takes over")
-        for entry in held { await treeLost(entry.fence) }
+        for entry in held { unloadSoon(heldTrees.lost(entry.fence), of: entry.fence) }
     }
 
     /// Gives every held tree up (graceful shutdown), so other instances take

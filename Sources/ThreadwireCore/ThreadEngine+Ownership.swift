@@ -16,6 +16,13 @@ extension ThreadEngine {
                 owner.gate.unlock()
                 continue
             }
+            if owner.state != nil, coordinator != nil, let fence = owner.fence, !heldTrees.holds(fence) {
+                // Its lease is gone (a step-down, a takeover) and the unload
+                // that follows has not reached it yet: its state may be stale.
+                drop(owner, retiring: false)
+                owner.gate.unlock()
+                continue
+            }
             do {
                 if owner.state == nil { try await load(owner) }
                 let result = try await body(owner)
@@ -37,7 +44,7 @@ extension ThreadEngine {
         owner.config = config
         if let subscriber { owner.subscribe(subscriber) }
         directory.insert(owner)
-        directory.publish(stored)
+        directory.publish(stored, fence: fence)
         return owner
     }
 
@@ -91,7 +98,7 @@ extension ThreadEngine {
             throw DomainError.unavailable(unconfirmed.description)
         }
         owner.state = next
-        directory.publish(next)
+        directory.publish(next, fence: owner.fence)
     }
 
     /// Unloads a thread whose in-memory state can no longer be trusted (its
@@ -180,7 +187,7 @@ extension ThreadEngine {
         }
         owner.config = try threadConfig(overrides: stored.record.configOverrides, ceilings: .clamp)
         owner.state = stored
-        directory.publish(stored)
+        directory.publish(stored, fence: owner.fence)
         if recovered {
             changes.changed(id)
             if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }

@@ -95,10 +95,14 @@ public final class ThreadEngine: Sendable {
     public func published(_ id: ThreadID) -> PublishedThread? { liveSnapshot(id) }
 
     /// A loaded thread's snapshot, unless this instance may have lost its
-    /// lease unnoticed (paused past its expiry): the store answers then.
+    /// lease unnoticed (paused past its expiry) or has let it go (a
+    /// step-down, a takeover) while the thread's unload waits behind a
+    /// running command: the owner or the store answers then.
     func liveSnapshot(_ id: ThreadID) -> PublishedThread? {
-        guard coordinator == nil || heldTrees.surelyValid else { return nil }
-        return directory.published(id)
+        guard let published = directory.published(id) else { return nil }
+        guard coordinator != nil else { return published }
+        guard heldTrees.surelyValid, let fence = published.fence, heldTrees.holds(fence) else { return nil }
+        return published
     }
 
     /// The principal a thread belongs to (nil if there is no such thread):

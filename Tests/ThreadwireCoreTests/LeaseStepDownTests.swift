@@ -8,11 +8,17 @@ import ThreadwireTesting
 /// hang (as a call over a partitioned network does) until it is healed.
 final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     let leaseDuration: Duration
-    private let state = Mutex<(epochs: [ThreadID: Int64], cut: Bool)>(([:], false))
+    private let state = Mutex<(epochs: [ThreadID: Int64], cut: Bool, takenOver: Set<ThreadID>, renewals: Int)>(([:], false, [], 0))
 
     init(leaseDuration: Duration) { self.leaseDuration = leaseDuration }
 
     func cut(_ cut: Bool) { state.withLock { $0.cut = cut } }
+
+    /// Another instance takes the tree: renewals no longer keep it.
+    func takeOver(_ tree: ThreadID) { state.withLock { $0.takenOver.insert(tree) } }
+
+    /// Renewals answered so far.
+    var renewals: Int { state.withLock { $0.renewals } }
 
     private func reachable() async throws {
         while state.withLock({ $0.cut }) { try await Task.sleep(for: .milliseconds(10)) }
@@ -28,7 +34,10 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     }
     func renew(_ fences: [LeaseFence]) async throws -> Set<LeaseFence> {
         try await reachable()
-        return Set(fences)
+        return state.withLock { state in
+            state.renewals += 1
+            return Set(fences.filter { !state.takenOver.contains($0.tree) })
+        }
     }
     func release(_ fences: [LeaseFence]) async {}
     func holder(_ tree: ThreadID) async throws -> String? { nil }
@@ -36,11 +45,26 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     func probe() async throws { try await reachable() }
 }
 
-/// The in-memory store, taking fences as given (the coordinator above is the test's).
-struct UnfencedStore: ThreadStore {
+/// The in-memory store, taking fences as given (the coordinator above is
+/// the test's). While `holding`, commits wait (a slow disk's flush).
+final class UnfencedStore: ThreadStore, Sendable {
     let inner = InMemoryThreadStore()
-    func commit(_ operations: [StoreOperation]) async throws { try await inner.commit(operations) }
-    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws { try await inner.commit(operations) }
+    let holding = Atomic<Bool>(false)
+    let waiting = Atomic<Int>(0)
+    private func held() async throws {
+        guard holding.load(ordering: .acquiring) else { return }
+        waiting.add(1, ordering: .relaxed)
+        defer { waiting.subtract(1, ordering: .relaxed) }
+        while holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+    }
+    func commit(_ operations: [StoreOperation]) async throws {
+        try await held()
+        try await inner.commit(operations)
+    }
+    func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
+        try await held()
+        try await inner.commit(operations)
+    }
     func loadThread(_ id: ThreadID) async throws -> StoredThread? { try await inner.loadThread(id) }
     func threadRecord(_ id: ThreadID) async throws -> ThreadRecord? { try await inner.threadRecord(id) }
     func listThreads(_ query: ThreadListQuery) async throws -> (records: [ThreadRecord], nextCursor: String?) { try await inner.listThreads(query) }
@@ -63,12 +87,13 @@ struct LeaseStepDownTests {
     /// both for longer than the lease's validity (seen at the start of a
     /// full run on 2 cores), the start is refused for the very reason tested
     /// here, so the setup is done again, with a fresh engine.
-    private func freshlyLeasedThread(lease: Duration, maintained: Bool, then: (ThreadEngine, ThreadID) async throws -> Void = { _, _ in })
+    private func freshlyLeasedThread(lease: Duration, maintained: Bool, store: UnfencedStore = UnfencedStore(),
+                                     then: (ThreadEngine, ThreadID) async throws -> Void = { _, _ in })
         async throws -> (engine: ThreadEngine, coordinator: CuttableCoordinator, maintenance: Task<Void, Never>?, id: ThreadID) {
         var attempt = 1
         while true {
             let coordinator = CuttableCoordinator(leaseDuration: lease)
-            let engine = ThreadEngine(store: UnfencedStore(), backend: ScriptedEchoBackend(), settings: ServerSettings(),
+            let engine = ThreadEngine(store: store, backend: ScriptedEchoBackend(), settings: ServerSettings(),
                                       sink: RecordingSink(), coordinator: coordinator)
             let maintenance = maintained ? Task { await engine.maintainLeases() } : nil
             do {
@@ -137,5 +162,44 @@ struct LeaseStepDownTests {
             #expect(message.contains("could not renew its ownership leases"), "\(message)")
         }
         #expect(engine.published(id) == nil, "a snapshot under a lapsed lease is still served")
+    }
+
+    @Test("a tree taken over while a command waits on a slow commit: its thread's snapshot is no longer served (the unload waits behind the command), and the command's thread is loaded afresh after")
+    func takenOverSnapshotNotServedWhileUnloadWaits() async throws {
+        let lease = Duration.seconds(3)
+        let store = UnfencedStore()
+        let (engine, coordinator, maintenance, id) = try await freshlyLeasedThread(lease: lease, maintained: true, store: store) { engine, id in
+            _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "before"; return u }())
+        }
+        defer { maintenance?.cancel() }
+        let tree = try #require(engine.published(id)).stored.record.sessionID
+        store.holding.store(true, ordering: .releasing)
+        let slow = Task { try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "slow"; return u }()) }
+        try await waitFor("the command's commit to wait") { store.waiting.load(ordering: .relaxed) > 0 }
+        // The command holds the thread's gate, waiting on its commit. Another
+        // instance takes the tree; the next renewal tells this one.
+        coordinator.takeOver(tree)
+        let renewalsBefore = coordinator.renewals
+        try await waitFor("a renewal") { coordinator.renewals > renewalsBefore }
+        try await waitFor("the tree to leave the held leases") { engine.leaseView.fences.isEmpty }
+        #expect(engine.published(id) == nil, "a thread whose tree was taken over is still served from memory")
+        #expect(engine.snapshotView(id, includeTurns: false, includeModelRequests: false)?.record.model == nil)
+        store.holding.store(false, ordering: .releasing)
+        _ = try? await slow.value
+        // Unloaded once the command ended; the next read comes from the store.
+        try await waitFor("the unload") { engine.loadCounts.loaded == 0 }
+        #expect(try await engine.readThread(id, includeTurns: false, includeModelRequests: false).status == .notLoaded)
+    }
+
+    /// Polls `condition` for up to 30 s; a failure names what never happened.
+    private func waitFor(_ what: String, _ condition: () -> Bool) async throws {
+        let start = ContinuousClock.now
+        while !condition() {
+            guard ContinuousClock.now - start < .seconds(30) else {
+                Issue.record("waited 30 s for \(what)")
+                throw CancellationError()
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
     }
 }
