@@ -20,6 +20,16 @@ history is checked at the end.
   one field, each snapshot read the pair; so a read that tears (one field
   from before a write, the other from after another) is found, which the
   per-field registers alone cannot see.
+- Notices (what each subscribed connection heard, in the order it heard
+  it): a thread/settings/updated is a snapshot read of (model, cwd) at its
+  commit, which lies after both values' writes were invoked and before the
+  notice arrived, so it joins the snapshot check; it never names a value
+  nobody wrote or a refused write's; one connection hears each change at
+  most once; a field's values come to every connection in one order, which
+  agrees with real time and ends with the final read. A turn/started names
+  an element of the final turn list, at most once per connection, in the
+  list's order. (That a connection hears every change needs numbered
+  events; a connection that drops misses what happened meanwhile.)
 - Caps: the children an agent tree holds at the end are within the cap, and
   no acknowledged spawn is missing. Children are never closed, so their
   number only grows: the end is the highest point of the history.
@@ -36,7 +46,7 @@ INFINITY = math.inf
 @dataclass
 class Operation:
     process: str
-    f: str            # "write", "read", "append", "list", "spawn"
+    f: str            # "write", "read", "append", "list", "spawn", "snapshot", "notice"
     key: str          # "thread:field" for registers, the thread id for lists and caps
     value: object     # written value; read value (on ok); appended element
     invoked: float
@@ -51,6 +61,8 @@ class Verdict:
     acknowledged: int = 0
     failed: int = 0
     indeterminate: int = 0
+    notices: int = 0      # what subscribers heard
+    listeners: int = 0    # on how many connections
     anomalies: list = field(default_factory=list)
     unknown: list = field(default_factory=list)
 
@@ -60,8 +72,9 @@ class Verdict:
 
     def summary(self):
         state = "VALID" if self.valid else ("UNKNOWN" if not self.anomalies else "INVALID")
-        return (f"checker: {state}: {self.operations} operations, {self.acknowledged} acknowledged, {self.failed} failed, "
-                f"{self.indeterminate} indeterminate, {len(self.anomalies)} anomalies"
+        return (f"checker: {state}: {self.operations - self.notices} operations, {self.acknowledged} acknowledged, {self.failed} failed, "
+                f"{self.indeterminate} indeterminate, {self.notices} notices heard on {self.listeners} connections, "
+                f"{len(self.anomalies)} anomalies"
                 + (f", {len(self.unknown)} undecided within the budget" if self.unknown else ""))
 
 
@@ -211,7 +224,6 @@ def check_list(key, appends, reads, anomalies):
                 break
     position = {element: i for i, element in enumerate(longest)}
     acknowledged = [op for op in appends if op.outcome == "ok"]
-    final = answered[-1] if answered else None
     for op in acknowledged:
         if op.value not in position:
             anomalies.append(f"{key}: lost append: {op.value!r} was acknowledged and is in no read")
@@ -229,7 +241,7 @@ def check_list(key, appends, reads, anomalies):
     for op in appends:
         if op.outcome == "fail" and op.value in position:
             anomalies.append(f"{key}: {op.value!r} was refused, yet appended")
-    return final
+    return longest
 
 
 # -- everything -----------------------------------------------------------------
@@ -238,7 +250,11 @@ def check(operations, caps=None, initial=None, budget=2_000_000):
     """A Verdict for a whole history. `caps`: {tree: (cap, final children)};
     `initial`: {register key: its value before the first write}."""
     verdict = Verdict(operations=len(operations))
+    heard_on = {op.process for op in operations if op.f == "notice"}
+    verdict.notices, verdict.listeners = sum(1 for op in operations if op.f == "notice"), len(heard_on)
     for op in operations:
+        if op.f == "notice":
+            continue
         if op.outcome == "ok":
             verdict.acknowledged += 1
         elif op.outcome == "fail":
@@ -262,9 +278,10 @@ def check(operations, caps=None, initial=None, budget=2_000_000):
             verdict.unknown.append(f"{key}: {len(considered)} operations not decided within {budget} steps")
         elif not result:
             verdict.anomalies.append(f"{key}: not linearizable ({explain_register(considered, (initial or {}).get(key))})")
-    check_snapshots(operations, registers, initial or {}, budget, verdict)
-    for key, ops in sorted(lists.items()):
-        check_list(key, [op for op in ops if op.f == "append"], [op for op in ops if op.f == "list"], verdict.anomalies)
+    orders = {key: check_list(key, [op for op in ops if op.f == "append"], [op for op in ops if op.f == "list"], verdict.anomalies)
+              for key, ops in sorted(lists.items())}
+    heard = check_notices(operations, registers, orders, initial or {}, verdict.anomalies)
+    check_snapshots(operations + heard, registers, initial or {}, budget, verdict)
     spawns = {}
     for op in operations:
         if op.f == "spawn":
@@ -305,6 +322,107 @@ def check_snapshots(operations, registers, initial, budget, verdict):
             verdict.unknown.append(f"{thread} (model, cwd): {len(ops)} operations not decided within {budget} steps")
         elif not result:
             verdict.anomalies.append(f"{thread}: a thread/read's (model, cwd) matches no single moment of the history")
+
+
+def check_notices(operations, registers, orders, initial, anomalies):
+    """What subscribers heard (see the module's doc). Returns each settings
+    notice as a snapshot read for `check_snapshots`."""
+    writers = {(key, op.value): op for key, ops in registers.items() for op in ops if op.f == "write"}
+    finals = {op.key: op.value for op in operations if op.f == "read" and op.process == "final" and op.outcome == "ok"}
+    heard, once, last_position = [], set(), {}
+    sequences = {}  # (thread, field) -> {connection: [values, in the order heard]}
+    for notice in sorted((op for op in operations if op.f == "notice"), key=lambda op: op.invoked):
+        thread, value, connection = notice.key, notice.value, notice.process
+        if value["kind"] == "turn":
+            element = value["input"]
+            if (connection, thread, element) in once:
+                anomalies.append(f"{thread}: connection {connection} heard turn {element!r} start twice")
+                continue
+            once.add((connection, thread, element))
+            order = orders.get(thread, [])
+            if element not in order:
+                anomalies.append(f"{thread}: connection {connection} heard turn {element!r} start; no read holds it (never committed)")
+                continue
+            position = order.index(element)
+            if position < last_position.get((connection, thread), -1):
+                anomalies.append(f"{thread}: connection {connection} heard turn {element!r} start after a later one")
+            last_position[(connection, thread)] = position
+            continue
+        pair = tuple(value[name] for name in FIELDS)
+        if (connection, thread, pair) in once:
+            anomalies.append(f"{thread}: connection {connection} heard settings {pair} twice")
+            continue
+        once.add((connection, thread, pair))
+        earliest, made = 0.0, True
+        for name, field_value in zip(FIELDS, pair):
+            key = f"{thread}:{name}"
+            heard_so_far = sequences.setdefault((thread, name), {}).setdefault(connection, [])
+            if not heard_so_far or heard_so_far[-1] != field_value:
+                heard_so_far.append(field_value)
+            if field_value == initial.get(key):
+                continue
+            writer = writers.get((key, field_value))
+            if writer is None or writer.outcome == "fail":
+                anomalies.append(f"{key}: connection {connection} heard {field_value!r}, which was "
+                                 + ("never written" if writer is None else "refused"))
+                made = False
+            else:
+                earliest = max(earliest, writer.invoked)
+        # Every connection's notice of one pair tells of one commit: one
+        # read, ending when the first arrived (copies would only multiply
+        # the search's equivalent orders).
+        if made and (thread, pair) not in once:
+            once.add((thread, pair))
+            heard.append(Operation(connection, "snapshot", thread, dict(zip(FIELDS, pair)), earliest, notice.invoked, "ok"))
+    for (thread, name), by_connection in sorted(sequences.items()):
+        key = f"{thread}:{name}"
+        cycle = order_cycle(key, by_connection, writers, initial.get(key), finals.get(key))
+        if cycle:
+            anomalies.append(f"{key}: subscribers heard its values in orders no single commit order explains: "
+                             + " -> ".join(repr(v) for v in cycle))
+    return heard
+
+
+def order_cycle(key, by_connection, writers, initial, final):
+    """A cycle in "committed before" among the values subscribers heard of
+    one field (each connection's order, real time between acknowledged
+    writes, the initial value first, the final read's last), or None."""
+    values = sorted({v for heard in by_connection.values() for v in heard}, key=repr)
+    after = {v: set() for v in values}
+    for heard in by_connection.values():
+        for a, b in zip(heard, heard[1:]):
+            after[a].add(b)
+    for a in values:
+        for b in values:
+            wa, wb = writers.get((key, a)), writers.get((key, b))
+            if a == initial and b != initial:
+                after[a].add(b)
+            elif b == final and a != final:
+                after[a].add(b)
+            elif wa and wb and wa.outcome == "ok" and wa.completed < wb.invoked:
+                after[a].add(b)
+    state, path = {}, []
+
+    def visit(v):
+        state[v] = 1
+        path.append(v)
+        for w in sorted(after[v], key=repr):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        path.pop()
+        state[v] = 2
+        return None
+
+    for v in values:
+        if v not in state:
+            found = visit(v)
+            if found:
+                return found
+    return None
 
 
 def explain_register(ops, initial=None):

@@ -52,15 +52,34 @@ class Postgres:
                        check=True, capture_output=True)
         with open(f"{self.dir}/data/pg_hba.conf", "a") as hba:
             hba.write(f"host all all {self.host.rsplit('.', 1)[0]}.0/24 trust\n")
+        # In the file, not on the command line, so ALTER SYSTEM can turn it on.
+        with open(f"{self.dir}/data/postgresql.conf", "a") as conf:
+            conf.write("fsync = off\n")
         self._mount_small_disk()
+        self.fsync_control, self.fsync_count = f"{self.dir}/slow-fsync", f"{self.dir}/slowed-fsyncs"
+        self.preload = f"{self.dir}/slow_fsync.so"
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", self.preload, str(Path(__file__).with_name("slow_fsync.c")), "-ldl"],
+                       check=True, capture_output=True)
         self.start()
         self.databases = 0
 
     def start(self):
-        subprocess.run(self.net.exec_args("pg") + ["runuser", "-u", "postgres", "--",
+        subprocess.run(self.net.exec_args("pg") + ["runuser", "-u", "postgres", "--", "env", f"LD_PRELOAD={self.preload}",
+            f"SLOW_FSYNC_CONTROL={self.fsync_control}", f"SLOW_FSYNC_COUNT={self.fsync_count}",
             f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/server.log", "-w", "-t", "60",
-            "-o", f"-h {self.host} -p {PG_PORT} -k {self.dir} -c max_connections=300 -c fsync=off", "start"],
+            "-o", f"-h {self.host} -p {PG_PORT} -k {self.dir} -c max_connections=300", "start"],
             check=True, capture_output=True)
+
+    def durable(self, on):
+        """fsync on (each commit waits for its WAL flush) or off, at once."""
+        self.sql(f"ALTER SYSTEM SET fsync = {'on' if on else 'off'}")
+        self.sql("SELECT pg_reload_conf()")
+
+    def slow_fsync(self, milliseconds):
+        """Every fsync and fdatasync of PostgreSQL waits this long first
+        (slow_fsync.c); 0 ends it. Returns how many calls were delayed so far."""
+        Path(self.fsync_control).write_text(str(milliseconds))
+        return Path(self.fsync_count).stat().st_size if os.path.exists(self.fsync_count) else 0
 
     def restart(self, mode):
         """pg_ctl stop -m MODE ("fast": clients disconnected, a checkpoint;

@@ -86,6 +86,7 @@ def run(lab, name, faults, tmp_path, skews=None, setup_instance=0, seed=1, token
         assert second == state_of, f"the two checkers disagree: gocheck {second} {second_anomalies[:5]}"
         assert verdict.valid
         assert verdict.acknowledged > 50, "too little was acknowledged to judge anything"
+        assert verdict.notices > 20, "the subscribers heard too little to judge what they heard"
         assert state["stuck_turns"] == [], f"turns still running {state['turns_settled_after']} s after the heal"
         failed = False
         return verdict, observed, operations
@@ -402,6 +403,39 @@ def test_postgres_paused_beyond_the_lease(lab, tmp_path):
 
     _, (paused, resumed), operations = run(lab, "PostgreSQL paused (SIGSTOP)", faults, tmp_path, seed=81)
     print(f"  PostgreSQL paused {resumed - paused:.1f} s: writes back after {writes_back_after(operations, paused, resumed):.1f} s")
+
+
+def test_postgres_fsync_slowed(lab, tmp_path):
+    """PostgreSQL durable (fsync on), then every fsync and fdatasync delayed
+    (slow_fsync.c): 200 ms for 3 s (commits wait for a slow WAL flush), then
+    1.5 s for 3 s (beyond half the lease: renewals come late), then normal."""
+    net, postgres = lab
+    postgres.durable(True)
+    windows = []
+
+    def faults(net, nodes, started):
+        sleep_until(started + 1)
+        for milliseconds in (200, 1500):
+            begun = time.monotonic()
+            postgres.slow_fsync(milliseconds)
+            sleep_until(begun + 3)
+            windows.append((milliseconds, begun, time.monotonic()))
+        delayed = postgres.slow_fsync(0)
+        return delayed, time.monotonic()
+
+    try:
+        _, (delayed, normal), operations = run(lab, "PostgreSQL fsync slowed", faults, tmp_path, seed=91)
+    finally:
+        postgres.slow_fsync(0)
+        postgres.durable(False)
+    assert delayed > 0, "no fsync was delayed: the fault did not reach PostgreSQL"
+    for milliseconds, begun, ended in windows:
+        acknowledged = sorted(op.completed - op.invoked for op in operations
+                              if op.f in ("write", "append") and op.outcome == "ok" and begun <= op.invoked < ended)
+        middle = f"{acknowledged[len(acknowledged) // 2] * 1000:.0f} ms" if acknowledged else "none"
+        print(f"  fsync slowed by {milliseconds} ms for {ended - begun:.1f} s: {len(acknowledged)} changes acknowledged, "
+              f"median {middle}")
+    print(f"  {delayed} flushes delayed in all; writes back after {writes_back_after(operations, windows[0][1], normal):.1f} s")
 
 
 @pytest.mark.parametrize("round", range(ROUNDS))

@@ -134,6 +134,15 @@ def test_a_torn_snapshot_is_found_though_each_field_alone_is_fine():
 
 # -- the second checker (gocheck, in Go) agrees on every hand-made history ----
 
+def heard(connection, at, model=None, cwd=None, turn=None, thread="t"):
+    """What a subscribed connection heard at `at`: settings (model, cwd) or a turn's input."""
+    value = {"kind": "turn", "input": turn} if turn is not None else {"kind": "settings", "model": model, "cwd": cwd}
+    return Operation(connection, "notice", thread, value, at, at, "ok")
+
+
+START = {"initial": {"t:model": "m0", "t:cwd": "c0"}}
+TWO_WRITES = [w("t:model", "m1", 0, 1), w("t:cwd", "c1", 2, 3), Operation("final", "read", "t:model", "m1", 10, 11, "ok")]
+TWO_TURNS = [append("t", "x", 0, 1), append("t", "y", 2, 3), read_list("t", ["x", "y"], 10, 11)]
 MAYBE = w("t:model", "a", 0, outcome="info")
 CASES = {
     "sequential and concurrent": ([w("t:model", "a", 0, 1), r("t:model", "a", 2, 3), w("t:model", "b", 4, 10),
@@ -158,6 +167,23 @@ CASES = {
                        snapshot("t", "m0", "c1", 0.5, 4)], {"initial": {"t:model": "m0", "t:cwd": "c0"}}),
     "whole snapshots": ([w("t:model", "m1", 0, 1), w("t:cwd", "c1", 2, 3), snapshot("t", "m1", "c0", 1.5, 1.8),
                          snapshot("t", "m1", "c1", 3.5, 4)], {"initial": {"t:model": "m0", "t:cwd": "c0"}}),
+    "notices fine": (TWO_WRITES + [heard("s1", 1.5, "m1", "c0"), heard("s1", 3.5, "m1", "c1"),
+                                    heard("s2", 3.6, "m1", "c1")], START),
+    "notice heard twice": (TWO_WRITES + [heard("s1", 1.5, "m1", "c0"), heard("s1", 1.6, "m1", "c0")], START),
+    "notice of a refused write": ([w("t:model", "m1", 0, 1, outcome="fail"), heard("s1", 1.5, "m1", "c0")], START),
+    "notice of nothing written": ([heard("s1", 1.5, "m9", "c0")], START),
+    "torn notice": (TWO_WRITES + [heard("s1", 4, "m0", "c1")], START),
+    "notices against real time": ([w("t:model", "m1", 0, 1), w("t:model", "m2", 2, 3), heard("s1", 3.5, "m2", "c0"),
+                                   heard("s1", 3.6, "m1", "c0")], START),
+    "connections disagree": ([w("t:model", "m1", 0, 5), w("t:model", "m2", 0, 5), heard("s1", 5.1, "m1", "c0"),
+                              heard("s1", 5.2, "m2", "c0"), heard("s2", 5.1, "m2", "c0"), heard("s2", 5.2, "m1", "c0")], START),
+    "a notice after the final value": ([w("t:model", "m1", 0, 5), w("t:model", "m2", 0, 5), heard("s1", 5.1, "m2", "c0"),
+                                        heard("s1", 5.2, "m1", "c0"), Operation("final", "read", "t:model", "m2", 10, 11, "ok")],
+                                       START),
+    "turn notices fine": (TWO_TURNS + [heard("s1", 1.5, turn="x"), heard("s1", 3.5, turn="y")], {}),
+    "turn heard twice": (TWO_TURNS + [heard("s1", 1.5, turn="x"), heard("s1", 1.6, turn="x")], {}),
+    "turn heard out of order": (TWO_TURNS + [heard("s1", 3.5, turn="y"), heard("s1", 3.6, turn="x")], {}),
+    "turn heard, never committed": (TWO_TURNS + [heard("s1", 3.5, turn="z")], {}),
 }
 
 
@@ -177,4 +203,5 @@ def test_the_two_checkers_agree(name, tmp_path):
     verdict, anomalies = second_checker.verdict(tmp_path / "history", tmp_path / "setup", cap)
     assert verdict == expected, anomalies
     assert (verdict == "VALID") == (name in {"sequential and concurrent", "indeterminate applied late", "lists fine",
-                                             "spawn fine", "whole snapshots"}), "a planted anomaly was missed"
+                                             "spawn fine", "whole snapshots", "notices fine", "turn notices fine"}), \
+        "a planted anomaly was missed"

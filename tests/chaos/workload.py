@@ -9,6 +9,11 @@ fail or info line when it ends.
     workload.py --instances HOST:PORT,... --history FILE --setup FILE
                 --duration SECONDS --healed FILE [--workers N] [--seed N]
 
+Subscribers (--subscribers) hold their own connections, subscribed to every
+thread (thread/resume), and record each settings change and turn start they
+hear as a "notice" of their connection: the checker judges the order, the
+uniqueness and the reality of what each connection heard.
+
 After --duration the workers stop; once the --healed file exists (every
 fault healed, every instance running) the final reads are made and recorded.
 """
@@ -16,13 +21,14 @@ import argparse
 import json
 import os
 import random
+import socket
 import sys
 import threading
 import traceback
 import time
 from pathlib import Path
 
-from threadwire_client import Client, ReconnectingClient, RetryPolicy
+from threadwire_client import Client, ReconnectingClient, RetryPolicy, StatusError
 
 # Refusals the server remembers under an idempotency key: the change surely
 # was not made. Any other end of an operation leaves it indeterminate.
@@ -42,6 +48,16 @@ class History:
             self._write({"type": "invoke", "id": self.next_id, "process": process, "f": f, "key": key, "value": value,
                          "time": time.monotonic()})
             return self.next_id
+
+    def notice(self, process, key, value):
+        """Something a subscriber heard, when it heard it: an operation that
+        ends as it begins."""
+        with self.lock:
+            self.next_id += 1
+            now = time.monotonic()
+            self._write({"type": "invoke", "id": self.next_id, "process": process, "f": "notice", "key": key, "value": value,
+                         "time": now})
+            self._write({"type": "ok", "id": self.next_id, "value": None, "time": now})
 
     def end(self, op_id, outcome, value=None, error=None):
         with self.lock:
@@ -159,6 +175,46 @@ def worker(index, args, setup, history, deadline):
     client.close()
 
 
+def subscriber(index, args, setup, history, deadline):
+    """Listens until the deadline, one connection after another: a new one
+    (on the next instance) when one is lost or cannot subscribe."""
+    connect = connector(args.instances, index + 1)
+    connections = 0
+    while time.monotonic() < deadline:
+        connections += 1
+        name = f"s{index}.{connections}"
+        try:
+            client = connect()
+        except OSError:
+            time.sleep(0.2)
+            continue
+        try:
+            for thread in setup["threads"]:
+                client.call("thread/resume", {"thread_id": thread, "exclude_turns": True})
+            while time.monotonic() < deadline:
+                try:
+                    client._pump(deadline=min(deadline, time.monotonic() + 0.5))
+                except (TimeoutError, socket.timeout):
+                    pass
+                while client.notifications:
+                    record_notice(history, name, client.notifications.pop(0))
+        except (OSError, StatusError):
+            time.sleep(0.1)  # lost, or refused while an instance is cut off: try the next one
+        finally:
+            client.close()
+
+
+def record_notice(history, connection, notification):
+    kind = notification.WhichOneof("payload")
+    if kind == "thread_settings_updated":
+        note = notification.thread_settings_updated
+        history.notice(connection, note.thread_id, {"kind": "settings", "model": note.settings.model, "cwd": note.settings.cwd})
+    elif kind == "turn_started":
+        note = notification.turn_started
+        history.notice(connection, note.thread_id,
+                       {"kind": "turn", "input": next((item.text for item in note.turn.items if item.type == USER_MESSAGE), "")})
+
+
 TURN_IN_PROGRESS = 1
 
 
@@ -187,6 +243,7 @@ def main():
     parser.add_argument("--healed", required=True)
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--subscribers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=1.0)
     parser.add_argument("--setup-instance", type=int, default=0, help="the instance that creates (and first owns) the threads")
@@ -225,7 +282,14 @@ def main():
         except BaseException:
             died.append(f"worker {index}:\n{traceback.format_exc()}")
 
+    def listening(index):
+        try:
+            subscriber(index, args, setup, history, deadline)
+        except BaseException:
+            died.append(f"subscriber {index}:\n{traceback.format_exc()}")
+
     workers = [threading.Thread(target=guarded, args=(i,)) for i in range(args.workers)]
+    workers += [threading.Thread(target=listening, args=(i,)) for i in range(args.subscribers)]
     for thread in workers:
         thread.start()
     for thread in workers:

@@ -19,6 +19,15 @@
 //   - snapshots: a thread's (model, cwd) as one register, each write
 //     setting one field, each thread/read reading both.
 //   - lists (a thread's turns): Elle's list-append checks on the reads.
+//   - notices (what each subscribed connection heard): a settings notice is
+//     the state at its commit, so a snapshot whose call starts when the later
+//     of its two values' writes was invoked and returns when it arrived; it
+//     names no unwritten or refused value; no connection hears one twice;
+//     each field's values reach every connection in one order (Kahn's
+//     topological sort over each connection's order, real time between
+//     acknowledged writes, initial value first, final read last). A turn
+//     notice names an element of the longest list read, once per
+//     connection, in that list's order.
 //   - caps: final children within the cap, no acknowledged spawn missing.
 package main
 
@@ -314,6 +323,14 @@ func check(ops []*op, s setup, cap int) (anomalies, undecided []string) {
 		}
 	}
 
+	orders := map[string][]string{}
+	for _, key := range sortedKeys(lists) {
+		found, longest := checkList(key, lists[key])
+		anomalies = append(anomalies, found...)
+		orders[key] = longest
+	}
+	anomalies = append(anomalies, checkNotices(ops, byKey, orders, snapshots, initial)...)
+
 	for _, thread := range sortedKeys(snapshots) {
 		var calls []call
 		for _, o := range snapshots[thread] {
@@ -350,10 +367,6 @@ func check(ops []*op, s setup, cap int) (anomalies, undecided []string) {
 		}
 	}
 
-	for _, key := range sortedKeys(lists) {
-		anomalies = append(anomalies, checkList(key, lists[key])...)
-	}
-
 	if s.SpawnRoot != "" {
 		children := map[string]bool{}
 		for _, c := range s.Children {
@@ -374,7 +387,7 @@ func check(ops []*op, s setup, cap int) (anomalies, undecided []string) {
 }
 
 // checkList: the reads of one thread's turns against its appends.
-func checkList(key string, ops []*op) (anomalies []string) {
+func checkList(key string, ops []*op) (anomalies []string, longest []string) {
 	appended := map[string]*op{}
 	var reads []*op
 	var appends []*op
@@ -398,7 +411,6 @@ func checkList(key string, ops []*op) (anomalies []string) {
 		_ = json.Unmarshal(o.value, &v)
 		return v
 	}
-	var longest []string
 	for _, r := range reads {
 		seen := map[string]bool{}
 		list := values(r)
@@ -462,7 +474,185 @@ func checkList(key string, ops []*op) (anomalies []string) {
 			}
 		}
 	}
+	return anomalies, longest
+}
+
+// checkNotices judges what subscribers heard; each settings notice also
+// becomes a snapshot (added to `snapshots`) for the snapshot check.
+func checkNotices(ops []*op, byKey map[string][]*op, orders map[string][]string, snapshots map[string][]*op,
+	initial func(string) string) (anomalies []string) {
+	writes := map[string]*op{}
+	finals := map[string]string{}
+	for key, list := range byKey {
+		for _, o := range list {
+			if o.f == "write" {
+				writes[key+"\x00"+canonical(o.value)] = o
+			} else if o.process == "final" && o.outcome == "ok" {
+				finals[key] = canonical(o.value)
+			}
+		}
+	}
+	var notices []*op
+	for _, o := range ops {
+		if o.f == "notice" {
+			notices = append(notices, o)
+		}
+	}
+	sort.SliceStable(notices, func(i, j int) bool { return notices[i].invoked < notices[j].invoked })
+	heardTwice := map[string]bool{}
+	lastIndex := map[string]int{}
+	// field key -> connection -> values in the order heard (repeats folded)
+	heard := map[string]map[string][]string{}
+	for _, n := range notices {
+		var v struct {
+			Kind  string          `json:"kind"`
+			Input string          `json:"input"`
+			Model json.RawMessage `json:"model"`
+			Cwd   json.RawMessage `json:"cwd"`
+		}
+		_ = json.Unmarshal(n.value, &v)
+		if v.Kind == "turn" {
+			once := n.process + "\x00" + n.key + "\x00turn\x00" + v.Input
+			if heardTwice[once] {
+				anomalies = append(anomalies, fmt.Sprintf("%s: %s heard turn %q twice", n.key, n.process, v.Input))
+				continue
+			}
+			heardTwice[once] = true
+			index := -1
+			for i, element := range orders[n.key] {
+				if element == v.Input {
+					index = i
+				}
+			}
+			if index < 0 {
+				anomalies = append(anomalies, fmt.Sprintf("%s: %s heard turn %q, in no read", n.key, n.process, v.Input))
+				continue
+			}
+			conn := n.process + "\x00" + n.key
+			if last, ok := lastIndex[conn]; ok && index < last {
+				anomalies = append(anomalies, fmt.Sprintf("%s: %s heard turn %q out of order", n.key, n.process, v.Input))
+			}
+			lastIndex[conn] = index
+			continue
+		}
+		values := []string{canonical(v.Model), canonical(v.Cwd)}
+		once := n.process + "\x00" + n.key + "\x00settings\x00" + values[0] + "\x00" + values[1]
+		if heardTwice[once] {
+			anomalies = append(anomalies, fmt.Sprintf("%s: %s heard settings %v twice", n.key, n.process, values))
+			continue
+		}
+		heardTwice[once] = true
+		start, real := 0.0, true
+		for i, field := range []string{":model", ":cwd"} {
+			key := n.key + field
+			if heard[key] == nil {
+				heard[key] = map[string][]string{}
+			}
+			seq := heard[key][n.process]
+			if len(seq) == 0 || seq[len(seq)-1] != values[i] {
+				heard[key][n.process] = append(seq, values[i])
+			}
+			if values[i] == initial(key) {
+				continue
+			}
+			w := writes[key+"\x00"+values[i]]
+			if w == nil || w.outcome == "fail" {
+				anomalies = append(anomalies, fmt.Sprintf("%s: %s heard %s, never written or refused", key, n.process, values[i]))
+				real = false
+				continue
+			}
+			start = math.Max(start, w.invoked)
+		}
+		// One snapshot per pair, however many connections heard it: they
+		// tell of one commit (the first arrival bounds it).
+		commit := n.key + "\x00" + values[0] + "\x00" + values[1]
+		if real && !heardTwice[commit] {
+			heardTwice[commit] = true
+			value, _ := json.Marshal(map[string]json.RawMessage{"model": json.RawMessage(values[0]), "cwd": json.RawMessage(values[1])})
+			snapshots[n.key] = append(snapshots[n.key], &op{process: n.process, f: "snapshot", key: n.key, value: value,
+				invoked: start, done: n.invoked, outcome: "ok"})
+		}
+	}
+	keys := make([]string, 0, len(heard))
+	for key := range heard {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if !oneOrder(key, heard[key], writes, initial(key), finals[key]) {
+			anomalies = append(anomalies, key+": subscribers heard its values in orders no single commit order explains")
+		}
+	}
 	return anomalies
+}
+
+// oneOrder: whether the "committed before" relation among the heard values
+// of one field has no cycle (Kahn: repeatedly remove a value nothing precedes).
+func oneOrder(key string, byConnection map[string][]string, writes map[string]*op, initial, final string) bool {
+	nodes := map[string]bool{}
+	for _, seq := range byConnection {
+		for _, v := range seq {
+			nodes[v] = true
+		}
+	}
+	edges := map[string]map[string]bool{}
+	add := func(a, b string) {
+		if edges[a] == nil {
+			edges[a] = map[string]bool{}
+		}
+		edges[a][b] = true
+	}
+	for _, seq := range byConnection {
+		for i := 1; i < len(seq); i++ {
+			add(seq[i-1], seq[i])
+		}
+	}
+	for a := range nodes {
+		for b := range nodes {
+			if a == b {
+				continue
+			}
+			wa, wb := writes[key+"\x00"+a], writes[key+"\x00"+b]
+			switch {
+			case a == initial:
+				add(a, b)
+			case b == final:
+				add(a, b)
+			case wa != nil && wb != nil && wa.outcome == "ok" && wa.done < wb.invoked:
+				add(a, b)
+			}
+		}
+	}
+	indegree := map[string]int{}
+	for a := range nodes {
+		for b := range edges[a] {
+			if a != b {
+				indegree[b]++
+			}
+		}
+	}
+	var ready []string
+	for v := range nodes {
+		if indegree[v] == 0 {
+			ready = append(ready, v)
+		}
+	}
+	removed := 0
+	for len(ready) > 0 {
+		v := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		removed++
+		for b := range edges[v] {
+			if b == v {
+				continue
+			}
+			indegree[b]--
+			if indegree[b] == 0 {
+				ready = append(ready, b)
+			}
+		}
+	}
+	return removed == len(nodes)
 }
 
 func contains(list []string, v string) bool {
