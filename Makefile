@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -184,6 +184,11 @@ bench: apt-deps
 	swift build -c release --product threadwire-server
 	cd Benchmarks && swift build -c release
 	cd Benchmarks && .build/release/ThreadwireBench run --server-bin ../.build/release/threadwire-server $(BENCH_ARGS)
+
+## Issue 46: 100,000 threads, one thread of 100,000 turns, 10,000 subscribed connections
+## (the scale section of make bench alone).
+bench-scale:
+	$(MAKE) bench BENCH_ARGS="--only scale $(BENCH_ARGS)"
 
 ## Issue 8 (thread ownership) measurements with the release server and CLI.
 bench-ownership: apt-deps

@@ -86,6 +86,9 @@ final class FrameConnection: @unchecked Sendable {
         }
     }
 
+    /// The next frame the server sends, whatever it is.
+    func next() async throws -> [UInt8] { try await inbox.next() }
+
     func close() async { try? await channel.close() }
 }
 
@@ -161,6 +164,7 @@ enum FrameLoad {
 extension Duration {
     var secondsValue: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
     var micros: Int64 { components.seconds * 1_000_000 + components.attoseconds / 1_000_000_000_000 }
+    var millis: Double { secondsValue * 1000 }
 }
 
 /// Frames of the real protocol.

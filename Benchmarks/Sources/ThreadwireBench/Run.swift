@@ -18,6 +18,8 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Seconds per load measurement.") var seconds = 3.0
     @Option(help: "Runs per figure; the median is reported.") var repeats = 3
     @Option(help: "Sections to run: codec, transport, grpc, record, writes, scale (default: all).") var only: [String] = []
+    @Option(help: "Turns of the scale section's long thread.") var longTurns = 100_000
+    @Option(help: "Subscribed connections in the scale section.") var subscribers = 10_000
 
     func wants(_ section: String) -> Bool { only.isEmpty || only.contains(section) }
 
@@ -359,7 +361,7 @@ struct Run: AsyncParsableCommand {
         }
 
         let server = try Spawned(serverBin, ["--listen", "127.0.0.1:0", "--data-dir", dir + "/idle", "--log-level", "error",
-                                             "--handshake-timeout-ms", "600000"])
+                                             "--handshake-timeout-ms", "600000", "--max-connections", "6000"])
         defer { server.stop() }
         let before = server.residentKiB()
         var idle: [FrameConnection] = []
@@ -369,6 +371,187 @@ struct Run: AsyncParsableCommand {
         print(String(format: "\n5,000 idle initialized connections: server RSS %d KiB -> %d KiB, %.1f KiB per connection.\n",
                      before, after, Double(after - before) / 5_000))
         for c in idle { await c.close() }
+        server.stop()
+
+        try await longThread(directory: dir + "/long", turns: longTurns)
+        try await subscribedConnections(directory: dir + "/subscribed", count: subscribers)
+    }
+
+    /// Waits for `turn/completed` of the turn a turn/start or
+    /// thread/compact/start (request `id`) began; milliseconds from sending.
+    private func turnMillis(_ connection: FrameConnection, id: UInt64, _ params: Wire.Request.Params, thread: String) async throws -> Double {
+        let start = ContinuousClock.now
+        _ = try await connection.roundTrip(Frames.request(id, params)) { frame in
+            if case let .notification(note)? = try? Wire.Envelope(serializedBytes: frame).kind,
+               case let .turnCompleted(done)? = note.payload { return done.threadId == thread }
+            if let response = Frames.response(frame), response.id == id, (response.code ?? 0) != 0 { return true }
+            return false
+        }
+        return (ContinuousClock.now - start).millis
+    }
+
+    /// One thread of `turns` turns (issue 46): two real turns made through
+    /// the server, then the last one's records (turn, items, history) copied
+    /// into the store under new ids until the thread has `turns`; then the
+    /// server opens it cold: resume, reads, pages, new turns, compaction, RSS.
+    func longThread(directory: String, turns: Int) async throws {
+        print("\n## One thread of \(turns) turns\n")
+        var server = try Spawned(serverBin, ["--listen", "127.0.0.1:0", "--data-dir", directory, "--log-level", "error"])
+        var client = try await Frames.initialized(port: server.port)
+        let thread = try await Frames.startThread(client)
+        for n in 0..<2 {
+            _ = try await turnMillis(client, id: UInt64(10 + n), .turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text("look at file_\(n).swift"))])), thread: thread)
+        }
+        await client.close()
+        server.stop()
+
+        let filling = ContinuousClock.now
+        let store = try SQLiteThreadStore(directory: directory)
+        guard let seed = try await store.loadThread(thread), let template = seed.turns.array.last, let historyStart = template.historyStart else {
+            throw BenchError("the seed thread has no turn to copy")
+        }
+        let templateHistory = Array(seed.history.array[historyStart...])
+        var history = seed.history.count
+        var record = seed.record
+        var made = seed.turns.count
+        while made < turns {
+            var operations: [StoreOperation] = []
+            for sequence in made..<min(turns, made + 1_000) {
+                var turn = template
+                turn.id = newID()
+                turn.sequence = sequence
+                turn.historyStart = history
+                turn.items = template.items.map { item in var item = item; item.id = newID(); return item }
+                operations.append(.appendHistory(thread, firstSequence: history, items: templateHistory))
+                operations.append(.putTurn(turn))
+                history += templateHistory.count
+            }
+            made = min(turns, made + 1_000)
+            record.version += 1
+            operations.insert(.putThread(record), at: 0)
+            try await store.commit(operations)
+        }
+        let fileBytes = (try? FileManager.default.subpathsOfDirectory(atPath: directory).reduce(0) { total, name in
+            total + ((try? FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.size] as? Int) ?? 0)
+        }) ?? 0
+        print(String(format: "%d turns (%d history items) in the store in %.1f s; store files %.0f MiB.\n",
+                     turns, history, (ContinuousClock.now - filling).millis / 1000, Double(fileBytes) / 1_048_576))
+
+        server = try Spawned(serverBin, ["--listen", "127.0.0.1:0", "--data-dir", directory, "--log-level", "error"])
+        defer { server.stop() }
+        client = try await Frames.initialized(port: server.port)
+        let idle = server.residentKiB()
+        var histogram = Histogram<UInt64>(highestTrackableValue: 600_000_000, numberOfSignificantValueDigits: .three)
+        func timed(_ rounds: Int, _ request: (Int) -> [UInt8]) async throws -> (p50: Double, p99: Double) {
+            histogram.reset()
+            for n in 0..<rounds {
+                let start = ContinuousClock.now
+                _ = try await client.roundTrip(request(n)) { Frames.response($0) != nil }
+                _ = histogram.record(UInt64((ContinuousClock.now - start).micros))
+            }
+            return (Double(histogram.valueAtPercentile(50)) / 1000, Double(histogram.valueAtPercentile(99)) / 1000)
+        }
+        func read(_ n: Int) -> [UInt8] {
+            var params = Wire.ThreadReadParams()
+            params.threadId = thread
+            params.includeTurns = true
+            params.turnsLimit = 10
+            return Frames.request(UInt64(100 + n), .threadRead(params))
+        }
+        let coldRead = try await timed(1, read)
+        print("| operation on the thread of \(turns) turns | p50 ms | p99 ms | samples |")
+        print("|---|---|---|---|")
+        print(String(format: "| thread/read, newest 10 turns, not loaded (from the store) | %.2f | | 1 |", coldRead.p50))
+        let coldResume = try await timed(1) { n in Frames.request(UInt64(200 + n), .threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true))) }
+        let loaded = server.residentKiB()
+        print(String(format: "| thread/resume, cold (loads every turn and item) | %.1f | | 1 |", coldResume.p50))
+        let warmRead = try await timed(200, read)
+        print(String(format: "| thread/read, newest 10 turns, loaded | %.2f | %.2f | 200 |", warmRead.p50, warmRead.p99))
+        var cursor: String? = nil
+        var pages = 0
+        histogram.reset()
+        while pages < 1_000 {
+            var params = Wire.ThreadTurnsListParams(threadId: thread, cursor: cursor, limit: 100, sortDirection: .descending)
+            params.cursor = cursor
+            let start = ContinuousClock.now
+            let reply = try await client.roundTrip(Frames.request(UInt64(1_000 + pages), .threadTurnsList(params))) { Frames.response($0) != nil }
+            _ = histogram.record(UInt64((ContinuousClock.now - start).micros))
+            pages += 1
+            guard case let .threadTurnsList(page)? = Frames.response(reply)?.result, let next = page.nextCursor else { break }
+            cursor = next
+        }
+        print(String(format: "| thread/turns/list, 100 a page, newest to oldest | %.2f | %.2f | %d pages |",
+                     Double(histogram.valueAtPercentile(50)) / 1000, Double(histogram.valueAtPercentile(99)) / 1000, pages))
+        var samples: [Double] = []
+        for n in 0..<10 {
+            samples.append(try await turnMillis(client, id: UInt64(5_000 + n), .turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text("one more \(n)"))])), thread: thread))
+        }
+        samples.sort()
+        print(String(format: "| turn/start to turn/completed (the model request carries the whole history) | %.1f | %.1f | 10 |", samples[5], samples[9]))
+        let compaction = try await turnMillis(client, id: 6_000, .threadCompactStart(Wire.ThreadCompactStartParams(threadId: thread)), thread: thread)
+        print(String(format: "| thread/compact/start to turn/completed | %.1f | | 1 |", compaction))
+        samples = []
+        for n in 0..<10 {
+            samples.append(try await turnMillis(client, id: UInt64(7_000 + n), .turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text("after compaction \(n)"))])), thread: thread))
+        }
+        samples.sort()
+        print(String(format: "| turn/start to turn/completed after the compaction | %.1f | %.1f | 10 |", samples[5], samples[9]))
+        print(String(format: "\nServer RSS: %.0f MiB started, %.0f MiB with the thread loaded, %.0f MiB at the end.",
+                     Double(idle) / 1024, Double(loaded) / 1024, Double(server.residentKiB()) / 1024))
+        await client.close()
+    }
+
+    /// `count` connections subscribed to one thread (thread/resume), then one
+    /// settings change: how long until every one of them has heard it, and
+    /// the server's memory per subscribed connection.
+    func subscribedConnections(directory: String, count: Int) async throws {
+        print("\n## \(count) subscribed connections\n")
+        let server = try Spawned(serverBin, ["--listen", "127.0.0.1:0", "--data-dir", directory, "--log-level", "error",
+                                             "--max-connections", "\(count + 100)", "--handshake-timeout-ms", "600000"])
+        defer { server.stop() }
+        let writer = try await Frames.initialized(port: server.port)
+        let thread = try await Frames.startThread(writer)
+        let before = server.residentKiB()
+        let connecting = ContinuousClock.now
+        var watchers: [FrameConnection] = []
+        for _ in 0..<count {
+            let watcher = try await Frames.initialized(port: server.port)
+            _ = try await watcher.roundTrip(Frames.request(3, .threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true)))) { Frames.response($0)?.id == 3 }
+            watchers.append(watcher)
+        }
+        let connected = (ContinuousClock.now - connecting).millis / 1000
+        try await Task.sleep(for: .milliseconds(500))
+        let after = server.residentKiB()
+        print(String(format: "Connected, initialized and subscribed %d connections in %.1f s; server RSS %.0f -> %.0f MiB, %.1f KiB per subscribed connection.",
+                     count, connected, Double(before) / 1024, Double(after) / 1024, Double(after - before) / Double(count)))
+        for round in 0..<3 {
+            let sent = ContinuousClock.now
+            var update = Wire.ThreadSettingsUpdateParams()
+            update.threadId = thread
+            update.model = "model-\(round)"
+            async let acknowledged = writer.roundTrip(Frames.request(UInt64(10 + round), .threadSettingsUpdate(update))) { Frames.response($0)?.id == UInt64(10 + round) }
+            let arrivals = try await withThrowingTaskGroup(of: Double.self) { group in
+                for watcher in watchers {
+                    group.addTask {
+                        while true {
+                            let frame = try await watcher.next()
+                            if case let .notification(note)? = try? Wire.Envelope(serializedBytes: frame).kind,
+                               case let .threadSettingsUpdated(changed)? = note.payload, changed.settings?.model == "model-\(round)" {
+                                return (ContinuousClock.now - sent).millis
+                            }
+                        }
+                    }
+                }
+                var all: [Double] = []
+                for try await arrival in group { all.append(arrival) }
+                return all.sorted()
+            }
+            _ = try await acknowledged
+            print(String(format: "Settings change %d: all %d subscribers heard it within %.0f ms (median %.0f ms, p99 %.0f ms).",
+                         round + 1, arrivals.count, arrivals.last ?? 0, arrivals[arrivals.count / 2], arrivals[arrivals.count * 99 / 100]))
+        }
+        for watcher in watchers { await watcher.close() }
+        await writer.close()
     }
 
     func raiseFileLimit() {
