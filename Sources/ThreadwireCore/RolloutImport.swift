@@ -76,9 +76,11 @@ public struct RolloutParser: Sendable {
     private mutating func sessionMeta(_ payload: [String: Any]) {
         guard let id = payload["id"] as? String else { return }
         if threadID == nil { threadID = id }
-        // Metadata updates append more session_meta lines: the newest of this thread's wins.
+        // Metadata updates append more session_meta lines: the newest of this
+        // thread's wins, field by field. A null is a writer that did not record
+        // the field (a resume): it erases nothing (codex #25351).
         guard id == threadID else { return }
-        for (key, value) in payload { meta[key] = JSONAny(value) }
+        for (key, value) in payload where !(value is NSNull) { meta[key] = JSONAny(value) }
     }
 
     /// A turn begins with its context (or its turn_started event); a

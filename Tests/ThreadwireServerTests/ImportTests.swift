@@ -19,10 +19,11 @@ struct ImportTests {
     static let torn = "0196a000-0000-7000-8000-000000000020"
     static let malformed = "0196a000-0000-7000-8000-000000000030"
     static let newest = "0196a000-0000-7000-8000-000000000040"
+    static let nullVersion = "0196a000-0000-7000-8000-000000000050"
 
     /// The files, children before their parent.
     static let files = ["child_tester.jsonl", "child_explorer.jsonl", "parent_v2.jsonl", "root.jsonl", "torn.jsonl",
-                        "malformed_middle.jsonl", "newest_meta.jsonl"]
+                        "malformed_middle.jsonl", "newest_meta.jsonl", "null_version.jsonl"]
 
     /// `threadwire import --json` against the server; the parsed output.
     func importFiles(_ server: ServerProcess, _ names: [String], extra: [String] = []) async throws -> (Int32, [String: Any]) {
@@ -54,7 +55,7 @@ struct ImportTests {
         let (status, output) = try await importFiles(server, Self.files)
         #expect(status == 0, "\(output)")
         let reports = reports(output)
-        #expect(reports.count == 7)
+        #expect(reports.count == 8)
 
         // The report: skipped lines with their numbers and why; unknown kinds counted.
         let tornSkipped = try #require(reports[Self.torn]?["skipped"] as? [[String: Any]])
@@ -128,6 +129,9 @@ struct ImportTests {
         // Newest session_meta wins; a torn file keeps what it had.
         let newest = try #require(try await client.read(Self.newest, turns: false).thread)
         #expect(newest.cwd == "/new/place" && newest.multiAgentRuntime == .v2)
+        // A later null (a resume that did not record it) erases nothing: still v2, read and resumed.
+        #expect(try await client.read(Self.nullVersion, turns: false).thread?.multiAgentRuntime == .v2, "a null erased the recorded runtime")
+        #expect(try await client.resume(Self.nullVersion).thread?.multiAgentRuntime == .v2)
         let torn = try #require(try await client.read(Self.torn).thread)
         #expect(torn.turns.first?.items.map(\.text) == ["start something long", "Working on it"])
 
@@ -136,14 +140,14 @@ struct ImportTests {
         let (againStatus, again) = try await importFiles(server, Self.files)
         #expect(againStatus == 0)
         let outcomes = (again["files"] as? [[String: Any]] ?? []).compactMap { $0["outcome"] as? String }
-        #expect(outcomes.count == 7 && outcomes.allSatisfy { $0 == "IMPORT_OUTCOME_UNCHANGED" }, "\(outcomes)")
+        #expect(outcomes.count == 8 && outcomes.allSatisfy { $0 == "IMPORT_OUTCOME_UNCHANGED" }, "\(outcomes)")
         #expect(try await client.read(Self.parent, turns: false).thread?.updatedAt == before?.updatedAt)
         guard case let .threadList(all) = try await client.result(.threadList(Wire.ThreadListParams(limit: 100))) else {
             throw TestTimeout(description: "bad list")
         }
-        let imported: Set<String> = [Self.root, Self.parent, Self.explorer, Self.tester, Self.torn, Self.malformed, Self.newest]
+        let imported: Set<String> = [Self.root, Self.parent, Self.explorer, Self.tester, Self.torn, Self.malformed, Self.newest, Self.nullVersion]
         #expect(imported.isSubset(of: Set(all.data.compactMap(\.id))))
-        #expect(all.data.count == 8, "the seven imported and the one spawned, none imported twice")
+        #expect(all.data.count == 9, "the eight imported and the one spawned, none imported twice")
     }
 
     @Test("--strict: a file with an unreadable line imports nothing and fails; a large file in many pieces commits as one thread")
