@@ -76,7 +76,7 @@ let package = Package(
         // executable installs a tracer).
         .target(
             name: "ThreadwireCore",
-            dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")],
+            dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -101,6 +101,7 @@ struct Import: AsyncParsableCommand {
         let items = report.items.map { "\($0.count ?? 0) \($0.kind ?? "?")" }
         if !items.isEmpty { line += "; items: " + items.joined(separator: ", ") }
         if let linked = report.linkedChildren, linked > 0 { line += "; linked \(linked) child thread(s) imported before it" }
+        if let original = report.rolloutThreadId { line += "; the rollout's id \(original) was taken: imported under a new id" }
         if let runtime = report.multiAgentRuntime {
             line += "; runtime: " + (runtime == .unspecified ? "none recorded (pinned on first resume)" : runtime.protoValueName)
         }

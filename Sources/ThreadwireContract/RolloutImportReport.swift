@@ -41,6 +41,7 @@ extension Wire.ImportReport {
             skipped: parser.skipped.map { Wire.SkippedLine(line: UInt64($0.line), reason: $0.reason) },
             unknownRecords: counts(parser.unknown), linkedChildren: UInt32(imported.linkedChildren),
             multiAgentRuntime: imported.record.runtime?.wire ?? .unspecified, depth: UInt32(imported.record.depth))
+        rolloutThreadId = imported.rolloutThreadID
     }
 
     /// The refusal of a strict import that met lines it could not read.

@@ -63,7 +63,7 @@ extension ThreadEngine {
             }
         }
         let record = try await withTreeGate(session) { () async throws -> ThreadRecord in
-            let tree = try await store.agentTree(session)
+            let tree = try await store.agentTree(session).filter { $0.principal == parent.record.principal }
             if !request.review {
                 let cap = parentOwner.config.childAgentCap(for: parentRuntime)
                 let open = tree.filter { $0.source == .threadSpawn && !$0.agentClosed }.count

@@ -154,7 +154,7 @@ extension ThreadEngine {
             // An imported child that recorded none takes its parent's, as a spawned child does.
             var inherited: MultiAgentRuntime?
             if stored.record.source == .threadSpawn, let parentID = stored.record.parentID {
-                inherited = try await store.threadRecord(parentID)?.runtime
+                inherited = try await store.threadRecord(parentID).flatMap { $0.principal == stored.record.principal ? $0.runtime : nil }
             }
             stored.record.runtime = RuntimeResolver.resolveAtLoad(inherited: inherited, recorded: Self.recordedRuntime(stored), origin: origin)
         }

@@ -107,7 +107,7 @@ extension ThreadEngine {
             guard child.current.record.agentClosed else { return Self.reportedStatus(child.current.record) }
             // Reopening takes a slot: reserved under the tree's gate like a spawn.
             return try await withTreeGate(caller.sessionID) {
-                let open = try await store.agentTree(caller.sessionID)
+                let open = try await agentTree(of: caller)
                     .filter { $0.source == .threadSpawn && !$0.agentClosed }.count
                 if open >= cap.limit {
                     throw DomainError.resourceExhausted("agent limit reached: \(cap.name) = \(cap.limit)")
@@ -138,7 +138,7 @@ extension ThreadEngine {
     /// A child of `caller` named by id, task path, or the last part of its path.
     func target(of caller: ThreadRecord, _ key: String) async throws -> ThreadRecord? {
         guard !key.isEmpty else { return nil }
-        return try await store.agentTree(caller.sessionID).first {
+        return try await agentTree(of: caller).first {
             $0.parentID == caller.id && $0.source == .threadSpawn
                 && ($0.id == key || $0.taskName == key || $0.taskName?.hasSuffix("/" + key) == true)
         }
@@ -146,7 +146,7 @@ extension ThreadEngine {
 
     /// Every spawned agent below `caller`, from the stored registry.
     func descendants(of caller: ThreadRecord) async throws -> [ThreadRecord] {
-        let tree = try await store.agentTree(caller.sessionID).filter { $0.source == .threadSpawn }
+        let tree = try await agentTree(of: caller).filter { $0.source == .threadSpawn }
         var below: Set<ThreadID> = [caller.id]
         var result: [ThreadRecord] = []
         // Records come in creation order, and a parent is always created before its children.
@@ -172,7 +172,7 @@ extension ThreadEngine {
         let names = args.targets
         do {
             while true {
-                let children = try await store.agentTree(caller.sessionID).filter { $0.parentID == caller.id && $0.source == .threadSpawn }
+                let children = try await agentTree(of: caller).filter { $0.parentID == caller.id && $0.source == .threadSpawn }
                 let awaited: [ThreadRecord]
                 var unknown: [String] = []
                 if let names {
@@ -186,7 +186,7 @@ extension ThreadEngine {
                 }
                 let waiter = changes.register(Set(awaited.map(\.id)))
                 // Re-read after registering, so a change in between is seen.
-                let fresh = try await store.agentTree(caller.sessionID).filter { record in awaited.contains { $0.id == record.id } }
+                let fresh = try await agentTree(of: caller).filter { record in awaited.contains { $0.id == record.id } }
                 let done = fresh.allSatisfy { $0.agentClosed || ($0.agentStatus?.isFinal ?? true) }
                 if done || ContinuousClock.now >= deadline {
                     changes.remove(waiter)

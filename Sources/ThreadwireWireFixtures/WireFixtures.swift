@@ -786,6 +786,7 @@ public enum WireFixtures {
         message.linkedChildren = UInt32(4000000010)
         message.multiAgentRuntime = Wire.MultiAgentRuntime.v2
         message.depth = UInt32(4000000012)
+        message.rolloutThreadId = "rollout_thread_id héllo ✓ 0"
         return message
     }
 

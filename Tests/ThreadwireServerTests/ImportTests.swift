@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 import ThreadwireClient
+import ThreadwireCore
+import ThreadwireSQLite
 import ThreadwireTesting
 import ThreadwireWire
 
@@ -168,5 +170,97 @@ struct ImportTests {
         let gap = try await client.call(.threadImport(Wire.ThreadImportParams(
             fileName: "x", lines: [Array("{}".utf8)], importId: "gap", last: false, firstLine: 5)))
         #expect(gap.code == 5, "\(gap)")
+    }
+
+    /// `threadwire import --json` as a principal of `authenticatingServer`.
+    func importAs(_ token: String, _ server: ServerProcess, _ names: [String]) async throws -> [String: [String: Any]] {
+        let (status, output) = try await importFiles(server, names, extra: ["--auth-token", token])
+        #expect(status == 0, "\(output)")
+        var byFile: [String: [String: Any]] = [:]
+        for report in output["files"] as? [[String: Any]] ?? [] {
+            byFile[URL(fileURLWithPath: report["file_name"] as? String ?? "").lastPathComponent] = report
+        }
+        return byFile
+    }
+
+    @Test("two principals: a child alice imported waits for alice's parent only (bob's import of that id links nothing of hers), an id bob holds is imported for alice under her own alias (never ALREADY_EXISTS), and her children find it in either order")
+    func principalsStayApart() async throws {
+        let (server, tokens) = try await authenticatingServer()
+        defer { server.stopInBackground(); try? FileManager.default.removeItem(atPath: tokens) }
+        // alice's child first; then bob imports a rollout with its parent's id.
+        let aliceChild = try await importAs(aliceToken, server, ["child_explorer.jsonl"])
+        #expect(aliceChild["child_explorer.jsonl"]?["thread_id"] as? String == Self.explorer)
+        let bobParent = try await importAs(bobToken, server, ["parent_v2.jsonl"])
+        #expect(bobParent["parent_v2.jsonl"]?["thread_id"] as? String == Self.parent)
+        #expect((bobParent["parent_v2.jsonl"]?["linked_children"] as? Int ?? 0) == 0, "bob's parent linked alice's child")
+        let bob = try await connect(server, token: bobToken)
+        guard case let .threadList(bobsChildren) = try await bob.result(.threadList(Wire.ThreadListParams(limit: 10, parentThreadId: Self.parent))) else {
+            throw TestTimeout(description: "bad list")
+        }
+        #expect(bobsChildren.data.isEmpty, "alice's child is listed under bob's parent")
+
+        // alice imports the same parent rollout: bob has its id, so it gets
+        // alice's alias, and the report says so without naming anyone.
+        let aliceParent = try #require(try await importAs(aliceToken, server, ["parent_v2.jsonl"])["parent_v2.jsonl"])
+        #expect(aliceParent["outcome"] as? String == "IMPORT_OUTCOME_IMPORTED", "\(aliceParent)")
+        #expect(aliceParent["rollout_thread_id"] as? String == Self.parent)
+        let alias = try #require(aliceParent["thread_id"] as? String)
+        #expect(alias != Self.parent)
+        #expect((aliceParent["linked_children"] as? Int) == 1, "alice's waiting child did not join her parent")
+        // Her second child, imported after the parent, finds the alias too.
+        let aliceTester = try await importAs(aliceToken, server, ["child_tester.jsonl"])
+        #expect(aliceTester["child_tester.jsonl"]?["parent_thread_id"] as? String == alias)
+        let alice = try await connect(server, token: aliceToken)
+        guard case let .threadList(alicesChildren) = try await alice.result(.threadList(Wire.ThreadListParams(limit: 10, parentThreadId: alias))) else {
+            throw TestTimeout(description: "bad list")
+        }
+        #expect(Set(alicesChildren.data.compactMap(\.id)) == [Self.explorer, Self.tester])
+        for child in alicesChildren.data { #expect(child.sessionId == alias, "child \(child.id ?? "") is not in alice's tree") }
+        // Imported again: unchanged, under the same alias.
+        let again = try #require(try await importAs(aliceToken, server, ["parent_v2.jsonl"])["parent_v2.jsonl"])
+        #expect(again["outcome"] as? String == "IMPORT_OUTCOME_UNCHANGED" && again["thread_id"] as? String == alias)
+        // bob's parent is untouched: its own thread, no children.
+        #expect(try await bob.read(Self.parent, turns: false).thread?.id == Self.parent)
+    }
+
+    @Test("agent tools across a forged link: alice's thread stored in bob's tree (as an import before this fix could leave it) is neither listed nor closed by bob's agent tools")
+    func agentToolsStayWithinAPrincipal() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let (server, tokens) = try await authenticatingServer(config: ModelProviderTests.config(provider),
+                                                              environment: ["FAKE_PROVIDER_KEY": "sk-test-123"])
+        defer { server.stopInBackground(); try? FileManager.default.removeItem(atPath: tokens) }
+        let bob = try await connect(server, token: bobToken)
+        let alice = try await connect(server, token: aliceToken)
+        let root = try #require(try await bob.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        let alicesThread = try #require(try await alice.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        // The forged link: alice's thread as a spawned child in bob's tree.
+        let store = try SQLiteThreadStore(directory: server.dataDir + "/store")
+        var forged = try #require(try await store.threadRecord(alicesThread))
+        forged.sessionID = root
+        forged.parentID = root
+        forged.source = .threadSpawn
+        forged.depth = 1
+        forged.taskName = "/root/stolen"
+        forged.version += 1
+        try await store.commit([.putThread(forged)])
+
+        try await provider.script([
+            FakeProvider.stream(toolCalls: [
+                (name: "list_agents", arguments: "{}"),
+                (name: "close_agent", arguments: #"{"target": "\#(alicesThread)"}"#),
+                (name: "close_agent", arguments: #"{"target": "stolen"}"#),
+            ]),
+            FakeProvider.stream(text: ["done"]).merging(["match": "tool_call_id"]) { $1 },
+        ])
+        let turn = try await bob.runTurn(root, "who is below me?")
+        let calls = turn.items.filter { $0.type == .collabToolCall }
+        #expect(calls.map(\.toolName) == ["list_agents", "close_agent", "close_agent"])
+        let listed = try #require(calls.first?.toolOutput)
+        #expect(!listed.contains(alicesThread) && !listed.contains("stolen"), "bob's list_agents shows alice's thread: \(listed)")
+        for close in calls.dropFirst() {
+            #expect(close.toolOutput?.contains("unknown target") == true, "\(close.toolOutput ?? "")")
+        }
+        #expect(try await store.threadRecord(alicesThread)?.agentClosed == false, "bob's close_agent closed alice's thread")
     }
 }

@@ -8836,6 +8836,7 @@ extension Wire {
     public var linkedChildren: UInt32?
     public var multiAgentRuntime: Wire.MultiAgentRuntime?
     public var depth: UInt32?
+    public var rolloutThreadId: String?
 
     public init() {
       self.fileName = nil
@@ -8850,9 +8851,10 @@ extension Wire {
       self.linkedChildren = nil
       self.multiAgentRuntime = nil
       self.depth = nil
+      self.rolloutThreadId = nil
     }
 
-    public init(fileName: String? = nil, threadId: String? = nil, parentThreadId: String? = nil, outcome: Wire.ImportOutcome? = nil, lines: UInt64? = nil, turns: UInt32? = nil, items: [Wire.ImportCount] = [], skipped: [Wire.SkippedLine] = [], unknownRecords: [Wire.ImportCount] = [], linkedChildren: UInt32? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, depth: UInt32? = nil) {
+    public init(fileName: String? = nil, threadId: String? = nil, parentThreadId: String? = nil, outcome: Wire.ImportOutcome? = nil, lines: UInt64? = nil, turns: UInt32? = nil, items: [Wire.ImportCount] = [], skipped: [Wire.SkippedLine] = [], unknownRecords: [Wire.ImportCount] = [], linkedChildren: UInt32? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, depth: UInt32? = nil, rolloutThreadId: String? = nil) {
       self.fileName = fileName
       self.threadId = threadId
       self.parentThreadId = parentThreadId
@@ -8865,6 +8867,7 @@ extension Wire {
       self.linkedChildren = linkedChildren
       self.multiAgentRuntime = multiAgentRuntime
       self.depth = depth
+      self.rolloutThreadId = rolloutThreadId
     }
   }
 }
@@ -8902,6 +8905,7 @@ extension Wire.ImportReport: WireMessage, CBridgedMessage {
     if c.pointee.has_linked_children != 0 { self.linkedChildren = c.pointee.linked_children }
     if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
     if c.pointee.has_depth != 0 { self.depth = c.pointee.depth }
+    if let v = c.pointee.rollout_thread_id { self.rolloutThreadId = try wireString(v, field: "rollout_thread_id") }
   }
 
   func fill(_ c: inout Threadwire__V1__ImportReport, arena: inout CodecArena) {
@@ -8926,6 +8930,7 @@ extension Wire.ImportReport: WireMessage, CBridgedMessage {
     if let v = self.linkedChildren { c.has_linked_children = 1; c.linked_children = v }
     if let v = self.multiAgentRuntime { c.has_multi_agent_runtime = 1; c.multi_agent_runtime = Threadwire__V1__MultiAgentRuntime(rawValue: numericCast(v.rawValue)) }
     if let v = self.depth { c.has_depth = 1; c.depth = v }
+    if let v = self.rolloutThreadId { c.rollout_thread_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -8968,6 +8973,7 @@ extension Wire.ImportReport: WireMessage, CBridgedMessage {
     if let v = linkedChildren { object.append(("linked_children", .uint(UInt64(v)))) }
     if let v = multiAgentRuntime { object.append(("multi_agent_runtime", .string(v.protoValueName))) }
     if let v = depth { object.append(("depth", .uint(UInt64(v)))) }
+    if let v = rolloutThreadId { object.append(("rollout_thread_id", .string(v))) }
     return .object(object)
   }
 
@@ -8988,6 +8994,7 @@ extension Wire.ImportReport: WireMessage, CBridgedMessage {
       case "linked_children", "linkedChildren": self.linkedChildren = try value.uint32Value(path: keyPath)
       case "multi_agent_runtime", "multiAgentRuntime": self.multiAgentRuntime = try Wire.MultiAgentRuntime(json: value, path: keyPath)
       case "depth": self.depth = try value.uint32Value(path: keyPath)
+      case "rollout_thread_id", "rolloutThreadId": self.rolloutThreadId = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

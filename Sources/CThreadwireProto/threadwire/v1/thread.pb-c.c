@@ -4788,7 +4788,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_import_result__descripto
   (ProtobufCMessageInit) threadwire__v1__thread_import_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__import_report__field_descriptors[12] =
+static const ProtobufCFieldDescriptor threadwire__v1__import_report__field_descriptors[13] =
 {
   {
     "file_name",
@@ -4934,6 +4934,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__import_report__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rollout_thread_id",
+    13,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ImportReport, rollout_thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__import_report__field_indices_by_name[] = {
   11,   /* field[11] = depth */
@@ -4944,6 +4956,7 @@ static const unsigned threadwire__v1__import_report__field_indices_by_name[] = {
   10,   /* field[10] = multi_agent_runtime */
   3,   /* field[3] = outcome */
   2,   /* field[2] = parent_thread_id */
+  12,   /* field[12] = rollout_thread_id */
   7,   /* field[7] = skipped */
   1,   /* field[1] = thread_id */
   5,   /* field[5] = turns */
@@ -4952,7 +4965,7 @@ static const unsigned threadwire__v1__import_report__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__import_report__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 12 }
+  { 0, 13 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__import_report__descriptor =
 {
@@ -4962,7 +4975,7 @@ const ProtobufCMessageDescriptor threadwire__v1__import_report__descriptor =
   "Threadwire__V1__ImportReport",
   "threadwire.v1",
   sizeof(Threadwire__V1__ImportReport),
-  12,
+  13,
   threadwire__v1__import_report__field_descriptors,
   threadwire__v1__import_report__field_indices_by_name,
   1,  threadwire__v1__import_report__number_ranges,

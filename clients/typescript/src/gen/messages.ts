@@ -5424,6 +5424,7 @@ export interface ImportReport {
   linkedChildren?: number;
   multiAgentRuntime?: MultiAgentRuntime;
   depth?: number;
+  rolloutThreadId?: string;
 }
 
 export const ImportReport: MessageType<ImportReport> = {
@@ -5464,6 +5465,9 @@ export const ImportReport: MessageType<ImportReport> = {
     }
     if (message.depth !== undefined) {
       writer.tag(12, 0).uint32(message.depth);
+    }
+    if (message.rolloutThreadId !== undefined) {
+      writer.tag(13, 2).string(message.rolloutThreadId);
     }
     return writer;
   },
@@ -5534,6 +5538,11 @@ export const ImportReport: MessageType<ImportReport> = {
         case 12: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.depth = reader.uint32();
+          break;
+        }
+        case 13: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.rolloutThreadId = reader.string();
           break;
         }
         default:

@@ -1106,10 +1106,17 @@ struct  Threadwire__V1__ImportReport
   Threadwire__V1__MultiAgentRuntime multi_agent_runtime;
   protobuf_c_boolean has_depth;
   uint32_t depth;
+  /*
+   * Set when another principal's thread already has the rollout's thread
+   * id: this is that id, and thread_id the one the import got (the same for
+   * every import of this principal, so its children imported later link to
+   * it). Nothing else tells who has the id.
+   */
+  char *rollout_thread_id;
 };
 #define THREADWIRE__V1__IMPORT_REPORT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__import_report__descriptor) \
-    , NULL, NULL, NULL, 0, THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNSPECIFIED, 0, 0, 0, 0, 0,NULL, 0,NULL, 0,NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, 0 }
+    , NULL, NULL, NULL, 0, THREADWIRE__V1__IMPORT_OUTCOME__IMPORT_OUTCOME_UNSPECIFIED, 0, 0, 0, 0, 0,NULL, 0,NULL, 0,NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, 0, NULL }
 
 
 struct  Threadwire__V1__ImportCount
