@@ -1,9 +1,11 @@
+import Crypto
 import Foundation
 import NIOConcurrencyHelpers
 public import ThreadwireCore
 
 /// Bearer tokens and the principals they name: `--auth-tokens FILE` (lines
-/// of `principal token`, re-read on SIGHUP) and/or `THREADWIRE_AUTH_TOKEN`
+/// of `principal token`, or `principal sha256:HEX` so the file holds no
+/// usable secret; re-read on SIGHUP) and/or `THREADWIRE_AUTH_TOKEN`
 /// (one token, principal `default`). Without either the server does not
 /// authenticate and every connection acts as `Principal.standalone`.
 ///
@@ -13,8 +15,23 @@ public import ThreadwireCore
 public final class Authenticator: Sendable {
     public struct Entry: Sendable {
         public let principal: Principal
+        /// The token itself, or (`hashed`) its SHA-256.
         let token: [UInt8]
+        let hashed: Bool
+
+        init(principal: Principal, token: [UInt8], hashed: Bool = false) {
+            self.principal = principal
+            self.token = token
+            self.hashed = hashed
+        }
+
+        /// Whether `presented` (and `digest`, its SHA-256) is this entry's token.
+        func matches(_ presented: [UInt8], digest: [UInt8]) -> Bool {
+            ConstantTime.equal(token, hashed ? digest : presented)
+        }
     }
+
+    static func digest(_ token: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: token)) }
 
     /// Where the tokens come from.
     public let tokensFile: String?
@@ -59,7 +76,7 @@ public final class Authenticator: Sendable {
             loaded = try Self.parse(String(decoding: data, as: UTF8.self), origin: tokensFile)
         }
         if let environmentToken {
-            if loaded.contains(where: { ConstantTime.equal($0.token, environmentToken) }) {
+            if loaded.contains(where: { $0.matches(environmentToken, digest: Self.digest(environmentToken)) }) {
                 throw AuthenticationSetupError("THREADWIRE_AUTH_TOKEN is also a token of \(tokensFile ?? "the tokens file")")
             }
             loaded.append(Entry(principal: .standalone, token: environmentToken))
@@ -80,14 +97,26 @@ public final class Authenticator: Sendable {
             guard fields.count == 2 else {
                 throw AuthenticationSetupError("\(origin) line \(index + 1): expected 'principal token' (two fields separated by spaces)")
             }
-            let token = Array(fields[1].utf8)
-            guard token.count >= minimumTokenBytes else {
-                throw AuthenticationSetupError("\(origin) line \(index + 1): the token of \(fields[0]) is shorter than \(minimumTokenBytes) bytes")
+            let entry: Entry
+            if fields[1].hasPrefix("sha256:") {
+                guard let digest = hexBytes(fields[1].dropFirst("sha256:".count)), digest.count == 32 else {
+                    throw AuthenticationSetupError(
+                        "\(origin) line \(index + 1): the token of \(fields[0]) starts with sha256: but is not 64 hexadecimal digits")
+                }
+                entry = Entry(principal: String(fields[0]), token: digest, hashed: true)
+            } else {
+                let token = Array(fields[1].utf8)
+                guard token.count >= minimumTokenBytes else {
+                    throw AuthenticationSetupError("\(origin) line \(index + 1): the token of \(fields[0]) is shorter than \(minimumTokenBytes) bytes")
+                }
+                entry = Entry(principal: String(fields[0]), token: token)
             }
-            if result.contains(where: { ConstantTime.equal($0.token, token) }) {
+            // One token on two lines, given plainly or hashed either way.
+            let key = entry.hashed ? entry.token : digest(entry.token)
+            if result.contains(where: { ($0.hashed ? $0.token : digest($0.token)) == key }) {
                 throw AuthenticationSetupError("\(origin) line \(index + 1): this token is already given to another line; each token names one principal")
             }
-            result.append(Entry(principal: String(fields[0]), token: token))
+            result.append(entry)
         }
         return result
     }
@@ -98,11 +127,34 @@ public final class Authenticator: Sendable {
     public func principal(presenting token: some Collection<UInt8>) -> Principal? {
         let presented = Array(token)
         return entries.withLockedValue { entries in
+            // Hashed once, only when some entry is hashed (a token costs no hash otherwise).
+            let digest = entries.contains(where: \.hashed) ? Self.digest(presented) : []
             var found: Principal?
-            for entry in entries where ConstantTime.equal(entry.token, presented) {
+            for entry in entries where entry.matches(presented, digest: digest) {
                 found = entry.principal
             }
             return found
+        }
+    }
+
+    private static func hexBytes(_ text: Substring) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for pair in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = hexValue(digits[pair]), let low = hexValue(digits[pair + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
+    }
+
+    private static func hexValue(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+        default: nil
         }
     }
 }
