@@ -48,6 +48,10 @@ struct Capture {
                 guard offset + length <= bytes.count else { throw ValidationError("capture truncated at byte \(offset)") }
                 sessions[connection, default: Session()].created[requestID] = String(decoding: bytes[offset..<offset + length], as: UTF8.self)
                 offset += length
+            case 3:
+                // A frame withheld from the capture (its length only): nothing to replay.
+                guard offset + 4 <= bytes.count else { throw ValidationError("capture truncated at byte \(offset)") }
+                offset += 4
             default:
                 throw ValidationError("unknown capture record kind \(kind) at byte \(offset - 1)")
             }

@@ -185,7 +185,15 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
                 return
             }
         } catch {
-            if let recorder = services.recorder { recorder.record(connection: connectionID, payload: Array(payload.readableBytesView)) }
+            if let recorder = services.recorder {
+                // Before initialize, a frame that does not decode may be an
+                // initialize all the same, token and all: only its length is kept.
+                if connection.isInitialized {
+                    recorder.record(connection: connectionID, payload: Array(payload.readableBytesView))
+                } else {
+                    recorder.recordWithheld(connection: connectionID, length: size)
+                }
+            }
             // The frame boundary is intact, so the connection stays usable.
             connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue, message: "malformed request: \(error)"))
             return
@@ -209,12 +217,15 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         requests?.yield(QueuedRequest(request: request, admitted: admitted, bytes: size, received: received))
     }
 
-    /// Captures never hold a bearer token: an initialize that carries one is
-    /// recorded without it (a replay supplies its own).
+    /// Captures never hold a bearer token or the cluster's secret: an
+    /// initialize that carries either (a client's `auth_token`, a relaying
+    /// peer's `peer.token`) is recorded without it (a replay supplies its own).
     private func record(_ envelope: Wire.Envelope, payload: ByteBuffer) {
         guard let recorder = services.recorder else { return }
-        if case var .request(request)? = envelope.kind, case var .initialize(params)? = request.params, params.authToken != nil {
+        if case var .request(request)? = envelope.kind, case var .initialize(params)? = request.params,
+           params.authToken != nil || params.peer?.token != nil {
             params.authToken = nil
+            params.peer?.token = nil
             request.params = .initialize(params)
             recorder.record(connection: connectionID, payload: Wire.Envelope(kind: .request(request)).serializedBytes())
             return

@@ -364,6 +364,13 @@ final class FrameRecorder: Service, Sendable {
         write(kind: 1, connection: connection, body: Framing.frame(payload))
     }
 
+    /// Kind 3: a frame of `length` payload bytes whose content is withheld
+    /// (it did not decode before initialize, so it may hold a token).
+    func recordWithheld(connection: UInt64, length: Int) {
+        write(kind: 3, connection: connection, body: [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+                                                       UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)])
+    }
+
     /// Kind 2: request `requestID` of this connection created `createdID` (a
     /// thread or turn id), so a replay can map later references to its own.
     func recordCreated(connection: UInt64, requestID: UInt64, createdID: String) {

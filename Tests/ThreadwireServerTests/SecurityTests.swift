@@ -167,12 +167,26 @@ struct SecurityTests {
         let wrong = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         _ = try await wrong.call(initializeParams(token: carolToken))
         await expectClosed(wrong)
+        // A peer hello (this server has no peer secret: refused) and an
+        // initialize that does not decode (a stray byte after it), both
+        // carrying secrets, before any initialize succeeded.
+        let peerSecret = "peer-secret-0a1b2c3d4e5f6a7b8c9d"
+        let peer = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
+        var hello = Wire.InitializeParams(clientInfo: Wire.ClientInfo(name: "peer"), protocolVersion: 1)
+        hello.peer = Wire.PeerHello(token: peerSecret, principal: "alice")
+        _ = try? await peer.call(.initialize(hello))
+        let torn = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
+        var broken = Wire.Envelope(kind: .request(Wire.Request(id: 1, params: initializeParams(token: bobToken)))).serializedBytes()
+        broken += [0xFF]  // field 31, wire type 7: not protobuf
+        try await torn.sendRaw(Framing.frame(broken))
+        // Answered in order: once health/check is, the torn frame was read (and recorded).
+        #expect(try await torn.call(.healthCheck(Wire.HealthCheckParams())).code ?? 0 == 0)
         #expect(await server.stop() == 0)
         let log = try String(contentsOfFile: server.stderrPath, encoding: .utf8)
         #expect(log.contains("authentication failed"), "the refusal is logged")
         let recorded = try #require(FileManager.default.contents(atPath: capture))
         #expect(recorded.count > 100, "the capture holds the session")
-        for token in [aliceToken, bobToken, carolToken] {
+        for token in [aliceToken, bobToken, carolToken, peerSecret] {
             #expect(!log.contains(token))
             #expect(recorded.range(of: Data(token.utf8)) == nil)
         }
