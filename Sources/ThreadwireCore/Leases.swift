@@ -30,7 +30,8 @@ public struct OwnedElsewhere: Error, CustomStringConvertible {
         self.address = address
         self.remembered = remembered
     }
-    public var description: String { "thread \(threadID) is owned by the instance at \(address)" }
+    // No address: clients are never told where instances are.
+    public var description: String { "thread \(threadID) is owned by another instance" }
 }
 
 public enum LeaseClaim: Sendable, Equatable {

@@ -85,7 +85,7 @@ enum RelayToOwner {
                                         connection: Connection, services: ServerServices) async -> Relay {
         guard !connection.isPeer else {
             // Ownership moved between the two instances' reads: no second hop.
-            return .answered(refusal(request, "thread \(owner.threadID) moved to the instance at \(owner.address) while this request was relayed; retry"))
+            return .answered(refusal(request, "thread \(owner.threadID) moved to another instance while this request was relayed; retry"))
         }
         let timeout = UInt32(clamping: services.peers.requestTimeout.components.seconds * 1000)
         // Connecting counts against the same time: a paused owner's kernel
@@ -96,12 +96,18 @@ enum RelayToOwner {
             guard let open = try await firstOf(opened, timeoutMs: timeout) else {
                 opened.cancel()
                 Task { try? await opened.value.close() }
-                return .unreachable(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
+                services.logger.notice("relay: the owner did not answer in time", metadata: ["tw.peer": "\(owner.address)", "tw.thread": "\(owner.threadID)"])
+                return .unreachable(refusal(request, "the instance that owns thread \(owner.threadID) did not answer; "
                     + "once its lease expires any instance takes the thread over: retry"))
             }
             upstream = open
         } catch {
-            return .unreachable(refusal(request, "thread \(owner.threadID) is owned by the instance at \(owner.address), which cannot be reached (\(error)); "
+            // Where the owner is (and why it cannot be reached) is the
+            // operator's to know, not the client's: logged, never answered.
+            services.logger.notice("relay: the owner cannot be reached", metadata: [
+                "tw.peer": "\(owner.address)", "tw.thread": "\(owner.threadID)", "tw.error": "\(error)",
+            ])
+            return .unreachable(refusal(request, "thread \(owner.threadID) is owned by another instance, which cannot be reached now; "
                 + "once its lease expires any instance takes the thread over: retry"))
         }
         let metadata = RequestTracing.relayMetadata(request.metadata)
@@ -115,7 +121,8 @@ enum RelayToOwner {
             call.cancel()
             connection.upstreams.withLockedValue { table in if table[owner.address] === upstream { table[owner.address] = nil } }
             upstream.close()
-            return .noAnswer(refusal(request, "the instance at \(owner.address) that owns thread \(owner.threadID) did not answer; "
+            services.logger.notice("relay: the owner did not answer", metadata: ["tw.peer": "\(owner.address)", "tw.thread": "\(owner.threadID)"])
+            return .noAnswer(refusal(request, "the instance that owns thread \(owner.threadID) did not answer; "
                 + "the change may or may not have been made: read the thread, then retry (with the same idempotency key a retry applies it once)"))
         }
         response.id = request.id
