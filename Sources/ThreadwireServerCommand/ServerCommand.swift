@@ -55,8 +55,11 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "JSON config file (feature flags, agent limits, model catalog).")
     var config: String?
 
-    @Option(help: "HOST:PORT of the admin HTTP endpoint (/livez, /readyz, /metrics); port 0 picks one. Off when absent.")
+    @Option(help: "HOST:PORT of the admin HTTP endpoint (/livez, /readyz, /metrics, /leases); port 0 picks one. Off when absent. A non-loopback address needs --admin-token-file (or THREADWIRE_ADMIN_TOKEN) or --allow-unauthenticated.")
     var adminListen: String?
+
+    @Option(help: "File holding the admin endpoint's bearer token (at least 16 bytes; THREADWIRE_ADMIN_TOKEN gives it instead): every path but /livez then needs 'Authorization: Bearer TOKEN'.")
+    var adminTokenFile: String?
 
     // Limits: each flag overrides the config file's "limits" key of the same name.
     @Option(help: "Largest frame payload accepted and sent, in bytes (limits.max_frame_bytes; default 4194304).")
@@ -275,8 +278,19 @@ public struct ServerCommand: AsyncParsableCommand {
         if let recorder = server.recorder { services.append(.init(service: recorder, serviceName: "recorder")) }
         if let adminListen {
             let (adminHost, adminPort) = try Self.hostPort(adminListen, flag: "--admin-listen")
+            let adminToken = try Self.adminToken(file: adminTokenFile, environment: ProcessInfo.processInfo.environment["THREADWIRE_ADMIN_TOKEN"])
+            if adminToken == nil, !ServerConfiguration.isLoopback(adminHost) {
+                guard allowUnauthenticated else {
+                    throw ValidationError("""
+                        refusing to serve the admin endpoint on \(adminHost):\(adminPort) without a token: anyone who reaches it could read \
+                        /metrics and /leases. Give one with --admin-token-file FILE (or THREADWIRE_ADMIN_TOKEN), listen on a loopback address, \
+                        or pass --allow-unauthenticated if the network is trusted
+                        """)
+                }
+                logger.warning("serving the admin endpoint on \(adminHost):\(adminPort) WITHOUT a token (--allow-unauthenticated)")
+            }
             let admin = AdminServer(
-                host: adminHost, port: adminPort, registry: metricsRegistry,
+                host: adminHost, port: adminPort, registry: metricsRegistry, token: adminToken,
                 readiness: { let state = server.readiness; return .init(ready: state.ready, reason: state.reason) },
                 beforeScrape: { server.refreshGauges() },
                 leases: { Self.leasesJSON(server.leaseView) },
@@ -290,6 +304,25 @@ public struct ServerCommand: AsyncParsableCommand {
         }
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
+    }
+
+    /// The admin endpoint's token: from the file (trailing newline ignored)
+    /// or the environment, never both; at least 16 bytes, no whitespace.
+    static func adminToken(file: String?, environment: String?) throws -> String? {
+        var token: String?
+        if let file {
+            guard environment == nil else { throw ValidationError("give the admin token once: --admin-token-file or THREADWIRE_ADMIN_TOKEN") }
+            guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read --admin-token-file \(file)") }
+            token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        } else if let environment, !environment.isEmpty {
+            token = environment
+        }
+        if let token {
+            guard token.utf8.count >= 16, !token.contains(where: \.isWhitespace) else {
+                throw ValidationError("the admin token must be at least 16 bytes with no whitespace")
+            }
+        }
+        return token
     }
 
     /// /leases: {"held": [{"tree": …, "epoch": …}], "surely_valid": …}.

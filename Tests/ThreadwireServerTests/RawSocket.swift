@@ -195,15 +195,16 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
 }
 
 /// One plain HTTP/1.1 GET to the admin endpoint: status code and body.
-func httpGet(port: Int, path: String) async throws -> (status: Int, body: String) {
-    let result = await offPool { Result { try httpGetBlocking(port: port, path: path) } }
+func httpGet(port: Int, path: String, headers: [String: String] = [:]) async throws -> (status: Int, body: String) {
+    let result = await offPool { Result { try httpGetBlocking(port: port, path: path, headers: headers) } }
     return try result.get()
 }
 
-func httpGetBlocking(port: Int, path: String) throws -> (status: Int, body: String) {
+func httpGetBlocking(port: Int, path: String, headers: [String: String] = [:]) throws -> (status: Int, body: String) {
     let socket = try RawSocket(port: port)
     defer { socket.close() }
-    try socket.send(Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
+    let extra = headers.map { "\($0.key): \($0.value)\r\n" }.joined()
+    try socket.send(Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\(extra)Connection: close\r\n\r\n".utf8))
     var bytes: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 64 * 1024)
     let deadline = Date().addingTimeInterval(10)

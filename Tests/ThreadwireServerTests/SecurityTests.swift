@@ -414,6 +414,36 @@ struct SecurityTests {
         let mutual = try await run(["--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem"])
         #expect(mutual.stdout.contains("listening on"))
         #expect(!mutual.stderr.contains("WITHOUT authentication"))
+
+        // The admin endpoint off loopback: a token, or the same explicit flag.
+        let adminRefused = try await run(["--admin-listen", "0.0.0.0:0"], environment: ["THREADWIRE_AUTH_TOKEN": carolToken])
+        #expect(adminRefused.status != 0)
+        #expect(!adminRefused.stdout.contains("listening on"))
+        #expect(adminRefused.stderr.contains("--admin-token-file") && adminRefused.stderr.contains("--allow-unauthenticated"), "\(adminRefused.stderr)")
+        let adminToken = try await run(["--admin-listen", "0.0.0.0:0"],
+                                       environment: ["THREADWIRE_AUTH_TOKEN": carolToken, "THREADWIRE_ADMIN_TOKEN": "admin-0123456789abcdef"])
+        #expect(adminToken.stdout.contains("listening on"), "\(adminToken.stderr)")
+        #expect(!adminToken.stderr.contains("WITHOUT a token"))
+        let adminAllowed = try await run(["--admin-listen", "0.0.0.0:0", "--allow-unauthenticated"])
+        #expect(adminAllowed.stdout.contains("listening on"))
+        #expect(adminAllowed.stderr.contains("admin endpoint") && adminAllowed.stderr.contains("WITHOUT a token"), "\(adminAllowed.stderr)")
+    }
+
+    @Test("with an admin token, /metrics, /readyz and /leases answer 401 without 'Authorization: Bearer TOKEN' or with a wrong one, and 200 with it; /livez stays open for probes")
+    func adminToken() async throws {
+        let token = "admin-0123456789abcdef"
+        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0"], environment: ["THREADWIRE_ADMIN_TOKEN": token])
+        defer { server.stopInBackground() }
+        #expect(try await httpGet(port: server.adminPort, path: "/livez").status == 200)
+        for path in ["/metrics", "/readyz", "/leases"] {
+            let bare = try await httpGet(port: server.adminPort, path: path)
+            #expect(bare.status == 401 && bare.body.contains("Authorization: Bearer"), "\(path): \(bare)")
+            #expect(!bare.body.contains(token))
+            #expect(try await httpGet(port: server.adminPort, path: path, headers: ["Authorization": "Bearer \(token)x"]).status == 401)
+            #expect(try await httpGet(port: server.adminPort, path: path, headers: ["Authorization": token]).status == 401)
+            let good = try await httpGet(port: server.adminPort, path: path, headers: ["Authorization": "Bearer \(token)"])
+            #expect(good.status == 200, "\(path): \(good)")
+        }
     }
 }
 

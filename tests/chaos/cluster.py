@@ -13,6 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
 PORT, ADMIN_PORT, PG_PORT = 7420, 7421, 5432
+# The admin endpoints listen on the test network: they need a token.
+ADMIN_TOKEN = "chaos-admin-token-0123456789abcdef"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 LEASE_SECONDS = 2
 
 
@@ -177,6 +180,7 @@ class Instance:
                 env.update({"FAKETIME_TIMESTAMP_FILE": self.skew[len("file:"):], "FAKETIME_CACHE_DURATION": "1"})
             else:
                 env["FAKETIME"] = self.skew
+        env["THREADWIRE_ADMIN_TOKEN"] = ADMIN_TOKEN
         self.proc = subprocess.Popen(self.net.exec_args(self.host) + [
             BINARY, "--listen", self.address, "--advertise", self.address, "--store", self.store,
             "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",
@@ -243,7 +247,8 @@ class Cluster:
     def metrics(self, host, asked_from="cl"):
         """An instance's /metrics text, asked from the client host (or another)."""
         script = ("import urllib.request\n"
-                  f"print(urllib.request.urlopen('http://{self.net.hosts[host]}:{ADMIN_PORT}/metrics', timeout=5).read().decode())")
+                  f"print(urllib.request.urlopen(urllib.request.Request('http://{self.net.hosts[host]}:{ADMIN_PORT}/metrics', "
+                  f"headers={ADMIN_HEADERS!r}), timeout=5).read().decode())")
         return subprocess.run(self.net.exec_args(asked_from) + ["python3", "-c", script], capture_output=True, text=True,
                               timeout=20, check=True).stdout
 
@@ -257,7 +262,8 @@ class Cluster:
     def readiness(self, host):
         """(HTTP status, body) of an instance's /readyz, asked from the client host."""
         script = ("import urllib.request, urllib.error, sys\n"
-                  f"try:\n r = urllib.request.urlopen('http://{self.net.hosts[host]}:{ADMIN_PORT}/readyz', timeout=3)\n"
+                  f"try:\n r = urllib.request.urlopen(urllib.request.Request('http://{self.net.hosts[host]}:{ADMIN_PORT}/readyz', "
+                  f"headers={ADMIN_HEADERS!r}), timeout=3)\n"
                   " print(r.status); print(r.read().decode())\n"
                   "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n")
         result = subprocess.run(self.net.exec_args("cl") + ["python3", "-c", script], capture_output=True, text=True, timeout=20)
@@ -282,10 +288,11 @@ class Cluster:
 LEASE_SAMPLER = """
 import json, os, sys, time, urllib.request
 hosts, out, stop = sys.argv[1].split(","), open(sys.argv[2], "w", buffering=1), sys.argv[3]
+headers = json.loads(sys.argv[4])
 while not os.path.exists(stop):
     for host in hosts:
         try:
-            leases = json.loads(urllib.request.urlopen(f"http://{host}/leases", timeout=1).read())
+            leases = json.loads(urllib.request.urlopen(urllib.request.Request(f"http://{host}/leases", headers=headers), timeout=1).read())
         except Exception as error:
             leases = None
         out.write(json.dumps({"host": host, "leases": leases}) + "\\n")
@@ -302,7 +309,8 @@ class LeaseSampler:
         self.path, self.stop_file = path, f"{path}.stop"
         hosts = ",".join(f"{cluster.net.hosts[i.host]}:{ADMIN_PORT}" for i in cluster.instances)
         self.names = {f"{cluster.net.hosts[i.host]}:{ADMIN_PORT}": i.host for i in cluster.instances}
-        self.proc = subprocess.Popen(cluster.net.exec_args("cl") + ["python3", "-c", LEASE_SAMPLER, hosts, path, self.stop_file])
+        self.proc = subprocess.Popen(cluster.net.exec_args("cl") + ["python3", "-c", LEASE_SAMPLER, hosts, path, self.stop_file,
+                                                                     json.dumps(ADMIN_HEADERS)])
 
     def stop(self):
         Path(self.stop_file).touch()
