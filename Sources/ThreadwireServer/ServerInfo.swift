@@ -16,9 +16,9 @@ public struct ServerInfo: Sendable {
     /// capped at this size, so an unauthenticated client cannot make the
     /// server buffer much.
     public var unauthenticatedMaxFrameBytes = 65_536
-    /// The cluster's shared secret other instances present when they relay
-    /// requests (several instances on one store).
-    public var peerToken: [UInt8]?
+    /// The cluster's shared secrets other instances may present when they
+    /// relay requests (several instances on one store); empty: none.
+    public var peerTokens: [[UInt8]] = []
     /// Several instances share the store: requests for threads another
     /// instance owns are relayed there.
     public var relays = false

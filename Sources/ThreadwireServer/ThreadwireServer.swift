@@ -121,7 +121,8 @@ public final class ThreadwireServer: Service, Sendable {
         info.settings = settings
         info.authenticator = configuration.authenticator
         info.clientCertificatesName = configuration.tls?.clientCAFile != nil
-        info.peerToken = configuration.peers.token.map { Array($0.utf8) }
+        info.peerTokens = (configuration.peers.acceptedTokens.isEmpty ? configuration.peers.token.map { [$0] } ?? [] : configuration.peers.acceptedTokens)
+            .map { Array($0.utf8) }
         info.relays = configuration.coordinator != nil
         if let transport = configuration.transport {
             self.transport = transport

@@ -46,7 +46,7 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "With a PostgreSQL store: seconds a thread's ownership lease lasts without renewal; an instance that dies is replaced after at most this long.")
     var leaseSeconds = 10.0
 
-    @Option(help: "With a PostgreSQL store and authentication: the cluster's shared secret (at least 16 bytes) instances present when relaying requests to each other (default: $THREADWIRE_PEER_TOKEN).")
+    @Option(help: "With a PostgreSQL store and authentication: the cluster's shared secret (at least 16 bytes) instances present when relaying requests to each other (default: $THREADWIRE_PEER_TOKEN). Several, comma-separated, to roll a new one out: the first is presented, every one is accepted.")
     var peerToken: String?
 
     @Option(help: "With a PostgreSQL store and TLS: PEM CA certificate(s) that verify the other instances (default: --tls-client-ca, else the system's roots).")
@@ -354,8 +354,12 @@ public struct ServerCommand: AsyncParsableCommand {
             }
             address = listen
         }
-        let token = peerToken ?? ProcessInfo.processInfo.environment["THREADWIRE_PEER_TOKEN"]
-        if let token, token.utf8.count < 16 { throw ValidationError("the peer token must be at least 16 bytes") }
+        let tokens = (peerToken ?? ProcessInfo.processInfo.environment["THREADWIRE_PEER_TOKEN"])
+            .map { $0.split(separator: ",", omittingEmptySubsequences: false).map { String($0) } } ?? []
+        if tokens.contains(where: { $0.utf8.count < 16 || $0.contains(where: \.isWhitespace) }) {
+            throw ValidationError("every peer token must be at least 16 bytes with no whitespace (several are separated by commas)")
+        }
+        let token = tokens.first
         let authenticates = configuration.authenticator.isEnabled || configuration.tls?.clientCAFile != nil
         if authenticates, token == nil {
             throw ValidationError("""
@@ -364,6 +368,7 @@ public struct ServerCommand: AsyncParsableCommand {
                 """)
         }
         configuration.peers.token = token
+        configuration.peers.acceptedTokens = tokens
         configuration.peers.requestTimeout = .seconds(max(5, leaseSeconds * 1.5))
         configuration.peers.takeoverWait = .seconds(leaseSeconds + 1)
         if let tls = configuration.tls {

@@ -361,6 +361,32 @@ struct ClusterTests {
         #expect(next.lastContext.of(.interruptionMarker).count == 1)
         #expect(final.settings?.model == "after-takeover")
     }
+
+    @Test("peer secrets roll without downtime: instances presenting the new secret and instances still presenting the old one relay to each other while both are accepted; an instance with another secret is refused")
+    func peerSecretsRoll() async throws {
+        let tokens = NSTemporaryDirectory() + "threadwire-tokens-" + UUID().uuidString
+        try "alice \(aliceToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
+        chmod(tokens, 0o600)
+        defer { try? FileManager.default.removeItem(atPath: tokens) }
+        let (old, new, other) = ("old-peer-secret-0123456789", "new-peer-secret-0123456789", "another-cluster-secret-0123")
+        let secrets = ["\(new),\(old)", "\(old),\(new)", other]
+        let group = try await InstanceGroup.start(3, extra: ["--auth-tokens", tokens]) { ["THREADWIRE_PEER_TOKEN": secrets[$0]] }
+        defer { group.stopAll() }
+        var clients: [ThreadwireClient] = []
+        for instance in group.instances {
+            let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: instance.port)
+            try await client.initialize(name: "roll", authToken: aliceToken)
+            clients.append(client)
+        }
+        let onNew = try #require(try await clients[0].startThread().thread?.id)
+        let onOld = try #require(try await clients[1].startThread().thread?.id)
+        // Relayed both ways: 1 presents the old secret to 0, 0 the new one to 1.
+        #expect(try await clients[1].read(onNew).thread?.id == onNew)
+        #expect(try await clients[0].read(onOld).thread?.id == onOld)
+        // Another cluster's secret is refused by both: its relays fail.
+        await #expect(throws: (any Error).self, "an instance with another secret relayed") { _ = try await clients[2].read(onNew) }
+        await #expect(throws: (any Error).self, "an instance with another secret relayed") { _ = try await clients[2].read(onOld) }
+    }
 }
 
 actor Ledger {

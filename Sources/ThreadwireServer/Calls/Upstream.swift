@@ -10,6 +10,10 @@ import ThreadwireWire
 public struct PeerSettings: Sendable {
     /// The cluster's shared secret, presented in `PeerHello.token`.
     public var token: String?
+    /// Secrets accepted from other instances: `token` and, while a new
+    /// secret rolls out, the others (every instance accepts both; then every
+    /// one presents the new; then the old one goes).
+    public var acceptedTokens: [String] = []
     /// TLS to the other instances (when they serve TLS).
     public var tls: ClientTLS?
     /// How long a relayed request may take before the client gets
