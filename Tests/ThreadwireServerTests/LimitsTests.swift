@@ -292,7 +292,7 @@ struct LimitsTests {
         var failed = false
         for index in 0..<50 where !failed {
             do {
-                _ = try await client.result(.threadStart(Wire.ThreadStartParams(name: String(repeating: "n", count: 20_000) + "\(index)")))
+                _ = try await client.result(.threadStart(Wire.ThreadStartParams(baseInstructions: String(repeating: "n", count: 20_000) + "\(index)")))
             } catch let ClientError.status(code, message) {
                 #expect(code == 14 && message.contains("store"), "\(message)")
                 failed = true

@@ -300,8 +300,9 @@ struct PressureTests {
         try await client.initialize(name: "tests")
         var created: Set<String> = []
         for index in 0..<40 {
-            let name = String(repeating: "n", count: 3000) + "\(index)"
-            created.insert(try #require(try await client.startThread(Wire.ThreadStartParams(name: name)).thread?.id))
+            // Large by their working directory (4,096 bytes at most, docs/protocol.md, Limits).
+            let cwd = "/" + String(repeating: "n", count: 3000) + "\(index)"
+            created.insert(try #require(try await client.startThread(Wire.ThreadStartParams(cwd: cwd)).thread?.id))
         }
         var listed: [String] = []
         var cursor: String?

@@ -88,8 +88,10 @@ final class MethodSpec: Sendable {
         inline: (@Sendable (P, Call) throws -> InlineAnswer?)? = nil,
         run: (@Sendable (P, Call) async throws -> Outcome<Wire.Response.Result>)? = nil
     ) -> MethodSpec {
+        let bounded = mutates && name != "thread/import"
         @Sendable func typed(_ all: Wire.Request.Params) throws -> P {
             guard let typed = params(all) else { throw RequestError(.internal, "method table entry \(name) received other params") }
+            if bounded { try InputBounds.check(all) }
             return typed
         }
         let runInline = inline.map { inline in { @Sendable (all: Wire.Request.Params, call: Call) in try inline(try typed(all), call) } }

@@ -1,0 +1,80 @@
+import ThreadwireWire
+
+/// The most a request may put into a thread (issue 47): every string and
+/// list a client can store is bounded below the frame size, so no field can
+/// take a thread's history, a store row or a model request hostage. Checked
+/// for every method that changes state except thread/import (its lines are
+/// rollout text, bounded by the frame and parsed on their own terms).
+/// docs/protocol.md's "Limits" lists the same numbers.
+enum InputBounds {
+    /// Bytes of UTF-8 a string field may hold, by the field's name.
+    static let stringBytes: [String: Int] = [
+        "name": 1_024, "model": 256, "nickname": 256, "task_name": 1_024, "cwd": 4_096,
+        "text": 1_048_576, "message": 1_048_576, "base_instructions": 262_144, "developer_instructions": 262_144,
+        "description": 4_096, "parameters_json_schema": 16_384, "image_url": 65_536, "search_term": 200,
+    ]
+    /// Any other string field; ids (fields ending in `_id`) get `idBytes`.
+    static let defaultStringBytes = 65_536
+    static let idBytes = 128
+    /// Items a list field may hold, by the field's name.
+    static let listItems: [String: Int] = ["input": 256, "client_tools": 64]
+    static let defaultListItems = 1_000
+    /// Nesting of a JSON Schema given as text (a tool's parameters).
+    static let schemaDepth = 32
+
+    static func limit(forString field: String) -> Int {
+        if let limit = stringBytes[field] { return limit }
+        return field.hasSuffix("_id") || field == "id" ? idBytes : defaultStringBytes
+    }
+
+    /// INVALID_ARGUMENT naming the first field over its limit, and the limit.
+    static func check(_ params: Wire.Request.Params) throws {
+        try walk(Wire.Request(params: params).jsonValue(), path: "", field: "")
+    }
+
+    private static func walk(_ value: JSONValue, path: String, field: String) throws {
+        switch value {
+        case let .string(text):
+            let limit = limit(forString: field)
+            let bytes = text.utf8.count
+            if bytes > limit {
+                throw RequestError(.invalidArgument, "\(path) is \(bytes) bytes; the limit is \(limit) (docs/protocol.md, Limits)")
+            }
+            if field == "parameters_json_schema", let depth = nesting(text), depth > schemaDepth {
+                throw RequestError(.invalidArgument, "\(path) nests \(depth) levels deep; the limit is \(schemaDepth)")
+            }
+        case let .array(items):
+            let limit = listItems[field] ?? defaultListItems
+            if items.count > limit {
+                throw RequestError(.invalidArgument, "\(path) has \(items.count) items; the limit is \(limit) (docs/protocol.md, Limits)")
+            }
+            for (index, item) in items.enumerated() { try walk(item, path: "\(path)[\(index)]", field: field) }
+        case let .object(members):
+            for (key, member) in members { try walk(member, path: path.isEmpty ? key : "\(path).\(key)", field: key) }
+        case .null, .bool, .int, .uint, .double:
+            return
+        }
+    }
+
+    /// The deepest nesting of objects and arrays in JSON text, counted
+    /// without parsing it (strings skipped); nil when it never nests.
+    static func nesting(_ text: String) -> Int? {
+        var depth = 0, deepest = 0
+        var inString = false, escaped = false
+        for byte in text.utf8 {
+            if inString {
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): inString = true
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                depth += 1
+                deepest = max(deepest, depth)
+            case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
+            default: break
+            }
+        }
+        return deepest == 0 ? nil : deepest
+    }
+}
