@@ -44,6 +44,9 @@ public enum ClientToolRules {
                 throw DomainError.invalidArgument("\(label) (\(name)): parameters_json_schema is over \(maxSchemaBytes) bytes")
             }
             let schemaText = tool.parametersSchema.isEmpty ? #"{"type":"object"}"# : tool.parametersSchema
+            if JSONNesting.tooDeep(schemaText, limit: maxSchemaDepth) {
+                throw DomainError.invalidArgument("\(label) (\(name)): parameters_json_schema nests deeper than \(maxSchemaDepth)")
+            }
             guard case let .object(schema)? = try? JSONDecoder().decode(LooseJSON.self, from: Data(schemaText.utf8)) else {
                 throw DomainError.invalidArgument("\(label) (\(name)): parameters_json_schema is not a JSON object")
             }
@@ -61,6 +64,7 @@ public enum ClientToolRules {
     /// The model's arguments for `tool`, checked against its schema: nil when
     /// they fit, else what is wrong (the model reads it; no client is asked).
     public static func argumentFault(_ arguments: String, tool: ToolSpec) -> String? {
+        if JSONNesting.tooDeep(arguments) { return "arguments of \(tool.name) nest deeper than \(JSONNesting.limit) levels" }
         guard let value = try? JSONDecoder().decode(LooseJSON.self, from: Data((arguments.isEmpty ? "{}" : arguments).utf8)) else {
             return "arguments of \(tool.name) are not valid JSON: \(arguments.prefix(200))"
         }

@@ -43,6 +43,10 @@ public struct RolloutParser: Sendable {
     public mutating func feed(_ bytes: some Collection<UInt8>, number: Int, last: Bool) {
         lines = max(lines, number)
         guard !bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) else { return }  // blank lines carry nothing
+        guard JSONNesting.depth(bytes) <= JSONNesting.limit else {
+            skipped.append(Skipped(line: number, reason: "nested deeper than \(JSONNesting.limit) levels"))
+            return
+        }
         guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] else {
             let why = last ? "torn: the file ends inside this line (codex was stopped while writing it)" : "not a JSON object"
             skipped.append(Skipped(line: number, reason: why))
@@ -407,7 +411,7 @@ public struct RolloutParser: Sendable {
     /// The thread a collaboration call names ("id", "agent_id", "thread_id"
     /// in its arguments or output).
     static func receiver(_ json: String) -> ThreadID? {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] else { return nil }
+        guard !JSONNesting.tooDeep(json), let object = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] else { return nil }
         return ["agent_id", "thread_id", "id", "receiver_thread_id"].lazy.compactMap { object[$0] as? String }.first
     }
 

@@ -174,6 +174,9 @@ struct ToolDefinition: Sendable {
     /// unknown keys, required ones present, each of its type), then decoded.
     func decode<Arguments: Decodable>(_ arguments: String, as _: Arguments.Type = Arguments.self) throws -> Arguments {
         let data = Data((arguments.isEmpty ? "{}" : arguments).utf8)
+        if JSONNesting.tooDeep(arguments) {
+            throw ToolArgumentError("arguments of \(name) nest deeper than \(JSONNesting.limit) levels")
+        }
         guard case let .object(object)? = try? JSONDecoder().decode(LooseJSON.self, from: data) else {
             throw ToolArgumentError("arguments of \(name) must be a JSON object, got: \(arguments.prefix(200))")
         }

@@ -243,6 +243,9 @@ final class MCPServerProcess: Sendable {
             let why = status().lastError.map { " (last error: \($0))" } ?? ""
             return HostedToolOutput(text: errorJSON("MCP server \(config.name) is not running: \(current.rawValue)\(why)"), isError: true)
         }
+        if JSONNesting.tooDeep(arguments) {
+            return HostedToolOutput(text: errorJSON("the arguments of \(tool.spec.name) nest deeper than \(JSONNesting.limit) levels"), isError: true)
+        }
         let values: [String: Value]?
         do {
             values = arguments.isEmpty ? nil : try JSONDecoder().decode([String: Value].self, from: Data(arguments.utf8))

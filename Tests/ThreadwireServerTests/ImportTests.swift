@@ -152,6 +152,26 @@ struct ImportTests {
         #expect(all.data.count == 9, "the eight imported and the one spawned, none imported twice")
     }
 
+    @Test("a rollout line nested 100,000 levels deep is skipped, naming the nesting; the rest of the file imports")
+    func deeplyNestedLine() async throws {
+        let server = try await ServerProcess.launch()
+        defer { server.stopInBackground() }
+        let path = NSTemporaryDirectory() + "threadwire-deep-\(UUID().uuidString).jsonl"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let meta = #"{"timestamp": "2026-05-03T09:00:00.000Z", "type": "session_meta", "payload": {"id": "0196a000-0000-7000-8000-000000000060", "cwd": "/d", "source": "cli"}}"#
+        let deep = #"{"timestamp": "2026-05-03T09:00:01.000Z", "type": "response_item", "payload": "# + String(repeating: "[", count: 100_000)
+            + String(repeating: "]", count: 100_000) + "}"
+        let user = #"{"timestamp": "2026-05-03T09:00:02.000Z", "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "still here"}]}}"#
+        try [meta, deep, user].joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        let (status, out) = try await runCLI(["import", "--server", "127.0.0.1:\(server.port)", "--json", path])
+        #expect(status == 0, "\(out)")
+        let output = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+        let report = try #require((output["files"] as? [[String: Any]])?.first)
+        let skipped = try #require(report["skipped"] as? [[String: Any]])
+        #expect(skipped.count == 1 && (skipped[0]["line"] as? Int) == 2 && "\(skipped[0]["reason"] ?? "")".contains("nested deeper than 64"), "\(skipped)")
+        #expect(report["thread_id"] as? String == "0196a000-0000-7000-8000-000000000060")
+    }
+
     @Test("--strict: a file with an unreadable line imports nothing and fails; a large file in many pieces commits as one thread")
     func strictAndPieces() async throws {
         let server = try await ServerProcess.launch()

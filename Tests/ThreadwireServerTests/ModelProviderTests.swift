@@ -102,6 +102,26 @@ struct ModelProviderTests {
         #expect(request.usage?.totalTokens == 43)
     }
 
+    @Test("tool arguments nested 100,000 levels deep become a tool error the model reads (no parser recurses into them); the server goes on serving")
+    func deeplyNestedArguments() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider)
+        defer { server.stopInBackground() }
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        try await provider.script([
+            FakeProvider.stream(toolCalls: [(name: "list_agents", arguments: #"{"path_prefix": "# + deep + "}")]),
+            FakeProvider.stream(text: ["read it"]).merging(["match": "tool_call_id"]) { $1 },
+        ])
+        let client = try await server.client()
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        let turn = try await client.runTurn(id, "list")
+        #expect(turn.status == .completed)
+        let call = try #require(turn.items.first { $0.type == .collabToolCall })
+        #expect(call.toolOutput?.contains("nest deeper than 64 levels") == true, "\(call.toolOutput ?? "")")
+        #expect(try await client.read(id).thread?.id == id, "the server still serves")
+    }
+
     @Test("tool calls whose arguments arrive split are reassembled; malformed arguments become a tool error the model reads")
     func toolCalls() async throws {
         let provider = try await FakeProvider.launch()

@@ -1,3 +1,4 @@
+import ThreadwireCore
 import ThreadwireWire
 
 /// The most a request may put into a thread (issue 47): every string and
@@ -56,25 +57,9 @@ enum InputBounds {
         }
     }
 
-    /// The deepest nesting of objects and arrays in JSON text, counted
-    /// without parsing it (strings skipped); nil when it never nests.
+    /// The deepest nesting of objects and arrays in JSON text (nil: none).
     static func nesting(_ text: String) -> Int? {
-        var depth = 0, deepest = 0
-        var inString = false, escaped = false
-        for byte in text.utf8 {
-            if inString {
-                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "{"), UInt8(ascii: "["):
-                depth += 1
-                deepest = max(deepest, depth)
-            case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
-            default: break
-            }
-        }
-        return deepest == 0 ? nil : deepest
+        let depth = JSONNesting.depth(text.utf8)
+        return depth == 0 ? nil : depth
     }
 }
