@@ -393,9 +393,9 @@ extension ThreadEngine {
         (settings.catalog.entries, settings.defaultModel)
     }
 
-    /// mcp_server/list.
-    public func toolServerStatuses() -> [ToolServerStatus] {
-        toolServers?.statuses() ?? []
+    /// mcp_server/list: the servers `principal` may use.
+    public func toolServerStatuses(for principal: Principal) -> [ToolServerStatus] {
+        (toolServers?.statuses() ?? []).filter { toolServers?.allows($0.name, principal: principal) == true }
     }
 
     /// thread/tools/update: the thread's client tools for its next model calls.

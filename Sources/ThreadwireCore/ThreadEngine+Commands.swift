@@ -42,7 +42,7 @@ extension ThreadEngine {
         record.clientTools = clientTools
         record.approvalPolicy = request.approvalPolicy ?? .never
         record.userInputEnabled = request.userInput
-        record.mcpServers = try chosenToolServers(request.mcpServers)
+        record.mcpServers = try chosenToolServers(request.mcpServers, principal: request.principal)
         let fence = try await claimNewTree(id)
         try await commitCreation(record.principal, [.putThread(record)], fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
@@ -52,9 +52,9 @@ extension ThreadEngine {
 
     /// The MCP servers a new thread uses: the named ones (each configured),
     /// else the configured defaults.
-    func chosenToolServers(_ names: [String]?) throws -> [String] {
+    func chosenToolServers(_ names: [String]?, principal: Principal) throws -> [String] {
         let configured = toolServers?.serverNames ?? []
-        guard let names else { return toolServers?.defaultServers ?? [] }
+        guard let names else { return toolServers?.defaultServers.filter { toolServers?.allows($0, principal: principal) == true } ?? [] }
         var seen = Set<String>()
         for (index, name) in names.enumerated() {
             guard configured.contains(name) else {
@@ -63,6 +63,9 @@ extension ThreadEngine {
             }
             guard seen.insert(name).inserted else {
                 throw DomainError.invalidArgument("mcp_servers[\(index)] '\(name)' appears twice")
+            }
+            guard toolServers?.allows(name, principal: principal) == true else {
+                throw DomainError.invalidArgument("mcp_servers[\(index)] '\(name)' is not available to this principal")
             }
         }
         return names

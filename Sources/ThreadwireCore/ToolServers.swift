@@ -17,6 +17,9 @@ public protocol ToolServerHost: Sendable {
     func call(_ tool: HostedTool, arguments: String) async -> HostedToolOutput
     /// Each server's state, for mcp_server/list.
     func statuses() -> [ToolServerStatus]
+    /// Whether `principal`'s threads may use `server` (the operator may
+    /// list the principals a server is for; by default, every one).
+    func allows(_ server: String, principal: Principal) -> Bool
 }
 
 /// A tool of a tool server as the model is offered it.

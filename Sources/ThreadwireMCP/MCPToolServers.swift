@@ -30,6 +30,8 @@ public struct MCPServerConfig: Sendable, Equatable {
     public var requireApproval = false
     /// A thread that names no servers at thread/start gets this one.
     public var isDefault = true
+    /// The principals whose threads may use it (nil: every principal).
+    public var principals: Set<String>?
 
     public init(name: String, command: String) {
         self.name = name
@@ -96,6 +98,11 @@ public final class MCPToolServers: ToolServerHost {
     }
 
     public func statuses() -> [ToolServerStatus] { processes.map { $0.status() } }
+
+    public func allows(_ server: String, principal: Principal) -> Bool {
+        guard let process = processes.first(where: { $0.config.name == server }) else { return false }
+        return process.config.principals?.contains(principal) ?? true
+    }
 }
 
 func errorJSON(_ message: String) -> String {

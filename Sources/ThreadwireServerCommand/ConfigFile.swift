@@ -27,7 +27,8 @@ import ThreadwireServer
 ///                   "service_name": "threadwire"},
 ///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
 ///                                "startup_timeout_ms": 10000, "tool_timeout_ms": 60000,
-///                                "enabled_tools": ["get_current_time"], "require_approval": false, "default": true}}
+///                                "enabled_tools": ["get_current_time"], "require_approval": false, "default": true,
+///                                "principals": ["alice"]}}
 ///     }
 ///
 /// A key it does not know (a misspelling, a setting of a newer version) stops
@@ -62,6 +63,7 @@ enum ConfigFile {
             var enabled_tools: [String]?
             var require_approval: Bool?
             var `default`: Bool?
+            var principals: [String]?
         }
         struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String?; var context_window: Int? }
         struct Provider: Decodable {
@@ -99,7 +101,7 @@ enum ConfigFile {
         // Any server name; each server's own keys below ("env" is free-form).
         "mcp_servers": ["*"],
         "mcp_servers.*": ["command", "args", "env", "cwd", "startup_timeout_ms", "tool_timeout_ms", "enabled_tools",
-                          "require_approval", "default"],
+                          "require_approval", "default", "principals"],
         "features": ["multi_agent", "multi_agent_v2", "multi_agent_mode"],
         "agents": ["max_threads", "max_depth", "wait_default_ms", "wait_max_ms"],
         "multi_agent_v2": ["max_concurrent_threads_per_session", "usage_hint_enabled"],
@@ -329,6 +331,7 @@ enum ConfigFile {
             config.enabledTools = server.enabled_tools
             config.requireApproval = server.require_approval ?? false
             config.isDefault = server.default ?? true
+            config.principals = server.principals.map(Set.init)
             return config
         }
     }

@@ -103,6 +103,27 @@ struct MCPToolServerTests {
                 || metrics.contains(#"threadwire_mcp_tool_calls_total{server="time",outcome="ok"}"#))
     }
 
+    @Test("principals: a server listed for alice only is neither listed, defaulted, chosen nor offered for bob; alice gets it")
+    func serverForSomePrincipals() async throws {
+        let repository = try Self.repository()
+        defer { try? FileManager.default.removeItem(atPath: repository) }
+        let (server, tokens) = try await authenticatingServer(config: Self.config(repository: repository, extra: "")
+            .replacingOccurrences(of: #""startup_timeout_ms": 120000},"#, with: #""startup_timeout_ms": 120000, "principals": ["alice"]},"#))
+        defer { server.stopInBackground(); try? FileManager.default.removeItem(atPath: tokens) }
+        let alice = try await connect(server, token: aliceToken)
+        let bob = try await connect(server, token: bobToken)
+        #expect(try await Self.ready(alice).map(\.name) == ["git", "time"])
+        #expect(try await Self.servers(bob).map(\.name) == ["git"], "bob is shown a server that is not his")
+        #expect(try await alice.startThread(Wire.ThreadStartParams()).settings?.mcpServers == ["git", "time"])
+        let bobs = try await bob.startThread(Wire.ThreadStartParams())
+        #expect(bobs.settings?.mcpServers == ["git"], "bob's defaults hold alice's server")
+        await expectStatus(3, mentioning: "mcp_servers[0] 'time' is not available to this principal") {
+            _ = try await bob.startThread(Wire.ThreadStartParams(mcpServers: ["time"]))
+        }
+        let tools = try await bob.runTurn(try #require(bobs.thread?.id), "hi").lastTools
+        #expect(!tools.contains { $0.hasPrefix("mcp__time__") } && tools.contains { $0.hasPrefix("mcp__git__") }, "\(tools)")
+    }
+
     @Test("50 threads share one MCP server process: every call answered, one process, never restarted")
     func fiftyThreadsShareOneProcess() async throws {
         let repository = try Self.repository()

@@ -104,7 +104,7 @@ enum SessionHandlers {
 
     /// The operator's MCP servers: names, states and tools (no thread data).
     @Sendable static func mcpServerList(_ p: Wire.McpServerListParams, _ call: Call) throws -> InlineAnswer? {
-        .result(.mcpServerList(Wire.McpServerListResult(servers: call.engine.toolServerStatuses().map(\.wire))))
+        .result(.mcpServerList(Wire.McpServerListResult(servers: call.engine.toolServerStatuses(for: call.principal).map(\.wire))))
     }
 
     /// The compiled contract, so generic tools need no .proto files. Built
