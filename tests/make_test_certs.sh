@@ -4,6 +4,8 @@
 #   server.pem/.key   CN=localhost, SAN DNS:localhost, IP:127.0.0.1
 #   alice.pem/.key    client certificate, CN=alice (a principal under mutual TLS)
 #   bob.pem/.key      client certificate, CN=bob
+#   carol.pem/.key    client certificate as a mesh issues it: CN=workload-7, SANs
+#                     URI:spiffe://cluster.local/ns/prod/sa/carol and DNS:carol.prod.svc
 #   rogue-ca.pem      another CA; mallory.pem/.key is CN=alice signed by it
 # Usage: tests/make_test_certs.sh DIR
 set -euo pipefail
@@ -29,5 +31,7 @@ leaf server localhost ca "subjectAltName=DNS:localhost,IP:127.0.0.1
 extendedKeyUsage=serverAuth"
 leaf alice alice ca "extendedKeyUsage=clientAuth"
 leaf bob bob ca "extendedKeyUsage=clientAuth"
+leaf carol workload-7 ca "subjectAltName=URI:spiffe://cluster.local/ns/prod/sa/carol,DNS:carol.prod.svc
+extendedKeyUsage=clientAuth"
 leaf mallory alice rogue-ca "extendedKeyUsage=clientAuth"
 chmod 600 ./*.key

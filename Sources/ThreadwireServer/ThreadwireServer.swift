@@ -192,12 +192,14 @@ public final class ThreadwireServer: Service, Sendable {
     public func run() async throws {
         // Listening first: with several instances the advertised address (a
         // port 0 resolved) must be known before any lease is taken.
+        let source = configuration.tls?.clientPrincipal ?? .commonName
+        let certificateLookup: @Sendable (any Channel) -> Principal? = { ClientCertificate.principal(of: $0, from: source) }
         let address = try await transport.listen(connectionSettings()) { [services] accepted in
             let info = services.info
             let id = services.connectionIDs.next()
             try accepted.channel.pipeline.syncOperations.addHandler(
                 ConnectionHandler(connectionID: id, services: services, flowControl: accepted.flowControl, frameLimit: accepted.frameLimit,
-                                  certificatePrincipal: info.clientCertificatesName ? ClientCertificate.commonName(of:) : nil))
+                                  certificatePrincipal: info.clientCertificatesName ? certificateLookup : nil))
         }
         configuration.coordinator?.bound(port: address?.port ?? configuration.port)
         // Turns that a dead process left running are recovered before the

@@ -110,8 +110,11 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "TLS: PEM private key of --tls-cert.")
     var tlsKey: String?
 
-    @Option(help: "Mutual TLS: PEM CA certificate(s); clients must present a certificate it signed, whose subject common name names their principal.")
+    @Option(help: "Mutual TLS: PEM CA certificate(s); clients must present a certificate it signed, whose subject common name (or see --tls-client-principal) names their principal.")
     var tlsClientCa: String?
+
+    @Option(help: "Mutual TLS: which name of the client certificate is the principal: cn (the subject's common name, the default), uri (the first URI SAN), spiffe (NAMESPACE/ACCOUNT of a SPIFFE ID spiffe://DOMAIN/ns/NAMESPACE/sa/ACCOUNT, as Istio and Linkerd issue), dns (the first DNS SAN).")
+    var tlsClientPrincipal: String?
 
     @Option(help: "Seconds an unsubscribed idle thread stays loaded.")
     var idleUnloadSeconds = 1800.0
@@ -221,7 +224,15 @@ public struct ServerCommand: AsyncParsableCommand {
         let toolServers = file.mcpServers.isEmpty ? nil : MCPToolServers(configs: file.mcpServers, logger: logger)
         configuration.toolServers = toolServers
         switch (tlsCert, tlsKey) {
-        case let (cert?, key?): configuration.tls = ServerTLS(certificateChainFile: cert, privateKeyFile: key, clientCAFile: tlsClientCa)
+        case let (cert?, key?):
+            configuration.tls = ServerTLS(certificateChainFile: cert, privateKeyFile: key, clientCAFile: tlsClientCa)
+            if let tlsClientPrincipal {
+                guard tlsClientCa != nil else { throw ValidationError("--tls-client-principal needs --tls-client-ca") }
+                guard let source = ClientCertificate.PrincipalSource(rawValue: tlsClientPrincipal) else {
+                    throw ValidationError("--tls-client-principal must be one of cn, uri, spiffe, dns; got '\(tlsClientPrincipal)'")
+                }
+                configuration.tls?.clientPrincipal = source
+            }
         case (nil, nil): if tlsClientCa != nil { throw ValidationError("--tls-client-ca needs --tls-cert and --tls-key") }
         default: throw ValidationError("--tls-cert and --tls-key go together")
         }

@@ -1,14 +1,17 @@
 public import NIOCore
 public import NIOSSL
+import X509
 
 /// The server side of TLS: `--tls-cert` and `--tls-key` (PEM), and
 /// `--tls-client-ca` for mutual TLS, where every client must present a
-/// certificate signed by that CA and its subject's common name names the
-/// connection's principal (a bearer token, if also given, must name the same).
+/// certificate signed by that CA, and one of its names (`clientPrincipal`:
+/// the subject's common name by default) names the connection's principal (a
+/// bearer token, if also given, must name the same).
 public struct ServerTLS: Sendable {
     public var certificateChainFile: String
     public var privateKeyFile: String
     public var clientCAFile: String?
+    public var clientPrincipal: ClientCertificate.PrincipalSource = .commonName
 
     public init(certificateChainFile: String, privateKeyFile: String, clientCAFile: String? = nil) {
         self.certificateChainFile = certificateChainFile
@@ -50,68 +53,57 @@ public struct TLSSetupError: Error, CustomStringConvertible {
 }
 
 public enum ClientCertificate {
-    /// The name a verified client certificate gives: its subject's (last)
-    /// common name (the server takes it as the principal). On the channel's
-    /// event loop, after the handshake.
-    public static func commonName(of channel: any Channel) -> String? {
+    /// Which name of a verified client certificate is the principal.
+    public enum PrincipalSource: String, Sendable, CaseIterable {
+        /// The subject's (last) common name.
+        case commonName = "cn"
+        /// The first URI subject alternative name, whole.
+        case uri
+        /// A SPIFFE ID as Istio and Linkerd issue them,
+        /// spiffe://TRUST-DOMAIN/ns/NAMESPACE/sa/ACCOUNT: "NAMESPACE/ACCOUNT".
+        case spiffe
+        /// The first DNS subject alternative name.
+        case dns
+    }
+
+    /// The principal a verified client certificate names, read with
+    /// swift-certificates. On the channel's event loop, after the handshake.
+    public static func principal(of channel: any Channel, from source: PrincipalSource) -> String? {
         guard let certificate = try? channel.pipeline.syncOperations.nioSSL_peerCertificate(),
               let der = try? certificate.toDERBytes() else { return nil }
-        return DERSubject.commonName(certificate: der)
+        return principal(certificate: der, from: source)
     }
-}
 
-/// Just enough DER to read a certificate's subject common name (NIOSSL keeps
-/// its own reader internal): Certificate → TBSCertificate → subject Name.
-enum DERSubject {
-    private static let commonNameOID: [UInt8] = [0x55, 0x04, 0x03]  // 2.5.4.3
-
-    static func commonName(certificate der: [UInt8]) -> String? {
-        var outer = Reader(bytes: der[...])
-        guard let certificate = outer.element(tag: 0x30) else { return nil }     // Certificate
-        var inCertificate = Reader(bytes: certificate.contents)
-        guard let tbsCertificate = inCertificate.element(tag: 0x30) else { return nil }
-        var tbs = Reader(bytes: tbsCertificate.contents)
-        if tbs.peekTag == 0xA0 { _ = tbs.element() }                   // [0] version
-        for _ in 0..<4 { guard tbs.element() != nil else { return nil } } // serial, signature, issuer, validity
-        guard let subject = tbs.element(tag: 0x30) else { return nil }
-        var names = Reader(bytes: subject.contents)
-        var found: String?
-        while let set = names.element(tag: 0x31) {                      // RelativeDistinguishedName
-            var attributes = Reader(bytes: set.contents)
-            while let attribute = attributes.element(tag: 0x30) {
-                var fields = Reader(bytes: attribute.contents)
-                guard let oid = fields.element(tag: 0x06), let value = fields.element() else { continue }
-                // UTF8String, PrintableString, IA5String or T61String.
-                if Array(oid.contents) == commonNameOID, [0x0C, 0x13, 0x16, 0x14].contains(value.tag) {
-                    found = String(validating: value.contents, as: UTF8.self)
+    static func principal(certificate der: [UInt8], from source: PrincipalSource) -> String? {
+        guard let certificate = try? Certificate(derEncoded: der) else { return nil }
+        switch source {
+        case .commonName:
+            var last: String?
+            for name in certificate.subject {
+                for attribute in name where attribute.type == .RDNAttributeType.commonName { last = String(attribute.value) }
+            }
+            return last
+        case .uri, .spiffe, .dns:
+            guard let names = try? certificate.extensions.subjectAlternativeNames else { return nil }
+            for name in names {
+                switch (source, name) {
+                case let (.dns, .dnsName(dns)): return dns
+                case let (.uri, .uniformResourceIdentifier(uri)): return uri
+                case let (.spiffe, .uniformResourceIdentifier(uri)): if let account = spiffeServiceAccount(uri) { return account }
+                default: continue
                 }
             }
+            return nil
         }
-        return found.flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    struct Reader {
-        var bytes: ArraySlice<UInt8>
-
-        var peekTag: UInt8? { bytes.first }
-
-        mutating func element(tag expected: UInt8? = nil) -> (tag: UInt8, contents: ArraySlice<UInt8>)? {
-            guard let tag = bytes.first, expected == nil || tag == expected else { return nil }
-            var index = bytes.startIndex + 1
-            guard index < bytes.endIndex else { return nil }
-            var length = Int(bytes[index])
-            index += 1
-            if length & 0x80 != 0 {
-                let count = length & 0x7F
-                guard (1...4).contains(count), index + count <= bytes.endIndex else { return nil }
-                length = 0
-                for byte in bytes[index..<(index + count)] { length = length << 8 | Int(byte) }
-                index += count
-            }
-            guard length >= 0, index + length <= bytes.endIndex else { return nil }
-            let contents = bytes[index..<(index + length)]
-            bytes = bytes[(index + length)...]
-            return (tag, contents)
+    /// "NAMESPACE/ACCOUNT" of spiffe://TRUST-DOMAIN/ns/NAMESPACE/sa/ACCOUNT; nil for any other URI.
+    static func spiffeServiceAccount(_ uri: String) -> String? {
+        guard uri.hasPrefix("spiffe://") else { return nil }
+        let parts = uri.dropFirst("spiffe://".count).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 5, !parts[0].isEmpty, parts[1] == "ns", !parts[2].isEmpty, parts[3] == "sa", !parts[4].isEmpty else {
+            return nil
         }
+        return "\(parts[2])/\(parts[4])"
     }
 }

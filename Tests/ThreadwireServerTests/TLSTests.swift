@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import ThreadwireClient
 import ThreadwireNIO
+@testable import ThreadwireTransport
 @testable import ThreadwireServer
 import ThreadwireWire
 
@@ -74,6 +75,33 @@ struct TLSTests {
         #expect(await refused(server, ClientTLS(caFile: certs + "/rogue-ca.pem")))
         // The server is unharmed.
         #expect(try await client.read(thread).thread?.id == thread)
+    }
+
+    @Test("mutual TLS as meshes issue certificates: --tls-client-principal takes the principal from the SPIFFE ID (namespace/account), the URI or DNS SAN, or the common name; a certificate without that name is refused")
+    func meshCertificates() async throws {
+        let certs = try await makeCertificates()
+        let carol = ClientTLS(caFile: certs + "/ca.pem", certificateFile: certs + "/carol.pem", keyFile: certs + "/carol.key")
+        let alice = ClientTLS(caFile: certs + "/ca.pem", certificateFile: certs + "/alice.pem", keyFile: certs + "/alice.key")
+        for (source, expected) in [("spiffe", "prod/carol"), ("uri", "spiffe://cluster.local/ns/prod/sa/carol"), ("dns", "carol.prod.svc"),
+                                   ("cn", "workload-7")] {
+            let server = try await ServerProcess.launch(arguments: [
+                "--tls-cert", certs + "/server.pem", "--tls-key", certs + "/server.key", "--tls-client-ca", certs + "/ca.pem",
+                "--tls-client-principal", source,
+            ])
+            defer { server.stopInBackground() }
+            let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: carol)
+            guard case let .initialize(info) = try await client.result(initializeParams(token: nil)) else { throw UnexpectedResult(expected: "initialize") }
+            #expect(info.principal == expected, "--tls-client-principal \(source)")
+            if source != "cn" {
+                // alice's certificate has no SAN of that kind: no principal, refused.
+                let plain = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port, tls: alice)
+                #expect(try await plain.call(initializeParams(token: nil)).code == unauthenticated, "\(source): a certificate without the name")
+            }
+        }
+        #expect(ClientCertificate.spiffeServiceAccount("spiffe://td/ns/a/sa/b") == "a/b")
+        for other in ["spiffe://td/ns/a/sa/", "spiffe://td/ns/a/sa/b/c", "spiffe://td/x/a/sa/b", "https://td/ns/a/sa/b", "spiffe:///ns/a/sa/b"] {
+            #expect(ClientCertificate.spiffeServiceAccount(other) == nil, "\(other)")
+        }
     }
 
     @Test("mutual TLS: the certificate's common name is the principal; no certificate or another CA's is refused; a token must agree with the certificate")
