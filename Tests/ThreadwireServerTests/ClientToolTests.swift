@@ -67,6 +67,30 @@ struct ClientToolTests {
         #expect(started_, "item/started shows the call in progress")
     }
 
+    @Test("a client's tool output over 1 MiB is refused, naming the field and the limit, and the request stays pending; a shorter answer then completes the turn")
+    func oversizedAnswer() async throws {
+        let server = try await InProcessServer.launch()
+        let ide = try await server.capableClient()
+        let inbox = Inbox(ide)
+        let requests = Mutex<[Wire.ServerRequest]>([])
+        ide.serveClientTools { request, _ in
+            requests.withLock { $0.append(request) }
+            return Wire.ToolCallResult(output: String(repeating: "x", count: 1_048_577))
+        }
+        let id = try #require(try await ide.startThread(Self.startParams()).thread?.id)
+        let turnID = try await ide.startTurn(id, "#tool read_file {\"path\":\"a.txt\"}\nsummarise it")
+        try await inbox.waitFor("the oversized answer refused") {
+            if case let .serverRequestResolved(n) = $0 {
+                n.outcome == .pending && (n.answerRefused ?? "").contains("answer.item_tool_call.output is 1048577 bytes; the limit is 1048576")
+            } else { false }
+        }
+        let request = try #require(requests.withLock { $0.first })
+        try await ide.answer(Wire.ServerRequestAnswer(id: request.id, code: 0, result: .itemToolCall(Wire.ToolCallResult(output: "short"))))
+        let turn = try await ide.waitForTurn(id, turnID)
+        #expect(turn.status == .completed)
+        #expect(turn.items.first { $0.type == .toolCall }?.toolOutput == "short")
+    }
+
     @Test("arguments that do not fit the tool's schema go back to the model; no client is asked")
     func schemaInvalidArguments() async throws {
         let server = try await InProcessServer.launch()

@@ -118,6 +118,11 @@ struct CallDispatcher: Sendable {
                 "request \(id) was not sent to this connection or is no longer pending; this answer changed nothing"))
             return
         }
+        if let fault = InputBounds.fault(answer) {
+            // The request stays pending: a shorter answer may follow.
+            connection.refuseAnswer(id, threadID: threadID, AnswerRefusal(.pending, "\(fault); this answer changed nothing"))
+            return
+        }
         do {
             try services.engine.answerServerRequest(threadID: threadID, requestID: id, try ServerRequestAnswer(wire: answer))
             services.metrics.serverRequestAnswers.increment()

@@ -13,6 +13,8 @@ enum InputBounds {
         "name": 1_024, "model": 256, "nickname": 256, "task_name": 1_024, "cwd": 4_096,
         "text": 1_048_576, "message": 1_048_576, "base_instructions": 262_144, "developer_instructions": 262_144,
         "description": 4_096, "parameters_json_schema": 16_384, "image_url": 65_536, "search_term": 200,
+        // A client's answer to a server request: what the model reads.
+        "output": 1_048_576, "answer": 1_048_576, "reason": 4_096,
     ]
     /// Any other string field; ids (fields ending in `_id`) get `idBytes`.
     static let defaultStringBytes = 65_536
@@ -31,6 +33,18 @@ enum InputBounds {
     /// INVALID_ARGUMENT naming the first field over its limit, and the limit.
     static func check(_ params: Wire.Request.Params) throws {
         try walk(Wire.Request(params: params).jsonValue(), path: "", field: "")
+    }
+
+    /// What is wrong with a client's answer to a server request, or nil.
+    static func fault(_ answer: Wire.ServerRequestAnswer) -> String? {
+        do {
+            try walk(answer.jsonValue(), path: "answer", field: "")
+            return nil
+        } catch let error as RequestError {
+            return error.message
+        } catch {
+            return "\(error)"
+        }
     }
 
     private static func walk(_ value: JSONValue, path: String, field: String) throws {
