@@ -57,10 +57,14 @@ final class Connection: ReadGate, Sendable {
     var certificatePrincipal: Principal? { certified.withLockedValue { $0 } }
     func setCertificatePrincipal(_ principal: Principal?) { certified.withLockedValue { $0 = principal } }
 
+    /// Accepted on the peer listener (`--peer-listen`): only other instances belong here.
+    let onPeerListener: Bool
+
     init(id: ConnectionID, channel: any Channel, limits: ServerLimits, metrics: ServerMetrics,
-         frameLimit: FrameSizeLimit? = nil,
+         frameLimit: FrameSizeLimit? = nil, onPeerListener: Bool = false,
          resumeReads: @escaping @Sendable () -> Void) {
         self.id = id
+        self.onPeerListener = onPeerListener
         self.channel = channel
         self.eventLoop = channel.eventLoop
         self.allocator = channel.allocator

@@ -21,6 +21,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private let frameLimit: FrameSizeLimit
     /// Reads the client certificate's principal (mutual TLS), nil otherwise.
     private let certificatePrincipal: (@Sendable (any Channel) -> Principal?)?
+    /// Accepted on the peer listener (`--peer-listen`).
+    private let peerListener: Bool
     private var connection: Connection?
     /// Holds the connection strongly until the handshake deadline or the
     /// close, whichever comes first: a weak reference would give every
@@ -37,8 +39,9 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private let dispatcher: CallDispatcher
 
     init(connectionID: ConnectionID, services: ServerServices, flowControl: FlowControlHandler,
-         frameLimit: FrameSizeLimit, certificatePrincipal: (@Sendable (any Channel) -> Principal?)? = nil) {
+         frameLimit: FrameSizeLimit, certificatePrincipal: (@Sendable (any Channel) -> Principal?)? = nil, peerListener: Bool = false) {
         self.connectionID = connectionID
+        self.peerListener = peerListener
         self.services = services
         self.flowControl = flowControl
         self.frameLimit = frameLimit
@@ -54,7 +57,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let loopBound = NIOLoopBound(flowControl, eventLoop: context.eventLoop)
         let eventLoop = context.eventLoop
         let connection = Connection(id: connectionID, channel: context.channel, limits: limits, metrics: services.metrics,
-                                    frameLimit: frameLimit,
+                                    frameLimit: frameLimit, onPeerListener: peerListener,
                                     resumeReads: { eventLoop.execute { loopBound.value.resumeIfAllowed() } })
         guard services.registry.add(connection, limit: limits.maxConnections) else {
             logger.debug("refusing connection", metadata: ["tw.close.reason": "maxConnections"])

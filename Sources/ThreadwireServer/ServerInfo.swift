@@ -19,6 +19,8 @@ public struct ServerInfo: Sendable {
     /// The cluster's shared secrets other instances may present when they
     /// relay requests (several instances on one store); empty: none.
     public var peerTokens: [[UInt8]] = []
+    /// Relays come on a listener of their own (`--peer-listen`).
+    public var hasPeerListener = false
     /// Several instances share the store: requests for threads another
     /// instance owns are relayed there.
     public var relays = false

@@ -34,6 +34,10 @@ public struct ServerConfiguration: Sendable {
     /// process owns everything), and how requests reach the owner.
     public var coordinator: (any OwnershipCoordinator)?
     public var peers = PeerSettings()
+    /// A listener of the instances' own (`--peer-listen`): relays come only
+    /// there, and the client listener refuses a peer hello as it refuses a
+    /// bad token, so the cluster's secret never works where clients connect.
+    public var peerListen: (host: String, port: Int)?
     /// How long idempotency keys (and the answers stored with them) are kept at least.
     public var idempotencyRetention: Duration = .seconds(24 * 3600)
     public init() {}
@@ -90,6 +94,7 @@ public final class ThreadwireServer: Service, Sendable {
     private let configuration: ServerConfiguration
     private let services: ServerServices
     private let transport: any ServerTransport
+    private let peerTransport: (any ServerTransport)?
     private let draining = OnceFlag()
     public let storeHealth: StoreHealth
     /// Renews this instance's leases (several instances on one store); a
@@ -129,6 +134,10 @@ public final class ThreadwireServer: Service, Sendable {
         } else {
             transport = TCPServerTransport(host: configuration.host, port: configuration.port, tls: try configuration.tls?.makeContext())
         }
+        peerTransport = try configuration.peerListen.map {
+            TCPServerTransport(host: $0.host, port: $0.port, tls: try configuration.tls?.makeContext())
+        }
+        info.hasPeerListener = peerTransport != nil
         let registry = ConnectionRegistry(baseInstructions: { [settings] in settings.baseInstructions(for: $0) })
         let engine = ThreadEngine(store: MonitoredStore(base: store, health: health), backend: backend, settings: settings, sink: registry,
                                   idleUnloadAfter: .milliseconds(Int(configuration.idleUnloadSeconds * 1000)),
@@ -194,14 +203,23 @@ public final class ThreadwireServer: Service, Sendable {
         // port 0 resolved) must be known before any lease is taken.
         let source = configuration.tls?.clientPrincipal ?? .commonName
         let certificateLookup: @Sendable (any Channel) -> Principal? = { ClientCertificate.principal(of: $0, from: source) }
-        let address = try await transport.listen(connectionSettings()) { [services] accepted in
-            let info = services.info
-            let id = services.connectionIDs.next()
-            try accepted.channel.pipeline.syncOperations.addHandler(
-                ConnectionHandler(connectionID: id, services: services, flowControl: accepted.flowControl, frameLimit: accepted.frameLimit,
-                                  certificatePrincipal: info.clientCertificatesName ? certificateLookup : nil))
+        func accept(peerListener: Bool) -> @Sendable (AcceptedConnection) throws -> Void {
+            { [services] accepted in
+                let info = services.info
+                let id = services.connectionIDs.next()
+                try accepted.channel.pipeline.syncOperations.addHandler(
+                    ConnectionHandler(connectionID: id, services: services, flowControl: accepted.flowControl, frameLimit: accepted.frameLimit,
+                                      certificatePrincipal: info.clientCertificatesName ? certificateLookup : nil, peerListener: peerListener))
+            }
         }
-        configuration.coordinator?.bound(port: address?.port ?? configuration.port)
+        let address = try await transport.listen(connectionSettings(), accept: accept(peerListener: false))
+        if let peerTransport {
+            // Other instances reach this one here: its port is the one advertised.
+            let peerAddress = try await peerTransport.listen(connectionSettings(), accept: accept(peerListener: true))
+            configuration.coordinator?.bound(port: peerAddress?.port ?? configuration.peerListen?.port ?? 0)
+        } else {
+            configuration.coordinator?.bound(port: address?.port ?? configuration.port)
+        }
         // Turns that a dead process left running are recovered before the
         // server says it listens, so no client of a supervisor that waits for
         // that line sees a thread ACTIVE with a turn nobody runs.
@@ -210,6 +228,7 @@ public final class ThreadwireServer: Service, Sendable {
             recovered = try await services.engine.recoverInterruptedTurns()
         } catch {
             transport.stopAccepting()
+            peerTransport?.stopAccepting()
             throw error
         }
         if recovered > 0 {
@@ -219,10 +238,12 @@ public final class ThreadwireServer: Service, Sendable {
         listened.finish()
         await withGracefulShutdownHandler {
             await transport.waitUntilStopped()
-        } onGracefulShutdown: { [draining, transport] in
+        } onGracefulShutdown: { [draining, transport, peerTransport] in
             draining.set()
             transport.stopAccepting()
+            peerTransport?.stopAccepting()
         }
+        peerTransport?.stopAccepting()
         draining.set()
         for connection in services.registry.all { connection.serverDraining() }
         await drain()

@@ -40,8 +40,11 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "The store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE for PostgreSQL (default: $THREADWIRE_STORE, else SQLite in --data-dir). The password may also come from PGPASSWORD.")
     var store: String?
 
-    @Option(help: "With a PostgreSQL store: HOST:PORT where the other instances reach this one (default: --listen, when its host and port are concrete). Requests for threads another instance owns are relayed there.")
+    @Option(help: "With a PostgreSQL store: HOST:PORT where the other instances reach this one (default: --peer-listen, else --listen, when its host and port are concrete). Requests for threads another instance owns are relayed there.")
     var advertise: String?
+
+    @Option(help: "With a PostgreSQL store: HOST:PORT of a listener for the other instances only. Relays then come only there, and the client listener answers a peer hello as it answers a bad token, so the cluster's secret never works where clients connect.")
+    var peerListen: String?
 
     @Option(help: "With a PostgreSQL store: seconds a thread's ownership lease lasts without renewal; an instance that dies is replaced after at most this long.")
     var leaseSeconds = 10.0
@@ -259,6 +262,7 @@ public struct ServerCommand: AsyncParsableCommand {
                 throw error
             }
         } else {
+            if peerListen != nil { throw ValidationError("--peer-listen is for several instances on one PostgreSQL store (--store postgres://…)") }
             store = try SQLiteThreadStore(directory: dataDir, logger: logger)
             // GRDB closes the database when the last reference goes.
             storeService = StoreLifecycle {}
@@ -352,6 +356,11 @@ public struct ServerCommand: AsyncParsableCommand {
                     logger: Logger) async throws -> PostgresLeaseCoordinator {
         guard leaseSeconds >= 1, leaseSeconds <= 300 else { throw ValidationError("--lease-seconds must be from 1 to 300, got \(leaseSeconds)") }
         let address: String
+        if let peerListen {
+            let (peerHost, peerPort) = try Self.hostPort(peerListen, flag: "--peer-listen")
+            configuration.peerListen = (peerHost, peerPort)
+        }
+        let reachable = peerListen ?? listen
         if let advertise {
             let (advertisedHost, advertisedPort) = try Self.hostPort(advertise, flag: "--advertise")
             guard !advertisedHost.isEmpty, advertisedPort != 0, !["0.0.0.0", "::", "[::]"].contains(advertisedHost) else {
@@ -360,10 +369,11 @@ public struct ServerCommand: AsyncParsableCommand {
             address = advertise
         } else {
             // Port 0 is advertised as the port bound.
-            guard !["0.0.0.0", "::", "[::]", ""].contains(host) else {
-                throw ValidationError("with a PostgreSQL store, give --advertise HOST:PORT (where other instances reach this one): --listen \(listen) names no host they can reach")
+            let reachableHost = try Self.hostPort(reachable, flag: peerListen == nil ? "--listen" : "--peer-listen").0
+            guard !["0.0.0.0", "::", "[::]", ""].contains(reachableHost) else {
+                throw ValidationError("with a PostgreSQL store, give --advertise HOST:PORT (where other instances reach this one): \(peerListen == nil ? "--listen" : "--peer-listen") \(reachable) names no host they can reach")
             }
-            address = listen
+            address = reachable
         }
         let tokens = (peerToken ?? ProcessInfo.processInfo.environment["THREADWIRE_PEER_TOKEN"])
             .map { $0.split(separator: ",", omittingEmptySubsequences: false).map { String($0) } } ?? []

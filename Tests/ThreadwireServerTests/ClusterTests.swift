@@ -387,6 +387,47 @@ struct ClusterTests {
         await #expect(throws: (any Error).self, "an instance with another secret relayed") { _ = try await clients[2].read(onNew) }
         await #expect(throws: (any Error).self, "an instance with another secret relayed") { _ = try await clients[2].read(onOld) }
     }
+
+    @Test("--peer-listen: relays go over the peers' own listener; on the client listener a peer hello with the right secret gets exactly the answer of a bad token, and so does a client on the peers' listener")
+    func peerListener() async throws {
+        let tokens = NSTemporaryDirectory() + "threadwire-tokens-" + UUID().uuidString
+        try "alice \(aliceToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
+        chmod(tokens, 0o600)
+        defer { try? FileManager.default.removeItem(atPath: tokens) }
+        let secret = "cluster-peer-secret-0123456789"
+        let group = try await InstanceGroup.start(2, extra: ["--auth-tokens", tokens, "--peer-listen", "127.0.0.1:0"]) { _ in
+            ["THREADWIRE_PEER_TOKEN": secret]
+        }
+        defer { group.stopAll() }
+        var clients: [ThreadwireClient] = []
+        for instance in group.instances {
+            let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: instance.port)
+            try await client.initialize(name: "peers", authToken: aliceToken)
+            clients.append(client)
+        }
+        let thread = try #require(try await clients[0].startThread().thread?.id)
+        #expect(try await clients[1].read(thread).thread?.id == thread, "the relay over the peers' listener works")
+        // The advertised address is the peers' listener, not the clients'.
+        let advertised = try await group.query("SELECT address FROM thread_leases WHERE tree = '\(thread)'")
+        let peerPort = try #require(Int(advertised.split(separator: ":").last ?? ""))
+        #expect(peerPort != group.instances[0].port, "the lease advertises the client listener: \(advertised)")
+
+        func hello(port: Int, _ params: Wire.InitializeParams) async throws -> Wire.Response {
+            let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: port)
+            return try await client.call(.initialize(params))
+        }
+        let badToken = try await hello(port: group.instances[0].port, Wire.InitializeParams(
+            clientInfo: Wire.ClientInfo(name: "x"), protocolVersion: 1, authToken: "not-a-token-0123456789"))
+        var peerHello = Wire.InitializeParams(clientInfo: Wire.ClientInfo(name: "x"), protocolVersion: 1)
+        peerHello.peer = Wire.PeerHello(token: secret, principal: "alice")
+        let onClientListener = try await hello(port: group.instances[0].port, peerHello)
+        #expect(badToken.code == 16)
+        #expect(onClientListener.code == badToken.code && onClientListener.message == badToken.message,
+                "a peer hello on the client listener: \(onClientListener) vs a bad token: \(badToken)")
+        let clientOnPeerListener = try await hello(port: peerPort, Wire.InitializeParams(
+            clientInfo: Wire.ClientInfo(name: "x"), protocolVersion: 1, authToken: aliceToken))
+        #expect(clientOnPeerListener.code == badToken.code && clientOnPeerListener.message == badToken.message)
+    }
 }
 
 actor Ledger {

@@ -15,6 +15,12 @@ enum SessionHandlers {
         if call.connection.isInitialized {
             throw RequestError(.failedPrecondition, "initialize was already called on this connection")
         }
+        if call.server.hasPeerListener, (p.peer != nil) != call.connection.onPeerListener {
+            // A peer hello where clients connect (or a client on the peers'
+            // listener) gets exactly the answer of a bad token: nothing says
+            // that a cluster secret would work here.
+            throw RequestError(.unauthenticated, "auth_token is not valid for this server; closing")
+        }
         let (principal, credential) = try p.peer.map { try authenticatePeer($0, call) } ?? authenticate(p.authToken, call)
         var capabilities: Set<ClientCapability> = []
         if p.capabilities?.clientTools == true { capabilities.insert(.clientTools) }
