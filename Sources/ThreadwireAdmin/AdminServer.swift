@@ -13,8 +13,8 @@ public import ServiceLifecycle
 ///   GET /leases   JSON: the agent trees this instance holds with their
 ///                 lease epochs, and whether it is sure of them now
 ///                 (several instances on PostgreSQL; empty otherwise)
-/// With a token, every path but /livez (which probes reach) needs
-/// `Authorization: Bearer TOKEN`; otherwise 401.
+/// With `authorize`, every path but /livez (which probes reach) needs an
+/// `Authorization` header it accepts; otherwise 401.
 /// It knows nothing of threads: the frame server hands it closures.
 public struct AdminServer: Service {
     public struct Readiness: Sendable {
@@ -29,14 +29,16 @@ public struct AdminServer: Service {
     private let host: String
     private let port: Int
     private let registry: PrometheusCollectorRegistry
-    private let token: String?
+    private let authorize: (@Sendable (String?) -> Bool)?
     private let readiness: @Sendable () -> Readiness
     private let beforeScrape: @Sendable () -> Void
     private let leases: @Sendable () -> String
     private let onListening: @Sendable (String, Int) -> Void
     private let logger: Logger
 
-    public init(host: String, port: Int, registry: PrometheusCollectorRegistry, token: String? = nil,
+    /// `authorize`: whether an `Authorization` header value (nil: none) may
+    /// see the endpoint (nil: no check).
+    public init(host: String, port: Int, registry: PrometheusCollectorRegistry, authorize: (@Sendable (String?) -> Bool)? = nil,
                 readiness: @escaping @Sendable () -> Readiness,
                 beforeScrape: @escaping @Sendable () -> Void = {},
                 leases: @escaping @Sendable () -> String = { #"{"held":[],"surely_valid":true}"# },
@@ -45,7 +47,7 @@ public struct AdminServer: Service {
         self.host = host
         self.port = port
         self.registry = registry
-        self.token = token
+        self.authorize = authorize
         self.readiness = readiness
         self.beforeScrape = beforeScrape
         self.leases = leases
@@ -59,7 +61,7 @@ public struct AdminServer: Service {
         let registry = self.registry
         let beforeScrape = self.beforeScrape
         // Before the routes: a router's middleware covers the routes added after it.
-        if let token { router.add(middleware: BearerToken(token: Array(token.utf8))) }
+        if let authorize { router.add(middleware: Authorization(authorize: authorize)) }
         router.get("livez") { _, _ in
             Self.text(.ok, "ok\n")
         }
@@ -103,26 +105,17 @@ public struct AdminServer: Service {
     }
 }
 
-/// Every request but /livez must carry `Authorization: Bearer TOKEN`,
-/// compared in time that does not depend on where it differs.
-struct BearerToken<Context: RequestContext>: RouterMiddleware {
-    let token: [UInt8]
+/// Every request but /livez must carry an `Authorization` header that
+/// `authorize` accepts.
+struct Authorization<Context: RequestContext>: RouterMiddleware {
+    let authorize: @Sendable (String?) -> Bool
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         if request.uri.path == "/livez" { return try await next(request, context) }
-        let header = request.headers[.authorization] ?? ""
-        let presented = header.hasPrefix("Bearer ") ? Array(header.utf8.dropFirst(7)) : []
-        guard Self.equal(token, presented) else {
+        guard authorize(request.headers[.authorization]) else {
             return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Bearer", .contentType: "text/plain; charset=utf-8"],
                             body: .init(byteBuffer: ByteBuffer(string: "this endpoint needs 'Authorization: Bearer TOKEN' (--admin-token-file)\n")))
         }
         return try await next(request, context)
     }
-
-    static func equal(_ secret: [UInt8], _ presented: [UInt8]) -> Bool {
-        var difference = UInt64(secret.count ^ presented.count)
-        for index in presented.indices { difference |= UInt64(secret[index % secret.count] ^ presented[index]) }
-        return difference == 0
-    }
 }
-

@@ -305,7 +305,11 @@ public struct ServerCommand: AsyncParsableCommand {
                 logger.warning("serving the admin endpoint on \(adminHost):\(adminPort) WITHOUT a token (--allow-unauthenticated)")
             }
             let admin = AdminServer(
-                host: adminHost, port: adminPort, registry: metricsRegistry, token: adminToken,
+                host: adminHost, port: adminPort, registry: metricsRegistry,
+                authorize: adminToken.map { token in
+                    let expected = Array("Bearer \(token)".utf8)
+                    return { header in ConstantTime.equal(expected, Array((header ?? "").utf8)) }
+                },
                 readiness: { let state = server.readiness; return .init(ready: state.ready, reason: state.reason) },
                 beforeScrape: { server.refreshGauges() },
                 leases: { Self.leasesJSON(server.leaseView) },
