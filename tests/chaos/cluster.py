@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
-PORT, ADMIN_PORT, PG_PORT = 7420, 7421, 5432
+PORT, ADMIN_PORT, PG_PORT, PEER_PORT = 7420, 7421, 5432, 7422
 # The admin endpoints listen on the test network: they need a token.
 ADMIN_TOKEN = "chaos-admin-token-0123456789abcdef"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -163,6 +163,9 @@ class Instance:
         # ["--auth-tokens", FILE, "--peer-token", SECRET], or none at all.
         self.authentication = authentication or ["--allow-unauthenticated"]
         self.address = f"{net.hosts[host]}:{PORT}"
+        # With a peer secret the instances relay on a listener of their own
+        # (--peer-listen), advertised instead of the clients' one.
+        self.peer_address = f"{net.hosts[host]}:{PEER_PORT}" if "--peer-token" in self.authentication else None
         self.directory = directory
         self.log = open(os.path.join(directory, f"{host}.log"), "ab")
         self.config = os.path.join(directory, "config.json")
@@ -182,7 +185,8 @@ class Instance:
                 env["FAKETIME"] = self.skew
         env["THREADWIRE_ADMIN_TOKEN"] = ADMIN_TOKEN
         self.proc = subprocess.Popen(self.net.exec_args(self.host) + [
-            BINARY, "--listen", self.address, "--advertise", self.address, "--store", self.store,
+            BINARY, "--listen", self.address, "--advertise", self.peer_address or self.address, "--store", self.store,
+            *(["--peer-listen", self.peer_address] if self.peer_address else []),
             "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",
             "--config", self.config, "--log-level", "notice", *self.authentication, *self.extra],
             stdout=subprocess.PIPE, stderr=self.log, env=env)
