@@ -236,7 +236,7 @@ let package = Package(
         ),
         .target(
             name: "ThreadwireTesting",
-            dependencies: ["ThreadwireCore", "ThreadwirePostgres", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["ThreadwireCore", "ThreadwirePostgres", "ThreadwireStorage", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -66,6 +66,13 @@ public protocol OwnershipCoordinator: Sendable {
     func orphanedRunningThreads() async throws -> [ThreadID]
     /// Returns once the store answers (a round trip), throws if it cannot.
     func probe() async throws
+    /// Per-principal budgets kept where every instance sees them (nil: each
+    /// instance keeps its own).
+    var sharedQuotas: (any SharedQuotaLedger)? { get }
+}
+
+extension OwnershipCoordinator {
+    public var sharedQuotas: (any SharedQuotaLedger)? { nil }
 }
 
 /// Which instance owned threads this one relayed for, remembered briefly so

@@ -149,9 +149,11 @@ extension ThreadEngine {
                 context: TurnContext(model: next.record.model, runtime: runtime, effectiveMode: effective, cwd: next.record.cwd))
             turn.historyStart = next.history.count
             next.turns.append(turn)
-            let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.maxRunningTurns)
+            let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
             defer { directory.runningTurns.release(next.record.principal, slot) }
-            try await install(owner, next, [.putThread(next.record.bumped()), .putTurn(turn)])
+            try await withSharedTurnSlot(on: id, of: next.record.principal) {
+                try await install(owner, next, [.putThread(next.record.bumped()), .putTurn(turn)])
+            }
             changes.changed(id)
             let recipients = owner.subscribers
             let publication = owner.publisher.ticket([

@@ -65,9 +65,16 @@ extension ThreadEngine {
     /// threads-per-minute limit; a failed commit gives the slot back.
     /// With `newTree`, a failed commit also gives the new tree's lease back.
     func commitCreation(_ principal: Principal, _ operations: [StoreOperation], fence: LeaseFence?, newTree: Bool = false) async throws {
-        let reservation: ContinuousClock.Instant?
+        let bucket = settings.principalLimits.threadStartBucket
         do {
-            reservation = try threadStarts.reserve(principal, limit: settings.principalLimits.maxThreadsStartedPerMinute)
+            try await storedBytes.check(principal, limit: settings.principalLimits.storedBytes, store: store)
+            if let bucket {
+                let grant = try await quotaLedger.take(1, from: bucket, of: principal)
+                guard grant.granted == 1 else {
+                    throw DomainError.resourceExhausted(
+                        "principal \(principal) reached limits.max_threads_started_per_minute (\(settings.principalLimits.threadsPerMinute) threads per minute); retry in \(retrySeconds(bucket.secondsUntilOne(available: grant.available))) s")
+                }
+            }
         } catch {
             if newTree { abandonNewTree(fence) }
             throw error
@@ -75,11 +82,30 @@ extension ThreadEngine {
         do {
             try await commit(operations, fence: fence)
         } catch {
-            threadStarts.refund(principal, reservation)
+            if let bucket { await quotaLedger.giveBack(1, to: bucket, of: principal) }
             if newTree { abandonNewTree(fence) }
             if let unconfirmed = error as? CommitUnconfirmed { throw DomainError.unavailable(unconfirmed.description) }
             throw error
         }
+    }
+
+    /// Runs `start` (the commit of a turn's start) while the store that
+    /// instances share holds a slot for it among the principal's running
+    /// turns on every instance; this instance's own turns were counted already.
+    func withSharedTurnSlot(on thread: ThreadID, of principal: Principal, _ start: () async throws -> Void) async throws {
+        let limit = settings.principalLimits.runningTurns
+        guard let sharedQuotas, limit > 0 else { return try await start() }
+        let reservation = try await sharedQuotas.reserveTurn(on: thread, of: principal, limit: limit)
+        if case let .refused(running) = reservation {
+            throw RunningTurnCounts.refusal(principal, running: running, limit: limit)
+        }
+        do {
+            try await start()
+        } catch {
+            await sharedQuotas.end(reservation)
+            throw error
+        }
+        await sharedQuotas.end(reservation)
     }
 
     func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {

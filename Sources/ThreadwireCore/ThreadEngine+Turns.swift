@@ -51,11 +51,14 @@ extension ThreadEngine {
         next.history += added
         next.turns.append(turn)
         // Held until the publish counts the turn as running.
-        let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.maxRunningTurns)
+        try await storedBytes.check(next.record.principal, limit: settings.principalLimits.storedBytes, store: store)
+        let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
         defer { directory.runningTurns.release(next.record.principal, slot) }
-        try await install(owner, next, [
-            .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
-        ])
+        try await withSharedTurnSlot(on: id, of: next.record.principal) {
+            try await install(owner, next, [
+                .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
+            ])
+        }
         owner.cancelUnload()
         changes.changed(id)
 

@@ -26,8 +26,11 @@ public final class ThreadEngine: Sendable {
     let stopping = Atomic<Bool>(false)
     /// Turn runners and mailbox deliveries; shutdown awaits them.
     let tasks = TaskTracker()
-    /// Per-principal limits (settings.principalLimits).
-    let threadStarts = ThreadStartWindow()
+    /// Per-principal budgets (settings.principalLimits): this process's, or
+    /// the store's when instances share it.
+    public let quotaLedger: any QuotaLedger
+    public let sharedQuotas: (any SharedQuotaLedger)?
+    let storedBytes = StoredBytesMeter()
     /// With several instances on one store: who may change which agent tree
     /// (nil: this process owns every thread).
     let coordinator: (any OwnershipCoordinator)?
@@ -54,6 +57,8 @@ public final class ThreadEngine: Sendable {
         self.sink = sink
         self.idleUnloadAfter = idleUnloadAfter
         self.coordinator = coordinator
+        sharedQuotas = coordinator?.sharedQuotas
+        quotaLedger = coordinator?.sharedQuotas ?? LocalQuotaLedger()
         knownOwners = KnownOwners(ttl: (coordinator?.leaseDuration ?? .seconds(10)) / 2)
     }
 

@@ -180,6 +180,9 @@ public protocol ThreadStore: Sendable {
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int
     /// What a thread was imported from, if it was.
     func importRecord(_ thread: ThreadID) async throws -> ImportRecord?
+    /// Bytes of stored turns and model history of the principal's threads
+    /// (limits.max_stored_bytes); reads all of them, so callers cache it.
+    func storedBytes(of principal: Principal) async throws -> Int64
 }
 
 extension ThreadStore {

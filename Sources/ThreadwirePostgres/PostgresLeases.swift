@@ -18,12 +18,15 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
     public var address: String { advertised.withLock { $0 } }
     private let advertised: Mutex<String>
     public let leaseDuration: Duration
+    /// The budgets every instance on this store shares.
+    public let sharedQuotas: (any SharedQuotaLedger)?
 
     public init(store: PostgresThreadStore, address: String, leaseDuration: Duration) {
         self.store = store
         advertised = Mutex(address)
         self.leaseDuration = leaseDuration
         instanceID = UUID().uuidString.lowercased()
+        sharedQuotas = PostgresQuotaLedger(store: store)
     }
 
     public func bound(port: Int) {

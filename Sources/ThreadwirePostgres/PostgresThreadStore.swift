@@ -198,6 +198,8 @@ public final class PostgresThreadStore: ThreadStore {
         ]),
         // A keyed change's answer stored in its own transaction.
         (8, [CommitFunction.definitionV8]),
+        // Per-principal budgets that every instance shares (PostgresQuotaLedger).
+        (9, PostgresQuotaLedger.schema),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
@@ -312,7 +314,7 @@ public final class PostgresThreadStore: ThreadStore {
     /// A call that does not end within `operationTimeout` fails (the
     /// connection it waits on may be dead: a paused process, a partition),
     /// so no request or turn waits on it for ever.
-    private func bounded<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    func bounded<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
         let timeout = operationTimeout
         let location = self.location
         return try await withDeadline(timeout, timeoutError: {
@@ -455,6 +457,19 @@ public final class PostgresThreadStore: ThreadStore {
             binds.append(limit)
             sql += descending ? " ORDER BY seq DESC LIMIT $\(binds.count)" : " ORDER BY seq ASC LIMIT $\(binds.count)"
             return try await self.turns(connection, PostgresQuery(unsafeSQL: sql, binds: binds), threadID: id)
+        }
+    }
+
+    public func storedBytes(of principal: Principal) async throws -> Int64 {
+        try await bounded("a measure of stored bytes") {
+            var bytes: Int64 = 0
+            for try await sum in try await self.client.query("""
+                SELECT (coalesce((SELECT sum(octet_length(t.record)) FROM turns t JOIN threads h ON h.id = t.thread_id WHERE h.owner = \(principal)), 0)
+                      + coalesce((SELECT sum(octet_length(c.record)) FROM context_items c JOIN threads h ON h.id = c.thread_id WHERE h.owner = \(principal)), 0))::BIGINT
+                """, logger: self.logger).decode(Int64.self) {
+                bytes = sum
+            }
+            return bytes
         }
     }
 

@@ -308,6 +308,15 @@ public final class SQLiteThreadStore: ThreadStore {
         }
     }
 
+    public func storedBytes(of principal: Principal) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: """
+                SELECT coalesce((SELECT sum(length(t.record)) FROM turns t JOIN threads h ON h.id = t.thread_id WHERE h.owner = ?), 0)
+                     + coalesce((SELECT sum(length(c.record)) FROM context_items c JOIN threads h ON h.id = c.thread_id WHERE h.owner = ?), 0)
+                """, arguments: [principal, principal]) ?? 0
+        }
+    }
+
     public func threadsWithRunningTurns() async throws -> [ThreadID] {
         try await pool.read { db in
             try String.fetchAll(db, sql: "SELECT DISTINCT thread_id FROM turns WHERE status = 'inProgress'")

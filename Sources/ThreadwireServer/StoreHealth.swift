@@ -102,6 +102,7 @@ struct MonitoredStore: ThreadStore {
     }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await base.threadsWithRunningTurns() }
     func probe() async throws { try await base.probe() }
+    func storedBytes(of principal: Principal) async throws -> Int64 { try await base.storedBytes(of: principal) }
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(key) }
     func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { try await base.importRecord(thread) }
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {

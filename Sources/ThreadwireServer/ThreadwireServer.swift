@@ -74,6 +74,8 @@ final class ServerServices: Sendable {
     let peers: PeerSettings
     let connectionIDs = ConnectionIDs()
     let idempotency: IdempotentCalls
+    /// Each principal's requests per second (limits.max_requests_per_second).
+    let requestGate: RequestGate
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
          peers: PeerSettings = PeerSettings(), idempotency: IdempotentCalls) {
@@ -85,6 +87,7 @@ final class ServerServices: Sendable {
         self.logger = logger
         self.recorder = recorder
         self.metrics = metrics
+        requestGate = RequestGate(limits: info.settings.principalLimits, ledger: engine.sharedQuotas)
     }
 }
 

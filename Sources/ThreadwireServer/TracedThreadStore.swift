@@ -44,6 +44,9 @@ public struct TracedThreadStore: ThreadStore {
     }
     public func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
     public func probe() async throws { try await inner.probe() }
+    public func storedBytes(of principal: Principal) async throws -> Int64 {
+        try await inner.storedBytes(of: principal)
+    }
     public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await inner.idempotencyRecord(key) }
     public func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { try await inner.importRecord(thread) }
     public func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int {

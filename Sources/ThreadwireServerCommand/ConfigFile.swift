@@ -20,7 +20,8 @@ import ThreadwireServer
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "tcp_keepalive_ms": 60000, "max_partial_frame_bytes": 67108864,
-///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 0, "max_running_turns": 0},
+///                  "handshake_timeout_ms": 10000, "max_threads_started_per_minute": 600, "max_running_turns": 64,
+///                  "max_requests_per_second": 1000, "request_burst": 2000, "max_stored_bytes": 10737418240},
 ///       "tools": {"client_request_timeout_ms": 600000},
 ///       "compaction": {"auto": true, "threshold": 0.9, "prompt": "...", "summary_prefix": "..."},
 ///       "tracing": {"enabled": true, "endpoint": "http://collector:4318/v1/traces", "sample_ratio": 1.0,
@@ -110,7 +111,8 @@ enum ConfigFile {
         "models[]": ["slug", "provider", "multi_agent_version", "context_window"],
         "limits": ["max_frame_bytes", "max_queued_requests", "max_queued_request_bytes", "outbound_high_water_bytes",
                    "max_notification_backlog_bytes", "max_connections", "idle_timeout_ms", "tcp_keepalive_ms", "max_partial_frame_bytes",
-                   "handshake_timeout_ms", "max_threads_started_per_minute", "max_running_turns"],
+                   "handshake_timeout_ms", "max_threads_started_per_minute", "max_running_turns", "max_requests_per_second",
+                   "request_burst", "max_stored_bytes"],
         "tools": ["client_request_timeout_ms"],
     ]
 
@@ -154,6 +156,9 @@ enum ConfigFile {
         var handshake_timeout_ms: Int?
         var max_threads_started_per_minute: Int?
         var max_running_turns: Int?
+        var max_requests_per_second: Int?
+        var request_burst: Int?
+        var max_stored_bytes: Int64?
     }
 
     struct ConfigError: Error, CustomStringConvertible { var description: String }
@@ -293,14 +298,16 @@ enum ConfigFile {
             if let v = l.tcp_keepalive_ms { limits.tcpKeepaliveMs = v }
             if let v = l.max_partial_frame_bytes { limits.maxPartialFrameBytes = v }
             if let v = l.handshake_timeout_ms { limits.handshakeTimeoutMs = v }
-            if let v = l.max_threads_started_per_minute {
-                guard v >= 0 else { throw ConfigError(description: "config file \(path): limits.max_threads_started_per_minute must not be negative (0: no limit)") }
-                settings.principalLimits.maxThreadsStartedPerMinute = v
+            for (name, value) in [("max_threads_started_per_minute", l.max_threads_started_per_minute), ("max_running_turns", l.max_running_turns),
+                                  ("max_requests_per_second", l.max_requests_per_second), ("request_burst", l.request_burst),
+                                  ("max_stored_bytes", l.max_stored_bytes.map { Int(clamping: $0) })] {
+                if let value, value < 0 { throw ConfigError(description: "config file \(path): limits.\(name) must not be negative (0: no limit)") }
             }
-            if let v = l.max_running_turns {
-                guard v >= 0 else { throw ConfigError(description: "config file \(path): limits.max_running_turns must not be negative (0: no limit)") }
-                settings.principalLimits.maxRunningTurns = v
-            }
+            if let v = l.max_threads_started_per_minute { settings.principalLimits.maxThreadsStartedPerMinute = v }
+            if let v = l.max_running_turns { settings.principalLimits.maxRunningTurns = v }
+            if let v = l.max_requests_per_second { settings.principalLimits.maxRequestsPerSecond = v }
+            if let v = l.request_burst { settings.principalLimits.requestBurst = v }
+            if let v = l.max_stored_bytes { settings.principalLimits.maxStoredBytes = v }
             do { try limits.validate() } catch { throw ConfigError(description: "config file \(path): limits.\(error)") }
         }
         return Loaded(settings: settings, limits: limits, modelProviders: try providers(file, path: path),

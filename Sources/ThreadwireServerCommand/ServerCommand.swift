@@ -95,11 +95,20 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Milliseconds a connection may stay open without initialize (limits.handshake_timeout_ms; default 10000).")
     var handshakeTimeoutMs: Int?
 
-    @Option(help: "Threads one principal may create per rolling minute; 0 for no limit (limits.max_threads_started_per_minute; default 0).")
+    @Option(help: "Threads one principal may create per minute, all instances together: a bucket of this many refilled at this many a minute; 0 for no limit (limits.max_threads_started_per_minute; default 600 when clients authenticate, else none).")
     var maxThreadsStartedPerMinute: Int?
 
-    @Option(help: "Turns one principal may have running at once; 0 for no limit (limits.max_running_turns; default 0).")
+    @Option(help: "Turns one principal may have running at once, all instances together; 0 for no limit (limits.max_running_turns; default 64 when clients authenticate, else none).")
     var maxRunningTurns: Int?
+
+    @Option(help: "Requests one principal may send per second after initialize, all instances together; 0 for no limit (limits.max_requests_per_second; default 1000 when clients authenticate, else none).")
+    var maxRequestsPerSecond: Int?
+
+    @Option(help: "Requests of such a burst above the rate (limits.request_burst; default twice the rate).")
+    var requestBurst: Int?
+
+    @Option(help: "Bytes of turns and history one principal may store; 0 for no limit (limits.max_stored_bytes; default 10737418240 when clients authenticate, else none).")
+    var maxStoredBytes: Int64?
 
     @Option(help: "File of bearer tokens, one 'principal token' per line (# comments). Re-read on SIGHUP; revoked tokens' connections are closed. THREADWIRE_AUTH_TOKEN adds one token for the principal 'default'.")
     var authTokens: String?
@@ -198,14 +207,16 @@ public struct ServerCommand: AsyncParsableCommand {
         let tracing = transport == nil ? try Observability.startTracing(file.tracing, logger: logger) : nil
         var settings = file.settings
         settings.shutdownTurnGraceMs = Int(turnGraceSeconds * 1000)
-        if let maxThreadsStartedPerMinute {
-            guard maxThreadsStartedPerMinute >= 0 else { throw ValidationError("--max-threads-started-per-minute must not be negative (0: no limit)") }
-            settings.principalLimits.maxThreadsStartedPerMinute = maxThreadsStartedPerMinute
+        for (flag, value) in [("--max-threads-started-per-minute", maxThreadsStartedPerMinute), ("--max-running-turns", maxRunningTurns),
+                              ("--max-requests-per-second", maxRequestsPerSecond), ("--request-burst", requestBurst),
+                              ("--max-stored-bytes", maxStoredBytes.map { Int(clamping: $0) })] {
+            if let value, value < 0 { throw ValidationError("\(flag) must not be negative (0: no limit)") }
         }
-        if let maxRunningTurns {
-            guard maxRunningTurns >= 0 else { throw ValidationError("--max-running-turns must not be negative (0: no limit)") }
-            settings.principalLimits.maxRunningTurns = maxRunningTurns
-        }
+        if let maxThreadsStartedPerMinute { settings.principalLimits.maxThreadsStartedPerMinute = maxThreadsStartedPerMinute }
+        if let maxRunningTurns { settings.principalLimits.maxRunningTurns = maxRunningTurns }
+        if let maxRequestsPerSecond { settings.principalLimits.maxRequestsPerSecond = maxRequestsPerSecond }
+        if let requestBurst { settings.principalLimits.requestBurst = requestBurst }
+        if let maxStoredBytes { settings.principalLimits.maxStoredBytes = maxStoredBytes }
         var configuration = ServerConfiguration()
         configuration.host = host
         configuration.port = port
@@ -240,6 +251,10 @@ public struct ServerCommand: AsyncParsableCommand {
         default: throw ValidationError("--tls-cert and --tls-key go together")
         }
         try configuration.validateExposure()
+        if configuration.authenticator.isEnabled || configuration.tls?.clientCAFile != nil {
+            // Several principals share this server: none may use it all up.
+            settings.principalLimits = settings.principalLimits.filled(from: .multiPrincipalDefaults)
+        }
         if !configuration.authenticator.isEnabled, configuration.tls?.clientCAFile == nil, !ServerConfiguration.isLoopback(host) {
             logger.warning("serving \(host):\(port) WITHOUT authentication (--allow-unauthenticated): any client that reaches it can read and change every thread")
         }

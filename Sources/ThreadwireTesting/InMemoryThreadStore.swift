@@ -1,4 +1,5 @@
 public import ThreadwireCore
+import ThreadwireStorage
 
 /// A ThreadStore in memory, for domain tests without disk. It passes the same
 /// conformance suite as the SQLite and PostgreSQL stores (ThreadwireStoreTests):
@@ -117,6 +118,16 @@ public actor InMemoryThreadStore: ThreadStore {
     public func turnsPage(_ id: ThreadID, afterSequence: Int?, limit: Int, descending: Bool) async throws -> [TurnRecord]? {
         guard records[id] != nil else { return nil }
         return sortedTurns(id).page(afterSequence: afterSequence, limit: limit, descending: descending)
+    }
+
+    /// Measured as the SQL stores measure: the bytes of each record as stored.
+    public func storedBytes(of principal: Principal) async throws -> Int64 {
+        var bytes = 0
+        for (id, record) in records where record.principal == principal {
+            bytes += turns[id, default: [:]].values.reduce(0) { $0 + StoredRecords.encode($1).count }
+            bytes += history[id, default: [:]].values.reduce(0) { $0 + StoredRecords.encode($1).count }
+        }
+        return Int64(bytes)
     }
 
     public func threadsWithRunningTurns() async throws -> [ThreadID] {

@@ -54,6 +54,9 @@ public enum WireFixtures {
         message.idleTimeoutMs = UInt32(4000000006)
         message.maxThreadsStartedPerMinute = UInt32(4000000007)
         message.maxRunningTurns = UInt32(4000000008)
+        message.maxRequestsPerSecond = UInt32(4000000009)
+        message.requestBurst = UInt32(4000000010)
+        message.maxStoredBytes = UInt64(9223372036854775819)
         return message
     }
 

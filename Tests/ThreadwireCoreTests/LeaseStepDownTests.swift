@@ -77,6 +77,7 @@ final class UnfencedStore: ThreadStore, Sendable {
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await inner.idempotencyRecord(key) }
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int { try await inner.purgeIdempotencyRecords(createdBefore: millis) }
     func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { try await inner.importRecord(thread) }
+    func storedBytes(of principal: Principal) async throws -> Int64 { try await inner.storedBytes(of: principal) }
 }
 
 @Suite("a partitioned owner steps down in time (in memory)")

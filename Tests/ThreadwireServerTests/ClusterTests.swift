@@ -428,6 +428,116 @@ struct ClusterTests {
             clientInfo: Wire.ClientInfo(name: "x"), protocolVersion: 1, authToken: aliceToken))
         #expect(clientOnPeerListener.code == badToken.code && clientOnPeerListener.message == badToken.message)
     }
+
+    @Test("per-principal quotas are one budget across three instances, not three: threads started per minute and running turns exactly, requests per second never over the budget; another principal keeps its own")
+    func quotasAcrossInstances() async throws {
+        let tokens = NSTemporaryDirectory() + "threadwire-tokens-" + UUID().uuidString
+        try "alice \(aliceToken)\nbob \(bobToken)\ncarol \(carolToken)\n".write(toFile: tokens, atomically: true, encoding: .utf8)
+        chmod(tokens, 0o600)
+        defer { try? FileManager.default.removeItem(atPath: tokens) }
+        let group = try await InstanceGroup.start(3, extra: [
+            "--auth-tokens", tokens, "--max-threads-started-per-minute", "6", "--max-running-turns", "2",
+            "--max-requests-per-second", "2", "--request-burst", "40",
+        ]) { _ in ["THREADWIRE_PEER_TOKEN": "cluster-peer-secret-0123456789"] }
+        defer { group.stopAll() }
+        func clients(_ token: String) async throws -> [ThreadwireClient] {
+            var clients: [ThreadwireClient] = []
+            for instance in group.instances {
+                let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: instance.port)
+                try await client.initialize(name: "quotas", authToken: token)
+                clients.append(client)
+            }
+            return clients
+        }
+        let alice = try await clients(aliceToken)
+
+        // One thread through each instance, then 15 concurrent thread/start,
+        // 5 through each: 6 pass in all.
+        func startConcurrently(_ count: Int) async -> [(Int, Wire.Response?)] {
+            await withTaskGroup(of: (Int, Wire.Response?).self) { group in
+                for index in 0..<count {
+                    group.addTask { (index % 3, try? await alice[index % 3].call(.threadStart(Wire.ThreadStartParams()))) }
+                }
+                var all: [(Int, Wire.Response?)] = []
+                for await response in group { all.append(response) }
+                return all
+            }
+        }
+        let first = await startConcurrently(3)
+        #expect(first.allSatisfy { $0.1?.code == 0 }, "\(first.map { $0.1.map { "\($0.code ?? 0) \($0.message ?? "")" } ?? "no answer" })")
+        let starts = first + (await startConcurrently(15))
+        let started = starts.compactMap { instance, response -> (Int, String)? in
+            guard response?.code == 0, case let .threadStart(result)? = response?.result, let id = result.thread?.id else { return nil }
+            return (instance, id)
+        }
+        let refusedStarts = starts.compactMap(\.1).filter { $0.code == resourceExhausted }
+        #expect(started.count == 6, "threads started through 3 instances with a budget of 6: \(started.count)")
+        #expect(refusedStarts.count == 12)
+        #expect(refusedStarts.allSatisfy { $0.message?.contains("max_threads_started_per_minute") == true && $0.message?.contains("retry in") == true })
+
+        // Bob's budget is his own, whichever instance he uses.
+        let bob = try await clients(bobToken)
+        for client in bob { #expect(try await client.call(.threadStart(Wire.ThreadStartParams())).code == 0) }
+
+        // 6 concurrent held turns on those threads, each through the
+        // instance that created (and owns) it: 2 run in all.
+        let turns = await withTaskGroup(of: (Int, String, Wire.Response?).self) { group in
+            for (instance, id) in started {
+                group.addTask {
+                    (instance, id, try? await alice[instance].call(.turnStart(Wire.TurnStartParams(threadId: id, input: [Wire.UserInput(content: .text("#hold"))]))))
+                }
+            }
+            var all: [(Int, String, Wire.Response?)] = []
+            for await response in group { all.append(response) }
+            return all
+        }
+        let running = turns.filter { $0.2?.code == 0 }
+        let refusedTurns = turns.compactMap(\.2).filter { $0.code == resourceExhausted }
+        #expect(running.count == 2, "turns running through 3 instances with a limit of 2: \(running.count)")
+        #expect(refusedTurns.count == 4)
+        #expect(refusedTurns.allSatisfy { $0.message?.contains("max_running_turns") == true })
+
+        // One ends: a turn through another instance may start.
+        let (instance, heldThread, heldResponse) = try #require(running.first)
+        guard case let .turnStart(held)? = heldResponse?.result, let heldTurn = held.turn?.id else { throw UnexpectedResult(expected: "turnStart") }
+        try await alice[instance].call(.turnInterrupt(Wire.TurnInterruptParams(threadId: heldThread, turnId: heldTurn))).expectOK()
+        var ended = false
+        for _ in 0..<20 where !ended {
+            // Slowly: alice's requests refill at 2 a second.
+            try await Task.sleep(for: .milliseconds(600))
+            ended = try await alice[instance].read(heldThread).thread?.turns.first { $0.id == heldTurn }?.status != .inProgress
+        }
+        #expect(ended)
+        let runningThreads = Set(running.map(\.1))
+        let idle = try #require(started.first { $0.0 != instance && !runningThreads.contains($0.1) })
+        let next = try await alice[idle.0].call(.turnStart(Wire.TurnStartParams(threadId: idle.1, input: [Wire.UserInput(content: .text("#hold"))])))
+        #expect(next.code == 0, "a slot freed by a turn on instance \(instance) is usable through instance \(idle.0): \(next)")
+
+        // Carol: 3 × 40 reads at once, 40 a burst and 2 a second for the
+        // whole cluster. Alone each instance would admit 40 of its own.
+        let carol = try await clients(carolToken)
+        let began = ContinuousClock.now
+        let reads = await withTaskGroup(of: Wire.Response?.self) { group in
+            for index in 0..<120 {
+                group.addTask { try? await carol[index % 3].call(.threadList(Wire.ThreadListParams())) }
+            }
+            var all: [Wire.Response?] = []
+            for await response in group { all.append(response) }
+            return all
+        }
+        let elapsed = ContinuousClock.now - began
+        let admitted = reads.compactMap { $0 }.filter { $0.code == 0 }.count
+        let throttled = reads.compactMap { $0 }.filter { $0.code == resourceExhausted }
+        let refilled = Int((Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18) * 2) + 1
+        // Never over the budget; each instance may hold one token claimed
+        // but unspent (a batch: a twentieth of the rate, at least one).
+        #expect(admitted <= 40 + refilled, "admitted \(admitted) in \(elapsed)")
+        #expect(admitted >= 40 - 3, "admitted \(admitted) in \(elapsed)")
+        #expect(admitted + throttled.count == 120)
+        #expect(throttled.allSatisfy { $0.message?.contains("max_requests_per_second") == true && $0.message?.contains("retry in") == true })
+        // Bob was never throttled by carol's reads.
+        #expect(try await bob[0].call(.threadList(Wire.ThreadListParams())).code == 0)
+    }
 }
 
 actor Ledger {

@@ -362,6 +362,102 @@ struct SecurityTests {
         #expect(try await alice1.call(.turnStart(Wire.TurnStartParams(threadId: idle, input: [Wire.UserInput(content: .text("#hold"))]))).code == 0)
     }
 
+    @Test("with authentication every per-principal limit has its documented default, reported by initialize; without authentication (one user) there are none unless configured")
+    func principalLimitDefaults() async throws {
+        let (server, _) = try await authenticatingServer()
+        defer { server.stopInBackground() }
+        guard case let .initialize(info) = try await (try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port))
+            .result(initializeParams(token: aliceToken)) else { throw UnexpectedResult(expected: "initialize") }
+        #expect(info.limits?.maxThreadsStartedPerMinute == 600)
+        #expect(info.limits?.maxRunningTurns == 64)
+        #expect(info.limits?.maxRequestsPerSecond == 1000)
+        #expect(info.limits?.requestBurst == 2000)
+        #expect(info.limits?.maxStoredBytes == 10 << 30)
+
+        let (configured, _) = try await authenticatingServer(arguments: ["--max-running-turns", "0", "--max-requests-per-second", "50"])
+        defer { configured.stopInBackground() }
+        guard case let .initialize(chosen) = try await (try await ThreadwireClient.connect(host: "127.0.0.1", port: configured.port))
+            .result(initializeParams(token: aliceToken)) else { throw UnexpectedResult(expected: "initialize") }
+        #expect(chosen.limits?.maxRunningTurns == 0, "0 configured means no limit, not the default")
+        #expect(chosen.limits?.maxRequestsPerSecond == 50)
+        #expect(chosen.limits?.requestBurst == 100)
+        #expect(chosen.limits?.maxThreadsStartedPerMinute == 600)
+
+        let alone = try await ServerProcess.launch()
+        defer { alone.stopInBackground() }
+        guard case let .initialize(single) = try await (try await ThreadwireClient.connect(host: "127.0.0.1", port: alone.port))
+            .result(initializeParams(token: nil)) else { throw UnexpectedResult(expected: "initialize") }
+        #expect(single.limits?.maxThreadsStartedPerMinute == 0)
+        #expect(single.limits?.maxRunningTurns == 0)
+        #expect(single.limits?.maxRequestsPerSecond == 0)
+        #expect(single.limits?.maxStoredBytes == 0)
+    }
+
+    @Test("requests per second: past its burst a principal gets RESOURCE_EXHAUSTED naming the limit and when to retry, also under concurrent requests on two connections; another principal is served meanwhile; after the wait it is served again")
+    func requestRate() async throws {
+        let (server, _) = try await authenticatingServer(arguments: ["--max-requests-per-second", "1", "--request-burst", "5"])
+        defer { server.stopInBackground() }
+        let alice1 = try await connect(server, token: aliceToken)
+        let alice2 = try await connect(server, token: aliceToken)
+        let began = ContinuousClock.now
+        let responses = await withTaskGroup(of: Wire.Response?.self) { group in
+            for index in 0..<20 {
+                let client = index % 2 == 0 ? alice1 : alice2
+                group.addTask { try? await client.call(.threadList(Wire.ThreadListParams())) }
+            }
+            var all: [Wire.Response?] = []
+            for await response in group { all.append(response) }
+            return all
+        }
+        let elapsed = ContinuousClock.now - began
+        let admitted = responses.compactMap { $0 }.filter { $0.code == 0 }.count
+        let refused = responses.compactMap { $0 }.filter { $0.code == resourceExhausted }
+        #expect(admitted >= 5 && admitted <= 5 + Int(elapsed.components.seconds), "admitted \(admitted) of 20 in \(elapsed)")
+        #expect(admitted + refused.count == 20)
+        let message = try #require(refused.first?.message)
+        #expect(message.contains("max_requests_per_second (1 per second, bursts of 5)"), "\(message)")
+        let retry = try #require(message.split(separator: "retry in ").last.flatMap { Int($0.prefix { $0.isNumber }) }, "\(message)")
+        #expect(retry > 0 && retry <= 1000)
+
+        let bob = try await connect(server, token: bobToken)
+        for _ in 0..<5 { #expect(try await bob.call(.threadList(Wire.ThreadListParams())).code == 0) }
+
+        try await Task.sleep(for: .milliseconds(retry + 50))
+        #expect(try await alice1.call(.threadList(Wire.ThreadListParams())).code == 0)
+    }
+
+    @Test("stored bytes: once a principal's turns and history reach limits.max_stored_bytes it can start no turn and no thread (RESOURCE_EXHAUSTED naming the limit) but still reads; another principal is unaffected")
+    func storedBytesLimit() async throws {
+        let (server, _) = try await authenticatingServer(arguments: ["--max-stored-bytes", "20000"])
+        defer { server.stopInBackground() }
+        let alice = try await connect(server, token: aliceToken)
+        let thread = try #require(try await alice.startThread().thread?.id)
+        let text = String(repeating: "abcdefgh", count: 500)
+        // The measure is at most a few seconds old: turns go on until it sees the bytes.
+        var refusal: Wire.Response?
+        let deadline = ContinuousClock.now + .seconds(30)
+        while refusal == nil, ContinuousClock.now < deadline {
+            let response = try await alice.call(.turnStart(Wire.TurnStartParams(threadId: thread, input: [Wire.UserInput(content: .text(text))])))
+            if response.code == resourceExhausted {
+                refusal = response
+            } else {
+                guard response.code == 0, case let .turnStart(started)? = response.result, let turn = started.turn?.id else {
+                    throw UnexpectedResult(expected: "turn/start to start or be refused, got \(response)")
+                }
+                _ = try await alice.waitForTurn(thread, turn)
+            }
+        }
+        let refused = try #require(refusal, "no refusal within 30 s")
+        #expect(refused.message?.contains("limits.max_stored_bytes is 20000") == true, "\(refused)")
+        let newThread = try await alice.call(.threadStart(Wire.ThreadStartParams()))
+        #expect(newThread.code == resourceExhausted && newThread.message?.contains("max_stored_bytes") == true, "\(newThread)")
+        #expect(try await alice.read(thread).thread?.turns.isEmpty == false, "reads still work")
+
+        let bob = try await connect(server, token: bobToken)
+        let bobThread = try #require(try await bob.startThread().thread?.id)
+        _ = try await bob.runTurn(bobThread, "hello")
+    }
+
     @Test("listening off loopback without authentication refuses to start and names both ways out; --allow-unauthenticated starts with a warning")
     func refusesInsecureExposure() async throws {
         let dataDir = NSTemporaryDirectory() + "threadwire-exposure-" + UUID().uuidString

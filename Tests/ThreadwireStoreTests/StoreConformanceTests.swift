@@ -9,6 +9,7 @@ import Testing
 import ThreadwireCore
 import ThreadwirePostgres
 import ThreadwireSQLite
+import ThreadwireStorage
 import ThreadwireTesting
 
 /// Every ThreadStore backend, fresh and empty.
@@ -257,6 +258,28 @@ struct StoreConformanceTests {
         #expect(try await store.threadsWithRunningTurns() == ["c1", "c2"])
         try await store.commit([.putTurn(turn("c1", 0, status: .interrupted))])
         #expect(try await store.threadsWithRunningTurns() == ["c2"])
+    }
+
+    @Test("stored bytes of a principal are the bytes of its turns and history as stored: they grow with each, a replaced turn counts once, and another principal's count apart", arguments: Backend.allCases)
+    func storedBytesPerPrincipal(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        try await store.commit([.putThread(thread("a1", created: 1, owner: "alice")), .putThread(thread("a2", created: 2, owner: "alice")),
+                                .putThread(thread("b1", created: 3, owner: "bob"))])
+        #expect(try await store.storedBytes(of: "alice") == 0)
+        let running = turn("a1", 0, status: .inProgress)
+        try await store.commit([.putTurn(running)])
+        let oneTurn = Int64(StoredRecords.encode(running).count)
+        #expect(try await store.storedBytes(of: "alice") == oneTurn)
+        // Replaced in place: counted as the new record, once.
+        let finished = turn("a1", 0)
+        try await store.commit([.putTurn(finished)])
+        #expect(try await store.storedBytes(of: "alice") == Int64(StoredRecords.encode(finished).count))
+        let items = (0..<3).map { ContextItem(role: .user, kind: .userInput, text: String(repeating: "x", count: 100 * ($0 + 1))) }
+        try await store.commit([.appendHistory("a2", firstSequence: 0, items: items), .putTurn(turn("b1", 0))])
+        let expected = Int64(StoredRecords.encode(finished).count + items.reduce(0) { $0 + StoredRecords.encode($1).count })
+        #expect(try await store.storedBytes(of: "alice") == expected)
+        #expect(try await store.storedBytes(of: "bob") == Int64(StoredRecords.encode(turn("b1", 0)).count))
+        #expect(try await store.storedBytes(of: "carol") == 0)
     }
 
     @Test("concurrent commits on different threads all land, and each thread's compare-and-set admits exactly one writer per version", arguments: Backend.allCases)

@@ -14,13 +14,18 @@ final class AdmittedCall: Sendable {
     let received: ContinuousClock.Instant
     /// The request's server span (tracing on), ended with its answer.
     let span: (any Span)?
+    /// Its principal's request tokens are being claimed from the store that
+    /// instances share: it suspends until they come (RequestGate).
+    let awaitsTokens: Bool
 
-    init(request: Wire.Request, spec: MethodSpec, params: Wire.Request.Params, received: ContinuousClock.Instant, span: (any Span)?) {
+    init(request: Wire.Request, spec: MethodSpec, params: Wire.Request.Params, received: ContinuousClock.Instant, span: (any Span)?,
+         awaitsTokens: Bool = false) {
         self.request = request
         self.spec = spec
         self.params = params
         self.received = received
         self.span = span
+        self.awaitsTokens = awaitsTokens
     }
 }
 
@@ -87,12 +92,21 @@ struct CallDispatcher: Sendable {
         if let refusal = connection.admits(requiresHandshake: spec.requiresHandshake, method: method) {
             return .refused(refusal, method: method)
         }
+        // A relayed request was counted where its client sent it.
+        var awaitsTokens = false
+        if services.requestGate.isLimiting, spec.requiresHandshake, !connection.isPeer {
+            switch services.requestGate.admit(connection.principal) {
+            case .admitted: break
+            case let .refused(refusal): return .refused(RequestError(refusal), method: method)
+            case .wait: awaitsTokens = true
+            }
+        }
         // A connection opened as the drain began is not marked yet.
         if services.info.draining(), spec.requiresHandshake {
             return .refused(RequestError(.unavailable, "the server is shutting down"), method: method)
         }
         let span = ThreadTracing.enabled ? RequestTracing.start(request, spec: spec, params: params, connection: connection) : nil
-        return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received, span: span))
+        return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received, span: span, awaitsTokens: awaitsTokens))
     }
 
     // MARK: Answers of server requests
@@ -147,7 +161,7 @@ struct CallDispatcher: Sendable {
             admitted = call
         }
         // Only a deadline needs a task of its own.
-        guard request.timeoutMs == nil, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
+        guard request.timeoutMs == nil, !admitted.awaitsTokens, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
         do {
             let inline = { () throws -> InlineAnswer? in
                 guard let call = try callWithoutSuspending(admitted, connection: connection) else { return nil }
@@ -226,6 +240,10 @@ struct CallDispatcher: Sendable {
             case let .admitted(call):
                 admitted = call
             }
+        }
+        if admitted.awaitsTokens, let refusal = await services.requestGate.admitAfterClaim(connection.principal) {
+            fail(admitted, error: RequestError(refusal), connection: connection)
+            return
         }
         let output: CallOutput
         do {

@@ -43,8 +43,11 @@ enum SessionHandlers {
                 maxQueuedRequestBytes: UInt32(clamping: limits.maxQueuedRequestBytes),
                 maxNotificationBacklogBytes: UInt32(clamping: limits.maxNotificationBacklogBytes),
                 idleTimeoutMs: UInt32(clamping: limits.idleTimeoutMs),
-                maxThreadsStartedPerMinute: UInt32(clamping: principalLimits.maxThreadsStartedPerMinute),
-                maxRunningTurns: UInt32(clamping: principalLimits.maxRunningTurns)),
+                maxThreadsStartedPerMinute: UInt32(clamping: principalLimits.threadsPerMinute),
+                maxRunningTurns: UInt32(clamping: principalLimits.runningTurns),
+                maxRequestsPerSecond: UInt32(clamping: principalLimits.requestsPerSecond),
+                requestBurst: UInt32(clamping: principalLimits.requestsPerSecond > 0 ? principalLimits.burst : 0),
+                maxStoredBytes: UInt64(clamping: principalLimits.storedBytes)),
             principal: principal)))
     }
 

@@ -879,6 +879,9 @@ extension Wire {
     public var idleTimeoutMs: UInt32?
     public var maxThreadsStartedPerMinute: UInt32?
     public var maxRunningTurns: UInt32?
+    public var maxRequestsPerSecond: UInt32?
+    public var requestBurst: UInt32?
+    public var maxStoredBytes: UInt64?
 
     public init() {
       self.maxFrameBytes = nil
@@ -889,9 +892,12 @@ extension Wire {
       self.idleTimeoutMs = nil
       self.maxThreadsStartedPerMinute = nil
       self.maxRunningTurns = nil
+      self.maxRequestsPerSecond = nil
+      self.requestBurst = nil
+      self.maxStoredBytes = nil
     }
 
-    public init(maxFrameBytes: UInt32? = nil, maxQueuedRequests: UInt32? = nil, handshakeTimeoutMs: UInt32? = nil, maxQueuedRequestBytes: UInt32? = nil, maxNotificationBacklogBytes: UInt32? = nil, idleTimeoutMs: UInt32? = nil, maxThreadsStartedPerMinute: UInt32? = nil, maxRunningTurns: UInt32? = nil) {
+    public init(maxFrameBytes: UInt32? = nil, maxQueuedRequests: UInt32? = nil, handshakeTimeoutMs: UInt32? = nil, maxQueuedRequestBytes: UInt32? = nil, maxNotificationBacklogBytes: UInt32? = nil, idleTimeoutMs: UInt32? = nil, maxThreadsStartedPerMinute: UInt32? = nil, maxRunningTurns: UInt32? = nil, maxRequestsPerSecond: UInt32? = nil, requestBurst: UInt32? = nil, maxStoredBytes: UInt64? = nil) {
       self.maxFrameBytes = maxFrameBytes
       self.maxQueuedRequests = maxQueuedRequests
       self.handshakeTimeoutMs = handshakeTimeoutMs
@@ -900,6 +906,9 @@ extension Wire {
       self.idleTimeoutMs = idleTimeoutMs
       self.maxThreadsStartedPerMinute = maxThreadsStartedPerMinute
       self.maxRunningTurns = maxRunningTurns
+      self.maxRequestsPerSecond = maxRequestsPerSecond
+      self.requestBurst = requestBurst
+      self.maxStoredBytes = maxStoredBytes
     }
   }
 }
@@ -918,6 +927,9 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if c.pointee.has_idle_timeout_ms != 0 { self.idleTimeoutMs = c.pointee.idle_timeout_ms }
     if c.pointee.has_max_threads_started_per_minute != 0 { self.maxThreadsStartedPerMinute = c.pointee.max_threads_started_per_minute }
     if c.pointee.has_max_running_turns != 0 { self.maxRunningTurns = c.pointee.max_running_turns }
+    if c.pointee.has_max_requests_per_second != 0 { self.maxRequestsPerSecond = c.pointee.max_requests_per_second }
+    if c.pointee.has_request_burst != 0 { self.requestBurst = c.pointee.request_burst }
+    if c.pointee.has_max_stored_bytes != 0 { self.maxStoredBytes = c.pointee.max_stored_bytes }
   }
 
   func fill(_ c: inout Threadwire__V1__ServerLimits, arena: inout CodecArena) {
@@ -929,6 +941,9 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if let v = self.idleTimeoutMs { c.has_idle_timeout_ms = 1; c.idle_timeout_ms = v }
     if let v = self.maxThreadsStartedPerMinute { c.has_max_threads_started_per_minute = 1; c.max_threads_started_per_minute = v }
     if let v = self.maxRunningTurns { c.has_max_running_turns = 1; c.max_running_turns = v }
+    if let v = self.maxRequestsPerSecond { c.has_max_requests_per_second = 1; c.max_requests_per_second = v }
+    if let v = self.requestBurst { c.has_request_burst = 1; c.request_burst = v }
+    if let v = self.maxStoredBytes { c.has_max_stored_bytes = 1; c.max_stored_bytes = v }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -967,6 +982,9 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
     if let v = idleTimeoutMs { object.append(("idle_timeout_ms", .uint(UInt64(v)))) }
     if let v = maxThreadsStartedPerMinute { object.append(("max_threads_started_per_minute", .uint(UInt64(v)))) }
     if let v = maxRunningTurns { object.append(("max_running_turns", .uint(UInt64(v)))) }
+    if let v = maxRequestsPerSecond { object.append(("max_requests_per_second", .uint(UInt64(v)))) }
+    if let v = requestBurst { object.append(("request_burst", .uint(UInt64(v)))) }
+    if let v = maxStoredBytes { object.append(("max_stored_bytes", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -983,6 +1001,9 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
       case "idle_timeout_ms", "idleTimeoutMs": self.idleTimeoutMs = try value.uint32Value(path: keyPath)
       case "max_threads_started_per_minute", "maxThreadsStartedPerMinute": self.maxThreadsStartedPerMinute = try value.uint32Value(path: keyPath)
       case "max_running_turns", "maxRunningTurns": self.maxRunningTurns = try value.uint32Value(path: keyPath)
+      case "max_requests_per_second", "maxRequestsPerSecond": self.maxRequestsPerSecond = try value.uint32Value(path: keyPath)
+      case "request_burst", "requestBurst": self.requestBurst = try value.uint32Value(path: keyPath)
+      case "max_stored_bytes", "maxStoredBytes": self.maxStoredBytes = try value.uint64Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

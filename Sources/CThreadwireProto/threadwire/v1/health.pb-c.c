@@ -745,7 +745,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_info__descriptor =
   (ProtobufCMessageInit) threadwire__v1__server_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descriptors[8] =
+static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descriptors[11] =
 {
   {
     "max_frame_bytes",
@@ -843,6 +843,42 @@ static const ProtobufCFieldDescriptor threadwire__v1__server_limits__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_requests_per_second",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_max_requests_per_second),
+    offsetof(Threadwire__V1__ServerLimits, max_requests_per_second),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_burst",
+    10,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ServerLimits, has_request_burst),
+    offsetof(Threadwire__V1__ServerLimits, request_burst),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_stored_bytes",
+    11,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ServerLimits, has_max_stored_bytes),
+    offsetof(Threadwire__V1__ServerLimits, max_stored_bytes),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__server_limits__field_indices_by_name[] = {
   2,   /* field[2] = handshake_timeout_ms */
@@ -851,13 +887,16 @@ static const unsigned threadwire__v1__server_limits__field_indices_by_name[] = {
   4,   /* field[4] = max_notification_backlog_bytes */
   3,   /* field[3] = max_queued_request_bytes */
   1,   /* field[1] = max_queued_requests */
+  8,   /* field[8] = max_requests_per_second */
   7,   /* field[7] = max_running_turns */
+  10,   /* field[10] = max_stored_bytes */
   6,   /* field[6] = max_threads_started_per_minute */
+  9,   /* field[9] = request_burst */
 };
 static const ProtobufCIntRange threadwire__v1__server_limits__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
 {
@@ -867,7 +906,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
   "Threadwire__V1__ServerLimits",
   "threadwire.v1",
   sizeof(Threadwire__V1__ServerLimits),
-  8,
+  11,
   threadwire__v1__server_limits__field_descriptors,
   threadwire__v1__server_limits__field_indices_by_name,
   1,  threadwire__v1__server_limits__number_ranges,

@@ -472,6 +472,9 @@ export interface ServerLimits {
   idleTimeoutMs?: number;
   maxThreadsStartedPerMinute?: number;
   maxRunningTurns?: number;
+  maxRequestsPerSecond?: number;
+  requestBurst?: number;
+  maxStoredBytes?: bigint;
 }
 
 export const ServerLimits: MessageType<ServerLimits> = {
@@ -500,6 +503,15 @@ export const ServerLimits: MessageType<ServerLimits> = {
     }
     if (message.maxRunningTurns !== undefined) {
       writer.tag(8, 0).uint32(message.maxRunningTurns);
+    }
+    if (message.maxRequestsPerSecond !== undefined) {
+      writer.tag(9, 0).uint32(message.maxRequestsPerSecond);
+    }
+    if (message.requestBurst !== undefined) {
+      writer.tag(10, 0).uint32(message.requestBurst);
+    }
+    if (message.maxStoredBytes !== undefined) {
+      writer.tag(11, 0).uint64(message.maxStoredBytes);
     }
     return writer;
   },
@@ -550,6 +562,21 @@ export const ServerLimits: MessageType<ServerLimits> = {
         case 8: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.maxRunningTurns = reader.uint32();
+          break;
+        }
+        case 9: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.maxRequestsPerSecond = reader.uint32();
+          break;
+        }
+        case 10: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.requestBurst = reader.uint32();
+          break;
+        }
+        case 11: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.maxStoredBytes = reader.uint64();
           break;
         }
         default:

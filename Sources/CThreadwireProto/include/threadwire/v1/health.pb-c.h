@@ -207,19 +207,36 @@ struct  Threadwire__V1__ServerLimits
   protobuf_c_boolean has_idle_timeout_ms;
   uint32_t idle_timeout_ms;
   /*
-   * Per principal (all of its connections together): threads created per
-   * rolling minute by thread/start, thread/fork and agent/spawn, and turns
-   * running at once. Past either: RESOURCE_EXHAUSTED naming the limit.
-   * 0: no limit.
+   * Per principal (all of its connections, on every instance of a cluster,
+   * together). Past any: RESOURCE_EXHAUSTED naming the limit and, for the
+   * rates, when to retry. 0: no limit.
+   * Threads created by thread/start, thread/fork, thread/import and
+   * agent/spawn: a bucket of this many, refilled at this many per minute.
    */
   protobuf_c_boolean has_max_threads_started_per_minute;
   uint32_t max_threads_started_per_minute;
+  /*
+   * Turns running at once.
+   */
   protobuf_c_boolean has_max_running_turns;
   uint32_t max_running_turns;
+  /*
+   * Requests after initialize per second, with bursts of request_burst.
+   */
+  protobuf_c_boolean has_max_requests_per_second;
+  uint32_t max_requests_per_second;
+  protobuf_c_boolean has_request_burst;
+  uint32_t request_burst;
+  /*
+   * Bytes of stored turns and model history; at or past it no thread is
+   * created and no turn started.
+   */
+  protobuf_c_boolean has_max_stored_bytes;
+  uint64_t max_stored_bytes;
 };
 #define THREADWIRE__V1__SERVER_LIMITS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__server_limits__descriptor) \
-    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 struct  Threadwire__V1__InitializeResult
