@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -210,6 +210,11 @@ bench-ceiling: apt-deps py-deps
 bench-security: apt-deps
 	swift build -c release
 	Benchmarks/security.sh
+
+## Issue 47: per-principal quotas on and off, SQLite and PostgreSQL (health/check, thread/settings/update).
+bench-quotas: apt-deps
+	swift build -c release
+	Benchmarks/quotas.sh
 
 ## Issue 12: the PostgreSQL store vs SQLite, and vs pgbench's durable one-row updates.
 bench-postgres: apt-deps py-deps

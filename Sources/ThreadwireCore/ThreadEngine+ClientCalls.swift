@@ -34,7 +34,7 @@ extension ThreadEngine {
               let spec = offered.first(where: { $0.name == name && $0.namespace.isEmpty }) else { return nil }
         if name == UserInputTool.name { return .userInput }
         if name.hasPrefix(HostedTool.prefix) {
-            guard let hosted = toolServers?.resolve(name) else { return nil }
+            guard let hosted = HostedTool(offered: spec) else { return nil }
             return .mcp(hosted)
         }
         return .client(spec)
@@ -247,7 +247,7 @@ extension ThreadEngine {
             owner.publisher.ticket([
                 resolved, Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers),
             ]).publish()
-            guard let hosted = toolServers?.resolve(tool) else {
+            guard let hosted = toolServers?.resolve(tool, principal: next.record.principal) else {
                 let output = jsonText(["error": "\(tool) did not run: its MCP server is no longer configured"])
                 return await completeLocked(owner, turnID: turnID, itemID: itemID, tool: tool, callID: callID, output: output, status: .failed,
                                             since: nowMillis())
@@ -267,8 +267,13 @@ extension ThreadEngine {
     /// then records its output.
     func runHosted(_ owner: ThreadOwner, turnID: TurnID, _ hosted: HostedTool, itemID: String, arguments: String, callID: String) async -> Settled {
         let started = nowMillis()
-        let result = await toolServers?.call(hosted, arguments: arguments)
-            ?? HostedToolOutput(text: jsonText(["error": "no MCP server is configured"]), isError: true)
+        // A thread's principal never changes; a thread running a turn is published.
+        let result: HostedToolOutput
+        if let toolServers, let principal = directory.published(owner.id)?.principal {
+            result = await toolServers.call(hosted, arguments: arguments, principal: principal)
+        } else {
+            result = HostedToolOutput(text: jsonText(["error": "no MCP server is configured"]), isError: true)
+        }
         if Task.isCancelled { return .stopped }
         await owner.gate.lock()
         defer { owner.gate.unlock() }
@@ -395,7 +400,7 @@ extension ThreadEngine {
 
     /// mcp_server/list: the servers `principal` may use.
     public func toolServerStatuses(for principal: Principal) -> [ToolServerStatus] {
-        (toolServers?.statuses() ?? []).filter { toolServers?.allows($0.name, principal: principal) == true }
+        (toolServers?.statuses(principal: principal) ?? []).filter { toolServers?.allows($0.name, principal: principal) == true }
     }
 
     /// thread/tools/update: the thread's client tools for its next model calls.

@@ -128,8 +128,8 @@ extension ThreadEngine {
                     runtime: next.record.runtime, depth: next.record.depth, maxDepth: owner.config.maxDepth,
                     source: next.record.source) + next.record.clientTools
                     + (next.record.userInputEnabled ? [UserInputTool.spec] : [])
-                    + (toolServers?.tools(of: next.record.mcpServers.filter { toolServers?.allows($0, principal: next.record.principal) == true })
-                        .map(\.spec) ?? [])
+                    + (await toolServers?.tools(of: next.record.mcpServers.filter { toolServers?.allows($0, principal: next.record.principal) == true },
+                                                principal: next.record.principal).map(\.spec) ?? [])
                 let ref = ModelRequestRecord(model: next.record.model, contextCount: next.history.count, tools: tools)
                 next.turns[index].modelRequests.append(ref)
                 operations.append(.putTurn(next.turns[index]))

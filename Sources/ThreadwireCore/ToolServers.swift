@@ -6,17 +6,20 @@ public protocol ToolServerHost: Sendable {
     var serverNames: [String] { get }
     /// The servers a thread gets when thread/start names none.
     var defaultServers: [String] { get }
-    /// The tools `servers` offer (as last listed; a server that is down
-    /// offers what it listed before it went down, so the model can still be
-    /// told it failed).
-    func tools(of servers: [String]) -> [HostedTool]
+    /// The tools `servers` offer to `principal`'s threads (as last listed; a
+    /// server that is down offers what it listed before it went down, so the
+    /// model can still be told it failed). A server run once per principal
+    /// is started for `principal` here if it is not running, and waited for
+    /// up to its start-up timeout.
+    func tools(of servers: [String], principal: Principal) async -> [HostedTool]
     /// The tool the model calls by `name` (mcp__SERVER__TOOL).
-    func resolve(_ name: String) -> HostedTool?
-    /// One call, with the server's timeout. Never throws: a dead or failing
-    /// server is an error output the model reads.
-    func call(_ tool: HostedTool, arguments: String) async -> HostedToolOutput
-    /// Each server's state, for mcp_server/list.
-    func statuses() -> [ToolServerStatus]
+    func resolve(_ name: String, principal: Principal) -> HostedTool?
+    /// One call by a thread of `principal`, with the server's timeout. Never
+    /// throws: a dead or failing server is an error output the model reads.
+    func call(_ tool: HostedTool, arguments: String, principal: Principal) async -> HostedToolOutput
+    /// The state of each server `principal` may use, for mcp_server/list
+    /// (its own process of a server run per principal).
+    func statuses(principal: Principal) -> [ToolServerStatus]
     /// Whether `principal`'s threads may use `server` (the operator may
     /// list the principals a server is for; by default, every one).
     func allows(_ server: String, principal: Principal) -> Bool
@@ -38,6 +41,14 @@ public struct HostedTool: Sendable, Equatable {
 
     public static let prefix = "mcp__"
     public static func modelName(server: String, tool: String) -> String { "\(prefix)\(server)__\(tool)" }
+
+    /// The hosted tool an offered spec names (server names hold no "__").
+    public init?(offered spec: ToolSpec) {
+        guard spec.name.hasPrefix(Self.prefix) else { return nil }
+        let rest = spec.name.dropFirst(Self.prefix.count)
+        guard let separator = rest.range(of: "__") else { return nil }
+        self.init(spec: spec, server: String(rest[..<separator.lowerBound]), tool: String(rest[separator.upperBound...]))
+    }
 }
 
 public struct HostedToolOutput: Sendable, Equatable {

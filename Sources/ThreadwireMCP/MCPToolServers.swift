@@ -32,10 +32,44 @@ public struct MCPServerConfig: Sendable, Equatable {
     public var isDefault = true
     /// The principals whose threads may use it (nil: every principal).
     public var principals: Set<String>?
+    /// One process per principal that uses it (for servers that keep
+    /// per-user state), started on first use and stopped after
+    /// `idleStopMs` unused; `{principal}` in args, env values and cwd is
+    /// replaced by the principal (`escapedPrincipal`).
+    public var perPrincipal = false
+    public var idleStopMs = 600_000
 
     public init(name: String, command: String) {
         self.name = name
         self.command = command
+    }
+
+    /// The principal as it goes into a path or an argument: letters, digits,
+    /// '-' and '_' as they are, every other byte %XX (so '/', '.', ':' of a
+    /// SPIFFE ID cannot climb out of a directory, and no two principals
+    /// share a form).
+    public static func escapedPrincipal(_ principal: String) -> String {
+        var escaped = ""
+        for byte in principal.utf8 {
+            let scalar = Unicode.Scalar(byte)
+            if byte < 0x80, scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") {
+                escaped.unicodeScalars.append(scalar)
+            } else {
+                escaped += String(format: "%%%02X", byte)
+            }
+        }
+        return escaped
+    }
+
+    /// This server's configuration for `principal`'s own process.
+    public func forPrincipal(_ principal: String) -> MCPServerConfig {
+        let escaped = Self.escapedPrincipal(principal)
+        func fill(_ text: String) -> String { text.replacingOccurrences(of: "{principal}", with: escaped) }
+        var config = self
+        config.args = args.map(fill)
+        config.env = env.mapValues(fill)
+        config.cwd = cwd.map(fill)
+        return config
     }
 
     /// Names go into tool names (mcp__NAME__TOOL): letters, digits, '-', single '_'.
@@ -46,62 +80,159 @@ public struct MCPServerConfig: Sendable, Equatable {
 }
 
 /// The operator's MCP servers: one process per configured server for the
-/// whole instance, shared by every thread (not one per session), started by
-/// `run()` and started again with backoff whenever it exits.
+/// whole instance, shared by every thread (not one per session), or, for a
+/// server configured `per_principal`, one per principal that uses it.
+/// Started by `run()` (a principal's on first use) and started again with
+/// backoff whenever one exits.
 public final class MCPToolServers: ToolServerHost {
-    private let processes: [MCPServerProcess]
+    private let configs: [MCPServerConfig]
+    private let shared: [String: MCPServerProcess]
     private let logger: Logger
 
+    private struct Key: Hashable {
+        var server: String
+        var principal: Principal
+    }
+    private struct Own {
+        var process: MCPServerProcess
+        var supervisor: Task<Void, Never>
+        var lastUsed: ContinuousClock.Instant
+    }
+    private struct PerPrincipal {
+        var running: [Key: Own] = [:]
+        var stopped = false
+    }
+    private let perPrincipal = Mutex(PerPrincipal())
+
     public init(configs: [MCPServerConfig], logger: Logger) {
-        processes = configs.map { MCPServerProcess(config: $0, logger: logger) }
+        self.configs = configs
+        var shared: [String: MCPServerProcess] = [:]
+        for config in configs where !config.perPrincipal { shared[config.name] = MCPServerProcess(config: config, logger: logger) }
+        self.shared = shared
         self.logger = logger
     }
 
-    public var isEmpty: Bool { processes.isEmpty }
+    public var isEmpty: Bool { configs.isEmpty }
 
-    /// Supervises every server until the task is cancelled (then stops them).
+    /// Supervises every shared server, and stops principals' servers left
+    /// unused, until the task is cancelled (then stops them all).
     public func run() async {
         // A server that dies while we write to it must not take us with it.
         signal(SIGPIPE, SIG_IGN)
         await withTaskGroup(of: Void.self) { group in
-            for process in processes { group.addTask { await process.supervise() } }
+            for process in shared.values { group.addTask { await process.supervise() } }
+            group.addTask { [self] in
+                while (try? await Task.sleep(for: .seconds(5))) != nil { await stopIdle(now: .now) }
+            }
+        }
+        let supervisors = perPrincipal.withLock { state in
+            state.stopped = true
+            defer { state.running = [:] }
+            return state.running.values.map(\.supervisor)
+        }
+        for supervisor in supervisors { supervisor.cancel() }
+        for supervisor in supervisors { await supervisor.value }
+    }
+
+    private func stopIdle(now: ContinuousClock.Instant) async {
+        let idle = perPrincipal.withLock { state -> [Task<Void, Never>] in
+            var idle: [Task<Void, Never>] = []
+            for (key, own) in state.running where now - own.lastUsed > .milliseconds(own.process.config.idleStopMs) {
+                idle.append(own.supervisor)
+                state.running[key] = nil
+            }
+            return idle
+        }
+        for supervisor in idle { supervisor.cancel() }
+        for supervisor in idle { await supervisor.value }
+    }
+
+    /// The process serving `server` to `principal`: the shared one, or the
+    /// principal's own (with `start`, a use: started now if it is not
+    /// running). nil: not configured, or not running and not `start`.
+    private func process(_ server: String, for principal: Principal, start: Bool = true) -> MCPServerProcess? {
+        if let process = shared[server] { return process }
+        guard let config = configs.first(where: { $0.name == server && $0.perPrincipal }) else { return nil }
+        return perPrincipal.withLock { state -> MCPServerProcess? in
+            let key = Key(server: server, principal: principal)
+            if var own = state.running[key] {
+                // Looking (mcp_server/list) keeps nothing running.
+                if start {
+                    own.lastUsed = .now
+                    state.running[key] = own
+                }
+                return own.process
+            }
+            guard start, !state.stopped else { return nil }
+            var own = config.forPrincipal(principal)
+            own.perPrincipal = false
+            var processLogger = logger
+            processLogger[metadataKey: "tw.principal"] = "\(principal)"
+            let process = MCPServerProcess(config: own, logger: processLogger)
+            state.running[key] = Own(process: process, supervisor: Task { await process.supervise() }, lastUsed: .now)
+            return process
         }
     }
 
-    /// Waits until every server listed its tools once or `timeout` passed.
+    /// Waits until every shared server listed its tools once or `timeout` passed.
     public func waitUntilReady(timeout: Duration) async {
         let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline, processes.contains(where: { $0.status().state != .ready }) {
+        while ContinuousClock.now < deadline, shared.values.contains(where: { $0.status().state != .ready }) {
             try? await Task.sleep(for: .milliseconds(20))
         }
     }
 
-    public var serverNames: [String] { processes.map(\.config.name) }
-    public var defaultServers: [String] { processes.filter(\.config.isDefault).map(\.config.name) }
+    public var serverNames: [String] { configs.map(\.name) }
+    public var defaultServers: [String] { configs.filter(\.isDefault).map(\.name) }
 
-    public func tools(of servers: [String]) -> [HostedTool] {
-        processes.filter { servers.contains($0.config.name) }.flatMap { $0.tools() }
+    public func tools(of servers: [String], principal: Principal) async -> [HostedTool] {
+        var tools: [HostedTool] = []
+        for server in servers {
+            guard let process = process(server, for: principal) else { continue }
+            await Self.started(process)
+            tools += process.tools()
+        }
+        return tools
     }
 
-    public func resolve(_ name: String) -> HostedTool? {
-        for process in processes {
-            if let tool = process.tools().first(where: { $0.spec.name == name }) { return tool }
+    public func resolve(_ name: String, principal: Principal) -> HostedTool? {
+        for config in configs {
+            if let tool = process(config.name, for: principal, start: false)?.tools().first(where: { $0.spec.name == name }) { return tool }
         }
         return nil
     }
 
-    public func call(_ tool: HostedTool, arguments: String) async -> HostedToolOutput {
-        guard let process = processes.first(where: { $0.config.name == tool.server }) else {
+    public func call(_ tool: HostedTool, arguments: String, principal: Principal) async -> HostedToolOutput {
+        guard let process = process(tool.server, for: principal) else {
             return HostedToolOutput(text: errorJSON("MCP server \(tool.server) is not configured"), isError: true)
         }
+        await Self.started(process)
         return await process.call(tool, arguments: arguments)
     }
 
-    public func statuses() -> [ToolServerStatus] { processes.map { $0.status() } }
+    /// A principal's own process just started (first use, or again after
+    /// it was stopped unused): waits for its first listing, up to its
+    /// start-up timeout.
+    private static func started(_ process: MCPServerProcess) async {
+        let deadline = ContinuousClock.now + .milliseconds(process.config.startupTimeoutMs)
+        while process.status().state == .starting, process.tools().isEmpty, ContinuousClock.now < deadline {
+            guard (try? await Task.sleep(for: .milliseconds(20))) != nil else { break }
+        }
+    }
+
+    public func statuses(principal: Principal) -> [ToolServerStatus] {
+        configs.compactMap { config in
+            if let process = process(config.name, for: principal, start: false) { return process.status() }
+            guard config.perPrincipal, allows(config.name, principal: principal) else { return nil }
+            // Not started for this principal yet: it starts with the first thread that uses it.
+            return ToolServerStatus(name: config.name, state: .stopped, pid: nil, restarts: 0, lastError: nil, tools: [],
+                                    requireApproval: config.requireApproval)
+        }
+    }
 
     public func allows(_ server: String, principal: Principal) -> Bool {
-        guard let process = processes.first(where: { $0.config.name == server }) else { return false }
-        return process.config.principals?.contains(principal) ?? true
+        guard let config = configs.first(where: { $0.name == server }) else { return false }
+        return config.principals?.contains(principal) ?? true
     }
 }
 

@@ -29,7 +29,7 @@ import ThreadwireServer
 ///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
 ///                                "startup_timeout_ms": 10000, "tool_timeout_ms": 60000,
 ///                                "enabled_tools": ["get_current_time"], "require_approval": false, "default": true,
-///                                "principals": ["alice"]}}
+///                                "principals": ["alice"], "per_principal": false, "idle_stop_ms": 600000}}
 ///     }
 ///
 /// A key it does not know (a misspelling, a setting of a newer version) stops
@@ -65,6 +65,8 @@ enum ConfigFile {
             var require_approval: Bool?
             var `default`: Bool?
             var principals: [String]?
+            var per_principal: Bool?
+            var idle_stop_ms: Int?
         }
         struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String?; var context_window: Int? }
         struct Provider: Decodable {
@@ -102,7 +104,7 @@ enum ConfigFile {
         // Any server name; each server's own keys below ("env" is free-form).
         "mcp_servers": ["*"],
         "mcp_servers.*": ["command", "args", "env", "cwd", "startup_timeout_ms", "tool_timeout_ms", "enabled_tools",
-                          "require_approval", "default", "principals"],
+                          "require_approval", "default", "principals", "per_principal", "idle_stop_ms"],
         "features": ["multi_agent", "multi_agent_v2", "multi_agent_mode"],
         "agents": ["max_threads", "max_depth", "wait_default_ms", "wait_max_ms"],
         "multi_agent_v2": ["max_concurrent_threads_per_session", "usage_hint_enabled"],
@@ -339,6 +341,11 @@ enum ConfigFile {
             config.requireApproval = server.require_approval ?? false
             config.isDefault = server.default ?? true
             config.principals = server.principals.map(Set.init)
+            config.perPrincipal = server.per_principal ?? false
+            if let ms = server.idle_stop_ms {
+                guard ms > 0 else { throw ConfigError(description: "\(at).idle_stop_ms must be positive") }
+                config.idleStopMs = ms
+            }
             return config
         }
     }

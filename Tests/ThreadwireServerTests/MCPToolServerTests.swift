@@ -124,6 +124,54 @@ struct MCPToolServerTests {
         #expect(!tools.contains { $0.hasPrefix("mcp__time__") } && tools.contains { $0.hasPrefix("mcp__git__") }, "\(tools)")
     }
 
+    @Test("per_principal: alice and bob each get a process of their own, started on first use with {principal} in its args, each confined to its own repository; an unused one stops after idle_stop_ms and starts again when used")
+    func serverPerPrincipal() async throws {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("tw-mcp-principals-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        for principal in ["alice", "bob"] {
+            let repository = try Self.repository()
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+            try FileManager.default.moveItem(atPath: repository, toPath: "\(base)/\(principal)")
+        }
+        let config = """
+            {"mcp_servers": {"git": {"command": "\(Self.venv)/mcp-server-git", "args": ["--repository", "\(base)/{principal}"],
+                                     "startup_timeout_ms": 120000, "per_principal": true, "idle_stop_ms": 1000}}}
+            """
+        let (server, tokens) = try await authenticatingServer(config: config)
+        defer { server.stopInBackground(); try? FileManager.default.removeItem(atPath: tokens) }
+        let alice = try await connect(server, token: aliceToken)
+        let bob = try await connect(server, token: bobToken)
+        // Nobody used it yet: no process.
+        let before = try await Self.servers(alice)
+        #expect(before.map(\.name) == ["git"] && before.first?.state == .stopped && before.first?.pid == nil, "\(before)")
+
+        func gitStatus(_ client: ThreadwireClient, _ thread: String, of principal: String) async throws -> Wire.ThreadItem {
+            let turn = try await client.runTurn(thread, "#tool mcp__git__git_status {\"repo_path\":\"\(base)/\(principal)\"}", timeout: .seconds(120))
+            return try Self.mcpItem(turn)
+        }
+        let aliceThread = try #require(try await alice.startThread().thread?.id)
+        let bobThread = try #require(try await bob.startThread().thread?.id)
+        let own = try await gitStatus(alice, aliceThread, of: "alice")
+        #expect(own.status == .completed && own.toolOutput?.contains("main") == true, "\(own.toolOutput ?? "")")
+        let others = try await gitStatus(alice, aliceThread, of: "bob")
+        #expect(others.toolOutput?.contains("outside") == true, "alice's process reached bob's repository: \(others.toolOutput ?? "")")
+        let bobs = try await gitStatus(bob, bobThread, of: "bob")
+        #expect(bobs.status == .completed && bobs.toolOutput?.contains("main") == true, "\(bobs.toolOutput ?? "")")
+
+        let alicePid = try #require(try await Self.servers(alice).first?.pid)
+        let bobPid = try #require(try await Self.servers(bob).first?.pid)
+        #expect(alicePid != bobPid, "one process for both principals")
+
+        // Unused for idle_stop_ms (checked every 5 s): stopped, then started again by the next call.
+        try await waitUntil("alice's git server stopped", timeout: .seconds(30)) {
+            try await Self.servers(alice).first?.state == .stopped ? true : nil
+        }
+        let again = try await gitStatus(alice, aliceThread, of: "alice")
+        #expect(again.status == .completed && again.toolOutput?.contains("main") == true, "\(again.toolOutput ?? "")")
+        let restartedPid = try #require(try await Self.servers(alice).first?.pid)
+        #expect(restartedPid != alicePid)
+    }
+
     @Test("50 threads share one MCP server process: every call answered, one process, never restarted")
     func fiftyThreadsShareOneProcess() async throws {
         let repository = try Self.repository()
