@@ -23,7 +23,7 @@ off=(--max-threads-started-per-minute 0 --max-running-turns 0 --max-requests-per
 on=(--max-requests-per-second 100000)
 
 declare -A result
-for store in sqlite postgres; do
+for store in ${STORES:-sqlite postgres}; do
   for quotas in off on; do
     name=$store-$quotas
     flags=(--auth-tokens "$work/tokens")
@@ -42,7 +42,7 @@ for store in sqlite postgres; do
 done
 
 printf '%-9s %-9s %12s %12s %8s\n' store workload "off req/s" "on req/s" "on/off"
-for store in sqlite postgres; do
+for store in ${STORES:-sqlite postgres}; do
   for workload in health settings; do
     read -r off_rps _ <<< "${result[$store-off,$workload]}"
     read -r on_rps _ <<< "${result[$store-on,$workload]}"

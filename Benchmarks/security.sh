@@ -23,7 +23,10 @@ chmod 600 "$work/tokens"
 
 start() {  # name, server flags...
   local name=$1; shift
-  "$server_bin" --listen 127.0.0.1:0 --data-dir "$work/data-$name" --log-level error "$@" > "$work/$name.out" &
+  # The cost of the transport and of authentication, not of quotas (whose
+  # defaults with authentication would refuse past 1000 requests a second;
+  # make bench-quotas measures them).
+  "$server_bin" --listen 127.0.0.1:0 --data-dir "$work/data-$name" --log-level error --max-requests-per-second 0 "$@" > "$work/$name.out" &
   server_pid=$!
   for _ in $(seq 100); do grep -q "listening on" "$work/$name.out" 2>/dev/null && break; sleep 0.1; done
   grep -q "listening on" "$work/$name.out" || { echo "server $name did not start" >&2; exit 1; }
