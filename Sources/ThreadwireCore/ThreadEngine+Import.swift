@@ -59,7 +59,18 @@ extension ThreadEngine {
             record.sessionID = try await store.threadRecord(parentID)?.sessionID ?? parentID
         }
         var turns = parsed.turns.array
-        for index in turns.indices { turns[index].threadID = id }
+        var receivers: [ThreadID: ThreadID] = [:]
+        for turn in turns.indices {
+            turns[turn].threadID = id
+            // A spawned agent named by its rollout id is, for this principal,
+            // that id's import under this principal (its alias if another
+            // principal holds the id), not another principal's thread.
+            for item in turns[turn].items.indices {
+                guard let receiver = turns[turn].items[item].receiverThreadID else { continue }
+                if receivers[receiver] == nil { receivers[receiver] = try await importID(for: receiver, principal: principal) }
+                turns[turn].items[item].receiverThreadID = receivers[receiver]
+            }
+        }
         // Waiting for this thread (under the id it got): this principal's
         // children join its tree; others' go on waiting for their own alias.
         var waiting: [ThreadRecord] = []

@@ -243,6 +243,24 @@ struct ImportTests {
         #expect(try await bob.read(Self.parent, turns: false).thread?.id == Self.parent)
     }
 
+    @Test("a parent's spawn items name its principal's own children: with bob holding a child's id, alice's parent names her alias of it, the id her child's import then gets")
+    func receiversNameOwnChildren() async throws {
+        let (server, tokens) = try await authenticatingServer()
+        defer { server.stopInBackground(); try? FileManager.default.removeItem(atPath: tokens) }
+        _ = try await importAs(bobToken, server, ["child_explorer.jsonl"])
+        let aliceParent = try #require(try await importAs(aliceToken, server, ["parent_v2.jsonl"])["parent_v2.jsonl"])
+        #expect(aliceParent["thread_id"] as? String == Self.parent, "nobody else holds the parent's id")
+        let alice = try await connect(server, token: aliceToken)
+        let receivers = try #require(try await alice.read(Self.parent).thread).turns.flatMap(\.items).compactMap(\.receiverThreadId)
+        #expect(receivers.contains(Self.tester), "the tester's id is free: kept as it is (\(receivers))")
+        #expect(!receivers.contains(Self.explorer), "alice's parent names bob's thread (\(receivers))")
+        let aliceExplorer = try #require(try await importAs(aliceToken, server, ["child_explorer.jsonl"])["child_explorer.jsonl"])
+        let alias = try #require(aliceExplorer["thread_id"] as? String)
+        #expect(alias != Self.explorer && aliceExplorer["rollout_thread_id"] as? String == Self.explorer)
+        #expect(receivers.contains(alias), "the parent's spawn item names \(receivers), her child is \(alias)")
+        #expect(aliceExplorer["parent_thread_id"] as? String == Self.parent)
+    }
+
     @Test("agent tools across a forged link: alice's thread stored in bob's tree (as an import before this fix could leave it) is neither listed nor closed by bob's agent tools")
     func agentToolsStayWithinAPrincipal() async throws {
         let provider = try await FakeProvider.launch()
