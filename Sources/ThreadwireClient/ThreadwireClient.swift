@@ -114,6 +114,13 @@ public final class ThreadwireClient: Sendable {
         self.serverRequests = serverRequests
     }
 
+    /// A client nobody holds any more closes its connection, as a file
+    /// handle does: otherwise the socket stays open (the event loop holds
+    /// the channel) until the server's idle timeout.
+    deinit {
+        channel.close(promise: nil)
+    }
+
     /// Sends the answer of a server request (the first valid answer counts;
     /// the server confirms with server_request/resolved).
     public func answer(_ answer: Wire.ServerRequestAnswer) async throws {

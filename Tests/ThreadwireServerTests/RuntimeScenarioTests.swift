@@ -116,7 +116,7 @@ struct RuntimeScenarioTests {
         importer.arguments = ["import", "--data-dir", server.dataDir + "/store", rollout]
         importer.standardOutput = Pipe()
         try importer.run()
-        importer.waitForExit()
+        await importer.exited()
         #expect(importer.terminationStatus == 0)
 
         // Restarted under v2 flags: a legacy thread must still come back as v1.

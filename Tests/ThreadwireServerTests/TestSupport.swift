@@ -292,4 +292,11 @@ extension Process {
         let deadline = Date().addingTimeInterval(timeout)
         while isRunning && Date() < deadline { usleep(2_000) }
     }
+
+    /// The same from a test's task: sleeps between looks instead of holding
+    /// one of the few threads of the test's concurrency pool.
+    func exited(timeout: Duration = .seconds(120)) async {
+        let deadline = ContinuousClock.now + timeout
+        while isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(2)) }
+    }
 }

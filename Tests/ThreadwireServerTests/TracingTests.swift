@@ -25,7 +25,7 @@ struct TracingTests {
 
     @Test("a request with a traceparent continues the caller's trace (request, engine command, store commit); the notifications it causes carry the trace id; JSON log lines carry it too")
     func continuesTheCallersTrace() async throws {
-        let receiver = try OTLPReceiver()
+        let receiver = try await OTLPReceiver.start()
         defer { receiver.stop() }
         let server = try await ServerProcess.launch(arguments: ["--log-format", "json", "--log-level", "debug"],
                                                     environment: Self.environment(receiver))
@@ -97,7 +97,7 @@ struct TracingTests {
 
     @Test("a turn's spans: the turn, each model call (provider, model, tokens, time to first token) and its client tool call, in the trace of the turn/start that began it")
     func turnSpans() async throws {
-        let receiver = try OTLPReceiver()
+        let receiver = try await OTLPReceiver.start()
         defer { receiver.stop() }
         let server = try await ServerProcess.launch(environment: Self.environment(receiver))
         defer { server.stopInBackground() }
@@ -126,7 +126,7 @@ struct TracingTests {
 
     @Test("a request relayed to the thread's owner is one trace across both instances: the relay hop's span is the parent of the owner's server span")
     func relayedOneTrace() async throws {
-        let receiver = try OTLPReceiver()
+        let receiver = try await OTLPReceiver.start()
         defer { receiver.stop() }
         // Traces the instances start are not recorded: the relay must carry
         // "not sampled" to the owner, and the caller's "sampled" through.
@@ -165,7 +165,7 @@ struct TracingTests {
 
     @Test("head sampling at parentbased_traceidratio 0.5: about half the traces this instance starts are recorded (once sampled, not a quarter); every caller-sampled request is recorded")
     func rootRatio() async throws {
-        let receiver = try OTLPReceiver()
+        let receiver = try await OTLPReceiver.start()
         defer { receiver.stop() }
         let server = try await ServerProcess.launch(
             environment: Self.environment(receiver, sampler: "parentbased_traceidratio", samplerArgument: "0.5"))
@@ -196,7 +196,7 @@ struct TracingTests {
 
     @Test("parentbased_always_off: traces this instance starts and callers' unsampled traces are not recorded, yet their notifications and log lines carry W3C trace ids flagged not sampled (the caller's when there is one)")
     func unsampledStillCarryIDs() async throws {
-        let receiver = try OTLPReceiver()
+        let receiver = try await OTLPReceiver.start()
         defer { receiver.stop() }
         let server = try await ServerProcess.launch(arguments: ["--log-format", "json", "--log-level", "debug"],
                                                     environment: Self.environment(receiver, sampler: "parentbased_always_off"))
@@ -328,7 +328,12 @@ final class OTLPReceiver: @unchecked Sendable {
         return installed ? python : nil
     }()
 
-    init(delayMs: Int = 0) throws {
+    /// Started off the test's pool: its start polls for the bound port.
+    static func start(delayMs: Int = 0) async throws -> OTLPReceiver {
+        try await offThread { try OTLPReceiver(delayMs: delayMs) }
+    }
+
+    private init(delayMs: Int = 0) throws {
         guard let python = Self.python else { throw ServerProcessError.unexpectedOutput("no python with opentelemetry-proto") }
         directory = NSTemporaryDirectory() + "threadwire-otlp-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
