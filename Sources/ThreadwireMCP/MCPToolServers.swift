@@ -97,6 +97,8 @@ public final class MCPToolServers: ToolServerHost {
         var process: MCPServerProcess
         var supervisor: Task<Void, Never>
         var lastUsed: ContinuousClock.Instant
+        /// Listings and calls under way: a process in use is never idle.
+        var users = 0
     }
     private struct PerPrincipal {
         var running: [Key: Own] = [:]
@@ -137,7 +139,7 @@ public final class MCPToolServers: ToolServerHost {
     private func stopIdle(now: ContinuousClock.Instant) async {
         let idle = perPrincipal.withLock { state -> [Task<Void, Never>] in
             var idle: [Task<Void, Never>] = []
-            for (key, own) in state.running where now - own.lastUsed > .milliseconds(own.process.config.idleStopMs) {
+            for (key, own) in state.running where own.users == 0 && now - own.lastUsed > .milliseconds(own.process.config.idleStopMs) {
                 idle.append(own.supervisor)
                 state.running[key] = nil
             }
@@ -150,7 +152,7 @@ public final class MCPToolServers: ToolServerHost {
     /// The process serving `server` to `principal`: the shared one, or the
     /// principal's own (with `start`, a use: started now if it is not
     /// running). nil: not configured, or not running and not `start`.
-    private func process(_ server: String, for principal: Principal, start: Bool = true) -> MCPServerProcess? {
+    private func process(_ server: String, for principal: Principal, start: Bool = true, counting users: Int = 0) -> MCPServerProcess? {
         if let process = shared[server] { return process }
         guard let config = configs.first(where: { $0.name == server && $0.perPrincipal }) else { return nil }
         return perPrincipal.withLock { state -> MCPServerProcess? in
@@ -159,6 +161,7 @@ public final class MCPToolServers: ToolServerHost {
                 // Looking (mcp_server/list) keeps nothing running.
                 if start {
                     own.lastUsed = .now
+                    own.users += users
                     state.running[key] = own
                 }
                 return own.process
@@ -169,9 +172,26 @@ public final class MCPToolServers: ToolServerHost {
             var processLogger = logger
             processLogger[metadataKey: "tw.principal"] = "\(principal)"
             let process = MCPServerProcess(config: own, logger: processLogger)
-            state.running[key] = Own(process: process, supervisor: Task { await process.supervise() }, lastUsed: .now)
+            state.running[key] = Own(process: process, supervisor: Task { await process.supervise() }, lastUsed: .now,
+                                     users: max(0, users))
             return process
         }
+    }
+
+    /// Runs `body` with the process serving `server` to `principal` (nil:
+    /// not configured), counted as in use meanwhile and used at its end.
+    private func using<T>(_ server: String, for principal: Principal, _ body: (MCPServerProcess?) async -> T) async -> T {
+        let process = process(server, for: principal, counting: 1)
+        defer {
+            perPrincipal.withLock { state in
+                let key = Key(server: server, principal: principal)
+                guard var own = state.running[key], own.process === process else { return }
+                own.users -= 1
+                own.lastUsed = .now
+                state.running[key] = own
+            }
+        }
+        return await body(process)
     }
 
     /// Waits until every shared server listed its tools once or `timeout` passed.
@@ -188,9 +208,11 @@ public final class MCPToolServers: ToolServerHost {
     public func tools(of servers: [String], principal: Principal) async -> [HostedTool] {
         var tools: [HostedTool] = []
         for server in servers {
-            guard let process = process(server, for: principal) else { continue }
-            await Self.started(process)
-            tools += process.tools()
+            tools += await using(server, for: principal) { process in
+                guard let process else { return [] }
+                await Self.started(process)
+                return process.tools()
+            }
         }
         return tools
     }
@@ -203,11 +225,13 @@ public final class MCPToolServers: ToolServerHost {
     }
 
     public func call(_ tool: HostedTool, arguments: String, principal: Principal) async -> HostedToolOutput {
-        guard let process = process(tool.server, for: principal) else {
-            return HostedToolOutput(text: errorJSON("MCP server \(tool.server) is not configured"), isError: true)
+        await using(tool.server, for: principal) { process in
+            guard let process else {
+                return HostedToolOutput(text: errorJSON("MCP server \(tool.server) is not configured"), isError: true)
+            }
+            await Self.started(process)
+            return await process.call(tool, arguments: arguments)
         }
-        await Self.started(process)
-        return await process.call(tool, arguments: arguments)
     }
 
     /// A principal's own process just started (first use, or again after
@@ -432,70 +456,9 @@ struct DeadlineExceeded: Error, CustomStringConvertible {
     var description: String { "\(what) did not finish within \(after.components.seconds * 1000 + after.components.attoseconds / 1_000_000_000_000_000) ms" }
 }
 
-/// `body`, or DeadlineExceeded after `limit`. Returns at the deadline even
-/// if `body` ignores its cancellation (an MCP request whose server died may
-/// never be answered), so no caller waits longer than it was promised.
+/// `body`, or DeadlineExceeded after `limit` (the one deadline helper,
+/// Core's: it returns at the deadline even if `body` ignores its
+/// cancellation, as an MCP request whose server died may never be answered).
 func withDeadline<T: Sendable>(_ limit: Duration, what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    let outcome = FirstOutcome<T>()
-    let work = Task { outcome.settle(await Result(catching: body)) }
-    let timer = Task {
-        guard (try? await Task.sleep(for: limit)) != nil else { return }
-        outcome.settle(.failure(DeadlineExceeded(what: what, after: limit)))
-    }
-    defer {
-        work.cancel()
-        timer.cancel()
-    }
-    return try await withTaskCancellationHandler {
-        try await outcome.value()
-    } onCancel: {
-        outcome.settle(.failure(CancellationError()))
-    }
-}
-
-/// The first of several results, for one waiter.
-final class FirstOutcome<T: Sendable>: Sendable {
-    private enum Slot {
-        case empty
-        case waiting(CheckedContinuation<T, any Error>)
-        case done(Result<T, any Error>)
-        case taken
-    }
-    private let slot = Mutex(Slot.empty)
-
-    func settle(_ result: Result<T, any Error>) {
-        let waiter = slot.withLock { slot -> CheckedContinuation<T, any Error>? in
-            switch slot {
-            case .empty:
-                slot = .done(result)
-                return nil
-            case let .waiting(continuation):
-                slot = .taken
-                return continuation
-            case .done, .taken:
-                return nil
-            }
-        }
-        waiter?.resume(with: result)
-    }
-
-    func value() async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let ready = slot.withLock { slot -> Result<T, any Error>? in
-                if case let .done(result) = slot {
-                    slot = .taken
-                    return result
-                }
-                slot = .waiting(continuation)
-                return nil
-            }
-            if let ready { continuation.resume(with: ready) }
-        }
-    }
-}
-
-extension Result where Failure == any Error {
-    init(catching body: () async throws -> Success) async {
-        do { self = .success(try await body()) } catch { self = .failure(error) }
-    }
+    try await ThreadwireCore.withDeadline(limit, timeoutError: { DeadlineExceeded(what: what, after: limit) }, body)
 }

@@ -285,7 +285,7 @@ final class Connection: ReadGate, Sendable {
                 closing.store(true, ordering: .relaxed)
                 return (state.machine.close(.resourceExhausted,
                     "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing",
-                    reason: "slowSubscriber"), false)
+                    reason: .slowSubscriber), false)
             }
             state.nextSequence += 1
             // Counted from the moment it is queued until the socket took it.
@@ -434,6 +434,16 @@ final class Connection: ReadGate, Sendable {
     /// A last response (a refusal that ends the connection), then close.
     func sendThenClose(_ response: Wire.Response) {
         state.withLockedValue { $0.machine.closingAfterLastResponse() }
+        writeLastFrame(response)
+    }
+
+    /// How long a last frame may take to leave before the connection is
+    /// closed anyway: long enough for a client that reads slowly to reach it.
+    static let lastFrameGrace: TimeAmount = .seconds(5)
+
+    /// The one way the server ends a connection: a last frame, then close
+    /// once it is written, or after `lastFrameGrace`.
+    private func writeLastFrame(_ response: Wire.Response) {
         closing.store(true, ordering: .relaxed)
         let frame = Wire.Envelope(kind: .response(response)).framed(allocator: allocator)
         let channel = self.channel
@@ -441,13 +451,13 @@ final class Connection: ReadGate, Sendable {
         let written = eventLoop.makePromise(of: Void.self)
         written.futureResult.whenComplete { _ in channel.close(promise: nil) }
         emit(frame, flush: true, promise: written)
-        eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+        eventLoop.scheduleTask(in: Self.lastFrameGrace) { channel.close(promise: nil) }
     }
 
     /// A last error frame (a Response without id), then close; nothing if
     /// the connection is already closing. The action, for the caller's log.
     @discardableResult
-    func close(code: StatusCode, message: String, reason: String = "closed") -> ConnectionStateMachine.Action {
+    func close(code: StatusCode, message: String, reason: CloseReason) -> ConnectionStateMachine.Action {
         let action = state.withLockedValue { $0.machine.close(code, message, reason: reason) }
         perform(action)
         return action
@@ -476,14 +486,6 @@ final class Connection: ReadGate, Sendable {
 
     private func perform(_ action: ConnectionStateMachine.Action) {
         guard case let .close(code, message, _) = action else { return }
-        closing.store(true, ordering: .relaxed)
-        let frame = Wire.Envelope(kind: .response(Wire.Response(code: code.rawValue, message: message))).framed(allocator: allocator)
-        let channel = self.channel
-        metrics.frameOut(bytes: frame.readableBytes)
-        let written = eventLoop.makePromise(of: Void.self)
-        written.futureResult.whenComplete { _ in channel.close(promise: nil) }
-        emit(frame, flush: true, promise: written)
-        // Long enough for a client that reads slowly to reach the error frame.
-        eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+        writeLastFrame(Wire.Response(code: code.rawValue, message: message))
     }
 }

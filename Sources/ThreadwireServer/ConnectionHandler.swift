@@ -61,8 +61,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
                                     resumeReads: { eventLoop.execute { loopBound.value.resumeIfAllowed() } })
         guard services.registry.add(connection, limit: limits.maxConnections) else {
             logger.debug("refusing connection", metadata: ["tw.close.reason": "maxConnections"])
-            services.metrics.serverClosed(reason: "maxConnections")
-            connection.close(code: .resourceExhausted, message: "the server has max_connections (\(limits.maxConnections)) connections open; try again later")
+            services.metrics.serverClosed(reason: .maxConnections)
+            connection.close(code: .resourceExhausted, message: "the server has max_connections (\(limits.maxConnections)) connections open; try again later", reason: .maxConnections)
             context.fireChannelActive()
             return
         }
@@ -246,16 +246,14 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             context.close(promise: nil)
             return
         }
-        logger.debug("protocol violation", metadata: ["tw.close.reason": "frameError", "tw.error": "\(error)"])
-        if case FrameError.partialFramesOverBudget = error {
-            services.metrics.serverClosed(reason: "partialFrames")
-        } else {
-            services.metrics.serverClosed(reason: "frameError")
+        let reason: CloseReason
+        if case FrameError.partialFramesOverBudget = error { reason = .partialFrames } else { reason = .frameError }
+        logger.debug("protocol violation", metadata: ["tw.close.reason": "\(reason.rawValue)", "tw.error": "\(error)"])
+        guard let connection, case .close = connection.close(code: code, message: "\(error); closing the connection", reason: reason) else {
+            // Closing already (its last frame is on its way): the framing is broken, stop now.
+            context.close(promise: nil)
+            return
         }
-        let response = Wire.Response(code: code.rawValue, message: "\(error); closing the connection")
-        let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(Wire.Envelope(kind: .response(response)).framed(allocator: context.channel.allocator)))
-            .whenComplete { _ in channel.close(promise: nil) }
-        channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
+        services.metrics.serverClosed(reason: reason)
     }
 }

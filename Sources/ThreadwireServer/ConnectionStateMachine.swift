@@ -36,7 +36,7 @@ struct ConnectionStateMachine: Sendable {
     enum Action: Sendable, Equatable {
         case none
         /// Send one error frame (a Response without id), then close.
-        case close(StatusCode, String, reason: String)
+        case close(StatusCode, String, reason: CloseReason)
     }
 
     private(set) var state: State = .handshake
@@ -69,7 +69,7 @@ struct ConnectionStateMachine: Sendable {
     mutating func handshakeDeadlinePassed(timeoutMs: Int) -> Action {
         guard case .handshake = state else { return .none }
         state = .closing(nil)
-        return .close(.deadlineExceeded, "initialize did not complete within handshake_timeout_ms (\(timeoutMs)); closing", reason: "handshakeTimeout")
+        return .close(.deadlineExceeded, "initialize did not complete within handshake_timeout_ms (\(timeoutMs)); closing", reason: .handshakeTimeout)
     }
 
     /// Read-idle for the whole timeout: closed if initialized, nothing is in
@@ -78,7 +78,7 @@ struct ConnectionStateMachine: Sendable {
     mutating func idleTimeoutPassed(timeoutMs: Int, requestsInFlight: Bool, subscribed: Bool) -> Action {
         guard case let .ready(session) = state, !requestsInFlight, !subscribed else { return .none }
         state = .closing(session)
-        return .close(.unavailable, "no request for idle_timeout_ms (\(timeoutMs)) with none in flight and no subscription; closing", reason: "idle")
+        return .close(.unavailable, "no request for idle_timeout_ms (\(timeoutMs)) with none in flight and no subscription; closing", reason: .idle)
     }
 
     mutating func serverDraining() {
@@ -104,7 +104,7 @@ struct ConnectionStateMachine: Sendable {
 
     /// Anything that ends the connection with a last frame: only the first
     /// close sends one.
-    mutating func close(_ code: StatusCode, _ message: String, reason: String) -> Action {
+    mutating func close(_ code: StatusCode, _ message: String, reason: CloseReason) -> Action {
         guard !isClosing else { return .none }
         state = .closing(session)
         return .close(code, message, reason: reason)
@@ -119,3 +119,28 @@ struct ConnectionStateMachine: Sendable {
 
     mutating func channelClosed() { state = .closed }
 }
+
+/// Why the server closed a connection: the `reason` label of
+/// `threadwire_connections_closed_by_server_total` and `tw.close.reason` in
+/// logs, one list for both.
+public enum CloseReason: String, Sendable, CaseIterable {
+    /// No initialize within handshake_timeout_ms.
+    case handshakeTimeout
+    /// Silent for idle_timeout_ms with nothing in flight and no subscription.
+    case idle
+    /// Notifications left unread past max_notification_backlog_bytes.
+    case slowSubscriber
+    /// initialize with a missing or wrong token.
+    case unauthenticated
+    /// The token it authenticated with left the tokens file (SIGHUP).
+    case tokenRevoked
+    /// Accepted with max_connections already open.
+    case maxConnections
+    /// Accepted into the reserved descriptor while out of descriptors.
+    case outOfDescriptors
+    /// A frame that breaks the framing (a bad length, over max_frame_bytes).
+    case frameError
+    /// Incomplete frames of all connections over max_partial_frame_bytes.
+    case partialFrames
+}
+

@@ -81,13 +81,12 @@ final class ServerMetrics: Sendable {
         counter.increment()
     }
 
-    /// A connection the server closed, by reason (maxConnections, idle,
-    /// handshakeTimeout, partialFrames, slowSubscriber, frameError).
-    func serverClosed(reason: String) {
+    /// A connection the server closed, by reason.
+    func serverClosed(reason: CloseReason) {
         let counter = closes.withLockedValue { table in
-            table[reason] ?? {
-                let made = Counter(label: "threadwire_connections_closed_by_server_total", dimensions: [("reason", reason)])
-                table[reason] = made
+            table[reason.rawValue] ?? {
+                let made = Counter(label: "threadwire_connections_closed_by_server_total", dimensions: [("reason", reason.rawValue)])
+                table[reason.rawValue] = made
                 return made
             }()
         }

@@ -181,8 +181,8 @@ public final class ThreadwireServer: Service, Sendable {
         var closed = 0
         for connection in services.registry.all where !connection.credentialStillValid(authenticator) {
             closed += 1
-            services.metrics.serverClosed(reason: "tokenRevoked")
-            connection.close(code: .unauthenticated, message: "the token this connection authenticated with was revoked; closing")
+            services.metrics.serverClosed(reason: .tokenRevoked)
+            connection.close(code: .unauthenticated, message: "the token this connection authenticated with was revoked; closing", reason: .tokenRevoked)
         }
         services.logger.notice("reloaded auth tokens", metadata: ["tw.tokens": "\(count)", "tw.connections.closed": "\(closed)"])
         return (count, closed)
@@ -272,7 +272,7 @@ public final class ThreadwireServer: Service, Sendable {
                 acceptBackedOff: { metrics.acceptBackoffs.increment() },
                 refusedOutOfDescriptors: { error, first in
                     if first { logger.warning("out of file descriptors; refused a pending connection", metadata: ["tw.error": "\(error)"]) }
-                    metrics.serverClosed(reason: "outOfDescriptors")
+                    metrics.serverClosed(reason: .outOfDescriptors)
                 }))
     }
 

@@ -39,11 +39,11 @@ struct CallLayerTests {
         guard case let .close(code, message, reason) = machine.handshakeDeadlinePassed(timeoutMs: 250) else {
             Issue.record("no close"); return
         }
-        #expect(code == .deadlineExceeded && reason == "handshakeTimeout" && message.contains("handshake_timeout_ms (250)"))
+        #expect(code == .deadlineExceeded && reason == .handshakeTimeout && message.contains("handshake_timeout_ms (250)"))
         #expect(machine.isClosing && !machine.isInitialized)
         let deadlineAgain = machine.handshakeDeadlinePassed(timeoutMs: 250)
         #expect(deadlineAgain == .none)
-        let secondClose = machine.close(.unavailable, "again", reason: "x")
+        let secondClose = machine.close(.unavailable, "again", reason: .idle)
         #expect(secondClose == .none, "only the first close sends a frame")
         let initializedWhileClosing = machine.initialized(Machine.Session())
         #expect(!initializedWhileClosing, "a closing connection cannot initialize")
@@ -65,7 +65,7 @@ struct CallLayerTests {
         guard case let .close(code, _, reason) = machine.idleTimeoutPassed(timeoutMs: 5, requestsInFlight: false, subscribed: false) else {
             Issue.record("an idle connection was not closed"); return
         }
-        #expect(code == .unavailable && reason == "idle")
+        #expect(code == .unavailable && reason == .idle)
         // Requests already read still run for the session they had.
         #expect(machine.session?.principal == "bob")
         #expect(machine.admits(requiresHandshake: true, method: "thread/read") == nil)

@@ -50,9 +50,12 @@ struct LimitsTests {
             return !sockets.isEmpty && sockets.split(separator: "\n").allSatisfy { $0.contains("timer:(keepalive") } ? true : nil
         }
         let off = try await ServerProcess.launch(arguments: ["--tcp-keepalive-ms", "0"])
-        _ = try await (try await off.client()).result(.healthCheck(.init()))
+        // Held until ss has looked: a client dropped closes its connection.
+        let quiet = try await off.client()
+        _ = try await quiet.result(.healthCheck(.init()))
         let (_, unprobed, _) = try await runBinary("/usr/bin/ss", ["-tnoH", "state", "established", "( sport = :\(off.port) )"])
         #expect(!unprobed.isEmpty && !unprobed.contains("keepalive"), "\(unprobed)")
+        await quiet.close()
     }
 
     @Test("past --max-connections a connection gets RESOURCE_EXHAUSTED, then a close; a freed slot is usable again")

@@ -390,7 +390,7 @@ struct CallDispatcher: Sendable {
         let response = Wire.Response(id: id, code: error.code.rawValue, message: error.message)
         guard error.code != .unauthenticated else {
             // A failed authentication ends the connection: no second guess on it.
-            services.metrics.serverClosed(reason: "unauthenticated")
+            services.metrics.serverClosed(reason: .unauthenticated)
             services.logger.notice("authentication failed; closing", metadata: [
                 "tw.connection.id": "\(connection.id)", "tw.peer": "\(connection.channel.remoteAddress.map { "\($0)" } ?? "?")"])
             connection.sendThenClose(response)
@@ -401,18 +401,14 @@ struct CallDispatcher: Sendable {
 }
 
 /// The task's value, or nil if the timeout passes first. Returns at the
-/// timeout even if the task never ends (a task group would wait for it:
-/// awaiting a task's value ignores cancellation).
+/// timeout even if the task never ends, and leaves the task running (a
+/// change may still complete). Core's one deadline helper underneath.
 func firstOf<T: Sendable>(_ task: Task<T, any Error>, timeoutMs: UInt32) async throws -> T? {
-    let outcome = FirstOutcome<T?>()
-    return try await withCheckedThrowingContinuation { continuation in
-        outcome.arm(continuation)
-        Task {
-            do { outcome.finish(.success(try await task.value)) } catch { outcome.finish(.failure(error)) }
-        }
-        Task {
-            try? await Task.sleep(for: .milliseconds(Int(timeoutMs)))
-            outcome.finish(.success(nil))
-        }
+    do {
+        return try await withDeadline(.milliseconds(Int(timeoutMs)), timeoutError: { RequestDeadlinePassed() }) { try await task.value }
+    } catch is RequestDeadlinePassed {
+        return nil
     }
 }
+
+private struct RequestDeadlinePassed: Error {}
