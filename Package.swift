@@ -157,7 +157,7 @@ let package = Package(
         .target(
             name: "ThreadwireServer",
             dependencies: [
-                "ThreadwireCore", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireContract", "ThreadwireNIO", "ThreadwireClient",
+                "ThreadwireCore", "ThreadwireWire", "ThreadwireContract", "ThreadwireNIO", "ThreadwireClient",
                 "ThreadwireTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

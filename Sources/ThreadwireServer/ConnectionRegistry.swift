@@ -1,5 +1,6 @@
 import NIOCore
 import NIOConcurrencyHelpers
+import ThreadwireContract
 import ThreadwireCore
 import ThreadwireWire
 

@@ -1,10 +1,11 @@
-import ThreadwireContract
-import ThreadwireCore
-import ThreadwireWire
+public import ThreadwireCore
+public import ThreadwireWire
 
-enum NotificationMapping {
+/// Domain events as notifications on the wire: with Mapping.swift, the one
+/// place the domain meets the contract.
+public enum NotificationMapping {
     /// nil for an event that is not a notification (a server request).
-    static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload? {
+    public static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload? {
         switch event {
         case let .threadStarted(view):
             return .threadStarted(Wire.ThreadStartedNotification(thread: view.wire(baseInstructions: baseInstructions(view.record))))
