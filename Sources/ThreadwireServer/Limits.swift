@@ -1,7 +1,7 @@
 import ThreadwireNIO
 
 /// Every bound the server puts on what one client, or all of them, can make
-/// it hold. Each is a flag and a config key (README "Limits"); the ones a
+/// it hold. Each is a flag and a config key (docs/configuration.md, "Limits"); the ones a
 /// client must respect are reported by `initialize`.
 public struct ServerLimits: Sendable, Equatable {
     /// Largest frame payload accepted, and sent.

@@ -223,7 +223,7 @@ struct ClusterTests {
         #expect(accepted == 3, "\(accepted) spawns accepted across instances, cap 3")
     }
 
-    @Test("three instances behind HAProxy (the README's config): any connection reaches any thread; after kill -9 of one instance its threads are served again once its lease expires")
+    @Test("three instances behind HAProxy (the documented config): any connection reaches any thread; after kill -9 of one instance its threads are served again once its lease expires")
     func behindHAProxy() async throws {
         guard let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"].first(where: FileManager.default.isExecutableFile) else {
             Issue.record("haproxy is not installed (make test installs it with apt-get)")

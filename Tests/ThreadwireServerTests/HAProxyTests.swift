@@ -4,12 +4,12 @@ import ThreadwireClient
 import ThreadwireNIO
 import ThreadwireWire
 
-/// The README's health-check frames, read from the README itself, so the
-/// documentation and the tests cannot drift apart.
+/// The documented health-check frames (docs/operations.md), read from the
+/// document itself, so the documentation and the tests cannot drift apart.
 enum DocumentedHealthCheck {
     static let readme: String = {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        return (try? String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)) ?? ""
+        return (try? String(contentsOf: root.appendingPathComponent("docs/operations.md"), encoding: .utf8)) ?? ""
     }()
 
     /// The hex digits right after `marker`, e.g. `send: {text: "…"}`.
@@ -35,7 +35,7 @@ enum DocumentedHealthCheck {
 
 @Suite("behind a real HAProxy", .serialized)
 struct HAProxyTests {
-    @Test("the health-check bytes documented in the README get exactly the documented bytes back: SERVING, then NOT_SERVING while draining")
+    @Test("the documented health-check bytes get exactly the documented bytes back: SERVING, then NOT_SERVING while draining")
     func documentedHealthBytes() async throws {
         #expect(!DocumentedHealthCheck.request.isEmpty && !DocumentedHealthCheck.serving.isEmpty && !DocumentedHealthCheck.notServing.isEmpty)
         // A long grace and handshake timeout: on a loaded machine this test's
@@ -174,7 +174,7 @@ struct HAProxyTests {
 }
 
 /// HAProxy from Debian in TCP mode in front of threadwire servers, checking
-/// them with the README's health-check bytes; its stats socket on TCP.
+/// them with the documented health-check bytes (docs/operations.md); its stats socket on TCP.
 final class HAProxy: @unchecked Sendable {
     let port: Int
     let statsPort: Int
@@ -196,7 +196,7 @@ final class HAProxy: @unchecked Sendable {
         try process.run()
     }
 
-    /// The tested configuration; README shows the same backend.
+    /// The tested configuration; docs/operations.md shows the same backend.
     static func config(port: Int, statsPort: Int, servers: [String: Int]) -> String {
         let lines = servers.sorted { $0.key < $1.key }.map { "  server \($0.key) 127.0.0.1:\($0.value) check" }
         return """

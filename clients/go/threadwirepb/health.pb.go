@@ -668,7 +668,7 @@ func (x *InitializeResult) GetPrincipal() string {
 }
 
 // Method "health/check". Allowed before initialize so a TCP health checker can
-// send one fixed frame (see README for the exact bytes).
+// send one fixed frame (see docs/operations.md for the exact bytes).
 type HealthCheckParams struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache

@@ -260,7 +260,7 @@ struct  Threadwire__V1__InitializeResult
 
 /*
  * Method "health/check". Allowed before initialize so a TCP health checker can
- * send one fixed frame (see README for the exact bytes).
+ * send one fixed frame (see docs/operations.md for the exact bytes).
  */
 struct  Threadwire__V1__HealthCheckParams
 {
