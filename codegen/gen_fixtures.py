@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates Sources/ThreadwireWireFixtures: one fully populated instance of
+"""Generates Tests/Support/ThreadwireWireFixtures: one fully populated instance of
 every message (one per oneof case), so tests and the valgrind codec check
 cover every message and every field without listing them by hand."""
 import sys

@@ -3,7 +3,7 @@
 #   Sources/CThreadwireProto/         protoc-c C sources and headers
 #   Sources/ThreadwireWire/Generated/ the Swift wrapper (codegen/gen_swift.py) and the
 #                                     embedded schema for reflection (codegen/gen_schema.py)
-#   Sources/ThreadwireWireFixtures/   populated test messages (codegen/gen_fixtures.py)
+#   Tests/Support/ThreadwireWireFixtures/   populated test messages (codegen/gen_fixtures.py)
 #   contrib/wireshark/threadwire.lua  the method tables of the dissector (codegen/gen_wireshark.py)
 #   clients/go/threadwirepb/          Go messages (Debian's protoc-gen-go)
 #   clients/go/methods.go             the Go client's typed calls (codegen/gen_go.py)
@@ -67,5 +67,5 @@ cp "$tmp/ts/messages.ts" "$tmp/ts/methods.ts" "$out/clients/typescript/src/gen/"
 mkdir -p "$out/contrib/wireshark"
 "$python" "$here/gen_wireshark.py" "$tmp/descriptors.pb" "$root/contrib/wireshark/threadwire.lua" "$tmp/threadwire.lua"
 cp "$tmp/threadwire.lua" "$out/contrib/wireshark/threadwire.lua"
-mkdir -p "$out/Sources/ThreadwireWireFixtures"
-"$python" "$here/gen_fixtures.py" "$tmp/descriptors.pb" "$out/Sources/ThreadwireWireFixtures/WireFixtures.swift"
+mkdir -p "$out/Tests/Support/ThreadwireWireFixtures"
+"$python" "$here/gen_fixtures.py" "$tmp/descriptors.pb" "$out/Tests/Support/ThreadwireWireFixtures/WireFixtures.swift"
