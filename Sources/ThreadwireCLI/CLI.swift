@@ -1,3 +1,5 @@
+// Over 400 lines: 22 small subcommands and the options they share; each is a
+// screen long, and the list of them is the CLI's table of contents.
 import ArgumentParser
 import Foundation
 import ThreadwireClient

@@ -1,3 +1,6 @@
+// Over 400 lines: a connection's shared state and every path that reads it
+// (requests, writes, notifications, closing); issue 48 item 2 is to move
+// this state into ConnectionStateMachine and leave the I/O here.
 import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization

@@ -1,3 +1,5 @@
+// Over 400 lines: every flag of threadwire-server with its help, and their
+// composition into one ServiceGroup; the config file is ConfigFile.swift.
 public import ArgumentParser
 import Foundation
 public import Logging

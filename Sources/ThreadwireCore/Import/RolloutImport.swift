@@ -1,3 +1,5 @@
+// Over 400 lines: one pass over a rollout's lines; each line kind's case
+// depends on what the earlier ones set, so they stay together.
 public import Foundation
 
 /// Reads a codex rollout file (JSONL of {timestamp, type, payload}; shared

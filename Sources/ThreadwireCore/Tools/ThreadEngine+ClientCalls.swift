@@ -1,3 +1,5 @@
+// Over 400 lines: one client call's life (offer, wait with no gate held,
+// answer, approval, an MCP run, completion) in the order it happens.
 import Foundation
 
 /// Calls from the server to a client inside a turn (client tools): offered

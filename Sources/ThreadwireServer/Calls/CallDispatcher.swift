@@ -1,3 +1,5 @@
+// Over 400 lines on purpose: the one path of every request (admission, rate,
+// authorization, relay, deadline, answer, status mapping) reads top to bottom here.
 import Logging
 import Tracing
 import ThreadwireContract

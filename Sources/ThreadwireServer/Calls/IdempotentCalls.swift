@@ -1,3 +1,5 @@
+// Over 400 lines: a keyed change's claim, replay and stored answer, and how
+// each outcome of the first attempt is remembered, are one protocol.
 import Crypto
 import Foundation
 import Logging

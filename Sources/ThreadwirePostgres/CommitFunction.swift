@@ -1,0 +1,318 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+import ThreadwireCore
+import ThreadwireStorage
+
+/// The PL/pgSQL function every commit goes through, and its input.
+enum CommitFunction {
+    /// One commit as JSON: its fence and its operations (bytes in base64).
+    struct Commit: Encodable, Sendable {
+        var tree: String?
+        var epoch: Int64?
+        var ops: [Operation]
+        /// The key its claim stores (not sent: named when it is refused).
+        var claimedKey: IdempotencyKey?
+        /// The thread whose row is this commit's only change, on top of an
+        /// earlier version (not sent: such commits can go as one UPDATE).
+        var updatedThread: String?
+
+        init(_ operations: [StoreOperation], fence: LeaseFence?) throws {
+            tree = fence?.tree
+            epoch = fence?.epoch
+            ops = try operations.map(Operation.init)
+            for case let .claimIdempotencyKey(claim, _) in operations { claimedKey = claim.key }
+            if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1 { updatedThread = record.id }
+        }
+
+        enum CodingKeys: String, CodingKey { case tree, epoch, ops }
+    }
+
+    /// `k` names the kind; the other keys are the kind's.
+    struct Operation: Encodable, Sendable {
+        var k: String
+        var r: ThreadRow?
+        var id: String?
+        var first: Int?
+        var items: [Data]?
+        var seq: Int?
+        var record: Data?
+        var status: String?
+        var through: Int64?
+        var turnID: String?
+        // An idempotency key's principal, key, method, fingerprint, turn ids and creation time.
+        var p: String?
+        var key: String?
+        var m: String?
+        var fp: Data?
+        var turns: String?
+        var at: Int64?
+        // An import record's line count; a relink's new tree.
+        var lines: Int?
+        var to: String?
+
+        init(_ operation: StoreOperation) throws {
+            switch operation {
+            case let .putThread(record):
+                k = "thread"
+                r = try ThreadRow(record)
+            case let .appendHistory(thread, first, items):
+                k = "history"
+                id = thread
+                self.first = first
+                self.items = items.map { Data(StoredRecords.encode($0)) }
+            case let .putTurn(turn):
+                k = "turn"
+                id = turn.threadID
+                turnID = turn.id
+                seq = turn.sequence
+                record = Data(StoredRecords.encode(turn))
+                status = turn.status.rawValue
+            case let .enqueueMailbox(recipient, item):
+                k = "mail+"
+                id = recipient
+                record = Data(StoredRecords.encode(item))
+            case let .removeMailbox(recipient, through):
+                k = "mail-"
+                id = recipient
+                self.through = through
+            case let .claimIdempotencyKey(claim, response):
+                k = "key"
+                setKey(claim)
+                record = response.map { Data($0) }
+            case let .recordIdempotentResponse(claim, response):
+                k = "reply"
+                setKey(claim)
+                record = Data(response)
+            case let .recordImport(imported):
+                k = "import"
+                id = imported.threadID
+                p = imported.principal
+                fp = Data(imported.digest)
+                lines = imported.lines
+                at = imported.importedAt
+            case let .relinkTree(from, to):
+                k = "relink"
+                id = from
+                self.to = to
+            }
+        }
+
+        private mutating func setKey(_ claim: IdempotencyClaim) {
+            p = claim.key.principal
+            key = claim.key.key
+            m = claim.method
+            fp = Data(claim.fingerprint)
+            id = claim.threadID
+            turns = IdempotencyRows.turnIDs(claim.turnIDs)
+            at = claim.createdAtMillis
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case k, r, id, first, items, seq, record, status, through, turnID = "turn", p, key, m, fp, turns, at, lines, to
+        }
+    }
+
+    /// Commits that each only replace a distinct thread's row, in the
+    /// function's input shape: the ids of the rows replaced.
+    struct ThreadUpdates: PostgresPreparedStatement {
+        typealias Row = String
+        static let name = "threadwire_thread_updates"
+        static let sql = """
+            WITH batch AS MATERIALIZED (
+                SELECT r.*, c->>'tree' AS fence_tree, (c->>'epoch')::bigint AS fence_epoch
+                FROM json_array_elements($1::json) c, LATERAL json_populate_record(NULL::threads, c->'ops'->0->'r') r),
+            held AS MATERIALIZED (
+                SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') AS fences FROM (
+                    SELECT tree, epoch FROM thread_leases WHERE tree IN (SELECT fence_tree FROM batch) ORDER BY tree FOR SHARE) l)
+            UPDATE threads t SET \(ThreadRow.changeableColumns.map { "\($0) = b.\($0)" }.joined(separator: ", "))
+            FROM batch b, held h
+            WHERE t.id = b.id AND t.owner = b.owner AND t.version = b.version - 1
+              AND (b.fence_tree IS NULL OR b.fence_tree || ' ' || b.fence_epoch = ANY (h.fences))
+            RETURNING t.id
+            """
+        let bindings: PostgresBindings
+        func makeBindings() throws -> PostgresBindings { bindings }
+        func decodeRow(_ row: PostgresRow) throws -> String { try row.decode(String.self) }
+    }
+
+    struct Call: PostgresPreparedStatement {
+        typealias Row = [String]
+        static let name = "threadwire_commit_call"
+        static let sql = "SELECT threadwire_commit($1::jsonb)"
+        let bindings: PostgresBindings
+        func makeBindings() throws -> PostgresBindings { bindings }
+        func decodeRow(_ row: PostgresRow) throws -> [String] { try row.decode([String].self) }
+    }
+
+    /// Outcomes, one per commit: "ok", "lease_lost", or "conflict <thread>
+    /// <expected version>". The fences of the whole call are locked first,
+    /// FOR SHARE and in tree order (lease renewal locks in the same order, so
+    /// the two never deadlock); a takeover of a tree then waits for the call.
+    /// A refused commit writes nothing: its thread rows (compare-and-set) go
+    /// first, and when it has several, all are checked and locked before the
+    /// first write.
+    static let definition = """
+        CREATE OR REPLACE FUNCTION threadwire_commit(batch jsonb) RETURNS text[] LANGUAGE plpgsql AS $fn$
+        DECLARE
+            c jsonb; op jsonb; r jsonb; outcome text; outcomes text[] := '{}'; held text[];
+            found_version bigint; changed bigint;
+        BEGIN
+            SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') INTO held FROM (
+                SELECT tree, epoch FROM thread_leases
+                WHERE tree IN (SELECT e->>'tree' FROM jsonb_array_elements(batch) e WHERE e ? 'tree')
+                ORDER BY tree FOR SHARE) l;
+            FOR c IN SELECT value FROM jsonb_array_elements(batch) LOOP
+                outcome := 'ok';
+                IF c->>'tree' IS NOT NULL AND NOT ((c->>'tree') || ' ' || (c->>'epoch') = ANY (held)) THEN
+                    outcome := 'lease_lost';
+                END IF;
+                IF outcome = 'ok' AND (SELECT count(*) FROM jsonb_array_elements(c->'ops') o WHERE o->>'k' = 'thread') > 1 THEN
+                    FOR op IN SELECT value FROM jsonb_array_elements(c->'ops') o WHERE o->>'k' = 'thread' LOOP
+                        r := op->'r';
+                        IF (r->>'version')::bigint > 1 THEN
+                            SELECT version INTO found_version FROM threads
+                            WHERE id = r->>'id' AND owner = r->>'owner' FOR UPDATE;
+                            IF found_version IS DISTINCT FROM (r->>'version')::bigint - 1 THEN
+                                outcome := 'conflict ' || (r->>'id') || ' ' || ((r->>'version')::bigint - 1);
+                                EXIT;
+                            END IF;
+                        ELSIF EXISTS (SELECT 1 FROM threads WHERE id = r->>'id') THEN
+                            outcome := 'conflict ' || (r->>'id') || ' 0';
+                            EXIT;
+                        END IF;
+                    END LOOP;
+                END IF;
+                IF outcome = 'ok' THEN
+                    FOR op IN SELECT o.value FROM jsonb_array_elements(c->'ops') WITH ORDINALITY AS o(value, ordinal)
+                              ORDER BY o.value->>'k' <> 'thread', o.ordinal LOOP
+                        CASE op->>'k'
+                        WHEN 'thread' THEN
+                            r := op->'r';
+                            IF (r->>'version')::bigint > 1 THEN
+                                UPDATE threads t SET session_id = v.session_id, parent_id = v.parent_id,
+                                    forked_from_id = v.forked_from_id, source = v.source, depth = v.depth,
+                                    task_name = v.task_name, nickname = v.nickname, preview = v.preview, name = v.name,
+                                    created_at = v.created_at, updated_at = v.updated_at, archived = v.archived,
+                                    runtime = v.runtime, legacy = v.legacy, selected_mode = v.selected_mode,
+                                    model = v.model, cwd = v.cwd, base_instructions = v.base_instructions,
+                                    config_overrides = v.config_overrides, version = v.version,
+                                    agent_status = v.agent_status, agent_final_message = v.agent_final_message,
+                                    agent_closed = v.agent_closed
+                                FROM jsonb_populate_record(NULL::threads, r) v
+                                WHERE t.id = v.id AND t.owner = v.owner AND t.version = v.version - 1;
+                            ELSE
+                                INSERT INTO threads SELECT * FROM jsonb_populate_record(NULL::threads, r)
+                                ON CONFLICT (id) DO NOTHING;
+                            END IF;
+                            GET DIAGNOSTICS changed = ROW_COUNT;
+                            IF changed = 0 THEN
+                                -- Only the commit's first write can get here (see above).
+                                outcome := 'conflict ' || (r->>'id') || ' ' || greatest((r->>'version')::bigint - 1, 0);
+                                EXIT;
+                            END IF;
+                        WHEN 'history' THEN
+                            INSERT INTO context_items (thread_id, seq, record)
+                            SELECT op->>'id', (op->>'first')::integer + i.ordinal - 1, decode(i.item, 'base64')
+                            FROM jsonb_array_elements_text(op->'items') WITH ORDINALITY AS i(item, ordinal);
+                        WHEN 'turn' THEN
+                            INSERT INTO turns (thread_id, turn_id, seq, record, status)
+                            VALUES (op->>'id', op->>'turn', (op->>'seq')::integer, decode(op->>'record', 'base64'), op->>'status')
+                            ON CONFLICT (thread_id, turn_id) DO UPDATE
+                                SET seq = EXCLUDED.seq, record = EXCLUDED.record, status = EXCLUDED.status;
+                        WHEN 'mail+' THEN
+                            INSERT INTO mailbox (recipient_id, record) VALUES (op->>'id', decode(op->>'record', 'base64'));
+                        WHEN 'mail-' THEN
+                            DELETE FROM mailbox WHERE recipient_id = op->>'id' AND seq <= (op->>'through')::bigint;
+                        END CASE;
+                    END LOOP;
+                END IF;
+                outcomes := outcomes || outcome;
+            END LOOP;
+            RETURN outcomes;
+        END
+        $fn$
+        """
+
+    /// Migration 4: the same function, writing `tool_settings` too.
+    static let definitionV4 = definition.replacingOccurrences(
+        of: "agent_closed = v.agent_closed\n", with: "agent_closed = v.agent_closed, tool_settings = v.tool_settings\n")
+
+    /// Migration 6: idempotency keys. A commit with a claim ("key") has its
+    /// thread rows checked and locked first (as a commit of several does),
+    /// then inserts its key before any other write: a key stored already
+    /// (by a repeat that won the race) refuses the commit, "key_taken",
+    /// with nothing written; a concurrent insert of the same key waits for
+    /// the other transaction and then finds it. "reply" adds a request's
+    /// answer to its key (or stores both), keeping an answer already there.
+    static let definitionV6 = definitionV4
+        .replacingOccurrences(
+            of: "WHERE o->>'k' = 'thread') > 1 THEN",
+            with: "WHERE o->>'k' = 'thread') > 1 OR c->'ops' @> '[{\"k\": \"key\"}]'::jsonb THEN")
+        .replacingOccurrences(
+            of: """
+                        END LOOP;
+                    END IF;
+                    IF outcome = 'ok' THEN
+            """,
+            with: """
+                        END LOOP;
+                    END IF;
+                    IF outcome = 'ok' THEN
+                        FOR op IN SELECT value FROM jsonb_array_elements(c->'ops') o WHERE o->>'k' = 'key' LOOP
+                            INSERT INTO idempotency_keys (principal, key, method, fingerprint, thread_id, turn_ids, response, created_at)
+                            VALUES (op->>'p', op->>'key', op->>'m', decode(op->>'fp', 'base64'), op->>'id', op->>'turns', NULL,
+                                    (op->>'at')::bigint)
+                            ON CONFLICT (principal, key) DO NOTHING;
+                            GET DIAGNOSTICS changed = ROW_COUNT;
+                            IF changed = 0 THEN
+                                outcome := 'key_taken';
+                                EXIT;
+                            END IF;
+                        END LOOP;
+                    END IF;
+                    IF outcome = 'ok' THEN
+            """)
+        .replacingOccurrences(
+            of: """
+                            WHEN 'mail-' THEN
+            """,
+            with: """
+                            WHEN 'key' THEN
+                                NULL;
+                            WHEN 'reply' THEN
+                                INSERT INTO idempotency_keys (principal, key, method, fingerprint, thread_id, turn_ids, response, created_at)
+                                VALUES (op->>'p', op->>'key', op->>'m', decode(op->>'fp', 'base64'), op->>'id', op->>'turns',
+                                        decode(op->>'record', 'base64'), (op->>'at')::bigint)
+                                ON CONFLICT (principal, key) DO UPDATE SET response = EXCLUDED.response
+                                WHERE idempotency_keys.response IS NULL;
+                            WHEN 'mail-' THEN
+            """)
+
+    /// Migration 7: the same, writing `agent_role`, import records, and
+    /// relinking threads imported before their ancestor into its tree.
+    static let definitionV7 = definitionV6
+        .replacingOccurrences(
+            of: "tool_settings = v.tool_settings\n", with: "tool_settings = v.tool_settings, agent_role = v.agent_role\n")
+        .replacingOccurrences(
+            of: """
+                            WHEN 'mail-' THEN
+            """,
+            with: """
+                            WHEN 'import' THEN
+                                INSERT INTO thread_imports (thread_id, owner, digest, lines, imported_at)
+                                VALUES (op->>'id', op->>'p', decode(op->>'fp', 'base64'), (op->>'lines')::bigint, (op->>'at')::bigint)
+                                ON CONFLICT (thread_id) DO UPDATE SET owner = EXCLUDED.owner, digest = EXCLUDED.digest,
+                                    lines = EXCLUDED.lines, imported_at = EXCLUDED.imported_at;
+                            WHEN 'relink' THEN
+                                UPDATE threads SET session_id = op->>'to', version = version + 1
+                                WHERE session_id = op->>'id' AND id <> op->>'id';
+                            WHEN 'mail-' THEN
+            """)
+
+    /// Migration 8: a claim stores the answer its change tells, in the
+    /// change's own transaction.
+    static let definitionV8 = definitionV7.replacingOccurrences(
+        of: "op->>'turns', NULL,", with: "op->>'turns', decode(op->>'record', 'base64'),")
+}
