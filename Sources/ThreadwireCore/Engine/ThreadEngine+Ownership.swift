@@ -67,7 +67,7 @@ extension ThreadEngine {
     func commitCreation(_ principal: Principal, _ operations: [StoreOperation], fence: LeaseFence?, newTree: Bool = false) async throws {
         let bucket = settings.principalLimits.threadStartBucket
         do {
-            try await storedBytes.check(principal, limit: settings.principalLimits.storedBytes, store: store)
+            try await storedBytes.check(principal, limit: settings.principalLimits.storedBytes, store: store, tasks: tasks)
             if let bucket {
                 let grant = try await quotaLedger.take(1, from: bucket, of: principal)
                 guard grant.granted == 1 else {

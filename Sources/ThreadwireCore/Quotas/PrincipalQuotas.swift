@@ -370,27 +370,59 @@ public final class RequestGate: Sendable {
 /// Bytes each principal stores, measured by the store at most every
 /// `maxAge` (a measure reads every stored turn of the principal, so it is
 /// not taken per request); a principal at or past its limit may not add.
+/// Only a principal's first check waits for a measure: later ones use the
+/// last one and, once it is `maxAge` old, start the next in the background,
+/// so no turn start waits for a scan of a large history.
 final class StoredBytesMeter: Sendable {
-    private let measured = Mutex<[Principal: (bytes: Int64, at: ContinuousClock.Instant)]>([:])
+    private struct Measure {
+        var bytes: Int64
+        var at: ContinuousClock.Instant
+        var refreshing = false
+    }
+    private let measured = Mutex<[Principal: Measure]>([:])
     private let maxAge: Duration
 
     init(maxAge: Duration = .seconds(5)) { self.maxAge = maxAge }
 
-    func check(_ principal: Principal, limit: Int64, store: any ThreadStore) async throws {
+    func check(_ principal: Principal, limit: Int64, store: any ThreadStore, tasks: TaskTracker) async throws {
         guard limit > 0 else { return }
         let now = ContinuousClock.now
-        var bytes = measured.withLock { table in table[principal].flatMap { now - $0.at < maxAge ? $0.bytes : nil } }
-        if bytes == nil {
-            let fresh = try await store.storedBytes(of: principal)
-            measured.withLock { table in
-                if table.count > 4096 { table = table.filter { now - $0.value.at < maxAge } }
-                table[principal] = (fresh, now)
-            }
-            bytes = fresh
+        let (known, refresh) = measured.withLock { table -> (Int64?, Bool) in
+            guard var entry = table[principal] else { return (nil, false) }
+            guard now - entry.at >= maxAge, !entry.refreshing else { return (entry.bytes, false) }
+            entry.refreshing = true
+            table[principal] = entry
+            return (entry.bytes, true)
         }
-        if let bytes, bytes >= limit {
+        if refresh {
+            tasks.spawn { [self] in
+                let fresh = try? await store.storedBytes(of: principal)
+                record(principal, fresh)
+            }
+        }
+        let bytes: Int64
+        if let known {
+            bytes = known
+        } else {
+            bytes = try await store.storedBytes(of: principal)
+            record(principal, bytes)
+        }
+        if bytes >= limit {
             throw DomainError.resourceExhausted(
                 "principal \(principal) stores \(bytes) bytes of turns and history; limits.max_stored_bytes is \(limit): nothing more can be added until the operator raises it")
+        }
+    }
+
+    /// A measure taken (nil: it failed; the last one stands, and the next check tries again).
+    private func record(_ principal: Principal, _ bytes: Int64?) {
+        let now = ContinuousClock.now
+        measured.withLock { table in
+            if table.count > 4096 { table = table.filter { now - $0.value.at < maxAge * 10 } }
+            guard let bytes else {
+                table[principal]?.refreshing = false
+                return
+            }
+            table[principal] = Measure(bytes: bytes, at: now)
         }
     }
 }

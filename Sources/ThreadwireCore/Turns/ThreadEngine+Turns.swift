@@ -51,7 +51,7 @@ extension ThreadEngine {
         next.history += added
         next.turns.append(turn)
         // Held until the publish counts the turn as running.
-        try await storedBytes.check(next.record.principal, limit: settings.principalLimits.storedBytes, store: store)
+        try await storedBytes.check(next.record.principal, limit: settings.principalLimits.storedBytes, store: store, tasks: tasks)
         let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
         defer { directory.runningTurns.release(next.record.principal, slot) }
         try await withSharedTurnSlot(on: id, of: next.record.principal) {
