@@ -139,7 +139,7 @@ struct MCPToolServerTests {
         }
         let config = """
             {"mcp_servers": {"git": {"command": "\(Self.venv)/mcp-server-git", "args": ["--repository", "\(base)/{principal}"],
-                                     "startup_timeout_ms": 120000, "per_principal": true, "idle_stop_ms": 1000}}}
+                                     "startup_timeout_ms": 120000, "per_principal": true, "idle_stop_ms": 3000}}}
             """
         let (server, tokens) = try await authenticatingServer(config: config)
         defer { server.stopInBackground(); try? FileManager.default.removeItem(atPath: tokens) }
@@ -159,10 +159,10 @@ struct MCPToolServerTests {
         #expect(own.status == .completed && own.toolOutput?.contains("main") == true, "\(own.toolOutput ?? "")")
         let others = try await gitStatus(alice, aliceThread, of: "bob")
         #expect(others.toolOutput?.contains("outside") == true, "alice's process reached bob's repository: \(others.toolOutput ?? "")")
+        // Each pid read right after its principal's call, well inside idle_stop_ms.
+        let alicePid = try #require(try await Self.servers(alice).first?.pid)
         let bobs = try await gitStatus(bob, bobThread, of: "bob")
         #expect(bobs.status == .completed && bobs.toolOutput?.contains("main") == true, "\(bobs.toolOutput ?? "")")
-
-        let alicePid = try #require(try await Self.servers(alice).first?.pid)
         let bobPid = try #require(try await Self.servers(bob).first?.pid)
         #expect(alicePid != bobPid, "one process for both principals")
 
