@@ -1,22 +1,23 @@
-// Over 400 lines: a connection's shared state and every path that reads it
-// (requests, writes, notifications, closing); issue 48 item 2 is to move
-// this state into ConnectionStateMachine and leave the I/O here.
+// Over 400 lines: the I/O of one connection (requests, writes, the outbox,
+// notifications, server requests, closing); its state and the decisions on
+// it are ConnectionStateMachine's, under one lock here.
 import NIOConcurrencyHelpers
 import NIOCore
-import Synchronization
 import ThreadwireNIO
 import ThreadwireTransport
 import ThreadwireCore
 import ThreadwireWire
 
-/// One client connection's shared state. Writes go through the channel (which
-/// is safe from any thread); the lock keeps notification sequence numbers in
-/// the order the frames are written.
+/// One client connection: its state machine under one lock, and the I/O
+/// that carries out what the machine decides. Writes go through the channel
+/// (which is safe from any thread); the lock keeps notification sequence
+/// numbers in the order the frames are queued.
 ///
-/// Memory a client can make the server hold is bounded here: requests read
-/// but not answered (count and bytes: past them reads stop), responses (the
-/// request loop starts the next request only while the channel is writable),
-/// and notifications (past the backlog limit the connection is closed).
+/// Memory a client can make the server hold is bounded by the machine:
+/// requests read but not answered (count and bytes: past them reads stop),
+/// responses (the request loop starts the next request only while the
+/// channel is writable), and notifications (past the backlog limit the
+/// connection is closed).
 final class Connection: ReadGate, Sendable {
     let id: ConnectionID
     let channel: any Channel
@@ -27,29 +28,19 @@ final class Connection: ReadGate, Sendable {
     private let limits: ServerLimits
     private let metrics: ServerMetrics
 
-    /// Notification order: sequence numbers are taken and frames written
-    /// under this lock. A write can flush and fire writability events
-    /// synchronously, so nothing those events touch uses this lock.
-    private struct State {
-        var machine = ConnectionStateMachine()
-        var nextSequence: UInt64 = 1
-    }
-    private let state = NIOLockedValueBox(State())
-    private struct Queue {
-        var requests = 0
-        var bytes = 0
+    /// The machine, and who waits on it. Nothing is written to the channel
+    /// under this lock: a write can flush, complete promises and fire
+    /// writability events synchronously, and those take the lock again.
+    /// Notifications are numbered and queued in the outbox under it, so
+    /// their numbers leave in order.
+    private struct Shared {
+        var machine: ConnectionStateMachine
         /// The shutdown drain, waiting for the queue to empty.
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Request loops waiting for the channel to take writes.
+        var writableWaiters: [CheckedContinuation<Void, Never>] = []
     }
-    private let queue = NIOLockedValueBox(Queue())
-    /// Reads stopped because the request queue is full.
-    private let readsHeldForQueue = Atomic<Bool>(false)
-    /// Mirrors the state machine's closing for the paths that must not
-    /// take the lock (reads and writability).
-    private let closing = Atomic<Bool>(false)
-    private let writableWaiters = NIOLockedValueBox<[CheckedContinuation<Void, Never>]>([])
-    /// Notification bytes written but not yet taken by the kernel.
-    private let notificationBacklog = Atomic<Int>(0)
+    private let shared: NIOLockedValueBox<Shared>
     /// Resumes reads on the channel's event loop once the queue drains.
     private let resumeReads: @Sendable () -> Void
     /// Small until initialize authenticates, then `limits.maxFrameBytes`.
@@ -75,24 +66,27 @@ final class Connection: ReadGate, Sendable {
         self.metrics = metrics
         self.frameLimit = frameLimit ?? FrameSizeLimit(limits.maxFrameBytes)
         self.resumeReads = resumeReads
+        shared = NIOLockedValueBox(Shared(machine: ConnectionStateMachine(bounds: .init(
+            maxQueuedRequests: limits.maxQueuedRequests, maxQueuedRequestBytes: limits.maxQueuedRequestBytes,
+            maxNotificationBacklogBytes: limits.maxNotificationBacklogBytes))))
     }
 
-    var isInitialized: Bool { state.withLockedValue { $0.machine.isInitialized } }
+    var isInitialized: Bool { shared.withLockedValue { $0.machine.isInitialized } }
 
     /// Whether a request may start now; the refusal otherwise.
     func admits(requiresHandshake: Bool, method: String) -> RequestError? {
-        state.withLockedValue { $0.machine.admits(requiresHandshake: requiresHandshake, method: method) }
+        shared.withLockedValue { $0.machine.admits(requiresHandshake: requiresHandshake, method: method) }
     }
 
     /// Who this connection acts as (`Principal.standalone` until initialize,
     /// and always on a server without authentication).
-    var principal: Principal { state.withLockedValue { $0.machine.session?.principal ?? .standalone } }
+    var principal: Principal { shared.withLockedValue { $0.machine.session?.principal ?? .standalone } }
 
     /// Whether this is another instance relaying requests (never relayed again).
-    var isPeer: Bool { state.withLockedValue { $0.machine.session?.peer ?? false } }
+    var isPeer: Bool { shared.withLockedValue { $0.machine.session?.peer ?? false } }
 
     /// The notification methods the client opted out of.
-    var optedOut: [String] { state.withLockedValue { Array($0.machine.session?.optOut ?? []) } }
+    var optedOut: [String] { shared.withLockedValue { Array($0.machine.session?.optOut ?? []) } }
 
     /// Requests relayed to other instances for this client (set by the
     /// forwarder; closed with the connection).
@@ -102,7 +96,7 @@ final class Connection: ReadGate, Sendable {
                          capabilities: Set<ClientCapability> = []) -> Bool {
         let session = ConnectionStateMachine.Session(principal: principal, optOut: Set(optOut), credential: credential, peer: peer,
                                                      capabilities: capabilities)
-        let done = state.withLockedValue { $0.machine.initialized(session) }
+        let done = shared.withLockedValue { $0.machine.initialized(session) }
         if done { frameLimit.raise(to: limits.maxFrameBytes) }
         return done
     }
@@ -110,39 +104,27 @@ final class Connection: ReadGate, Sendable {
     /// After the tokens were reloaded: false if this connection authenticated
     /// with a token that no longer names its principal.
     func credentialStillValid(_ authenticator: Authenticator) -> Bool {
-        guard let session = state.withLockedValue({ $0.machine.session }), let credential = session.credential else { return true }
+        guard let session = shared.withLockedValue({ $0.machine.session }), let credential = session.credential else { return true }
         return authenticator.principal(presenting: credential) == session.principal
     }
 
     // MARK: Inbound queue
 
     /// Counts a request of `bytes` in. Returns false when the queue is now
-    /// full, so the caller stops reading until `finished` drains it.
+    /// full, so reads stop until `finished` drains it.
     func admit(bytes: Int) -> Bool {
-        queue.withLockedValue { queue in
-            queue.requests += 1
-            queue.bytes += bytes
-            if queue.requests >= limits.maxQueuedRequests || queue.bytes >= limits.maxQueuedRequestBytes {
-                readsHeldForQueue.store(true, ordering: .relaxed)
-                return false
-            }
-            return true
-        }
+        shared.withLockedValue { $0.machine.requestQueued(bytes: bytes) }
     }
 
     func finished(bytes: Int) {
-        let (resume, drained) = queue.withLockedValue { queue -> (Bool, [CheckedContinuation<Void, Never>]) in
-            queue.requests -= 1
-            queue.bytes -= bytes
+        let (finished, drained) = shared.withLockedValue { shared -> (ConnectionStateMachine.Finished, [CheckedContinuation<Void, Never>]) in
+            let finished = shared.machine.requestFinished(bytes: bytes)
             var drained: [CheckedContinuation<Void, Never>] = []
-            if queue.requests == 0 { swap(&drained, &queue.drainWaiters) }
-            guard readsHeldForQueue.load(ordering: .relaxed),
-                  queue.requests < limits.maxQueuedRequests, queue.bytes < limits.maxQueuedRequestBytes else { return (false, drained) }
-            readsHeldForQueue.store(false, ordering: .relaxed)
-            return (true, drained)
+            if finished.queueEmpty { swap(&drained, &shared.drainWaiters) }
+            return (finished, drained)
         }
         for waiter in drained { waiter.resume() }
-        if resume { resumeReads() }
+        if finished.resumeReads { resumeReads() }
     }
 
     /// Returns once nothing of this connection is queued or running, or once
@@ -151,28 +133,21 @@ final class Connection: ReadGate, Sendable {
     /// that, never by polling (the shutdown drain waits on it).
     func waitUntilRequestsDone() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = queue.withLockedValue { queue -> Bool in
-                if queue.requests == 0 || !channel.isWritable || closing.load(ordering: .relaxed) || !channel.isActive { return true }
-                queue.drainWaiters.append(continuation)
+            let done = shared.withLockedValue { shared -> Bool in
+                if shared.machine.drainDone(channelWritable: channel.isWritable, channelActive: channel.isActive) { return true }
+                shared.drainWaiters.append(continuation)
                 return false
             }
             if done { continuation.resume() }
         }
     }
 
-    private func releaseDrainWaiters() {
-        let waiters = queue.withLockedValue { queue in
-            defer { queue.drainWaiters.removeAll() }
-            return queue.drainWaiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-
-    var hasRequestsInFlight: Bool { queue.withLockedValue { $0.requests > 0 } }
+    var hasRequestsInFlight: Bool { shared.withLockedValue { $0.machine.hasRequestsInFlight } }
 
     /// Whether the socket may be read now (checked by `FlowControlHandler`).
     var readsAllowed: Bool {
-        channel.isWritable && !readsHeldForQueue.load(ordering: .relaxed) && !closing.load(ordering: .relaxed)
+        let writable = channel.isWritable
+        return shared.withLockedValue { $0.machine.readsAllowed(channelWritable: writable) }
     }
 
     // MARK: Outbound
@@ -182,11 +157,11 @@ final class Connection: ReadGate, Sendable {
     func waitUntilWritable() async {
         if channel.isWritable { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = writableWaiters.withLockedValue { waiters -> Bool in
+            let ready = shared.withLockedValue { shared -> Bool in
                 // Checked again under the lock that `writabilityChanged` takes,
                 // so a change between the two checks is never missed.
-                if channel.isWritable || closing.load(ordering: .relaxed) || !channel.isActive { return true }
-                waiters.append(continuation)
+                if channel.isWritable || shared.machine.isClosing || !channel.isActive { return true }
+                shared.writableWaiters.append(continuation)
                 return false
             }
             if ready { continuation.resume() }
@@ -195,30 +170,30 @@ final class Connection: ReadGate, Sendable {
 
     /// Called on the event loop when writability flips (or the channel closes).
     func writabilityChanged() {
-        // A client that stops taking answers cannot finish its queue: the drain does not wait for it.
-        if !channel.isWritable { releaseDrainWaiters() }
-        guard channel.isWritable || !channel.isActive else { return }
-        let waiters = writableWaiters.withLockedValue { waiters in
-            defer { waiters.removeAll() }
+        let writable = channel.isWritable
+        // A client that stops taking answers cannot finish its queue: the
+        // drain does not wait for it. Once writable, the request loop goes on.
+        let waiters = shared.withLockedValue { shared -> [CheckedContinuation<Void, Never>] in
+            var waiters: [CheckedContinuation<Void, Never>] = []
+            if !writable { swap(&waiters, &shared.drainWaiters) }
+            if writable || !channel.isActive { waiters += shared.writableWaiters; shared.writableWaiters.removeAll() }
             return waiters
         }
         for waiter in waiters { waiter.resume() }
     }
 
     func closed() {
-        state.withLockedValue { $0.machine.channelClosed() }
+        let waiters = shared.withLockedValue { shared -> [CheckedContinuation<Void, Never>] in
+            shared.machine.channelClosed()
+            defer { shared.writableWaiters.removeAll(); shared.drainWaiters.removeAll() }
+            return shared.writableWaiters + shared.drainWaiters
+        }
         let relays = upstreams.withLockedValue { table in
             defer { table.removeAll() }
             return Array(table.values)
         }
         for relay in relays { relay.close() }
-        let waiters = writableWaiters.withLockedValue { waiters in
-            closing.store(true, ordering: .relaxed)
-            defer { waiters.removeAll() }
-            return waiters
-        }
         for waiter in waiters { waiter.resume() }
-        releaseDrainWaiters()
     }
 
     /// `flush: false` only on the event loop within a read batch; the
@@ -265,9 +240,8 @@ final class Connection: ReadGate, Sendable {
     /// its subscribers).
     func enqueueNotification(_ encoded: Wire.EncodedNotification) -> Bool {
         let method = encoded.methodName
-        let (overLimit, needsDrain) = state.withLockedValue { state -> (ConnectionStateMachine.Action, Bool) in
-            guard let session = state.machine.session, !state.machine.isClosing, !session.optOut.contains(method) else { return (.none, false) }
-            let sequence = state.nextSequence
+        let (overLimit, needsDrain) = shared.withLockedValue { state -> (ConnectionStateMachine.Action, Bool) in
+            guard case let .number(sequence) = state.machine.notificationNumber(method: method) else { return (.none, false) }
             let frame: ByteBuffer
             switch encoded.notificationFrame(sequence: sequence, allocator: allocator, maxPayload: limits.maxFrameBytes) {
             case let .framed(buffer):
@@ -275,7 +249,7 @@ final class Connection: ReadGate, Sendable {
             case let .tooLarge(size):
                 // The sequence number is spent, so the client sees the gap
                 // and the reason, and can read the item with thread/turns/list.
-                state.nextSequence += 1
+                state.machine.notificationSkipped()
                 let refused = Wire.Response(code: StatusCode.resourceExhausted.rawValue, message:
                     "notification \(sequence) (\(method)) is \(size) bytes, over max_frame_bytes (\(limits.maxFrameBytes)); not sent")
                 let refusal = Wire.Envelope(kind: .response(refused)).framed(allocator: allocator)
@@ -283,18 +257,16 @@ final class Connection: ReadGate, Sendable {
                 return (.none, enqueue(refusal))
             }
             let count = frame.readableBytes
-            let backlog = notificationBacklog.load(ordering: .relaxed)
-            if backlog + count > limits.maxNotificationBacklogBytes {
-                closing.store(true, ordering: .relaxed)
-                return (state.machine.close(.resourceExhausted,
-                    "\(backlog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(limits.maxNotificationBacklogBytes); closing",
-                    reason: .slowSubscriber), false)
-            }
-            state.nextSequence += 1
             // Counted from the moment it is queued until the socket took it.
-            notificationBacklog.add(count, ordering: .relaxed)
-            metrics.frameOut(bytes: count)
-            return (.none, enqueue(frame, notificationBytes: count))
+            switch state.machine.notificationQueued(bytes: count) {
+            case .drop:
+                return (.none, false)
+            case let .close(code, message, reason):
+                return (.close(code, message, reason: reason), false)
+            case .send:
+                metrics.frameOut(bytes: count)
+                return (.none, enqueue(frame, notificationBytes: count))
+            }
         }
         if case .close = overLimit {
             metrics.slowSubscriberDisconnects.increment()
@@ -361,7 +333,7 @@ final class Connection: ReadGate, Sendable {
             let written = eventLoop.makePromise(of: Void.self)
             let notificationBytes = taken.notificationBytes
             written.futureResult.whenComplete { [self, promises] result in
-                notificationBacklog.subtract(notificationBytes, ordering: .relaxed)
+                shared.withLockedValue { $0.machine.notificationBytesWritten(notificationBytes) }
                 for promise in promises { promise.completeWith(result) }
             }
             promises.removeAll()
@@ -400,7 +372,7 @@ final class Connection: ReadGate, Sendable {
     /// Sends `request` if this connection declared its capability (relaying
     /// peers are never asked: their clients are asked by the owner directly).
     func offer(_ request: ServerRequestRecord) {
-        let eligible = state.withLockedValue { state -> Bool in
+        let eligible = shared.withLockedValue { state -> Bool in
             guard let session = state.machine.session, !state.machine.isClosing, !session.peer else { return false }
             return session.capabilities.contains(request.capability)
         }
@@ -436,7 +408,7 @@ final class Connection: ReadGate, Sendable {
 
     /// A last response (a refusal that ends the connection), then close.
     func sendThenClose(_ response: Wire.Response) {
-        state.withLockedValue { $0.machine.closingAfterLastResponse() }
+        shared.withLockedValue { $0.machine.closingAfterLastResponse() }
         writeLastFrame(response)
     }
 
@@ -447,7 +419,6 @@ final class Connection: ReadGate, Sendable {
     /// The one way the server ends a connection: a last frame, then close
     /// once it is written, or after `lastFrameGrace`.
     private func writeLastFrame(_ response: Wire.Response) {
-        closing.store(true, ordering: .relaxed)
         let frame = Wire.Envelope(kind: .response(response)).framed(allocator: allocator)
         let channel = self.channel
         metrics.frameOut(bytes: frame.readableBytes)
@@ -461,14 +432,14 @@ final class Connection: ReadGate, Sendable {
     /// the connection is already closing. The action, for the caller's log.
     @discardableResult
     func close(code: StatusCode, message: String, reason: CloseReason) -> ConnectionStateMachine.Action {
-        let action = state.withLockedValue { $0.machine.close(code, message, reason: reason) }
+        let action = shared.withLockedValue { $0.machine.close(code, message, reason: reason) }
         perform(action)
         return action
     }
 
     /// Closes the connection if initialize has not completed by now.
     func handshakeDeadlinePassed() -> ConnectionStateMachine.Action {
-        let action = state.withLockedValue { $0.machine.handshakeDeadlinePassed(timeoutMs: limits.handshakeTimeoutMs) }
+        let action = shared.withLockedValue { $0.machine.handshakeDeadlinePassed(timeoutMs: limits.handshakeTimeoutMs) }
         perform(action)
         return action
     }
@@ -477,7 +448,7 @@ final class Connection: ReadGate, Sendable {
     /// nothing in flight and no subscription.
     func idleTimeoutPassed(subscribed: Bool) -> ConnectionStateMachine.Action {
         let inFlight = hasRequestsInFlight
-        let action = state.withLockedValue {
+        let action = shared.withLockedValue {
             $0.machine.idleTimeoutPassed(timeoutMs: limits.idleTimeoutMs, requestsInFlight: inFlight, subscribed: subscribed)
         }
         perform(action)
@@ -485,7 +456,7 @@ final class Connection: ReadGate, Sendable {
     }
 
     /// The server is shutting down: requests that need the handshake are refused.
-    func serverDraining() { state.withLockedValue { $0.machine.serverDraining() } }
+    func serverDraining() { shared.withLockedValue { $0.machine.serverDraining() } }
 
     private func perform(_ action: ConnectionStateMachine.Action) {
         guard case let .close(code, message, _) = action else { return }

@@ -2,13 +2,59 @@ import ThreadwireCore
 
 /// A connection's life as a pure value: it takes events and says what to do,
 /// with no socket, lock or clock of its own, so every transition is tested
-/// directly (Tests/ThreadwireServerTests/ConnectionStateMachineTests.swift).
+/// directly (Tests/ThreadwireServerTests/CallLayerTests.swift).
 /// `Connection` holds one under its lock and carries out the actions.
 ///
 ///     handshake ──initialize──▶ ready ──server drains──▶ draining
 ///         │                       │                          │
 ///         └───────── close (timeout, idle, refusal, backlog, revoked token) ──▶ closing ──channel inactive──▶ closed
+///
+/// Beside the phase it keeps what bounds the memory a client can make the
+/// server hold: requests read but not answered (past the limits reads
+/// pause until they drain) and notification bytes queued but not yet taken
+/// by the socket (past the backlog limit the connection closes), and the
+/// per-connection notification numbers.
 struct ConnectionStateMachine: Sendable {
+    /// The bounds the queue and the backlog are held to.
+    struct Bounds: Sendable, Equatable {
+        var maxQueuedRequests = Int.max
+        var maxQueuedRequestBytes = Int.max
+        var maxNotificationBacklogBytes = Int.max
+    }
+
+    /// Requests read and not yet answered.
+    struct RequestQueue: Sendable, Equatable {
+        var requests = 0
+        var bytes = 0
+        /// Reads were paused because the queue filled.
+        var readsPaused = false
+    }
+
+    /// After a request left the queue.
+    struct Finished: Sendable, Equatable {
+        /// The queue is below its limits again after pausing reads.
+        var resumeReads = false
+        /// Nothing is queued: whoever waits for the drain may go on.
+        var queueEmpty = false
+    }
+
+    /// What to do with a notification being sent.
+    enum NotificationAction: Sendable, Equatable {
+        /// Not for this connection (no session, closing, or opted out).
+        case drop
+        /// Frame it with this number.
+        case number(UInt64)
+    }
+
+    /// After a numbered notification's frame was built.
+    enum QueuedAction: Sendable, Equatable {
+        case send
+        /// Closing already: not sent.
+        case drop
+        /// Over the backlog: the notification is not sent and the connection closes.
+        case close(StatusCode, String, reason: CloseReason)
+    }
+
     /// Who the connection acts for, fixed by initialize.
     struct Session: Sendable, Equatable {
         var principal: Principal = .standalone
@@ -40,6 +86,13 @@ struct ConnectionStateMachine: Sendable {
     }
 
     private(set) var state: State = .handshake
+    private(set) var queue = RequestQueue()
+    /// Notification bytes queued for the socket and not yet written.
+    private(set) var notificationBacklog = 0
+    private var nextSequence: UInt64 = 1
+    let bounds: Bounds
+
+    init(bounds: Bounds = Bounds()) { self.bounds = bounds }
 
     var session: Session? {
         switch state {
@@ -118,6 +171,77 @@ struct ConnectionStateMachine: Sendable {
     }
 
     mutating func channelClosed() { state = .closed }
+
+    // MARK: The request queue
+
+    /// A request of `bytes` was read and queued. False when the queue is now
+    /// full: reads pause until `requestFinished` drains it.
+    mutating func requestQueued(bytes: Int) -> Bool {
+        queue.requests += 1
+        queue.bytes += bytes
+        guard queue.requests < bounds.maxQueuedRequests, queue.bytes < bounds.maxQueuedRequestBytes else {
+            queue.readsPaused = true
+            return false
+        }
+        return true
+    }
+
+    mutating func requestFinished(bytes: Int) -> Finished {
+        queue.requests -= 1
+        queue.bytes -= bytes
+        var finished = Finished(queueEmpty: queue.requests == 0)
+        if queue.readsPaused, queue.requests < bounds.maxQueuedRequests, queue.bytes < bounds.maxQueuedRequestBytes {
+            queue.readsPaused = false
+            finished.resumeReads = true
+        }
+        return finished
+    }
+
+    var hasRequestsInFlight: Bool { queue.requests > 0 }
+
+    /// Whether the socket may be read: not while the queue is full, the
+    /// client takes no answers, or the connection is closing.
+    func readsAllowed(channelWritable: Bool) -> Bool {
+        channelWritable && !queue.readsPaused && !isClosing
+    }
+
+    /// Whether the shutdown drain may stop waiting for this connection:
+    /// nothing is queued, or it cannot finish its queue (its client takes
+    /// no answers, or it is closing or closed).
+    func drainDone(channelWritable: Bool, channelActive: Bool) -> Bool {
+        queue.requests == 0 || !channelWritable || !channelActive || isClosing
+    }
+
+    // MARK: Notifications
+
+    /// A notification `method` is being sent: its number, or drop it.
+    func notificationNumber(method: String) -> NotificationAction {
+        guard let session, !isClosing, !session.optOut.contains(method) else { return .drop }
+        return .number(nextSequence)
+    }
+
+    /// The notification numbered last was too large to send: its number is
+    /// spent all the same, so the client sees the gap (and is told why).
+    mutating func notificationSkipped() { nextSequence += 1 }
+
+    /// The numbered notification's frame of `bytes` is ready: queued (and
+    /// counted in the backlog until `notificationBytesWritten`), unless the
+    /// backlog would pass its limit, which closes the connection.
+    mutating func notificationQueued(bytes: Int) -> QueuedAction {
+        guard !isClosing else { return .drop }
+        if notificationBacklog + bytes > bounds.maxNotificationBacklogBytes {
+            state = .closing(session)
+            return .close(.resourceExhausted,
+                "\(notificationBacklog) notification bytes are waiting for this connection to read them; max_notification_backlog_bytes is \(bounds.maxNotificationBacklogBytes); closing",
+                reason: .slowSubscriber)
+        }
+        nextSequence += 1
+        notificationBacklog += bytes
+        return .send
+    }
+
+    /// The socket took `bytes` of queued notifications (or they failed).
+    mutating func notificationBytesWritten(_ bytes: Int) { notificationBacklog -= bytes }
 }
 
 /// Why the server closed a connection: the `reason` label of

@@ -71,6 +71,64 @@ struct CallLayerTests {
         #expect(machine.admits(requiresHandshake: true, method: "thread/read") == nil)
     }
 
+    @Test("the request queue pauses reads at its count or byte limit and resumes them below both; the drain is told when it empties")
+    func requestQueue() {
+        var machine = Machine(bounds: .init(maxQueuedRequests: 3, maxQueuedRequestBytes: 100))
+        _ = machine.initialized(Machine.Session())
+        let first = machine.requestQueued(bytes: 10), second = machine.requestQueued(bytes: 10)
+        #expect(first && second)
+        #expect(machine.readsAllowed(channelWritable: true) && !machine.readsAllowed(channelWritable: false))
+        let third = machine.requestQueued(bytes: 10)
+        #expect(!third, "the third request fills the queue")
+        #expect(!machine.readsAllowed(channelWritable: true))
+        #expect(!machine.drainDone(channelWritable: true, channelActive: true))
+        #expect(machine.drainDone(channelWritable: false, channelActive: true), "a client that takes no answers cannot finish its queue")
+        let belowCount = machine.requestFinished(bytes: 10)
+        #expect(belowCount == .init(resumeReads: true, queueEmpty: false))
+        #expect(machine.readsAllowed(channelWritable: true))
+        let notPaused = machine.requestFinished(bytes: 10)
+        #expect(notPaused == .init(resumeReads: false, queueEmpty: false), "reads were not paused")
+        // By bytes: one large request fills it.
+        let large = machine.requestQueued(bytes: 95)
+        #expect(!large)
+        #expect(machine.queue == .init(requests: 2, bytes: 105, readsPaused: true))
+        let belowBytes = machine.requestFinished(bytes: 10)
+        #expect(belowBytes == .init(resumeReads: true, queueEmpty: false), "95 bytes of 100 in 1 request: below both")
+        let last = machine.requestFinished(bytes: 95)
+        #expect(last.queueEmpty)
+        #expect(!machine.hasRequestsInFlight && machine.drainDone(channelWritable: true, channelActive: true))
+        _ = machine.close(.unavailable, "bye", reason: .idle)
+        #expect(!machine.readsAllowed(channelWritable: true), "a closing connection is not read")
+    }
+
+    @Test("notifications are numbered 1, 2, 3 per connection, a skipped one spends its number, and the backlog limit closes the connection once")
+    func notificationBacklog() {
+        var machine = Machine(bounds: .init(maxNotificationBacklogBytes: 100))
+        #expect(machine.notificationNumber(method: "turn/started") == .drop, "nothing before initialize")
+        _ = machine.initialized(Machine.Session(optOut: ["item/started"]))
+        #expect(machine.notificationNumber(method: "item/started") == .drop, "opted out")
+        #expect(machine.notificationNumber(method: "turn/started") == .number(1))
+        let sixty = machine.notificationQueued(bytes: 60)
+        #expect(sixty == .send)
+        #expect(machine.notificationNumber(method: "turn/started") == .number(2))
+        machine.notificationSkipped()
+        #expect(machine.notificationNumber(method: "turn/started") == .number(3))
+        let forty = machine.notificationQueued(bytes: 40)
+        #expect(forty == .send, "exactly at the limit")
+        machine.notificationBytesWritten(60)
+        #expect(machine.notificationBacklog == 40)
+        #expect(machine.notificationNumber(method: "turn/started") == .number(4))
+        guard case let .close(code, message, reason) = machine.notificationQueued(bytes: 61) else {
+            Issue.record("a backlog over the limit did not close"); return
+        }
+        #expect(code == .resourceExhausted && reason == .slowSubscriber && message.contains("40 notification bytes"))
+        #expect(machine.isClosing && machine.notificationNumber(method: "turn/started") == .drop)
+        let afterClose = machine.notificationQueued(bytes: 1)
+        #expect(afterClose == .drop)
+        let secondClose = machine.close(.unavailable, "again", reason: .idle)
+        #expect(secondClose == .none, "one last frame")
+    }
+
     @Test("a pending call gets its answer once; late, duplicate and unknown answers change nothing")
     func pendingCallAnswered() async throws {
         let calls = PendingCalls<String>()
