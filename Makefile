@@ -27,9 +27,9 @@ apt-deps:
 
 ## Python test dependencies in a virtualenv inside the ignored build folder,
 ## plus the Python client package (its build generates code from proto/).
-$(PYTHON): tests/python/requirements.txt
+$(PYTHON): integration/python/requirements.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r integration/python/requirements.txt
 	touch $(PYTHON)
 
 $(VENV)/.client-installed: $(PYTHON) $(wildcard proto/threadwire/v1/*.proto) clients/python/setup.py clients/python/pyproject.toml $(wildcard clients/python/threadwire_client/*.py)
@@ -91,13 +91,13 @@ test: deps check-generated
 CHAOS_ROUNDS ?= 5
 CHAOS_SECONDS ?= 30
 test-chaos: py-deps
-	$(PYTHON) -m pytest -q -s -m "not extended" tests/chaos
+	$(PYTHON) -m pytest -q -s -m "not extended" integration/chaos
 
 ## More and longer rounds of the same (not part of make test).
 chaos: py-deps
 	swift build
 	CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_VERDICTS=$(CURDIR)/.build/chaos-verdicts.txt \
-	  $(PYTHON) -m pytest -q -s tests/chaos
+	  $(PYTHON) -m pytest -q -s integration/chaos
 	@cat .build/chaos-verdicts.txt
 
 ## Coverage-guided fuzzing (libFuzzer + AddressSanitizer) of the frame decoder,
@@ -142,7 +142,7 @@ test-swift: apt-deps
 
 ## A second, independent protobuf implementation (Google's, in Python) talks to the real server.
 test-python: py-deps c-client
-	$(PYTHON) -m pytest -q tests/python
+	$(PYTHON) -m pytest -q integration/python
 
 ## The Go client (clients/go) against the real server, built offline against
 ## Debian's google.golang.org/protobuf (clients/go/go.mod replaces it).
@@ -152,17 +152,17 @@ test-go: apt-deps
 
 ## The TypeScript client (clients/typescript): compiled with Debian's tsc,
 ## tested with node --test against the real server and, for its generated
-## codec, against Google's protobuf runtime (tests/typescript/oracle.py).
+## codec, against Google's protobuf runtime (integration/typescript/oracle.py).
 test-typescript: apt-deps py-deps
 	cd clients/typescript && tsc -p . && THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server \
 	  THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) node --test test/*.test.mjs
 
-## One scenario in every client's language (tests/conformance): the Swift
+## One scenario in every client's language (integration/conformance): the Swift
 ## CLI, Python, C, Go and TypeScript at once against one server, each
 ## transcript compared with expected.txt line by line.
 test-conformance: py-deps c-client
 	cd clients/typescript && tsc -p .
-	THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) -m pytest -q tests/conformance
+	THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) -m pytest -q integration/conformance
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
 ## invalid access or definite leak fails. Run twice: with the codec's arena, and

@@ -262,12 +262,60 @@ let package = Package(
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ThreadwireServerTesting",
+            dependencies: [
+                "ThreadwireModels", "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireSQLite", "ThreadwireClient",
+                "ThreadwireNIO", "ThreadwireTesting", "ThreadwireTransport", "ThreadwireServerCommand",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Tests/Support/ThreadwireServerTesting",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireNIOTests",
+            dependencies: ["ThreadwireNIO", "ThreadwireWire", .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOEmbedded", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireTransportTests",
+            dependencies: ["ThreadwireTransport", "ThreadwireCore", "ThreadwireClient", "ThreadwireWire", "ThreadwireServerTesting",
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireContractTests",
+            dependencies: ["ThreadwireContract", "ThreadwireCore", "ThreadwireWire"],
+            swiftSettings: swiftSettings
+        ),
+        // The call layer in process: its state machine, the connection
+        // handler in an EmbeddedChannel, and scenarios on an in-process server.
         .testTarget(
             name: "ThreadwireServerTests",
             dependencies: [
+                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireClient", "ThreadwireNIO", "ThreadwireModels",
+                "ThreadwireTesting", "ThreadwireContract", "ThreadwireTransport", "ThreadwireServerTesting",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // What needs a process boundary or a real peer: the binary started
+        // (signals, kill -9, descriptor limits, restarts), PostgreSQL,
+        // HAProxy, Envoy, MCP servers, an OTLP receiver, TLS.
+        .testTarget(
+            name: "ThreadwireEndToEndTests",
+            dependencies: [
                 "ThreadwireModels", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireSQLite", "ThreadwireClient", "ThreadwireNIO",
-                "ThreadwireTesting", "ThreadwireContract", "ThreadwireTransport", "ThreadwireServerCommand",
+                "ThreadwireTesting", "ThreadwireContract", "ThreadwireTransport", "ThreadwireServerCommand", "ThreadwireServerTesting",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,7 +1,7 @@
 """Issue 27: how long a partitioned owner's threads wait before another
 instance serves them, against the lease time.
 
-On the fault tests' test hosts (tests/chaos: network namespaces, as root):
+On the fault tests' test hosts (integration/chaos: network namespaces, as root):
 PostgreSQL and three instances with --lease-seconds LEASE. Each trial makes
 a thread through i1 (its owner), cuts i1 from PostgreSQL, and from then on a
 client on the client host sends a keyed thread/settings/update for that
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "chaos"))
 import cluster  # noqa: E402
 import netns  # noqa: E402
 

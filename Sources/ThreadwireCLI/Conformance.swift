@@ -3,7 +3,7 @@ import ThreadwireClient
 import ThreadwireNIO
 import ThreadwireWire
 
-/// The cross-language conformance scenario (tests/conformance/README.md): the
+/// The cross-language conformance scenario (integration/conformance/README.md): the
 /// same session every client runs, printing the same transcript.
 struct Conformance: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

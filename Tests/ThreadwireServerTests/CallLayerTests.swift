@@ -1,4 +1,5 @@
 import Testing
+import ThreadwireServerTesting
 @testable import ThreadwireServer
 import ThreadwireCore
 import ThreadwireNIO

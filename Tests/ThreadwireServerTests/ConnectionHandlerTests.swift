@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Testing
+import ThreadwireServerTesting
 @testable import ThreadwireServer
 import ThreadwireCore
 import ThreadwireModels

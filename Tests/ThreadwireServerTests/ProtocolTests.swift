@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ThreadwireServerTesting
 import ThreadwireClient
 import ThreadwireNIO
 import ThreadwireWire

@@ -1,5 +1,5 @@
 /*
- * The cross-language conformance scenario in C (tests/conformance/README.md),
+ * The cross-language conformance scenario in C (integration/conformance/README.md),
  * on the protobuf-c code generated from proto/. Prints the transcript.
  *
  *   threadwire_conformance HOST PORT

@@ -1,4 +1,4 @@
-// The cross-language conformance scenario (tests/conformance/README.md).
+// The cross-language conformance scenario (integration/conformance/README.md).
 // Usage: node examples/conformance.mjs HOST:PORT
 import { Client, ItemType, MultiAgentMode, TurnStatus, notificationMethod } from "../dist/index.js";
 

@@ -1,4 +1,4 @@
-// The generated codec against Google's protobuf runtime (tests/typescript/oracle.py):
+// The generated codec against Google's protobuf runtime (integration/typescript/oracle.py):
 // every message type, random contents, byte-for-byte; truncated input refused
 // exactly when Google refuses it.
 import { test } from "node:test";
@@ -14,7 +14,7 @@ const hex = (bytes) => Buffer.from(bytes).toString("hex");
 const unhex = (text) => new Uint8Array(Buffer.from(text, "hex"));
 
 test("decode then encode reproduces Google's bytes for every message type", () => {
-  const { cases } = JSON.parse(execFileSync(python, [join(root, "tests", "typescript", "oracle.py")], { maxBuffer: 1 << 28 }));
+  const { cases } = JSON.parse(execFileSync(python, [join(root, "integration", "typescript", "oracle.py")], { maxBuffer: 1 << 28 }));
   const types = new Set(cases.map((c) => c.type));
   assert.ok(types.size > 80, `cases for ${types.size} message types`);
   let refused = 0;

@@ -1,5 +1,5 @@
 // Command conformance runs the cross-language conformance scenario
-// (tests/conformance/README.md) and prints its transcript.
+// (integration/conformance/README.md) and prints its transcript.
 // Usage: go run ./examples/conformance HOST:PORT
 package main
 

@@ -1,0 +1,54 @@
+"""Upgrade: a store written by an earlier release (integration/upgrade/fixtures/,
+made by integration/upgrade/make_fixture.py with that release's binary) opens
+with this build, migrates, and serves every thread exactly as that release
+did; then it takes new writes, which survive a restart. On SQLite and on
+PostgreSQL (a dump restored into a throwaway cluster)."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+UPGRADE = Path(__file__).resolve().parents[1] / "upgrade"
+sys.path.insert(0, str(UPGRADE))
+import upgrade_support as support  # noqa: E402
+
+FIXTURES = sorted(path for path in (UPGRADE / "fixtures").iterdir() if path.is_dir())
+
+
+def test_there_is_a_fixture():
+    assert FIXTURES, "integration/upgrade/fixtures holds no release's store"
+
+
+def serves_unchanged_then_writes(store_arguments, work, expected):
+    threads = sorted(expected["threads"])
+    with support.Server(store_arguments, work) as server, server.client() as client:
+        now = support.snapshot(client, threads)
+        for thread in threads:
+            assert now["threads"][thread] == expected["threads"][thread], f"thread {thread} reads differently"
+        assert now["lists"] == expected["lists"]
+        # It takes writes: a settings change and a turn on an old thread.
+        target = expected["lists"]["active"][0]
+        client.call("thread/settings/update", {"thread_id": target, "model": "after-upgrade"})
+        turn = client.call("turn/start", {"thread_id": target, "input": [{"text": "after the upgrade"}]}).turn.id
+    with support.Server(store_arguments, work) as server, server.client() as client:
+        read = client.call("thread/read", {"thread_id": target, "include_turns": True, "turns_limit": 1000}).thread
+        assert read.model == "after-upgrade"
+        assert turn in [t.id for t in read.turns]
+        assert len(read.turns) == len(expected["threads"][target]["thread"].get("turns", [])) + 1
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[path.name for path in FIXTURES])
+def test_sqlite_store_of_an_earlier_release(fixture, tmp_path):
+    expected = json.loads((fixture / "expected.json").read_text())["sqlite"]
+    shutil.copytree(fixture / "sqlite", tmp_path / "store")
+    serves_unchanged_then_writes(["--data-dir", str(tmp_path / "store")], tmp_path, expected)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[path.name for path in FIXTURES])
+def test_postgres_store_of_an_earlier_release(fixture, tmp_path):
+    expected = json.loads((fixture / "expected.json").read_text())["postgres"]
+    with support.Postgres() as postgres:
+        url = postgres.restore("upgraded", (fixture / "postgres.sql").read_text())
+        serves_unchanged_then_writes(["--store", url], tmp_path, expected)
