@@ -219,8 +219,8 @@ extension ThreadEngine {
             if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }
         }
         if let waiting, !stopping.load(ordering: .acquiring) {
-            for request in pendingRequests(stored) { expect(request) }
-            owner.runner = tasks.spawn { [self] in await runTurn(owner, turnID: waiting, resuming: true) }
+            for request in pendingRequests(stored) { TurnRunner(engine: self).expect(request) }
+            owner.runner = tasks.spawn { [self] in await TurnRunner(engine: self).runTurn(owner, turnID: waiting, resuming: true) }
         }
     }
 

@@ -82,4 +82,21 @@ final class ThreadOwner: @unchecked Sendable {
     }
 
     var settingsView: ThreadSettingsView { ThreadView(stored: current, includeTurns: false).settings }
+
+    /// Runs `body` with the gate held (a turn's bookkeeping between its
+    /// model and tool calls, which run with no gate held).
+    func locked<T>(_ body: () async -> T) async -> T {
+        await gate.lock()
+        defer { gate.unlock() }
+        return await body()
+    }
+
+    /// item/started and item/completed of an item that is done when it starts.
+    func itemEvents(turnID: TurnID, _ item: ItemRecord) -> [Delivery] {
+        let recipients = subscribers
+        return [
+            Delivery(event: .itemStarted(id, turnID, item), recipients: recipients),
+            Delivery(event: .itemCompleted(id, turnID, item), recipients: recipients),
+        ]
+    }
 }

@@ -26,7 +26,7 @@ extension ThreadEngine {
             var pause = Duration.milliseconds(250)
             while !stopping.load(ordering: .acquiring) {
                 try? await Task.sleep(for: pause)
-                let settled = await locked(owner) { () -> Bool in
+                let settled = await owner.locked { () -> Bool in
                     guard !owner.retired, let state = owner.state, let index = state.activeTurnIndex,
                           state.turns[index].id == turnID else { return true }
                     guard let ended = try? await endActiveTurn(owner, status: .failed, error: error, reason: reason) else { return false }
