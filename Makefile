@@ -71,9 +71,17 @@ check-generated: deps
 ## A hung test must fail the run, not hold CI for its 90 minutes: the whole
 ## Swift suite takes under a minute here, so 15 minutes means something hangs.
 SWIFT_TEST_TIMEOUT ?= 900
+## The fuzz harness (its own package, release with sanitizers) builds beside
+## the suite's own build, which leaves a core idle in its serial phases
+## (resolution, planning, links); the tests start only once both are done.
+FUZZ_BUILD_STATUS = .build/fuzz-build.status
 test: deps check-generated
+	@mkdir -p .build && rm -f $(FUZZ_BUILD_STATUS)
+	@( $(MAKE) --no-print-directory fuzz-build > .build/fuzz-build.log 2>&1; echo $$? > $(FUZZ_BUILD_STATUS) ) &
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	$(MAKE) --no-print-directory memcheck
+	@while [ ! -f $(FUZZ_BUILD_STATUS) ]; do sleep 1; done; \
+	  [ "$$(cat $(FUZZ_BUILD_STATUS))" = 0 ] || { tail -40 .build/fuzz-build.log; echo "fuzz-build failed (.build/fuzz-build.log)"; exit 1; }
 	timeout --kill-after=30 $(SWIFT_TEST_TIMEOUT) swift test --skip-build $(SWIFT_BUILD_FLAGS) \
 	  || { status=$$?; [ $$status = 124 ] && echo "swift test: still running after $(SWIFT_TEST_TIMEOUT) s, stopped (a test hangs)"; exit $$status; }
 	$(MAKE) --no-print-directory test-python
