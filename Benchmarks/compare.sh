@@ -18,27 +18,43 @@ source Benchmarks/c_load.sh
 .build/c/epoll_echo 7681 > "$data/echo.out" &
 pids+=($!)
 "$A_BIN" --listen 127.0.0.1:7682 --data-dir "$data/a" --log-level error > "$data/a.out" 2>&1 &
-pids+=($!)
+a_pid=$!
+pids+=($a_pid)
 "$B_BIN" --listen 127.0.0.1:7683 --data-dir "$data/b" --log-level error > "$data/b.out" 2>&1 &
-pids+=($!)
+b_pid=$!
+pids+=($b_pid)
 listening a.out b.out echo.out
 thread() { "$CLI" call --server "127.0.0.1:$1" thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])"; }
 READ_A=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7682)'")
 READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7683)'")
 
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# One run against server `pid`: "requests/s µs-of-server-CPU-per-request"
+# (user + system of all its threads, from /proc, over the run).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+measured() {
+  local pid=$1; shift
+  local t0 t1 out
+  t0=$(ticks "$pid")
+  out=$(load "$@")
+  t1=$(ticks "$pid")
+  "$PY" -c "
+rps = $(field "$out" requests_per_second)
+print(rps, '%.1f' % (($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / (rps * $DUR)))"
+}
 
-printf "connections\tC echo req/s\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(medians of %s rounds of %s s; %% of the C echo)\n" "$ROUNDS" "$DUR"
+printf "connections\tC echo req/s\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(req/s, %% of the C echo, server CPU per request in µs; medians of %s rounds of %s s)\n" "$ROUNDS" "$DUR"
 for c in 1 16 64; do
-  e=(); ha=(); hb=(); ra=(); rb=()
+  e=(); ha=(); hb=(); ra=(); rb=(); cha=(); chb=(); cra=(); crb=()
   for _ in $(seq "$ROUNDS"); do
     e+=("$(field "$(load 7681 $c "$DUR" "$HEALTH")" requests_per_second)")
-    ha+=("$(field "$(load 7682 $c "$DUR" "$HEALTH")" requests_per_second)")
-    hb+=("$(field "$(load 7683 $c "$DUR" "$HEALTH")" requests_per_second)")
-    ra+=("$(field "$(load 7682 $c "$DUR" "$READ_A" "$INIT")" requests_per_second)")
-    rb+=("$(field "$(load 7683 $c "$DUR" "$READ_B" "$INIT")" requests_per_second)")
+    read -r r u < <(measured "$a_pid" 7682 $c "$DUR" "$HEALTH"); ha+=("$r"); cha+=("$u")
+    read -r r u < <(measured "$b_pid" 7683 $c "$DUR" "$HEALTH"); hb+=("$r"); chb+=("$u")
+    read -r r u < <(measured "$a_pid" 7682 $c "$DUR" "$READ_A" "$INIT"); ra+=("$r"); cra+=("$u")
+    read -r r u < <(measured "$b_pid" 7683 $c "$DUR" "$READ_B" "$INIT"); rb+=("$r"); crb+=("$u")
   done
   E=$(median "${e[@]}"); HA=$(median "${ha[@]}"); HB=$(median "${hb[@]}"); RA=$(median "${ra[@]}"); RB=$(median "${rb[@]}")
-  printf "%s\t%s\t%s (%s %%)\t%s (%s %%)\t%s (%s %%)\t%s (%s %%)\n" "$c" "$E" \
-    "$HA" "$(pct "$HA" "$E")" "$HB" "$(pct "$HB" "$E")" "$RA" "$(pct "$RA" "$E")" "$RB" "$(pct "$RB" "$E")"
+  printf "%s\t%s\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\n" "$c" "$E" \
+    "$HA" "$(pct "$HA" "$E")" "$(median "${cha[@]}")" "$HB" "$(pct "$HB" "$E")" "$(median "${chb[@]}")" \
+    "$RA" "$(pct "$RA" "$E")" "$(median "${cra[@]}")" "$RB" "$(pct "$RB" "$E")" "$(median "${crb[@]}")"
 done
