@@ -257,7 +257,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ThreadwireStoreTests",
-            dependencies: ["ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireStorage", "ThreadwireCore", "ThreadwireTesting", "ThreadwireContract", "ThreadwireWire",
+            dependencies: ["ThreadwireModels", "ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireStorage", "ThreadwireCore", "ThreadwireTesting", "ThreadwireContract", "ThreadwireWire",
                            .product(name: "Logging", package: "swift-log"), .product(name: "PostgresNIO", package: "postgres-nio"),
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: swiftSettings

@@ -84,7 +84,11 @@ extension ThreadEngine {
         } catch {
             if let bucket { await quotaLedger.giveBack(1, to: bucket, of: principal) }
             if newTree { abandonNewTree(fence) }
-            if let unconfirmed = error as? CommitUnconfirmed { throw DomainError.unavailable(unconfirmed.description) }
+            if let untrusted = error as? UntrustedCommit {
+                // A parent's state in the same tree may be stale now.
+                if !newTree, let fence { abandonTree(fence) }
+                throw untrusted.domainError
+            }
             throw error
         }
     }
@@ -117,11 +121,13 @@ extension ThreadEngine {
         for case let .putThread(record) in operations where record.id == owner.id { next.record.version = record.version }
         do {
             try await commit(operations, fence: owner.fence)
-        } catch let unconfirmed as CommitUnconfirmed {
+        } catch let untrusted as UntrustedCommit {
             // The store may hold a state this owner never installed: the
-            // thread is unloaded, and the next command loads it as stored.
+            // thread is unloaded, and the next command loads it as stored
+            // under a new claim of its tree (`abandonTree`).
             drop(owner, retiring: true)
-            throw DomainError.unavailable(unconfirmed.description)
+            if let fence = owner.fence { abandonTree(fence) }
+            throw untrusted.domainError
         }
         owner.state = next
         directory.publish(next, fence: owner.fence)
@@ -207,8 +213,10 @@ extension ThreadEngine {
         if !operations.isEmpty {
             do {
                 try await commit(operations, fence: owner.fence)
-            } catch let unconfirmed as CommitUnconfirmed {
-                throw DomainError.unavailable(unconfirmed.description)  // not loaded: the next command loads again
+            } catch let untrusted as UntrustedCommit {
+                // Not loaded: the next command claims the tree anew and loads again.
+                if let fence = owner.fence { abandonTree(fence) }
+                throw untrusted.domainError
             }
         }
         owner.config = try threadConfig(overrides: stored.record.configOverrides, ceilings: .clamp)
@@ -301,8 +309,11 @@ extension ThreadEngine {
             let failure = StoreError.wrapping(error)
             if case let .leaseLost(fence) = failure { tasks.spawn { [self] in await treeLost(fence) } }
             if case let .idempotencyKeyTaken(key) = failure { throw IdempotencyKeyTaken(key: key) }
-            if case .outcomeUnknown = failure { throw CommitUnconfirmed(description: failure.domainError.description) }
-            throw failure.domainError
+            switch failure {
+            case .outcomeUnknown, .historySequenceTaken: throw UntrustedCommit(failure)
+            case let .conflict(_, expected) where expected > 0: throw UntrustedCommit(failure)
+            default: throw failure.domainError
+            }
         }
     }
 
@@ -335,7 +346,18 @@ extension ThreadEngine {
     }
 }
 
-/// A commit whose outcome the store did not confirm (see `StoreError.outcomeUnknown`).
-struct CommitUnconfirmed: Error, CustomStringConvertible {
-    let description: String
+/// A commit after which the committer's state cannot be trusted: its
+/// outcome is unknown (it may still land, later, under the same fence), or
+/// the store refused it for a version or history it did not build on (the
+/// state it was built from is stale). Whoever made it unloads what it
+/// changed and gives up the tree's claim (`abandonTree`).
+struct UntrustedCommit: Error, CustomStringConvertible {
+    let failure: StoreError
+    init(_ failure: StoreError) { self.failure = failure }
+    var description: String { failure.description }
+    /// What the client is told.
+    var domainError: DomainError {
+        if case .outcomeUnknown = failure { return .unavailable(failure.description) }
+        return failure.domainError
+    }
 }

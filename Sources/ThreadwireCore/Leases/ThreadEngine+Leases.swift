@@ -94,12 +94,28 @@ extension ThreadEngine {
         await unload(heldTrees.lost(fence), of: fence)
     }
 
+    /// A commit under `fence` went unconfirmed, or was refused for stale
+    /// state (`UntrustedCommit`): an unconfirmed one may still land under
+    /// that very fence. So nothing of the tree is served or committed under
+    /// it any more: its threads here are unloaded and its lease given up.
+    /// The next command claims the tree anew, which raises the epoch and
+    /// waits for that commit (it holds the lease row FOR SHARE until it is
+    /// durable) or makes it fail its fence check, and then loads what is
+    /// stored. Rejoining the old fence instead (another thread of the tree
+    /// still loaded keeps it held) read the store before such a commit
+    /// landed, and served that stale state under a valid lease.
+    func abandonTree(_ fence: LeaseFence) {
+        guard let coordinator else { return }
+        unloadSoon(heldTrees.lost(fence), of: fence)
+        tasks.spawn { await coordinator.release([fence]) }
+    }
+
     /// `unload` without waiting: it waits for each thread's running command,
     /// which may wait on a slow store, and lease maintenance must not wait
     /// with it (the other trees' renewals would come late). Meanwhile
     /// nothing is served from those threads' state: it is no longer under a
     /// held lease (`liveSnapshot`, `withOwner`).
-    private func unloadSoon(_ threads: Set<ThreadID>, of fence: LeaseFence) {
+    func unloadSoon(_ threads: Set<ThreadID>, of fence: LeaseFence) {
         tasks.spawn { [self] in await unload(threads, of: fence) }
     }
 
