@@ -80,6 +80,13 @@ final class UnfencedStore: ThreadStore, Sendable {
     func storedBytes(of principal: Principal) async throws -> Int64 { try await inner.storedBytes(of: principal) }
 }
 
+/// Set once a task ended.
+final class EndFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
+}
+
 @Suite("a partitioned owner steps down in time (in memory)")
 struct LeaseStepDownTests {
     /// An engine with a coordinator granting `lease`, and a new thread (and
@@ -167,7 +174,11 @@ struct LeaseStepDownTests {
 
     @Test("a tree taken over while a command waits on a slow commit: its thread's snapshot is no longer served (the unload waits behind the command), and the command's thread is loaded afresh after")
     func takenOverSnapshotNotServedWhileUnloadWaits() async throws {
-        let lease = Duration.seconds(3)
+        // Long enough that a starved test pool (the full suite beside
+        // another build) cannot let it lapse before the command reaches
+        // its commit: the command would be refused, never wait, and the
+        // first wait below would time out (seen once under a load of 15).
+        let lease = Duration.seconds(10)
         let store = UnfencedStore()
         let (engine, coordinator, maintenance, id) = try await freshlyLeasedThread(lease: lease, maintained: true, store: store) { engine, id in
             _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "before"; return u }())
@@ -175,8 +186,19 @@ struct LeaseStepDownTests {
         defer { maintenance?.cancel() }
         let tree = try #require(engine.published(id)).stored.record.sessionID
         store.holding.store(true, ordering: .releasing)
-        let slow = Task { try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "slow"; return u }()) }
-        try await waitFor("the command's commit to wait") { store.waiting.load(ordering: .relaxed) > 0 }
+        let slowEnded = EndFlag()
+        let slow = Task {
+            defer { slowEnded.set() }
+            return try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "slow"; return u }())
+        }
+        try await waitFor("the command's commit to wait (or the command to end, which the next check reports)") {
+            store.waiting.load(ordering: .relaxed) > 0 || slowEnded.isSet
+        }
+        if store.waiting.load(ordering: .relaxed) == 0 {
+            let result = await slow.result
+            Issue.record("the command ended before its commit: \(result)")
+            return
+        }
         // The command holds the thread's gate, waiting on its commit. Another
         // instance takes the tree; the next renewal tells this one.
         coordinator.takeOver(tree)
