@@ -48,9 +48,17 @@ public final class InProcessTransport: ServerTransport {
     }
 
     public func stopAccepting() {
-        state.withLockedValue { $0 = .stopped }
-        stopped.succeed()
+        let wasStopped = state.withLockedValue { state -> Bool in
+            defer { state = .stopped }
+            if case .stopped = state { return true }
+            return false
+        }
+        if !wasStopped { stopped.succeed() }
     }
+
+    /// A server that failed to start never stops accepting: the promise
+    /// is completed here, so it is not leaked (NIO traps on that).
+    deinit { stopAccepting() }
 
     public func waitUntilStopped() async {
         try? await stopped.futureResult.get()

@@ -202,8 +202,10 @@ struct LeaseStepDownTests {
         // The command holds the thread's gate, waiting on its commit. Another
         // instance takes the tree; the next renewal tells this one.
         coordinator.takeOver(tree)
-        let renewalsBefore = coordinator.renewals
-        try await waitFor("a renewal") { coordinator.renewals > renewalsBefore }
+        // The next renewal tells it; in a full suite the CPU-bound tests can
+        // hold the pool past the lease's validity, and the instance steps
+        // down instead (the maintenance task ran too late to renew): either
+        // way the tree leaves the held leases while the command waits.
         try await waitFor("the tree to leave the held leases") { engine.leaseView.fences.isEmpty }
         #expect(engine.published(id) == nil, "a thread whose tree was taken over is still served from memory")
         #expect(engine.snapshotView(id, includeTurns: false, includeModelRequests: false)?.record.model == nil)

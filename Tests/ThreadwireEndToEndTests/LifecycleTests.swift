@@ -31,7 +31,7 @@ struct LifecycleTests {
 
     @Test("thread/list pages with a cursor, sorts, filters by parent and archived")
     func listPaging() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         var ids: [String] = []
         for i in 0..<7 { ids.append(try #require(try await client.startThread(Wire.ThreadStartParams(name: "t\(i)")).thread?.id)) }
@@ -56,7 +56,7 @@ struct LifecycleTests {
 
     @Test("archive and unarchive move a thread between lists and notify subscribers")
     func archive() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -73,7 +73,7 @@ struct LifecycleTests {
 
     @Test("an unsubscribed idle thread is unloaded: thread/closed, status NOT_LOADED, cold resume works")
     func unsubscribeUnloads() async throws {
-        let server = try await ServerProcess.launch(arguments: ["--idle-unload-seconds", "0.2"])
+        let server = try await InProcessServer.launch(arguments: ["--idle-unload-seconds", "0.2"])
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -89,7 +89,7 @@ struct LifecycleTests {
 
     @Test("a turn streams turn/started, item events and turn/completed to subscribers, with increasing sequence numbers")
     func turnNotifications() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let watcher = try await server.client(optOut: ["item/started"])
         let inbox = Inbox(client)
@@ -110,7 +110,7 @@ struct LifecycleTests {
 
     @Test("thread ids that do not exist are NOT_FOUND everywhere")
     func notFound() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         await expectStatus(5, mentioning: "missing") { _ = try await client.resume("missing") }
         await expectStatus(5, mentioning: "missing") { _ = try await client.fork("missing") }

@@ -259,7 +259,7 @@ struct LimitsTests {
     func turnEndsAfterTheDiskHasRoom() async throws {
         let mountPoint = try smallDisk()
         defer { removeSmallDisk(mountPoint) }
-        let server = try await ServerProcess.launch(arguments: ["--data-dir", mountPoint + "/store"])
+        let server = try await InProcessServer.launch(arguments: ["--data-dir", mountPoint + "/store"])
         let client = try await server.client()
         let thread = try #require(try await client.startThread().thread?.id)
         // The disk fills as the turn starts: its next commit fails (the model

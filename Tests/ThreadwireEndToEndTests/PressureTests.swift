@@ -157,7 +157,7 @@ struct PressureTests {
 
     @Test("200 subscribers of one busy thread each get every notification once, numbered without gaps, in the same order as every other subscriber")
     func manySubscribersGetEveryNotificationInOrder() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let driver = try await server.client()
         let thread = try #require(try await driver.startThread().thread?.id)
         var subscribers: [(client: ThreadwireClient, inbox: Inbox)] = []

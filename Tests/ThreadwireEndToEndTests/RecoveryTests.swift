@@ -95,7 +95,7 @@ struct RecoveryTests {
 
     @Test("a v2 tree survives a restart: wait_agent returns the final message at once, followup_task reaches the child, which keeps its model")
     func v2TreeAfterRestart() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")
@@ -116,7 +116,7 @@ struct RecoveryTests {
 
     @Test("a v1 tree stays reachable after unsubscribe and idle unload: send_input and wait_agent reach the child")
     func v1TreeAfterUnload() async throws {
-        let server = try await ServerProcess.launch(arguments: ["--idle-unload-seconds", "0.2"])
+        let server = try await InProcessServer.launch(arguments: ["--idle-unload-seconds", "0.2"])
         let client = try await server.client()
         let inbox = Inbox(client)
         let parent = try #require(try await client.startThread().thread?.id)
@@ -138,7 +138,7 @@ struct RecoveryTests {
 
     @Test("v1 close_agent frees a slot and resume_agent takes one back, counted from the stored registry")
     func v1CloseAndResume() async throws {
-        let server = try await ServerProcess.launch()
+        let server = try await InProcessServer.launch()
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(
             config: [Wire.KeyValue(key: "agents.max_threads", value: "1")])).thread?.id)
@@ -155,7 +155,7 @@ struct RecoveryTests {
 
     @Test("wait_agent honours the timeout it is given, bounded by the configured maximum")
     func waitAgentTimeouts() async throws {
-        let server = try await ServerProcess.launch(config: #"{"agents": {"wait_max_ms": 1500}}"#)
+        let server = try await InProcessServer.launch(config: #"{"agents": {"wait_max_ms": 1500}}"#)
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")
@@ -171,7 +171,7 @@ struct RecoveryTests {
 
     @Test("wait_agent wakes when a child's status changes, long before its timeout")
     func waitAgentWakes() async throws {
-        let server = try await ServerProcess.launch()  // default timeout 30 s
+        let server = try await InProcessServer.launch()  // default timeout 30 s
         let client = try await server.client()
         let parent = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
         try await client.runTurn(parent, "hi")
