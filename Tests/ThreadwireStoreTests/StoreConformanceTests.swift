@@ -460,13 +460,7 @@ struct PostgresLeaseTests {
         try await store.commit([.putThread(record)])
         #expect(store.commitStatistics.commits == offLoop + 1)
 
-        let components = try #require(URLComponents(string: url))
-        let locker = try await PostgresConnection.connect(
-            configuration: .init(host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: components.user ?? "",
-                                 password: components.password, database: String(components.path.dropFirst()), tls: .disable),
-            id: 1, logger: Logger(label: "locker"))
-        try await locker.query("BEGIN", logger: locker.logger)
-        try await locker.query("SELECT 1 FROM threads WHERE id = 't1' FOR UPDATE", logger: locker.logger)
+        let locker = try await RowLocker.lock("t1", url: url)
         record.version += 1
         record.model = "written while the row is locked"
         let before = store.commitStatistics.commits
@@ -481,8 +475,7 @@ struct PostgresLeaseTests {
         #expect(waited >= .seconds(1) && waited < .seconds(4), "gave up at the operation timeout: \(waited)")
         #expect(store.commitStatistics.commits == before, "it was a lone update")
         // Released: the abandoned statement may still land (its outcome was unknown).
-        try await locker.query("ROLLBACK", logger: locker.logger)
-        try await locker.close()
+        try await locker.release()
 
         for _ in 0..<3 {
             let stored = try #require(try await store.threadRecord("t1"))

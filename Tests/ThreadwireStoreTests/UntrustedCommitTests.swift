@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import PostgresNIO
 import Testing
 import ThreadwireCore
 import ThreadwireModels
@@ -35,13 +34,7 @@ struct UntrustedCommitTests {
         let child = try await engine.spawnAgent(parentID: root, .init(), connection: 1).value.record.id
         #expect(engine.published(child) != nil)
 
-        let components = try #require(URLComponents(string: url))
-        let locker = try await PostgresConnection.connect(
-            configuration: .init(host: components.host ?? "127.0.0.1", port: components.port ?? 5432, username: components.user ?? "",
-                                 password: components.password, database: String(components.path.dropFirst()), tls: .disable),
-            id: 1, logger: Logger(label: "locker"))
-        try await locker.query("BEGIN", logger: locker.logger)
-        try await locker.query("SELECT 1 FROM threads WHERE id = \(root) FOR UPDATE", logger: locker.logger)
+        let locker = try await RowLocker.lock(root, url: url)
 
         var late = ThreadEngine.SettingsUpdate()
         late.model = "landed late"
@@ -55,8 +48,7 @@ struct UntrustedCommitTests {
         // again meanwhile; then the row is released and the update lands.
         let reload = Task { try await engine.resumeThread(root, model: nil, excludeTurns: true, connection: 2) }
         try await Task.sleep(for: .milliseconds(500))
-        try await locker.query("ROLLBACK", logger: locker.logger)
-        try await locker.close()
+        try await locker.release()
         _ = try await reload.value
         #expect(try await store.threadRecord(root)?.model == "landed late", "the abandoned update landed")
 
