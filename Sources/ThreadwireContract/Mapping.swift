@@ -263,7 +263,10 @@ extension ThreadView {
             source: Wire.ThreadSource(kind: r.source.wire, parentThreadId: r.parentID, depth: UInt32(r.depth),
                                       agentNickname: r.nickname, taskName: r.taskName, agentRole: r.agentRole),
             archived: r.archived, multiAgentRuntime: r.runtime?.wire ?? .unspecified,
-            multiAgentMode: r.selectedMode?.wire, model: r.model, cwd: r.cwd, turns: turns)
+            multiAgentMode: r.selectedMode?.wire, model: r.model, cwd: r.cwd, turns: turns,
+            // Absent before the thread's first kept event (threads stored
+            // before events were kept read as they did).
+            threadSequence: r.eventSequence > 0 ? UInt64(r.eventSequence) : nil)
     }
 
     public func lifecycleResult(baseInstructions: String) -> Wire.ThreadLifecycleResult {

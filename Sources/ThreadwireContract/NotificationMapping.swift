@@ -4,7 +4,8 @@ public import ThreadwireWire
 /// Domain events as notifications on the wire: with Mapping.swift, the one
 /// place the domain meets the contract.
 public enum NotificationMapping {
-    /// nil for an event that is not a notification (a server request).
+    /// nil for an event that is not a notification (a server request) or
+    /// is one already encoded (a replay).
     public static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload? {
         switch event {
         case let .threadStarted(view):
@@ -39,7 +40,8 @@ public enum NotificationMapping {
             return .threadRolledBack(Wire.ThreadRolledBackNotification(threadId: id, turnIds: turnIDs))
         case let .nameUpdated(id, name):
             return .threadNameUpdated(Wire.ThreadNameUpdatedNotification(threadId: id, name: name))
-        case .serverRequest:
+        case .serverRequest, .replayed:
+            // A replay is sent as it was stored (`ConnectionRegistry`).
             return nil
         }
     }

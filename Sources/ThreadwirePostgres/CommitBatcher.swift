@@ -137,12 +137,12 @@ final class CommitBatcher: Sendable {
         (error as? PSQLError)?.serverInfo != nil
     }
 
-    /// context_items' primary key refused an append: PostgreSQL's detail is
+    /// context_items' (or thread_events') primary key refused an append: PostgreSQL's detail is
     /// "Key (thread_id, seq)=(ID, SEQ) already exists." (the id may hold
     /// commas, the sequence cannot).
     static func historySequenceTaken(_ error: any Error) -> StoreError? {
         guard let info = (error as? PSQLError)?.serverInfo, info[.sqlState] == "23505",
-              info[.constraintName] == "context_items_pkey", let detail = info[.detail],
+              ["context_items_pkey", "thread_events_pkey"].contains(info[.constraintName]), let detail = info[.detail],
               let match = detail.firstMatch(of: /^Key \(thread_id, seq\)=\((.*), (\d+)\) already exists\.$/),
               let sequence = Int(match.2) else { return nil }
         return .historySequenceTaken(threadID: String(match.1), sequence: sequence)

@@ -23,7 +23,20 @@ enum CommitFunction {
             epoch = fence?.epoch
             ops = try operations.map(Operation.init)
             for case let .claimIdempotencyKey(claim, _) in operations { claimedKey = claim.key }
-            if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1 { updatedThread = record.id }
+            updatedThread = Self.updatedThread(operations)
+        }
+
+        /// The thread whose row replacement (on top of an earlier version),
+        /// with its events, is all `operations` do.
+        static func updatedThread(_ operations: [StoreOperation]) -> String? {
+            guard case let .putThread(record) = operations.first, record.version > 1 else { return nil }
+            switch operations.count {
+            case 1: return record.id
+            case 2:
+                guard case let .appendEvents(thread, _) = operations[1], thread == record.id else { return nil }
+                return record.id
+            default: return nil
+            }
         }
 
         enum CodingKeys: String, CodingKey { case tree, epoch, ops }
@@ -96,6 +109,19 @@ enum CommitFunction {
                 k = "relink"
                 id = from
                 self.to = to
+            case let .appendEvents(thread, events):
+                // Numbered consecutively from `first`, committed at one time.
+                k = "events"
+                id = thread
+                first = Int(events.first?.sequence ?? 0)
+                at = events.first?.createdAt
+                items = events.map { Data($0.bytes) }
+            case let .trimEvents(thread, below, createdBefore, newest):
+                k = "trim"
+                id = thread
+                through = below
+                at = createdBefore
+                seq = Int(newest)
             }
         }
 
@@ -125,12 +151,21 @@ enum CommitFunction {
                 FROM json_array_elements($1::json) c, LATERAL json_populate_record(NULL::threads, c->'ops'->0->'r') r),
             held AS MATERIALIZED (
                 SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') AS fences FROM (
-                    SELECT tree, epoch FROM thread_leases WHERE tree IN (SELECT fence_tree FROM batch) ORDER BY tree FOR SHARE) l)
-            UPDATE threads t SET \(ThreadRow.changeableColumns.map { "\($0) = b.\($0)" }.joined(separator: ", "))
-            FROM batch b, held h
-            WHERE t.id = b.id AND t.owner = b.owner AND t.version = b.version - 1
-              AND (b.fence_tree IS NULL OR b.fence_tree || ' ' || b.fence_epoch = ANY (h.fences))
-            RETURNING t.id
+                    SELECT tree, epoch FROM thread_leases WHERE tree IN (SELECT fence_tree FROM batch) ORDER BY tree FOR SHARE) l),
+            updated AS (
+                UPDATE threads t SET \(ThreadRow.changeableColumns.map { "\($0) = b.\($0)" }.joined(separator: ", "))
+                FROM batch b, held h
+                WHERE t.id = b.id AND t.owner = b.owner AND t.version = b.version - 1
+                  AND (b.fence_tree IS NULL OR b.fence_tree || ' ' || b.fence_epoch = ANY (h.fences))
+                RETURNING t.id),
+            kept AS (
+                INSERT INTO thread_events (thread_id, seq, created_at, record)
+                SELECT u.id, (c->'ops'->1->>'first')::bigint + i.ordinal - 1, (c->'ops'->1->>'at')::bigint, decode(i.item, 'base64')
+                FROM json_array_elements($1::json) c
+                JOIN updated u ON u.id = c->'ops'->0->'r'->>'id'
+                CROSS JOIN LATERAL json_array_elements_text(coalesce(c->'ops'->1->'items', '[]'::json)) WITH ORDINALITY AS i(item, ordinal)
+                WHERE c->'ops'->1->>'k' = 'events')
+            SELECT id FROM updated
             """
         let bindings: PostgresBindings
         func makeBindings() throws -> PostgresBindings { bindings }
@@ -315,4 +350,25 @@ enum CommitFunction {
     /// change's own transaction.
     static let definitionV8 = definitionV7.replacingOccurrences(
         of: "op->>'turns', NULL,", with: "op->>'turns', decode(op->>'record', 'base64'),")
+
+    /// Migration 10: each thread's kept events (numbered consecutively from
+    /// `first` in the change's transaction; a number stored already fails the
+    /// commit on the primary key), their retention, and the row's newest number.
+    static let definitionV10 = definitionV8
+        .replacingOccurrences(
+            of: "agent_role = v.agent_role\n", with: "agent_role = v.agent_role, event_sequence = v.event_sequence\n")
+        .replacingOccurrences(
+            of: """
+                            WHEN 'mail-' THEN
+            """,
+            with: """
+                            WHEN 'events' THEN
+                                INSERT INTO thread_events (thread_id, seq, created_at, record)
+                                SELECT op->>'id', (op->>'first')::bigint + i.ordinal - 1, (op->>'at')::bigint, decode(i.item, 'base64')
+                                FROM jsonb_array_elements_text(op->'items') WITH ORDINALITY AS i(item, ordinal);
+                            WHEN 'trim' THEN
+                                DELETE FROM thread_events WHERE thread_id = op->>'id' AND seq <> (op->>'seq')::bigint
+                                    AND (seq < (op->>'through')::bigint OR created_at < (op->>'at')::bigint);
+                            WHEN 'mail-' THEN
+            """)
 }

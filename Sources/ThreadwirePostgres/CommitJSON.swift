@@ -84,6 +84,7 @@ struct CommitJSON {
         fields.string("owner", r.owner, into: &self)
         fields.string("tool_settings", r.tool_settings, into: &self)
         fields.string("agent_role", r.agent_role, into: &self)
+        fields.integer("event_sequence", r.event_sequence, into: &self)
         fields.close(into: &self)
     }
 

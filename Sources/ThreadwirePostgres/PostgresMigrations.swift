@@ -83,6 +83,16 @@ extension PostgresThreadStore {
         (8, [CommitFunction.definitionV8]),
         // Per-principal budgets that every instance shares (PostgresQuotaLedger).
         (9, PostgresQuotaLedger.schema),
+        // Each thread's kept events (Notification.thread_sequence) and the
+        // number of its newest; the commit function writes and trims them.
+        (10, [
+            "ALTER TABLE threads ADD COLUMN event_sequence BIGINT NOT NULL DEFAULT 0",
+            """
+            CREATE TABLE thread_events (thread_id TEXT NOT NULL, seq BIGINT NOT NULL, created_at BIGINT NOT NULL,
+                record BYTEA NOT NULL, PRIMARY KEY (thread_id, seq))
+            """,
+            CommitFunction.definitionV10,
+        ]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).

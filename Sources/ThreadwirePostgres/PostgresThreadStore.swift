@@ -135,10 +135,13 @@ public final class PostgresThreadStore: ThreadStore {
     /// Under concurrency every commit goes to the group commit, whose one
     /// transaction and WAL flush for many is worth more.
     public func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
-        if operations.count == 1, case let .putThread(record) = operations[0], record.version > 1, !commits.busy,
-           let (line, connection) = lone.take() {
-            try await updateThread(record, fence: fence, on: connection, of: line)
-            return
+        if CommitFunction.Commit.updatedThread(operations) != nil, case let .putThread(record) = operations[0], !commits.busy {
+            var event: StoredEvent?
+            if operations.count == 2, case let .appendEvents(_, events) = operations[1] { event = events.count == 1 ? events[0] : nil }
+            if operations.count == 1 || event != nil, let (line, connection) = lone.take() {
+                try await updateThread(record, event: event, fence: fence, on: connection, of: line)
+                return
+            }
         }
         try await commits.commit(operations, fence: fence)
     }
@@ -159,11 +162,11 @@ public final class PostgresThreadStore: ThreadStore {
     /// The statement runs in the calling task: once `operationTimeout`
     /// passes, its connection is closed, which ends it (a connection cut off
     /// by a partition would otherwise wait for TCP to give up).
-    private func updateThread(_ record: ThreadRecord, fence: LeaseFence?, on connection: PostgresConnection,
+    private func updateThread(_ record: ThreadRecord, event: StoredEvent?, fence: LeaseFence?, on connection: PostgresConnection,
                               of line: LoneUpdateConnection) async throws {
         let statement: ThreadUpdate
         do {
-            statement = ThreadUpdate(row: try ThreadRow(record), previousVersion: record.version - 1, fence: fence)
+            statement = ThreadUpdate(row: try ThreadRow(record), previousVersion: record.version - 1, fence: fence, event: event)
         } catch {
             line.giveBack(connection)
             throw error
@@ -174,7 +177,7 @@ public final class PostgresThreadStore: ThreadStore {
         // is dropped and its statement never ends, deadline or not.
         guard connection.eventLoop.inEventLoop, !connection.isClosed else {
             line.giveBack(connection)
-            return try await commits.commit([.putThread(record)], fence: fence)
+            return try await commits.commit([.putThread(record)] + (event.map { [.appendEvents(record.id, [$0])] } ?? []), fence: fence)
         }
         let deadline = StatementDeadline()
         let alarm = DeadlineTimer.shared.schedule(after: operationTimeout) {
@@ -246,7 +249,7 @@ public final class PostgresThreadStore: ThreadStore {
     static let threadColumns = """
         id, session_id, parent_id, forked_from_id, source, depth, task_name, nickname, preview, name, created_at,
         updated_at, archived, runtime, legacy, selected_mode, model, cwd, base_instructions, config_overrides, version,
-        agent_status, agent_final_message, agent_closed, owner, tool_settings, agent_role
+        agent_status, agent_final_message, agent_closed, owner, tool_settings, agent_role, event_sequence
         """
 
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
@@ -393,6 +396,19 @@ public final class PostgresThreadStore: ThreadStore {
                 return IdempotencyRecord(claim: claim, response: response.map { [UInt8]($0) })
             }
             return nil
+        }
+    }
+
+    public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await bounded("a thread's events' read") {
+            var events: [StoredEvent] = []
+            for try await (seq, at, record) in try await self.client.query(
+                "SELECT seq, created_at, record FROM thread_events WHERE thread_id = \(thread) AND seq > \(after) ORDER BY seq LIMIT \(limit)",
+                logger: self.logger
+            ).decode((Int64, Int64, ByteBuffer).self) {
+                events.append(StoredEvent(sequence: seq, createdAt: at, bytes: Array(buffer: record)))
+            }
+            return events
         }
     }
 

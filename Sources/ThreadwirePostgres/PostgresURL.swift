@@ -47,17 +47,24 @@ struct ThreadUpdate: PostgresPreparedStatement {
         let assignments = columns.enumerated().map { "\($0.element) = $\($0.offset + 1)" }.joined(separator: ", ")
         let n = columns.count
         return """
-            UPDATE threads SET \(assignments)
-            WHERE id = $\(n + 1) AND version = $\(n + 2) AND owner = $\(n + 3)
-              AND ($\(n + 4)::text IS NULL OR EXISTS (
-                SELECT 1 FROM thread_leases WHERE tree = $\(n + 4)::text AND epoch = $\(n + 5)::bigint FOR SHARE))
-            RETURNING 1
+            WITH updated AS (
+                UPDATE threads SET \(assignments)
+                WHERE id = $\(n + 1) AND version = $\(n + 2) AND owner = $\(n + 3)
+                  AND ($\(n + 4)::text IS NULL OR EXISTS (
+                    SELECT 1 FROM thread_leases WHERE tree = $\(n + 4)::text AND epoch = $\(n + 5)::bigint FOR SHARE))
+                RETURNING id),
+            kept AS (
+                INSERT INTO thread_events (thread_id, seq, created_at, record)
+                SELECT id, $\(n + 6)::bigint, $\(n + 7)::bigint, $\(n + 8)::bytea FROM updated WHERE $\(n + 6)::bigint IS NOT NULL)
+            SELECT 1 FROM updated
             """
     }()
 
     let row: ThreadRow
     let previousVersion: Int64
     let fence: LeaseFence?
+    /// The one event kept with the change, if any.
+    let event: StoredEvent?
 
     func makeBindings() throws -> PostgresBindings {
         var binds = PostgresBindings()
@@ -73,6 +80,9 @@ struct ThreadUpdate: PostgresPreparedStatement {
         binds.append(row.owner)
         binds.append(fence?.tree)
         binds.append(fence?.epoch)
+        binds.append(event?.sequence)
+        binds.append(event?.createdAt)
+        binds.append(event.map { ByteBuffer(bytes: $0.bytes) })
         return binds
     }
 

@@ -144,6 +144,21 @@ extension SQLiteThreadStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v9: thread events") { db in
+            try db.execute(sql: """
+                -- The number of each thread's newest kept event (Notification.thread_sequence).
+                ALTER TABLE threads ADD COLUMN event_sequence INTEGER NOT NULL DEFAULT 0;
+                -- Each thread's kept events, numbered in the change's transaction;
+                -- each row the notification without its per-connection fields.
+                CREATE TABLE thread_events (
+                    thread_id TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    record BLOB NOT NULL,
+                    PRIMARY KEY (thread_id, seq)
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

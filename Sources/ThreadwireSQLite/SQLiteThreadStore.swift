@@ -240,6 +240,26 @@ public final class SQLiteThreadStore: ThreadStore {
         case let .relinkTree(from, to):
             try db.cachedStatement(sql: "UPDATE threads SET session_id = ?, version = version + 1 WHERE session_id = ? AND id <> ?")
                 .execute(arguments: [to, from, from])
+        case let .appendEvents(id, events):
+            for event in events {
+                do {
+                    try db.cachedStatement(sql: "INSERT INTO thread_events (thread_id, seq, created_at, record) VALUES (?, ?, ?, ?)")
+                        .execute(arguments: [id, event.sequence, event.createdAt, Data(event.bytes)])
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    throw StoreError.historySequenceTaken(threadID: id, sequence: Int(event.sequence))
+                }
+            }
+        case let .trimEvents(id, below, createdBefore, newest):
+            try db.cachedStatement(sql: "DELETE FROM thread_events WHERE thread_id = ? AND seq <> ? AND (seq < ? OR created_at < ?)")
+                .execute(arguments: [id, newest, below, createdBefore])
+        }
+    }
+
+    public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT seq, created_at, record FROM thread_events WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                             arguments: [thread, after, limit])
+                .map { StoredEvent(sequence: $0["seq"], createdAt: $0["created_at"], bytes: [UInt8]($0["record"] as Data)) }
         }
     }
 

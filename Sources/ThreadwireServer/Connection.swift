@@ -390,9 +390,11 @@ final class Connection: ReadGate, Sendable {
     }
 
     /// Request `requestID` is resolved: a connection that was sent it hears so.
-    func resolved(_ threadID: ThreadID, requestID: String, _ outcome: ServerRequestOutcome) {
+    func resolved(_ threadID: ThreadID, requestID: String, _ outcome: ServerRequestOutcome, threadSequence: UInt64? = nil) {
         guard offered.withLockedValue({ $0.removeValue(forKey: requestID) }) != nil else { return }
-        notify(.serverRequestResolved(Wire.ServerRequestResolvedNotification(threadId: threadID, requestId: requestID, outcome: outcome.wire)))
+        notify(Wire.EncodedNotification(
+            .serverRequestResolved(Wire.ServerRequestResolvedNotification(threadId: threadID, requestId: requestID, outcome: outcome.wire)),
+            threadSequence: threadSequence))
     }
 
     /// The thread of a request this connection was sent and may answer.

@@ -35,20 +35,36 @@ final class ConnectionRegistry: EventSink, Sendable {
                 for connection in targets { connection.offer(request) }
             case let .serverRequestResolved(threadID, requestID, outcome):
                 // Only connections that were sent the request hear it resolved.
-                for connection in targets { connection.resolved(threadID, requestID: requestID, outcome) }
+                for connection in targets {
+                    connection.resolved(threadID, requestID: requestID, outcome, threadSequence: delivery.threadSequence.map(UInt64.init))
+                }
+            case let .replayed(_, event):
+                // A kept event as stored: it carries its thread number already.
+                enqueue(Wire.EncodedNotification(storedBody: event.bytes), to: targets)
             default:
                 guard let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions) else { continue }
                 let metadata = delivery.trace.map { $0.metadata.map { Wire.KeyValue(key: $0.key, value: $0.value) } } ?? []
-                // Encoded once for all the event's subscribers, queued in
-                // their outboxes, and one task per event loop drains the
-                // outboxes of that loop's subscribers.
-                let encoded = Wire.EncodedNotification(payload, metadata: metadata)
-                let toDrain = targets.filter { $0.enqueueNotification(encoded) }
-                for (loop, group) in Self.byEventLoop(toDrain) {
-                    loop.execute { for connection in group { connection.drainOutbox() } }
-                }
+                enqueue(Wire.EncodedNotification(payload, metadata: metadata, threadSequence: delivery.threadSequence.map(UInt64.init)),
+                        to: targets)
             }
         }
+    }
+
+    /// Encoded once for all the event's subscribers, queued in their
+    /// outboxes, and one task per event loop drains the outboxes of that
+    /// loop's subscribers.
+    private func enqueue(_ encoded: Wire.EncodedNotification, to targets: [Connection]) {
+        let toDrain = targets.filter { $0.enqueueNotification(encoded) }
+        for (loop, group) in Self.byEventLoop(toDrain) {
+            loop.execute { for connection in group { connection.drainOutbox() } }
+        }
+    }
+
+    /// The notification without its per-connection fields (sequence, trace
+    /// metadata): what a replay sends again.
+    func keptEncoding(_ event: ThreadEvent, threadSequence: Int64) -> [UInt8] {
+        guard let payload = NotificationMapping.payload(event, baseInstructions: baseInstructions) else { return [] }
+        return Wire.EncodedNotification(payload, threadSequence: UInt64(threadSequence)).body
     }
 
     private static func byEventLoop(_ connections: [Connection]) -> [(any EventLoop, [Connection])] {

@@ -32,6 +32,7 @@ public struct RequestError: Error, Sendable, Equatable {
             case let .resourceExhausted(m): self.init(.resourceExhausted, m)
             case let .alreadyExists(m): self.init(.alreadyExists, m)
             case let .aborted(m): self.init(.aborted, m)
+            case let .outOfRange(m): self.init(.outOfRange, m)
             case let .unavailable(m): self.init(.unavailable, m)
             case let .internal(m): self.init(.internal, m)
             }

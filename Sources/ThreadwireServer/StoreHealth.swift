@@ -101,6 +101,9 @@ struct MonitoredStore: ThreadStore {
         try await base.pendingMailbox(recipient)
     }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await base.threadsWithRunningTurns() }
+    func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await base.events(thread, after: after, limit: limit)
+    }
     func probe() async throws { try await base.probe() }
     func storedBytes(of principal: Principal) async throws -> Int64 { try await base.storedBytes(of: principal) }
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(key) }

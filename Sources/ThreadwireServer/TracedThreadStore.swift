@@ -43,6 +43,9 @@ public struct TracedThreadStore: ThreadStore {
         try await inner.pendingMailbox(recipient)
     }
     public func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
+    public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await inner.events(thread, after: after, limit: limit)
+    }
     public func probe() async throws { try await inner.probe() }
     public func storedBytes(of principal: Principal) async throws -> Int64 {
         try await inner.storedBytes(of: principal)

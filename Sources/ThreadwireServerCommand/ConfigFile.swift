@@ -24,6 +24,7 @@ import ThreadwireServer
 ///                  "max_requests_per_second": 1000, "request_burst": 2000, "max_stored_bytes": 10737418240},
 ///       "tools": {"client_request_timeout_ms": 600000},
 ///       "compaction": {"auto": true, "threshold": 0.9, "prompt": "...", "summary_prefix": "..."},
+///       "events": {"keep_count": 10000, "keep_age_ms": 86400000},
 ///       "tracing": {"enabled": true, "endpoint": "http://collector:4318/v1/traces", "sample_ratio": 1.0,
 ///                   "service_name": "threadwire"},
 ///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
@@ -53,6 +54,7 @@ enum ConfigFile {
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
         struct Tools: Decodable { var client_request_timeout_ms: Int? }
         struct Compaction: Decodable { var auto: Bool?; var threshold: Double?; var prompt: String?; var summary_prefix: String? }
+        struct Events: Decodable { var keep_count: Int64?; var keep_age_ms: Int64? }
         struct Tracing: Decodable { var enabled: Bool?; var endpoint: String?; var sample_ratio: Double?; var service_name: String? }
         struct MCPServer: Decodable {
             var command: String
@@ -91,6 +93,7 @@ enum ConfigFile {
         var tools: Tools?
         var mcp_servers: [String: MCPServer]?
         var compaction: Compaction?
+        var events: Events?
         var tracing: Tracing?
     }
 
@@ -98,7 +101,8 @@ enum ConfigFile {
     /// ("" for the top level; "[]" for each element of a list).
     static let knownKeys: [String: Set<String>] = [
         "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
-             "model_providers", "models", "limits", "tools", "mcp_servers", "compaction", "tracing"],
+             "model_providers", "models", "limits", "tools", "mcp_servers", "compaction", "events", "tracing"],
+        "events": ["keep_count", "keep_age_ms"],
         "tracing": ["enabled", "endpoint", "sample_ratio", "service_name"],
         "compaction": ["auto", "threshold", "prompt", "summary_prefix"],
         // Any server name; each server's own keys below ("env" is free-form).
@@ -267,6 +271,16 @@ enum ConfigFile {
                 settings.compaction.prompt = v
             }
             if let v = c.summary_prefix { settings.compaction.summaryPrefix = v }
+        }
+        if let e = file.events {
+            if let v = e.keep_count {
+                guard v >= 1 else { throw ConfigError(description: "config file \(path): events.keep_count must be at least 1 (got \(v))") }
+                settings.eventRetention.count = v
+            }
+            if let v = e.keep_age_ms {
+                guard v >= 1 else { throw ConfigError(description: "config file \(path): events.keep_age_ms must be at least 1 (got \(v))") }
+                settings.eventRetention.ageMillis = v
+            }
         }
         var tracing = TracingConfig()
         if let t = file.tracing {

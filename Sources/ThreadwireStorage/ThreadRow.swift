@@ -29,6 +29,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     /// JSON (`ToolSettings`): the thread's client tools.
     public var tool_settings: String
     public var agent_role: String?
+    /// The number of the thread's newest kept event.
+    public var event_sequence: Int64
 
     /// The `tool_settings` column's JSON.
     struct ToolSettings: Codable, Equatable {
@@ -70,6 +72,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             tool_settings = String(decoding: try encoder.encode(tools), as: UTF8.self)
         }
         agent_role = r.agentRole
+        event_sequence = r.eventSequence
     }
 
     /// A row as a store read it, column by column.
@@ -88,6 +91,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         owner = try row.text("owner")
         tool_settings = try row.text("tool_settings")
         agent_role = try row.optionalText("agent_role")
+        event_sequence = try row.integer("event_sequence")
     }
 
     public func record() throws -> ThreadRecord {
@@ -113,6 +117,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             throw StoreError.unavailable("thread \(id) has unreadable config_overrides: \(error)")
         }
         record.version = version
+        record.eventSequence = event_sequence
         record.agentStatus = agent_status.flatMap(AgentStatus.init(rawValue:))
         record.agentFinalMessage = agent_final_message
         record.agentClosed = agent_closed
@@ -138,7 +143,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
     public static let changeableColumns = [
         "session_id", "parent_id", "forked_from_id", "source", "depth", "task_name", "nickname", "preview", "name",
         "created_at", "updated_at", "archived", "runtime", "legacy", "selected_mode", "model", "cwd", "base_instructions",
-        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed", "tool_settings", "agent_role",
+        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed", "tool_settings", "agent_role", "event_sequence",
     ]
 
     public var changeableValues: [ColumnValue] {
@@ -147,7 +152,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             .text(nickname), .text(preview), .text(name), .integer(created_at), .integer(updated_at), .boolean(archived),
             .text(runtime), .boolean(legacy), .text(selected_mode), .text(model), .text(cwd), .text(base_instructions),
             .text(config_overrides), .integer(version), .text(agent_status), .text(agent_final_message), .boolean(agent_closed),
-            .text(tool_settings), .text(agent_role),
+            .text(tool_settings), .text(agent_role), .integer(event_sequence),
         ]
     }
 }

@@ -11,9 +11,15 @@ extension Wire {
         public let body: [UInt8]
         public let methodName: String
 
-        public init(_ payload: Wire.Notification.Payload, metadata: [Wire.KeyValue] = []) {
-            body = Wire.Notification(metadata: metadata, payload: payload).serializedBytes()
+        public init(_ payload: Wire.Notification.Payload, metadata: [Wire.KeyValue] = [], threadSequence: UInt64? = nil) {
+            body = Wire.Notification(metadata: metadata, threadSequence: threadSequence, payload: payload).serializedBytes()
             methodName = payload.methodName
+        }
+
+        /// A body stored earlier (a kept event); its method is read from it.
+        public init(storedBody: [UInt8]) {
+            body = storedBody
+            methodName = (try? Wire.Notification(serializedBytes: storedBody))?.payload?.methodName ?? "unknown"
         }
 
         /// Envelope field 3 (notification) as protobuf-c writes its key.

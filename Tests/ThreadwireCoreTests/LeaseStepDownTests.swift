@@ -74,6 +74,9 @@ final class UnfencedStore: ThreadStore, Sendable {
     func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] { try await inner.agentTree(sessionID) }
     func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] { try await inner.pendingMailbox(recipient) }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
+    func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        try await inner.events(thread, after: after, limit: limit)
+    }
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await inner.idempotencyRecord(key) }
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int { try await inner.purgeIdempotencyRecords(createdBefore: millis) }
     func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { try await inner.importRecord(thread) }

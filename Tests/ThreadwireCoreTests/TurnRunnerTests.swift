@@ -37,9 +37,10 @@ struct TurnRunnerTests {
 
         func snapshot(_ id: ThreadID) -> StoredThread? { nil }
         func record(of id: ThreadID) async -> ThreadRecord? { nil }
-        func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {
+        func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation], events: [Delivery]) async throws -> [Delivery] {
             installs.withLock { $0.append(operations) }
             owner.state = next
+            return events
         }
         func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String, reason: TurnFailureReason) async {
             failures.withLock { $0.append(error) }
@@ -52,7 +53,8 @@ struct TurnRunnerTests {
             stored.turns[index].completedAt = 1
             return [.putTurn(stored.turns[index])]
         }
-        func afterFinish(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] { [] }
+        func afterFinish(_ owner: ThreadOwner) {}
+        func finishEvents(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] { [] }
         func requestRecipients(_ owner: ThreadOwner) -> [ConnectionID] { [] }
         func grantForTree(root: ThreadID, tool: String) async {}
         func executeTool(_ owner: ThreadOwner, _ caller: StoredThread, turnIndex: Int, name: String, arguments: String,

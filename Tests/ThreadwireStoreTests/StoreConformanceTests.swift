@@ -102,6 +102,50 @@ struct StoreConformanceTests {
         #expect(try await store.threadRecord("t1") == record)
     }
 
+    @Test("a thread's events are kept with its row's change, numbered once each (a number stored again refuses the whole commit), read in order after a position, and trimmed by number and age but never the newest", arguments: Backend.allCases)
+    func keptEvents(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        func event(_ n: Int64, at: Millis = 5_000) -> StoredEvent { StoredEvent(sequence: n, createdAt: at, bytes: Array("event \(n)".utf8) + [0, 255]) }
+        var record = thread("ev", created: 100)
+        record.eventSequence = 1
+        try await store.commit([.putThread(record), .appendEvents("ev", [event(1, at: 1_000)])])
+        // A row replacement with its events alone (PostgreSQL's set-based path), two threads at once.
+        var other = thread("ev-other", created: 200)
+        try await store.commit([.putThread(other)])
+        record.version = 2
+        record.eventSequence = 3
+        other.version = 2
+        other.eventSequence = 1
+        let firstCommit: [StoreOperation] = [.putThread(record), .appendEvents("ev", [event(2), event(3)])]
+        let secondCommit: [StoreOperation] = [.putThread(other), .appendEvents("ev-other", [event(1)])]
+        async let first: Void = store.commit(firstCommit)
+        async let second: Void = store.commit(secondCommit)
+        _ = try await (first, second)
+        #expect(try await store.events("ev", after: 0, limit: 10) == [event(1, at: 1_000), event(2), event(3)])
+        #expect(try await store.events("ev", after: 1, limit: 1) == [event(2)])
+        #expect(try await store.events("ev", after: 3, limit: 10).isEmpty)
+        #expect(try await store.events("ev-other", after: 0, limit: 10) == [event(1)])
+        #expect(try await store.threadRecord("ev")?.eventSequence == 3)
+
+        var retaken = record
+        retaken.version = 3
+        retaken.eventSequence = 4
+        await expectRefused(store, [.putThread(retaken), .appendEvents("ev", [event(3), event(4)])],
+                            as: .historySequenceTaken(threadID: "ev", sequence: 3))
+        #expect(try await store.threadRecord("ev")?.version == 2, "the refused commit wrote nothing")
+        #expect(try await store.events("ev", after: 3, limit: 10).isEmpty)
+
+        record.version = 3
+        record.eventSequence = 5
+        try await store.commit([.putThread(record), .appendEvents("ev", [event(4), event(5)]),
+                                .trimEvents("ev", below: 3, createdBefore: 0, newest: 5)])
+        #expect(try await store.events("ev", after: 0, limit: 10).map(\.sequence) == [3, 4, 5], "below 3 trimmed")
+        record.version = 4
+        try await store.commit([.putThread(record), .trimEvents("ev", below: 0, createdBefore: 1_000_000, newest: 5)])
+        #expect(try await store.events("ev", after: 0, limit: 10).map(\.sequence) == [5], "all older than the age trimmed, the newest kept")
+        #expect(try await store.events("ev-other", after: 0, limit: 10).count == 1, "another thread's events untouched")
+    }
+
     @Test("a commit is all or nothing: one failing operation leaves no trace of the others", arguments: Backend.allCases)
     func atomicCommits(_ backend: Backend) async throws {
         let store = try await backend.make()

@@ -111,7 +111,10 @@ extension ThreadEngine {
                 // A V2 child takes the spawning turn's effective mode as its selection.
                 child.selectedMode = spawningMode
             }
-            try await commitCreation(child.principal, [.putThread(child)], fence: parentOwner.fence)
+            // thread/started is the child's first event, kept with its creation.
+            let (_, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: child, history: [], turns: []),
+                                                                                      includeTurns: false)), recipients: [])], record: &child)
+            try await commitCreation(child.principal, [.putThread(child)] + kept, fence: parentOwner.fence)
             return child
         }
         // The child joins its parent's agent tree, held under the same lease.
@@ -120,7 +123,8 @@ extension ThreadEngine {
                           fence: parentOwner.fence)
         owner.subscribe(all: parentOwner.subscribers)
         let view = ThreadView(stored: owner.current, includeTurns: false)
-        var publications = [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: owner.subscribers)])]
+        var publications = [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: owner.subscribers,
+                                                             threadSequence: record.eventSequence)])]
         if let message = request.message, !message.isEmpty {
             await owner.gate.lock()
             defer { owner.gate.unlock() }

@@ -102,6 +102,34 @@ public enum ThreadEvent: Sendable, Equatable {
     case rolledBack(ThreadID, [TurnID])
     /// nil: the name was cleared.
     case nameUpdated(ThreadID, String?)
+    /// A kept event sent again to a client resuming after an earlier one
+    /// (its stored encoding).
+    case replayed(ThreadID, StoredEvent)
+
+    /// The thread the event is about.
+    public var threadID: ThreadID {
+        switch self {
+        case let .threadStarted(view): view.record.id
+        case let .statusChanged(id, _), let .archived(id), let .unarchived(id), let .closed(id), let .settingsUpdated(id, _),
+             let .turnStarted(id, _), let .turnCompleted(id, _), let .itemStarted(id, _, _), let .itemCompleted(id, _, _),
+             let .agentMessageDelta(id, _, _, _), let .serverRequestResolved(id, _, _), let .tokenUsage(id, _, _),
+             let .rolledBack(id, _), let .nameUpdated(id, _), let .replayed(id, _):
+            id
+        case let .serverRequest(request): request.threadID
+        }
+    }
+
+    /// Whether the event is numbered and kept with the change that causes it.
+    /// Not kept: streaming deltas (the item's completion carries the text),
+    /// live token usage (the turn's stored requests carry it), server
+    /// requests (offered again to whoever subscribes while pending), and what
+    /// tells of a subscription rather than a change (unloaded, closed).
+    public var isKept: Bool {
+        switch self {
+        case .agentMessageDelta, .tokenUsage, .serverRequest, .closed, .statusChanged(_, .notLoaded), .replayed: false
+        default: true
+        }
+    }
 }
 
 /// What thread/token_usage/updated reports.
@@ -119,6 +147,8 @@ public struct TokenUsageReport: Sendable, Equatable {
 public struct Delivery: Sendable, Equatable {
     public var event: ThreadEvent
     public var recipients: [ConnectionID]
+    /// The event's number in its thread, when it is kept (`ThreadEvent.isKept`).
+    public var threadSequence: Int64?
     /// The trace of the request (or turn) that caused it, taken where the
     /// event is made: its notification carries it (nil with tracing off).
     public var trace: TraceCarrier? = ThreadTracing.currentContext()
@@ -128,6 +158,12 @@ public struct Delivery: Sendable, Equatable {
 /// calls per recipient.
 public protocol EventSink: Sendable {
     func deliver(_ deliveries: [Delivery])
+    /// What is stored of a kept event: the bytes a replay sends again.
+    func keptEncoding(_ event: ThreadEvent, threadSequence: Int64) -> [UInt8]
+}
+
+extension EventSink {
+    public func keptEncoding(_ event: ThreadEvent, threadSequence: Int64) -> [UInt8] { [] }
 }
 
 /// A result plus the notifications it caused. The caller sends its response

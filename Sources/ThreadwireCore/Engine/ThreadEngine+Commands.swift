@@ -44,10 +44,12 @@ extension ThreadEngine {
         record.userInputEnabled = request.userInput
         record.mcpServers = try chosenToolServers(request.mcpServers, principal: request.principal)
         let fence = try await claimNewTree(id)
-        try await commitCreation(record.principal, [.putThread(record)], fence: fence, newTree: true)
+        let (started, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: record, history: [], turns: []), includeTurns: false)),
+                                                     recipients: [connection])], record: &record)
+        try await commitCreation(record.principal, [.putThread(record)] + kept, fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
         let view = ThreadView(stored: owner.current, includeTurns: false)
-        return Outcome(view, publications: [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: [connection])])])
+        return Outcome(view, publications: [owner.publisher.ticket(started)])
     }
 
     /// The MCP servers a new thread uses: the named ones (each configured),
@@ -71,12 +73,22 @@ extension ThreadEngine {
         return names
     }
 
-    public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+    /// With `after`, the kept events numbered above it are sent first: they
+    /// are read and ticketed under the thread's gate, so every event of a
+    /// later change is published after them and to this connection too, and
+    /// every earlier change's was published to the subscribers it had.
+    public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, after: Int64? = nil,
+                             connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
         return try await withOwner(id) { owner in
+            var deliveries: [Delivery] = []
+            if let after {
+                deliveries = try await keptEvents(of: owner.current.record, after: after).map {
+                    Delivery(event: .replayed(id, $0), recipients: [connection], threadSequence: $0.sequence)
+                }
+            }
             owner.subscribe(connection)
             owner.cancelUnload()
-            var deliveries: [Delivery] = []
             // What the turn waits for is offered to the new subscriber too,
             // and at a root, what its children wait for.
             var offered = Set<String>()
@@ -86,12 +98,32 @@ extension ThreadEngine {
             if let model, model != owner.current.record.model {
                 var next = owner.current
                 next.record.model = model
-                try await install(owner, next, [.putThread(next.record.bumped())])
-                deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
+                deliveries += try await install(owner, next, [.putThread(next.record.bumped())], events: [
+                    Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: owner.subscribers)])
             }
             return Outcome(ThreadView(stored: owner.current, includeTurns: !excludeTurns),
                            publications: [owner.publisher.ticket(deliveries)])
         }
+    }
+
+    /// The thread's kept events numbered above `after`, every one of them:
+    /// OUT_OF_RANGE when retention let the next one go, INVALID_ARGUMENT
+    /// for a position the thread has not reached.
+    func keptEvents(of record: ThreadRecord, after: Int64) async throws -> [StoredEvent] {
+        let head = record.eventSequence
+        guard after >= 0, after <= head else {
+            throw DomainError.invalidArgument(
+                "after_thread_sequence \(after) is ahead of thread \(record.id), whose newest event is \(head)")
+        }
+        guard after < head else { return [] }
+        let events = try await store.events(record.id, after: after, limit: Int(head - after))
+        guard events.first?.sequence == after + 1, events.last?.sequence == head, events.count == Int(head - after) else {
+            let oldest = events.first?.sequence ?? head
+            throw DomainError.outOfRange(
+                "thread \(record.id) keeps events from \(oldest) on (through \(head)); event \(after + 1) is no longer kept: "
+                    + "read the thread and resume after its thread_sequence")
+        }
+        return events
     }
 
     /// A fork copies the committed state of its source (its snapshot when
@@ -147,17 +179,21 @@ extension ThreadEngine {
             turns[index].completedAt = now
             _ = Self.abandonPendingRequests(&turns[index], reason: "the turn was copied by thread/fork before a client answered")
         }
+        // A fork's events start from 1: the source's are the source's.
+        record.eventSequence = 0
+        let (started, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: record, history: history, turns: turns), includeTurns: false)),
+                                                     recipients: [connection])], record: &record)
         var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: Array(history))]
         operations += turns.map { .putTurn($0) }
+        operations += kept
         // The fork keeps the source's owner (only the owner reaches the source).
         let fence = try await claimNewTree(id)
         try await commitCreation(record.principal, operations, fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: history, turns: turns),
                           config: try threadConfig(overrides: record.configOverrides, ceilings: .clamp), subscriber: connection,
                           fence: fence)
-        let started = ThreadView(stored: owner.current, includeTurns: false)
         return Outcome(ThreadView(stored: owner.current, includeTurns: !excludeTurns),
-                       publications: [owner.publisher.ticket([Delivery(event: .threadStarted(started), recipients: [connection])])])
+                       publications: [owner.publisher.ticket(started)])
     }
     public struct SettingsUpdate: Sendable {
         public var model: String?
@@ -185,8 +221,8 @@ extension ThreadEngine {
             let changed = next.record != owner.current.record
             var deliveries: [Delivery] = []
             if changed {
-                try await install(owner, next, [.putThread(next.record.bumped())])
-                deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: owner.subscribers))
+                deliveries = try await install(owner, next, [.putThread(next.record.bumped())], events: [
+                    Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: owner.subscribers)])
             }
             return Outcome((owner.settingsView, changed), publications: [owner.publisher.ticket(deliveries)])
         }

@@ -112,13 +112,28 @@ extension ThreadEngine {
         await sharedQuotas.end(reservation)
     }
 
-    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {
+    /// `events` are the change's notifications: those about this thread that
+    /// are kept are numbered and stored in the same commit (`numberEvents`);
+    /// they come back numbered, for the caller's publication.
+    @discardableResult
+    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation],
+                 events: [Delivery] = []) async throws -> [Delivery] {
         var next = next
         var operations = operations
         if !operations.contains(where: { if case let .putThread(record) = $0 { record.id == owner.id } else { false } }) {
             operations.insert(.putThread(next.record.bumped()), at: 0)
         }
         for case let .putThread(record) in operations where record.id == owner.id { next.record.version = record.version }
+        let (numbered, kept) = numberEvents(events, record: &next.record)
+        if !kept.isEmpty {
+            let head = next.record.eventSequence
+            operations = operations.map { operation in
+                guard case var .putThread(record) = operation, record.id == owner.id else { return operation }
+                record.eventSequence = head
+                return .putThread(record)
+            }
+            operations += kept
+        }
         do {
             try await commit(operations, fence: owner.fence)
         } catch let untrusted as UntrustedCommit {
@@ -131,6 +146,33 @@ extension ThreadEngine {
         }
         owner.state = next
         directory.publish(next, fence: owner.fence)
+        return numbered
+    }
+
+    /// Numbers the kept events about `record`'s thread among `deliveries`
+    /// after its newest, advancing `record.eventSequence`, and returns the
+    /// operations that store them (and trim what retention lets go) with
+    /// the change. The thread's row carries the newest number, so the
+    /// row's compare-and-set and the events' primary key keep the numbers
+    /// from ever repeating, whichever instance commits.
+    func numberEvents(_ deliveries: [Delivery], record: inout ThreadRecord) -> (deliveries: [Delivery], operations: [StoreOperation]) {
+        var numbered = deliveries
+        var kept: [StoredEvent] = []
+        let now = nowMillis()
+        for index in numbered.indices where numbered[index].event.isKept && numbered[index].event.threadID == record.id {
+            record.eventSequence += 1
+            numbered[index].threadSequence = record.eventSequence
+            kept.append(StoredEvent(sequence: record.eventSequence, createdAt: now,
+                                    bytes: sink.keptEncoding(numbered[index].event, threadSequence: record.eventSequence)))
+        }
+        guard let first = kept.first?.sequence, let last = kept.last?.sequence else { return (deliveries, []) }
+        var operations: [StoreOperation] = [.appendEvents(record.id, kept)]
+        let retention = settings.eventRetention
+        if (first - 1) / EventRetention.trimEvery != last / EventRetention.trimEvery {
+            operations.append(.trimEvents(record.id, below: last - retention.count + 1, createdBefore: now - retention.ageMillis,
+                                          newest: last))
+        }
+        return (numbered, operations)
     }
 
     /// Unloads a thread whose in-memory state can no longer be trusted (its

@@ -158,8 +158,8 @@ public final class ThreadEngine: Sendable {
             if owner.current.record.archived != archived {
                 var next = owner.current
                 next.record.archived = archived
-                try await install(owner, next, [.putThread(next.record.bumped())])
-                deliveries.append(Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: owner.subscribers))
+                deliveries = try await install(owner, next, [.putThread(next.record.bumped())], events: [
+                    Delivery(event: archived ? .archived(id) : .unarchived(id), recipients: owner.subscribers)])
             }
             return Outcome(ThreadView(stored: owner.current, includeTurns: false), publications: [owner.publisher.ticket(deliveries)])
         }

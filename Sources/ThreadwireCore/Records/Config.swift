@@ -165,6 +165,7 @@ public struct ServerSettings: Sendable, Equatable {
     public var shutdownTurnGraceMs = 5_000
     public var principalLimits = PrincipalLimits()
     public var compaction = CompactionSettings()
+    public var eventRetention = EventRetention()
 
     public init() {}
 
@@ -172,6 +173,19 @@ public struct ServerSettings: Sendable, Equatable {
     public func baseInstructions(for record: ThreadRecord) -> String {
         record.baseInstructions ?? baseInstructions
     }
+}
+
+/// How many of a thread's events are kept for clients that resume after a
+/// position, and for how long (config file `events`). The newest is always
+/// kept: it holds the thread's number.
+public struct EventRetention: Sendable, Equatable {
+    /// A thread's newest `count` events are kept...
+    public var count: Int64 = 10_000
+    /// ...while younger than this.
+    public var ageMillis: Int64 = 24 * 3_600_000
+    /// Trimmed each time a thread's number crosses a multiple of this.
+    public static let trimEvery: Int64 = 64
+    public init() {}
 }
 
 /// When and how a thread's context is compacted (config file `compaction`).

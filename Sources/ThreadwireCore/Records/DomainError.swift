@@ -8,13 +8,15 @@ public enum DomainError: Error, Equatable, CustomStringConvertible {
     case alreadyExists(String)
     /// A concurrency conflict the caller may retry (e.g. a refused stale write).
     case aborted(String)
+    /// A position outside what is kept (a resume after a trimmed event).
+    case outOfRange(String)
     case unavailable(String)
     case `internal`(String)
 
     public var description: String {
         switch self {
         case let .invalidArgument(m), let .notFound(m), let .failedPrecondition(m),
-             let .resourceExhausted(m), let .alreadyExists(m), let .aborted(m), let .unavailable(m), let .internal(m):
+             let .resourceExhausted(m), let .alreadyExists(m), let .aborted(m), let .outOfRange(m), let .unavailable(m), let .internal(m):
             return m
         }
     }

@@ -64,6 +64,10 @@ public struct ThreadRecord: Sendable, Equatable {
     /// top of the version it replaces (compare-and-set), so a stale copy can
     /// never overwrite a newer one. A record not yet stored has version 1.
     public var version: Int64 = 1
+    /// The number of the thread's newest kept event (0 before any): events
+    /// are numbered 1, 2, 3, ... in the transaction of the change that causes
+    /// them (`ThreadEngine.numberEvents`), so a number never repeats.
+    public var eventSequence: Int64 = 0
     /// The agent registry entry of a spawned child (nil for other threads):
     /// changed in the same transaction as the turn that changes it.
     public var agentStatus: AgentStatus?

@@ -27,6 +27,27 @@ public enum StoreOperation: Sendable {
     /// ancestor's id, `from`) join its tree, `to`; each such row's version is
     /// bumped, so a stale copy of it cannot overwrite the change.
     case relinkTree(from: ThreadID, to: ThreadID)
+    /// Keep a thread's events (numbered from its record's `eventSequence`);
+    /// a number stored already fails the commit with
+    /// `StoreError.historySequenceTaken` and writes nothing.
+    case appendEvents(ThreadID, [StoredEvent])
+    /// Forget a thread's events numbered below `below` or created before
+    /// `createdBefore`, never the one numbered `newest` (retention).
+    case trimEvents(ThreadID, below: Int64, createdBefore: Millis, newest: Int64)
+}
+
+/// One kept event: its number in its thread, when it was committed, and its
+/// encoding (opaque to the store; the server's notification without its
+/// per-connection fields).
+public struct StoredEvent: Sendable, Equatable {
+    public var sequence: Int64
+    public var createdAt: Millis
+    public var bytes: [UInt8]
+    public init(sequence: Int64, createdAt: Millis, bytes: [UInt8]) {
+        self.sequence = sequence
+        self.createdAt = createdAt
+        self.bytes = bytes
+    }
 }
 
 /// Which content a thread was imported from: importing the same again
@@ -169,6 +190,8 @@ public protocol ThreadStore: Sendable {
     func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord]
     /// Undelivered mailbox items for a thread, oldest first, with their sequence.
     func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)]
+    /// Up to `limit` kept events of a thread numbered above `after`, oldest first.
+    func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent]
     /// Threads with a turn stored as in progress (left by a process that died).
     func threadsWithRunningTurns() async throws -> [ThreadID]
     /// Throws unless a commit would succeed now (disk full, I/O error):

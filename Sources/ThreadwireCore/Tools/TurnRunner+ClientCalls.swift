@@ -123,13 +123,15 @@ extension TurnRunner {
                     // The server runs it now: nothing to wait for, nothing stored but the call.
                     next.history.append(call)
                     next.turns[at].items.append(item)
+                    let started: [Delivery]
                     do {
-                        try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [call]), .putTurn(next.turns[at])])
+                        started = try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [call]), .putTurn(next.turns[at])],
+                                                    events: [Delivery(event: .itemStarted(owner.id, turnID, item), recipients: owner.subscribers)])
                     } catch {
                         await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                         return .notRunning
                     }
-                    owner.publisher.ticket([Delivery(event: .itemStarted(owner.id, turnID, item), recipients: owner.subscribers)]).publish()
+                    owner.publisher.ticket(started).publish()
                     return .runHere(itemID: item.id)
                 }
                 let pending = makeRequest(owner, turnID: turnID, kind)
@@ -148,8 +150,8 @@ extension TurnRunner {
                 ]
             }
             do {
-                try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: Array(next.history[first...])),
-                                                .putTurn(next.turns[at])])
+                deliveries = try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: Array(next.history[first...])),
+                                                              .putTurn(next.turns[at])], events: deliveries)
             } catch {
                 if let request { forget(request) }
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
@@ -211,18 +213,19 @@ extension TurnRunner {
             // The item's duration counts the wait for the approval too.
             next.turns[at].items[index].durationMs = UInt64(max(0, call.createdAt - request.createdAt))
             expect(call)
+            let deliveries: [Delivery]
             do {
-                try await install(owner, next, [.putTurn(next.turns[at])])
+                deliveries = try await install(owner, next, [.putTurn(next.turns[at])], events: [
+                    resolved,
+                    Delivery(event: .statusChanged(owner.id, .active(turnID, waitingOn: .clientTool)), recipients: owner.subscribers),
+                    Delivery(event: .serverRequest(call), recipients: engine.requestRecipients(owner)),
+                ])
             } catch {
                 forget(call)
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                 return .stopped
             }
-            owner.publisher.ticket([
-                resolved,
-                Delivery(event: .statusChanged(owner.id, .active(turnID, waitingOn: .clientTool)), recipients: owner.subscribers),
-                Delivery(event: .serverRequest(call), recipients: engine.requestRecipients(owner)),
-            ]).publish()
+            owner.publisher.ticket(deliveries).publish()
             return .waiting
         }
 
@@ -231,15 +234,16 @@ extension TurnRunner {
             // The server runs it: nothing is stored as pending while it does.
             next.turns[at].pendingRequests = []
             next.turns[at].items[index].durationMs = UInt64(max(0, nowMillis() - request.createdAt))
+            let deliveries: [Delivery]
             do {
-                try await install(owner, next, [.putTurn(next.turns[at])])
+                deliveries = try await install(owner, next, [.putTurn(next.turns[at])], events: [
+                    resolved, Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers),
+                ])
             } catch {
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                 return .stopped
             }
-            owner.publisher.ticket([
-                resolved, Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers),
-            ]).publish()
+            owner.publisher.ticket(deliveries).publish()
             guard let hosted = toolServers?.resolve(tool, principal: next.record.principal) else {
                 let output = jsonText(["error": "\(tool) did not run: its MCP server is no longer configured"])
                 return await completeLocked(owner, turnID: turnID, itemID: itemID, tool: tool, callID: callID, output: output, status: .failed,
@@ -294,21 +298,23 @@ extension TurnRunner {
         let deferred = next.turns[at].deferredOutputs
         next.turns[at].pendingRequests = []
         next.turns[at].deferredOutputs = []
+        var deliveries = [Delivery(event: .itemCompleted(owner.id, turnID, next.turns[at].items[index]), recipients: owner.subscribers)] + also
+        if wasWaiting && !thenInterrupt {
+            deliveries.append(Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers))
+        }
         do {
-            try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
-                                            .putTurn(next.turns[at])])
+            deliveries = try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: [next.history[first]]),
+                                                         .putTurn(next.turns[at])], events: deliveries)
         } catch {
             await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
             return .stopped
         }
-        var deliveries = [Delivery(event: .itemCompleted(owner.id, turnID, next.turns[at].items[index]), recipients: owner.subscribers)] + also
         if thenInterrupt {
             let ended = try? await engine.endActiveTurn(owner, status: .interrupted, error: "cancelled: a client refused to run \(tool) and cancelled the turn", reason: nil)
             owner.publisher.ticket(deliveries).publish()
             ended?.publish()
             return .stopped
         }
-        if wasWaiting { deliveries.append(Delivery(event: .statusChanged(owner.id, .active(turnID)), recipients: owner.subscribers)) }
         owner.publisher.ticket(deliveries).publish()
         return .done(deferred: deferred.compactMap(\.modelOutput), tools: next.turns[at].modelRequests.last?.tools ?? [],
                      runtime: next.record.runtime)

@@ -31,15 +31,16 @@ extension ThreadEngine {
             next.turns.append(turn)
             let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
             defer { directory.runningTurns.release(next.record.principal, slot) }
-            try await withSharedTurnSlot(on: id, of: next.record.principal) {
-                try await install(owner, next, [.putThread(next.record.bumped()), .putTurn(turn)])
-            }
-            changes.changed(id)
             let recipients = owner.subscribers
-            let publication = owner.publisher.ticket([
+            var deliveries = [
                 Delivery(event: .turnStarted(id, turn), recipients: recipients),
                 Delivery(event: .statusChanged(id, .active(turn.id)), recipients: recipients),
-            ])
+            ]
+            try await withSharedTurnSlot(on: id, of: next.record.principal) {
+                deliveries = try await install(owner, next, [.putThread(next.record.bumped()), .putTurn(turn)], events: deliveries)
+            }
+            changes.changed(id)
+            let publication = owner.publisher.ticket(deliveries)
             let turnID = turn.id
             owner.runner = tasks.spawn { [self] in
                 guard await TurnRunner(engine: self).compactContext(owner, turnID: turnID) else { return }
@@ -102,11 +103,12 @@ extension ThreadEngine {
             }
             next.record.updatedAt = nowMillis()
             operations.insert(.putThread(next.record.bumped()), at: 0)
-            try await install(owner, next, operations)
+            let turnIDs = targets.map { next.turns[$0].id }
+            let deliveries = try await install(owner, next, operations, events: [
+                Delivery(event: .rolledBack(id, turnIDs), recipients: owner.subscribers)])
             owner.usageTotal = nil
             changes.changed(id)
-            let turnIDs = targets.map { next.turns[$0].id }
-            return Outcome(turnIDs, publications: [owner.publisher.ticket([Delivery(event: .rolledBack(id, turnIDs), recipients: owner.subscribers)])])
+            return Outcome(turnIDs, publications: [owner.publisher.ticket(deliveries)])
         }
     }
 
@@ -140,8 +142,9 @@ extension ThreadEngine {
             let item = ItemRecord(type: .userMessage, text: text)
             next.turns[index].items.append(item)
             next.turns[index].pendingInput.append(ContextItem(role: .user, kind: .userInput, text: text))
-            try await install(owner, next, [.putTurn(next.turns[index])])
-            return Outcome((active.id, item), publications: [owner.publisher.ticket(owner.itemEvents(turnID: active.id, item))])
+            let deliveries = try await install(owner, next, [.putTurn(next.turns[index])],
+                                               events: owner.itemEvents(turnID: active.id, item))
+            return Outcome((active.id, item), publications: [owner.publisher.ticket(deliveries)])
         }
     }
 
@@ -158,9 +161,10 @@ extension ThreadEngine {
             var next = owner.current
             next.record.name = value
             next.record.updatedAt = nowMillis()
-            try await install(owner, next, [.putThread(next.record.bumped())])
+            let deliveries = try await install(owner, next, [.putThread(next.record.bumped())], events: [
+                Delivery(event: .nameUpdated(id, value), recipients: owner.subscribers)])
             changes.changed(id)
-            return Outcome((), publications: [owner.publisher.ticket([Delivery(event: .nameUpdated(id, value), recipients: owner.subscribers)])])
+            return Outcome((), publications: [owner.publisher.ticket(deliveries)])
         }
     }
 }

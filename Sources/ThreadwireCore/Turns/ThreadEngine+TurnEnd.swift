@@ -55,17 +55,20 @@ extension ThreadEngine {
         let withdrawn = next.turns[index].pendingRequests
         var operations = finish(&next, index: index, status: status, error: error)
         operations.insert(.putThread(next.record.bumped()), at: 0)
-        try await install(owner, next, operations)
-        var deliveries: [Delivery] = []
+        var events: [Delivery] = []
+        for request in withdrawn {
+            if let item = next.turns[index].items.first(where: { $0.id == request.kind.itemID }) {
+                events.append(Delivery(event: .itemCompleted(owner.id, next.turns[index].id, item), recipients: owner.subscribers))
+            }
+            events.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: requestRecipients(owner)))
+        }
+        let deliveries = try await install(owner, next, operations, events: events + finishEvents(owner, next.turns[index]))
         for request in withdrawn {
             pendingAnswers.withdraw(request.id)
             treeRequests.remove(request)
-            if let item = next.turns[index].items.first(where: { $0.id == request.kind.itemID }) {
-                deliveries.append(Delivery(event: .itemCompleted(owner.id, next.turns[index].id, item), recipients: owner.subscribers))
-            }
-            deliveries.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: requestRecipients(owner)))
         }
-        return owner.publisher.ticket(deliveries + afterFinish(owner, next.turns[index]))
+        afterFinish(owner)
+        return owner.publisher.ticket(deliveries)
     }
 
     /// Ends turn `index` in `stored` (no I/O) and returns what to commit
@@ -111,12 +114,16 @@ extension ThreadEngine {
     }
 
     /// After a turn's end is committed: wake waiters, hand the parent its
-    /// report, let an idle thread unload; returns the turn's notifications.
-    func afterFinish(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] {
+    /// report, let an idle thread unload.
+    func afterFinish(_ owner: ThreadOwner) {
         let record = owner.current.record
         changes.changed(owner.id)
         if let parentID = record.parentID, record.source == .threadSpawn { scheduleMailboxDelivery(parentID) }
         scheduleUnloadIfIdle(owner)
+    }
+
+    /// A turn's end as notifications (committed with it).
+    func finishEvents(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] {
         let recipients = owner.subscribers
         return [
             Delivery(event: .turnCompleted(owner.id, turn), recipients: recipients),

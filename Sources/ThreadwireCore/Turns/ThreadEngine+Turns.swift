@@ -54,18 +54,10 @@ extension ThreadEngine {
         try await storedBytes.check(next.record.principal, limit: settings.principalLimits.storedBytes, store: store, tasks: tasks)
         let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
         defer { directory.runningTurns.release(next.record.principal, slot) }
-        try await withSharedTurnSlot(on: id, of: next.record.principal) {
-            try await install(owner, next, [
-                .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
-            ])
-        }
-        owner.cancelUnload()
-        changes.changed(id)
-
         let recipients = owner.subscribers
         var deliveries: [Delivery] = []
         if settingsChanged {
-            deliveries.append(Delivery(event: .settingsUpdated(id, owner.settingsView), recipients: recipients))
+            deliveries.append(Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: recipients))
         }
         deliveries += [
             Delivery(event: .turnStarted(id, turn), recipients: recipients),
@@ -73,6 +65,13 @@ extension ThreadEngine {
             Delivery(event: .itemStarted(id, turn.id, userItem), recipients: recipients),
             Delivery(event: .itemCompleted(id, turn.id, userItem), recipients: recipients),
         ]
+        try await withSharedTurnSlot(on: id, of: next.record.principal) {
+            deliveries = try await install(owner, next, [
+                .putThread(next.record.bumped()), .appendHistory(id, firstSequence: firstSequence, items: added), .putTurn(turn),
+            ], events: deliveries)
+        }
+        owner.cancelUnload()
+        changes.changed(id)
         let publication = owner.publisher.ticket(deliveries)
         let turnID = turn.id
         let threadID = owner.id

@@ -113,13 +113,15 @@ extension TurnRunner {
             next.turns[at].items.append(item)
             let first = next.history.count
             next.history += added
+            let deliveries: [Delivery]
             do {
-                try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: added), .putTurn(next.turns[at])])
+                deliveries = try await install(owner, next, [.appendHistory(owner.id, firstSequence: first, items: added), .putTurn(next.turns[at])],
+                                               events: owner.itemEvents(turnID: turnID, item))
             } catch {
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                 return false
             }
-            owner.publisher.ticket(owner.itemEvents(turnID: turnID, item)).publish()
+            owner.publisher.ticket(deliveries).publish()
             return true
         }
     }

@@ -20,16 +20,19 @@ protocol TurnEngine: AnyObject, Sendable {
     /// A thread's record: its snapshot if loaded, else the store's.
     func record(of id: ThreadID) async -> ThreadRecord?
     /// With the owner's gate held: commits `operations` and installs `next`
-    /// (nothing changes in memory if the commit fails).
-    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws
+    /// (nothing changes in memory if the commit fails); `events` are kept
+    /// with the change and come back numbered (`ThreadEngine.numberEvents`).
+    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation], events: [Delivery]) async throws -> [Delivery]
     /// With the gate held: ends turn `turnID` as failed and publishes it.
     func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String, reason: TurnFailureReason) async
     /// With the gate held: ends the active turn (its publication to send).
     func endActiveTurn(_ owner: ThreadOwner, status: TurnStatus, error: String?, reason: TurnFailureReason?) async throws -> Publication
     /// Marks turn `index` ended in `stored`: the operations that store it.
     func finish(_ stored: inout StoredThread, index: Int, status: TurnStatus, error: String?) -> [StoreOperation]
-    /// What a finished turn tells beyond its own thread (a parent's mailbox, status).
-    func afterFinish(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery]
+    /// After a finished turn's commit: what it tells beyond its own thread (a parent's mailbox, waiters).
+    func afterFinish(_ owner: ThreadOwner)
+    /// A finished turn's notifications, committed with its end.
+    func finishEvents(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery]
     /// Who is asked a thread's server requests: its subscribers and its tree root's.
     func requestRecipients(_ owner: ThreadOwner) -> [ConnectionID]
     /// Records that a client approved `tool` for the rest of root's agent tree.
@@ -61,8 +64,9 @@ struct TurnRunner: Sendable {
     var pendingAnswers: PendingAnswers { engine.pendingAnswers }
     var treeRequests: TreeRequests { engine.treeRequests }
 
-    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation]) async throws {
-        try await engine.install(owner, next, operations)
+    @discardableResult
+    func install(_ owner: ThreadOwner, _ next: StoredThread, _ operations: [StoreOperation], events: [Delivery] = []) async throws -> [Delivery] {
+        try await engine.install(owner, next, operations, events: events)
     }
 
     func failTurn(_ owner: ThreadOwner, turnID: TurnID, error: String, reason: TurnFailureReason) async {
@@ -293,14 +297,15 @@ extension TurnRunner {
             } else {
                 operations.append(.putTurn(next.turns[at]))
             }
+            if finished { deliveries += engine.finishEvents(owner, next.turns[at]) }
             do {
-                try await install(owner, next, operations)
+                deliveries = try await install(owner, next, operations, events: deliveries)
             } catch {
                 for publication in publications { publication.publish() }
                 await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
                 return false
             }
-            if finished { deliveries += engine.afterFinish(owner, next.turns[at]) }
+            if finished { engine.afterFinish(owner) }
             for publication in publications { publication.publish() }
             owner.publisher.ticket(deliveries).publish()
             return !finished

@@ -39,7 +39,8 @@ enum ThreadHandlers {
 
     @Sendable static func resume(_ p: Wire.ThreadResumeParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
         try await lifecycle(call, wrap: { .threadResume($0) }) {
-            try await call.engine.resumeThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+            try await call.engine.resumeThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false,
+                                               after: p.afterThreadSequence.map { Int64(clamping: $0) }, connection: call.connection.id)
         }
     }
 

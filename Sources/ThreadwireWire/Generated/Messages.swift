@@ -5274,6 +5274,7 @@ extension Wire {
     public var model: String?
     public var cwd: String?
     public var turns: [Wire.Turn]
+    public var threadSequence: UInt64?
 
     public init() {
       self.id = nil
@@ -5292,9 +5293,10 @@ extension Wire {
       self.model = nil
       self.cwd = nil
       self.turns = []
+      self.threadSequence = nil
     }
 
-    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = []) {
+    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil) {
       self.id = id
       self.sessionId = sessionId
       self.forkedFromId = forkedFromId
@@ -5311,6 +5313,7 @@ extension Wire {
       self.model = model
       self.cwd = cwd
       self.turns = turns
+      self.threadSequence = threadSequence
     }
   }
 }
@@ -5346,6 +5349,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_turns { self.turns.append(try Wire.Turn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "turns") }
     }
+    if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
   }
 
   func fill(_ c: inout Threadwire__V1__Thread, arena: inout CodecArena) {
@@ -5368,6 +5372,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       c.n_turns = self.turns.count
       c.turns = arena.array(self.turns) { value, arena in arena.message(value, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
     }
+    if let v = self.threadSequence { c.has_thread_sequence = 1; c.thread_sequence = v }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -5414,6 +5419,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if let v = model { object.append(("model", .string(v))) }
     if let v = cwd { object.append(("cwd", .string(v))) }
     if !turns.isEmpty { object.append(("turns", .array(turns.map { $0.jsonValue() }))) }
+    if let v = threadSequence { object.append(("thread_sequence", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -5438,6 +5444,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       case "model": self.model = try value.stringValue(path: keyPath)
       case "cwd": self.cwd = try value.stringValue(path: keyPath)
       case "turns": self.turns = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.Turn(json: element, path: path) }
+      case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -6258,17 +6265,20 @@ extension Wire {
     public var threadId: String?
     public var model: String?
     public var excludeTurns: Bool?
+    public var afterThreadSequence: UInt64?
 
     public init() {
       self.threadId = nil
       self.model = nil
       self.excludeTurns = nil
+      self.afterThreadSequence = nil
     }
 
-    public init(threadId: String? = nil, model: String? = nil, excludeTurns: Bool? = nil) {
+    public init(threadId: String? = nil, model: String? = nil, excludeTurns: Bool? = nil, afterThreadSequence: UInt64? = nil) {
       self.threadId = threadId
       self.model = model
       self.excludeTurns = excludeTurns
+      self.afterThreadSequence = afterThreadSequence
     }
   }
 }
@@ -6282,12 +6292,14 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
     if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
     if c.pointee.has_exclude_turns != 0 { self.excludeTurns = c.pointee.exclude_turns != 0 }
+    if c.pointee.has_after_thread_sequence != 0 { self.afterThreadSequence = c.pointee.after_thread_sequence }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadResumeParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.excludeTurns { c.has_exclude_turns = 1; c.exclude_turns = v ? 1 : 0 }
+    if let v = self.afterThreadSequence { c.has_after_thread_sequence = 1; c.after_thread_sequence = v }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -6321,6 +6333,7 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
     if let v = threadId { object.append(("thread_id", .string(v))) }
     if let v = model { object.append(("model", .string(v))) }
     if let v = excludeTurns { object.append(("exclude_turns", .bool(v))) }
+    if let v = afterThreadSequence { object.append(("after_thread_sequence", .uint(UInt64(v)))) }
     return .object(object)
   }
 
@@ -6332,6 +6345,7 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
       case "model": self.model = try value.stringValue(path: keyPath)
       case "exclude_turns", "excludeTurns": self.excludeTurns = try value.boolValue(path: keyPath)
+      case "after_thread_sequence", "afterThreadSequence": self.afterThreadSequence = try value.uint64Value(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -10078,6 +10092,7 @@ extension Wire {
   public struct Notification: Sendable, Equatable {
     public var sequence: UInt64?
     public var metadata: [Wire.KeyValue]
+    public var threadSequence: UInt64?
     public var payload: Payload?
 
     public enum Payload: Sendable, Equatable {
@@ -10167,12 +10182,14 @@ extension Wire {
     public init() {
       self.sequence = nil
       self.metadata = []
+      self.threadSequence = nil
       self.payload = nil
     }
 
-    public init(sequence: UInt64? = nil, metadata: [Wire.KeyValue] = [], payload: Payload? = nil) {
+    public init(sequence: UInt64? = nil, metadata: [Wire.KeyValue] = [], threadSequence: UInt64? = nil, payload: Payload? = nil) {
       self.sequence = sequence
       self.metadata = metadata
+      self.threadSequence = threadSequence
       self.payload = payload
     }
   }
@@ -10191,6 +10208,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_metadata { self.metadata.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "metadata") }
     }
+    if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
     switch Int(c.pointee.payload_case.rawValue) {
     case 10:
       do throws(WireError) { self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wireRequired(c.pointee.thread_started))) } catch { throw error.nested(in: "thread_started") }
@@ -10232,6 +10250,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       c.n_metadata = self.metadata.count
       c.metadata = arena.array(self.metadata) { value, arena in arena.message(value, Threadwire__V1__KeyValue(), threadwire__v1__key_value__init) }
     }
+    if let v = self.threadSequence { c.has_thread_sequence = 1; c.thread_sequence = v }
     switch self.payload {
     case .threadStarted(let v)?:
       c.payload_case = .init(rawValue: 10)
@@ -10312,6 +10331,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     var object: [(String, JSONValue)] = []
     if let v = sequence { object.append(("sequence", .uint(UInt64(v)))) }
     if !metadata.isEmpty { object.append(("metadata", .array(metadata.map { $0.jsonValue() }))) }
+    if let v = threadSequence { object.append(("thread_sequence", .uint(UInt64(v)))) }
     switch payload {
     case .threadStarted(let v)?: object.append(("thread_started", v.jsonValue()))
     case .threadStatusChanged(let v)?: object.append(("thread_status_changed", v.jsonValue()))
@@ -10340,6 +10360,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       switch key {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
+      case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
       case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)

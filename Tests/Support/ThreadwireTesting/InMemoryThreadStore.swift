@@ -14,6 +14,7 @@ public actor InMemoryThreadStore: ThreadStore {
     private var nextMailboxSequence: Int64 = 1
     private var keys: [IdempotencyKey: IdempotencyRecord] = [:]
     private var imports: [ThreadID: ImportRecord] = [:]
+    private var events: [ThreadID: [Int64: StoredEvent]] = [:]
     public private(set) var commits = 0
 
     public init() {}
@@ -27,6 +28,7 @@ public actor InMemoryThreadStore: ThreadStore {
         var nextSequence = nextMailboxSequence
         var keys = self.keys
         var imports = self.imports
+        var events = self.events
         for operation in operations {
             switch operation {
             case let .putThread(record):
@@ -68,8 +70,18 @@ public actor InMemoryThreadStore: ThreadStore {
                     moved.version += 1
                     records[id] = moved
                 }
+            case let .appendEvents(id, kept):
+                for event in kept {
+                    guard events[id]?[event.sequence] == nil else {
+                        throw StoreError.historySequenceTaken(threadID: id, sequence: Int(event.sequence))
+                    }
+                    events[id, default: [:]][event.sequence] = event
+                }
+            case let .trimEvents(id, below, createdBefore, newest):
+                events[id] = events[id]?.filter { $0.key == newest || ($0.key >= below && $0.value.createdAt >= createdBefore) }
             }
         }
+        self.events = events
         commits += 1
         self.keys = keys
         self.imports = imports
@@ -135,6 +147,10 @@ public actor InMemoryThreadStore: ThreadStore {
     }
 
     public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { keys[key] }
+
+    public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
+        Array((events[thread].map { Array($0.values) } ?? []).filter { $0.sequence > after }.sorted { $0.sequence < $1.sequence }.prefix(limit))
+    }
 
     public func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { imports[thread] }
 

@@ -469,6 +469,7 @@ public enum WireFixtures {
         message.model = "model héllo ✓ 0"
         message.cwd = "cwd héllo ✓ 0"
         message.turns = [Turn(0), Turn(0)]
+        message.threadSequence = UInt64(9223372036854775825)
         return message
     }
 
@@ -552,6 +553,7 @@ public enum WireFixtures {
         message.threadId = "thread_id héllo ✓ 0"
         message.model = "model héllo ✓ 0"
         message.excludeTurns = true
+        message.afterThreadSequence = UInt64(9223372036854775812)
         return message
     }
 
@@ -892,6 +894,7 @@ public enum WireFixtures {
         var message = Wire.Notification()
         message.sequence = UInt64(9223372036854775809)
         message.metadata = [KeyValue(0), KeyValue(0)]
+        message.threadSequence = UInt64(9223372036854775811)
         switch variant % 15 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))

@@ -1048,7 +1048,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[17] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[18] =
 {
   {
     "sequence",
@@ -1070,6 +1070,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     offsetof(Threadwire__V1__Notification, n_metadata),
     offsetof(Threadwire__V1__Notification, metadata),
     &threadwire__v1__key_value__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_sequence",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__Notification, has_thread_sequence),
+    offsetof(Threadwire__V1__Notification, thread_sequence),
+    NULL,
     NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -1256,30 +1268,31 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
   },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
-  12,   /* field[12] = item_agent_message_delta */
-  11,   /* field[11] = item_completed */
-  10,   /* field[10] = item_started */
+  13,   /* field[13] = item_agent_message_delta */
+  12,   /* field[12] = item_completed */
+  11,   /* field[11] = item_started */
   1,   /* field[1] = metadata */
   0,   /* field[0] = sequence */
-  13,   /* field[13] = server_request_resolved */
-  4,   /* field[4] = thread_archived */
-  6,   /* field[6] = thread_closed */
-  16,   /* field[16] = thread_name_updated */
-  15,   /* field[15] = thread_rolled_back */
-  7,   /* field[7] = thread_settings_updated */
-  2,   /* field[2] = thread_started */
-  3,   /* field[3] = thread_status_changed */
-  14,   /* field[14] = thread_token_usage_updated */
-  5,   /* field[5] = thread_unarchived */
-  9,   /* field[9] = turn_completed */
-  8,   /* field[8] = turn_started */
+  14,   /* field[14] = server_request_resolved */
+  5,   /* field[5] = thread_archived */
+  7,   /* field[7] = thread_closed */
+  17,   /* field[17] = thread_name_updated */
+  16,   /* field[16] = thread_rolled_back */
+  2,   /* field[2] = thread_sequence */
+  8,   /* field[8] = thread_settings_updated */
+  3,   /* field[3] = thread_started */
+  4,   /* field[4] = thread_status_changed */
+  15,   /* field[15] = thread_token_usage_updated */
+  6,   /* field[6] = thread_unarchived */
+  10,   /* field[10] = turn_completed */
+  9,   /* field[9] = turn_started */
 };
 static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1] =
 {
   { 1, 0 },
-  { 10, 2 },
-  { 20, 8 },
-  { 0, 17 }
+  { 10, 3 },
+  { 20, 9 },
+  { 0, 18 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1289,7 +1302,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  17,
+  18,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

@@ -2244,7 +2244,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_source__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[16] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[17] =
 {
   {
     "id",
@@ -2438,6 +2438,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_sequence",
+    17,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__Thread, has_thread_sequence),
+    offsetof(Threadwire__V1__Thread, thread_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
   10,   /* field[10] = archived */
@@ -2454,13 +2466,14 @@ static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
   1,   /* field[1] = session_id */
   9,   /* field[9] = source */
   8,   /* field[8] = status */
+  16,   /* field[16] = thread_sequence */
   15,   /* field[15] = turns */
   7,   /* field[7] = updated_at */
 };
 static const ProtobufCIntRange threadwire__v1__thread__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 16 }
+  { 0, 17 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
 {
@@ -2470,7 +2483,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   "Threadwire__V1__Thread",
   "threadwire.v1",
   sizeof(Threadwire__V1__Thread),
-  16,
+  17,
   threadwire__v1__thread__field_descriptors,
   threadwire__v1__thread__field_indices_by_name,
   1,  threadwire__v1__thread__number_ranges,
@@ -3118,7 +3131,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descri
   (ProtobufCMessageInit) threadwire__v1__thread_lifecycle_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_resume_params__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_resume_params__field_descriptors[4] =
 {
   {
     "thread_id",
@@ -3156,8 +3169,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_resume_params__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "after_thread_sequence",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ThreadResumeParams, has_after_thread_sequence),
+    offsetof(Threadwire__V1__ThreadResumeParams, after_thread_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_resume_params__field_indices_by_name[] = {
+  3,   /* field[3] = after_thread_sequence */
   2,   /* field[2] = exclude_turns */
   1,   /* field[1] = model */
   0,   /* field[0] = thread_id */
@@ -3165,7 +3191,7 @@ static const unsigned threadwire__v1__thread_resume_params__field_indices_by_nam
 static const ProtobufCIntRange threadwire__v1__thread_resume_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__descriptor =
 {
@@ -3175,7 +3201,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__descripto
   "Threadwire__V1__ThreadResumeParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadResumeParams),
-  3,
+  4,
   threadwire__v1__thread_resume_params__field_descriptors,
   threadwire__v1__thread_resume_params__field_indices_by_name,
   1,  threadwire__v1__thread_resume_params__number_ranges,

@@ -3277,6 +3277,7 @@ export interface Thread {
   model?: string;
   cwd?: string;
   turns?: Turn[];
+  threadSequence?: bigint;
 }
 
 export const Thread: MessageType<Thread> = {
@@ -3329,6 +3330,9 @@ export const Thread: MessageType<Thread> = {
     }
     for (const value of message.turns ?? []) {
       writer.tag(16, 2).bytes(Turn.encode(value).finish());
+    }
+    if (message.threadSequence !== undefined) {
+      writer.tag(17, 0).uint64(message.threadSequence);
     }
     return writer;
   },
@@ -3419,6 +3423,11 @@ export const Thread: MessageType<Thread> = {
         case 16: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           (message.turns ??= []).push(Turn.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 17: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.threadSequence = reader.uint64();
           break;
         }
         default:
@@ -3966,6 +3975,7 @@ export interface ThreadResumeParams {
   threadId?: string;
   model?: string;
   excludeTurns?: boolean;
+  afterThreadSequence?: bigint;
 }
 
 export const ThreadResumeParams: MessageType<ThreadResumeParams> = {
@@ -3979,6 +3989,9 @@ export const ThreadResumeParams: MessageType<ThreadResumeParams> = {
     }
     if (message.excludeTurns !== undefined) {
       writer.tag(3, 0).bool(message.excludeTurns);
+    }
+    if (message.afterThreadSequence !== undefined) {
+      writer.tag(4, 0).uint64(message.afterThreadSequence);
     }
     return writer;
   },
@@ -4004,6 +4017,11 @@ export const ThreadResumeParams: MessageType<ThreadResumeParams> = {
         case 3: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.excludeTurns = reader.bool();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.afterThreadSequence = reader.uint64();
           break;
         }
         default:
@@ -6246,6 +6264,7 @@ export const Response: MessageType<Response> = {
 export interface Notification {
   sequence?: bigint;
   metadata?: KeyValue[];
+  threadSequence?: bigint;
   payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification };
 }
 
@@ -6257,6 +6276,9 @@ export const Notification: MessageType<Notification> = {
     }
     for (const value of message.metadata ?? []) {
       writer.tag(2, 2).bytes(KeyValue.encode(value).finish());
+    }
+    if (message.threadSequence !== undefined) {
+      writer.tag(3, 0).uint64(message.threadSequence);
     }
     if (message.payload?.case === "threadStarted") {
       writer.tag(10, 2).bytes(ThreadStartedNotification.encode(message.payload.value).finish());
@@ -6322,6 +6344,11 @@ export const Notification: MessageType<Notification> = {
         case 2: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           (message.metadata ??= []).push(KeyValue.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 3: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.threadSequence = reader.uint64();
           break;
         }
         case 10: {

@@ -311,6 +311,17 @@ struct  Threadwire__V1__Notification
    */
   size_t n_metadata;
   Threadwire__V1__KeyValue **metadata;
+  /*
+   * The event's number within its thread: 1, 2, 3, ... in commit order,
+   * assigned in the transaction of the change that caused it, so it never
+   * repeats or goes back across restarts, kill -9 and failover. Absent on
+   * notifications that are not kept: item/agent_message/delta, and
+   * thread/closed and thread/status_changed NOT_LOADED (they tell of this
+   * connection's subscription, not of a change). thread/resume's
+   * after_thread_sequence resumes after one.
+   */
+  protobuf_c_boolean has_thread_sequence;
+  uint64_t thread_sequence;
   Threadwire__V1__Notification__PayloadCase payload_case;
   union {
     Threadwire__V1__ThreadStartedNotification *thread_started;
@@ -344,7 +355,7 @@ struct  Threadwire__V1__Notification
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__notification__descriptor) \
-    , 0, 0, 0,NULL, THREADWIRE__V1__NOTIFICATION__PAYLOAD__NOT_SET, {0} }
+    , 0, 0, 0,NULL, 0, 0, THREADWIRE__V1__NOTIFICATION__PAYLOAD__NOT_SET, {0} }
 
 
 /* Threadwire__V1__Envelope methods */

@@ -254,10 +254,17 @@ struct  Threadwire__V1__Thread
    */
   size_t n_turns;
   Threadwire__V1__Turn **turns;
+  /*
+   * The number of the thread's newest kept event (Notification.thread_sequence;
+   * absent before any, as for threads stored before events were kept): resume
+   * after it to hear every change from here on.
+   */
+  protobuf_c_boolean has_thread_sequence;
+  uint64_t thread_sequence;
 };
 #define THREADWIRE__V1__THREAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread__descriptor) \
-    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL }
+    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0 }
 
 
 /*
@@ -495,10 +502,21 @@ struct  Threadwire__V1__ThreadResumeParams
   char *model;
   protobuf_c_boolean has_exclude_turns;
   protobuf_c_boolean exclude_turns;
+  /*
+   * Resume the thread's events after this number (a Notification's
+   * thread_sequence, or a Thread's): after the response every kept event
+   * after it is sent in order, then live ones, with no gap and no duplicate
+   * at the seam. Older than the oldest kept event: OUT_OF_RANGE naming the
+   * oldest kept number (read the thread, then resume from its
+   * thread_sequence). Ahead of the thread: INVALID_ARGUMENT. Absent: only
+   * live events, as before.
+   */
+  protobuf_c_boolean has_after_thread_sequence;
+  uint64_t after_thread_sequence;
 };
 #define THREADWIRE__V1__THREAD_RESUME_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_resume_params__descriptor) \
-    , NULL, NULL, 0, 0 }
+    , NULL, NULL, 0, 0, 0, 0 }
 
 
 /*

@@ -1,0 +1,205 @@
+import Foundation
+import Synchronization
+import Testing
+import ThreadwireClient
+import ThreadwireServerTesting
+import ThreadwireWire
+
+/// Issue 49: a thread's events are numbered in its commits and kept, and a
+/// client that lost its connection resumes after the last one it handled.
+@Suite("events numbered per thread and resumed after a position", .timeLimit(.minutes(3)))
+struct EventResumeTests {
+    /// A kept notification as a client can compare it: its number and
+    /// payload (the per-connection sequence and trace metadata differ).
+    struct Event: Equatable, CustomStringConvertible {
+        var number: UInt64
+        var payload: Wire.Notification.Payload
+        var description: String { "\(number) \(payload.methodName)" }
+    }
+
+    static func kept(_ notifications: [Wire.Notification], thread: String) -> [Event] {
+        notifications.compactMap { notification in
+            guard let number = notification.threadSequence, let payload = notification.payload, payload.threadID == thread else { return nil }
+            return Event(number: number, payload: payload)
+        }
+    }
+
+    @Test("every kept notification of a thread is numbered 1, 2, 3 in commit order; deltas are not; thread/read and lifecycle results report the newest")
+    func numberedInCommitOrder() async throws {
+        let server = try await InProcessServer.launch()
+        let client = try await server.client()
+        let inbox = Inbox(client)
+        let started = try await client.startThread()
+        let id = try #require(started.thread?.id)
+        #expect(started.thread?.threadSequence == 1, "thread/started is the thread's first event")
+        for model in ["m-1", "m-2", "m-3"] {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: model))
+        }
+        try await client.runTurn(id, "hello")
+        let head = try #require(try await client.read(id).thread?.threadSequence)
+        try await inbox.waitFor("the last event") { _ in true }
+        let deadline = ContinuousClock.now + .seconds(10)
+        var events: [Event] = []
+        while ContinuousClock.now < deadline {
+            events = Self.kept(await inbox.all, thread: id)
+            if events.last?.number == head { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(events.map(\.number) == Array(1...head), "numbers without gap or repeat, in order: \(events)")
+        #expect(events.first.map { if case .threadStarted = $0.payload { true } else { false } } == true)
+        #expect(events.filter { if case .threadSettingsUpdated = $0.payload { true } else { false } }.count == 3)
+        #expect(events.contains { if case .turnCompleted = $0.payload { true } else { false } })
+        let deltas = await inbox.all.filter { if case .itemAgentMessageDelta = $0.payload { true } else { false } }
+        #expect(deltas.allSatisfy { $0.threadSequence == nil }, "deltas are not kept, so not numbered")
+        #expect(try await client.resume(id).thread?.threadSequence == head)
+    }
+
+    @Test("a subscriber whose connection is cut again and again while three clients change the thread, resuming after the last event it handled, hears exactly what a subscriber never cut heard, in order, none twice")
+    func resumeAcrossCuts() async throws {
+        let server = try await InProcessServer.launch()
+        let owner = try await server.client()
+        let steady = Inbox(owner)
+        let id = try #require(try await owner.startThread().thread?.id)
+
+        // Writers: settings from two clients, turns from a third.
+        let writing = Flag()
+        let writers = Task {
+            defer { writing.lower() }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<2 {
+                    group.addTask {
+                        let client = try await server.client()
+                        for n in 0..<40 {
+                            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "w\(writer)-\(n)"))
+                        }
+                        await client.close()
+                    }
+                }
+                group.addTask {
+                    let client = try await server.client()
+                    for n in 0..<8 { try await client.runTurn(id, "turn \(n)") }
+                    await client.close()
+                }
+                try await group.waitForAll()
+            }
+        }
+
+        // The resuming subscriber: each connection lives a few milliseconds.
+        var heard: [Event] = []
+        var cuts = 0
+        var finished = false
+        while true {
+            let client = try await server.client()
+            let inbox = Inbox(client)
+            let after = heard.last?.number ?? 0
+            guard case .threadResume = try await client.result(.threadResume(Wire.ThreadResumeParams(
+                threadId: id, excludeTurns: true, afterThreadSequence: after))) else { throw UnexpectedResult(expected: "thread/resume") }
+            try await Task.sleep(for: .milliseconds(finished ? 300 : Int.random(in: 5...40)))
+            await client.close()
+            let got = Self.kept(await inbox.all, thread: id)
+            #expect(got.first.map { $0.number == after + 1 } ?? true, "the first event after a resume follows the last one handled: \(after) then \(got.first?.description ?? "")")
+            heard += got
+            cuts += 1
+            if finished { break }
+            // One more connection after the writers end: it hears the rest.
+            if !writing.isRaised { finished = true }
+        }
+        try await writers.value
+
+        let head = try #require(try await owner.read(id).thread?.threadSequence)
+        let deadline = ContinuousClock.now + .seconds(10)
+        var reference: [Event] = []
+        while ContinuousClock.now < deadline {
+            reference = Self.kept(await steady.all, thread: id)
+            if reference.last?.number == head { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(cuts >= 5, "the subscriber was cut \(cuts) times")
+        #expect(reference.map(\.number) == Array(1...head))
+        #expect(heard.count == reference.count, "heard \(heard.count) events across \(cuts) connections, the steady subscriber \(reference.count)")
+        #expect(heard == reference, "the resumed events equal the steady subscriber's, one for one")
+    }
+
+    final class Flag: Sendable {
+        private let raised = Mutex(true)
+        var isRaised: Bool { raised.withLock { $0 } }
+        func lower() { raised.withLock { $0 = false } }
+    }
+
+    @Test("positions: after the newest sends nothing, ahead of it is INVALID_ARGUMENT, older than the oldest kept is OUT_OF_RANGE naming it, and numbers go on after a restart")
+    func positionsAndRestart() async throws {
+        let server = try await InProcessServer.launch(config: #"{"events": {"keep_count": 100}}"#)
+        let client = try await server.client()
+        let id = try #require(try await client.startThread().thread?.id)
+        for n in 0..<200 {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "m-\(n)"))
+        }
+        let head = try #require(try await client.read(id).thread?.threadSequence)
+        #expect(head == 201)
+
+        func resume(after: UInt64) async throws -> [Event] {
+            let other = try await server.client()
+            let inbox = Inbox(other)
+            _ = try await other.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: after)))
+            _ = try await other.result(.healthCheck(Wire.HealthCheckParams()))
+            try await Task.sleep(for: .milliseconds(100))
+            await other.close()
+            return Self.kept(await inbox.all, thread: id)
+        }
+        #expect(try await resume(after: head).isEmpty)
+        let tail = try await resume(after: head - 10)
+        #expect(tail.map(\.number) == Array((head - 9)...head))
+
+        let ahead = await #expect(throws: ClientError.self) { _ = try await resume(after: head + 1) }
+        guard case let .status(code, message)? = ahead else { throw UnexpectedResult(expected: "INVALID_ARGUMENT") }
+        #expect(code == 3, "INVALID_ARGUMENT: \(message)")
+        #expect(message.contains("ahead"), "\(message)")
+        let trimmed = await #expect(throws: ClientError.self) { _ = try await resume(after: 5) }
+        if case let .status(code, message)? = trimmed {
+            #expect(code == 11, "OUT_OF_RANGE: \(message)")
+            // Trimmed every 64 events to the newest 100: the oldest kept is
+            // within the newest 100 + 63.
+            let oldest = try #require(message.firstMatch(of: /keeps events from (\d+) on/).flatMap { UInt64($0.1) }, "\(message)")
+            #expect(oldest > 6 && oldest >= head - 163 && oldest <= head - 99, "\(message)")
+            let replayed = try await resume(after: oldest - 1)
+            #expect(replayed.map(\.number) == Array(oldest...head), "from the oldest kept number the replay is whole")
+        } else {
+            throw UnexpectedResult(expected: "OUT_OF_RANGE")
+        }
+
+        try await server.restart()
+        let again = try await server.client()
+        _ = try await again.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "after-restart"))
+        #expect(try await again.read(id).thread?.threadSequence == head + 1, "the number goes on from the stored one")
+        let after = try await resume(after: head)
+        #expect(after.map(\.number) == [head + 1])
+        if case let .threadSettingsUpdated(update)? = after.first?.payload {
+            #expect(update.settings?.model == "after-restart")
+        } else {
+            Issue.record("expected thread/settings/updated, got \(after)")
+        }
+    }
+}
+
+extension Wire.Notification.Payload {
+    /// The thread a notification is about.
+    var threadID: String? {
+        switch self {
+        case let .threadStarted(n): n.thread?.id
+        case let .threadStatusChanged(n): n.threadId
+        case let .threadArchived(n): n.threadId
+        case let .threadUnarchived(n): n.threadId
+        case let .threadClosed(n): n.threadId
+        case let .threadSettingsUpdated(n): n.threadId
+        case let .turnStarted(n): n.threadId
+        case let .turnCompleted(n): n.threadId
+        case let .itemStarted(n): n.threadId
+        case let .itemCompleted(n): n.threadId
+        case let .itemAgentMessageDelta(n): n.threadId
+        case let .serverRequestResolved(n): n.threadId
+        case let .threadTokenUsageUpdated(n): n.threadId
+        case let .threadRolledBack(n): n.threadId
+        case let .threadNameUpdated(n): n.threadId
+        }
+    }
+}
