@@ -51,7 +51,8 @@ final class Upstream: Sendable {
                 if case let .threadClosed(closed) = payload, let id = closed.threadId {
                     _ = subscribed.withLockedValue { $0.remove(id) }
                 }
-                connection.notify(payload, metadata: notification.metadata)
+                connection.notify(Wire.EncodedNotification(payload, metadata: notification.metadata,
+                                                           threadSequence: notification.threadSequence))
             }
             let deliberate = closing.withLockedValue { $0 }
             connection.upstreams.withLockedValue { table in

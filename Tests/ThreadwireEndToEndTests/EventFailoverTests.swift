@@ -1,0 +1,123 @@
+import Foundation
+import Synchronization
+import Testing
+import ThreadwireClient
+import ThreadwireServerTesting
+import ThreadwireWire
+
+/// Issue 49 across instances: event numbers are assigned in the owner's
+/// commits on PostgreSQL, so after a kill -9 of the owner the instance that
+/// takes the thread over goes on from the stored number, and a client
+/// resuming through another instance misses nothing and hears nothing twice.
+@Suite("events resumed across a failover (real servers, real PostgreSQL)", .timeLimit(.minutes(4)))
+struct EventFailoverTests {
+    struct Event: Equatable, CustomStringConvertible {
+        var number: UInt64
+        var payload: Wire.Notification.Payload
+        var description: String { "\(number) \(payload.methodName)" }
+    }
+
+    static func kept(_ notifications: [Wire.Notification]) -> [Event] {
+        notifications.compactMap { note in note.threadSequence.flatMap { n in note.payload.map { Event(number: n, payload: $0) } } }
+    }
+
+    final class Flag: Sendable {
+        private let raised = Mutex(true)
+        var isRaised: Bool { raised.withLock { $0 } }
+        func lower() { raised.withLock { $0 = false } }
+    }
+
+    @Test("kill -9 of the owner among three instances while two clients write through the others: a subscriber resuming through the survivors after the last number it handled hears every stored event once, in order")
+    func resumeAcrossFailover() async throws {
+        let group = try await InstanceGroup.start(3)
+        defer { group.stopAll() }
+        let ports = group.instances.map(\.port)
+        func client(_ index: Int) async throws -> ThreadwireClient {
+            let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: ports[index])
+            try await client.initialize(name: "events-\(index)")
+            return client
+        }
+        let creator = try await client(0)
+        let id = try #require(try await creator.startThread().thread?.id)
+
+        // Two writers through the instances that survive; a refusal while the
+        // thread changes hands is retried, as a client does.
+        let writing = Flag()
+        let writers = Task {
+            defer { writing.lower() }
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                for writer in 1...2 {
+                    tasks.addTask {
+                        var connection = try await client(writer)
+                        for n in 0..<60 {
+                            while true {
+                                do {
+                                    _ = try await connection.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "w\(writer)-\(n)"))
+                                    break
+                                } catch ClientError.connectionClosed {
+                                    connection = try await client(writer)
+                                } catch ClientError.status {
+                                    try await Task.sleep(for: .milliseconds(100))
+                                }
+                            }
+                            try await Task.sleep(for: .milliseconds(20))
+                        }
+                    }
+                }
+                try await tasks.waitForAll()
+            }
+        }
+
+        var heard: [Event] = []
+        var connections = 0
+        var killed = false
+        var killedAfter: UInt64 = 0
+        var finished = false
+        while true {
+            let at = 1 + connections % 2
+            connections += 1
+            guard let subscriber = try? await client(at) else { continue }
+            let inbox = Inbox(subscriber)
+            let after = heard.last?.number ?? 0
+            do {
+                _ = try await subscriber.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: after)))
+            } catch {
+                // The owner is gone and its lease not yet lapsed: retry.
+                await subscriber.close()
+                try await Task.sleep(for: .milliseconds(200))
+                continue
+            }
+            try await Task.sleep(for: .milliseconds(finished ? 500 : 150))
+            await subscriber.close()
+            let got = Self.kept(await inbox.all).filter { $0.number > after }
+            #expect(got.map(\.number) == Array((after + 1)..<(after + 1 + UInt64(got.count))), "after \(after): \(got)")
+            heard += got
+            if !killed && heard.count >= 30 {
+                await group.instances[0].kill9()
+                killed = true
+                killedAfter = heard.last?.number ?? 0
+            }
+            if finished { break }
+            if !writing.isRaised { finished = true }
+        }
+        try await writers.value
+        #expect(killed)
+
+        // What the store holds, replayed from the start through a survivor.
+        let reader = try await client(1)
+        let head = try #require(try await reader.read(id, turns: false).thread?.threadSequence)
+        let inbox = Inbox(reader)
+        _ = try await reader.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: 0)))
+        let deadline = ContinuousClock.now + .seconds(10)
+        var stored: [Event] = []
+        while ContinuousClock.now < deadline {
+            stored = Self.kept(await inbox.all)
+            if stored.last?.number == head { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(head >= 121, "thread/started and 120 settings changes at least (a retried change may land twice)")
+        #expect(stored.map(\.number) == Array(1...head), "the stored events are numbered without gap or repeat across the failover")
+        #expect(head > killedAfter + 20, "the survivors went on numbering after the kill: \(killedAfter) then up to \(head)")
+        #expect(heard == stored, "heard \(heard.count) events over \(connections) connections; stored \(stored.count)")
+    }
+}
