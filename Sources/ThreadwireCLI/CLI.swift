@@ -397,14 +397,27 @@ struct Watch: AsyncParsableCommand {
     @OptionGroup var options: ServerOptions
     @Argument(help: "Threads to watch (each is resumed, which subscribes; requests a turn waits for are offered again).") var threadIDs: [String]
     @OptionGroup var answering: ServerRequestOptions
+    @Flag(help: "End when the connection ends, instead of connecting again and resuming each thread after the last event printed.")
+    var once = false
     func run() async throws {
-        let client = try await answering.connect(options)
-        for id in threadIDs {
-            _ = try await client.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true)))
+        if once {
+            let client = try await answering.connect(options)
+            for id in threadIDs {
+                _ = try await client.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true)))
+            }
+            for await notification in client.notifications {
+                writeLine(notification.jsonValue().render())
+            }
+            return
         }
-        for await notification in client.notifications {
-            writeLine(notification.jsonValue().render())
+        // The first connection fails loudly (a wrong address, a bad token);
+        // later ones are retried with backoff for as long as it runs.
+        await (try answering.connect(options)).close()
+        var subscription = ResumingSubscription(threads: threadIDs) { [options, answering] in try await answering.connect(options) }
+        subscription.onGap = { id, message in
+            FileHandle.standardError.write(Data("watch: thread \(id): events were missed (\(message)); going on from its newest\n".utf8))
         }
+        await subscription.run { notification in writeLine(notification.jsonValue().render()) }
     }
 }
 

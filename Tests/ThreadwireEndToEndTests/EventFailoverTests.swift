@@ -121,3 +121,66 @@ struct EventFailoverTests {
         #expect(heard == stored, "heard \(heard.count) events over \(connections) connections; stored \(stored.count)")
     }
 }
+
+@Suite("threadwire watch resumes (real binaries)", .timeLimit(.minutes(2)))
+struct WatchResumeTests {
+    @Test("threadwire watch survives a restart of the server: after it, every change is printed once, in order, with none lost while the server was down")
+    func watchAcrossRestart() async throws {
+        let server = try await ServerProcess.launch()
+        let port = server.port
+        var client = try await server.client()
+        let id = try #require(try await client.startThread().thread?.id)
+        let out = Pipe()
+        let watch = Process()
+        watch.executableURL = URL(fileURLWithPath: CLIServerRequestTests.cli)
+        watch.arguments = ["watch", "--server", "127.0.0.1:\(port)", id]
+        watch.standardOutput = out
+        watch.standardError = FileHandle.nullDevice
+        try watch.run()
+        defer { watch.terminate() }
+        let lines = LineCollector(out.fileHandleForReading)
+        try await waitUntil("watch is subscribed") {
+            _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "probe-\(UUID())"))
+            return lines.count > 0 ? true : nil
+        }
+        for n in 0..<10 { _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "before-\(n)")) }
+        await server.stop()
+        try await server.restart(environment: [:], port: port)
+        client = try await server.client()
+        // Changed at once after the restart, before watch has reconnected.
+        for n in 0..<10 { _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "after-\(n)")) }
+        let head = try #require(try await client.read(id, turns: false).thread?.threadSequence)
+        let printed = try await waitUntil("watch printed event \(head)", timeout: .seconds(20)) { () -> [UInt64]? in
+            let numbers = lines.all.compactMap { line -> UInt64? in
+                guard let data = line.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+                return (object["thread_sequence"] as? NSNumber)?.uint64Value ?? (object["thread_sequence"] as? String).flatMap(UInt64.init)
+            }
+            return numbers.last == head ? numbers : nil
+        }
+        let first = try #require(printed.first)
+        #expect(printed == Array(first...head), "each change once, in order, across the restart: \(printed)")
+        #expect(lines.all.contains { $0.contains("after-0") } && lines.all.contains { $0.contains("before-9") })
+    }
+}
+
+/// Lines a process writes, read off the test pool.
+final class LineCollector: Sendable {
+    private let lines = Mutex<[String]>([])
+    init(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return }
+                buffer.append(chunk)
+                while let newline = buffer.firstIndex(of: 0x0A) {
+                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                    buffer.removeSubrange(buffer.startIndex...newline)
+                    lines.withLock { $0.append(line) }
+                }
+            }
+        }
+    }
+    var all: [String] { lines.withLock { $0 } }
+    var count: Int { lines.withLock { $0.count } }
+}

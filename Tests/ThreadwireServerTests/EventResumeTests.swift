@@ -120,6 +120,50 @@ struct EventResumeTests {
         #expect(heard == reference, "the resumed events equal the steady subscriber's, one for one")
     }
 
+    actor Collected {
+        var events: [Event] = []
+        var gaps = 0
+        func add(_ event: Event) { events.append(event) }
+        func gap() { gaps += 1 }
+    }
+
+    @Test("ResumingSubscription: across two restarts of the server, the application gets every kept event once, in order, each connection resuming after the last number handed on")
+    func resumingSubscriptionAcrossRestarts() async throws {
+        let server = try await InProcessServer.launch()
+        let writer = try await server.client()
+        let id = try #require(try await writer.startThread().thread?.id)
+        let collected = Collected()
+        var subscription = ResumingSubscription(threads: [id]) { try await server.client() }
+        subscription.retry.initialBackoff = .milliseconds(20)
+        subscription.retry.maxBackoff = .milliseconds(200)
+        subscription.onGap = { _, _ in await collected.gap() }
+        let running = Task {
+            await subscription.run(after: [id: 1]) { note in
+                if let number = note.threadSequence, let payload = note.payload { await collected.add(Event(number: number, payload: payload)) }
+            }
+        }
+        defer { running.cancel() }
+        var client = writer
+        for round in 0..<3 {
+            for n in 0..<20 {
+                _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "r\(round)-\(n)"))
+            }
+            if round < 2 {
+                try await server.restart()
+                client = try await server.client()
+            }
+        }
+        let head = try #require(try await client.read(id, turns: false).thread?.threadSequence)
+        #expect(head == 61)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, await collected.events.last?.number != head {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let numbers = await collected.events.map(\.number)
+        #expect(numbers == Array(2...head), "every change once, in order, across the restarts: \(numbers)")
+        #expect(await collected.gaps == 0)
+    }
+
     final class Flag: Sendable {
         private let raised = Mutex(true)
         var isRaised: Bool { raised.withLock { $0 } }
@@ -177,29 +221,6 @@ struct EventResumeTests {
             #expect(update.settings?.model == "after-restart")
         } else {
             Issue.record("expected thread/settings/updated, got \(after)")
-        }
-    }
-}
-
-extension Wire.Notification.Payload {
-    /// The thread a notification is about.
-    var threadID: String? {
-        switch self {
-        case let .threadStarted(n): n.thread?.id
-        case let .threadStatusChanged(n): n.threadId
-        case let .threadArchived(n): n.threadId
-        case let .threadUnarchived(n): n.threadId
-        case let .threadClosed(n): n.threadId
-        case let .threadSettingsUpdated(n): n.threadId
-        case let .turnStarted(n): n.threadId
-        case let .turnCompleted(n): n.threadId
-        case let .itemStarted(n): n.threadId
-        case let .itemCompleted(n): n.threadId
-        case let .itemAgentMessageDelta(n): n.threadId
-        case let .serverRequestResolved(n): n.threadId
-        case let .threadTokenUsageUpdated(n): n.threadId
-        case let .threadRolledBack(n): n.threadId
-        case let .threadNameUpdated(n): n.threadId
         }
     }
 }
