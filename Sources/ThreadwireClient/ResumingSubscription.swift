@@ -8,7 +8,8 @@ public import ThreadwireWire
 /// `after_thread_sequence`). The handler gets each kept event once, in
 /// order; notifications that are not kept (deltas) pass through as they
 /// come, and those of a connection's lifetime only (thread/closed) are left
-/// out, since the subscription goes on.
+/// out, since the subscription goes on. Child agents a subscribed root
+/// spawns are resumed too, each after its own last number.
 public struct ResumingSubscription: Sendable {
     public var threads: [String]
     /// Makes and initializes a connection (with whatever server-request
@@ -36,7 +37,9 @@ public struct ResumingSubscription: Sendable {
             attempt += 1
             guard let client = try? await connect() else { continue }
             var subscribed = true
-            for id in threads where subscribed {
+            // The threads asked for, and those heard of since: a root's
+            // subscriber hears its child agents, each with its own numbers.
+            for id in threads + last.keys.filter({ !threads.contains($0) }).sorted() where subscribed {
                 subscribed = await resume(id, on: client, last: &last)
             }
             guard subscribed else {

@@ -1,4 +1,5 @@
 """threadwire client: framed protobuf over TCP (see docs/protocol.md)."""
-from .client import MUTATING_METHODS, Client, ReconnectingClient, RetryPolicy, Schema, StatusError, messages, tls_context
+from .client import (MUTATING_METHODS, Client, ReconnectingClient, ResumingSubscription, RetryPolicy, Schema, StatusError, messages,
+                     notification_thread_id, tls_context)
 
-__all__ = ["MUTATING_METHODS", "Client", "ReconnectingClient", "RetryPolicy", "Schema", "StatusError", "messages", "tls_context"]
+__all__ = ["MUTATING_METHODS", "Client", "ReconnectingClient", "ResumingSubscription", "RetryPolicy", "Schema", "StatusError", "messages", "notification_thread_id", "tls_context"]

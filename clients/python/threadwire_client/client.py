@@ -454,3 +454,86 @@ class ReconnectingClient:
         if self.client is not None:
             self.client.close()
             self.client = None
+
+
+def notification_thread_id(notification):
+    """The thread a notification is about (None for none)."""
+    payload = notification.WhichOneof("payload")
+    if payload is None:
+        return None
+    body = getattr(notification, payload)
+    if payload == "thread_started":
+        return body.thread.id if body.HasField("thread") else None
+    return body.thread_id if body.HasField("thread_id") else None
+
+
+class ResumingSubscription:
+    """Subscribes to threads over a connection made again whenever one ends
+    (a restart, a failover, a proxy cutting it, the server cutting a reader
+    that fell behind), each time resuming every thread after the last
+    numbered event it yielded (`thread/resume` with `after_thread_sequence`).
+    Iterating yields each kept event once, in order; notifications that are
+    not kept (deltas) pass through as they come; thread/closed is left out,
+    since the subscription goes on. Child agents a subscribed root spawns are
+    resumed too, each after its own number.
+
+    `connect()` returns a new initialized Client. `after` maps thread ids to
+    the positions to start from (a thread not in it starts from its newest
+    event). `on_gap(thread_id, message)` is called when a thread's next event
+    is no longer kept: the application re-reads the thread; the subscription
+    goes on from its newest event."""
+
+    def __init__(self, threads, connect, after=None, policy=None, on_gap=None):
+        self.threads = list(threads)
+        self._connect = connect
+        self.last = dict(after or {})
+        self.policy = policy or RetryPolicy(max_attempts=1 << 30)
+        self.on_gap = on_gap or (lambda thread_id, message: None)
+        self.connections = 0
+        self.client = None
+
+    def _resume(self, client, thread_id):
+        params = {"thread_id": thread_id, "exclude_turns": True}
+        if thread_id in self.last:
+            params["after_thread_sequence"] = self.last[thread_id]
+        response = client.wait(client.send("thread/resume", params))
+        if response.code == 11:  # OUT_OF_RANGE: go on from the newest
+            self.on_gap(thread_id, response.message)
+            self.last.pop(thread_id, None)
+            return self._resume(client, thread_id)
+        if response.code != 0:
+            raise StatusError(response.code, response.message)
+        if thread_id not in self.last:
+            self.last[thread_id] = response.thread_resume.thread.thread_sequence
+        return True
+
+    def __iter__(self):
+        attempt = 1
+        while True:
+            if attempt > 1:
+                time.sleep(self.policy.pause(min(attempt, 32)))
+            attempt += 1
+            try:
+                self.client = self._connect()
+                self.connections += 1
+                for thread_id in self.threads + sorted(set(self.last) - set(self.threads)):
+                    self._resume(self.client, thread_id)
+                attempt = 1
+                for notification in self.client.iter_notifications():
+                    if notification.WhichOneof("payload") == "thread_closed":
+                        continue
+                    thread_id = notification_thread_id(notification)
+                    if notification.HasField("thread_sequence") and thread_id is not None:
+                        if notification.thread_sequence <= self.last.get(thread_id, 0):
+                            continue  # heard before the cut
+                        self.last[thread_id] = notification.thread_sequence
+                    yield notification
+            except (OSError, ConnectionError, StatusError):
+                pass
+            finally:
+                if self.client is not None:
+                    try:
+                        self.client.sock.close()
+                    except OSError:
+                        pass
+                    self.client = None
