@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -460,6 +461,86 @@ func TestMutatesMatchesReflection(t *testing.T) {
 		request.ProtoReflect().Set(field, request.ProtoReflect().NewField(field))
 		if Mutates(request) != method.GetMutates() {
 			t.Errorf("%s: client says mutates=%v, server %v", method.GetName(), Mutates(request), method.GetMutates())
+		}
+	}
+}
+
+// TestResumingSubscriptionOutlivesKill9: kill -9 of the server and a
+// restart on the same port; the subscription hands on every change once,
+// in order, including those made before it connected again.
+func TestResumingSubscriptionOutlivesKill9(t *testing.T) {
+	binary := os.Getenv("THREADWIRE_SERVER_BIN")
+	if binary == "" {
+		binary = "../../.build/debug/threadwire-server"
+	}
+	dir := t.TempDir()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listener.Addr().String()
+	listener.Close()
+	start := func() *exec.Cmd {
+		command := exec.Command(binary, "--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error")
+		stdout, err := command.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := command.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "threadwire listening on ") {
+			t.Fatalf("server did not start: %q %v", line, err)
+		}
+		return command
+	}
+	server := start()
+	defer func() { server.Process.Kill(); server.Wait() }()
+	ctx := testContext(t)
+	writer := dial(t, addr)
+	started, err := writer.ThreadStart(ctx, &pb.ThreadStartParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.GetThread().GetId()
+	heard := make(chan uint64, 100)
+	subscription := &ResumingSubscription{
+		Threads: []string{id},
+		Dial:    func(ctx context.Context) (*Client, error) { return Dial(ctx, addr) },
+		Policy:  RetryPolicy{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Multiplier: 2},
+	}
+	go subscription.Run(ctx, map[string]uint64{id: 1}, func(note *pb.Notification) {
+		if note.ThreadSequence != nil {
+			heard <- note.GetThreadSequence()
+		}
+	})
+	update := func(client *Client, model string) {
+		if _, err := client.ThreadSettingsUpdate(ctx, &pb.ThreadSettingsUpdateParams{ThreadId: proto.String(id), Model: proto.String(model)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 0; n < 15; n++ {
+		update(writer, fmt.Sprintf("before-%d", n))
+	}
+	server.Process.Kill()
+	server.Wait()
+	server = start()
+	writer = dial(t, addr)
+	for n := 0; n < 15; n++ {
+		update(writer, fmt.Sprintf("after-%d", n))
+	}
+	var numbers []uint64
+	for len(numbers) < 30 {
+		select {
+		case n := <-heard:
+			numbers = append(numbers, n)
+		case <-ctx.Done():
+			t.Fatalf("heard %v before the deadline", numbers)
+		}
+	}
+	for i, n := range numbers {
+		if n != uint64(i+2) {
+			t.Fatalf("not every change once, in order: %v", numbers)
 		}
 	}
 }

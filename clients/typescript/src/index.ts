@@ -6,3 +6,4 @@ export * from "./gen/messages.js";
 export { methodNames, notificationMethod, notificationNames, serverRequestMethod, serverRequestNames, type CallOptions } from "./gen/methods.js";
 export { DecodeError, Reader, Writer, type MessageType } from "./runtime.js";
 export { ReconnectingClient, defaultRetryPolicy, mutatingMethods, mutates, newIdempotencyKey, type RetryPolicy } from "./retry.js";
+export { notificationThreadId, resumingSubscription, type ResumingOptions } from "./resume.js";
