@@ -250,6 +250,37 @@ struct ModelProviderTests {
         #expect(try await provider.requests().last?["disconnected"] as? Bool == true, "the stalled HTTP request was closed")
     }
 
+    @Test("a client resuming while a message streams gets its item/started with the text so far as one delta, then the live deltas: together exactly the item's final text")
+    func resumeMidStream() async throws {
+        let provider = try await FakeProvider.launch()
+        defer { provider.stop() }
+        let server = try await Self.launch(provider)
+        defer { server.stopInBackground() }
+        try await provider.script([FakeProvider.stream(text: (0..<40).map { "piece \($0) " }, delayMs: 30)])
+        let client = try await server.client()
+        let inbox = Inbox(client)
+        let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
+        let turnID = try await client.startTurn(id, "talk for a while")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline,
+              await inbox.payloads().filter({ if case .itemAgentMessageDelta = $0 { true } else { false } }).count < 5 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let late = try await server.client()
+        let lateInbox = Inbox(late)
+        let head = try #require(try await client.read(id, turns: false).thread?.threadSequence)
+        _ = try await late.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: head)))
+        let turn = try await late.waitForTurn(id, turnID, timeout: .seconds(20))
+        let final = try #require(turn.items.last { $0.type == .agentMessage }?.text)
+        try await lateInbox.waitFor("item/completed") { if case .itemCompleted = $0 { true } else { false } }
+        let payloads = await lateInbox.payloads()
+        let started = payloads.filter { if case .itemStarted = $0 { true } else { false } }
+        let deltas = payloads.compactMap { payload -> String? in if case let .itemAgentMessageDelta(d) = payload { d.delta } else { nil } }
+        #expect(started.count == 1, "the streaming item's start, once")
+        #expect((deltas.first?.count ?? 0) > "piece 0 ".count, "the first delta is the text so far, several pieces: \(deltas.first ?? "")")
+        #expect(deltas.joined() == final, "the text so far and the live deltas are the final text, nothing twice or missing")
+    }
+
     @Test("turn/interrupt cancels the HTTP stream at once: the provider sees the disconnect and no delta follows the turn's end")
     func interruptCancelsStream() async throws {
         let provider = try await FakeProvider.launch()

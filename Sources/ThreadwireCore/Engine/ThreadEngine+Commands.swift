@@ -81,14 +81,20 @@ extension ThreadEngine {
                              connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
         return try await withOwner(id) { owner in
-            var deliveries: [Delivery] = []
+            var publications: [Publication] = []
             if let after {
-                deliveries = try await keptEvents(of: owner.current.record, after: after).map {
+                publications.append(owner.publisher.ticket(try await keptEvents(of: owner.current.record, after: after).map {
                     Delivery(event: .replayed(id, $0), recipients: [connection], threadSequence: $0.sequence)
-                }
+                }))
             }
-            owner.subscribe(connection)
+            // A message streaming now: its text so far, then live.
+            if let stream = owner.messageStream {
+                publications.append(stream.join(connection))
+            } else {
+                owner.subscribe(connection)
+            }
             owner.cancelUnload()
+            var deliveries: [Delivery] = []
             // What the turn waits for is offered to the new subscriber too,
             // and at a root, what its children wait for.
             var offered = Set<String>()
@@ -102,7 +108,7 @@ extension ThreadEngine {
                     Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: owner.subscribers)])
             }
             return Outcome(ThreadView(stored: owner.current, includeTurns: !excludeTurns),
-                           publications: [owner.publisher.ticket(deliveries)])
+                           publications: publications + [owner.publisher.ticket(deliveries)])
         }
     }
 

@@ -10,7 +10,7 @@ final class MessageStream: Sendable {
     let itemID = newID()
     private let owner: ThreadOwner
     private let turnID: TurnID
-    private let state = Mutex<(open: Bool, started: Bool)>((true, false))
+    private let state = Mutex<(open: Bool, started: Bool, text: String)>((true, false, ""))
 
     init(owner: ThreadOwner, turnID: TurnID) {
         self.owner = owner
@@ -28,7 +28,24 @@ final class MessageStream: Sendable {
                     event: .itemStarted(owner.id, turnID, ItemRecord(id: itemID, type: .agentMessage, text: "")), recipients: recipients))
             }
             deliveries.append(Delivery(event: .agentMessageDelta(owner.id, turnID, itemID: itemID, delta: delta), recipients: recipients))
+            state.text += delta
             owner.publisher.ticket(deliveries).publish()
+        }
+    }
+
+    /// Subscribes a connection that joins mid-stream (a resume) under the
+    /// stream's lock, so each piece of text is either in what it is sent now
+    /// or sent to it live: the item's item/started again with its text so
+    /// far as one delta (a client that had part of it replaces that part),
+    /// then the live deltas. Ticketed here, before any later piece.
+    func join(_ connection: ConnectionID) -> Publication {
+        state.withLock { state in
+            owner.subscribe(connection)
+            guard state.open, state.started else { return owner.publisher.ticket([]) }
+            return owner.publisher.ticket([
+                Delivery(event: .itemStarted(owner.id, turnID, ItemRecord(id: itemID, type: .agentMessage, text: "")), recipients: [connection]),
+                Delivery(event: .agentMessageDelta(owner.id, turnID, itemID: itemID, delta: state.text), recipients: [connection]),
+            ])
         }
     }
 
