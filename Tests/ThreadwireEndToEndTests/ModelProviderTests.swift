@@ -256,7 +256,8 @@ struct ModelProviderTests {
         defer { provider.stop() }
         let server = try await Self.launch(provider)
         defer { server.stopInBackground() }
-        try await provider.script([FakeProvider.stream(text: (0..<40).map { "piece \($0) " }, delayMs: 30)])
+        // Six seconds of text: the resume lands while it streams, also on a loaded machine.
+        try await provider.script([FakeProvider.stream(text: (0..<200).map { "piece \($0) " }, delayMs: 30)])
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(model: "remote-1")).thread?.id)
@@ -270,7 +271,7 @@ struct ModelProviderTests {
         let lateInbox = Inbox(late)
         let head = try #require(try await client.read(id, turns: false).thread?.threadSequence)
         _ = try await late.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: head)))
-        let turn = try await late.waitForTurn(id, turnID, timeout: .seconds(20))
+        let turn = try await late.waitForTurn(id, turnID, timeout: .seconds(30))
         let final = try #require(turn.items.last { $0.type == .agentMessage }?.text)
         try await lateInbox.waitFor("item/completed") { if case .itemCompleted = $0 { true } else { false } }
         let payloads = await lateInbox.payloads()
