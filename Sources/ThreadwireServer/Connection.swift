@@ -39,6 +39,8 @@ final class Connection: ReadGate, Sendable {
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
         /// Request loops waiting for the channel to take writes.
         var writableWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Replays waiting for room in the backlog (`waitForReplayRoom`).
+        var roomWaiters: [(bytes: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
     private let shared: NIOLockedValueBox<Shared>
     /// Resumes reads on the channel's event loop once the queue drains.
@@ -152,6 +154,22 @@ final class Connection: ReadGate, Sendable {
 
     // MARK: Outbound
 
+    /// Returns once a replay may queue `bytes` more notification bytes
+    /// (`ConnectionStateMachine.hasReplayRoom`) or the connection closes;
+    /// false when it closed. A resume far behind thus sends its catch-up
+    /// as fast as the client reads it, never past the backlog limit.
+    func waitForReplayRoom(_ bytes: Int) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = shared.withLockedValue { shared -> Bool in
+                if shared.machine.hasReplayRoom(for: bytes) || !channel.isActive { return true }
+                shared.roomWaiters.append((bytes, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+        return shared.withLockedValue { !$0.machine.isClosing } && channel.isActive
+    }
+
     /// Returns once the channel takes more writes (at once when it does), so
     /// a client that does not read its answers stops its own requests.
     func waitUntilWritable() async {
@@ -185,8 +203,8 @@ final class Connection: ReadGate, Sendable {
     func closed() {
         let waiters = shared.withLockedValue { shared -> [CheckedContinuation<Void, Never>] in
             shared.machine.channelClosed()
-            defer { shared.writableWaiters.removeAll(); shared.drainWaiters.removeAll() }
-            return shared.writableWaiters + shared.drainWaiters
+            defer { shared.writableWaiters.removeAll(); shared.drainWaiters.removeAll(); shared.roomWaiters.removeAll() }
+            return shared.writableWaiters + shared.drainWaiters + shared.roomWaiters.map(\.continuation)
         }
         let relays = upstreams.withLockedValue { table in
             defer { table.removeAll() }
@@ -333,7 +351,15 @@ final class Connection: ReadGate, Sendable {
             let written = eventLoop.makePromise(of: Void.self)
             let notificationBytes = taken.notificationBytes
             written.futureResult.whenComplete { [self, promises] result in
-                shared.withLockedValue { $0.machine.notificationBytesWritten(notificationBytes) }
+                let roomy = shared.withLockedValue { shared -> [CheckedContinuation<Void, Never>] in
+                    shared.machine.notificationBytesWritten(notificationBytes)
+                    guard !shared.roomWaiters.isEmpty else { return [] }
+                    let machine = shared.machine
+                    let ready = shared.roomWaiters.filter { machine.hasReplayRoom(for: $0.bytes) }
+                    shared.roomWaiters.removeAll { machine.hasReplayRoom(for: $0.bytes) }
+                    return ready.map(\.continuation)
+                }
+                for waiter in roomy { waiter.resume() }
                 for promise in promises { promise.completeWith(result) }
             }
             promises.removeAll()

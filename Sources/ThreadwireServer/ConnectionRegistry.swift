@@ -60,6 +60,11 @@ final class ConnectionRegistry: EventSink, Sendable {
         }
     }
 
+    func waitForReplayRoom(_ connection: ConnectionID, bytes: Int) async -> Bool {
+        guard let target = connections.withLockedValue({ $0[connection] }) else { return false }
+        return await target.waitForReplayRoom(bytes)
+    }
+
     /// The notification without its per-connection fields (sequence, trace
     /// metadata): what a replay sends again.
     func keptEncoding(_ event: ThreadEvent, threadSequence: Int64) -> [UInt8] {

@@ -242,6 +242,14 @@ struct ConnectionStateMachine: Sendable {
 
     /// The socket took `bytes` of queued notifications (or they failed).
     mutating func notificationBytesWritten(_ bytes: Int) { notificationBacklog -= bytes }
+
+    /// Whether a replay may queue `bytes` more now: within half the backlog
+    /// limit (the other half is for live notifications meanwhile), or into
+    /// an empty backlog (one that large could go no other way), or the
+    /// connection is closing (the replay then stops).
+    func hasReplayRoom(for bytes: Int) -> Bool {
+        isClosing || notificationBacklog == 0 || notificationBacklog + bytes <= bounds.maxNotificationBacklogBytes / 2
+    }
 }
 
 /// Why the server closed a connection: the `reason` label of

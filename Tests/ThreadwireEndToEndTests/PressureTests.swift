@@ -97,7 +97,7 @@ struct PressureTests {
         #expect(peak < Self.rssCeiling, "peak RSS \(peak / 1_048_576) MiB")
     }
 
-    @Test("a subscriber that never reads notifications is cut off at the backlog limit with RESOURCE_EXHAUSTED; other subscribers get every notification")
+    @Test("a subscriber that never reads notifications is cut off at the backlog limit with RESOURCE_EXHAUSTED; other subscribers get every notification; resuming after the last event it read, it loses nothing")
     func slowSubscriberIsCutOff() async throws {
         let server = try await ServerProcess.launch(arguments: ["--max-notification-backlog-bytes", "1048576", "--admin-listen", "127.0.0.1:0"])
         let driver = try await server.client()
@@ -153,6 +153,25 @@ struct PressureTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         #expect(completed == turns)
+
+        // Cut off, it loses nothing: resumed after the last event it read,
+        // it gets every later one (issue 49).
+        let numbers = frames.compactMap { $0.notification?.threadSequence }
+        let lastRead = try #require(numbers.last, "the cut-off subscriber read some numbered events first")
+        #expect(numbers == Array((numbers.first ?? 0)...lastRead), "what it read before the cut has no gap")
+        let head = try #require(try await driver.read(thread, turns: false).thread?.threadSequence)
+        #expect(lastRead < head, "the cut came before the end")
+        let again = try await server.client()
+        let resumed = Inbox(again)
+        _ = try await again.result(.threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true, afterThreadSequence: lastRead)))
+        let until = ContinuousClock.now + .seconds(30)
+        var rest: [UInt64] = []
+        while ContinuousClock.now < until {
+            rest = await resumed.all.compactMap(\.threadSequence)
+            if rest.last == head { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(rest == Array((lastRead + 1)...head), "resumed after \(lastRead): \(rest.count) events up to \(rest.last ?? 0) of \(head)")
     }
 
     @Test("200 subscribers of one busy thread each get every notification once, numbered without gaps, in the same order as every other subscriber")

@@ -160,10 +160,14 @@ public protocol EventSink: Sendable {
     func deliver(_ deliveries: [Delivery])
     /// What is stored of a kept event: the bytes a replay sends again.
     func keptEncoding(_ event: ThreadEvent, threadSequence: Int64) -> [UInt8]
+    /// Returns once `connection` can take `bytes` more of a replay without
+    /// nearing its backlog limit; false once it is gone.
+    func waitForReplayRoom(_ connection: ConnectionID, bytes: Int) async -> Bool
 }
 
 extension EventSink {
     public func keptEncoding(_ event: ThreadEvent, threadSequence: Int64) -> [UInt8] { [] }
+    public func waitForReplayRoom(_ connection: ConnectionID, bytes: Int) async -> Bool { true }
 }
 
 /// A result plus the notifications it caused. The caller sends its response

@@ -80,6 +80,8 @@ extension ThreadEngine {
     public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, after: Int64? = nil,
                              connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
+        var after = after
+        if let position = after { after = try await catchUp(id, after: position, connection: connection) }
         return try await withOwner(id) { owner in
             var publications: [Publication] = []
             if let after {
@@ -111,6 +113,37 @@ extension ThreadEngine {
                            publications: publications + [owner.publisher.ticket(deliveries)])
         }
     }
+
+    /// A resume far behind first catches up outside the thread's command
+    /// order, page by page from the store, each event sent once the
+    /// connection has room for it: a long absence neither holds the thread
+    /// nor passes the connection's backlog limit. What commits meanwhile
+    /// goes under the thread's order (`resumeThread`). Returns the position
+    /// it reached. Should the thread move to another instance mid-way, the
+    /// resume is relayed from its first position and events repeat: clients
+    /// drop numbers they have handled.
+    func catchUp(_ id: ThreadID, after: Int64, connection: ConnectionID) async throws -> Int64 {
+        // Only the thread's owner replays: it is loaded here (claimed) first,
+        // so an instance that relays the resume sends nothing itself.
+        try await withOwner(id) { _ in }
+        var position = after
+        while true {
+            // Loaded here under a lease still held, or the ordered step relays.
+            guard let head = liveSnapshot(id)?.stored.record.eventSequence, head > position else { return position }
+            let page = try await store.events(id, after: position, limit: Int(Self.catchUpPage))
+            // Trimmed meanwhile: the ordered step answers OUT_OF_RANGE.
+            guard page.first?.sequence == position + 1 else { return position }
+            for event in page {
+                guard await sink.waitForReplayRoom(connection, bytes: event.bytes.count) else {
+                    throw DomainError.unavailable("the connection closed while thread \(id)'s events were replayed")
+                }
+                sink.deliver([Delivery(event: .replayed(id, event), recipients: [connection], threadSequence: event.sequence)])
+                position = event.sequence
+            }
+        }
+    }
+
+    static let catchUpPage: Int64 = 256
 
     /// The thread's kept events numbered above `after`, every one of them:
     /// OUT_OF_RANGE when retention let the next one go, INVALID_ARGUMENT

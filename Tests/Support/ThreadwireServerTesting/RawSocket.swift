@@ -184,6 +184,11 @@ extension Wire.Envelope {
         if case let .response(response)? = kind { return response }
         return nil
     }
+
+    public var notification: Wire.Notification? {
+        if case let .notification(notification)? = kind { return notification }
+        return nil
+    }
 }
 
 /// Runs blocking socket work on a thread of its own: blocking a thread of
