@@ -209,9 +209,17 @@ export class Client extends GeneratedCalls {
         cleanup();
         reject(abortError(signal!));
       };
+      // The wait ends at the deadline, also when the response is read
+      // before the timer's turn comes (a busy event loop): as the other
+      // clients do, a response after the deadline is DEADLINE_EXCEEDED.
+      const deadlineAt = options.timeoutMs !== undefined ? performance.now() + options.timeoutMs : undefined;
       this.pending.set(id, {
         resolve: (response) => {
           cleanup();
+          if (deadlineAt !== undefined && performance.now() > deadlineAt) {
+            reject(new StatusError(Code.DEADLINE_EXCEEDED, `no response within ${options.timeoutMs} ms`));
+            return;
+          }
           resolve(response);
         },
         reject: (error) => {
