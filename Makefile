@@ -75,21 +75,25 @@ SWIFT_TEST_TIMEOUT ?= 900
 ## the suite's own build, which leaves a core idle in its serial phases
 ## (resolution, planning, links); the tests start only once both are done.
 FUZZ_BUILD_STATUS = .build/fuzz-build.status
+## Each step says how long it took (.ci/timed; the list is in .build/test-phases.txt).
+TIMED := .ci/timed
 test: deps check-generated
-	@mkdir -p .build && rm -f $(FUZZ_BUILD_STATUS)
-	@( $(MAKE) --no-print-directory fuzz-build > .build/fuzz-build.log 2>&1; echo $$? > $(FUZZ_BUILD_STATUS) ) &
-	swift build --build-tests $(SWIFT_BUILD_FLAGS)
-	$(MAKE) --no-print-directory memcheck
+	@mkdir -p .build && rm -f $(FUZZ_BUILD_STATUS) .build/test-phases.txt
+	@( $(TIMED) fuzz-build $(MAKE) --no-print-directory fuzz-build > .build/fuzz-build.log 2>&1; echo $$? > $(FUZZ_BUILD_STATUS) ) &
+	$(TIMED) build swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	$(TIMED) memcheck $(MAKE) --no-print-directory memcheck
 	@while [ ! -f $(FUZZ_BUILD_STATUS) ]; do sleep 1; done; \
+	  tail -1 .build/fuzz-build.log; \
 	  [ "$$(cat $(FUZZ_BUILD_STATUS))" = 0 ] || { tail -40 .build/fuzz-build.log; echo "fuzz-build failed (.build/fuzz-build.log)"; exit 1; }
-	timeout --kill-after=30 $(SWIFT_TEST_TIMEOUT) swift test --skip-build $(SWIFT_BUILD_FLAGS) \
+	$(TIMED) swift-test timeout --kill-after=30 $(SWIFT_TEST_TIMEOUT) swift test --skip-build $(SWIFT_BUILD_FLAGS) \
 	  || { status=$$?; [ $$status = 124 ] && echo "swift test: still running after $(SWIFT_TEST_TIMEOUT) s, stopped (a test hangs)"; exit $$status; }
-	$(MAKE) --no-print-directory test-python
-	$(MAKE) --no-print-directory test-go
-	$(MAKE) --no-print-directory test-typescript
-	$(MAKE) --no-print-directory test-conformance
-	$(MAKE) --no-print-directory test-chaos
-	$(MAKE) --no-print-directory fuzz-smoke
+	$(TIMED) python $(MAKE) --no-print-directory test-python
+	$(TIMED) go $(MAKE) --no-print-directory test-go
+	$(TIMED) typescript $(MAKE) --no-print-directory test-typescript
+	$(TIMED) conformance $(MAKE) --no-print-directory test-conformance
+	$(TIMED) chaos $(MAKE) --no-print-directory test-chaos
+	$(TIMED) fuzz-smoke $(MAKE) --no-print-directory fuzz-smoke
+	@cat .build/test-phases.txt
 
 ## Issue 27: the history checker on hand-made histories, then faults on real
 ## test hosts (network namespaces, as root: partitions, one-way loss of answers,
