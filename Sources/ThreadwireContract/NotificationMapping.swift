@@ -4,6 +4,29 @@ public import ThreadwireWire
 /// Domain events as notifications on the wire: with Mapping.swift, the one
 /// place the domain meets the contract.
 public enum NotificationMapping {
+    /// The method of `payload(event)` without building it (a kept event's
+    /// encoding is sent as it is; its method still counts for opt-outs).
+    public static func methodName(_ event: ThreadEvent) -> String? {
+        switch event {
+        case .threadStarted: "thread/started"
+        case .statusChanged: "thread/status/changed"
+        case .archived: "thread/archived"
+        case .unarchived: "thread/unarchived"
+        case .closed: "thread/closed"
+        case .settingsUpdated: "thread/settings/updated"
+        case .turnStarted: "turn/started"
+        case .turnCompleted: "turn/completed"
+        case .itemStarted: "item/started"
+        case .itemCompleted: "item/completed"
+        case .agentMessageDelta: "item/agent_message/delta"
+        case .serverRequestResolved: "server_request/resolved"
+        case .tokenUsage: "thread/token_usage/updated"
+        case .rolledBack: "thread/rolled_back"
+        case .nameUpdated: "thread/name/updated"
+        case .serverRequest, .replayed: nil
+        }
+    }
+
     /// nil for an event that is not a notification (a server request) or
     /// is one already encoded (a replay).
     public static func payload(_ event: ThreadEvent, baseInstructions: (ThreadRecord) -> String) -> Wire.Notification.Payload? {

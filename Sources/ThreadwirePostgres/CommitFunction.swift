@@ -116,12 +116,6 @@ enum CommitFunction {
                 first = Int(events.first?.sequence ?? 0)
                 at = events.first?.createdAt
                 items = events.map { Data($0.bytes) }
-            case let .trimEvents(thread, below, createdBefore, newest):
-                k = "trim"
-                id = thread
-                through = below
-                at = createdBefore
-                seq = Int(newest)
             }
         }
 
@@ -353,7 +347,7 @@ enum CommitFunction {
 
     /// Migration 10: each thread's kept events (numbered consecutively from
     /// `first` in the change's transaction; a number stored already fails the
-    /// commit on the primary key), their retention, and the row's newest number.
+    /// commit on the primary key) and the row's newest number.
     static let definitionV10 = definitionV8
         .replacingOccurrences(
             of: "agent_role = v.agent_role\n", with: "agent_role = v.agent_role, event_sequence = v.event_sequence\n")
@@ -366,9 +360,6 @@ enum CommitFunction {
                                 INSERT INTO thread_events (thread_id, seq, created_at, record)
                                 SELECT op->>'id', (op->>'first')::bigint + i.ordinal - 1, (op->>'at')::bigint, decode(i.item, 'base64')
                                 FROM jsonb_array_elements_text(op->'items') WITH ORDINALITY AS i(item, ordinal);
-                            WHEN 'trim' THEN
-                                DELETE FROM thread_events WHERE thread_id = op->>'id' AND seq <> (op->>'seq')::bigint
-                                    AND (seq < (op->>'through')::bigint OR created_at < (op->>'at')::bigint);
                             WHEN 'mail-' THEN
             """)
 }

@@ -399,6 +399,22 @@ public final class PostgresThreadStore: ThreadStore {
         }
     }
 
+    public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        try await bounded("the trim of old events") {
+            var forgotten = 0
+            for try await count in try await self.client.query("""
+                WITH gone AS (DELETE FROM thread_events e USING threads t
+                    WHERE t.id = e.thread_id AND e.seq < t.event_sequence
+                      AND (e.seq <= t.event_sequence - \(keep) OR e.created_at < \(createdBefore))
+                    RETURNING 1)
+                SELECT count(*)::BIGINT FROM gone
+                """, logger: self.logger).decode(Int64.self) {
+                forgotten = Int(count)
+            }
+            return forgotten
+        }
+    }
+
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await bounded("a thread's events' read") {
             var events: [StoredEvent] = []

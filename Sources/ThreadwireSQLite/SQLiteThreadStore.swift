@@ -249,9 +249,16 @@ public final class SQLiteThreadStore: ThreadStore {
                     throw StoreError.historySequenceTaken(threadID: id, sequence: Int(event.sequence))
                 }
             }
-        case let .trimEvents(id, below, createdBefore, newest):
-            try db.cachedStatement(sql: "DELETE FROM thread_events WHERE thread_id = ? AND seq <> ? AND (seq < ? OR created_at < ?)")
-                .execute(arguments: [id, newest, below, createdBefore])
+        }
+    }
+
+    public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        try await pool.write { db in
+            try db.execute(sql: """
+                DELETE FROM thread_events WHERE seq < (SELECT t.event_sequence FROM threads t WHERE t.id = thread_events.thread_id)
+                  AND (seq <= (SELECT t.event_sequence FROM threads t WHERE t.id = thread_events.thread_id) - ? OR created_at < ?)
+                """, arguments: [keep, createdBefore])
+            return db.changesCount
         }
     }
 

@@ -47,6 +47,35 @@ public final class IdempotencyKeeper: Service, Sendable {
     }
 }
 
+/// Forgets what threads keep of their events beyond the retention
+/// (`EventRetention`) every `trimEvery`, until shutdown. Every instance
+/// may do it: what it deletes is the same whoever does.
+public final class EventKeeper: Service, Sendable {
+    private let engine: ThreadEngine
+    private let period: Duration
+    private let logger: Logger
+    init(engine: ThreadEngine, period: Duration, logger: Logger) {
+        self.engine = engine
+        self.period = period
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            let period = self.period
+            while !Task.isCancelled {
+                try? await Task.sleep(for: period)
+                do {
+                    let forgotten = try await self.engine.trimEvents()
+                    if forgotten > 0 { self.logger.debug("forgot old thread events", metadata: ["tw.events": "\(forgotten)"]) }
+                } catch where !Task.isCancelled {
+                    self.logger.warning("old thread events not trimmed", metadata: ["tw.error": "\(error)"])
+                } catch {}
+            }
+        }
+    }
+}
+
 /// A flag set once (the drain began), read from any thread.
 final class OnceFlag: Sendable {
     private let flag = Atomic<Bool>(false)

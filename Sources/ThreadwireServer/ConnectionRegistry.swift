@@ -42,6 +42,11 @@ final class ConnectionRegistry: EventSink, Sendable {
                 // A kept event as stored: it carries its thread number already.
                 enqueue(Wire.EncodedNotification(storedBody: event.bytes), to: targets)
             default:
+                // Kept already encoded, and no trace context to add: sent as kept.
+                if let body = delivery.encoded, delivery.trace == nil, let method = NotificationMapping.methodName(delivery.event) {
+                    enqueue(Wire.EncodedNotification(body: body, methodName: method), to: targets)
+                    continue
+                }
                 guard let payload = NotificationMapping.payload(delivery.event, baseInstructions: baseInstructions) else { continue }
                 let metadata = delivery.trace.map { $0.metadata.map { Wire.KeyValue(key: $0.key, value: $0.value) } } ?? []
                 enqueue(Wire.EncodedNotification(payload, metadata: metadata, threadSequence: delivery.threadSequence.map(UInt64.init)),

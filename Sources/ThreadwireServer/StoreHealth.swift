@@ -104,6 +104,9 @@ struct MonitoredStore: ThreadStore {
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await base.events(thread, after: after, limit: limit)
     }
+    func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        try await base.trimEvents(keep: keep, createdBefore: createdBefore)
+    }
     func probe() async throws { try await base.probe() }
     func storedBytes(of principal: Principal) async throws -> Int64 { try await base.storedBytes(of: principal) }
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await base.idempotencyRecord(key) }

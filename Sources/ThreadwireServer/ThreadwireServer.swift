@@ -53,6 +53,7 @@ public final class ThreadwireServer: Service, Sendable {
     public let leaseMaintenance: LeaseMaintenance
     /// Forgets idempotency keys past their retention.
     public let idempotencyKeeper: IdempotencyKeeper
+    public let eventKeeper: EventKeeper
     /// The capture file's writer, when recording; a service shut down after
     /// the frame server, so every frame it read is written.
     public var recorder: (any Service)? { services.recorder }
@@ -104,6 +105,7 @@ public final class ThreadwireServer: Service, Sendable {
         keys.answerWait = configuration.coordinator?.leaseDuration ?? .zero
         let idempotency = IdempotentCalls(store: MonitoredStore(base: store, health: health), settings: keys, logger: logger)
         idempotencyKeeper = IdempotencyKeeper(calls: idempotency)
+        eventKeeper = EventKeeper(engine: engine, period: settings.eventRetention.trimEvery, logger: logger)
         services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics(),
                                   peers: configuration.peers, idempotency: idempotency)
     }

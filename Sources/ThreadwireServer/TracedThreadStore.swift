@@ -46,6 +46,9 @@ public struct TracedThreadStore: ThreadStore {
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await inner.events(thread, after: after, limit: limit)
     }
+    public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        try await inner.trimEvents(keep: keep, createdBefore: createdBefore)
+    }
     public func probe() async throws { try await inner.probe() }
     public func storedBytes(of principal: Principal) async throws -> Int64 {
         try await inner.storedBytes(of: principal)

@@ -24,7 +24,7 @@ import ThreadwireServer
 ///                  "max_requests_per_second": 1000, "request_burst": 2000, "max_stored_bytes": 10737418240},
 ///       "tools": {"client_request_timeout_ms": 600000},
 ///       "compaction": {"auto": true, "threshold": 0.9, "prompt": "...", "summary_prefix": "..."},
-///       "events": {"keep_count": 10000, "keep_age_ms": 86400000},
+///       "events": {"keep_count": 10000, "keep_age_ms": 86400000, "trim_interval_ms": 60000},
 ///       "tracing": {"enabled": true, "endpoint": "http://collector:4318/v1/traces", "sample_ratio": 1.0,
 ///                   "service_name": "threadwire"},
 ///       "mcp_servers": {"time": {"command": "mcp-server-time", "args": [], "env": {}, "cwd": "/srv",
@@ -54,7 +54,7 @@ enum ConfigFile {
         struct V2: Decodable { var max_concurrent_threads_per_session: Int?; var usage_hint_enabled: Bool? }
         struct Tools: Decodable { var client_request_timeout_ms: Int? }
         struct Compaction: Decodable { var auto: Bool?; var threshold: Double?; var prompt: String?; var summary_prefix: String? }
-        struct Events: Decodable { var keep_count: Int64?; var keep_age_ms: Int64? }
+        struct Events: Decodable { var keep_count: Int64?; var keep_age_ms: Int64?; var trim_interval_ms: Int64? }
         struct Tracing: Decodable { var enabled: Bool?; var endpoint: String?; var sample_ratio: Double?; var service_name: String? }
         struct MCPServer: Decodable {
             var command: String
@@ -102,7 +102,7 @@ enum ConfigFile {
     static let knownKeys: [String: Set<String>] = [
         "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
              "model_providers", "models", "limits", "tools", "mcp_servers", "compaction", "events", "tracing"],
-        "events": ["keep_count", "keep_age_ms"],
+        "events": ["keep_count", "keep_age_ms", "trim_interval_ms"],
         "tracing": ["enabled", "endpoint", "sample_ratio", "service_name"],
         "compaction": ["auto", "threshold", "prompt", "summary_prefix"],
         // Any server name; each server's own keys below ("env" is free-form).
@@ -280,6 +280,10 @@ enum ConfigFile {
             if let v = e.keep_age_ms {
                 guard v >= 1 else { throw ConfigError(description: "config file \(path): events.keep_age_ms must be at least 1 (got \(v))") }
                 settings.eventRetention.ageMillis = v
+            }
+            if let v = e.trim_interval_ms {
+                guard v >= 10 else { throw ConfigError(description: "config file \(path): events.trim_interval_ms must be at least 10 (got \(v))") }
+                settings.eventRetention.trimEvery = .milliseconds(v)
             }
         }
         var tracing = TracingConfig()

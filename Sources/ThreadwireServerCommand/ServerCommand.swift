@@ -306,6 +306,7 @@ public struct ServerCommand: AsyncParsableCommand {
             .init(service: server.storeHealth, serviceName: "store-health"),
             .init(service: server.leaseMaintenance, serviceName: "leases"),
             .init(service: server.idempotencyKeeper, serviceName: "idempotency-keys"),
+            .init(service: server.eventKeeper, serviceName: "thread-events"),
         ]
         if let recorder = server.recorder { services.append(.init(service: recorder, serviceName: "recorder")) }
         if let adminListen {

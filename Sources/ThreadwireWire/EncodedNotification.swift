@@ -16,6 +16,12 @@ extension Wire {
             methodName = payload.methodName
         }
 
+        /// A body encoded earlier (a kept event) whose method is known.
+        public init(body: [UInt8], methodName: String) {
+            self.body = body
+            self.methodName = methodName
+        }
+
         /// A body stored earlier (a kept event); its method is read from it.
         public init(storedBody: [UInt8]) {
             body = storedBody

@@ -77,6 +77,9 @@ final class UnfencedStore: ThreadStore, Sendable {
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await inner.events(thread, after: after, limit: limit)
     }
+    func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        try await inner.trimEvents(keep: keep, createdBefore: createdBefore)
+    }
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { try await inner.idempotencyRecord(key) }
     func purgeIdempotencyRecords(createdBefore millis: Int64) async throws -> Int { try await inner.purgeIdempotencyRecords(createdBefore: millis) }
     func importRecord(_ thread: ThreadID) async throws -> ImportRecord? { try await inner.importRecord(thread) }

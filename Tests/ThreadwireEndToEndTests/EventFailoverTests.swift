@@ -11,21 +11,9 @@ import ThreadwireWire
 /// resuming through another instance misses nothing and hears nothing twice.
 @Suite("events resumed across a failover (real servers, real PostgreSQL)", .timeLimit(.minutes(4)))
 struct EventFailoverTests {
-    struct Event: Equatable, CustomStringConvertible {
-        var number: UInt64
-        var payload: Wire.Notification.Payload
-        var description: String { "\(number) \(payload.methodName)" }
-    }
+    typealias Event = KeptEvent
 
-    static func kept(_ notifications: [Wire.Notification]) -> [Event] {
-        notifications.compactMap { note in note.threadSequence.flatMap { n in note.payload.map { Event(number: n, payload: $0) } } }
-    }
-
-    final class Flag: Sendable {
-        private let raised = Mutex(true)
-        var isRaised: Bool { raised.withLock { $0 } }
-        func lower() { raised.withLock { $0 = false } }
-    }
+    static func kept(_ notifications: [Wire.Notification]) -> [Event] { KeptEvent.of(notifications) }
 
     @Test("kill -9 of the owner among three instances while two clients write through the others: a subscriber resuming through the survivors after the last number it handled hears every stored event once, in order")
     func resumeAcrossFailover() async throws {
@@ -42,7 +30,7 @@ struct EventFailoverTests {
 
         // Two writers through the instances that survive; a refusal while the
         // thread changes hands is retried, as a client does.
-        let writing = Flag()
+        let writing = RunningFlag()
         let writers = Task {
             defer { writing.lower() }
             try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -108,13 +96,7 @@ struct EventFailoverTests {
         let head = try #require(try await reader.read(id, turns: false).thread?.threadSequence)
         let inbox = Inbox(reader)
         _ = try await reader.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: 0)))
-        let deadline = ContinuousClock.now + .seconds(10)
-        var stored: [Event] = []
-        while ContinuousClock.now < deadline {
-            stored = Self.kept(await inbox.all)
-            if stored.last?.number == head { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        let stored = try await inbox.kept(of: id, through: head)
         #expect(head >= 121, "thread/started and 120 settings changes at least (a retried change may land twice)")
         #expect(stored.map(\.number) == Array(1...head), "the stored events are numbered without gap or repeat across the failover")
         #expect(head > killedAfter + 20, "the survivors went on numbering after the kill: \(killedAfter) then up to \(head)")

@@ -9,20 +9,9 @@ import ThreadwireWire
 /// client that lost its connection resumes after the last one it handled.
 @Suite("events numbered per thread and resumed after a position", .timeLimit(.minutes(3)))
 struct EventResumeTests {
-    /// A kept notification as a client can compare it: its number and
-    /// payload (the per-connection sequence and trace metadata differ).
-    struct Event: Equatable, CustomStringConvertible {
-        var number: UInt64
-        var payload: Wire.Notification.Payload
-        var description: String { "\(number) \(payload.methodName)" }
-    }
+    typealias Event = KeptEvent
 
-    static func kept(_ notifications: [Wire.Notification], thread: String) -> [Event] {
-        notifications.compactMap { notification in
-            guard let number = notification.threadSequence, let payload = notification.payload, payload.threadID == thread else { return nil }
-            return Event(number: number, payload: payload)
-        }
-    }
+    static func kept(_ notifications: [Wire.Notification], thread: String) -> [Event] { KeptEvent.of(notifications, thread: thread) }
 
     @Test("every kept notification of a thread is numbered 1, 2, 3 in commit order; deltas are not; thread/read and lifecycle results report the newest")
     func numberedInCommitOrder() async throws {
@@ -37,14 +26,7 @@ struct EventResumeTests {
         }
         try await client.runTurn(id, "hello")
         let head = try #require(try await client.read(id).thread?.threadSequence)
-        try await inbox.waitFor("the last event") { _ in true }
-        let deadline = ContinuousClock.now + .seconds(10)
-        var events: [Event] = []
-        while ContinuousClock.now < deadline {
-            events = Self.kept(await inbox.all, thread: id)
-            if events.last?.number == head { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        let events = try await inbox.kept(of: id, through: head)
         #expect(events.map(\.number) == Array(1...head), "numbers without gap or repeat, in order: \(events)")
         #expect(events.first.map { if case .threadStarted = $0.payload { true } else { false } } == true)
         #expect(events.filter { if case .threadSettingsUpdated = $0.payload { true } else { false } }.count == 3)
@@ -62,7 +44,7 @@ struct EventResumeTests {
         let id = try #require(try await owner.startThread().thread?.id)
 
         // Writers: settings from two clients, turns from a third.
-        let writing = Flag()
+        let writing = RunningFlag()
         let writers = Task {
             defer { writing.lower() }
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -107,13 +89,7 @@ struct EventResumeTests {
         try await writers.value
 
         let head = try #require(try await owner.read(id).thread?.threadSequence)
-        let deadline = ContinuousClock.now + .seconds(10)
-        var reference: [Event] = []
-        while ContinuousClock.now < deadline {
-            reference = Self.kept(await steady.all, thread: id)
-            if reference.last?.number == head { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        let reference = try await steady.kept(of: id, through: head)
         #expect(cuts >= 5, "the subscriber was cut \(cuts) times")
         #expect(reference.map(\.number) == Array(1...head))
         #expect(heard.count == reference.count, "heard \(heard.count) events across \(cuts) connections, the steady subscriber \(reference.count)")
@@ -164,15 +140,9 @@ struct EventResumeTests {
         #expect(await collected.gaps == 0)
     }
 
-    final class Flag: Sendable {
-        private let raised = Mutex(true)
-        var isRaised: Bool { raised.withLock { $0 } }
-        func lower() { raised.withLock { $0 = false } }
-    }
-
     @Test("positions: after the newest sends nothing, ahead of it is INVALID_ARGUMENT, older than the oldest kept is OUT_OF_RANGE naming it, and numbers go on after a restart")
     func positionsAndRestart() async throws {
-        let server = try await InProcessServer.launch(config: #"{"events": {"keep_count": 100}}"#)
+        let server = try await InProcessServer.launch(config: #"{"events": {"keep_count": 100, "trim_interval_ms": 50}}"#)
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
         for n in 0..<200 {
@@ -198,13 +168,17 @@ struct EventResumeTests {
         guard case let .status(code, message)? = ahead else { throw UnexpectedResult(expected: "INVALID_ARGUMENT") }
         #expect(code == 3, "INVALID_ARGUMENT: \(message)")
         #expect(message.contains("ahead"), "\(message)")
-        let trimmed = await #expect(throws: ClientError.self) { _ = try await resume(after: 5) }
+        // The trim runs every 50 ms: the newest 100 are kept.
+        var trimmed: ClientError?
+        let deadline = ContinuousClock.now + .seconds(10)
+        while trimmed == nil, ContinuousClock.now < deadline {
+            do { _ = try await resume(after: 5) } catch let error as ClientError { trimmed = error }
+            try await Task.sleep(for: .milliseconds(50))
+        }
         if case let .status(code, message)? = trimmed {
             #expect(code == 11, "OUT_OF_RANGE: \(message)")
-            // Trimmed every 64 events to the newest 100: the oldest kept is
-            // within the newest 100 + 63.
             let oldest = try #require(message.firstMatch(of: /keeps events from (\d+) on/).flatMap { UInt64($0.1) }, "\(message)")
-            #expect(oldest > 6 && oldest >= head - 163 && oldest <= head - 99, "\(message)")
+            #expect(oldest == head - 99, "the newest 100 are kept: \(message)")
             let replayed = try await resume(after: oldest - 1)
             #expect(replayed.map(\.number) == Array(oldest...head), "from the oldest kept number the replay is whole")
         } else {

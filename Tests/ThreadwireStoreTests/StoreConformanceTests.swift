@@ -102,7 +102,7 @@ struct StoreConformanceTests {
         #expect(try await store.threadRecord("t1") == record)
     }
 
-    @Test("a thread's events are kept with its row's change, numbered once each (a number stored again refuses the whole commit), read in order after a position, and trimmed by number and age but never the newest", arguments: Backend.allCases)
+    @Test("a thread's events are kept with its row's change, numbered once each (a number stored again refuses the whole commit), read in order after a position, and trimmed for every thread by count and age but never a thread's newest", arguments: Backend.allCases)
     func keptEvents(_ backend: Backend) async throws {
         let store = try await backend.make()
         func event(_ n: Int64, at: Millis = 5_000) -> StoredEvent { StoredEvent(sequence: n, createdAt: at, bytes: Array("event \(n)".utf8) + [0, 255]) }
@@ -137,12 +137,12 @@ struct StoreConformanceTests {
 
         record.version = 3
         record.eventSequence = 5
-        try await store.commit([.putThread(record), .appendEvents("ev", [event(4), event(5)]),
-                                .trimEvents("ev", below: 3, createdBefore: 0, newest: 5)])
-        #expect(try await store.events("ev", after: 0, limit: 10).map(\.sequence) == [3, 4, 5], "below 3 trimmed")
-        record.version = 4
-        try await store.commit([.putThread(record), .trimEvents("ev", below: 0, createdBefore: 1_000_000, newest: 5)])
-        #expect(try await store.events("ev", after: 0, limit: 10).map(\.sequence) == [5], "all older than the age trimmed, the newest kept")
+        try await store.commit([.putThread(record), .appendEvents("ev", [event(4), event(5)])])
+        // Retention: keep 3 → 3, 4, 5 of ev; ev-other keeps its only (newest) one.
+        #expect(try await store.trimEvents(keep: 3, createdBefore: 0) == 2)
+        #expect(try await store.events("ev", after: 0, limit: 10).map(\.sequence) == [3, 4, 5], "numbered 3 or more below the newest: gone")
+        #expect(try await store.trimEvents(keep: 100, createdBefore: 1_000_000) == 2)
+        #expect(try await store.events("ev", after: 0, limit: 10).map(\.sequence) == [5], "all older than the age gone, the newest kept")
         #expect(try await store.events("ev-other", after: 0, limit: 10).count == 1, "another thread's events untouched")
     }
 

@@ -61,6 +61,39 @@ func startServer(t *testing.T, arguments ...string) string {
 	return strings.TrimSpace(strings.TrimPrefix(line, "threadwire listening on "))
 }
 
+// restartableServer: a fixed free address and a function that starts the
+// real server on it, on one store each time (a restart keeps the threads),
+// with extra environment entries.
+func restartableServer(t *testing.T) (string, func(environment ...string) *exec.Cmd) {
+	t.Helper()
+	binary := os.Getenv("THREADWIRE_SERVER_BIN")
+	if binary == "" {
+		binary = "../../.build/debug/threadwire-server"
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listener.Addr().String()
+	listener.Close()
+	dir := t.TempDir()
+	return addr, func(environment ...string) *exec.Cmd {
+		command := exec.Command(binary, "--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error")
+		command.Env = append(os.Environ(), environment...)
+		stdout, err := command.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := command.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "threadwire listening on ") {
+			t.Fatalf("server did not start: %q %v", line, err)
+		}
+		return command
+	}
+}
+
 func dial(t *testing.T, addr string, opts ...Option) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -372,34 +405,12 @@ func TestExampleRuns(t *testing.T) {
 // applied once: the server is killed (fault point) after the change's
 // commit and before its answer, then restarted on the same port.
 func TestReconnectingClientAppliesAChangeOnce(t *testing.T) {
-	binary := os.Getenv("THREADWIRE_SERVER_BIN")
-	if binary == "" {
-		binary = "../../.build/debug/threadwire-server"
-	}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := listener.Addr().String()
-	listener.Close()
-	dir := t.TempDir()
+	addr, startOn := restartableServer(t)
 	start := func(fault bool) *exec.Cmd {
-		command := exec.Command(binary, "--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error")
-		command.Env = os.Environ()
 		if fault {
-			command.Env = append(command.Env, "THREADWIRE_FAULT_POINTS=idempotency.after-change")
+			return startOn("THREADWIRE_FAULT_POINTS=idempotency.after-change")
 		}
-		stdout, err := command.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := command.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "threadwire listening on ") {
-			t.Fatalf("server did not start: %q %v", line, err)
-		}
-		return command
+		return startOn()
 	}
 	first := start(false)
 	setup := dial(t, addr)
@@ -469,31 +480,7 @@ func TestMutatesMatchesReflection(t *testing.T) {
 // restart on the same port; the subscription hands on every change once,
 // in order, including those made before it connected again.
 func TestResumingSubscriptionOutlivesKill9(t *testing.T) {
-	binary := os.Getenv("THREADWIRE_SERVER_BIN")
-	if binary == "" {
-		binary = "../../.build/debug/threadwire-server"
-	}
-	dir := t.TempDir()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := listener.Addr().String()
-	listener.Close()
-	start := func() *exec.Cmd {
-		command := exec.Command(binary, "--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error")
-		stdout, err := command.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := command.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "threadwire listening on ") {
-			t.Fatalf("server did not start: %q %v", line, err)
-		}
-		return command
-	}
+	addr, start := restartableServer(t)
 	server := start()
 	defer func() { server.Process.Kill(); server.Wait() }()
 	ctx := testContext(t)

@@ -149,6 +149,9 @@ public struct Delivery: Sendable, Equatable {
     public var recipients: [ConnectionID]
     /// The event's number in its thread, when it is kept (`ThreadEvent.isKept`).
     public var threadSequence: Int64?
+    /// Its notification as kept (`EventSink.keptEncoding`): sent as it is
+    /// when no per-delivery field (trace context) is added.
+    public var encoded: [UInt8]?
     /// The trace of the request (or turn) that caused it, taken where the
     /// event is made: its notification carries it (nil with tracing off).
     public var trace: TraceCarrier? = ThreadTracing.currentContext()

@@ -151,28 +151,31 @@ extension ThreadEngine {
 
     /// Numbers the kept events about `record`'s thread among `deliveries`
     /// after its newest, advancing `record.eventSequence`, and returns the
-    /// operations that store them (and trim what retention lets go) with
-    /// the change. The thread's row carries the newest number, so the
-    /// row's compare-and-set and the events' primary key keep the numbers
-    /// from ever repeating, whichever instance commits.
+    /// operation that stores them with the change (retention trims later,
+    /// apart: `trimEvents`). The thread's row carries the newest number, so
+    /// the row's compare-and-set and the events' primary key keep the
+    /// numbers from ever repeating, whichever instance commits. Each
+    /// delivery keeps its encoding, which live subscribers are sent too.
     func numberEvents(_ deliveries: [Delivery], record: inout ThreadRecord) -> (deliveries: [Delivery], operations: [StoreOperation]) {
         var numbered = deliveries
         var kept: [StoredEvent] = []
         let now = nowMillis()
         for index in numbered.indices where numbered[index].event.isKept && numbered[index].event.threadID == record.id {
             record.eventSequence += 1
+            let bytes = sink.keptEncoding(numbered[index].event, threadSequence: record.eventSequence)
             numbered[index].threadSequence = record.eventSequence
-            kept.append(StoredEvent(sequence: record.eventSequence, createdAt: now,
-                                    bytes: sink.keptEncoding(numbered[index].event, threadSequence: record.eventSequence)))
+            numbered[index].encoded = bytes.isEmpty ? nil : bytes
+            kept.append(StoredEvent(sequence: record.eventSequence, createdAt: now, bytes: bytes))
         }
-        guard let first = kept.first?.sequence, let last = kept.last?.sequence else { return (deliveries, []) }
-        var operations: [StoreOperation] = [.appendEvents(record.id, kept)]
+        guard !kept.isEmpty else { return (deliveries, []) }
+        return (numbered, [.appendEvents(record.id, kept)])
+    }
+
+    /// Retention (`EventRetention`): forgets what every thread keeps beyond
+    /// its count or age, never a thread's newest event.
+    public func trimEvents() async throws -> Int {
         let retention = settings.eventRetention
-        if (first - 1) / EventRetention.trimEvery != last / EventRetention.trimEvery {
-            operations.append(.trimEvents(record.id, below: last - retention.count + 1, createdBefore: now - retention.ageMillis,
-                                          newest: last))
-        }
-        return (numbered, operations)
+        return try await store.trimEvents(keep: retention.count, createdBefore: nowMillis() - retention.ageMillis)
     }
 
     /// Unloads a thread whose in-memory state can no longer be trusted (its

@@ -183,8 +183,8 @@ public struct EventRetention: Sendable, Equatable {
     public var count: Int64 = 10_000
     /// ...while younger than this.
     public var ageMillis: Int64 = 24 * 3_600_000
-    /// Trimmed each time a thread's number crosses a multiple of this.
-    public static let trimEvery: Int64 = 64
+    /// How often what is past them is forgotten.
+    public var trimEvery: Duration = .seconds(60)
     public init() {}
 }
 

@@ -31,9 +31,6 @@ public enum StoreOperation: Sendable {
     /// a number stored already fails the commit with
     /// `StoreError.historySequenceTaken` and writes nothing.
     case appendEvents(ThreadID, [StoredEvent])
-    /// Forget a thread's events numbered below `below` or created before
-    /// `createdBefore`, never the one numbered `newest` (retention).
-    case trimEvents(ThreadID, below: Int64, createdBefore: Millis, newest: Int64)
 }
 
 /// One kept event: its number in its thread, when it was committed, and its
@@ -192,6 +189,10 @@ public protocol ThreadStore: Sendable {
     func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)]
     /// Up to `limit` kept events of a thread numbered above `after`, oldest first.
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent]
+    /// Retention, for every thread: forgets the events numbered `keep` or
+    /// more below the thread's newest, and those created before
+    /// `createdBefore`, never a thread's newest. How many it forgot.
+    func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int
     /// Threads with a turn stored as in progress (left by a process that died).
     func threadsWithRunningTurns() async throws -> [ThreadID]
     /// Throws unless a commit would succeed now (disk full, I/O error):

@@ -77,8 +77,6 @@ public actor InMemoryThreadStore: ThreadStore {
                     }
                     events[id, default: [:]][event.sequence] = event
                 }
-            case let .trimEvents(id, below, createdBefore, newest):
-                events[id] = events[id]?.filter { $0.key == newest || ($0.key >= below && $0.value.createdAt >= createdBefore) }
             }
         }
         self.events = events
@@ -147,6 +145,17 @@ public actor InMemoryThreadStore: ThreadStore {
     }
 
     public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { keys[key] }
+
+    public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        var forgotten = 0
+        for (id, kept) in events {
+            let newest = records[id]?.eventSequence ?? 0
+            let left = kept.filter { $0.key >= newest || ($0.key > newest - keep && $0.value.createdAt >= createdBefore) }
+            forgotten += kept.count - left.count
+            events[id] = left
+        }
+        return forgotten
+    }
 
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         Array((events[thread].map { Array($0.values) } ?? []).filter { $0.sequence > after }.sorted { $0.sequence < $1.sequence }.prefix(limit))

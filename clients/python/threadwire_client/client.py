@@ -366,6 +366,15 @@ MUTATING_METHODS = frozenset({
 })
 
 
+def _close_socket(client):
+    """Closes a connection that may be broken already (no shutdown)."""
+    if client is not None:
+        try:
+            client.sock.close()
+        except OSError:
+            pass
+
+
 class RetryPolicy:
     """gRPC's retry policy: up to `max_attempts` in all after UNAVAILABLE
     (14) or a lost connection, with exponential backoff and full jitter."""
@@ -404,11 +413,7 @@ class ReconnectingClient:
         return self.client
 
     def _drop(self):
-        if self.client is not None:
-            try:
-                self.client.sock.close()
-            except OSError:
-                pass
+        _close_socket(self.client)
         self.client = None
 
     def mutates(self, method):
@@ -531,9 +536,5 @@ class ResumingSubscription:
             except (OSError, ConnectionError, StatusError):
                 pass
             finally:
-                if self.client is not None:
-                    try:
-                        self.client.sock.close()
-                    except OSError:
-                        pass
-                    self.client = None
+                _close_socket(self.client)
+                self.client = None
