@@ -141,7 +141,7 @@ enum CommitFunction {
         static let name = "threadwire_thread_updates"
         static let sql = """
             WITH batch AS MATERIALIZED (
-                SELECT r.*, c->>'tree' AS fence_tree, (c->>'epoch')::bigint AS fence_epoch
+                SELECT r.*, c->>'tree' AS fence_tree, (c->>'epoch')::bigint AS fence_epoch, c->'ops'->1 AS kept_events
                 FROM json_array_elements($1::json) c, LATERAL json_populate_record(NULL::threads, c->'ops'->0->'r') r),
             held AS MATERIALIZED (
                 SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') AS fences FROM (
@@ -154,11 +154,10 @@ enum CommitFunction {
                 RETURNING t.id),
             kept AS (
                 INSERT INTO thread_events (thread_id, seq, created_at, record)
-                SELECT u.id, (c->'ops'->1->>'first')::bigint + i.ordinal - 1, (c->'ops'->1->>'at')::bigint, decode(i.item, 'base64')
-                FROM json_array_elements($1::json) c
-                JOIN updated u ON u.id = c->'ops'->0->'r'->>'id'
-                CROSS JOIN LATERAL json_array_elements_text(coalesce(c->'ops'->1->'items', '[]'::json)) WITH ORDINALITY AS i(item, ordinal)
-                WHERE c->'ops'->1->>'k' = 'events')
+                SELECT b.id, (b.kept_events->>'first')::bigint + i.ordinal - 1, (b.kept_events->>'at')::bigint, decode(i.item, 'base64')
+                FROM batch b JOIN updated u ON u.id = b.id
+                CROSS JOIN LATERAL json_array_elements_text(b.kept_events->'items') WITH ORDINALITY AS i(item, ordinal)
+                WHERE b.kept_events->>'k' = 'events')
             SELECT id FROM updated
             """
         let bindings: PostgresBindings
