@@ -140,6 +140,30 @@ struct EventResumeTests {
         #expect(await collected.gaps == 0)
     }
 
+    @Test("a resume refused for its position subscribes nobody and leaves the thread to unload when idle")
+    func refusedResumeUnloads() async throws {
+        let server = try await InProcessServer.launch(arguments: ["--idle-unload-seconds", "0.2"])
+        let creator = try await server.client()
+        let id = try #require(try await creator.startThread().thread?.id)
+        await creator.close()
+        let client = try await server.client()
+        func unloaded() async throws -> Bool {
+            let deadline = ContinuousClock.now + .seconds(10)
+            while ContinuousClock.now < deadline {
+                if try await client.read(id, turns: false).thread?.status?.type == .notLoaded { return true }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return false
+        }
+        #expect(try await unloaded(), "unloaded once its only subscriber left")
+        let refused = await #expect(throws: ClientError.self) {
+            _ = try await client.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: 9)))
+        }
+        guard case let .status(code, _)? = refused else { throw UnexpectedResult(expected: "INVALID_ARGUMENT") }
+        #expect(code == 3)
+        #expect(try await unloaded(), "loaded for the refused resume, then unloaded again")
+    }
+
     @Test("positions: after the newest sends nothing, ahead of it is INVALID_ARGUMENT, older than the oldest kept is OUT_OF_RANGE naming it, and numbers go on after a restart")
     func positionsAndRestart() async throws {
         let server = try await InProcessServer.launch(config: #"{"events": {"keep_count": 100, "trim_interval_ms": 50}}"#)

@@ -85,7 +85,14 @@ extension ThreadEngine {
         return try await withOwner(id) { owner in
             var publications: [Publication] = []
             if let after {
-                publications.append(owner.publisher.ticket(try await keptEvents(of: owner.current.record, after: after).map {
+                let kept: [StoredEvent]
+                do {
+                    kept = try await keptEvents(of: owner.current.record, after: after)
+                } catch {
+                    scheduleUnloadIfIdle(owner)  // loaded for this resume, which subscribed nobody
+                    throw error
+                }
+                publications.append(owner.publisher.ticket(kept.map {
                     Delivery(event: .replayed(id, $0), recipients: [connection], threadSequence: $0.sequence)
                 }))
             }
@@ -125,7 +132,7 @@ extension ThreadEngine {
     func catchUp(_ id: ThreadID, after: Int64, connection: ConnectionID) async throws -> Int64 {
         // Only the thread's owner replays: it is loaded here (claimed) first,
         // so an instance that relays the resume sends nothing itself.
-        try await withOwner(id) { _ in }
+        try await withOwner(id) { owner in scheduleUnloadIfIdle(owner) }
         var position = after
         while true {
             // Loaded here under a lease still held, or the ordered step relays.
