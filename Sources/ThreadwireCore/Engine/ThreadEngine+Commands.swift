@@ -73,10 +73,11 @@ extension ThreadEngine {
         return names
     }
 
-    /// With `after`, the kept events numbered above it are sent first: they
-    /// are read and ticketed under the thread's gate, so every event of a
-    /// later change is published after them and to this connection too, and
-    /// every earlier change's was published to the subscribers it had.
+    /// With `after`, the kept events numbered above it come first: a client
+    /// far behind is caught up outside the thread's gate (`catchUp`), and
+    /// the rest is read and ticketed under it, so every event of a later
+    /// change is published after them and to this connection too, and every
+    /// earlier change's was published to the subscribers it had.
     public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, after: Int64? = nil,
                              connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
