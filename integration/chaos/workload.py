@@ -12,7 +12,9 @@ fail or info line when it ends.
 Subscribers (--subscribers) hold their own connections, subscribed to every
 thread (thread/resume), and record each settings change and turn start they
 hear as a "notice" of their connection: the checker judges the order, the
-uniqueness and the reality of what each connection heard.
+uniqueness and the reality of what each connection heard. A subscriber's
+next connection resumes each thread after the last event number it handled,
+and a number that skips one (a change it never heard) fails the run.
 
 After --duration the workers stop; once the --healed file exists (every
 fault healed, every instance running) the final reads are made and recorded.
@@ -28,7 +30,7 @@ import traceback
 import time
 from pathlib import Path
 
-from threadwire_client import Client, ReconnectingClient, RetryPolicy, StatusError
+from threadwire_client import Client, ReconnectingClient, RetryPolicy, StatusError, notification_thread_id
 
 # Refusals the server remembers under an idempotency key: the change surely
 # was not made. Any other end of an operation leaves it indeterminate.
@@ -177,9 +179,14 @@ def worker(index, args, setup, history, deadline):
 
 def subscriber(index, args, setup, history, deadline):
     """Listens until the deadline, one connection after another: a new one
-    (on the next instance) when one is lost or cannot subscribe."""
+    (on the next instance) when one is lost or cannot subscribe. Each new
+    connection resumes every thread after the last event number this
+    subscriber handled (issue 49), as the clients' ResumingSubscription
+    does: a number heard again is dropped, and a number that skips one is a
+    change this subscriber never heard, which fails the run."""
     connect = connector(args.instances, index + 1)
     connections = 0
+    last = {}  # thread -> the last event number handled
     while time.monotonic() < deadline:
         connections += 1
         name = f"s{index}.{connections}"
@@ -190,14 +197,28 @@ def subscriber(index, args, setup, history, deadline):
             continue
         try:
             for thread in setup["threads"]:
-                client.call("thread/resume", {"thread_id": thread, "exclude_turns": True})
+                params = {"thread_id": thread, "exclude_turns": True}
+                if thread in last:
+                    params["after_thread_sequence"] = last[thread]
+                resumed = client.call("thread/resume", params)
+                last.setdefault(thread, resumed.thread.thread_sequence)
             while time.monotonic() < deadline:
                 try:
                     client._pump(deadline=min(deadline, time.monotonic() + 0.5))
                 except (TimeoutError, socket.timeout):
                     pass
                 while client.notifications:
-                    record_notice(history, name, client.notifications.pop(0))
+                    notification = client.notifications.pop(0)
+                    thread = notification_thread_id(notification)
+                    if notification.HasField("thread_sequence") and thread in last:
+                        number = notification.thread_sequence
+                        if number <= last[thread]:
+                            continue  # heard before this connection
+                        if number != last[thread] + 1:
+                            raise AssertionError(f"subscriber {index} ({name}) heard event {number} of thread {thread} "
+                                                 f"after {last[thread]}: the events between were never heard")
+                        last[thread] = number
+                    record_notice(history, name, notification)
         except (OSError, StatusError):
             time.sleep(0.1)  # lost, or refused while an instance is cut off: try the next one
         finally:
