@@ -295,15 +295,17 @@ struct ContextTests {
         #expect(second.last?.text == "and also this")
 
         // A model that answers without tool calls while input waits gets one more request.
-        let slow = try await client.startTurn(id, "#sleep 3000\nslow")
+        // Ten seconds of model: the steer lands while it thinks, also when
+        // the suite's other tests hold the cores (fresh-clone run 55: 3 s passed first).
+        let slow = try await client.startTurn(id, "#sleep 10000\nslow")
         // Steer only once the first request is out; earlier, the input would join that request.
         for _ in 0..<3000 {
             if try await client.read(id).thread?.turns.first(where: { $0.id == slow })?.modelRequests.count == 1 { break }
             try await Task.sleep(for: .milliseconds(5))
         }
         _ = try await Self.steer(client, id, slow, "while it thinks")
-        let answered = try await client.waitForTurn(id, slow)
-        #expect(answered.items.compactMap(\.text) == ["#sleep 3000\nslow", "while it thinks", "echo: slow", "echo: while it thinks"])
+        let answered = try await client.waitForTurn(id, slow, timeout: .seconds(40))
+        #expect(answered.items.compactMap(\.text) == ["#sleep 10000\nslow", "while it thinks", "echo: slow", "echo: while it thinks"])
         #expect(answered.modelRequests.count == 2)
 
         await expectStatus(9, mentioning: "has ended (completed)") { _ = try await Self.steer(client, id, turn, "too late") }
