@@ -47,7 +47,7 @@ extension Wire.Request.Params {
              .turnSteer, .threadImport:
             true
         case .initialize, .healthCheck, .reflectionDescriptors, .threadRead, .threadList, .threadTurnsList, .mcpServerList,
-             .modelList:
+             .modelList, .threadSubscribe:
             false
         }
     }

@@ -66,8 +66,14 @@ public final class EventKeeper: Service, Sendable {
             while !Task.isCancelled {
                 try? await Task.sleep(for: period)
                 do {
+                    let started = ContinuousClock.now
                     let forgotten = try await self.engine.trimEvents()
-                    if forgotten > 0 { self.logger.debug("forgot old thread events", metadata: ["tw.events": "\(forgotten)"]) }
+                    let took = ContinuousClock.now - started
+                    // The pass holds the store's writer: its length is what commits waited.
+                    self.logger.debug("trimmed old thread events", metadata: [
+                        "tw.events": "\(forgotten)",
+                        "tw.duration_ms": "\(took.components.seconds * 1000 + took.components.attoseconds / 1_000_000_000_000_000)",
+                    ])
                 } catch where !Task.isCancelled {
                     self.logger.warning("old thread events not trimmed", metadata: ["tw.error": "\(error)"])
                 } catch {}

@@ -415,9 +415,11 @@ final class Connection: ReadGate, Sendable {
         }
     }
 
-    /// Request `requestID` is resolved: a connection that was sent it hears so.
+    /// Request `requestID` is resolved: it can no longer be answered from
+    /// here, and the connection hears so (a kept event of the thread, sent
+    /// to its every subscriber, whether or not it was sent the request).
     func resolved(_ threadID: ThreadID, requestID: String, _ outcome: ServerRequestOutcome, threadSequence: UInt64? = nil) {
-        guard offered.withLockedValue({ $0.removeValue(forKey: requestID) }) != nil else { return }
+        offered.withLockedValue { _ = $0.removeValue(forKey: requestID) }
         notify(Wire.EncodedNotification(
             .serverRequestResolved(Wire.ServerRequestResolvedNotification(threadId: threadID, requestId: requestID, outcome: outcome.wire)),
             threadSequence: threadSequence))

@@ -34,7 +34,7 @@ final class ConnectionRegistry: EventSink, Sendable {
                 // Each connection decides whether it is eligible (its capabilities).
                 for connection in targets { connection.offer(request) }
             case let .serverRequestResolved(threadID, requestID, outcome):
-                // Only connections that were sent the request hear it resolved.
+                // Each connection that was sent the request forgets it.
                 for connection in targets {
                     connection.resolved(threadID, requestID: requestID, outcome, threadSequence: delivery.threadSequence.map(UInt64.init))
                 }

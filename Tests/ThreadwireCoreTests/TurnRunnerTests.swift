@@ -56,6 +56,7 @@ struct TurnRunnerTests {
         func afterFinish(_ owner: ThreadOwner) {}
         func finishEvents(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery] { [] }
         func requestRecipients(_ owner: ThreadOwner) -> [ConnectionID] { [] }
+        func resolutionRecipients(_ owner: ThreadOwner) -> [ConnectionID] { [] }
         func grantForTree(root: ThreadID, tool: String) async {}
         func executeTool(_ owner: ThreadOwner, _ caller: StoredThread, turnIndex: Int, name: String, arguments: String,
                          offered: [ToolSpec]) async -> ThreadEngine.ToolResult {

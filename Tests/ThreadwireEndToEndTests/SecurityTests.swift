@@ -214,6 +214,7 @@ struct SecurityTests {
         func calls(_ id: String) -> [(String, Wire.Request.Params)] {
             [
                 ("thread/resume", .threadResume(Wire.ThreadResumeParams(threadId: id))),
+                ("thread/subscribe", .threadSubscribe(Wire.ThreadSubscribeParams(threadId: id))),
                 ("thread/fork", .threadFork(Wire.ThreadForkParams(threadId: id))),
                 ("thread/read", .threadRead(Wire.ThreadReadParams(threadId: id))),
                 ("thread/read turns", .threadRead(Wire.ThreadReadParams(threadId: id, includeTurns: true))),

@@ -221,4 +221,87 @@ struct EventResumeTests {
             Issue.record("expected thread/settings/updated, got \(after)")
         }
     }
+
+    actor Requests {
+        var received: [Wire.ServerRequest] = []
+        func add(_ request: Wire.ServerRequest) { received.append(request) }
+    }
+
+    /// A client that declares every kind of server request, its requests collected.
+    static func participant(_ server: InProcessServer) async throws -> (ThreadwireClient, Requests) {
+        let client = try await server.client(initialize: false)
+        try await client.initialize(name: "ide", authToken: server.token, clientTools: true, approvals: true, userInput: true)
+        let requests = Requests()
+        Task { for await request in client.serverRequests { await requests.add(request) } }
+        return (client, requests)
+    }
+
+    @Test("thread/subscribe: a watcher hears the kept events after its position, then live ones, is sent none of the thread's server requests (a resumed client is), and changes nothing")
+    func subscribeWatches() async throws {
+        let server = try await InProcessServer.launch()
+        let (ide, ideRequests) = try await Self.participant(server)
+        var params = Wire.ThreadStartParams(model: "watched-model", approvalPolicy: .onRequest)
+        params.clientTools = [Wire.ToolSpec(name: "grep", description: "Searches.", parametersJsonSchema: #"{"type":"object"}"#,
+                                            requiresApproval: true)]
+        let id = try #require(try await ide.startThread(params).thread?.id)
+        _ = try await ide.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "watched-model-2"))
+        let turnID = try await ide.startTurn(id, #"#tool grep {"pattern":"x"}"#)
+        let approval = try await waitFor("the approval at the IDE") { await ideRequests.received.first }
+
+        // The watcher declares every server request too: only thread/subscribe keeps it from them.
+        let (watcher, watcherRequests) = try await Self.participant(server)
+        let watched = Inbox(watcher)
+        guard case let .threadSubscribe(subscribed) = try await watcher.result(.threadSubscribe(Wire.ThreadSubscribeParams(
+            threadId: id, afterThreadSequence: 1))) else { throw UnexpectedResult(expected: "thread/subscribe") }
+        let head = try #require(subscribed.thread?.threadSequence)
+        #expect(subscribed.thread?.turns.isEmpty == true, "a subscription returns no turns")
+        #expect(subscribed.settings?.model == "watched-model-2")
+        let replayed = try await watched.kept(of: id, through: head)
+        #expect(replayed.map(\.number) == Array(2...head), "the kept events after 1: \(replayed)")
+
+        let (resumer, resumerRequests) = try await Self.participant(server)
+        _ = try await resumer.resume(id)
+        let offered = try await waitFor("the approval offered to the resumed client") { await resumerRequests.received.first }
+        #expect(offered.id == approval.id)
+
+        try await ide.answer(Wire.ServerRequestAnswer(id: approval.id, code: 0,
+                                                      result: .itemToolRequestApproval(Wire.ApprovalResult(decision: .approve))))
+        let run = try await waitFor("the tool call at the IDE") { await ideRequests.received.dropFirst().first }
+        guard case .itemToolCall? = run.params else { throw UnexpectedResult(expected: "item/tool/call") }
+        try await ide.answer(Wire.ServerRequestAnswer(id: run.id, code: 0, result: .itemToolCall(Wire.ToolCallResult(output: "1 match"))))
+        _ = try await watched.waitFor("turn/completed, live, at the watcher") {
+            if case let .turnCompleted(n) = $0 { n.turn?.id == turnID } else { false }
+        }
+        // A server request sent to the watcher would have come before turn/completed on its connection.
+        let sentToWatcher = await watcherRequests.received.map(\.id)
+        #expect(sentToWatcher.isEmpty, "the watcher was sent \(sentToWatcher)")
+        let sentToResumer = await resumerRequests.received.map(\.id)
+        #expect(sentToResumer.contains(run.id), "the resumed client is a participant: sent the tool call too, got \(sentToResumer)")
+        let after = try await ide.read(id)
+        #expect(after.settings?.model == "watched-model-2", "subscribing took no model")
+        let newest = try #require(after.thread?.threadSequence)
+        let all = try await watched.kept(of: id, through: newest)
+        #expect(all.map(\.number) == Array(2...newest), "replayed, then live, no gap and none twice")
+
+        let ahead = await #expect(throws: ClientError.self) {
+            _ = try await watcher.result(.threadSubscribe(Wire.ThreadSubscribeParams(threadId: id, afterThreadSequence: newest + 5)))
+        }
+        guard case let .status(code, _)? = ahead else { throw UnexpectedResult(expected: "INVALID_ARGUMENT") }
+        #expect(code == 3)
+        let missing = await #expect(throws: ClientError.self) {
+            _ = try await watcher.result(.threadSubscribe(Wire.ThreadSubscribeParams(threadId: "no-such-thread")))
+        }
+        guard case let .status(missingCode, _)? = missing else { throw UnexpectedResult(expected: "NOT_FOUND") }
+        #expect(missingCode == 5)
+    }
+}
+
+/// Polls `body` until it returns a value.
+func waitFor<T>(_ what: String, timeout: Duration = .seconds(10), _ body: () async throws -> T?) async throws -> T {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if let value = try await body() { return value }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    throw UnexpectedResult(expected: "\(what) within \(timeout)")
 }

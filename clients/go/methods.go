@@ -260,6 +260,18 @@ func (c *Client) ThreadImport(ctx context.Context, params *pb.ThreadImportParams
 	return response.GetThreadImport(), nil
 }
 
+// ThreadSubscribe calls "thread/subscribe". A nil params sends an empty message.
+func (c *Client) ThreadSubscribe(ctx context.Context, params *pb.ThreadSubscribeParams) (*pb.ThreadSubscribeResult, error) {
+	if params == nil {
+		params = &pb.ThreadSubscribeParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadSubscribe{ThreadSubscribe: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadSubscribe(), nil
+}
+
 // TurnStart calls "turn/start". A nil params sends an empty message.
 func (c *Client) TurnStart(ctx context.Context, params *pb.TurnStartParams) (*pb.TurnStartResult, error) {
 	if params == nil {
@@ -341,6 +353,8 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/name/set"
 	case *pb.Request_ThreadImport:
 		return "thread/import"
+	case *pb.Request_ThreadSubscribe:
+		return "thread/subscribe"
 	case *pb.Request_TurnStart:
 		return "turn/start"
 	case *pb.Request_TurnInterrupt:

@@ -71,6 +71,7 @@ local METHODS = {
   [35] = "thread/rollback",
   [36] = "thread/name/set",
   [37] = "thread/import",
+  [38] = "thread/subscribe",
   [40] = "turn/start",
   [41] = "turn/interrupt",
   [42] = "turn/steer",

@@ -81,6 +81,26 @@ extension ThreadEngine {
     public func resumeThread(_ id: ThreadID, model: String?, excludeTurns: Bool, after: Int64? = nil,
                              connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
+        return try await join(id, after: after, connection: connection, watching: false) { owner in
+            guard let model, model != owner.current.record.model else { return [] }
+            var next = owner.current
+            next.record.model = model
+            return try await install(owner, next, [.putThread(next.record.bumped())], events: [
+                Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: owner.subscribers)])
+        } view: { ThreadView(stored: $0, includeTurns: !excludeTurns) }
+    }
+
+    /// thread/subscribe: the events of a resume and nothing else, so a
+    /// watcher neither changes the thread nor is offered what only a
+    /// participant answers.
+    public func subscribeThread(_ id: ThreadID, after: Int64? = nil, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+        try await join(id, after: after, connection: connection, watching: true) { _ in [] }
+            view: { ThreadView(stored: $0, includeTurns: false) }
+    }
+
+    private func join(_ id: ThreadID, after: Int64?, connection: ConnectionID, watching: Bool,
+                      change: (ThreadOwner) async throws -> [Delivery],
+                      view: (StoredThread) -> ThreadView) async throws -> Outcome<ThreadView> {
         var after = after
         if let position = after { after = try await catchUp(id, after: position, connection: connection) }
         return try await withOwner(id) { owner in
@@ -99,7 +119,9 @@ extension ThreadEngine {
             }
             // A message streaming now: its text so far, then live.
             if let stream = owner.messageStream {
-                publications.append(stream.join(connection))
+                publications.append(stream.join(connection, watching: watching))
+            } else if watching {
+                owner.watch(connection)
             } else {
                 owner.subscribe(connection)
             }
@@ -108,17 +130,12 @@ extension ThreadEngine {
             // What the turn waits for is offered to the new subscriber too,
             // and at a root, what its children wait for.
             var offered = Set<String>()
-            for request in pendingRequests(owner.current) + treeRequests.requests(root: id) where offered.insert(request.id).inserted {
+            for request in pendingRequests(owner.current) + treeRequests.requests(root: id)
+            where !watching && offered.insert(request.id).inserted {
                 deliveries.append(Delivery(event: .serverRequest(request), recipients: [connection]))
             }
-            if let model, model != owner.current.record.model {
-                var next = owner.current
-                next.record.model = model
-                deliveries += try await install(owner, next, [.putThread(next.record.bumped())], events: [
-                    Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: owner.subscribers)])
-            }
-            return Outcome(ThreadView(stored: owner.current, includeTurns: !excludeTurns),
-                           publications: publications + [owner.publisher.ticket(deliveries)])
+            deliveries += try await change(owner)
+            return Outcome(view(owner.current), publications: publications + [owner.publisher.ticket(deliveries)])
         }
     }
 

@@ -24,6 +24,10 @@ final class ThreadOwner: @unchecked Sendable {
 
     private struct Subscriptions {
         var current: Set<ConnectionID> = []
+        /// Of `current`, those that only watch (thread/subscribe): they hear
+        /// every event and are sent no server request, which only a
+        /// participant (thread/resume, turn/start, ...) answers.
+        var watching: Set<ConnectionID> = []
         /// Connections that unsubscribed; they hear thread/closed.
         var former: Set<ConnectionID> = []
     }
@@ -36,10 +40,21 @@ final class ThreadOwner: @unchecked Sendable {
 
     var subscribers: [ConnectionID] { subscriptions.withLock { Array($0.current) } }
     var formerSubscribers: [ConnectionID] { subscriptions.withLock { Array($0.former) } }
+    /// The subscribers a server request goes to.
+    var participants: [ConnectionID] { subscriptions.withLock { Array($0.current.subtracting($0.watching)) } }
 
     func subscribe(_ connection: ConnectionID) {
         subscriptions.withLock {
             $0.current.insert(connection)
+            $0.watching.remove(connection)
+            $0.former.remove(connection)
+        }
+    }
+
+    /// Subscribes a watcher; a participant already subscribed stays one.
+    func watch(_ connection: ConnectionID) {
+        subscriptions.withLock {
+            if $0.current.insert(connection).inserted { $0.watching.insert(connection) }
             $0.former.remove(connection)
         }
     }
@@ -55,6 +70,7 @@ final class ThreadOwner: @unchecked Sendable {
     func unsubscribe(_ connection: ConnectionID) -> Bool {
         subscriptions.withLock {
             guard $0.current.remove(connection) != nil else { return false }
+            $0.watching.remove(connection)
             $0.former.insert(connection)
             return true
         }
@@ -64,6 +80,7 @@ final class ThreadOwner: @unchecked Sendable {
     func forget(_ connection: ConnectionID) -> Bool {
         subscriptions.withLock {
             let was = $0.current.remove(connection) != nil
+            $0.watching.remove(connection)
             return $0.former.remove(connection) != nil || was
         }
     }

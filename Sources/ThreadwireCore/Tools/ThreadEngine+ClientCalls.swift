@@ -7,8 +7,15 @@ extension ThreadEngine {
     /// Who is asked: the thread's subscribers and its tree root's.
     func requestRecipients(_ owner: ThreadOwner) -> [ConnectionID] {
         let root = owner.current.record.sessionID
-        guard root != owner.id, let rootOwner = directory.existing(root) else { return owner.subscribers }
-        return Array(Set(owner.subscribers).union(rootOwner.subscribers))
+        guard root != owner.id, let rootOwner = directory.existing(root) else { return owner.participants }
+        return Array(Set(owner.participants).union(rootOwner.participants))
+    }
+
+    /// server_request/resolved is a kept event of the thread: every
+    /// subscriber hears it (as it would in a replay), and so does whoever
+    /// was sent the request.
+    func resolutionRecipients(_ owner: ThreadOwner) -> [ConnectionID] {
+        Array(Set(owner.subscribers).union(requestRecipients(owner)))
     }
 
 

@@ -203,7 +203,7 @@ extension TurnRunner {
               let index = state.turns[at].items.firstIndex(where: { $0.id == request.kind.itemID }) else { return .stopped }
         var next = state
         let resolved = Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, answer == nil ? .timedOut : .answered),
-                                recipients: engine.requestRecipients(owner))
+                                recipients: engine.resolutionRecipients(owner))
 
         // An approved call goes on to whoever runs it.
         if case let .approval(itemID, tool, arguments, callID, source, _) = request.kind, source == .client,

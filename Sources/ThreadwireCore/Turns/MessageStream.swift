@@ -38,9 +38,9 @@ final class MessageStream: Sendable {
     /// or sent to it live: the item's item/started again with its text so
     /// far as one delta (a client that had part of it replaces that part),
     /// then the live deltas. Ticketed here, before any later piece.
-    func join(_ connection: ConnectionID) -> Publication {
+    func join(_ connection: ConnectionID, watching: Bool = false) -> Publication {
         state.withLock { state in
-            owner.subscribe(connection)
+            if watching { owner.watch(connection) } else { owner.subscribe(connection) }
             guard state.open, state.started else { return owner.publisher.ticket([]) }
             return owner.publisher.ticket([
                 Delivery(event: .itemStarted(owner.id, turnID, ItemRecord(id: itemID, type: .agentMessage, text: "")), recipients: [connection]),

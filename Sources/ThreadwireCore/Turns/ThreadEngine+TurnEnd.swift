@@ -60,7 +60,7 @@ extension ThreadEngine {
             if let item = next.turns[index].items.first(where: { $0.id == request.kind.itemID }) {
                 events.append(Delivery(event: .itemCompleted(owner.id, next.turns[index].id, item), recipients: owner.subscribers))
             }
-            events.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: requestRecipients(owner)))
+            events.append(Delivery(event: .serverRequestResolved(owner.id, requestID: request.id, .withdrawn), recipients: resolutionRecipients(owner)))
         }
         let deliveries = try await install(owner, next, operations, events: events + finishEvents(owner, next.turns[index]))
         for request in withdrawn {

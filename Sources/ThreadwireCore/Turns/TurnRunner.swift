@@ -35,6 +35,8 @@ protocol TurnEngine: AnyObject, Sendable {
     func finishEvents(_ owner: ThreadOwner, _ turn: TurnRecord) -> [Delivery]
     /// Who is asked a thread's server requests: its subscribers and its tree root's.
     func requestRecipients(_ owner: ThreadOwner) -> [ConnectionID]
+    /// Who hears that a request was resolved.
+    func resolutionRecipients(_ owner: ThreadOwner) -> [ConnectionID]
     /// Records that a client approved `tool` for the rest of root's agent tree.
     func grantForTree(root: ThreadID, tool: String) async
     /// Runs a collaboration tool of the phase `inCommit` (gate held).

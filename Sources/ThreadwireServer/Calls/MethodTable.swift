@@ -19,6 +19,8 @@ enum MethodTable {
                     mutates: true, run: ThreadHandlers.start),
             .method("thread/resume", params: { if case let .threadResume(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.resume),
+            .method("thread/subscribe", params: { if case let .threadSubscribe(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: false, run: ThreadHandlers.subscribe),
             .method("thread/fork", params: { if case let .threadFork(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.fork),
             .method("thread/read", params: { if case let .threadRead(p) = $0 { p } else { nil } },

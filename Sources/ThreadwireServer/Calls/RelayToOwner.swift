@@ -164,6 +164,7 @@ enum RelayToOwner {
     static func track(_ params: Wire.Request.Params, _ response: Wire.Response, _ upstream: Upstream) {
         switch (params, response.result) {
         case let (.threadResume(p), _): upstream.subscribed(p.threadId.map { [$0] } ?? [])
+        case let (.threadSubscribe(p), _): upstream.subscribed(p.threadId.map { [$0] } ?? [])
         // A repeated keyed thread/start or fork is relayed to the thread's owner.
         case let (.threadStart, .threadStart(result)?), let (.threadFork, .threadFork(result)?):
             upstream.subscribed(result.thread?.id.map { [$0] } ?? [])

@@ -44,6 +44,14 @@ enum ThreadHandlers {
         }
     }
 
+    @Sendable static func subscribe(_ p: Wire.ThreadSubscribeParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.subscribeThread(try call.target(), after: p.afterThreadSequence.map { Int64(clamping: $0) },
+                                                            connection: call.connection.id)
+        let view = outcome.value
+        let thread = view.wire(baseInstructions: call.baseInstructions(view.record))
+        return Outcome(.threadSubscribe(Wire.ThreadSubscribeResult(thread: thread, settings: view.settings.wire)), carrying: outcome)
+    }
+
     @Sendable static func fork(_ p: Wire.ThreadForkParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
         try await lifecycle(call, wrap: { .threadFork($0) }) {
             try await call.engine.forkThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)

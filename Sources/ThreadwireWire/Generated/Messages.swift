@@ -6353,6 +6353,166 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadSubscribeParams: Sendable, Equatable {
+    public var threadId: String?
+    public var afterThreadSequence: UInt64?
+
+    public init() {
+      self.threadId = nil
+      self.afterThreadSequence = nil
+    }
+
+    public init(threadId: String? = nil, afterThreadSequence: UInt64? = nil) {
+      self.threadId = threadId
+      self.afterThreadSequence = afterThreadSequence
+    }
+  }
+}
+
+extension Wire.ThreadSubscribeParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadSubscribeParams"
+  typealias CMessage = Threadwire__V1__ThreadSubscribeParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadSubscribeParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.has_after_thread_sequence != 0 { self.afterThreadSequence = c.pointee.after_thread_sequence }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadSubscribeParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.afterThreadSequence { c.has_after_thread_sequence = 1; c.after_thread_sequence = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_subscribe_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_subscribe_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSubscribeParams()
+      threadwire__v1__thread_subscribe_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_subscribe_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_subscribe_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = afterThreadSequence { object.append(("after_thread_sequence", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "after_thread_sequence", "afterThreadSequence": self.afterThreadSequence = try value.uint64Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadSubscribeResult: Sendable, Equatable {
+    public var thread: Wire.Thread?
+    public var settings: Wire.ThreadSettings?
+
+    public init() {
+      self.thread = nil
+      self.settings = nil
+    }
+
+    public init(thread: Wire.Thread? = nil, settings: Wire.ThreadSettings? = nil) {
+      self.thread = thread
+      self.settings = settings
+    }
+  }
+}
+
+extension Wire.ThreadSubscribeResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadSubscribeResult"
+  typealias CMessage = Threadwire__V1__ThreadSubscribeResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadSubscribeResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread {
+      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+    }
+    if let v = c.pointee.settings {
+      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadSubscribeResult, arena: inout CodecArena) {
+    if let v = self.thread { c.thread = arena.message(v, Threadwire__V1__Thread(), threadwire__v1__thread__init) }
+    if let v = self.settings { c.settings = arena.message(v, Threadwire__V1__ThreadSettings(), threadwire__v1__thread_settings__init) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_subscribe_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_subscribe_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadSubscribeResult()
+      threadwire__v1__thread_subscribe_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_subscribe_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_subscribe_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = thread { object.append(("thread", v.jsonValue())) }
+    if let v = settings { object.append(("settings", v.jsonValue())) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread": self.thread = try Wire.Thread(json: value, path: keyPath)
+      case "settings": self.settings = try Wire.ThreadSettings(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ThreadForkParams: Sendable, Equatable {
     public var threadId: String?
     public var model: String?
@@ -9375,6 +9535,7 @@ extension Wire {
       case threadRollback(Wire.ThreadRollbackParams)
       case threadNameSet(Wire.ThreadNameSetParams)
       case threadImport(Wire.ThreadImportParams)
+      case threadSubscribe(Wire.ThreadSubscribeParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
       case turnSteer(Wire.TurnSteerParams)
@@ -9403,6 +9564,7 @@ extension Wire {
         case .threadRollback: return "thread_rollback"
         case .threadNameSet: return "thread_name_set"
         case .threadImport: return "thread_import"
+        case .threadSubscribe: return "thread_subscribe"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
@@ -9433,13 +9595,14 @@ extension Wire {
         case .threadRollback: return "thread/rollback"
         case .threadNameSet: return "thread/name/set"
         case .threadImport: return "thread/import"
+        case .threadSubscribe: return "thread/subscribe"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -9465,6 +9628,7 @@ extension Wire {
         case "thread_rollback", "threadRollback": return .threadRollback(try Wire.ThreadRollbackParams(json: json, path: path))
         case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetParams(json: json, path: path))
         case "thread_import", "threadImport": return .threadImport(try Wire.ThreadImportParams(json: json, path: path))
+        case "thread_subscribe", "threadSubscribe": return .threadSubscribe(try Wire.ThreadSubscribeParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerParams(json: json, path: path))
@@ -9549,6 +9713,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadNameSet(try Wire.ThreadNameSetParams(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
     case 37:
       do throws(WireError) { self.params = .threadImport(try Wire.ThreadImportParams(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
+    case 38:
+      do throws(WireError) { self.params = .threadSubscribe(try Wire.ThreadSubscribeParams(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -9631,6 +9797,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadImport(let v)?:
       c.params_case = .init(rawValue: 37)
       c.thread_import = arena.message(v, Threadwire__V1__ThreadImportParams(), threadwire__v1__thread_import_params__init)
+    case .threadSubscribe(let v)?:
+      c.params_case = .init(rawValue: 38)
+      c.thread_subscribe = arena.message(v, Threadwire__V1__ThreadSubscribeParams(), threadwire__v1__thread_subscribe_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -9698,6 +9867,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadRollback(let v)?: object.append(("thread_rollback", v.jsonValue()))
     case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
     case .threadImport(let v)?: object.append(("thread_import", v.jsonValue()))
+    case .threadSubscribe(let v)?: object.append(("thread_subscribe", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
@@ -9715,7 +9885,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -9753,6 +9923,7 @@ extension Wire {
       case threadRollback(Wire.ThreadRollbackResult)
       case threadNameSet(Wire.ThreadNameSetResult)
       case threadImport(Wire.ThreadImportResult)
+      case threadSubscribe(Wire.ThreadSubscribeResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
       case turnSteer(Wire.TurnSteerResult)
@@ -9781,6 +9952,7 @@ extension Wire {
         case .threadRollback: return "thread_rollback"
         case .threadNameSet: return "thread_name_set"
         case .threadImport: return "thread_import"
+        case .threadSubscribe: return "thread_subscribe"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
@@ -9811,13 +9983,14 @@ extension Wire {
         case .threadRollback: return "thread/rollback"
         case .threadNameSet: return "thread/name/set"
         case .threadImport: return "thread/import"
+        case .threadSubscribe: return "thread/subscribe"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -9843,6 +10016,7 @@ extension Wire {
         case "thread_rollback", "threadRollback": return .threadRollback(try Wire.ThreadRollbackResult(json: json, path: path))
         case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetResult(json: json, path: path))
         case "thread_import", "threadImport": return .threadImport(try Wire.ThreadImportResult(json: json, path: path))
+        case "thread_subscribe", "threadSubscribe": return .threadSubscribe(try Wire.ThreadSubscribeResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerResult(json: json, path: path))
@@ -9919,6 +10093,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadNameSet(try Wire.ThreadNameSetResult(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
     case 37:
       do throws(WireError) { self.result = .threadImport(try Wire.ThreadImportResult(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
+    case 38:
+      do throws(WireError) { self.result = .threadSubscribe(try Wire.ThreadSubscribeResult(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -9997,6 +10173,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadImport(let v)?:
       c.result_case = .init(rawValue: 37)
       c.thread_import = arena.message(v, Threadwire__V1__ThreadImportResult(), threadwire__v1__thread_import_result__init)
+    case .threadSubscribe(let v)?:
+      c.result_case = .init(rawValue: 38)
+      c.thread_subscribe = arena.message(v, Threadwire__V1__ThreadSubscribeResult(), threadwire__v1__thread_subscribe_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -10063,6 +10242,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadRollback(let v)?: object.append(("thread_rollback", v.jsonValue()))
     case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
     case .threadImport(let v)?: object.append(("thread_import", v.jsonValue()))
+    case .threadSubscribe(let v)?: object.append(("thread_subscribe", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
@@ -10079,7 +10259,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

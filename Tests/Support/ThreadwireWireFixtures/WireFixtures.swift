@@ -557,6 +557,20 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadSubscribeParams(_ variant: Int) -> Wire.ThreadSubscribeParams {
+        var message = Wire.ThreadSubscribeParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.afterThreadSequence = UInt64(9223372036854775810)
+        return message
+    }
+
+    public static func ThreadSubscribeResult(_ variant: Int) -> Wire.ThreadSubscribeResult {
+        var message = Wire.ThreadSubscribeResult()
+        message.thread = Thread(0)
+        message.settings = ThreadSettings(0)
+        return message
+    }
+
     public static func ThreadForkParams(_ variant: Int) -> Wire.ThreadForkParams {
         var message = Wire.ThreadForkParams()
         message.threadId = "thread_id héllo ✓ 0"
@@ -827,7 +841,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 24 {
+        switch variant % 25 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -849,8 +863,9 @@ public enum WireFixtures {
         case 18: message.params = .threadRollback(ThreadRollbackParams(0))
         case 19: message.params = .threadNameSet(ThreadNameSetParams(0))
         case 20: message.params = .threadImport(ThreadImportParams(0))
-        case 21: message.params = .turnStart(TurnStartParams(0))
-        case 22: message.params = .turnInterrupt(TurnInterruptParams(0))
+        case 21: message.params = .threadSubscribe(ThreadSubscribeParams(0))
+        case 22: message.params = .turnStart(TurnStartParams(0))
+        case 23: message.params = .turnInterrupt(TurnInterruptParams(0))
         default: message.params = .turnSteer(TurnSteerParams(0))
         }
         return message
@@ -861,7 +876,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 24 {
+        switch variant % 25 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -883,8 +898,9 @@ public enum WireFixtures {
         case 18: message.result = .threadRollback(ThreadRollbackResult(0))
         case 19: message.result = .threadNameSet(ThreadNameSetResult(0))
         case 20: message.result = .threadImport(ThreadImportResult(0))
-        case 21: message.result = .turnStart(TurnStartResult(0))
-        case 22: message.result = .turnInterrupt(TurnInterruptResult(0))
+        case 21: message.result = .threadSubscribe(ThreadSubscribeResult(0))
+        case 22: message.result = .turnStart(TurnStartResult(0))
+        case 23: message.result = .turnInterrupt(TurnInterruptResult(0))
         default: message.result = .turnSteer(TurnSteerResult(0))
         }
         return message
@@ -982,6 +998,8 @@ public enum WireFixtures {
         ("McpServerListResult#0", { try roundTrip(McpServerListResult(0)) }),
         ("ThreadLifecycleResult#0", { try roundTrip(ThreadLifecycleResult(0)) }),
         ("ThreadResumeParams#0", { try roundTrip(ThreadResumeParams(0)) }),
+        ("ThreadSubscribeParams#0", { try roundTrip(ThreadSubscribeParams(0)) }),
+        ("ThreadSubscribeResult#0", { try roundTrip(ThreadSubscribeResult(0)) }),
         ("ThreadForkParams#0", { try roundTrip(ThreadForkParams(0)) }),
         ("ThreadReadParams#0", { try roundTrip(ThreadReadParams(0)) }),
         ("ThreadReadResult#0", { try roundTrip(ThreadReadResult(0)) }),
@@ -1045,6 +1063,7 @@ public enum WireFixtures {
         ("Request#21", { try roundTrip(Request(21)) }),
         ("Request#22", { try roundTrip(Request(22)) }),
         ("Request#23", { try roundTrip(Request(23)) }),
+        ("Request#24", { try roundTrip(Request(24)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1069,6 +1088,7 @@ public enum WireFixtures {
         ("Response#21", { try roundTrip(Response(21)) }),
         ("Response#22", { try roundTrip(Response(22)) }),
         ("Response#23", { try roundTrip(Response(23)) }),
+        ("Response#24", { try roundTrip(Response(24)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

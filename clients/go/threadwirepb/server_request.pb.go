@@ -4,9 +4,11 @@
 // tool), or the server may need a client's decision (an approval) or a user's
 // words (user input). The server then sends an Envelope carrying a
 // ServerRequest to every eligible connection: one that declared the method in
-// initialize (Capabilities), is subscribed to the thread, and acts as the
-// thread's principal. The first valid ServerRequestAnswer counts; every
-// connection that was sent the request then gets server_request/resolved.
+// initialize (Capabilities), is subscribed to the thread as a participant
+// (not only through thread/subscribe), and acts as the thread's principal.
+// The first valid ServerRequestAnswer counts; every connection that was sent
+// the request, and every subscriber of the thread, then gets
+// server_request/resolved (a kept event, numbered and replayed like others).
 // A late, duplicate or invalid answer changes nothing: its sender gets
 // server_request/resolved with answer_refused saying why.
 //

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[28] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[29] =
 {
   {
     "id",
@@ -580,6 +580,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_subscribe",
+    38,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_subscribe),
+    &threadwire__v1__thread_subscribe_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -637,22 +649,23 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   22,   /* field[22] = thread_rollback */
   15,   /* field[15] = thread_settings_update */
   7,   /* field[7] = thread_start */
+  25,   /* field[25] = thread_subscribe */
   18,   /* field[18] = thread_tools_update */
   17,   /* field[17] = thread_turns_list */
   13,   /* field[13] = thread_unarchive */
   14,   /* field[14] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  26,   /* field[26] = turn_interrupt */
-  25,   /* field[25] = turn_start */
-  27,   /* field[27] = turn_steer */
+  27,   /* field[27] = turn_interrupt */
+  26,   /* field[26] = turn_start */
+  28,   /* field[28] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 40, 25 },
-  { 0, 28 }
+  { 40, 26 },
+  { 0, 29 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -662,14 +675,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  28,
+  29,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   4,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[27] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[28] =
 {
   {
     "id",
@@ -960,6 +973,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_subscribe",
+    38,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_subscribe),
+    &threadwire__v1__thread_subscribe_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -1017,21 +1042,22 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   21,   /* field[21] = thread_rollback */
   14,   /* field[14] = thread_settings_update */
   6,   /* field[6] = thread_start */
+  24,   /* field[24] = thread_subscribe */
   17,   /* field[17] = thread_tools_update */
   16,   /* field[16] = thread_turns_list */
   12,   /* field[12] = thread_unarchive */
   13,   /* field[13] = thread_unsubscribe */
-  25,   /* field[25] = turn_interrupt */
-  24,   /* field[24] = turn_start */
-  26,   /* field[26] = turn_steer */
+  26,   /* field[26] = turn_interrupt */
+  25,   /* field[25] = turn_start */
+  27,   /* field[27] = turn_steer */
 };
 static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 40, 24 },
-  { 0, 27 }
+  { 40, 25 },
+  { 0, 28 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1041,7 +1067,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  27,
+  28,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   4,  threadwire__v1__response__number_ranges,

@@ -547,6 +547,96 @@ void   threadwire__v1__thread_resume_params__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_resume_params__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_subscribe_params__init
+                     (Threadwire__V1__ThreadSubscribeParams         *message)
+{
+  static const Threadwire__V1__ThreadSubscribeParams init_value = THREADWIRE__V1__THREAD_SUBSCRIBE_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_subscribe_params__get_packed_size
+                     (const Threadwire__V1__ThreadSubscribeParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_subscribe_params__pack
+                     (const Threadwire__V1__ThreadSubscribeParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_subscribe_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadSubscribeParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadSubscribeParams *
+       threadwire__v1__thread_subscribe_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadSubscribeParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_subscribe_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_subscribe_params__free_unpacked
+                     (Threadwire__V1__ThreadSubscribeParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_subscribe_result__init
+                     (Threadwire__V1__ThreadSubscribeResult         *message)
+{
+  static const Threadwire__V1__ThreadSubscribeResult init_value = THREADWIRE__V1__THREAD_SUBSCRIBE_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_subscribe_result__get_packed_size
+                     (const Threadwire__V1__ThreadSubscribeResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_subscribe_result__pack
+                     (const Threadwire__V1__ThreadSubscribeResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_subscribe_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadSubscribeResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadSubscribeResult *
+       threadwire__v1__thread_subscribe_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadSubscribeResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_subscribe_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_subscribe_result__free_unpacked
+                     (Threadwire__V1__ThreadSubscribeResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_subscribe_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_fork_params__init
                      (Threadwire__V1__ThreadForkParams         *message)
 {
@@ -3206,6 +3296,108 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__descripto
   threadwire__v1__thread_resume_params__field_indices_by_name,
   1,  threadwire__v1__thread_resume_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_resume_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_subscribe_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSubscribeParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after_thread_sequence",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__ThreadSubscribeParams, has_after_thread_sequence),
+    offsetof(Threadwire__V1__ThreadSubscribeParams, after_thread_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_subscribe_params__field_indices_by_name[] = {
+  1,   /* field[1] = after_thread_sequence */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_subscribe_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_subscribe_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadSubscribeParams",
+  "ThreadSubscribeParams",
+  "Threadwire__V1__ThreadSubscribeParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadSubscribeParams),
+  2,
+  threadwire__v1__thread_subscribe_params__field_descriptors,
+  threadwire__v1__thread_subscribe_params__field_indices_by_name,
+  1,  threadwire__v1__thread_subscribe_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_subscribe_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_subscribe_result__field_descriptors[2] =
+{
+  {
+    "thread",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSubscribeResult, thread),
+    &threadwire__v1__thread__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "settings",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSubscribeResult, settings),
+    &threadwire__v1__thread_settings__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_subscribe_result__field_indices_by_name[] = {
+  1,   /* field[1] = settings */
+  0,   /* field[0] = thread */
+};
+static const ProtobufCIntRange threadwire__v1__thread_subscribe_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_subscribe_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadSubscribeResult",
+  "ThreadSubscribeResult",
+  "Threadwire__V1__ThreadSubscribeResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadSubscribeResult),
+  2,
+  threadwire__v1__thread_subscribe_result__field_descriptors,
+  threadwire__v1__thread_subscribe_result__field_indices_by_name,
+  1,  threadwire__v1__thread_subscribe_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_subscribe_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_fork_params__field_descriptors[3] =

@@ -4033,6 +4033,96 @@ export const ThreadResumeParams: MessageType<ThreadResumeParams> = {
   },
 };
 
+/** threadwire.v1.ThreadSubscribeParams */
+export interface ThreadSubscribeParams {
+  threadId?: string;
+  afterThreadSequence?: bigint;
+}
+
+export const ThreadSubscribeParams: MessageType<ThreadSubscribeParams> = {
+  typeName: "threadwire.v1.ThreadSubscribeParams",
+  encode(message: ThreadSubscribeParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.afterThreadSequence !== undefined) {
+      writer.tag(2, 0).uint64(message.afterThreadSequence);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadSubscribeParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadSubscribeParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadSubscribeParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.afterThreadSequence = reader.uint64();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadSubscribeParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadSubscribeResult */
+export interface ThreadSubscribeResult {
+  thread?: Thread;
+  settings?: ThreadSettings;
+}
+
+export const ThreadSubscribeResult: MessageType<ThreadSubscribeResult> = {
+  typeName: "threadwire.v1.ThreadSubscribeResult",
+  encode(message: ThreadSubscribeResult, writer: Writer = new Writer()): Writer {
+    if (message.thread !== undefined) {
+      writer.tag(1, 2).bytes(Thread.encode(message.thread).finish());
+    }
+    if (message.settings !== undefined) {
+      writer.tag(2, 2).bytes(ThreadSettings.encode(message.settings).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadSubscribeResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadSubscribeResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadSubscribeResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.thread = Thread.decode(reader, reader.uint32(), depth + 1);
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.settings = ThreadSettings.decode(reader, reader.uint32(), depth + 1);
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadSubscribeResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.ThreadForkParams */
 export interface ThreadForkParams {
   threadId?: string;
@@ -5763,7 +5853,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -5843,6 +5933,9 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "threadImport") {
       writer.tag(37, 2).bytes(ThreadImportParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadSubscribe") {
+      writer.tag(38, 2).bytes(ThreadSubscribeParams.encode(message.params.value).finish());
     }
     if (message.params?.case === "turnStart") {
       writer.tag(40, 2).bytes(TurnStartParams.encode(message.params.value).finish());
@@ -5989,6 +6082,11 @@ export const Request: MessageType<Request> = {
           message.params = { case: "threadImport", value: ThreadImportParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 38: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadSubscribe", value: ThreadSubscribeParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         case 40: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.params = { case: "turnStart", value: TurnStartParams.decode(reader, reader.uint32(), depth + 1) };
@@ -6018,7 +6116,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -6095,6 +6193,9 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "threadImport") {
       writer.tag(37, 2).bytes(ThreadImportResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadSubscribe") {
+      writer.tag(38, 2).bytes(ThreadSubscribeResult.encode(message.result.value).finish());
     }
     if (message.result?.case === "turnStart") {
       writer.tag(40, 2).bytes(TurnStartResult.encode(message.result.value).finish());
@@ -6234,6 +6335,11 @@ export const Response: MessageType<Response> = {
         case 37: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.result = { case: "threadImport", value: ThreadImportResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 38: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadSubscribe", value: ThreadSubscribeResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         case 40: {

@@ -102,6 +102,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_ROLLBACK = 35,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_NAME_SET = 36,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_IMPORT = 37,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_SUBSCRIBE = 38,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_STEER = 42
@@ -183,6 +184,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadRollbackParams *thread_rollback;
     Threadwire__V1__ThreadNameSetParams *thread_name_set;
     Threadwire__V1__ThreadImportParams *thread_import;
+    Threadwire__V1__ThreadSubscribeParams *thread_subscribe;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
     Threadwire__V1__TurnSteerParams *turn_steer;
@@ -216,6 +218,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_ROLLBACK = 35,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_NAME_SET = 36,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_IMPORT = 37,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_SUBSCRIBE = 38,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_STEER = 42
@@ -262,6 +265,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadRollbackResult *thread_rollback;
     Threadwire__V1__ThreadNameSetResult *thread_name_set;
     Threadwire__V1__ThreadImportResult *thread_import;
+    Threadwire__V1__ThreadSubscribeResult *thread_subscribe;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
     Threadwire__V1__TurnSteerResult *turn_steer;

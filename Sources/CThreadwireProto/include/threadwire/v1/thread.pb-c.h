@@ -30,6 +30,8 @@ typedef struct Threadwire__V1__McpServer Threadwire__V1__McpServer;
 typedef struct Threadwire__V1__McpServerListResult Threadwire__V1__McpServerListResult;
 typedef struct Threadwire__V1__ThreadLifecycleResult Threadwire__V1__ThreadLifecycleResult;
 typedef struct Threadwire__V1__ThreadResumeParams Threadwire__V1__ThreadResumeParams;
+typedef struct Threadwire__V1__ThreadSubscribeParams Threadwire__V1__ThreadSubscribeParams;
+typedef struct Threadwire__V1__ThreadSubscribeResult Threadwire__V1__ThreadSubscribeResult;
 typedef struct Threadwire__V1__ThreadForkParams Threadwire__V1__ThreadForkParams;
 typedef struct Threadwire__V1__ThreadReadParams Threadwire__V1__ThreadReadParams;
 typedef struct Threadwire__V1__ThreadReadResult Threadwire__V1__ThreadReadResult;
@@ -517,6 +519,45 @@ struct  Threadwire__V1__ThreadResumeParams
 #define THREADWIRE__V1__THREAD_RESUME_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_resume_params__descriptor) \
     , NULL, NULL, 0, 0, 0, 0 }
+
+
+/*
+ * Method "thread/subscribe": this connection hears the thread's events,
+ * read-only: unlike thread/resume it takes no model, offers none of the
+ * thread's pending server requests (approvals, client tool calls) and
+ * returns no turns. The thread is loaded on the instance that owns it so
+ * that its events reach this connection (a legacy thread is pinned then, as
+ * at any load). after_thread_sequence works as in thread/resume: every kept
+ * event after it first, in order, then live ones, no gap and no duplicate;
+ * OUT_OF_RANGE naming the oldest kept number when it was trimmed,
+ * INVALID_ARGUMENT when ahead. thread/unsubscribe ends it.
+ */
+struct  Threadwire__V1__ThreadSubscribeParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  protobuf_c_boolean has_after_thread_sequence;
+  uint64_t after_thread_sequence;
+};
+#define THREADWIRE__V1__THREAD_SUBSCRIBE_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_subscribe_params__descriptor) \
+    , NULL, 0, 0 }
+
+
+struct  Threadwire__V1__ThreadSubscribeResult
+{
+  ProtobufCMessage base;
+  /*
+   * Without turns; thread.thread_sequence is the newest event when the
+   * subscription began (with after_thread_sequence, the replay runs to it
+   * at least).
+   */
+  Threadwire__V1__Thread *thread;
+  Threadwire__V1__ThreadSettings *settings;
+};
+#define THREADWIRE__V1__THREAD_SUBSCRIBE_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_subscribe_result__descriptor) \
+    , NULL, NULL }
 
 
 /*
@@ -1392,6 +1433,44 @@ Threadwire__V1__ThreadResumeParams *
 void   threadwire__v1__thread_resume_params__free_unpacked
                      (Threadwire__V1__ThreadResumeParams *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadSubscribeParams methods */
+void   threadwire__v1__thread_subscribe_params__init
+                     (Threadwire__V1__ThreadSubscribeParams         *message);
+size_t threadwire__v1__thread_subscribe_params__get_packed_size
+                     (const Threadwire__V1__ThreadSubscribeParams   *message);
+size_t threadwire__v1__thread_subscribe_params__pack
+                     (const Threadwire__V1__ThreadSubscribeParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_subscribe_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadSubscribeParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadSubscribeParams *
+       threadwire__v1__thread_subscribe_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_subscribe_params__free_unpacked
+                     (Threadwire__V1__ThreadSubscribeParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadSubscribeResult methods */
+void   threadwire__v1__thread_subscribe_result__init
+                     (Threadwire__V1__ThreadSubscribeResult         *message);
+size_t threadwire__v1__thread_subscribe_result__get_packed_size
+                     (const Threadwire__V1__ThreadSubscribeResult   *message);
+size_t threadwire__v1__thread_subscribe_result__pack
+                     (const Threadwire__V1__ThreadSubscribeResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_subscribe_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadSubscribeResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadSubscribeResult *
+       threadwire__v1__thread_subscribe_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_subscribe_result__free_unpacked
+                     (Threadwire__V1__ThreadSubscribeResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadForkParams methods */
 void   threadwire__v1__thread_fork_params__init
                      (Threadwire__V1__ThreadForkParams         *message);
@@ -2076,6 +2155,12 @@ typedef void (*Threadwire__V1__ThreadLifecycleResult_Closure)
 typedef void (*Threadwire__V1__ThreadResumeParams_Closure)
                  (const Threadwire__V1__ThreadResumeParams *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadSubscribeParams_Closure)
+                 (const Threadwire__V1__ThreadSubscribeParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadSubscribeResult_Closure)
+                 (const Threadwire__V1__ThreadSubscribeResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadForkParams_Closure)
                  (const Threadwire__V1__ThreadForkParams *message,
                   void *closure_data);
@@ -2203,6 +2288,8 @@ extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__mcp_server_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_lifecycle_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_resume_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_subscribe_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_subscribe_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_read_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_read_result__descriptor;
