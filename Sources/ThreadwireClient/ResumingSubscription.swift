@@ -9,7 +9,9 @@ public import ThreadwireWire
 /// order; notifications that are not kept (deltas) pass through as they
 /// come, and those of a connection's lifetime only (thread/closed) are left
 /// out, since the subscription goes on. Child agents a subscribed root
-/// spawns are resumed too, each after its own last number.
+/// spawns are resumed too, each after its own last number, and those
+/// spawned while the connection was down from their first event (found
+/// with `thread/list` by parent after each resume).
 public struct ResumingSubscription: Sendable {
     public var threads: [String]
     /// Makes and initializes a connection (with whatever server-request
@@ -59,8 +61,28 @@ public struct ResumingSubscription: Sendable {
         }
     }
 
-    /// Resumes `id` after its last number; false when the connection failed.
+    /// Resumes `id`, then its child agents not heard of yet: from their
+    /// first event when `id` resumed from a position (they were spawned
+    /// while this subscription was away), else from their newest. False
+    /// when the connection failed.
     private func resume(_ id: String, on client: ThreadwireClient, last: inout [String: UInt64]) async -> Bool {
+        let following = last[id] != nil
+        guard await resumeOne(id, on: client, last: &last) else { return false }
+        var cursor: String?
+        repeat {
+            guard case let .threadList(page)? = try? await client.result(.threadList(Wire.ThreadListParams(
+                cursor: cursor, limit: 100, parentThreadId: id))) else { return false }
+            for child in page.data.compactMap(\.id) where last[child] == nil {
+                if following { last[child] = 0 }
+                guard await resume(child, on: client, last: &last) else { return false }
+            }
+            cursor = page.nextCursor.flatMap { $0.isEmpty ? nil : $0 }
+        } while cursor != nil
+        return true
+    }
+
+    /// Resumes `id` after its last number; false when the connection failed.
+    private func resumeOne(_ id: String, on client: ThreadwireClient, last: inout [String: UInt64]) async -> Bool {
         do {
             let result = try await client.result(.threadResume(Wire.ThreadResumeParams(
                 threadId: id, excludeTurns: true, afterThreadSequence: last[id])))
@@ -70,7 +92,7 @@ public struct ResumingSubscription: Sendable {
             // OUT_OF_RANGE: from the thread's newest event on.
             await onGap(id, message)
             last[id] = nil
-            return await resume(id, on: client, last: &last)
+            return await resumeOne(id, on: client, last: &last)
         } catch {
             return false
         }

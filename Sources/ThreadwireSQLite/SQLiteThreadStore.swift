@@ -252,15 +252,44 @@ public final class SQLiteThreadStore: ThreadStore {
         }
     }
 
+    /// The threads with something to forget are found by a read (one index
+    /// probe per thread for its oldest kept event; no writer held), then each
+    /// one's old events go in short writes of a few threads each. One
+    /// statement over every kept event held the writer, and so every commit,
+    /// for as long as it took to scan them all (issue 49's benchmark).
     public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
-        try await pool.write { db in
-            try db.execute(sql: """
-                DELETE FROM thread_events WHERE seq < (SELECT t.event_sequence FROM threads t WHERE t.id = thread_events.thread_id)
-                  AND (seq <= (SELECT t.event_sequence FROM threads t WHERE t.id = thread_events.thread_id) - ? OR created_at < ?)
-                """, arguments: [keep, createdBefore])
-            return db.changesCount
+        let due: [ThreadID] = try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT t.id, t.event_sequence, e.seq AS oldest, e.created_at AS oldest_at
+                FROM threads t JOIN thread_events e ON e.thread_id = t.id
+                  AND e.seq = (SELECT min(o.seq) FROM thread_events o WHERE o.thread_id = t.id)
+                WHERE t.event_sequence > 1
+                """).compactMap { row -> ThreadID? in
+                let newest: Int64 = row["event_sequence"], oldest: Int64 = row["oldest"], oldestAt: Int64 = row["oldest_at"]
+                return oldest < newest && (oldest <= newest - keep || oldestAt < createdBefore) ? row["id"] : nil
+            }
         }
+        var forgotten = 0
+        for start in stride(from: 0, to: due.count, by: Self.trimThreadsPerWrite) {
+            let batch = due[start..<min(start + Self.trimThreadsPerWrite, due.count)]
+            forgotten += try await pool.write { db in
+                var count = 0
+                for thread in batch {
+                    // Read again in the write: the thread may have moved on since.
+                    try db.execute(sql: """
+                        DELETE FROM thread_events WHERE thread_id = ?1
+                          AND seq < (SELECT t.event_sequence FROM threads t WHERE t.id = ?1)
+                          AND (seq <= (SELECT t.event_sequence FROM threads t WHERE t.id = ?1) - ?2 OR created_at < ?3)
+                        """, arguments: [thread, keep, createdBefore])
+                    count += db.changesCount
+                }
+                return count
+            }
+        }
+        return forgotten
     }
+
+    static let trimThreadsPerWrite = 16
 
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await pool.read { db in

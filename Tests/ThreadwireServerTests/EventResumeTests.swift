@@ -98,8 +98,12 @@ struct EventResumeTests {
 
     actor Collected {
         var events: [Event] = []
+        var byThread: [String: [Event]] = [:]
         var gaps = 0
         func add(_ event: Event) { events.append(event) }
+        func add(_ event: Event, thread: String) { byThread[thread, default: []].append(event) }
+        func numbers(of thread: String) -> [UInt64] { byThread[thread]?.map(\.number) ?? [] }
+        func first(of thread: String) -> Wire.Notification.Payload? { byThread[thread]?.first?.payload }
         func gap() { gaps += 1 }
     }
 
@@ -137,6 +141,59 @@ struct EventResumeTests {
         }
         let numbers = await collected.events.map(\.number)
         #expect(numbers == Array(2...head), "every change once, in order, across the restarts: \(numbers)")
+        #expect(await collected.gaps == 0)
+    }
+
+    @Test("ResumingSubscription of a root: a child agent spawned while the connection was down is heard from its first event, one spawned later live, each child's events once and in order")
+    func childrenSpawnedWhileAway() async throws {
+        let server = try await InProcessServer.launch(config: #"{"features": {"multi_agent": true}}"#)
+        var writer = try await server.client()
+        let root = try #require(try await writer.startThread().thread?.id)
+        try await writer.runTurn(root, "resolves the runtime, so that it can spawn")
+        let collected = Collected()
+        // While on, the subscription cannot connect again: what happens meanwhile happens while it is away.
+        let holding = Switch()
+        var subscription = ResumingSubscription(threads: [root]) {
+            while holding.isOn { try await Task.sleep(for: .milliseconds(5)) }
+            return try await server.client()
+        }
+        subscription.retry.initialBackoff = .milliseconds(20)
+        subscription.retry.maxBackoff = .milliseconds(100)
+        subscription.onGap = { _, _ in await collected.gap() }
+        let running = Task {
+            await subscription.run(after: [root: 0]) { note in
+                if let number = note.threadSequence, let payload = note.payload, let id = payload.threadID {
+                    await collected.add(Event(number: number, payload: payload), thread: id)
+                }
+            }
+        }
+        defer { running.cancel() }
+        _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: root, model: "before"))
+        let before = try #require(try await writer.read(root, turns: false).thread?.threadSequence)
+        _ = try await waitFor("the root's events up to \(before)") { await collected.numbers(of: root).last == before ? true : nil }
+
+        holding.set(true)
+        try await server.restart()
+        writer = try await server.client()
+        let away1 = try #require(try await writer.spawn(root).thread?.id)
+        for n in 0..<3 { _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: away1, model: "away-\(n)")) }
+        _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: root, model: "while away"))
+        holding.set(false)
+
+        let rootHead = try #require(try await writer.read(root, turns: false).thread?.threadSequence)
+        _ = try await waitFor("the root's events up to \(rootHead)") { await collected.numbers(of: root).last == rootHead ? true : nil }
+        let later = try #require(try await writer.spawn(root).thread?.id)
+        _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: later, model: "live"))
+        for child in [away1, later] {
+            let head = try #require(try await writer.read(child, turns: false).thread?.threadSequence)
+            _ = try await waitFor("child \(child)'s events up to \(head)") { await collected.numbers(of: child).last == head ? true : nil }
+            let numbers = await collected.numbers(of: child)
+            #expect(numbers == Array(1...head), "child \(child): every kept event once, in order, from thread/started: \(numbers)")
+            if case .threadStarted? = await collected.first(of: child) {} else {
+                Issue.record("child \(child)'s first event is not thread/started")
+            }
+        }
+        #expect(await collected.numbers(of: root) == Array(1...rootHead))
         #expect(await collected.gaps == 0)
     }
 
@@ -294,6 +351,12 @@ struct EventResumeTests {
         guard case let .status(missingCode, _)? = missing else { throw UnexpectedResult(expected: "NOT_FOUND") }
         #expect(missingCode == 5)
     }
+}
+
+final class Switch: Sendable {
+    private let on = Mutex(false)
+    var isOn: Bool { on.withLock { $0 } }
+    func set(_ value: Bool) { on.withLock { $0 = value } }
 }
 
 /// Polls `body` until it returns a value.

@@ -64,7 +64,7 @@ func startServer(t *testing.T, arguments ...string) string {
 // restartableServer: a fixed free address and a function that starts the
 // real server on it, on one store each time (a restart keeps the threads),
 // with extra environment entries.
-func restartableServer(t *testing.T) (string, func(environment ...string) *exec.Cmd) {
+func restartableServer(t *testing.T, arguments ...string) (string, func(environment ...string) *exec.Cmd) {
 	t.Helper()
 	binary := os.Getenv("THREADWIRE_SERVER_BIN")
 	if binary == "" {
@@ -78,7 +78,7 @@ func restartableServer(t *testing.T) (string, func(environment ...string) *exec.
 	listener.Close()
 	dir := t.TempDir()
 	return addr, func(environment ...string) *exec.Cmd {
-		command := exec.Command(binary, "--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error")
+		command := exec.Command(binary, append([]string{"--listen", addr, "--data-dir", filepath.Join(dir, "store"), "--log-level", "error"}, arguments...)...)
 		command.Env = append(os.Environ(), environment...)
 		stdout, err := command.StdoutPipe()
 		if err != nil {
@@ -529,5 +529,116 @@ func TestResumingSubscriptionOutlivesKill9(t *testing.T) {
 		if n != uint64(i+2) {
 			t.Fatalf("not every change once, in order: %v", numbers)
 		}
+	}
+}
+
+// A child agent spawned while the subscription's connection was down is
+// handed on from its first event (the subscription lists each resumed
+// thread's children).
+func TestResumingSubscriptionHearsChildrenSpawnedWhileAway(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(config, []byte(`{"features": {"multi_agent": true}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, start := restartableServer(t, "--config", config)
+	server := start()
+	defer func() { server.Process.Kill(); server.Wait() }()
+	ctx := testContext(t)
+	writer := dial(t, addr)
+	started, err := writer.ThreadStart(ctx, &pb.ThreadStartParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := started.GetThread().GetId()
+	turn, err := writer.TurnStart(ctx, &pb.TurnStartParams{ThreadId: proto.String(root),
+		Input: []*pb.UserInput{{Content: &pb.UserInput_Text{Text: "resolve the runtime"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(client *Client, id string) *pb.Thread {
+		result, err := client.ThreadRead(ctx, &pb.ThreadReadParams{ThreadId: proto.String(id), IncludeTurns: proto.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result.GetThread()
+	}
+	for turns := read(writer, root).GetTurns(); len(turns) == 0 || turns[len(turns)-1].GetId() != turn.GetTurn().GetId() ||
+		turns[len(turns)-1].GetStatus() == pb.TurnStatus_TURN_STATUS_IN_PROGRESS; turns = read(writer, root).GetTurns() {
+		if ctx.Err() != nil {
+			t.Fatal("the turn did not end")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := read(writer, root).GetThreadSequence()
+	type event struct {
+		thread  string
+		number  uint64
+		started bool
+	}
+	heard := make(chan event, 1000)
+	var away sync.Mutex // held: no connection is made, so what happens meanwhile happens while the subscription is away
+	subscription := &ResumingSubscription{
+		Threads: []string{root},
+		Dial: func(ctx context.Context) (*Client, error) {
+			if !away.TryLock() {
+				return nil, errors.New("away")
+			}
+			away.Unlock()
+			return Dial(ctx, addr)
+		},
+		Policy: RetryPolicy{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Multiplier: 2},
+	}
+	go subscription.Run(ctx, map[string]uint64{root: before}, func(note *pb.Notification) {
+		if note.ThreadSequence != nil {
+			heard <- event{NotificationThreadID(note), note.GetThreadSequence(), note.GetThreadStarted() != nil}
+		}
+	})
+	if _, err := writer.ThreadSettingsUpdate(ctx, &pb.ThreadSettingsUpdateParams{ThreadId: proto.String(root), Model: proto.String("heard")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-heard:
+	case <-ctx.Done():
+		t.Fatal("the subscription heard nothing")
+	}
+	away.Lock()
+	server.Process.Kill()
+	server.Wait()
+	server = start()
+	writer = dial(t, addr)
+	spawned, err := writer.AgentSpawn(ctx, &pb.AgentSpawnParams{ParentThreadId: proto.String(root)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := spawned.GetThread().GetId()
+	for n := 0; n < 3; n++ {
+		if _, err := writer.ThreadSettingsUpdate(ctx, &pb.ThreadSettingsUpdateParams{ThreadId: proto.String(child), Model: proto.String(fmt.Sprintf("away-%d", n))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	away.Unlock()
+	head := read(writer, child).GetThreadSequence()
+	var numbers []uint64
+	firstStarted := false
+	for len(numbers) == 0 || numbers[len(numbers)-1] != head {
+		select {
+		case e := <-heard:
+			if e.thread == child {
+				if len(numbers) == 0 {
+					firstStarted = e.started
+				}
+				numbers = append(numbers, e.number)
+			}
+		case <-ctx.Done():
+			t.Fatalf("heard %v of child %s (newest %d) before the deadline", numbers, child, head)
+		}
+	}
+	for i, n := range numbers {
+		if n != uint64(i+1) {
+			t.Fatalf("not every event of the child once, in order, from its first: %v", numbers)
+		}
+	}
+	if !firstStarted {
+		t.Fatal("the child's first event is not thread/started")
 	}
 }

@@ -17,7 +17,9 @@ import (
 // after_thread_sequence). The handler gets each kept event once, in
 // order; notifications that are not kept (deltas) pass through as they
 // come; thread/closed is left out, since the subscription goes on. Child
-// agents a subscribed root spawns are resumed too, each after its own number.
+// agents a subscribed root spawns are resumed too, each after its own
+// number, and those spawned while the connection was down from their first
+// event (found with thread/list by parent after each resume).
 type ResumingSubscription struct {
 	Threads []string
 	// Dial opens and initializes a connection (with the handlers the
@@ -108,7 +110,39 @@ func (s *ResumingSubscription) resumeAll(ctx context.Context, client *Client, la
 	return nil
 }
 
+// resume resumes id, then its child agents not heard of yet: from their
+// first event when id resumed from a position (they were spawned while the
+// subscription was away), else from their newest.
 func (s *ResumingSubscription) resume(ctx context.Context, client *Client, id string, last map[string]uint64) error {
+	_, following := last[id]
+	if err := s.resumeOne(ctx, client, id, last); err != nil {
+		return err
+	}
+	var cursor *string
+	for {
+		page, err := client.ThreadList(ctx, &pb.ThreadListParams{ParentThreadId: proto.String(id), Limit: proto.Uint32(100), Cursor: cursor})
+		if err != nil {
+			return err
+		}
+		for _, child := range page.GetData() {
+			if _, known := last[child.GetId()]; known {
+				continue
+			}
+			if following {
+				last[child.GetId()] = 0
+			}
+			if err := s.resume(ctx, client, child.GetId(), last); err != nil {
+				return err
+			}
+		}
+		if page.GetNextCursor() == "" {
+			return nil
+		}
+		cursor = proto.String(page.GetNextCursor())
+	}
+}
+
+func (s *ResumingSubscription) resumeOne(ctx context.Context, client *Client, id string, last map[string]uint64) error {
 	params := &pb.ThreadResumeParams{ThreadId: proto.String(id), ExcludeTurns: proto.Bool(true)}
 	position, known := last[id]
 	if known {
@@ -121,7 +155,7 @@ func (s *ResumingSubscription) resume(ctx context.Context, client *Client, id st
 			s.OnGap(id, status.Message)
 		}
 		delete(last, id)
-		return s.resume(ctx, client, id, last)
+		return s.resumeOne(ctx, client, id, last)
 	}
 	if err != nil {
 		return err

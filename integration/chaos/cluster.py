@@ -188,7 +188,7 @@ class Instance:
             BINARY, "--listen", self.address, "--advertise", self.peer_address or self.address, "--store", self.store,
             *(["--peer-listen", self.peer_address] if self.peer_address else []),
             "--lease-seconds", str(LEASE_SECONDS), "--admin-listen", f"{self.net.hosts[self.host]}:{ADMIN_PORT}",
-            "--config", self.config, "--log-level", "notice", *self.authentication, *self.extra],
+            "--config", self.config, "--log-level", os.environ.get("CHAOS_LOG_LEVEL", "notice"), *self.authentication, *self.extra],
             stdout=subprocess.PIPE, stderr=self.log, env=env)
         deadline = time.monotonic() + 60
         lines = []

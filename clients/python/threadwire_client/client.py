@@ -480,7 +480,9 @@ class ResumingSubscription:
     Iterating yields each kept event once, in order; notifications that are
     not kept (deltas) pass through as they come; thread/closed is left out,
     since the subscription goes on. Child agents a subscribed root spawns are
-    resumed too, each after its own number.
+    resumed too, each after its own number, and those spawned while the
+    connection was down from their first event (found with thread/list by
+    parent after each resume).
 
     `connect()` returns a new initialized Client. `after` maps thread ids to
     the positions to start from (a thread not in it starts from its newest
@@ -498,6 +500,27 @@ class ResumingSubscription:
         self.client = None
 
     def _resume(self, client, thread_id):
+        """Resumes the thread, then its child agents not heard of yet: from
+        their first event when the thread resumed from a position (they were
+        spawned while this subscription was away), else from their newest."""
+        following = thread_id in self.last
+        self._resume_one(client, thread_id)
+        cursor = None
+        while True:
+            params = {"parent_thread_id": thread_id, "limit": 100}
+            if cursor:
+                params["cursor"] = cursor
+            page = client.call("thread/list", params)
+            for child in page.data:
+                if child.id not in self.last:
+                    if following:
+                        self.last[child.id] = 0
+                    self._resume(client, child.id)
+            cursor = page.next_cursor
+            if not cursor:
+                return True
+
+    def _resume_one(self, client, thread_id):
         params = {"thread_id": thread_id, "exclude_turns": True}
         if thread_id in self.last:
             params["after_thread_sequence"] = self.last[thread_id]
@@ -505,7 +528,7 @@ class ResumingSubscription:
         if response.code == 11:  # OUT_OF_RANGE: go on from the newest
             self.on_gap(thread_id, response.message)
             self.last.pop(thread_id, None)
-            return self._resume(client, thread_id)
+            return self._resume_one(client, thread_id)
         if response.code != 0:
             raise StatusError(response.code, response.message)
         if thread_id not in self.last:

@@ -31,7 +31,9 @@ export interface ResumingOptions {
  * event once, in order; notifications that are not kept (deltas) pass through
  * as they come; thread/closed is left out, since the subscription goes on.
  * Child agents a subscribed root spawns are resumed too, each after its own
- * number. Ends when `signal` aborts.
+ * number, and those spawned while the connection was down from their first
+ * event (found with thread/list by parent after each resume). Ends when
+ * `signal` aborts.
  */
 export async function* resumingSubscription(threads: readonly string[], options: ResumingOptions): AsyncGenerator<Notification> {
   const policy = { ...defaultRetryPolicy, ...options.policy };
@@ -75,7 +77,25 @@ export async function* resumingSubscription(threads: readonly string[], options:
   }
 }
 
+/** Resumes the thread, then its child agents not heard of yet: from their
+ * first event when the thread resumed from a position (they were spawned
+ * while the subscription was away), else from their newest. */
 async function resume(client: Client, threadId: string, last: Map<string, bigint>, options: ResumingOptions): Promise<void> {
+  const following = last.has(threadId);
+  await resumeOne(client, threadId, last, options);
+  let cursor: string | undefined;
+  do {
+    const page = await client.threadList({ parentThreadId: threadId, limit: 100, cursor });
+    for (const child of page.data ?? []) {
+      if (child.id === undefined || last.has(child.id)) continue;
+      if (following) last.set(child.id, 0n);
+      await resume(client, child.id, last, options);
+    }
+    cursor = page.nextCursor || undefined;
+  } while (cursor !== undefined);
+}
+
+async function resumeOne(client: Client, threadId: string, last: Map<string, bigint>, options: ResumingOptions): Promise<void> {
   const after = last.get(threadId);
   try {
     const result = await client.threadResume({ threadId, excludeTurns: true, afterThreadSequence: after });
@@ -84,6 +104,6 @@ async function resume(client: Client, threadId: string, last: Map<string, bigint
     if (!(error instanceof StatusError) || error.code !== Code.OUT_OF_RANGE) throw error;
     options.onGap?.(threadId, error.message);
     last.delete(threadId);
-    await resume(client, threadId, last, options);
+    await resumeOne(client, threadId, last, options);
   }
 }
