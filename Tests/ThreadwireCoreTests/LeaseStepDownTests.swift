@@ -41,8 +41,13 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     }
     func release(_ fences: [LeaseFence]) async {}
     func holder(_ tree: ThreadID) async throws -> String? { nil }
-    func orphanedRunningThreads() async throws -> [ThreadID] { [] }
+    func orphanedRunningThreads() async throws -> [ThreadID] {
+        while sweepsHang.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(10)) }
+        return []
+    }
     func probe() async throws { try await reachable() }
+    /// While set, the sweep for orphaned turns hangs (a slow query) and renewals still work.
+    let sweepsHang = Atomic<Bool>(false)
 }
 
 /// The in-memory store, taking fences as given (the coordinator above is
@@ -161,6 +166,22 @@ struct LeaseStepDownTests {
         #expect(engine.ownershipTrouble == nil)
         _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "after"; return u }())
         #expect(try await engine.readThread(id, includeTurns: false, includeModelRequests: false).record.model == "after")
+    }
+
+    @Test("a sweep for orphaned turns that hangs does not hold the renewals back: the instance keeps its leases and serves its thread")
+    func hangingSweepDoesNotStopRenewals() async throws {
+        let lease = Duration.seconds(2)
+        let (engine, coordinator, maintenance, id) = try await freshlyLeasedThread(lease: lease, maintained: true)
+        defer { maintenance?.cancel() }
+        coordinator.sweepsHang.store(true, ordering: .releasing)
+        defer { coordinator.sweepsHang.store(false, ordering: .releasing) }
+        let before = coordinator.renewals
+        // A sweep starts a lease after the loop began; then two more leases pass.
+        try await Task.sleep(for: lease * 3)
+        #expect(coordinator.renewals >= before + 4, "renewals stopped behind the sweep: \(coordinator.renewals - before) in three leases")
+        #expect(engine.ownershipTrouble == nil)
+        #expect(engine.published(id) != nil, "the thread is no longer served: the leases lapsed unrenewed")
+        _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "renewed"; return u }())
     }
 
     @Test("a commit attempted after the leases may have lapsed, before any step-down ran, is refused UNAVAILABLE saying the leases were not renewed")

@@ -312,7 +312,17 @@ def test_postgres_disk_full(lab, tmp_path):
     in a row were VALID, and it gates CI again.
     Its first finding, turns left IN_PROGRESS after the heal, is fixed and
     guarded in `make test` (LimitsTests, a turn whose end cannot be
-    committed)."""
+    committed). In a fresh-clone CI run (run 57, 2026-11-26) it came out
+    INVALID again: four acknowledged turns in no read; the owner's lease
+    renewal timed out, then its log went silent for 24 s while the other
+    instances' relays to it went unanswered. The cause found: the lease loop
+    ran the sweep for orphaned turns inline, and a sweep held up by the
+    troubled store (an unbounded query, a wait for a thread's command)
+    stopped renewals and the step-down alike; the sweep now runs beside the
+    loop (LeaseStepDownTests guards it). The turns were most likely stored:
+    the final reads of those threads failed and the workload went on, so no
+    read held them; final reads now must succeed within 30 s of the heal or
+    the run fails saying so."""
     net, postgres = lab
     tablespace, disk = postgres.small_disk()
     filler = Path(disk, "filler")

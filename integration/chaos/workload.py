@@ -137,11 +137,16 @@ def read_settings(history, client, process, thread):
     history.end(ops[0], "ok", value=thread_message.model)
     history.end(ops[1], "ok", value=thread_message.cwd)
     history.end(ops[2], "ok", value={"model": thread_message.model, "cwd": thread_message.cwd})
+    return response
+
+
+# How long after the heal a thread may stay unreadable before the run fails.
+FINAL_READ_SECONDS = 30
 
 
 def read_turns(history, client, process, thread):
-    perform(history, client, process, "list", thread, "thread/read",
-            {"thread_id": thread, "include_turns": True, "turns_limit": 1000}, result=turn_inputs)
+    return perform(history, client, process, "list", thread, "thread/read",
+                   {"thread_id": thread, "include_turns": True, "turns_limit": 1000}, result=turn_inputs)
 
 
 def worker(index, args, setup, history, deadline):
@@ -330,9 +335,17 @@ def main():
         time.sleep(0.05)
     time.sleep(args.settle)
     final = retrying(args.instances, 0)
+    # Every thread must be read after the heal: the checker judges an
+    # acknowledged change lost when no read holds it, and a run whose last
+    # reads failed would leave its late changes in no read at all.
     for thread in threads:
-        read_settings(history, final, "final", thread)
-        read_turns(history, final, "final", thread)
+        for read in (read_settings, read_turns):
+            give_up = time.monotonic() + FINAL_READ_SECONDS
+            while read(history, final, "final", thread) is None:
+                if time.monotonic() > give_up:
+                    sys.exit(f"workload: thread {thread} could not be read {FINAL_READ_SECONDS} s after the heal "
+                             f"({read.__name__}); the cluster did not serve it again")
+                time.sleep(0.2)
     children = final.call("thread/list", {"parent_thread_id": spawn_root, "limit": 100})
     setup["children"] = [thread.id for thread in children.data]
     setup["stuck_turns"], setup["turns_settled_after"] = settle_turns(final, threads + [spawn_root] + setup["children"])

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Ownership across instances (docs/concurrency.md, "Several instances"):
 /// an agent tree is changed only by the instance holding its lease, and
@@ -205,6 +206,7 @@ extension ThreadEngine {
         guard let coordinator else { return }
         let period = coordinator.leaseDuration / 3
         var lastSweep = ContinuousClock.now
+        let sweeping = SweepFlag()
         while !Task.isCancelled, !stopping.load(ordering: .acquiring) {
             // Awake by the moment the leases may lapse, whatever the period.
             try? await Task.sleep(for: min(period, heldTrees.timeUntilLapse.map { $0 + .milliseconds(1) } ?? period))
@@ -230,10 +232,19 @@ extension ThreadEngine {
                     noteTrouble("\(error)")
                 }
             }
-            if ContinuousClock.now - lastSweep >= coordinator.leaseDuration {
+            // The sweep runs beside the loop, one at a time: it reads the
+            // store and waits for threads' commands, either of which a
+            // troubled store can hold up for as long as it likes, and the
+            // renewals (or the step-down) must go on meanwhile. Inline, one
+            // slow sweep held them back past the lease: the instance neither
+            // renewed nor stepped down, and its threads answered nobody.
+            if ContinuousClock.now - lastSweep >= coordinator.leaseDuration, sweeping.start() {
                 lastSweep = .now
-                if let recovered = try? await recoverInterruptedTurns(), recovered > 0 {
-                    logger("recovered \(recovered) thread(s) whose turns a dead instance left running")
+                tasks.spawn { [self] in
+                    defer { sweeping.end() }
+                    if let recovered = try? await recoverInterruptedTurns(), recovered > 0 {
+                        logger("recovered \(recovered) thread(s) whose turns a dead instance left running")
+                    }
                 }
             }
         }
@@ -312,4 +323,18 @@ extension ThreadEngine {
         let fences = heldTrees.all.map(\.fence).sorted { $0.tree < $1.tree }
         return LeaseView(fences: fences, surelyValid: before && heldTrees.surelyValid)
     }
+}
+
+/// Whether a sweep for orphaned turns runs (at most one at a time).
+private final class SweepFlag: Sendable {
+    private let running = Mutex(false)
+    /// True if none ran and this one may.
+    func start() -> Bool {
+        running.withLock { running in
+            guard !running else { return false }
+            running = true
+            return true
+        }
+    }
+    func end() { running.withLock { $0 = false } }
 }
