@@ -28,8 +28,9 @@ history is checked at the end.
   most once; a field's values come to every connection in one order, which
   agrees with real time and ends with the final read. A turn/started names
   an element of the final turn list, at most once per connection, in the
-  list's order. (That a connection hears every change needs numbered
-  events; a connection that drops misses what happened meanwhile.)
+  list's order. Each notice carries its thread's event number: a
+  subscriber (all its connections, which resume by number) hears each
+  number at most once, in increasing order.
 - Caps: the children an agent tree holds at the end are within the cap, and
   no acknowledged spawn is missing. Children are never closed, so their
   number only grows: the end is the highest point of the history.
@@ -331,8 +332,17 @@ def check_notices(operations, registers, orders, initial, anomalies):
     finals = {op.key: op.value for op in operations if op.f == "read" and op.process == "final" and op.outcome == "ok"}
     heard, once, last_position = [], set(), {}
     sequences = {}  # (thread, field) -> {connection: [values, in the order heard]}
+    last_number = {}  # (subscriber, thread) -> the event number it heard last
     for notice in sorted((op for op in operations if op.f == "notice"), key=lambda op: op.invoked):
         thread, value, connection = notice.key, notice.value, notice.process
+        if "number" in value:
+            subscriber = connection.split(".")[0]
+            number = value["number"]
+            previous = last_number.get((subscriber, thread))
+            if previous is not None and number <= previous:
+                anomalies.append(f"{thread}: subscriber {subscriber} heard event {number} after event {previous} "
+                                 + ("again" if number == previous else "(out of order)"))
+            last_number[(subscriber, thread)] = max(number, previous or 0)
         if value["kind"] == "turn":
             element = value["input"]
             if (connection, thread, element) in once:

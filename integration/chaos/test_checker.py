@@ -134,9 +134,11 @@ def test_a_torn_snapshot_is_found_though_each_field_alone_is_fine():
 
 # -- the second checker (gocheck, in Go) agrees on every hand-made history ----
 
-def heard(connection, at, model=None, cwd=None, turn=None, thread="t"):
-    """What a subscribed connection heard at `at`: settings (model, cwd) or a turn's input."""
+def heard(connection, at, model=None, cwd=None, turn=None, thread="t", number=None):
+    """What a subscribed connection heard at `at`: settings (model, cwd) or a turn's input, with its event number."""
     value = {"kind": "turn", "input": turn} if turn is not None else {"kind": "settings", "model": model, "cwd": cwd}
+    if number is not None:
+        value["number"] = number
     return Operation(connection, "notice", thread, value, at, at, "ok")
 
 
@@ -184,6 +186,13 @@ CASES = {
     "turn heard twice": (TWO_TURNS + [heard("s1", 1.5, turn="x"), heard("s1", 1.6, turn="x")], {}),
     "turn heard out of order": (TWO_TURNS + [heard("s1", 3.5, turn="y"), heard("s1", 3.6, turn="x")], {}),
     "turn heard, never committed": (TWO_TURNS + [heard("s1", 3.5, turn="z")], {}),
+    # One subscriber, two connections (it resumed by number between them).
+    "numbered notices fine": (TWO_WRITES + [heard("s1.1", 1.5, "m1", "c0", number=2), heard("s1.2", 3.5, "m1", "c1", number=3)],
+                              START),
+    "numbered notice heard again": (TWO_WRITES + [heard("s1.1", 1.5, "m1", "c0", number=2),
+                                                  heard("s1.2", 3.5, "m1", "c1", number=2)], START),
+    "numbered notices out of order": (TWO_TURNS + [heard("s1.1", 3.5, turn="y", number=3), heard("s1.2", 3.6, turn="x", number=2)],
+                                      {}),
 }
 
 
@@ -203,5 +212,6 @@ def test_the_two_checkers_agree(name, tmp_path):
     verdict, anomalies = second_checker.verdict(tmp_path / "history", tmp_path / "setup", cap)
     assert verdict == expected, anomalies
     assert (verdict == "VALID") == (name in {"sequential and concurrent", "indeterminate applied late", "lists fine",
-                                             "spawn fine", "whole snapshots", "notices fine", "turn notices fine"}), \
+                                             "spawn fine", "whole snapshots", "notices fine", "turn notices fine",
+                                             "numbered notices fine"}), \
         "a planted anomaly was missed"

@@ -238,14 +238,18 @@ def subscriber(index, args, setup, history, deadline):
 
 
 def record_notice(history, connection, notification):
+    # The thread's event number too: the checkers verify that each subscriber
+    # (across its connections, "s0.1", "s0.2", ...) heard each number once, in order.
+    number = {"number": notification.thread_sequence} if notification.HasField("thread_sequence") else {}
     kind = notification.WhichOneof("payload")
     if kind == "thread_settings_updated":
         note = notification.thread_settings_updated
-        history.notice(connection, note.thread_id, {"kind": "settings", "model": note.settings.model, "cwd": note.settings.cwd})
+        history.notice(connection, note.thread_id,
+                       {"kind": "settings", "model": note.settings.model, "cwd": note.settings.cwd, **number})
     elif kind == "turn_started":
         note = notification.turn_started
-        history.notice(connection, note.thread_id,
-                       {"kind": "turn", "input": next((item.text for item in note.turn.items if item.type == USER_MESSAGE), "")})
+        history.notice(connection, note.thread_id, {
+            "kind": "turn", "input": next((item.text for item in note.turn.items if item.type == USER_MESSAGE), ""), **number})
 
 
 TURN_IN_PROGRESS = 1

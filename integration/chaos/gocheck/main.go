@@ -501,6 +501,7 @@ func checkNotices(ops []*op, byKey map[string][]*op, orders map[string][]string,
 	sort.SliceStable(notices, func(i, j int) bool { return notices[i].invoked < notices[j].invoked })
 	heardTwice := map[string]bool{}
 	lastIndex := map[string]int{}
+	lastNumber := map[string]uint64{} // subscriber and thread -> the event number heard last
 	// field key -> connection -> values in the order heard (repeats folded)
 	heard := map[string]map[string][]string{}
 	for _, n := range notices {
@@ -509,8 +510,20 @@ func checkNotices(ops []*op, byKey map[string][]*op, orders map[string][]string,
 			Input string          `json:"input"`
 			Model json.RawMessage `json:"model"`
 			Cwd   json.RawMessage `json:"cwd"`
+			// The thread's event number, if the notice had one.
+			Number *uint64 `json:"number"`
 		}
 		_ = json.Unmarshal(n.value, &v)
+		if v.Number != nil {
+			// A subscriber's connections ("s0.1", "s0.2") resume by number: one sequence.
+			subscriber := strings.SplitN(n.process, ".", 2)[0] + "\x00" + n.key
+			if last, ok := lastNumber[subscriber]; ok && *v.Number <= last {
+				anomalies = append(anomalies, fmt.Sprintf("%s: subscriber %s heard event %d after event %d", n.key,
+					strings.SplitN(n.process, ".", 2)[0], *v.Number, last))
+			} else {
+				lastNumber[subscriber] = *v.Number
+			}
+		}
 		if v.Kind == "turn" {
 			once := n.process + "\x00" + n.key + "\x00turn\x00" + v.Input
 			if heardTwice[once] {
