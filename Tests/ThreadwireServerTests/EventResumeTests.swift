@@ -293,9 +293,9 @@ struct EventResumeTests {
         return (client, requests)
     }
 
-    @Test("thread/subscribe: a watcher hears the kept events after its position, then live ones, is sent none of the thread's server requests (a resumed client is), and changes nothing")
+    @Test("thread/subscribe: a watcher hears the kept events after its position, then live ones, is sent none of the thread's server requests (a resumed client is) nor those of a child spawned meanwhile, and changes nothing")
     func subscribeWatches() async throws {
-        let server = try await InProcessServer.launch()
+        let server = try await InProcessServer.launch(config: #"{"features": {"multi_agent": true}}"#)
         let (ide, ideRequests) = try await Self.participant(server)
         var params = Wire.ThreadStartParams(model: "watched-model", approvalPolicy: .onRequest)
         params.clientTools = [Wire.ToolSpec(name: "grep", description: "Searches.", parametersJsonSchema: #"{"type":"object"}"#,
@@ -339,6 +339,33 @@ struct EventResumeTests {
         let newest = try #require(after.thread?.threadSequence)
         let all = try await watched.kept(of: id, through: newest)
         #expect(all.map(\.number) == Array(2...newest), "replayed, then live, no gap and none twice")
+
+        // A child spawned now has its parent's subscribers: the watcher hears
+        // it, and still only watches (its requests go to the IDE alone).
+        let child = try #require(try await ide.spawn(id, message: #"#tool grep {"pattern":"y"}"#).thread?.id)
+        var answered = Set<String>()
+        var childEnded = false
+        let childDeadline = ContinuousClock.now + .seconds(20)
+        while !childEnded {
+            guard ContinuousClock.now < childDeadline else { throw UnexpectedResult(expected: "the child's turn/completed within 20 s") }
+            let pending = await ideRequests.received.filter { $0.threadId == child && !answered.contains($0.id ?? "") }
+            for request in pending {
+                answered.insert(request.id ?? "")
+                switch request.params {
+                case .itemToolRequestApproval?:
+                    try await ide.answer(Wire.ServerRequestAnswer(id: request.id, code: 0,
+                                                                  result: .itemToolRequestApproval(Wire.ApprovalResult(decision: .approve))))
+                default:
+                    try await ide.answer(Wire.ServerRequestAnswer(id: request.id, code: 0, result: .itemToolCall(Wire.ToolCallResult(output: "2"))))
+                }
+            }
+            childEnded = await watched.all.contains { if case let .turnCompleted(n)? = $0.payload { n.threadId == child } else { false } }
+            if !childEnded { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(!answered.isEmpty, "the child's turn asked the IDE")
+        #expect(await watched.all.contains { if case let .threadStarted(n)? = $0.payload { n.thread?.id == child } else { false } })
+        let sentToWatcherAfterChild = await watcherRequests.received.map(\.id)
+        #expect(sentToWatcherAfterChild.isEmpty, "the watcher was sent the child's requests \(sentToWatcherAfterChild)")
 
         let ahead = await #expect(throws: ClientError.self) {
             _ = try await watcher.result(.threadSubscribe(Wire.ThreadSubscribeParams(threadId: id, afterThreadSequence: newest + 5)))

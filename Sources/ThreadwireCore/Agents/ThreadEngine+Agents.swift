@@ -121,7 +121,7 @@ extension ThreadEngine {
         if let fence = parentOwner.fence { _ = heldTrees.join(fence.tree, record.id) }
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: parentOwner.config, subscriber: extraSubscriber,
                           fence: parentOwner.fence)
-        owner.subscribe(all: parentOwner.subscribers)
+        owner.subscribe(like: parentOwner)
         let view = ThreadView(stored: owner.current, includeTurns: false)
         var publications = [owner.publisher.ticket([Delivery(event: .threadStarted(view), recipients: owner.subscribers,
                                                              threadSequence: record.eventSequence)])]

@@ -63,8 +63,16 @@ final class ThreadOwner: @unchecked Sendable {
         subscriptions.withLock { $0.current.contains(connection) }
     }
 
-    func subscribe(all connections: [ConnectionID]) {
-        subscriptions.withLock { $0.current.formUnion(connections) }
+    /// Subscribes the subscribers of `other` (a new child's parent) as they
+    /// are there: a watcher of the parent only watches the child too, so it
+    /// is sent none of the child's server requests either.
+    func subscribe(like other: ThreadOwner) {
+        let (current, watching) = other.subscriptions.withLock { ($0.current, $0.watching) }
+        subscriptions.withLock { mine in
+            for connection in current where mine.current.insert(connection).inserted && watching.contains(connection) {
+                mine.watching.insert(connection)
+            }
+        }
     }
 
     func unsubscribe(_ connection: ConnectionID) -> Bool {
