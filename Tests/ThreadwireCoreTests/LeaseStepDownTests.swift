@@ -42,12 +42,15 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     func release(_ fences: [LeaseFence]) async {}
     func holder(_ tree: ThreadID) async throws -> String? { nil }
     func orphanedRunningThreads() async throws -> [ThreadID] {
+        sweepsStarted.add(1, ordering: .relaxed)
         while sweepsHang.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(10)) }
         return []
     }
     func probe() async throws { try await reachable() }
     /// While set, the sweep for orphaned turns hangs (a slow query) and renewals still work.
     let sweepsHang = Atomic<Bool>(false)
+    /// Sweeps begun so far.
+    let sweepsStarted = Atomic<Int>(0)
 }
 
 /// The in-memory store, taking fences as given (the coordinator above is
@@ -170,15 +173,17 @@ struct LeaseStepDownTests {
 
     @Test("a sweep for orphaned turns that hangs does not hold the renewals back: the instance keeps its leases and serves its thread")
     func hangingSweepDoesNotStopRenewals() async throws {
-        let lease = Duration.seconds(2)
+        // Long, as above: a starved test pool must not let it lapse on its own.
+        let lease = Duration.seconds(8)
         let (engine, coordinator, maintenance, id) = try await freshlyLeasedThread(lease: lease, maintained: true)
         defer { maintenance?.cancel() }
         coordinator.sweepsHang.store(true, ordering: .releasing)
         defer { coordinator.sweepsHang.store(false, ordering: .releasing) }
+        // The first sweep begins a lease after the loop did, and hangs.
+        try await waitFor("a sweep to begin") { coordinator.sweepsStarted.load(ordering: .relaxed) > 0 }
         let before = coordinator.renewals
-        // A sweep starts a lease after the loop began; then two more leases pass.
-        try await Task.sleep(for: lease * 3)
-        #expect(coordinator.renewals >= before + 4, "renewals stopped behind the sweep: \(coordinator.renewals - before) in three leases")
+        // Renewals come every third of a lease: three more while the sweep hangs.
+        try await waitFor("three renewals while the sweep hangs (renewals stopped behind it)") { coordinator.renewals >= before + 3 }
         #expect(engine.ownershipTrouble == nil)
         #expect(engine.published(id) != nil, "the thread is no longer served: the leases lapsed unrenewed")
         _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "renewed"; return u }())

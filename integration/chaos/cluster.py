@@ -153,7 +153,10 @@ class Postgres:
     def close(self):
         subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop"],
                        capture_output=True)
-        subprocess.run(["umount", f"{self.dir}/small"], capture_output=True)
+        # The stopped server's files may still be closing: a plain umount can
+        # find the tmpfs busy, and every run then left one mounted.
+        if subprocess.run(["umount", f"{self.dir}/small"], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", f"{self.dir}/small"], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
