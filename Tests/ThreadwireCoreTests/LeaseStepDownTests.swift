@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import Testing
 @testable import ThreadwireCore
@@ -8,7 +9,7 @@ import ThreadwireTesting
 /// hang (as a call over a partitioned network does) until it is healed.
 final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     let leaseDuration: Duration
-    private let state = Mutex<(epochs: [ThreadID: Int64], cut: Bool, takenOver: Set<ThreadID>, renewals: Int)>(([:], false, [], 0))
+    private let state = Mutex<(epochs: [ThreadID: Int64], cut: Bool, takenOver: Set<ThreadID>, renewals: Int, renewalThreads: Set<String>)>(([:], false, [], 0, []))
 
     init(leaseDuration: Duration) { self.leaseDuration = leaseDuration }
 
@@ -19,6 +20,11 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
 
     /// Renewals answered so far.
     var renewals: Int { state.withLock { $0.renewals } }
+
+    /// Where renewals were asked from: "lease thread" or "elsewhere".
+    var renewalThreads: Set<String> { state.withLock { $0.renewalThreads } }
+
+    private func currentThreadName() -> String { DedicatedThreadExecutor.leases.isCurrent ? "lease thread" : "elsewhere" }
 
     private func reachable() async throws {
         while state.withLock({ $0.cut }) { try await Task.sleep(for: .milliseconds(10)) }
@@ -34,8 +40,10 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
     }
     func renew(_ fences: [LeaseFence]) async throws -> Set<LeaseFence> {
         try await reachable()
+        let thread = currentThreadName()
         return state.withLock { state in
             state.renewals += 1
+            state.renewalThreads.insert(thread)
             return Set(fences.filter { !state.takenOver.contains($0.tree) })
         }
     }
@@ -117,7 +125,10 @@ struct LeaseStepDownTests {
             let coordinator = CuttableCoordinator(leaseDuration: lease)
             let engine = ThreadEngine(store: store, backend: ScriptedEchoBackend(), settings: ServerSettings(),
                                       sink: RecordingSink(), coordinator: coordinator)
-            let maintenance = maintained ? Task { await engine.maintainLeases() } : nil
+            // Begun on the lease thread: a task begun on the pool waits for
+            // the pool, and a pool held past the lease meanwhile (seen in a
+            // full run) has the loop find the new lease lapsed and step down.
+            let maintenance = maintained ? Task(executorPreference: DedicatedThreadExecutor.leases) { await engine.maintainLeases() } : nil
             do {
                 let id = try await engine.startThread(.init(), connection: 1).value.record.id
                 try await then(engine, id)
@@ -183,10 +194,22 @@ struct LeaseStepDownTests {
         try await waitFor("a sweep to begin") { coordinator.sweepsStarted.load(ordering: .relaxed) > 0 }
         let before = coordinator.renewals
         // Renewals come every third of a lease: three more while the sweep hangs.
-        try await waitFor("three renewals while the sweep hangs (renewals stopped behind it)") { coordinator.renewals >= before + 3 }
+        try await waitFor("three renewals while the sweep hangs (renewals stopped behind it)", detail: {
+            "renewals \(coordinator.renewals) (\(before) before), leases held \(engine.leaseView.fences.count), trouble \(engine.ownershipTrouble ?? "none")"
+        }) { coordinator.renewals >= before + 3 }
         #expect(engine.ownershipTrouble == nil)
         #expect(engine.published(id) != nil, "the thread is no longer served: the leases lapsed unrenewed")
         _ = try await engine.updateSettings(id, { var u = ThreadEngine.SettingsUpdate(); u.model = "renewed"; return u }())
+    }
+
+    @Test("renewals run on a thread of their own, not on the shared pool that blocking tasks can hold past the lease")
+    func renewalsRunOnTheirOwnThread() async throws {
+        let lease = Duration.seconds(3)
+        let (engine, coordinator, maintenance, _) = try await freshlyLeasedThread(lease: lease, maintained: true)
+        defer { maintenance?.cancel() }
+        try await waitFor("two renewals") { coordinator.renewals >= 2 }
+        #expect(coordinator.renewalThreads == ["lease thread"])
+        #expect(engine.ownershipTrouble == nil)
     }
 
     @Test("a commit attempted after the leases may have lapsed, before any step-down ran, is refused UNAVAILABLE saying the leases were not renewed")
@@ -248,12 +271,13 @@ struct LeaseStepDownTests {
         #expect(try await engine.readThread(id, includeTurns: false, includeModelRequests: false).status == .notLoaded)
     }
 
-    /// Polls `condition` for up to 30 s; a failure names what never happened.
-    private func waitFor(_ what: String, _ condition: () -> Bool) async throws {
+    /// Polls `condition` for up to 30 s; a failure names what never happened,
+    /// and `detail` what there was instead.
+    private func waitFor(_ what: String, detail: () -> String = { "" }, _ condition: () -> Bool) async throws {
         let start = ContinuousClock.now
         while !condition() {
             guard ContinuousClock.now - start < .seconds(30) else {
-                Issue.record("waited 30 s for \(what)")
+                Issue.record("waited 30 s for \(what)\(detail().isEmpty ? "" : ": \(detail())")")
                 throw CancellationError()
             }
             try await Task.sleep(for: .milliseconds(5))

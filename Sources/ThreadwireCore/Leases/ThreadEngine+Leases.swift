@@ -202,8 +202,16 @@ extension ThreadEngine {
     /// that dead instances left running once their leases expired. A
     /// renewal that cannot be answered before the leases may lapse (the
     /// store unreachable, a partition) makes the instance step down first.
+    /// The loop runs on a thread of its own, so that tasks blocking the
+    /// shared pool cannot hold a renewal back past the lease.
     public func maintainLeases(logger: @escaping @Sendable (String) -> Void = { _ in }) async {
         guard let coordinator else { return }
+        await withTaskExecutorPreference(DedicatedThreadExecutor.leases) {
+            await maintainLeases(coordinator, logger: logger)
+        }
+    }
+
+    private func maintainLeases(_ coordinator: any OwnershipCoordinator, logger: @escaping @Sendable (String) -> Void) async {
         let period = coordinator.leaseDuration / 3
         var lastSweep = ContinuousClock.now
         let sweeping = SweepFlag()
@@ -222,7 +230,7 @@ extension ThreadEngine {
             } else if steppedDown || leaseTrouble.withLock({ $0 != nil }) {
                 // Holding nothing after a step-down or trouble: does the store answer?
                 do {
-                    try await withDeadline(coordinator.leaseDuration / 3, timeoutError: {
+                    try await withDeadline(coordinator.leaseDuration / 3, on: DedicatedThreadExecutor.leases, timeoutError: {
                         StoreError.unavailable("the store did not answer within \(coordinator.leaseDuration / 3)")
                     }) { try await coordinator.probe() }
                     if leaseTrouble.withLock({ state in defer { state = nil }; return state }) != nil {
@@ -257,7 +265,7 @@ extension ThreadEngine {
             // minutes): unanswered, the instance is in trouble at once (it
             // takes on nothing new) and tries again; at the lapse it steps down.
             let wait = min(coordinator.leaseDuration / 3, heldTrees.timeUntilLapse ?? coordinator.leaseDuration)
-            let renewed = try await withDeadline(wait, timeoutError: {
+            let renewed = try await withDeadline(wait, on: DedicatedThreadExecutor.leases, timeoutError: {
                 StoreError.unavailable("the store did not answer a lease renewal within \(wait)")
             }) { try await coordinator.renew(held.map(\.fence)) }
             // Trees taken over leave the table before the renewal extends the

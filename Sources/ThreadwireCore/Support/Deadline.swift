@@ -3,12 +3,13 @@ import Synchronization
 /// Runs `body` and returns its result, or throws `timeoutError()` once
 /// `timeout` passes, whether or not `body` ends (it is cancelled; a task
 /// group would instead wait for it, and a driver call stuck on a dead
-/// connection may never end).
+/// connection may never end). `body` runs on `executor` when one is given.
 public func withDeadline<T: Sendable>(
-    _ timeout: Duration, timeoutError: @escaping @Sendable () -> any Error, _ body: @escaping @Sendable () async throws -> T
+    _ timeout: Duration, on executor: (any TaskExecutor)? = nil,
+    timeoutError: @escaping @Sendable () -> any Error, _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let outcome = FirstOutcome<T>()
-    let work = Task {
+    let work = Task(executorPreference: executor) {
         let result: Result<T, any Error>
         do { result = .success(try await body()) } catch { result = .failure(error) }
         outcome.finish(result)

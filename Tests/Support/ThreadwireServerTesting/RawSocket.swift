@@ -147,6 +147,18 @@ public final class RawSocket: @unchecked Sendable {
         return frames + decodeFrames()
     }
 
+    /// Reads until the response to request `id` arrives (frames before it
+    /// are dropped) or `seconds` pass (nil).
+    public func response(to id: UInt64, seconds: Double) async -> Wire.Response? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let frames = await readFrames(1, seconds: deadline.timeIntervalSinceNow)
+            if let answer = frames.lazy.compactMap(\.response).first(where: { $0.id == id }) { return answer }
+            if frames.isEmpty { return nil }
+        }
+        return nil
+    }
+
     private func decodeFrames() -> [Wire.Envelope] {
         var envelopes: [Wire.Envelope] = []
         var offset = 0
