@@ -261,16 +261,6 @@ extension ServerProcess {
     }
 }
 
-/// Polls `body` until it returns a value.
-func waitUntil<T>(_ what: String, timeout: Duration = .seconds(10), _ body: () async throws -> T?) async throws -> T {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if let value = try await body() { return value }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    throw TestTimeout(description: "\(what): not within \(timeout)")
-}
-
 /// The CLI answering server requests: `turn start --approve/--client-tool`
 /// and `watch` (an operator answering a request that waited).
 @Suite("CLI answers server requests", .timeLimit(.minutes(3)))

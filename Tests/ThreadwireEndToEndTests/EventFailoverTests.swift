@@ -15,8 +15,9 @@ struct EventFailoverTests {
 
     static func kept(_ notifications: [Wire.Notification]) -> [Event] { KeptEvent.of(notifications) }
 
-    @Test("kill -9 of the owner among three instances while two clients write through the others: a subscriber resuming through the survivors after the last number it handled hears every stored event once, in order")
-    func resumeAcrossFailover() async throws {
+    @Test("kill -9 of the owner among three instances while two clients write through the others: a subscriber resuming through the survivors after the last number it handled hears every stored event once, in order",
+          arguments: Joining.allCases)
+    func resumeAcrossFailover(joining: Joining) async throws {
         let group = try await InstanceGroup.start(3)
         defer { group.stopAll() }
         let ports = group.instances.map(\.port)
@@ -68,7 +69,7 @@ struct EventFailoverTests {
             let inbox = Inbox(subscriber)
             let after = heard.last?.number ?? 0
             do {
-                _ = try await subscriber.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true, afterThreadSequence: after)))
+                _ = try await subscriber.result(joining.request(id, after: after))
             } catch {
                 // The owner is gone and its lease not yet lapsed: retry.
                 await subscriber.close()

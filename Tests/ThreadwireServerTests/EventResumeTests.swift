@@ -36,8 +36,9 @@ struct EventResumeTests {
         #expect(try await client.resume(id).thread?.threadSequence == head)
     }
 
-    @Test("a subscriber whose connection is cut again and again while three clients change the thread, resuming after the last event it handled, hears exactly what a subscriber never cut heard, in order, none twice")
-    func resumeAcrossCuts() async throws {
+    @Test("a subscriber whose connection is cut again and again while three clients change the thread, resuming after the last event it handled, hears exactly what a subscriber never cut heard, in order, none twice",
+          arguments: Joining.allCases)
+    func resumeAcrossCuts(joining: Joining) async throws {
         let server = try await InProcessServer.launch()
         let owner = try await server.client()
         let steady = Inbox(owner)
@@ -74,8 +75,7 @@ struct EventResumeTests {
             let client = try await server.client()
             let inbox = Inbox(client)
             let after = heard.last?.number ?? 0
-            guard case .threadResume = try await client.result(.threadResume(Wire.ThreadResumeParams(
-                threadId: id, excludeTurns: true, afterThreadSequence: after))) else { throw UnexpectedResult(expected: "thread/resume") }
+            _ = try await client.result(joining.request(id, after: after))
             try await Task.sleep(for: .milliseconds(finished ? 300 : Int.random(in: 5...40)))
             await client.close()
             let got = Self.kept(await inbox.all, thread: id)
@@ -170,7 +170,7 @@ struct EventResumeTests {
         defer { running.cancel() }
         _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: root, model: "before"))
         let before = try #require(try await writer.read(root, turns: false).thread?.threadSequence)
-        _ = try await waitFor("the root's events up to \(before)") { await collected.numbers(of: root).last == before ? true : nil }
+        _ = try await waitUntil("the root's events up to \(before)") { await collected.numbers(of: root).last == before ? true : nil }
 
         holding.set(true)
         try await server.restart()
@@ -181,12 +181,12 @@ struct EventResumeTests {
         holding.set(false)
 
         let rootHead = try #require(try await writer.read(root, turns: false).thread?.threadSequence)
-        _ = try await waitFor("the root's events up to \(rootHead)") { await collected.numbers(of: root).last == rootHead ? true : nil }
+        _ = try await waitUntil("the root's events up to \(rootHead)") { await collected.numbers(of: root).last == rootHead ? true : nil }
         let later = try #require(try await writer.spawn(root).thread?.id)
         _ = try await writer.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: later, model: "live"))
         for child in [away1, later] {
             let head = try #require(try await writer.read(child, turns: false).thread?.threadSequence)
-            _ = try await waitFor("child \(child)'s events up to \(head)") { await collected.numbers(of: child).last == head ? true : nil }
+            _ = try await waitUntil("child \(child)'s events up to \(head)") { await collected.numbers(of: child).last == head ? true : nil }
             let numbers = await collected.numbers(of: child)
             #expect(numbers == Array(1...head), "child \(child): every kept event once, in order, from thread/started: \(numbers)")
             if case .threadStarted? = await collected.first(of: child) {} else {
@@ -303,7 +303,7 @@ struct EventResumeTests {
         let id = try #require(try await ide.startThread(params).thread?.id)
         _ = try await ide.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, model: "watched-model-2"))
         let turnID = try await ide.startTurn(id, #"#tool grep {"pattern":"x"}"#)
-        let approval = try await waitFor("the approval at the IDE") { await ideRequests.received.first }
+        let approval = try await waitUntil("the approval at the IDE") { await ideRequests.received.first }
 
         // The watcher declares every server request too: only thread/subscribe keeps it from them.
         let (watcher, watcherRequests) = try await Self.participant(server)
@@ -318,12 +318,12 @@ struct EventResumeTests {
 
         let (resumer, resumerRequests) = try await Self.participant(server)
         _ = try await resumer.resume(id)
-        let offered = try await waitFor("the approval offered to the resumed client") { await resumerRequests.received.first }
+        let offered = try await waitUntil("the approval offered to the resumed client") { await resumerRequests.received.first }
         #expect(offered.id == approval.id)
 
         try await ide.answer(Wire.ServerRequestAnswer(id: approval.id, code: 0,
                                                       result: .itemToolRequestApproval(Wire.ApprovalResult(decision: .approve))))
-        let run = try await waitFor("the tool call at the IDE") { await ideRequests.received.dropFirst().first }
+        let run = try await waitUntil("the tool call at the IDE") { await ideRequests.received.dropFirst().first }
         guard case .itemToolCall? = run.params else { throw UnexpectedResult(expected: "item/tool/call") }
         try await ide.answer(Wire.ServerRequestAnswer(id: run.id, code: 0, result: .itemToolCall(Wire.ToolCallResult(output: "1 match"))))
         _ = try await watched.waitFor("turn/completed, live, at the watcher") {
@@ -331,7 +331,7 @@ struct EventResumeTests {
         }
         // Each client's requests are collected by a task of its own, which
         // may lag its connection: the resumer's tool call is waited for.
-        _ = try await waitFor("the tool call at the resumed client, a participant") {
+        _ = try await waitUntil("the tool call at the resumed client, a participant") {
             await resumerRequests.received.first { $0.id == run.id }
         }
         // A server request sent to the watcher would have come before
@@ -390,12 +390,3 @@ final class Switch: Sendable {
     func set(_ value: Bool) { on.withLock { $0 = value } }
 }
 
-/// Polls `body` until it returns a value.
-func waitFor<T>(_ what: String, timeout: Duration = .seconds(10), _ body: () async throws -> T?) async throws -> T {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if let value = try await body() { return value }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    throw UnexpectedResult(expected: "\(what) within \(timeout)")
-}

@@ -45,3 +45,21 @@ public final class RunningFlag: Sendable {
     public var isRaised: Bool { raised.withLock { $0 } }
     public func lower() { raised.withLock { $0 = false } }
 }
+
+/// The two ways a client joins a thread's events after a position: as a
+/// participant (thread/resume) or as a watcher (thread/subscribe). Tests of
+/// what a joining client hears run with both.
+public enum Joining: String, CaseIterable, Sendable, CustomStringConvertible {
+    case resume = "thread/resume"
+    case subscribe = "thread/subscribe"
+
+    public var description: String { rawValue }
+
+    /// The request joining `thread` after event `after`.
+    public func request(_ thread: String, after: UInt64) -> Wire.Request.Params {
+        switch self {
+        case .resume: .threadResume(Wire.ThreadResumeParams(threadId: thread, excludeTurns: true, afterThreadSequence: after))
+        case .subscribe: .threadSubscribe(Wire.ThreadSubscribeParams(threadId: thread, afterThreadSequence: after))
+        }
+    }
+}

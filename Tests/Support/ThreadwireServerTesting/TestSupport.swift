@@ -8,6 +8,16 @@ public struct TestTimeout: Error, CustomStringConvertible {
     public init(description: String) { self.description = description }
 }
 
+/// Polls `body` until it returns a value; after `timeout`, throws naming `what`.
+public func waitUntil<T>(_ what: String, timeout: Duration = .seconds(10), _ body: () async throws -> T?) async throws -> T {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if let value = try await body() { return value }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    throw TestTimeout(description: "\(what): not within \(timeout)")
+}
+
 /// Thrown where a call answered with another result than the one the test
 /// checks next: the test fails there. (A bare `return` in the guard's else
 /// would end it as passed with every later check skipped.)
