@@ -13,7 +13,7 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-events bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 apt-deps:
@@ -295,6 +295,11 @@ bench-streaming: apt-deps
 bench-events: py-deps
 	swift build -c release --product threadwire-server
 	$(VENV)/bin/python Benchmarks/events_store.py .build/release/threadwire-server
+
+## Issue 49: PostgreSQL's retention pass at 1 M stored events, one statement against 16 threads a statement.
+bench-events-postgres: py-deps
+	swift build -c release --product threadwire-server
+	$(VENV)/bin/python Benchmarks/events_trim_postgres.py .build/release/threadwire-server
 
 ## Issue 49: a subscriber cut for 10 s from a thread streaming 100 deltas/s resumes by number.
 bench-resume: py-deps

@@ -400,20 +400,44 @@ public final class PostgresThreadStore: ThreadStore {
     }
 
     public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
-        try await bounded("the trim of old events") {
-            var forgotten = 0
-            for try await count in try await self.client.query("""
-                WITH gone AS (DELETE FROM thread_events e USING threads t
-                    WHERE t.id = e.thread_id AND e.seq < t.event_sequence
-                      AND (e.seq <= t.event_sequence - \(keep) OR e.created_at < \(createdBefore))
-                    RETURNING 1)
-                SELECT count(*)::BIGINT FROM gone
-                """, logger: self.logger).decode(Int64.self) {
-                forgotten = Int(count)
+        // The threads with something to forget first (an index probe each for
+        // its oldest event), then their events a few threads per statement:
+        // one DELETE over every stored event outgrows the operation timeout
+        // at scale, and cut there it forgets nothing, pass after pass.
+        let due: [ThreadID] = try await bounded("the search for old events") {
+            var threads: [ThreadID] = []
+            for try await id in try await self.client.query("""
+                SELECT t.id FROM threads t
+                CROSS JOIN LATERAL (SELECT e.seq, e.created_at FROM thread_events e
+                                    WHERE e.thread_id = t.id ORDER BY e.seq LIMIT 1) oldest
+                WHERE oldest.seq < t.event_sequence
+                  AND (oldest.seq <= t.event_sequence - \(keep) OR oldest.created_at < \(createdBefore))
+                """, logger: self.logger).decode(String.self) {
+                threads.append(id)
             }
-            return forgotten
+            return threads
         }
+        var forgotten = 0
+        for start in stride(from: 0, to: due.count, by: Self.trimThreadsPerStatement) {
+            let batch = Array(due[start..<min(start + Self.trimThreadsPerStatement, due.count)])
+            forgotten += try await bounded("the trim of old events") {
+                // The thread's newest number read again here: it may have moved on.
+                for try await count in try await self.client.query("""
+                    WITH gone AS (DELETE FROM thread_events e USING threads t
+                        WHERE t.id = ANY(\(batch)) AND t.id = e.thread_id AND e.seq < t.event_sequence
+                          AND (e.seq <= t.event_sequence - \(keep) OR e.created_at < \(createdBefore))
+                        RETURNING 1)
+                    SELECT count(*)::BIGINT FROM gone
+                    """, logger: self.logger).decode(Int64.self) {
+                    return Int(count)
+                }
+                return 0
+            }
+        }
+        return forgotten
     }
+
+    static let trimThreadsPerStatement = 16
 
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await bounded("a thread's events' read") {

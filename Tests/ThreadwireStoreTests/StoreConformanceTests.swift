@@ -146,6 +146,23 @@ struct StoreConformanceTests {
         #expect(try await store.events("ev-other", after: 0, limit: 10).count == 1, "another thread's events untouched")
     }
 
+    @Test("a retention pass over more threads than one statement or write takes trims every one of them, keeping each one's newest", arguments: Backend.allCases)
+    func trimsEveryThread(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        let threads = 40
+        for n in 0..<threads {
+            var record = thread("many-\(n)", created: Millis(100 + n))
+            record.eventSequence = 3
+            try await store.commit([.putThread(record),
+                                    .appendEvents("many-\(n)", (1...3).map { StoredEvent(sequence: $0, createdAt: 5_000, bytes: [UInt8($0)]) })])
+        }
+        #expect(try await store.trimEvents(keep: 1, createdBefore: 0) == 2 * threads)
+        for n in 0..<threads {
+            #expect(try await store.events("many-\(n)", after: 0, limit: 10).map(\.sequence) == [3], "thread \(n)")
+        }
+        #expect(try await store.trimEvents(keep: 1, createdBefore: 0) == 0, "nothing left to forget")
+    }
+
     @Test("a commit is all or nothing: one failing operation leaves no trace of the others", arguments: Backend.allCases)
     func atomicCommits(_ backend: Backend) async throws {
         let store = try await backend.make()
