@@ -132,6 +132,18 @@ struct LeaseStepDownTests {
             do {
                 let id = try await engine.startThread(.init(), connection: 1).value.record.id
                 try await then(engine, id)
+                // A start held up nearly a lease on the pool commits under a
+                // lease about to lapse, and the loop then steps down before
+                // its first renewal: fresh means renewed once and still held.
+                if maintained {
+                    let renewedBy = ContinuousClock.now + lease * 3
+                    while coordinator.renewals == 0, !engine.leaseView.fences.isEmpty, ContinuousClock.now < renewedBy {
+                        try await Task.sleep(for: .milliseconds(5))
+                    }
+                    guard coordinator.renewals > 0, !engine.leaseView.fences.isEmpty, engine.ownershipTrouble == nil else {
+                        throw DomainError.unavailable("the new lease lapsed before its first renewal")
+                    }
+                }
                 return (engine, coordinator, maintenance, id)
             } catch DomainError.unavailable where attempt < 5 {
                 maintenance?.cancel()

@@ -13,12 +13,24 @@ import pytest
 UPGRADE = Path(__file__).resolve().parents[1] / "upgrade"
 sys.path.insert(0, str(UPGRADE))
 import upgrade_support as support  # noqa: E402
+from threadwire_client.client import notification_thread_id  # noqa: E402
 
 FIXTURES = sorted(path for path in (UPGRADE / "fixtures").iterdir() if path.is_dir())
 
 
 def test_there_is_a_fixture():
     assert FIXTURES, "integration/upgrade/fixtures holds no release's store"
+
+
+def kept_numbers(client, thread, head):
+    """The numbers of `thread`'s kept events replayed from the start, up to `head`."""
+    client.call("thread/subscribe", {"thread_id": thread, "after_thread_sequence": 0})
+    numbers = []
+    for note in client.iter_notifications():
+        if note.HasField("thread_sequence") and notification_thread_id(note) == thread:
+            numbers.append(note.thread_sequence)
+            if note.thread_sequence >= head:
+                return numbers
 
 
 def serves_unchanged_then_writes(store_arguments, work, expected):
@@ -28,6 +40,11 @@ def serves_unchanged_then_writes(store_arguments, work, expected):
         for thread in threads:
             assert now["threads"][thread] == expected["threads"][thread], f"thread {thread} reads differently"
         assert now["lists"] == expected["lists"]
+        # The events a release kept (issue 49) are all still there, in order.
+        for thread in threads:
+            head = int(now["threads"][thread]["thread"].get("thread_sequence", 0))
+            if head:
+                assert kept_numbers(client, thread, head) == list(range(1, head + 1)), f"thread {thread}'s kept events"
         # It takes writes: a settings change and a turn on an old thread.
         target = expected["lists"]["active"][0]
         client.call("thread/settings/update", {"thread_id": target, "model": "after-upgrade"})
