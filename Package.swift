@@ -15,7 +15,7 @@ let swiftSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "threadwire",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "threadwire-server", targets: ["ThreadwireServerMain"]),
         .executable(name: "threadwire", targets: ["ThreadwireCLI"]),
@@ -50,6 +50,9 @@ let package = Package(
         // SHA-256 of idempotent requests (already in the graph through postgres-nio).
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        // gRPC over HTTP/2 (--grpc-listen); protobuf-c stays the codec.
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -173,6 +176,19 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // gRPC over HTTP/2: the service of proto/threadwire/v1/service.proto
+        // (every method, unary), grpc.health.v1 and reflection, on the call layer.
+        .target(
+            name: "ThreadwireGRPC",
+            dependencies: [
+                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The operator's HTTP endpoint: liveness, readiness, Prometheus metrics.
         .target(
             name: "ThreadwireAdmin",
@@ -213,6 +229,7 @@ let package = Package(
             dependencies: [
                 "ThreadwireModels", "ThreadwireMCP", "ThreadwireTransport", "ThreadwireNIO",
                 "ThreadwireServer", "ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
+                "ThreadwireGRPC",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -287,6 +304,11 @@ let package = Package(
             name: "ThreadwireTransportTests",
             dependencies: ["ThreadwireTransport", "ThreadwireCore", "ThreadwireClient", "ThreadwireWire", "ThreadwireServerTesting",
                            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireGRPCTests",
+            dependencies: ["ThreadwireGRPC", "ThreadwireWire", .product(name: "GRPCCore", package: "grpc-swift-2")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

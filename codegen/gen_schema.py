@@ -31,6 +31,8 @@ def main(descriptor_path, output_path):
             rows.append(f'        .init(name: "{method_name(field)}", field: "{field}", paramsType: "{params_type}", resultType: {swift_optional(result_type)}),')
         return rows
 
+    service_rows, result_cases = service_table(files, messages, oneof)
+    file_rows = descriptor_files(raw, files)
     encoded = base64.b64encode(raw).decode()
     lines = ["        " + encoded[i:i + 100] for i in range(0, len(encoded), 100)]
     out = [
@@ -67,11 +69,135 @@ def main(descriptor_path, output_path):
         "    public static let serverRequests: [Method] = [",
         *table(oneof("ServerRequest", "params"), oneof("ServerRequestAnswer", "result")),
         "    ]",
+        "",
+        "    /// One rpc of the gRPC service (proto/threadwire/v1/service.proto) and",
+        "    /// the frame protocol's method it is.",
+        "    public struct ServiceMethod: Sendable {",
+        "        /// As gRPC names it: \"ThreadStart\".",
+        "        public let rpc: String",
+        "        /// As the frame protocol names it: \"thread/start\".",
+        "        public let method: String",
+        "        /// The rpc's request message as the Request.params it is.",
+        "        public let params: @Sendable ([UInt8]) throws -> Wire.Request.Params",
+        "    }",
+        "",
+        f'    public static let serviceName = "{PACKAGE}.{SERVICE}"',
+        "",
+        "    public static let serviceMethods: [ServiceMethod] = [",
+        *service_rows,
+        "    ]",
+        "",
+        "    /// One file of `fileDescriptorSet`, for gRPC reflection.",
+        "    public struct DescriptorFile: Sendable {",
+        "        public let name: String",
+        "        /// Its serialized FileDescriptorProto within `fileDescriptorSet`.",
+        "        public let bytes: Range<Int>",
+        "        public let dependencies: [String]",
+        "        /// Fully qualified messages, enums, services and methods it defines.",
+        "        public let symbols: [String]",
+        "    }",
+        "",
+        "    public static let descriptorFiles: [DescriptorFile] = [",
+        *file_rows,
+        "    ]",
+        "}",
+        "",
+        "extension Wire.Response.Result {",
+        "    /// The result's own message, serialized (a gRPC response).",
+        "    public var messageBytes: [UInt8] {",
+        "        switch self {",
+        *result_cases,
+        "        }",
+        "    }",
         "}",
         "",
     ]
     with open(output_path, "w") as handle:
         handle.write("\n".join(out))
+
+
+SERVICE = "Threadwire"
+
+
+def upper_camel(field):
+    return "".join(part[:1].upper() + part[1:] for part in field.split("_"))
+
+
+def lower_camel(field):
+    name = upper_camel(field)
+    return name[:1].lower() + name[1:]
+
+
+def service_table(files, messages, oneof):
+    """The rpcs of service Threadwire, each checked against the Request.params
+    field it must mirror (same name in UpperCamel, same messages)."""
+    params = oneof("Request", "params")
+    results = oneof("Response", "result")
+    services = [s for f in files.file if f.package == PACKAGE for s in f.service if s.name == SERVICE]
+    if len(services) != 1:
+        sys.exit(f"gen_schema: proto/ must define service {PACKAGE}.{SERVICE} once")
+    by_rpc = {upper_camel(field): field for field in params}
+    rows = []
+    seen = set()
+    for rpc in services[0].method:
+        field = by_rpc.get(rpc.name)
+        if field is None:
+            sys.exit(f"gen_schema: rpc {rpc.name} names no Request.params field")
+        if rpc.input_type.lstrip(".") != params[field] or rpc.output_type.lstrip(".") != results[field]:
+            sys.exit(f"gen_schema: rpc {rpc.name} must take {params[field]} and return {results[field]}")
+        if rpc.client_streaming or rpc.server_streaming:
+            sys.exit(f"gen_schema: rpc {rpc.name} mirrors a unary method")
+        seen.add(field)
+        swift_type = "Wire." + params[field].split(".")[-1]
+        rows.append(f'        .init(rpc: "{rpc.name}", method: "{method_name(field)}", '
+                    f'params: {{ .{lower_camel(field)}(try {swift_type}(serializedBytes: $0)) }}),')
+    missing = sorted(set(params) - seen)
+    if missing:
+        sys.exit(f"gen_schema: service {SERVICE} lacks an rpc for {', '.join(missing)}")
+    cases = [f"        case let .{lower_camel(field)}(message): return message.serializedBytes()" for field in results]
+    return rows, cases
+
+
+def descriptor_files(raw, files):
+    """Where each FileDescriptorProto lies in the set (field 1, repeated)."""
+    def varint(at):
+        value, shift = 0, 0
+        while True:
+            byte = raw[at]
+            value |= (byte & 0x7F) << shift
+            at += 1
+            shift += 7
+            if byte < 0x80:
+                return value, at
+    ranges = []
+    at = 0
+    while at < len(raw):
+        key, at = varint(at)
+        length, at = varint(at)
+        if key != 0x0A:
+            sys.exit("gen_schema: unexpected field in the FileDescriptorSet")
+        ranges.append((at, at + length))
+        at += length
+    rows = []
+    for (start, end), f in zip(ranges, files.file):
+        prefix = f"{f.package}." if f.package else ""
+        symbols = []
+
+        def messages(message_types, scope):
+            for m in message_types:
+                symbols.append(scope + m.name)
+                for e in m.enum_type:
+                    symbols.append(f"{scope}{m.name}.{e.name}")
+                messages(m.nested_type, f"{scope}{m.name}.")
+        messages(f.message_type, prefix)
+        symbols += [prefix + e.name for e in f.enum_type]
+        for service in f.service:
+            symbols.append(prefix + service.name)
+            symbols += [f"{prefix}{service.name}.{m.name}" for m in service.method]
+        deps = ", ".join(f'"{d}"' for d in f.dependency)
+        names = ", ".join(f'"{x}"' for x in symbols)
+        rows.append(f'        .init(name: "{f.name}", bytes: {start}..<{end}, dependencies: [{deps}], symbols: [{names}]),')
+    return rows
 
 
 def swift_optional(text):

@@ -43,7 +43,7 @@ final class ServerServices: Sendable {
 /// accepts, and on graceful shutdown drains (see `run`).
 public final class ThreadwireServer: Service, Sendable {
     private let configuration: ServerConfiguration
-    private let services: ServerServices
+    let services: ServerServices
     private let transport: any ServerTransport
     private let peerTransport: (any ServerTransport)?
     private let draining = OnceFlag()

@@ -15,6 +15,7 @@ import ThreadwireCore
 import ThreadwireMCP
 import ThreadwireModels
 public import ThreadwireServer
+import ThreadwireGRPC
 public import ThreadwireTransport
 import ThreadwireSQLite
 import ThreadwirePostgres
@@ -62,6 +63,9 @@ public struct ServerCommand: AsyncParsableCommand {
 
     @Option(help: "HOST:PORT of the admin HTTP endpoint (/livez, /readyz, /metrics, /leases); port 0 picks one. Off when absent. A non-loopback address needs --admin-token-file (or THREADWIRE_ADMIN_TOKEN) or --allow-unauthenticated.")
     var adminListen: String?
+
+    @Option(help: "HOST:PORT of the gRPC listener (HTTP/2 cleartext): service threadwire.v1.Threadwire (every method as a unary call, proto/threadwire/v1/service.proto), grpc.health.v1.Health and gRPC reflection; port 0 picks one. Off when absent. A non-loopback address needs authentication (tokens) or --allow-unauthenticated, and is refused beside --tls-cert (cleartext next to TLS): put a TLS-terminating proxy in front.")
+    var grpcListen: String?
 
     @Option(help: "File holding the admin endpoint's bearer token (at least 16 bytes; THREADWIRE_ADMIN_TOKEN gives it instead): every path but /livez then needs 'Authorization: Bearer TOKEN'.")
     var adminTokenFile: String?
@@ -171,6 +175,8 @@ public struct ServerCommand: AsyncParsableCommand {
             FileHandle.standardOutput.write(Data("threadwire listening on \(shown)\n".utf8))
         } onAdminListening: { boundHost, boundPort in
             FileHandle.standardOutput.write(Data("threadwire admin on http://\(boundHost):\(boundPort)\n".utf8))
+        } onGRPCListening: { boundHost, boundPort in
+            FileHandle.standardOutput.write(Data("threadwire grpc on \(boundHost):\(boundPort)\n".utf8))
         }
         let server = composed.server
         let reloads = composed.reloadsCredentials ? Self.onSIGHUP {
@@ -202,7 +208,8 @@ public struct ServerCommand: AsyncParsableCommand {
     /// - Parameter transport: how clients reach it (nil: TCP on `--listen`).
     public func compose(logger: Logger, metricsRegistry: PrometheusCollectorRegistry, transport: (any ServerTransport)? = nil,
                         onListening: @escaping @Sendable (SocketAddress?) -> Void = { _ in },
-                        onAdminListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) async throws -> Composed {
+                        onAdminListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
+                        onGRPCListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) async throws -> Composed {
         let (host, port) = try Self.hostPort(listen, flag: "--listen")
         let file = try config.map(ConfigFile.load) ?? ConfigFile.Loaded()
         // In process (tests) the process's tracer is the test's business.
@@ -340,6 +347,25 @@ public struct ServerCommand: AsyncParsableCommand {
             services.append(.init(service: MCPService(servers: toolServers), serviceName: "mcp-servers"))
         }
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
+        if let grpcListen {
+            // After the frame server: shut down first, so its health turns
+            // NOT_SERVING and its calls finish while the frame server still serves.
+            let (grpcHost, grpcPort) = try Self.hostPort(grpcListen, flag: "--grpc-listen")
+            if !ServerConfiguration.isLoopback(grpcHost) {
+                if configuration.tls != nil {
+                    throw ValidationError("--grpc-listen serves HTTP/2 cleartext: beside --tls-cert it must be a loopback address (put a TLS-terminating proxy such as Envoy in front)")
+                }
+                if !configuration.authenticator.isEnabled, !allowUnauthenticated {
+                    throw ValidationError("""
+                        refusing to serve gRPC on \(grpcHost):\(grpcPort) without authentication: any client that reaches it could read and change every thread. \
+                        Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN), listen on a loopback address, or pass --allow-unauthenticated if the network is trusted
+                        """)
+                }
+            }
+            let grpc = GRPCListener(host: grpcHost, port: grpcPort, calls: server.unaryCalls,
+                                    maxMessageBytes: configuration.limits.maxFrameBytes, logger: logger, onListening: onGRPCListening)
+            services.append(.init(service: grpc, serviceName: "grpc"))
+        }
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
     }
 

@@ -13,6 +13,17 @@ extension Wire {
             resultField = Wire.Response(result: result).serializedBytes()
         }
 
+        /// The result's own message (a gRPC response): `resultField` is its
+        /// oneof field's key and length, then these bytes.
+        public var messageBytes: ArraySlice<UInt8> {
+            var at = resultField.startIndex
+            for _ in 0..<2 {  // the key's varint, then the length's
+                while at < resultField.endIndex, resultField[at] & 0x80 != 0 { at += 1 }
+                at += 1
+            }
+            return resultField[min(at, resultField.endIndex)...]
+        }
+
         /// Envelope field 2 (response) as protobuf-c writes its key.
         private static let responseKey: [UInt8] = Array(Wire.Envelope(kind: .response(Wire.Response())).serializedBytes().dropLast())
 

@@ -26,6 +26,24 @@ struct EngineTests {
         throw DomainError.internal("turn did not finish")
     }
 
+    @Test("a call without a session (a unary gRPC call) subscribes nobody: its thread's events reach only real subscribers")
+    func sessionlessCallsSubscribeNobody() async throws {
+        let (engine, _, sink) = engine()
+        let id = try await engine.startThread(.init(), connection: Subscriber.nobody).value.record.id
+        let outcome = try await engine.startTurn(id, .init(input: ["hi"]), connection: Subscriber.nobody)
+        outcome.publish()
+        #expect(!engine.isSubscribed(Subscriber.nobody))
+        for _ in 0..<2_000 where try await engine.readThread(id, includeTurns: true, includeModelRequests: false).turns?.last?.status == .inProgress {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        // A connection that resumes the thread hears its next turn; nobody never does.
+        try await engine.resumeThread(id, model: nil, excludeTurns: true, connection: 7).publish()
+        _ = try await runTurn(engine, id, "again")
+        let recipients = Set(sink.deliveries.flatMap(\.recipients))
+        #expect(recipients.contains(7))
+        #expect(!recipients.contains(Subscriber.nobody))
+    }
+
     @Test("the first turn pins the runtime from flags; later flag changes cannot reach it")
     func pinsAtFirstTurn() async throws {
         let (engine, store, _) = engine { $0.threadDefaults.flags.multiAgentV2 = true }

@@ -183,6 +183,25 @@ struct CallLayerTests {
         let readsOnly = MethodTable.methods.values.filter { !$0.mutates }.map(\.name).sorted()
         #expect(readsOnly == ["health/check", "initialize", "mcp_server/list", "model/list", "reflection/descriptors", "thread/list", "thread/read", "thread/subscribe", "thread/turns/list"])
     }
+
+    @Test("the gRPC service has one rpc per table entry, named after its field, whose request bytes are that method's params")
+    func grpcServiceMirrorsTheTable() throws {
+        #expect(WireSchema.serviceName == "threadwire.v1.Threadwire")
+        #expect(Set(WireSchema.serviceMethods.map(\.method)) == Set(MethodTable.methods.keys))
+        #expect(WireSchema.serviceMethods.count == MethodTable.methods.count)
+        for method in WireSchema.serviceMethods {
+            let field = try #require(Wire.Request.Params.fieldNames.first { params in
+                (try? Wire.Request.Params.fromJSON(fieldName: params, .object([]), path: params))?.methodName == method.method
+            })
+            #expect(method.rpc == field.split(separator: "_").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined())
+            // Empty bytes are a valid empty message of the rpc's own type.
+            #expect(try method.params([]).methodName == method.method)
+        }
+        let start = try #require(WireSchema.serviceMethods.first { $0.rpc == "ThreadStart" })
+        let bytes = Wire.ThreadStartParams(model: "m-1").serializedBytes()
+        guard case let .threadStart(decoded) = try start.params(bytes) else { Issue.record("ThreadStart took other params"); return }
+        #expect(decoded.model == "m-1")
+    }
 }
 
 /// Ids a test's `send` saw, for the test to answer them.

@@ -6,6 +6,7 @@
 #include "threadwire/v1/multi_agent.pb-c.h"
 #include "threadwire/v1/reflection.pb-c.h"
 #include "threadwire/v1/server_request.pb-c.h"
+#include "threadwire/v1/service.pb-c.h"
 #include "threadwire/v1/settings.pb-c.h"
 #include "threadwire/v1/thread.pb-c.h"
 #include "threadwire/v1/turn.pb-c.h"

@@ -1,6 +1,18 @@
 /// Identifies one client connection to the engine.
 public typealias ConnectionID = UInt64
 
+/// Callers that have no connection to subscribe.
+public enum Subscriber {
+    /// A call made without a session (a unary gRPC call): it is answered,
+    /// and subscribing it subscribes nobody. Connections are numbered from 1.
+    public static let nobody: ConnectionID = 0
+
+    /// The recipients of an event meant for one caller: none for nobody.
+    static func only(_ connection: ConnectionID) -> [ConnectionID] {
+        connection == nobody ? [] : [connection]
+    }
+}
+
 public enum ThreadStatus: Sendable, Equatable {
     case notLoaded, idle
     /// A turn runs; `waitingOn` says what it waits for, if anything.

@@ -45,7 +45,7 @@ extension ThreadEngine {
         record.mcpServers = try chosenToolServers(request.mcpServers, principal: request.principal)
         let fence = try await claimNewTree(id)
         let (started, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: record, history: [], turns: []), includeTurns: false)),
-                                                     recipients: [connection])], record: &record)
+                                                     recipients: Subscriber.only(connection))], record: &record)
         try await commitCreation(record.principal, [.putThread(record)] + kept, fence: fence, newTree: true)
         let owner = adopt(StoredThread(record: record, history: [], turns: []), config: config, subscriber: connection, fence: fence)
         let view = ThreadView(stored: owner.current, includeTurns: false)
@@ -114,7 +114,7 @@ extension ThreadEngine {
                     throw error
                 }
                 publications.append(owner.publisher.ticket(kept.map {
-                    Delivery(event: .replayed(id, $0), recipients: [connection], threadSequence: $0.sequence)
+                    Delivery(event: .replayed(id, $0), recipients: Subscriber.only(connection), threadSequence: $0.sequence)
                 }))
             }
             // A message streaming now: its text so far, then live.
@@ -132,7 +132,7 @@ extension ThreadEngine {
             var offered = Set<String>()
             for request in pendingRequests(owner.current) + treeRequests.requests(root: id)
             where !watching && offered.insert(request.id).inserted {
-                deliveries.append(Delivery(event: .serverRequest(request), recipients: [connection]))
+                deliveries.append(Delivery(event: .serverRequest(request), recipients: Subscriber.only(connection)))
             }
             deliveries += try await change(owner)
             return Outcome(view(owner.current), publications: publications + [owner.publisher.ticket(deliveries)])
@@ -162,7 +162,7 @@ extension ThreadEngine {
                 guard await sink.waitForReplayRoom(connection, bytes: event.bytes.count) else {
                     throw DomainError.unavailable("the connection closed while thread \(id)'s events were replayed")
                 }
-                sink.deliver([Delivery(event: .replayed(id, event), recipients: [connection], threadSequence: event.sequence)])
+                sink.deliver([Delivery(event: .replayed(id, event), recipients: Subscriber.only(connection), threadSequence: event.sequence)])
                 position = event.sequence
             }
         }
@@ -246,7 +246,7 @@ extension ThreadEngine {
         // A fork's events start from 1: the source's are the source's.
         record.eventSequence = 0
         let (started, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: record, history: history, turns: turns), includeTurns: false)),
-                                                     recipients: [connection])], record: &record)
+                                                     recipients: Subscriber.only(connection))], record: &record)
         var operations: [StoreOperation] = [.putThread(record), .appendHistory(id, firstSequence: 0, items: Array(history))]
         operations += turns.map { .putTurn($0) }
         operations += kept

@@ -44,6 +44,7 @@ final class ThreadOwner: @unchecked Sendable {
     var participants: [ConnectionID] { subscriptions.withLock { Array($0.current.subtracting($0.watching)) } }
 
     func subscribe(_ connection: ConnectionID) {
+        guard connection != Subscriber.nobody else { return }
         subscriptions.withLock {
             $0.current.insert(connection)
             $0.watching.remove(connection)
@@ -53,6 +54,7 @@ final class ThreadOwner: @unchecked Sendable {
 
     /// Subscribes a watcher; a participant already subscribed stays one.
     func watch(_ connection: ConnectionID) {
+        guard connection != Subscriber.nobody else { return }
         subscriptions.withLock {
             if $0.current.insert(connection).inserted { $0.watching.insert(connection) }
             $0.former.remove(connection)

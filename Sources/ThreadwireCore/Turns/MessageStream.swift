@@ -43,8 +43,8 @@ final class MessageStream: Sendable {
             if watching { owner.watch(connection) } else { owner.subscribe(connection) }
             guard state.open, state.started else { return owner.publisher.ticket([]) }
             return owner.publisher.ticket([
-                Delivery(event: .itemStarted(owner.id, turnID, ItemRecord(id: itemID, type: .agentMessage, text: "")), recipients: [connection]),
-                Delivery(event: .agentMessageDelta(owner.id, turnID, itemID: itemID, delta: state.text), recipients: [connection]),
+                Delivery(event: .itemStarted(owner.id, turnID, ItemRecord(id: itemID, type: .agentMessage, text: "")), recipients: Subscriber.only(connection)),
+                Delivery(event: .agentMessageDelta(owner.id, turnID, itemID: itemID, delta: state.text), recipients: Subscriber.only(connection)),
             ])
         }
     }

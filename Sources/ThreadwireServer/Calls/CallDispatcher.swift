@@ -83,7 +83,7 @@ struct CallDispatcher: Sendable {
     }
 
     /// The checks every request passes before its handler runs.
-    func admit(_ request: Wire.Request, received: ContinuousClock.Instant, connection: Connection) -> Admission {
+    func admit(_ request: Wire.Request, received: ContinuousClock.Instant, connection: any CallSession) -> Admission {
         guard let params = request.params else {
             return .refused(RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown")
         }
@@ -192,7 +192,7 @@ struct CallDispatcher: Sendable {
 
     /// The call's thread, required and authorized from the loaded snapshot;
     /// nil when that needs the store (the call then suspends).
-    private func callWithoutSuspending(_ admitted: AdmittedCall, connection: Connection) throws -> Call? {
+    func callWithoutSuspending(_ admitted: AdmittedCall, connection: any CallSession) throws -> Call? {
         guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
         let id = try MethodTable.required(field.read(admitted.params), field.name)
         if services.info.authenticates {
@@ -249,14 +249,11 @@ struct CallDispatcher: Sendable {
         }
         let output: CallOutput
         do {
-            let finishedOrNil: CallOutput?
             if let span = admitted.span {
-                finishedOrNil = try await ServiceContext.withValue(span.context) { try await run(admitted, connection: connection) }
+                output = try await ServiceContext.withValue(span.context) { try await run(admitted, connection: connection) }
             } else {
-                finishedOrNil = try await run(admitted, connection: connection)
+                output = try await run(admitted, connection: connection)
             }
-            guard let finished = finishedOrNil else { return }
-            output = finished
         } catch {
             fail(admitted, error: error, connection: connection)
             return
@@ -265,8 +262,8 @@ struct CallDispatcher: Sendable {
     }
 
     /// Runs the handler here or relays to the thread's owner, within the
-    /// request's deadline; nil when the deadline passed (already answered).
-    private func run(_ admitted: AdmittedCall, connection: Connection) async throws -> CallOutput? {
+    /// request's deadline (past it: DEADLINE_EXCEEDED, and a change goes on).
+    func run(_ admitted: AdmittedCall, connection: any CallSession) async throws -> CallOutput {
         let work: @Sendable () async throws -> CallOutput = { [self] in
             let local: @Sendable () async throws -> CallOutput = {
                 let call = try await authorizedCall(admitted, connection: connection)
@@ -286,16 +283,13 @@ struct CallDispatcher: Sendable {
         // Unstructured, so it does not inherit this task's executor: given it.
         let task = Task(executorPreference: TaskTracker.inheritedExecutor) { try await work() }
         guard let output = try await firstOf(task, timeoutMs: timeout) else {
-            respond(connection, id: admitted.request.id, error: RequestError(.deadlineExceeded, "\(admitted.spec.name) did not finish within \(timeout) ms"),
-                    method: admitted.spec.name, received: admitted.received, span: admitted.span,
-                    thread: admitted.spec.thread?.read(admitted.params))
             if admitted.spec.mutates {
                 // The change may still complete; its events and follow-up still happen.
                 services.tasks.spawn { (try? await task.value)?.publish() }
             } else {
                 task.cancel()
             }
-            return nil
+            throw RequestError(.deadlineExceeded, "\(admitted.spec.name) did not finish within \(timeout) ms")
         }
         return output
     }
@@ -306,7 +300,7 @@ struct CallDispatcher: Sendable {
     /// Owners never change, so the check cannot go stale before the handler
     /// runs. A thread whose instance is known is not looked up here: the
     /// command goes straight there, and the owner checks the principal.
-    private func authorizedCall(_ admitted: AdmittedCall, connection: Connection) async throws -> Call {
+    private func authorizedCall(_ admitted: AdmittedCall, connection: any CallSession) async throws -> Call {
         guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
         let id = try MethodTable.required(field.read(admitted.params), field.name)
         if services.info.authenticates, !services.engine.isKnownElsewhere(id),
@@ -316,7 +310,7 @@ struct CallDispatcher: Sendable {
         return call(admitted, thread: id, connection: connection)
     }
 
-    private func call(_ admitted: AdmittedCall, thread: ThreadID?, connection: Connection) -> Call {
+    private func call(_ admitted: AdmittedCall, thread: ThreadID?, connection: any CallSession) -> Call {
         Call(connection: connection, services: services, thread: thread)
     }
 
@@ -394,7 +388,7 @@ struct CallDispatcher: Sendable {
             // A failed authentication ends the connection: no second guess on it.
             services.metrics.serverClosed(reason: .unauthenticated)
             services.logger.notice("authentication failed; closing", metadata: [
-                "tw.connection.id": "\(connection.id)", "tw.peer": "\(connection.channel.remoteAddress.map { "\($0)" } ?? "?")"])
+                "tw.connection.id": "\(connection.id)", "tw.peer": "\(connection.peerDescription)"])
             connection.sendThenClose(response)
             return
         }

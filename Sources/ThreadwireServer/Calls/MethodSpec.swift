@@ -6,7 +6,7 @@ import ThreadwireWire
 /// the thread its request names, already found, required and authorized by
 /// the dispatcher (nil for methods whose table entry names no thread).
 struct Call: Sendable {
-    let connection: Connection
+    let connection: any CallSession
     /// Held by reference: a `ServerInfo` is large, and a call is made per request.
     let services: ServerServices
     let thread: ThreadID?

@@ -15,7 +15,7 @@ enum RelayToOwner {
     /// An owner that refuses connections is dead: its lease expires within
     /// the lease duration, and the request waits for that (trying again
     /// every 250 ms) rather than failing, so a crash is a pause to clients.
-    static func run(_ admitted: AdmittedCall, connection: Connection, services: ServerServices,
+    static func run(_ admitted: AdmittedCall, connection: any CallSession, services: ServerServices,
                     local: @Sendable () async throws -> CallOutput) async throws -> CallOutput {
         let deadline = ContinuousClock.now + services.peers.takeoverWait
         while true {
@@ -63,7 +63,7 @@ enum RelayToOwner {
     /// Relays a request that names a thread another live instance owns and
     /// returns that instance's answer under the client's request id.
     static func forward(_ request: Wire.Request, _ params: Wire.Request.Params, to owner: OwnedElsewhere,
-                        connection: Connection, services: ServerServices) async -> Relay {
+                        connection: any CallSession, services: ServerServices) async -> Relay {
         guard ThreadTracing.enabled else {
             return await forwardUntraced(request, params, to: owner, connection: connection, services: services)
         }
@@ -82,7 +82,7 @@ enum RelayToOwner {
     }
 
     private static func forwardUntraced(_ request: Wire.Request, _ params: Wire.Request.Params, to owner: OwnedElsewhere,
-                                        connection: Connection, services: ServerServices) async -> Relay {
+                                        connection: any CallSession, services: ServerServices) async -> Relay {
         guard !connection.isPeer else {
             // Ownership moved between the two instances' reads: no second hop.
             return .answered(refusal(request, "thread \(owner.threadID) moved to another instance while this request was relayed; retry"))
@@ -136,7 +136,7 @@ enum RelayToOwner {
 
     /// The client's relay to `address`, opened (and initialized as a peer
     /// acting for the client's principal) on first use.
-    static func upstream(_ address: String, for connection: Connection, services: ServerServices) async throws -> Upstream {
+    static func upstream(_ address: String, for connection: any CallSession, services: ServerServices) async throws -> Upstream {
         if let open = connection.upstreams.withLockedValue({ $0[address] }), open.client.isActive { return open }
         guard let owner = HostPort(address) else {
             throw ForwardingError(description: "the advertised address '\(address)' is not HOST:PORT")

@@ -7,7 +7,7 @@ import ThreadwireWire
 /// The server span of each request (tracing on): a child of the caller's
 /// W3C trace context when its metadata carries one, else a new trace.
 enum RequestTracing {
-    static func start(_ request: Wire.Request, spec: MethodSpec, params: Wire.Request.Params, connection: Connection) -> (any Span)? {
+    static func start(_ request: Wire.Request, spec: MethodSpec, params: Wire.Request.Params, connection: any CallSession) -> (any Span)? {
         guard ThreadTracing.enabled else { return nil }
         var caller = TraceCarrier()
         for pair in request.metadata {

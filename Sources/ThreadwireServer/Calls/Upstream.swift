@@ -44,7 +44,7 @@ final class Upstream: Sendable {
 
     /// Relays the owner's notifications to `connection` until the upstream
     /// closes; then tells the client its relayed subscriptions ended.
-    func relay(to connection: Connection) {
+    func relay(to connection: any CallSession) {
         Task {
             for await notification in client.notifications {
                 guard let payload = notification.payload else { continue }

@@ -12,7 +12,7 @@ public enum WireSchema {
 
     public static let envelopeType = "threadwire.v1.Envelope"
 
-    /// A serialized google.protobuf.FileDescriptorSet of proto/ (26056 bytes).
+    /// A serialized google.protobuf.FileDescriptorSet of proto/ (28510 bytes).
     public static let fileDescriptorSet: [UInt8] = {
         let base64 = """
         CqMNChp0aHJlYWR3aXJlL3YxL2hlYWx0aC5wcm90bxINdGhyZWFkd2lyZS52MSJQCgpDbGllbnRJbmZvEhIKBG5hbWUYASABKAlS
@@ -362,7 +362,40 @@ public enum WireSchema {
         VG9rZW5Vc2FnZVVwZGF0ZWROb3RpZmljYXRpb25IAFIXdGhyZWFkVG9rZW5Vc2FnZVVwZGF0ZWQSWwoSdGhyZWFkX3JvbGxlZF9i
         YWNrGBsgASgLMisudGhyZWFkd2lyZS52MS5UaHJlYWRSb2xsZWRCYWNrTm90aWZpY2F0aW9uSABSEHRocmVhZFJvbGxlZEJhY2sS
         XgoTdGhyZWFkX25hbWVfdXBkYXRlZBgcIAEoCzIsLnRocmVhZHdpcmUudjEuVGhyZWFkTmFtZVVwZGF0ZWROb3RpZmljYXRpb25I
-        AFIRdGhyZWFkTmFtZVVwZGF0ZWRCCQoHcGF5bG9hZA==
+        AFIRdGhyZWFkTmFtZVVwZGF0ZWRCCQoHcGF5bG9hZAqTEwobdGhyZWFkd2lyZS92MS9zZXJ2aWNlLnByb3RvEg10aHJlYWR3aXJl
+        LnYxGhp0aHJlYWR3aXJlL3YxL2hlYWx0aC5wcm90bxoedGhyZWFkd2lyZS92MS9yZWZsZWN0aW9uLnByb3RvGhx0aHJlYWR3aXJl
+        L3YxL3NldHRpbmdzLnByb3RvGhp0aHJlYWR3aXJlL3YxL3RocmVhZC5wcm90bxoYdGhyZWFkd2lyZS92MS90dXJuLnByb3RvMtQR
+        CgpUaHJlYWR3aXJlEk4KCkluaXRpYWxpemUSHy50aHJlYWR3aXJlLnYxLkluaXRpYWxpemVQYXJhbXMaHy50aHJlYWR3aXJlLnYx
+        LkluaXRpYWxpemVSZXN1bHQSUQoLSGVhbHRoQ2hlY2sSIC50aHJlYWR3aXJlLnYxLkhlYWx0aENoZWNrUGFyYW1zGiAudGhyZWFk
+        d2lyZS52MS5IZWFsdGhDaGVja1Jlc3VsdBJvChVSZWZsZWN0aW9uRGVzY3JpcHRvcnMSKi50aHJlYWR3aXJlLnYxLlJlZmxlY3Rp
+        b25EZXNjcmlwdG9yc1BhcmFtcxoqLnRocmVhZHdpcmUudjEuUmVmbGVjdGlvbkRlc2NyaXB0b3JzUmVzdWx0ElUKC1RocmVhZFN0
+        YXJ0EiAudGhyZWFkd2lyZS52MS5UaHJlYWRTdGFydFBhcmFtcxokLnRocmVhZHdpcmUudjEuVGhyZWFkTGlmZWN5Y2xlUmVzdWx0
+        ElcKDFRocmVhZFJlc3VtZRIhLnRocmVhZHdpcmUudjEuVGhyZWFkUmVzdW1lUGFyYW1zGiQudGhyZWFkd2lyZS52MS5UaHJlYWRM
+        aWZlY3ljbGVSZXN1bHQSUwoKVGhyZWFkRm9yaxIfLnRocmVhZHdpcmUudjEuVGhyZWFkRm9ya1BhcmFtcxokLnRocmVhZHdpcmUu
+        djEuVGhyZWFkTGlmZWN5Y2xlUmVzdWx0Ek4KClRocmVhZFJlYWQSHy50aHJlYWR3aXJlLnYxLlRocmVhZFJlYWRQYXJhbXMaHy50
+        aHJlYWR3aXJlLnYxLlRocmVhZFJlYWRSZXN1bHQSTgoKVGhyZWFkTGlzdBIfLnRocmVhZHdpcmUudjEuVGhyZWFkTGlzdFBhcmFt
+        cxofLnRocmVhZHdpcmUudjEuVGhyZWFkTGlzdFJlc3VsdBJXCg1UaHJlYWRBcmNoaXZlEiIudGhyZWFkd2lyZS52MS5UaHJlYWRB
+        cmNoaXZlUGFyYW1zGiIudGhyZWFkd2lyZS52MS5UaHJlYWRBcmNoaXZlUmVzdWx0El0KD1RocmVhZFVuYXJjaGl2ZRIkLnRocmVh
+        ZHdpcmUudjEuVGhyZWFkVW5hcmNoaXZlUGFyYW1zGiQudGhyZWFkd2lyZS52MS5UaHJlYWRVbmFyY2hpdmVSZXN1bHQSYwoRVGhy
+        ZWFkVW5zdWJzY3JpYmUSJi50aHJlYWR3aXJlLnYxLlRocmVhZFVuc3Vic2NyaWJlUGFyYW1zGiYudGhyZWFkd2lyZS52MS5UaHJl
+        YWRVbnN1YnNjcmliZVJlc3VsdBJsChRUaHJlYWRTZXR0aW5nc1VwZGF0ZRIpLnRocmVhZHdpcmUudjEuVGhyZWFkU2V0dGluZ3NV
+        cGRhdGVQYXJhbXMaKS50aHJlYWR3aXJlLnYxLlRocmVhZFNldHRpbmdzVXBkYXRlUmVzdWx0ElMKCkFnZW50U3Bhd24SHy50aHJl
+        YWR3aXJlLnYxLkFnZW50U3Bhd25QYXJhbXMaJC50aHJlYWR3aXJlLnYxLlRocmVhZExpZmVjeWNsZVJlc3VsdBJdCg9UaHJlYWRU
+        dXJuc0xpc3QSJC50aHJlYWR3aXJlLnYxLlRocmVhZFR1cm5zTGlzdFBhcmFtcxokLnRocmVhZHdpcmUudjEuVGhyZWFkVHVybnNM
+        aXN0UmVzdWx0EmMKEVRocmVhZFRvb2xzVXBkYXRlEiYudGhyZWFkd2lyZS52MS5UaHJlYWRUb29sc1VwZGF0ZVBhcmFtcxomLnRo
+        cmVhZHdpcmUudjEuVGhyZWFkVG9vbHNVcGRhdGVSZXN1bHQSVwoNTWNwU2VydmVyTGlzdBIiLnRocmVhZHdpcmUudjEuTWNwU2Vy
+        dmVyTGlzdFBhcmFtcxoiLnRocmVhZHdpcmUudjEuTWNwU2VydmVyTGlzdFJlc3VsdBJLCglNb2RlbExpc3QSHi50aHJlYWR3aXJl
+        LnYxLk1vZGVsTGlzdFBhcmFtcxoeLnRocmVhZHdpcmUudjEuTW9kZWxMaXN0UmVzdWx0EmYKElRocmVhZENvbXBhY3RTdGFydBIn
+        LnRocmVhZHdpcmUudjEuVGhyZWFkQ29tcGFjdFN0YXJ0UGFyYW1zGicudGhyZWFkd2lyZS52MS5UaHJlYWRDb21wYWN0U3RhcnRS
+        ZXN1bHQSWgoOVGhyZWFkUm9sbGJhY2sSIy50aHJlYWR3aXJlLnYxLlRocmVhZFJvbGxiYWNrUGFyYW1zGiMudGhyZWFkd2lyZS52
+        MS5UaHJlYWRSb2xsYmFja1Jlc3VsdBJXCg1UaHJlYWROYW1lU2V0EiIudGhyZWFkd2lyZS52MS5UaHJlYWROYW1lU2V0UGFyYW1z
+        GiIudGhyZWFkd2lyZS52MS5UaHJlYWROYW1lU2V0UmVzdWx0ElQKDFRocmVhZEltcG9ydBIhLnRocmVhZHdpcmUudjEuVGhyZWFk
+        SW1wb3J0UGFyYW1zGiEudGhyZWFkd2lyZS52MS5UaHJlYWRJbXBvcnRSZXN1bHQSXQoPVGhyZWFkU3Vic2NyaWJlEiQudGhyZWFk
+        d2lyZS52MS5UaHJlYWRTdWJzY3JpYmVQYXJhbXMaJC50aHJlYWR3aXJlLnYxLlRocmVhZFN1YnNjcmliZVJlc3VsdBJLCglUdXJu
+        U3RhcnQSHi50aHJlYWR3aXJlLnYxLlR1cm5TdGFydFBhcmFtcxoeLnRocmVhZHdpcmUudjEuVHVyblN0YXJ0UmVzdWx0ElcKDVR1
+        cm5JbnRlcnJ1cHQSIi50aHJlYWR3aXJlLnYxLlR1cm5JbnRlcnJ1cHRQYXJhbXMaIi50aHJlYWR3aXJlLnYxLlR1cm5JbnRlcnJ1
+        cHRSZXN1bHQSSwoJVHVyblN0ZWVyEh4udGhyZWFkd2lyZS52MS5UdXJuU3RlZXJQYXJhbXMaHi50aHJlYWR3aXJlLnYxLlR1cm5T
+        dGVlclJlc3VsdA==
         """
         return Array(Data(base64Encoded: base64.replacingOccurrences(of: "\n", with: ""))!)
     }()
@@ -418,4 +451,100 @@ public enum WireSchema {
         .init(name: "item/tool/request_approval", field: "item_tool_request_approval", paramsType: "threadwire.v1.ApprovalParams", resultType: "threadwire.v1.ApprovalResult"),
         .init(name: "item/tool/request_user_input", field: "item_tool_request_user_input", paramsType: "threadwire.v1.UserInputParams", resultType: "threadwire.v1.UserInputResult"),
     ]
+
+    /// One rpc of the gRPC service (proto/threadwire/v1/service.proto) and
+    /// the frame protocol's method it is.
+    public struct ServiceMethod: Sendable {
+        /// As gRPC names it: "ThreadStart".
+        public let rpc: String
+        /// As the frame protocol names it: "thread/start".
+        public let method: String
+        /// The rpc's request message as the Request.params it is.
+        public let params: @Sendable ([UInt8]) throws -> Wire.Request.Params
+    }
+
+    public static let serviceName = "threadwire.v1.Threadwire"
+
+    public static let serviceMethods: [ServiceMethod] = [
+        .init(rpc: "Initialize", method: "initialize", params: { .initialize(try Wire.InitializeParams(serializedBytes: $0)) }),
+        .init(rpc: "HealthCheck", method: "health/check", params: { .healthCheck(try Wire.HealthCheckParams(serializedBytes: $0)) }),
+        .init(rpc: "ReflectionDescriptors", method: "reflection/descriptors", params: { .reflectionDescriptors(try Wire.ReflectionDescriptorsParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadStart", method: "thread/start", params: { .threadStart(try Wire.ThreadStartParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadResume", method: "thread/resume", params: { .threadResume(try Wire.ThreadResumeParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadFork", method: "thread/fork", params: { .threadFork(try Wire.ThreadForkParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadRead", method: "thread/read", params: { .threadRead(try Wire.ThreadReadParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadList", method: "thread/list", params: { .threadList(try Wire.ThreadListParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadArchive", method: "thread/archive", params: { .threadArchive(try Wire.ThreadArchiveParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadUnarchive", method: "thread/unarchive", params: { .threadUnarchive(try Wire.ThreadUnarchiveParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadUnsubscribe", method: "thread/unsubscribe", params: { .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadSettingsUpdate", method: "thread/settings/update", params: { .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(serializedBytes: $0)) }),
+        .init(rpc: "AgentSpawn", method: "agent/spawn", params: { .agentSpawn(try Wire.AgentSpawnParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadTurnsList", method: "thread/turns/list", params: { .threadTurnsList(try Wire.ThreadTurnsListParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadToolsUpdate", method: "thread/tools/update", params: { .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(serializedBytes: $0)) }),
+        .init(rpc: "McpServerList", method: "mcp_server/list", params: { .mcpServerList(try Wire.McpServerListParams(serializedBytes: $0)) }),
+        .init(rpc: "ModelList", method: "model/list", params: { .modelList(try Wire.ModelListParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadCompactStart", method: "thread/compact/start", params: { .threadCompactStart(try Wire.ThreadCompactStartParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadRollback", method: "thread/rollback", params: { .threadRollback(try Wire.ThreadRollbackParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadNameSet", method: "thread/name/set", params: { .threadNameSet(try Wire.ThreadNameSetParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadImport", method: "thread/import", params: { .threadImport(try Wire.ThreadImportParams(serializedBytes: $0)) }),
+        .init(rpc: "ThreadSubscribe", method: "thread/subscribe", params: { .threadSubscribe(try Wire.ThreadSubscribeParams(serializedBytes: $0)) }),
+        .init(rpc: "TurnStart", method: "turn/start", params: { .turnStart(try Wire.TurnStartParams(serializedBytes: $0)) }),
+        .init(rpc: "TurnInterrupt", method: "turn/interrupt", params: { .turnInterrupt(try Wire.TurnInterruptParams(serializedBytes: $0)) }),
+        .init(rpc: "TurnSteer", method: "turn/steer", params: { .turnSteer(try Wire.TurnSteerParams(serializedBytes: $0)) }),
+    ]
+
+    /// One file of `fileDescriptorSet`, for gRPC reflection.
+    public struct DescriptorFile: Sendable {
+        public let name: String
+        /// Its serialized FileDescriptorProto within `fileDescriptorSet`.
+        public let bytes: Range<Int>
+        public let dependencies: [String]
+        /// Fully qualified messages, enums, services and methods it defines.
+        public let symbols: [String]
+    }
+
+    public static let descriptorFiles: [DescriptorFile] = [
+        .init(name: "threadwire/v1/health.proto", bytes: 3..<1702, dependencies: [], symbols: ["threadwire.v1.ClientInfo", "threadwire.v1.Capabilities", "threadwire.v1.InitializeParams", "threadwire.v1.PeerHello", "threadwire.v1.ServerInfo", "threadwire.v1.ServerLimits", "threadwire.v1.InitializeResult", "threadwire.v1.HealthCheckParams", "threadwire.v1.HealthCheckResult", "threadwire.v1.ServingStatus"]),
+        .init(name: "threadwire/v1/multi_agent.proto", bytes: 1705..<2082, dependencies: [], symbols: ["threadwire.v1.KeyValue", "threadwire.v1.MultiAgentRuntime", "threadwire.v1.MultiAgentMode"]),
+        .init(name: "threadwire/v1/reflection.proto", bytes: 2085..<2678, dependencies: [], symbols: ["threadwire.v1.ReflectionDescriptorsParams", "threadwire.v1.ReflectedMethod", "threadwire.v1.ReflectionDescriptorsResult"]),
+        .init(name: "threadwire/v1/server_request.proto", bytes: 2681..<4979, dependencies: [], symbols: ["threadwire.v1.ToolCallParams", "threadwire.v1.ToolCallResult", "threadwire.v1.ApprovalParams", "threadwire.v1.ApprovalResult", "threadwire.v1.UserInputParams", "threadwire.v1.UserInputResult", "threadwire.v1.ServerRequest", "threadwire.v1.ServerRequestAnswer", "threadwire.v1.ServerRequestResolvedNotification", "threadwire.v1.ToolSource", "threadwire.v1.ApprovalDecision", "threadwire.v1.ServerRequestOutcome"]),
+        .init(name: "threadwire/v1/settings.proto", bytes: 4982..<6149, dependencies: ["threadwire/v1/multi_agent.proto"], symbols: ["threadwire.v1.ThreadSettings", "threadwire.v1.ThreadSettingsUpdateParams", "threadwire.v1.ThreadSettingsUpdateResult", "threadwire.v1.ThreadSettingsUpdatedNotification", "threadwire.v1.ApprovalPolicy"]),
+        .init(name: "threadwire/v1/turn.proto", bytes: 6152..<11615, dependencies: ["threadwire/v1/multi_agent.proto", "threadwire/v1/server_request.proto", "threadwire/v1/settings.proto"], symbols: ["threadwire.v1.UserInput", "threadwire.v1.ThreadItem", "threadwire.v1.ContextItem", "threadwire.v1.ToolSpec", "threadwire.v1.TokenUsage", "threadwire.v1.ThreadTokenUsageUpdatedNotification", "threadwire.v1.ModelRequest", "threadwire.v1.TurnContext", "threadwire.v1.Turn", "threadwire.v1.TurnStartParams", "threadwire.v1.TurnStartResult", "threadwire.v1.TurnInterruptParams", "threadwire.v1.TurnInterruptResult", "threadwire.v1.TurnStartedNotification", "threadwire.v1.TurnCompletedNotification", "threadwire.v1.ItemStartedNotification", "threadwire.v1.ItemAgentMessageDeltaNotification", "threadwire.v1.ItemCompletedNotification", "threadwire.v1.TurnSteerParams", "threadwire.v1.TurnSteerResult", "threadwire.v1.TurnStatus", "threadwire.v1.ItemType", "threadwire.v1.ItemStatus", "threadwire.v1.ContextRole", "threadwire.v1.ContextKind", "threadwire.v1.TurnFailureReason"]),
+        .init(name: "threadwire/v1/thread.proto", bytes: 11618..<19760, dependencies: ["threadwire/v1/multi_agent.proto", "threadwire/v1/settings.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.ThreadStatus", "threadwire.v1.ThreadSource", "threadwire.v1.Thread", "threadwire.v1.ThreadStartParams", "threadwire.v1.ModelListParams", "threadwire.v1.ModelInfo", "threadwire.v1.ModelListResult", "threadwire.v1.McpServerListParams", "threadwire.v1.McpServer", "threadwire.v1.McpServerListResult", "threadwire.v1.ThreadLifecycleResult", "threadwire.v1.ThreadResumeParams", "threadwire.v1.ThreadSubscribeParams", "threadwire.v1.ThreadSubscribeResult", "threadwire.v1.ThreadForkParams", "threadwire.v1.ThreadReadParams", "threadwire.v1.ThreadReadResult", "threadwire.v1.ThreadToolsUpdateParams", "threadwire.v1.ThreadToolsUpdateResult", "threadwire.v1.ThreadTurnsListParams", "threadwire.v1.ThreadTurnsListResult", "threadwire.v1.ThreadListParams", "threadwire.v1.ThreadListResult", "threadwire.v1.ThreadArchiveParams", "threadwire.v1.ThreadArchiveResult", "threadwire.v1.ThreadUnarchiveParams", "threadwire.v1.ThreadUnarchiveResult", "threadwire.v1.ThreadUnsubscribeParams", "threadwire.v1.ThreadUnsubscribeResult", "threadwire.v1.AgentSpawnParams", "threadwire.v1.ThreadStartedNotification", "threadwire.v1.ThreadStatusChangedNotification", "threadwire.v1.ThreadArchivedNotification", "threadwire.v1.ThreadUnarchivedNotification", "threadwire.v1.ThreadClosedNotification", "threadwire.v1.ThreadCompactStartParams", "threadwire.v1.ThreadCompactStartResult", "threadwire.v1.ThreadRollbackParams", "threadwire.v1.ThreadRollbackResult", "threadwire.v1.ThreadRolledBackNotification", "threadwire.v1.ThreadNameSetParams", "threadwire.v1.ThreadNameSetResult", "threadwire.v1.ThreadNameUpdatedNotification", "threadwire.v1.ThreadImportParams", "threadwire.v1.ThreadImportResult", "threadwire.v1.ImportReport", "threadwire.v1.ImportCount", "threadwire.v1.SkippedLine", "threadwire.v1.ThreadStatusType", "threadwire.v1.ThreadActiveFlag", "threadwire.v1.ThreadSourceKind", "threadwire.v1.McpServerState", "threadwire.v1.ThreadSortKey", "threadwire.v1.SortDirection", "threadwire.v1.ImportOutcome"]),
+        .init(name: "threadwire/v1/envelope.proto", bytes: 19763..<26056, dependencies: ["threadwire/v1/health.proto", "threadwire/v1/multi_agent.proto", "threadwire/v1/reflection.proto", "threadwire/v1/server_request.proto", "threadwire/v1/settings.proto", "threadwire/v1/thread.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.Envelope", "threadwire.v1.Request", "threadwire.v1.Response", "threadwire.v1.Notification"]),
+        .init(name: "threadwire/v1/service.proto", bytes: 26059..<28510, dependencies: ["threadwire/v1/health.proto", "threadwire/v1/reflection.proto", "threadwire/v1/settings.proto", "threadwire/v1/thread.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.Threadwire", "threadwire.v1.Threadwire.Initialize", "threadwire.v1.Threadwire.HealthCheck", "threadwire.v1.Threadwire.ReflectionDescriptors", "threadwire.v1.Threadwire.ThreadStart", "threadwire.v1.Threadwire.ThreadResume", "threadwire.v1.Threadwire.ThreadFork", "threadwire.v1.Threadwire.ThreadRead", "threadwire.v1.Threadwire.ThreadList", "threadwire.v1.Threadwire.ThreadArchive", "threadwire.v1.Threadwire.ThreadUnarchive", "threadwire.v1.Threadwire.ThreadUnsubscribe", "threadwire.v1.Threadwire.ThreadSettingsUpdate", "threadwire.v1.Threadwire.AgentSpawn", "threadwire.v1.Threadwire.ThreadTurnsList", "threadwire.v1.Threadwire.ThreadToolsUpdate", "threadwire.v1.Threadwire.McpServerList", "threadwire.v1.Threadwire.ModelList", "threadwire.v1.Threadwire.ThreadCompactStart", "threadwire.v1.Threadwire.ThreadRollback", "threadwire.v1.Threadwire.ThreadNameSet", "threadwire.v1.Threadwire.ThreadImport", "threadwire.v1.Threadwire.ThreadSubscribe", "threadwire.v1.Threadwire.TurnStart", "threadwire.v1.Threadwire.TurnInterrupt", "threadwire.v1.Threadwire.TurnSteer"]),
+    ]
+}
+
+extension Wire.Response.Result {
+    /// The result's own message, serialized (a gRPC response).
+    public var messageBytes: [UInt8] {
+        switch self {
+        case let .initialize(message): return message.serializedBytes()
+        case let .healthCheck(message): return message.serializedBytes()
+        case let .reflectionDescriptors(message): return message.serializedBytes()
+        case let .threadStart(message): return message.serializedBytes()
+        case let .threadResume(message): return message.serializedBytes()
+        case let .threadFork(message): return message.serializedBytes()
+        case let .threadRead(message): return message.serializedBytes()
+        case let .threadList(message): return message.serializedBytes()
+        case let .threadArchive(message): return message.serializedBytes()
+        case let .threadUnarchive(message): return message.serializedBytes()
+        case let .threadUnsubscribe(message): return message.serializedBytes()
+        case let .threadSettingsUpdate(message): return message.serializedBytes()
+        case let .agentSpawn(message): return message.serializedBytes()
+        case let .threadTurnsList(message): return message.serializedBytes()
+        case let .threadToolsUpdate(message): return message.serializedBytes()
+        case let .mcpServerList(message): return message.serializedBytes()
+        case let .modelList(message): return message.serializedBytes()
+        case let .threadCompactStart(message): return message.serializedBytes()
+        case let .threadRollback(message): return message.serializedBytes()
+        case let .threadNameSet(message): return message.serializedBytes()
+        case let .threadImport(message): return message.serializedBytes()
+        case let .threadSubscribe(message): return message.serializedBytes()
+        case let .turnStart(message): return message.serializedBytes()
+        case let .turnInterrupt(message): return message.serializedBytes()
+        case let .turnSteer(message): return message.serializedBytes()
+        }
+    }
 }

@@ -1,0 +1,233 @@
+"""threadwire over real gRPC (--grpc-listen), driven by an independent client:
+grpcio with its health and reflection packages. The client's message classes
+come only from what the server's reflection returns (no .proto, no generated
+threadwire code)."""
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pool, message_factory
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+from threadwire_client import Client
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SERVICE = "threadwire.v1.Threadwire"
+ALICE = "alice-5d1e9c7a3b8f2e4d6c0a"
+BOB = "bob-8e2a4c6e0b1d3f5a7c9e"
+
+
+def start(tmp_path, *arguments):
+    binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
+    proc = subprocess.Popen(
+        [binary, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "store"),
+         "--log-level", "error", *arguments],
+        stdout=subprocess.PIPE, text=True)
+    addresses = {}
+    while len(addresses) < 2:
+        line = proc.stdout.readline().strip()
+        assert line, f"the server exited before listening (exit {proc.poll()})"
+        if line.startswith("threadwire listening on "):
+            addresses["frames"] = line.rsplit(" ", 1)[1]
+        elif line.startswith("threadwire grpc on "):
+            addresses["grpc"] = line.rsplit(" ", 1)[1]
+    return proc, addresses
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture()
+def served(tmp_path):
+    proc, addresses = start(tmp_path)
+    channel = grpc.insecure_channel(addresses["grpc"])
+    yield proc, addresses, channel
+    channel.close()
+    stop(proc)
+
+
+@pytest.fixture()
+def authenticated(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.chmod(0o600)
+    proc, addresses = start(tmp_path, "--auth-tokens", str(tokens))
+    channel = grpc.insecure_channel(addresses["grpc"])
+    yield addresses, channel
+    channel.close()
+    stop(proc)
+
+
+class Reflected:
+    """Unary callables for every rpc of the service, typed from reflection alone."""
+
+    def __init__(self, channel):
+        self.pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
+        self.service = self.pool.FindServiceByName(SERVICE)
+        self.channel = channel
+
+    def message(self, type_name, **fields):
+        return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(type_name))(**fields)
+
+    def call(self, rpc, request=None, metadata=None, **fields):
+        method = self.service.methods_by_name[rpc]
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        stub = self.channel.unary_unary(f"/{SERVICE}/{rpc}", request_serializer=lambda m: m.SerializeToString(),
+                                        response_deserializer=response_class.FromString)
+        return stub(request if request is not None else request_class(**fields), metadata=metadata, timeout=20)
+
+
+def bearer(token):
+    return [("authorization", f"Bearer {token}")]
+
+
+def wait_for(condition, seconds=20):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"waited {seconds} s for {condition}")
+
+
+def test_reflection_lists_the_services_and_describes_every_method(served):
+    _, _, channel = served
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    [answer] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = {s.name for s in answer.list_services_response.service}
+    assert {SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} <= names
+    reflected = Reflected(channel)
+    rpcs = {m.name: (m.input_type.full_name, m.output_type.full_name) for m in reflected.service.methods}
+    assert rpcs["ThreadStart"] == ("threadwire.v1.ThreadStartParams", "threadwire.v1.ThreadLifecycleResult")
+    assert rpcs["ThreadSettingsUpdate"] == ("threadwire.v1.ThreadSettingsUpdateParams", "threadwire.v1.ThreadSettingsUpdateResult")
+    # Every method of the frame protocol, as reflection/descriptors lists them.
+    host, port = served[1]["frames"].rsplit(":", 1)
+    with Client(host, int(port)) as client:
+        fields = {m.field for m in client.call("reflection/descriptors").methods}
+    assert {"".join(p.capitalize() for p in f.split("_")) for f in fields} == set(rpcs)
+    # An unknown symbol is the reflection service's NOT_FOUND, on the same stream.
+    [missing] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol="no.Such")]))
+    assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+def test_reflection_v1_answers_like_v1alpha(served):
+    _, _, channel = served
+    info = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                 request_serializer=lambda m: m.SerializeToString(),
+                                 response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+    [answer] = info(iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol=f"{SERVICE}.TurnStart")]))
+    files = answer.file_descriptor_response.file_descriptor_proto
+    assert len(files) >= 2  # service.proto and what it imports
+
+
+def test_start_turn_read_over_grpc_from_reflection_only(served):
+    _, addresses, channel = served
+    api = Reflected(channel)
+    started = api.call("ThreadStart", multi_agent_mode=api.pool.FindEnumTypeByName(
+        "threadwire.v1.MultiAgentMode").values_by_name["MULTI_AGENT_MODE_PROACTIVE"].number)
+    thread_id = started.thread.id
+    assert thread_id
+    assert api.pool.FindEnumTypeByName("threadwire.v1.MultiAgentMode").values_by_number[started.multi_agent_mode].name == \
+        "MULTI_AGENT_MODE_PROACTIVE"
+    turn = api.call("TurnStart", thread_id=thread_id, input=[api.message("threadwire.v1.UserInput", text="hello over grpc")])
+    assert turn.turn.id
+    # A unary call subscribes nothing: the turn's end is read back.
+    completed = api.pool.FindEnumTypeByName("threadwire.v1.TurnStatus").values_by_name["TURN_STATUS_COMPLETED"].number
+
+    def finished():
+        read = api.call("ThreadRead", thread_id=thread_id, include_turns=True)
+        return read if read.thread.turns and read.thread.turns[-1].status == completed else None
+    read = wait_for(finished)
+    assert read.thread.id == thread_id
+    assert [t.id for t in read.thread.turns] == [turn.turn.id]
+    # The same thread, seen over the frame protocol.
+    host, port = addresses["frames"].rsplit(":", 1)
+    with Client(host, int(port)) as client:
+        client.initialize()
+        assert client.call("thread/read", {"thread_id": thread_id}).thread.id == thread_id
+
+
+def test_unknown_thread_is_not_found_and_a_bad_message_invalid_argument(served):
+    _, _, channel = served
+    api = Reflected(channel)
+    with pytest.raises(grpc.RpcError) as missing:
+        api.call("ThreadRead", thread_id="thr_does_not_exist")
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "thr_does_not_exist" in missing.value.details()
+    with pytest.raises(grpc.RpcError) as empty:
+        api.call("ThreadRead")
+    assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "thread_id" in empty.value.details()
+    raw = channel.unary_unary(f"/{SERVICE}/ThreadRead", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as garbage:
+        raw(b"\x0a\xff\xff\xff\xff\x0f", timeout=10)  # a length running past the message
+    assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # The server goes on serving.
+    assert api.call("ThreadStart").thread.id
+
+
+def test_idempotency_key_header_applies_a_retried_start_once(served):
+    _, _, channel = served
+    api = Reflected(channel)
+    key = [("idempotency-key", "grpc-retry-6b1f0c2e")]
+    first = api.call("ThreadStart", metadata=key)
+    again = api.call("ThreadStart", metadata=key)
+    other = api.call("ThreadStart")
+    assert first.thread.id == again.thread.id
+    assert other.thread.id != first.thread.id
+    listed = api.call("ThreadList")
+    assert sorted(t.id for t in listed.data) == sorted([first.thread.id, other.thread.id])
+
+
+def test_tokens_authenticate_calls_and_isolate_principals(authenticated):
+    _, channel = authenticated
+    api = Reflected(channel)  # reflection needs no token
+    with pytest.raises(grpc.RpcError) as anonymous:
+        api.call("ThreadStart")
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as wrong:
+        api.call("ThreadStart", metadata=bearer("not-a-token-of-this-server"))
+    assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    alices = api.call("ThreadStart", metadata=bearer(ALICE)).thread.id
+    assert api.call("ThreadRead", thread_id=alices, metadata=bearer(ALICE)).thread.id == alices
+    with pytest.raises(grpc.RpcError) as hidden:
+        api.call("ThreadRead", thread_id=alices, metadata=bearer(BOB))
+    assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    assert api.call("Initialize", metadata=bearer(BOB), client_info=api.message("threadwire.v1.ClientInfo", name="grpc")).principal == "bob"
+    # The standard health check answers without a token (probes carry none).
+    health = health_pb2_grpc.HealthStub(channel)
+    assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_check_and_watch_turn_not_serving_on_drain(served):
+    proc, _, channel = served
+    health = health_pb2_grpc.HealthStub(channel)
+    assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+    assert health.Check(health_pb2.HealthCheckRequest(service=SERVICE)).status == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as unknown:
+        health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    proc.send_signal(signal.SIGTERM)
+    statuses = []
+    try:
+        for answer in watch:
+            statuses.append(answer.status)
+            if answer.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                break
+    except grpc.RpcError:
+        pass
+    assert statuses and statuses[-1] == health_pb2.HealthCheckResponse.NOT_SERVING, statuses
+    assert proc.wait(timeout=20) == 0
