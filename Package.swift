@@ -181,7 +181,9 @@ let package = Package(
         .target(
             name: "ThreadwireGRPC",
             dependencies: [
-                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore",
+                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireNIO",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "Logging", package: "swift-log"),
@@ -344,6 +346,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -117,6 +117,12 @@ def main(descriptor_path, output_path):
 
 
 SERVICE = "Threadwire"
+# The rpcs that are streams, served by hand (Sources/ThreadwireGRPC): their
+# messages and which sides stream.
+STREAMS = {
+    "Subscribe": (f"{PACKAGE}.ThreadSubscribeParams", f"{PACKAGE}.Notification", False, True),
+    "Connect": (f"{PACKAGE}.Envelope", f"{PACKAGE}.Envelope", True, True),
+}
 
 
 def upper_camel(field):
@@ -140,6 +146,11 @@ def service_table(files, messages, oneof):
     rows = []
     seen = set()
     for rpc in services[0].method:
+        if rpc.name in STREAMS:
+            shape = (rpc.input_type.lstrip("."), rpc.output_type.lstrip("."), rpc.client_streaming, rpc.server_streaming)
+            if shape != STREAMS[rpc.name]:
+                sys.exit(f"gen_schema: stream rpc {rpc.name} must be {STREAMS[rpc.name]}")
+            continue
         field = by_rpc.get(rpc.name)
         if field is None:
             sys.exit(f"gen_schema: rpc {rpc.name} names no Request.params field")
@@ -151,6 +162,9 @@ def service_table(files, messages, oneof):
         swift_type = "Wire." + params[field].split(".")[-1]
         rows.append(f'        .init(rpc: "{rpc.name}", method: "{method_name(field)}", '
                     f'params: {{ .{lower_camel(field)}(try {swift_type}(serializedBytes: $0)) }}),')
+    absent = sorted(set(STREAMS) - {rpc.name for rpc in services[0].method})
+    if absent:
+        sys.exit(f"gen_schema: service {SERVICE} lacks the streams {', '.join(absent)}")
     missing = sorted(set(params) - seen)
     if missing:
         sys.exit(f"gen_schema: service {SERVICE} lacks an rpc for {', '.join(missing)}")

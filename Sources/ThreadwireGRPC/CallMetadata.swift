@@ -60,14 +60,14 @@ enum CallMetadata {
     }
 
     /// The caller: its bearer token and where it called from.
-    static func caller(_ metadata: Metadata, context: ServerContext) -> UnaryCalls.Caller {
+    static func caller(_ metadata: Metadata, context: ServerContext?) -> UnaryCalls.Caller {
         var token: String?
         if let authorization = metadata[stringValues: "authorization"].first(where: { _ in true }) {
             let parts = authorization.split(separator: " ", maxSplits: 1)
             // A header that is not "Bearer TOKEN" is a token that fails.
             token = parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : authorization
         }
-        return UnaryCalls.Caller(bearerToken: token, peer: context.remotePeer)
+        return UnaryCalls.Caller(bearerToken: token, peer: context?.remotePeer ?? "?")
     }
 
     /// The frame protocol's status, 1:1.

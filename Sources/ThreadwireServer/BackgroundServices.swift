@@ -89,6 +89,31 @@ final class OnceFlag: Sendable {
     func set() { flag.store(true, ordering: .releasing) }
 }
 
+/// Something that happens once, awaited by whoever needs it to have happened.
+final class OnceEvent: Sendable {
+    private let state = NIOLockedValueBox<(happened: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func happen() {
+        let waiters = state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+            state.happened = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func wait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let happened = state.withLockedValue { state -> Bool in
+                if state.happened { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if happened { continuation.resume() }
+        }
+    }
+}
+
 /// Connection ids, 1, 2, 3, … for the process's life.
 final class ConnectionIDs: Sendable {
     private let last = Atomic<UInt64>(0)

@@ -46,6 +46,12 @@ public final class ThreadwireServer: Service, Sendable {
     let services: ServerServices
     private let transport: any ServerTransport
     private let peerTransport: (any ServerTransport)?
+    /// Frame connections made inside the process for other transports'
+    /// streams (a gRPC stream is one such connection): the same pipeline,
+    /// limits and drain as any client's.
+    private let bridge = InProcessTransport()
+    /// Listening, with the turns a dead process left running recovered.
+    private let serving = OnceEvent()
     private let draining = OnceFlag()
     public let storeHealth: StoreHealth
     /// Renews this instance's leases (several instances on one store); a
@@ -110,6 +116,21 @@ public final class ThreadwireServer: Service, Sendable {
                                   peers: configuration.peers, idempotency: idempotency)
     }
 
+    /// A frame connection to this server made inside the process: the
+    /// client's end of a socket pair (the caller owns and closes it). Other
+    /// transports carry their streams over it; UNAVAILABLE-like
+    /// `InProcessTransportError.notAccepting` before the server listens and
+    /// once it drains.
+    public func connectInProcess() async throws -> Int32 {
+        try await bridge.connect()
+    }
+
+    /// Returns once the server listens, after recovering the turns a dead
+    /// process left running (another transport starts serving then).
+    public func waitUntilServing() async {
+        await serving.wait()
+    }
+
     /// Ready for new work: not draining and the store commits.
     public var readiness: (ready: Bool, reason: String) {
         if draining.value { return (false, "draining: the server is shutting down") }
@@ -166,6 +187,7 @@ public final class ThreadwireServer: Service, Sendable {
             }
         }
         let address = try await transport.listen(connectionSettings(), accept: accept(peerListener: false))
+        _ = try await bridge.listen(connectionSettings(), accept: accept(peerListener: false))
         if let peerTransport {
             // Other instances reach this one here: its port is the one advertised.
             let peerAddress = try await peerTransport.listen(connectionSettings(), accept: accept(peerListener: true))
@@ -182,6 +204,7 @@ public final class ThreadwireServer: Service, Sendable {
         } catch {
             transport.stopAccepting()
             peerTransport?.stopAccepting()
+            bridge.stopAccepting()
             throw error
         }
         if recovered > 0 {
@@ -189,14 +212,17 @@ public final class ThreadwireServer: Service, Sendable {
         }
         onListening(address)
         listened.finish()
+        serving.happen()
         await withGracefulShutdownHandler {
             await transport.waitUntilStopped()
-        } onGracefulShutdown: { [draining, transport, peerTransport] in
+        } onGracefulShutdown: { [draining, transport, peerTransport, bridge] in
             draining.set()
             transport.stopAccepting()
             peerTransport?.stopAccepting()
+            bridge.stopAccepting()
         }
         peerTransport?.stopAccepting()
+        bridge.stopAccepting()
         draining.set()
         for connection in services.registry.all { connection.serverDraining() }
         await drain()

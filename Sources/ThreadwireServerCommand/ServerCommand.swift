@@ -64,7 +64,7 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "HOST:PORT of the admin HTTP endpoint (/livez, /readyz, /metrics, /leases); port 0 picks one. Off when absent. A non-loopback address needs --admin-token-file (or THREADWIRE_ADMIN_TOKEN) or --allow-unauthenticated.")
     var adminListen: String?
 
-    @Option(help: "HOST:PORT of the gRPC listener (HTTP/2 cleartext): service threadwire.v1.Threadwire (every method as a unary call, proto/threadwire/v1/service.proto), grpc.health.v1.Health and gRPC reflection; port 0 picks one. Off when absent. A non-loopback address needs authentication (tokens) or --allow-unauthenticated, and is refused beside --tls-cert (cleartext next to TLS): put a TLS-terminating proxy in front.")
+    @Option(help: "HOST:PORT of the gRPC listener (HTTP/2 cleartext): service threadwire.v1.Threadwire (every method as a unary call, and the streams Subscribe and Connect; proto/threadwire/v1/service.proto), grpc.health.v1.Health and gRPC reflection; port 0 picks one. Off when absent. A non-loopback address needs authentication (tokens) or --allow-unauthenticated, and is refused beside --tls-cert (cleartext next to TLS): put a TLS-terminating proxy in front.")
     var grpcListen: String?
 
     @Option(help: "File holding the admin endpoint's bearer token (at least 16 bytes; THREADWIRE_ADMIN_TOKEN gives it instead): every path but /livez then needs 'Authorization: Bearer TOKEN'.")
@@ -346,10 +346,9 @@ public struct ServerCommand: AsyncParsableCommand {
             // Before the frames service: stopped after it, so turns finishing in the grace period can still call tools.
             services.append(.init(service: MCPService(servers: toolServers), serviceName: "mcp-servers"))
         }
-        services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
         if let grpcListen {
-            // After the frame server: shut down first, so its health turns
-            // NOT_SERVING and its calls finish while the frame server still serves.
+            // Before the frame server: shut down after it, so its drain
+            // (health NOT_SERVING at once) ends the streams, which are frame connections.
             let (grpcHost, grpcPort) = try Self.hostPort(grpcListen, flag: "--grpc-listen")
             if !ServerConfiguration.isLoopback(grpcHost) {
                 if configuration.tls != nil {
@@ -362,10 +361,12 @@ public struct ServerCommand: AsyncParsableCommand {
                         """)
                 }
             }
-            let grpc = GRPCListener(host: grpcHost, port: grpcPort, calls: server.unaryCalls,
+            let grpc = GRPCListener(host: grpcHost, port: grpcPort, calls: server.unaryCalls, connectInProcess: { try await server.connectInProcess() },
+                                    waitUntilServing: { await server.waitUntilServing() },
                                     maxMessageBytes: configuration.limits.maxFrameBytes, logger: logger, onListening: onGRPCListening)
             services.append(.init(service: grpc, serviceName: "grpc"))
         }
+        services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
     }
 

@@ -58,7 +58,7 @@ public enum GRPCStandardMessages {
                 // ExtensionRequest { string containing_type = 1; int32 extension_number = 2; }
                 var type = ""
                 var number: Int32 = 0
-                try ProtobufFields.read(Array(data)) { inner, innerValue in
+                try ProtobufFields.read(data) { inner, innerValue in
                     switch (inner, innerValue) {
                     case let (1, .bytes(name)): type = try ProtobufFields.string(name, field: "containing_type")
                     case let (2, .varint(value)): number = Int32(truncatingIfNeeded: value)
@@ -116,6 +116,23 @@ public enum GRPCStandardMessages {
     }
 }
 
+extension Wire.Envelope {
+    /// The Notification inside a serialized Envelope that carries one, as
+    /// its own message's bytes (a gRPC stream sends it without a second
+    /// encoding); nil for any other envelope.
+    public static func notificationBytes(_ envelope: ArraySlice<UInt8>) -> ArraySlice<UInt8>? {
+        var result: ArraySlice<UInt8>?
+        do {
+            try ProtobufFields.read(envelope) { field, value in
+                if field == 3, case let .bytes(data) = value { result = data }
+            }
+        } catch {
+            return nil
+        }
+        return result
+    }
+}
+
 /// Protobuf's wire format, as far as the messages above need it.
 enum ProtobufFields {
     enum Value {
@@ -127,12 +144,17 @@ enum ProtobufFields {
     /// Calls `body` with each field of `bytes`, in order; throws on a
     /// truncated or malformed message (never reads past its end).
     static func read(_ bytes: [UInt8], _ body: (Int, Value) throws -> Void) throws {
-        var at = 0
+        try read(bytes[...], body)
+    }
+
+    static func read(_ bytes: ArraySlice<UInt8>, _ body: (Int, Value) throws -> Void) throws {
+        var at = bytes.startIndex
+        let end = bytes.endIndex
         func varint() throws -> UInt64 {
             var value: UInt64 = 0
             var shift: UInt64 = 0
             while true {
-                guard at < bytes.count, shift < 64 else { throw GRPCStandardMessages.MalformedMessage(description: "a varint is truncated or too long") }
+                guard at < end, shift < 64 else { throw GRPCStandardMessages.MalformedMessage(description: "a varint is truncated or too long") }
                 let byte = bytes[at]
                 at += 1
                 value |= UInt64(byte & 0x7F) << shift
@@ -140,7 +162,7 @@ enum ProtobufFields {
                 shift += 7
             }
         }
-        while at < bytes.count {
+        while at < end {
             let key = try varint()
             let field = Int(truncatingIfNeeded: key >> 3)
             guard field > 0 else { throw GRPCStandardMessages.MalformedMessage(description: "field number 0") }
@@ -149,17 +171,17 @@ enum ProtobufFields {
                 try body(field, .varint(try varint()))
             case 1, 5:
                 let size = key & 7 == 1 ? 8 : 4
-                guard bytes.count - at >= size else { throw GRPCStandardMessages.MalformedMessage(description: "a fixed field is truncated") }
+                guard end - at >= size else { throw GRPCStandardMessages.MalformedMessage(description: "a fixed field is truncated") }
                 at += size
                 try body(field, .fixed)
             case 2:
                 let length = try varint()
-                guard length <= UInt64(bytes.count - at) else {
+                guard length <= UInt64(end - at) else {
                     throw GRPCStandardMessages.MalformedMessage(description: "a length-delimited field runs past the message")
                 }
-                let end = at + Int(length)
-                try body(field, .bytes(bytes[at..<end]))
-                at = end
+                let fieldEnd = at + Int(length)
+                try body(field, .bytes(bytes[at..<fieldEnd]))
+                at = fieldEnd
             default:
                 throw GRPCStandardMessages.MalformedMessage(description: "wire type \(key & 7) is not supported")
             }

@@ -151,14 +151,15 @@ final class Envoy: @unchecked Sendable {
         return pythons.sorted().map { "\(lib)/\($0)/site-packages/envoy/_bin/envoy" }.first(where: FileManager.default.isExecutableFile)
     }()
 
-    init(upstreams: [Int]) throws {
+    /// - Parameter config: the configuration for a listener port, an admin
+    ///   port and the upstreams (default: tcp_proxy in front of the frame listeners).
+    init(upstreams: [Int], config: (_ port: Int, _ adminPort: Int, _ upstreams: [Int]) throws -> String = Envoy.config) throws {
         guard let binary = Self.binary else { throw ServerProcessError.unexpectedOutput("no envoy binary") }
         port = try freePort()
         adminPort = try freePort()
         directory = NSTemporaryDirectory() + "threadwire-envoy-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try Self.config(port: port, adminPort: adminPort, upstreams: upstreams)
-            .write(toFile: directory + "/envoy.yaml", atomically: true, encoding: .utf8)
+        try config(port, adminPort, upstreams).write(toFile: directory + "/envoy.yaml", atomically: true, encoding: .utf8)
         process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["-c", directory + "/envoy.yaml", "--log-level", "warn", "--use-dynamic-base-id",
@@ -166,6 +167,20 @@ final class Envoy: @unchecked Sendable {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
+    }
+
+    /// contrib/envoy/grpc.yaml, the example for gRPC, with only its ports replaced.
+    static func grpcConfig(port: Int, adminPort: Int, upstreams: [Int]) throws -> String {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        var text = try String(contentsOf: root.appendingPathComponent("contrib/envoy/grpc.yaml"), encoding: .utf8)
+        let endpoint = { (port: Int) in "        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: \(port)}}}" }
+        let example = [7422, 7432].map(endpoint).joined(separator: "\n")
+        guard text.contains(example), text.contains("port_value: 9901"), text.contains("port_value: 10000") else {
+            throw ServerProcessError.unexpectedOutput("contrib/envoy/grpc.yaml no longer has the ports this test replaces")
+        }
+        text = text.replacingOccurrences(of: example, with: upstreams.map(endpoint).joined(separator: "\n"))
+        return text.replacingOccurrences(of: "port_value: 9901", with: "port_value: \(adminPort)")
+            .replacingOccurrences(of: "port_value: 10000", with: "port_value: \(port)")
     }
 
     /// The tested configuration; docs/operations.md shows the same cluster.

@@ -115,7 +115,9 @@ def test_reflection_lists_the_services_and_describes_every_method(served):
     host, port = served[1]["frames"].rsplit(":", 1)
     with Client(host, int(port)) as client:
         fields = {m.field for m in client.call("reflection/descriptors").methods}
-    assert {"".join(p.capitalize() for p in f.split("_")) for f in fields} == set(rpcs)
+    assert {"".join(p.capitalize() for p in f.split("_")) for f in fields} | {"Subscribe", "Connect"} == set(rpcs)
+    assert reflected.service.methods_by_name["Connect"].client_streaming
+    assert reflected.service.methods_by_name["Subscribe"].server_streaming
     # An unknown symbol is the reflection service's NOT_FOUND, on the same stream.
     [missing] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol="no.Such")]))
     assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
@@ -220,6 +222,14 @@ def test_health_check_and_watch_turn_not_serving_on_drain(served):
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
     watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
     assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    # A stream open when the drain begins ends with it (it is a frame connection).
+    api = Reflected(channel)
+    thread_id = api.call("ThreadStart").thread.id
+    notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
+    subscribe = channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=notification.FromString)
+    stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id, after_thread_sequence=0), timeout=60)
+    assert next(stream).WhichOneof("payload") == "thread_started"
     proc.send_signal(signal.SIGTERM)
     statuses = []
     try:
@@ -230,4 +240,148 @@ def test_health_check_and_watch_turn_not_serving_on_drain(served):
     except grpc.RpcError:
         pass
     assert statuses and statuses[-1] == health_pb2.HealthCheckResponse.NOT_SERVING, statuses
+    ended = time.monotonic()
+    try:
+        for _ in stream:
+            pass
+    except grpc.RpcError as error:
+        assert error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED), error
+    assert time.monotonic() - ended < 30
     assert proc.wait(timeout=20) == 0
+
+
+def kept_sequences(notifications):
+    return [n.thread_sequence for n in notifications if n.HasField("thread_sequence")]
+
+
+def test_subscribe_streams_kept_events_from_a_position_then_live_ones(served):
+    _, _, channel = served
+    api = Reflected(channel)
+    notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
+    subscribe = channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=notification.FromString)
+    thread_id = api.call("ThreadStart").thread.id
+    api.call("TurnStart", thread_id=thread_id, input=[api.message("threadwire.v1.UserInput", text="first")])
+    stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id, after_thread_sequence=0), timeout=30)
+    heard = []
+    for note in stream:
+        heard.append(note)
+        if note.WhichOneof("payload") == "turn_completed":
+            break
+    # Everything kept since the start, in commit order, each once.
+    assert kept_sequences(heard) == list(range(1, len(kept_sequences(heard)) + 1))
+    assert heard[0].WhichOneof("payload") == "thread_started"
+    # Then what happens next, live, on the same stream.
+    second = api.call("TurnStart", thread_id=thread_id, input=[api.message("threadwire.v1.UserInput", text="second")]).turn.id
+    live = []
+    for note in stream:
+        live.append(note)
+        if note.WhichOneof("payload") == "turn_completed":
+            break
+    assert live[-1].turn_completed.turn.id == second
+    assert kept_sequences(heard + live) == list(range(1, len(kept_sequences(heard + live)) + 1))
+    stream.cancel()
+    with pytest.raises(grpc.RpcError) as missing:
+        next(subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id="thr_nope"), timeout=10))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_connect_carries_a_whole_session_of_envelopes(served):
+    _, _, channel = served
+    api = Reflected(channel)
+    envelope = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Envelope"))
+    connect = channel.stream_stream(f"/{SERVICE}/Connect", request_serializer=lambda m: m.SerializeToString(),
+                                    response_deserializer=envelope.FromString)
+    import queue
+    outgoing = queue.Queue()
+
+    def requests():
+        while True:
+            item = outgoing.get()
+            if item is None:
+                return
+            yield item
+
+    def request(request_id, **params):
+        return envelope(request=api.message("threadwire.v1.Request", id=request_id, **params))
+
+    session = connect(requests(), timeout=30)
+    # Pipelined: initialize and thread/start in one go, answered in order.
+    outgoing.put(request(1, initialize=api.message("threadwire.v1.InitializeParams",
+                                                   client_info=api.message("threadwire.v1.ClientInfo", name="grpc-connect"))))
+    outgoing.put(request(2, thread_start=api.message("threadwire.v1.ThreadStartParams")))
+    responses = []
+    for message in session:
+        if message.WhichOneof("kind") == "response":
+            responses.append(message.response)
+            if len(responses) == 2:
+                break
+    assert [r.id for r in responses] == [1, 2] and all(r.code == 0 for r in responses)
+    thread_id = responses[1].thread_start.thread.id
+    outgoing.put(request(3, turn_start=api.message("threadwire.v1.TurnStartParams", thread_id=thread_id,
+                                                   input=[api.message("threadwire.v1.UserInput", text="hi")])))
+    # The session was subscribed by its thread/start: it hears the turn.
+    kinds = []
+    for message in session:
+        kind = message.WhichOneof("kind")
+        kinds.append(message.notification.WhichOneof("payload") if kind == "notification" else kind)
+        if kinds[-1] == "turn_completed":
+            break
+    assert "response" in kinds and "turn_started" in kinds
+    assert [m for m in kinds if m == "response"] == ["response"]
+    # An unknown thread is that request's NOT_FOUND; the session goes on.
+    outgoing.put(request(4, thread_read=api.message("threadwire.v1.ThreadReadParams", thread_id="thr_nope")))
+    outgoing.put(request(5, thread_read=api.message("threadwire.v1.ThreadReadParams", thread_id=thread_id)))
+    answers = []
+    for message in session:
+        if message.WhichOneof("kind") == "response":
+            answers.append(message.response)
+            if len(answers) == 2:
+                break
+    assert [(a.id, a.code) for a in answers] == [(4, grpc.StatusCode.NOT_FOUND.value[0]), (5, 0)]
+    assert answers[1].thread_read.thread.id == thread_id
+    outgoing.put(None)
+    session.cancel()
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_subscriber_that_never_reads_is_cut_off_and_memory_stays_bounded(tmp_path):
+    proc, addresses = start(tmp_path, "--max-notification-backlog-bytes", "65536")
+    channel = grpc.insecure_channel(addresses["grpc"])
+    try:
+        api = Reflected(channel)
+        thread_id = api.call("ThreadStart").thread.id
+        notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
+        subscribe = channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
+                                         response_deserializer=notification.FromString)
+        stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id), timeout=300)
+        # Subscribed once thread/subscribe answered: its first live event comes with the first turn.
+        baseline = rss_kib(proc.pid)
+        text = "x" * 16384
+        completed = api.pool.FindEnumTypeByName("threadwire.v1.TurnStatus").values_by_name["TURN_STATUS_COMPLETED"].number
+        produced = 0
+        for _ in range(120):  # about 120 x 3 x 16 KiB of events, far past the 64 KiB backlog
+            api.call("TurnStart", thread_id=thread_id, input=[api.message("threadwire.v1.UserInput", text=text)])
+            wait_for(lambda: api.call("ThreadRead", thread_id=thread_id, include_turns=True).thread.turns[-1].status == completed)
+            produced += 1
+        grown = rss_kib(proc.pid) - baseline
+        assert grown < 64 * 1024, f"server RSS grew {grown} KiB while a subscriber read nothing"
+        # The stream was cut off: what it holds, then a status that says why.
+        received = 0
+        with pytest.raises(grpc.RpcError) as cut:
+            for _ in stream:
+                received += 1
+        assert cut.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE), cut.value
+        print(f"never-reading subscriber: RSS grew {grown} KiB, {received} notifications held, then {cut.value.code()}: {cut.value.details()}")
+        assert 0 < received < produced * 3
+        # Nothing else was affected.
+        assert api.call("ThreadRead", thread_id=thread_id).thread.id == thread_id
+    finally:
+        channel.close()
+        stop(proc)

@@ -12,7 +12,7 @@ public enum WireSchema {
 
     public static let envelopeType = "threadwire.v1.Envelope"
 
-    /// A serialized google.protobuf.FileDescriptorSet of proto/ (28510 bytes).
+    /// A serialized google.protobuf.FileDescriptorSet of proto/ (28687 bytes).
     public static let fileDescriptorSet: [UInt8] = {
         let base64 = """
         CqMNChp0aHJlYWR3aXJlL3YxL2hlYWx0aC5wcm90bxINdGhyZWFkd2lyZS52MSJQCgpDbGllbnRJbmZvEhIKBG5hbWUYASABKAlS
@@ -362,40 +362,42 @@ public enum WireSchema {
         VG9rZW5Vc2FnZVVwZGF0ZWROb3RpZmljYXRpb25IAFIXdGhyZWFkVG9rZW5Vc2FnZVVwZGF0ZWQSWwoSdGhyZWFkX3JvbGxlZF9i
         YWNrGBsgASgLMisudGhyZWFkd2lyZS52MS5UaHJlYWRSb2xsZWRCYWNrTm90aWZpY2F0aW9uSABSEHRocmVhZFJvbGxlZEJhY2sS
         XgoTdGhyZWFkX25hbWVfdXBkYXRlZBgcIAEoCzIsLnRocmVhZHdpcmUudjEuVGhyZWFkTmFtZVVwZGF0ZWROb3RpZmljYXRpb25I
-        AFIRdGhyZWFkTmFtZVVwZGF0ZWRCCQoHcGF5bG9hZAqTEwobdGhyZWFkd2lyZS92MS9zZXJ2aWNlLnByb3RvEg10aHJlYWR3aXJl
-        LnYxGhp0aHJlYWR3aXJlL3YxL2hlYWx0aC5wcm90bxoedGhyZWFkd2lyZS92MS9yZWZsZWN0aW9uLnByb3RvGhx0aHJlYWR3aXJl
-        L3YxL3NldHRpbmdzLnByb3RvGhp0aHJlYWR3aXJlL3YxL3RocmVhZC5wcm90bxoYdGhyZWFkd2lyZS92MS90dXJuLnByb3RvMtQR
-        CgpUaHJlYWR3aXJlEk4KCkluaXRpYWxpemUSHy50aHJlYWR3aXJlLnYxLkluaXRpYWxpemVQYXJhbXMaHy50aHJlYWR3aXJlLnYx
-        LkluaXRpYWxpemVSZXN1bHQSUQoLSGVhbHRoQ2hlY2sSIC50aHJlYWR3aXJlLnYxLkhlYWx0aENoZWNrUGFyYW1zGiAudGhyZWFk
-        d2lyZS52MS5IZWFsdGhDaGVja1Jlc3VsdBJvChVSZWZsZWN0aW9uRGVzY3JpcHRvcnMSKi50aHJlYWR3aXJlLnYxLlJlZmxlY3Rp
-        b25EZXNjcmlwdG9yc1BhcmFtcxoqLnRocmVhZHdpcmUudjEuUmVmbGVjdGlvbkRlc2NyaXB0b3JzUmVzdWx0ElUKC1RocmVhZFN0
-        YXJ0EiAudGhyZWFkd2lyZS52MS5UaHJlYWRTdGFydFBhcmFtcxokLnRocmVhZHdpcmUudjEuVGhyZWFkTGlmZWN5Y2xlUmVzdWx0
-        ElcKDFRocmVhZFJlc3VtZRIhLnRocmVhZHdpcmUudjEuVGhyZWFkUmVzdW1lUGFyYW1zGiQudGhyZWFkd2lyZS52MS5UaHJlYWRM
-        aWZlY3ljbGVSZXN1bHQSUwoKVGhyZWFkRm9yaxIfLnRocmVhZHdpcmUudjEuVGhyZWFkRm9ya1BhcmFtcxokLnRocmVhZHdpcmUu
-        djEuVGhyZWFkTGlmZWN5Y2xlUmVzdWx0Ek4KClRocmVhZFJlYWQSHy50aHJlYWR3aXJlLnYxLlRocmVhZFJlYWRQYXJhbXMaHy50
-        aHJlYWR3aXJlLnYxLlRocmVhZFJlYWRSZXN1bHQSTgoKVGhyZWFkTGlzdBIfLnRocmVhZHdpcmUudjEuVGhyZWFkTGlzdFBhcmFt
-        cxofLnRocmVhZHdpcmUudjEuVGhyZWFkTGlzdFJlc3VsdBJXCg1UaHJlYWRBcmNoaXZlEiIudGhyZWFkd2lyZS52MS5UaHJlYWRB
-        cmNoaXZlUGFyYW1zGiIudGhyZWFkd2lyZS52MS5UaHJlYWRBcmNoaXZlUmVzdWx0El0KD1RocmVhZFVuYXJjaGl2ZRIkLnRocmVh
-        ZHdpcmUudjEuVGhyZWFkVW5hcmNoaXZlUGFyYW1zGiQudGhyZWFkd2lyZS52MS5UaHJlYWRVbmFyY2hpdmVSZXN1bHQSYwoRVGhy
-        ZWFkVW5zdWJzY3JpYmUSJi50aHJlYWR3aXJlLnYxLlRocmVhZFVuc3Vic2NyaWJlUGFyYW1zGiYudGhyZWFkd2lyZS52MS5UaHJl
-        YWRVbnN1YnNjcmliZVJlc3VsdBJsChRUaHJlYWRTZXR0aW5nc1VwZGF0ZRIpLnRocmVhZHdpcmUudjEuVGhyZWFkU2V0dGluZ3NV
-        cGRhdGVQYXJhbXMaKS50aHJlYWR3aXJlLnYxLlRocmVhZFNldHRpbmdzVXBkYXRlUmVzdWx0ElMKCkFnZW50U3Bhd24SHy50aHJl
-        YWR3aXJlLnYxLkFnZW50U3Bhd25QYXJhbXMaJC50aHJlYWR3aXJlLnYxLlRocmVhZExpZmVjeWNsZVJlc3VsdBJdCg9UaHJlYWRU
-        dXJuc0xpc3QSJC50aHJlYWR3aXJlLnYxLlRocmVhZFR1cm5zTGlzdFBhcmFtcxokLnRocmVhZHdpcmUudjEuVGhyZWFkVHVybnNM
-        aXN0UmVzdWx0EmMKEVRocmVhZFRvb2xzVXBkYXRlEiYudGhyZWFkd2lyZS52MS5UaHJlYWRUb29sc1VwZGF0ZVBhcmFtcxomLnRo
-        cmVhZHdpcmUudjEuVGhyZWFkVG9vbHNVcGRhdGVSZXN1bHQSVwoNTWNwU2VydmVyTGlzdBIiLnRocmVhZHdpcmUudjEuTWNwU2Vy
-        dmVyTGlzdFBhcmFtcxoiLnRocmVhZHdpcmUudjEuTWNwU2VydmVyTGlzdFJlc3VsdBJLCglNb2RlbExpc3QSHi50aHJlYWR3aXJl
-        LnYxLk1vZGVsTGlzdFBhcmFtcxoeLnRocmVhZHdpcmUudjEuTW9kZWxMaXN0UmVzdWx0EmYKElRocmVhZENvbXBhY3RTdGFydBIn
-        LnRocmVhZHdpcmUudjEuVGhyZWFkQ29tcGFjdFN0YXJ0UGFyYW1zGicudGhyZWFkd2lyZS52MS5UaHJlYWRDb21wYWN0U3RhcnRS
-        ZXN1bHQSWgoOVGhyZWFkUm9sbGJhY2sSIy50aHJlYWR3aXJlLnYxLlRocmVhZFJvbGxiYWNrUGFyYW1zGiMudGhyZWFkd2lyZS52
-        MS5UaHJlYWRSb2xsYmFja1Jlc3VsdBJXCg1UaHJlYWROYW1lU2V0EiIudGhyZWFkd2lyZS52MS5UaHJlYWROYW1lU2V0UGFyYW1z
-        GiIudGhyZWFkd2lyZS52MS5UaHJlYWROYW1lU2V0UmVzdWx0ElQKDFRocmVhZEltcG9ydBIhLnRocmVhZHdpcmUudjEuVGhyZWFk
-        SW1wb3J0UGFyYW1zGiEudGhyZWFkd2lyZS52MS5UaHJlYWRJbXBvcnRSZXN1bHQSXQoPVGhyZWFkU3Vic2NyaWJlEiQudGhyZWFk
-        d2lyZS52MS5UaHJlYWRTdWJzY3JpYmVQYXJhbXMaJC50aHJlYWR3aXJlLnYxLlRocmVhZFN1YnNjcmliZVJlc3VsdBJLCglUdXJu
-        U3RhcnQSHi50aHJlYWR3aXJlLnYxLlR1cm5TdGFydFBhcmFtcxoeLnRocmVhZHdpcmUudjEuVHVyblN0YXJ0UmVzdWx0ElcKDVR1
-        cm5JbnRlcnJ1cHQSIi50aHJlYWR3aXJlLnYxLlR1cm5JbnRlcnJ1cHRQYXJhbXMaIi50aHJlYWR3aXJlLnYxLlR1cm5JbnRlcnJ1
-        cHRSZXN1bHQSSwoJVHVyblN0ZWVyEh4udGhyZWFkd2lyZS52MS5UdXJuU3RlZXJQYXJhbXMaHi50aHJlYWR3aXJlLnYxLlR1cm5T
-        dGVlclJlc3VsdA==
+        AFIRdGhyZWFkTmFtZVVwZGF0ZWRCCQoHcGF5bG9hZArEFAobdGhyZWFkd2lyZS92MS9zZXJ2aWNlLnByb3RvEg10aHJlYWR3aXJl
+        LnYxGhx0aHJlYWR3aXJlL3YxL2VudmVsb3BlLnByb3RvGhp0aHJlYWR3aXJlL3YxL2hlYWx0aC5wcm90bxoedGhyZWFkd2lyZS92
+        MS9yZWZsZWN0aW9uLnByb3RvGhx0aHJlYWR3aXJlL3YxL3NldHRpbmdzLnByb3RvGhp0aHJlYWR3aXJlL3YxL3RocmVhZC5wcm90
+        bxoYdGhyZWFkd2lyZS92MS90dXJuLnByb3RvMucSCgpUaHJlYWR3aXJlEk4KCkluaXRpYWxpemUSHy50aHJlYWR3aXJlLnYxLklu
+        aXRpYWxpemVQYXJhbXMaHy50aHJlYWR3aXJlLnYxLkluaXRpYWxpemVSZXN1bHQSUQoLSGVhbHRoQ2hlY2sSIC50aHJlYWR3aXJl
+        LnYxLkhlYWx0aENoZWNrUGFyYW1zGiAudGhyZWFkd2lyZS52MS5IZWFsdGhDaGVja1Jlc3VsdBJvChVSZWZsZWN0aW9uRGVzY3Jp
+        cHRvcnMSKi50aHJlYWR3aXJlLnYxLlJlZmxlY3Rpb25EZXNjcmlwdG9yc1BhcmFtcxoqLnRocmVhZHdpcmUudjEuUmVmbGVjdGlv
+        bkRlc2NyaXB0b3JzUmVzdWx0ElUKC1RocmVhZFN0YXJ0EiAudGhyZWFkd2lyZS52MS5UaHJlYWRTdGFydFBhcmFtcxokLnRocmVh
+        ZHdpcmUudjEuVGhyZWFkTGlmZWN5Y2xlUmVzdWx0ElcKDFRocmVhZFJlc3VtZRIhLnRocmVhZHdpcmUudjEuVGhyZWFkUmVzdW1l
+        UGFyYW1zGiQudGhyZWFkd2lyZS52MS5UaHJlYWRMaWZlY3ljbGVSZXN1bHQSUwoKVGhyZWFkRm9yaxIfLnRocmVhZHdpcmUudjEu
+        VGhyZWFkRm9ya1BhcmFtcxokLnRocmVhZHdpcmUudjEuVGhyZWFkTGlmZWN5Y2xlUmVzdWx0Ek4KClRocmVhZFJlYWQSHy50aHJl
+        YWR3aXJlLnYxLlRocmVhZFJlYWRQYXJhbXMaHy50aHJlYWR3aXJlLnYxLlRocmVhZFJlYWRSZXN1bHQSTgoKVGhyZWFkTGlzdBIf
+        LnRocmVhZHdpcmUudjEuVGhyZWFkTGlzdFBhcmFtcxofLnRocmVhZHdpcmUudjEuVGhyZWFkTGlzdFJlc3VsdBJXCg1UaHJlYWRB
+        cmNoaXZlEiIudGhyZWFkd2lyZS52MS5UaHJlYWRBcmNoaXZlUGFyYW1zGiIudGhyZWFkd2lyZS52MS5UaHJlYWRBcmNoaXZlUmVz
+        dWx0El0KD1RocmVhZFVuYXJjaGl2ZRIkLnRocmVhZHdpcmUudjEuVGhyZWFkVW5hcmNoaXZlUGFyYW1zGiQudGhyZWFkd2lyZS52
+        MS5UaHJlYWRVbmFyY2hpdmVSZXN1bHQSYwoRVGhyZWFkVW5zdWJzY3JpYmUSJi50aHJlYWR3aXJlLnYxLlRocmVhZFVuc3Vic2Ny
+        aWJlUGFyYW1zGiYudGhyZWFkd2lyZS52MS5UaHJlYWRVbnN1YnNjcmliZVJlc3VsdBJsChRUaHJlYWRTZXR0aW5nc1VwZGF0ZRIp
+        LnRocmVhZHdpcmUudjEuVGhyZWFkU2V0dGluZ3NVcGRhdGVQYXJhbXMaKS50aHJlYWR3aXJlLnYxLlRocmVhZFNldHRpbmdzVXBk
+        YXRlUmVzdWx0ElMKCkFnZW50U3Bhd24SHy50aHJlYWR3aXJlLnYxLkFnZW50U3Bhd25QYXJhbXMaJC50aHJlYWR3aXJlLnYxLlRo
+        cmVhZExpZmVjeWNsZVJlc3VsdBJdCg9UaHJlYWRUdXJuc0xpc3QSJC50aHJlYWR3aXJlLnYxLlRocmVhZFR1cm5zTGlzdFBhcmFt
+        cxokLnRocmVhZHdpcmUudjEuVGhyZWFkVHVybnNMaXN0UmVzdWx0EmMKEVRocmVhZFRvb2xzVXBkYXRlEiYudGhyZWFkd2lyZS52
+        MS5UaHJlYWRUb29sc1VwZGF0ZVBhcmFtcxomLnRocmVhZHdpcmUudjEuVGhyZWFkVG9vbHNVcGRhdGVSZXN1bHQSVwoNTWNwU2Vy
+        dmVyTGlzdBIiLnRocmVhZHdpcmUudjEuTWNwU2VydmVyTGlzdFBhcmFtcxoiLnRocmVhZHdpcmUudjEuTWNwU2VydmVyTGlzdFJl
+        c3VsdBJLCglNb2RlbExpc3QSHi50aHJlYWR3aXJlLnYxLk1vZGVsTGlzdFBhcmFtcxoeLnRocmVhZHdpcmUudjEuTW9kZWxMaXN0
+        UmVzdWx0EmYKElRocmVhZENvbXBhY3RTdGFydBInLnRocmVhZHdpcmUudjEuVGhyZWFkQ29tcGFjdFN0YXJ0UGFyYW1zGicudGhy
+        ZWFkd2lyZS52MS5UaHJlYWRDb21wYWN0U3RhcnRSZXN1bHQSWgoOVGhyZWFkUm9sbGJhY2sSIy50aHJlYWR3aXJlLnYxLlRocmVh
+        ZFJvbGxiYWNrUGFyYW1zGiMudGhyZWFkd2lyZS52MS5UaHJlYWRSb2xsYmFja1Jlc3VsdBJXCg1UaHJlYWROYW1lU2V0EiIudGhy
+        ZWFkd2lyZS52MS5UaHJlYWROYW1lU2V0UGFyYW1zGiIudGhyZWFkd2lyZS52MS5UaHJlYWROYW1lU2V0UmVzdWx0ElQKDFRocmVh
+        ZEltcG9ydBIhLnRocmVhZHdpcmUudjEuVGhyZWFkSW1wb3J0UGFyYW1zGiEudGhyZWFkd2lyZS52MS5UaHJlYWRJbXBvcnRSZXN1
+        bHQSXQoPVGhyZWFkU3Vic2NyaWJlEiQudGhyZWFkd2lyZS52MS5UaHJlYWRTdWJzY3JpYmVQYXJhbXMaJC50aHJlYWR3aXJlLnYx
+        LlRocmVhZFN1YnNjcmliZVJlc3VsdBJLCglUdXJuU3RhcnQSHi50aHJlYWR3aXJlLnYxLlR1cm5TdGFydFBhcmFtcxoeLnRocmVh
+        ZHdpcmUudjEuVHVyblN0YXJ0UmVzdWx0ElcKDVR1cm5JbnRlcnJ1cHQSIi50aHJlYWR3aXJlLnYxLlR1cm5JbnRlcnJ1cHRQYXJh
+        bXMaIi50aHJlYWR3aXJlLnYxLlR1cm5JbnRlcnJ1cHRSZXN1bHQSSwoJVHVyblN0ZWVyEh4udGhyZWFkd2lyZS52MS5UdXJuU3Rl
+        ZXJQYXJhbXMaHi50aHJlYWR3aXJlLnYxLlR1cm5TdGVlclJlc3VsdBJQCglTdWJzY3JpYmUSJC50aHJlYWR3aXJlLnYxLlRocmVh
+        ZFN1YnNjcmliZVBhcmFtcxobLnRocmVhZHdpcmUudjEuTm90aWZpY2F0aW9uMAESPwoHQ29ubmVjdBIXLnRocmVhZHdpcmUudjEu
+        RW52ZWxvcGUaFy50aHJlYWR3aXJlLnYxLkVudmVsb3BlKAEwAQ==
         """
         return Array(Data(base64Encoded: base64.replacingOccurrences(of: "\n", with: ""))!)
     }()
@@ -512,7 +514,7 @@ public enum WireSchema {
         .init(name: "threadwire/v1/turn.proto", bytes: 6152..<11615, dependencies: ["threadwire/v1/multi_agent.proto", "threadwire/v1/server_request.proto", "threadwire/v1/settings.proto"], symbols: ["threadwire.v1.UserInput", "threadwire.v1.ThreadItem", "threadwire.v1.ContextItem", "threadwire.v1.ToolSpec", "threadwire.v1.TokenUsage", "threadwire.v1.ThreadTokenUsageUpdatedNotification", "threadwire.v1.ModelRequest", "threadwire.v1.TurnContext", "threadwire.v1.Turn", "threadwire.v1.TurnStartParams", "threadwire.v1.TurnStartResult", "threadwire.v1.TurnInterruptParams", "threadwire.v1.TurnInterruptResult", "threadwire.v1.TurnStartedNotification", "threadwire.v1.TurnCompletedNotification", "threadwire.v1.ItemStartedNotification", "threadwire.v1.ItemAgentMessageDeltaNotification", "threadwire.v1.ItemCompletedNotification", "threadwire.v1.TurnSteerParams", "threadwire.v1.TurnSteerResult", "threadwire.v1.TurnStatus", "threadwire.v1.ItemType", "threadwire.v1.ItemStatus", "threadwire.v1.ContextRole", "threadwire.v1.ContextKind", "threadwire.v1.TurnFailureReason"]),
         .init(name: "threadwire/v1/thread.proto", bytes: 11618..<19760, dependencies: ["threadwire/v1/multi_agent.proto", "threadwire/v1/settings.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.ThreadStatus", "threadwire.v1.ThreadSource", "threadwire.v1.Thread", "threadwire.v1.ThreadStartParams", "threadwire.v1.ModelListParams", "threadwire.v1.ModelInfo", "threadwire.v1.ModelListResult", "threadwire.v1.McpServerListParams", "threadwire.v1.McpServer", "threadwire.v1.McpServerListResult", "threadwire.v1.ThreadLifecycleResult", "threadwire.v1.ThreadResumeParams", "threadwire.v1.ThreadSubscribeParams", "threadwire.v1.ThreadSubscribeResult", "threadwire.v1.ThreadForkParams", "threadwire.v1.ThreadReadParams", "threadwire.v1.ThreadReadResult", "threadwire.v1.ThreadToolsUpdateParams", "threadwire.v1.ThreadToolsUpdateResult", "threadwire.v1.ThreadTurnsListParams", "threadwire.v1.ThreadTurnsListResult", "threadwire.v1.ThreadListParams", "threadwire.v1.ThreadListResult", "threadwire.v1.ThreadArchiveParams", "threadwire.v1.ThreadArchiveResult", "threadwire.v1.ThreadUnarchiveParams", "threadwire.v1.ThreadUnarchiveResult", "threadwire.v1.ThreadUnsubscribeParams", "threadwire.v1.ThreadUnsubscribeResult", "threadwire.v1.AgentSpawnParams", "threadwire.v1.ThreadStartedNotification", "threadwire.v1.ThreadStatusChangedNotification", "threadwire.v1.ThreadArchivedNotification", "threadwire.v1.ThreadUnarchivedNotification", "threadwire.v1.ThreadClosedNotification", "threadwire.v1.ThreadCompactStartParams", "threadwire.v1.ThreadCompactStartResult", "threadwire.v1.ThreadRollbackParams", "threadwire.v1.ThreadRollbackResult", "threadwire.v1.ThreadRolledBackNotification", "threadwire.v1.ThreadNameSetParams", "threadwire.v1.ThreadNameSetResult", "threadwire.v1.ThreadNameUpdatedNotification", "threadwire.v1.ThreadImportParams", "threadwire.v1.ThreadImportResult", "threadwire.v1.ImportReport", "threadwire.v1.ImportCount", "threadwire.v1.SkippedLine", "threadwire.v1.ThreadStatusType", "threadwire.v1.ThreadActiveFlag", "threadwire.v1.ThreadSourceKind", "threadwire.v1.McpServerState", "threadwire.v1.ThreadSortKey", "threadwire.v1.SortDirection", "threadwire.v1.ImportOutcome"]),
         .init(name: "threadwire/v1/envelope.proto", bytes: 19763..<26056, dependencies: ["threadwire/v1/health.proto", "threadwire/v1/multi_agent.proto", "threadwire/v1/reflection.proto", "threadwire/v1/server_request.proto", "threadwire/v1/settings.proto", "threadwire/v1/thread.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.Envelope", "threadwire.v1.Request", "threadwire.v1.Response", "threadwire.v1.Notification"]),
-        .init(name: "threadwire/v1/service.proto", bytes: 26059..<28510, dependencies: ["threadwire/v1/health.proto", "threadwire/v1/reflection.proto", "threadwire/v1/settings.proto", "threadwire/v1/thread.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.Threadwire", "threadwire.v1.Threadwire.Initialize", "threadwire.v1.Threadwire.HealthCheck", "threadwire.v1.Threadwire.ReflectionDescriptors", "threadwire.v1.Threadwire.ThreadStart", "threadwire.v1.Threadwire.ThreadResume", "threadwire.v1.Threadwire.ThreadFork", "threadwire.v1.Threadwire.ThreadRead", "threadwire.v1.Threadwire.ThreadList", "threadwire.v1.Threadwire.ThreadArchive", "threadwire.v1.Threadwire.ThreadUnarchive", "threadwire.v1.Threadwire.ThreadUnsubscribe", "threadwire.v1.Threadwire.ThreadSettingsUpdate", "threadwire.v1.Threadwire.AgentSpawn", "threadwire.v1.Threadwire.ThreadTurnsList", "threadwire.v1.Threadwire.ThreadToolsUpdate", "threadwire.v1.Threadwire.McpServerList", "threadwire.v1.Threadwire.ModelList", "threadwire.v1.Threadwire.ThreadCompactStart", "threadwire.v1.Threadwire.ThreadRollback", "threadwire.v1.Threadwire.ThreadNameSet", "threadwire.v1.Threadwire.ThreadImport", "threadwire.v1.Threadwire.ThreadSubscribe", "threadwire.v1.Threadwire.TurnStart", "threadwire.v1.Threadwire.TurnInterrupt", "threadwire.v1.Threadwire.TurnSteer"]),
+        .init(name: "threadwire/v1/service.proto", bytes: 26059..<28687, dependencies: ["threadwire/v1/envelope.proto", "threadwire/v1/health.proto", "threadwire/v1/reflection.proto", "threadwire/v1/settings.proto", "threadwire/v1/thread.proto", "threadwire/v1/turn.proto"], symbols: ["threadwire.v1.Threadwire", "threadwire.v1.Threadwire.Initialize", "threadwire.v1.Threadwire.HealthCheck", "threadwire.v1.Threadwire.ReflectionDescriptors", "threadwire.v1.Threadwire.ThreadStart", "threadwire.v1.Threadwire.ThreadResume", "threadwire.v1.Threadwire.ThreadFork", "threadwire.v1.Threadwire.ThreadRead", "threadwire.v1.Threadwire.ThreadList", "threadwire.v1.Threadwire.ThreadArchive", "threadwire.v1.Threadwire.ThreadUnarchive", "threadwire.v1.Threadwire.ThreadUnsubscribe", "threadwire.v1.Threadwire.ThreadSettingsUpdate", "threadwire.v1.Threadwire.AgentSpawn", "threadwire.v1.Threadwire.ThreadTurnsList", "threadwire.v1.Threadwire.ThreadToolsUpdate", "threadwire.v1.Threadwire.McpServerList", "threadwire.v1.Threadwire.ModelList", "threadwire.v1.Threadwire.ThreadCompactStart", "threadwire.v1.Threadwire.ThreadRollback", "threadwire.v1.Threadwire.ThreadNameSet", "threadwire.v1.Threadwire.ThreadImport", "threadwire.v1.Threadwire.ThreadSubscribe", "threadwire.v1.Threadwire.TurnStart", "threadwire.v1.Threadwire.TurnInterrupt", "threadwire.v1.Threadwire.TurnSteer", "threadwire.v1.Threadwire.Subscribe", "threadwire.v1.Threadwire.Connect"]),
     ]
 }
 

@@ -11,6 +11,8 @@ public final class ServerProcess: @unchecked Sendable {
     public private(set) var process: Process?
     public private(set) var port = 0
     public private(set) var adminPort = 0
+    /// The gRPC listener's port (`--grpc-listen`).
+    public private(set) var grpcPort = 0
     private let extraArguments: [String]
     private let fileLimit: Int?
     /// Extra environment of the server process (takes effect at the next start).
@@ -106,12 +108,13 @@ public final class ServerProcess: @unchecked Sendable {
         try process.run()
         self.process = process
         // The server prints one line when it is ready to accept, and one
-        // more when it runs the admin endpoint.
+        // more for each of the admin endpoint and the gRPC listener it runs.
         let wantsAdmin = process.arguments!.contains("--admin-listen")
+        let wantsGRPC = process.arguments!.contains("--grpc-listen")
         var buffered = Data()
         var lines: [String] = []
         let startDeadline = Date().addingTimeInterval(120)
-        while lines.count < (wantsAdmin ? 2 : 1) {
+        while lines.count < 1 + (wantsAdmin ? 1 : 0) + (wantsGRPC ? 1 : 0) {
             if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
                 lines.append(String(decoding: buffered[..<newline], as: UTF8.self))
                 buffered = Data(buffered[(newline + 1)...])
@@ -135,6 +138,8 @@ public final class ServerProcess: @unchecked Sendable {
                 self.port = port
             } else if text.hasPrefix("threadwire admin on http://"), let port = Int(text.split(separator: ":").last ?? "") {
                 adminPort = port
+            } else if text.hasPrefix("threadwire grpc on "), let port = Int(text.split(separator: ":").last ?? "") {
+                grpcPort = port
             } else {
                 throw ServerProcessError.unexpectedOutput(text)
             }

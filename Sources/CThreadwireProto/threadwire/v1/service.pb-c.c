@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[25] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[27] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -34,14 +34,18 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "TurnStart", &threadwire__v1__turn_start_params__descriptor, &threadwire__v1__turn_start_result__descriptor },
   { "TurnInterrupt", &threadwire__v1__turn_interrupt_params__descriptor, &threadwire__v1__turn_interrupt_result__descriptor },
   { "TurnSteer", &threadwire__v1__turn_steer_params__descriptor, &threadwire__v1__turn_steer_result__descriptor },
+  { "Subscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__notification__descriptor },
+  { "Connect", &threadwire__v1__envelope__descriptor, &threadwire__v1__envelope__descriptor },
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
+  26,        /* Connect */
   1,        /* HealthCheck */
   0,        /* Initialize */
   15,        /* McpServerList */
   16,        /* ModelList */
   2,        /* ReflectionDescriptors */
+  25,        /* Subscribe */
   8,        /* ThreadArchive */
   17,        /* ThreadCompactStart */
   5,        /* ThreadFork */
@@ -69,7 +73,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  25,
+  27,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -272,6 +276,22 @@ void threadwire__v1__threadwire__turn_steer(ProtobufCService *service,
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
+                                           const Threadwire__V1__ThreadSubscribeParams *input,
+                                           Threadwire__V1__Notification_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 25, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__connect(ProtobufCService *service,
+                                         const Threadwire__V1__Envelope *input,
+                                         Threadwire__V1__Envelope_Closure closure,
+                                         void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)
