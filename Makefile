@@ -11,6 +11,7 @@ PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
 ADMIN_LISTEN ?= 127.0.0.1:7421
 GRPC_LISTEN ?= 127.0.0.1:7422
+WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
@@ -61,7 +62,7 @@ build: apt-deps
 	swift build $(SWIFT_BUILD_FLAGS)
 
 run: build
-	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) --data-dir $(DATA_DIR)
+	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) --web-listen $(WEB_LISTEN) --data-dir $(DATA_DIR)
 
 generate: deps
 	codegen/generate.sh

@@ -53,6 +53,8 @@ let package = Package(
         // gRPC over HTTP/2 (--grpc-listen); protobuf-c stays the codec.
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
+        // WebSocket (--web-listen): browsers reach the frame protocol.
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -181,11 +183,23 @@ let package = Package(
         .target(
             name: "ThreadwireGRPC",
             dependencies: [
-                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireNIO",
+                "ThreadwireServer", "ThreadwireWire", "ThreadwireCore", "ThreadwireTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // WebSocket (--web-listen): a frame session per socket, for browsers.
+        .target(
+            name: "ThreadwireWeb",
+            dependencies: [
+                "ThreadwireTransport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -231,7 +245,7 @@ let package = Package(
             dependencies: [
                 "ThreadwireModels", "ThreadwireMCP", "ThreadwireTransport", "ThreadwireNIO",
                 "ThreadwireServer", "ThreadwireSQLite", "ThreadwirePostgres", "ThreadwireCore", "ThreadwireAdmin", "ThreadwireClient",
-                "ThreadwireGRPC",
+                "ThreadwireGRPC", "ThreadwireWeb",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Metrics", package: "swift-metrics"),

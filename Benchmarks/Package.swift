@@ -13,6 +13,8 @@ let package = Package(
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .executableTarget(
@@ -32,6 +34,8 @@ let package = Package(
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
     ]

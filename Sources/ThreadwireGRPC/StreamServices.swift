@@ -1,11 +1,7 @@
 import GRPCCore
 import NIOCore
-import NIOPosix
-import ThreadwireNIO
+import enum ThreadwireTransport.FrameSession
 import ThreadwireWire
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The streams of threadwire.v1.Threadwire. Each is a frame-protocol
 /// connection made inside the process (`ThreadwireServer.connectInProcess`),
@@ -18,7 +14,7 @@ struct StreamServices: Sendable {
     let connect: @Sendable () async throws -> Int32
     let maxFrameBytes: Int
 
-    typealias Bridge = NIOAsyncChannel<ByteBuffer, [UInt8]>
+    typealias Bridge = FrameSession.Channel
 
     func register<Transport: ServerTransport>(in router: inout RPCRouter<Transport>) {
         router.registerHandler(forMethod: MethodDescriptor(fullyQualifiedService: WireSchema.serviceName, method: "Connect"),
@@ -105,18 +101,9 @@ struct StreamServices: Sendable {
         } catch {
             throw RPCError(code: .unavailable, message: "the server takes no new sessions now (starting or shutting down)")
         }
-        let limit = maxFrameBytes
         do {
-            return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).withConnectedSocket(socket) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder(maxFrameBytes: limit)), MessageToByteHandler(FrameEncoder()),
-                    ])
-                    return try Bridge(wrappingChannelSynchronously: channel)
-                }
-            }
+            return try await FrameSession.open(socket: socket, maxFrameBytes: maxFrameBytes)
         } catch {
-            close(socket)
             throw RPCError(code: .unavailable, message: "could not open a session: \(error)")
         }
     }

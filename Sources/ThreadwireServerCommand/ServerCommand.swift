@@ -16,6 +16,7 @@ import ThreadwireMCP
 import ThreadwireModels
 public import ThreadwireServer
 import ThreadwireGRPC
+import ThreadwireWeb
 public import ThreadwireTransport
 import ThreadwireSQLite
 import ThreadwirePostgres
@@ -66,6 +67,12 @@ public struct ServerCommand: AsyncParsableCommand {
 
     @Option(help: "HOST:PORT of the gRPC listener (HTTP/2 cleartext): service threadwire.v1.Threadwire (every method as a unary call, and the streams Subscribe and Connect; proto/threadwire/v1/service.proto), grpc.health.v1.Health and gRPC reflection; port 0 picks one. Off when absent. A non-loopback address needs authentication (tokens) or --allow-unauthenticated, and is refused beside --tls-cert (cleartext next to TLS): put a TLS-terminating proxy in front.")
     var grpcListen: String?
+
+    @Option(help: "HOST:PORT of the web listener (HTTP/1.1 cleartext): /ws upgrades to a WebSocket carrying one frame session, each binary message one Envelope; port 0 picks one. Off when absent. Same exposure rules as --grpc-listen.")
+    var webListen: String?
+
+    @Option(help: "An origin (scheme://host[:port]) whose pages may open /ws; repeat for several. Without it only pages of the listener's own origin and non-browser clients (no Origin header) may.")
+    var webAllowedOrigin: [String] = []
 
     @Option(help: "File holding the admin endpoint's bearer token (at least 16 bytes; THREADWIRE_ADMIN_TOKEN gives it instead): every path but /livez then needs 'Authorization: Bearer TOKEN'.")
     var adminTokenFile: String?
@@ -177,6 +184,8 @@ public struct ServerCommand: AsyncParsableCommand {
             FileHandle.standardOutput.write(Data("threadwire admin on http://\(boundHost):\(boundPort)\n".utf8))
         } onGRPCListening: { boundHost, boundPort in
             FileHandle.standardOutput.write(Data("threadwire grpc on \(boundHost):\(boundPort)\n".utf8))
+        } onWebListening: { boundHost, boundPort in
+            FileHandle.standardOutput.write(Data("threadwire web on http://\(boundHost):\(boundPort)\n".utf8))
         }
         let server = composed.server
         let reloads = composed.reloadsCredentials ? Self.onSIGHUP {
@@ -209,7 +218,8 @@ public struct ServerCommand: AsyncParsableCommand {
     public func compose(logger: Logger, metricsRegistry: PrometheusCollectorRegistry, transport: (any ServerTransport)? = nil,
                         onListening: @escaping @Sendable (SocketAddress?) -> Void = { _ in },
                         onAdminListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
-                        onGRPCListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) async throws -> Composed {
+                        onGRPCListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
+                        onWebListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) async throws -> Composed {
         let (host, port) = try Self.hostPort(listen, flag: "--listen")
         let file = try config.map(ConfigFile.load) ?? ConfigFile.Loaded()
         // In process (tests) the process's tracer is the test's business.
@@ -350,21 +360,23 @@ public struct ServerCommand: AsyncParsableCommand {
             // Before the frame server: shut down after it, so its drain
             // (health NOT_SERVING at once) ends the streams, which are frame connections.
             let (grpcHost, grpcPort) = try Self.hostPort(grpcListen, flag: "--grpc-listen")
-            if !ServerConfiguration.isLoopback(grpcHost) {
-                if configuration.tls != nil {
-                    throw ValidationError("--grpc-listen serves HTTP/2 cleartext: beside --tls-cert it must be a loopback address (put a TLS-terminating proxy such as Envoy in front)")
-                }
-                if !configuration.authenticator.isEnabled, !allowUnauthenticated {
-                    throw ValidationError("""
-                        refusing to serve gRPC on \(grpcHost):\(grpcPort) without authentication: any client that reaches it could read and change every thread. \
-                        Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN), listen on a loopback address, or pass --allow-unauthenticated if the network is trusted
-                        """)
-                }
-            }
+            try checkExposure(grpcHost, grpcPort, flag: "--grpc-listen", serves: "gRPC", configuration: configuration)
             let grpc = GRPCListener(host: grpcHost, port: grpcPort, calls: server.unaryCalls, connectInProcess: { try await server.connectInProcess() },
                                     waitUntilServing: { await server.waitUntilServing() },
                                     maxMessageBytes: configuration.limits.maxFrameBytes, logger: logger, onListening: onGRPCListening)
             services.append(.init(service: grpc, serviceName: "grpc"))
+        }
+        if let webListen {
+            let (webHost, webPort) = try Self.hostPort(webListen, flag: "--web-listen")
+            try checkExposure(webHost, webPort, flag: "--web-listen", serves: "WebSocket sessions", configuration: configuration)
+            for origin in webAllowedOrigin where !(origin.hasPrefix("http://") || origin.hasPrefix("https://")) || origin.hasSuffix("/") {
+                throw ValidationError("--web-allowed-origin must be scheme://host[:port] as a browser sends it (no path), got '\(origin)'")
+            }
+            let web = WebListener(.init(host: webHost, port: webPort, maxMessageBytes: configuration.limits.maxFrameBytes,
+                                        allowedOrigins: Set(webAllowedOrigin)),
+                                  connectInProcess: { try await server.connectInProcess() },
+                                  waitUntilServing: { await server.waitUntilServing() }, logger: logger, onListening: onWebListening)
+            services.append(.init(service: web, serviceName: "web"))
         }
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
@@ -483,6 +495,21 @@ public struct ServerCommand: AsyncParsableCommand {
         if let handshakeTimeoutMs { limits.handshakeTimeoutMs = handshakeTimeoutMs }
         do { try limits.validate() } catch { throw ValidationError("limit \(error)") }
         return limits
+    }
+
+    /// A cleartext listener beside the frame listener: off loopback only with
+    /// authentication (or --allow-unauthenticated), and never beside TLS.
+    private func checkExposure(_ host: String, _ port: Int, flag: String, serves: String, configuration: ServerConfiguration) throws {
+        guard !ServerConfiguration.isLoopback(host) else { return }
+        if configuration.tls != nil {
+            throw ValidationError("\(flag) serves cleartext: beside --tls-cert it must be a loopback address (put a TLS-terminating proxy such as Envoy in front)")
+        }
+        if !configuration.authenticator.isEnabled, !allowUnauthenticated {
+            throw ValidationError("""
+                refusing to serve \(serves) on \(host):\(port) without authentication: any client that reaches it could read and change every thread. \
+                Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN), listen on a loopback address, or pass --allow-unauthenticated if the network is trusted
+                """)
+        }
     }
 
     public static func hostPort(_ value: String, flag: String) throws -> (String, Int) {

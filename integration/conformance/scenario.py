@@ -1,13 +1,23 @@
 """The cross-language conformance scenario in Python (see README.md here).
-Usage: scenario.py HOST:PORT"""
+Usage: scenario.py ADDRESS, where ADDRESS is HOST:PORT (TCP frames),
+ws://HOST:PORT/ws (a WebSocket, --web-listen) or grpc://HOST:PORT (a gRPC
+Connect stream, --grpc-listen): the same session and transcript on each."""
 import sys
 
-from threadwire_client import Client
+from threadwire_client import Client, GRPCConnectClient, WebSocketClient
+
+
+def connect(address):
+    if address.startswith("ws://"):
+        return WebSocketClient(address)
+    if address.startswith("grpc://"):
+        return GRPCConnectClient(address.removeprefix("grpc://"))
+    host, port = address.rsplit(":", 1)
+    return Client(host, int(port))
 
 
 def main(address):
-    host, port = address.rsplit(":", 1)
-    with Client(host, int(port)) as client:
+    with connect(address) as client:
         info = client.initialize("conformance-python", opt_out=["item/agent_message/delta", "thread/token_usage/updated"])
         print(f"initialize: protocol_version={info.protocol_version} server={info.server_info.name}")
         client.schema()  # wire names of notifications, from reflection/descriptors

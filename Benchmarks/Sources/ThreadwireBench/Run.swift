@@ -17,7 +17,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "The release threadwire-server binary.") var serverBin = "../.build/release/threadwire-server"
     @Option(help: "Seconds per load measurement.") var seconds = 3.0
     @Option(help: "Runs per figure; the median is reported.") var repeats = 3
-    @Option(help: "Sections to run: codec, transport, grpc, record, writes, scale (default: all).") var only: [String] = []
+    @Option(help: "Sections to run: codec, transport, grpc, listeners, record, writes, scale (default: all).") var only: [String] = []
     @Option(help: "Turns of the scale section's long thread.") var longTurns = 100_000
     @Option(help: "Subscribed connections in the scale section.") var subscribers = 10_000
 
@@ -30,6 +30,7 @@ struct Run: AsyncParsableCommand {
         print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB; seconds per load \(seconds); medians of \(repeats) runs\n")
         if wants("codec") { try codec() }
         if wants("transport") || wants("grpc") { try await transport(bench: bench) }
+        if wants("listeners") { try await listeners() }
         if wants("record") { try await recording() }
         if wants("writes") { try await writes() }
         if wants("scale") { try await scale() }
@@ -171,7 +172,15 @@ struct Run: AsyncParsableCommand {
         print("")
     }
 
-    func grpcLoad(port: Int, connections count: Int, workload: String) async throws -> LoadResult {
+    /// Whose gRPC methods a load calls: the grpc-swift-2 peer's or threadwire's own service.
+    enum GRPCMethods {
+        case peer, threadwire
+        var health: MethodDescriptor { self == .peer ? PeerMethods.health : .init(fullyQualifiedService: WireSchema.serviceName, method: "HealthCheck") }
+        var read: MethodDescriptor { self == .peer ? PeerMethods.read : .init(fullyQualifiedService: WireSchema.serviceName, method: "ThreadRead") }
+        var start: MethodDescriptor { self == .peer ? PeerMethods.start : .init(fullyQualifiedService: WireSchema.serviceName, method: "ThreadStart") }
+    }
+
+    func grpcLoad(port: Int, connections count: Int, workload: String, methods: GRPCMethods = .peer) async throws -> LoadResult {
         let clients = try (0..<count).map { _ in
             GRPCClient(transport: try HTTP2ClientTransport.Posix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext))
         }
@@ -181,7 +190,7 @@ struct Run: AsyncParsableCommand {
             var threadIDs: [String] = []
             for client in clients {
                 let started = try await client.unary(
-                    request: ClientRequest(message: Wire.ThreadStartParams()), descriptor: PeerMethods.start,
+                    request: ClientRequest(message: Wire.ThreadStartParams()), descriptor: methods.start,
                     serializer: WireSerializer<Wire.ThreadStartParams>(), deserializer: WireDeserializer<Wire.ThreadLifecycleResult>(),
                     options: .defaults) { try $0.message }
                 threadIDs.append(started.thread?.id ?? "")
@@ -191,12 +200,12 @@ struct Run: AsyncParsableCommand {
                 let client = clients[index]
                 if workload == "health/check" {
                     _ = try await client.unary(
-                        request: ClientRequest(message: Wire.HealthCheckParams()), descriptor: PeerMethods.health,
+                        request: ClientRequest(message: Wire.HealthCheckParams()), descriptor: methods.health,
                         serializer: WireSerializer<Wire.HealthCheckParams>(), deserializer: WireDeserializer<Wire.HealthCheckResult>(),
                         options: .defaults) { try $0.message }
                 } else {
                     _ = try await client.unary(
-                        request: ClientRequest(message: Wire.ThreadReadParams(threadId: ids[index])), descriptor: PeerMethods.read,
+                        request: ClientRequest(message: Wire.ThreadReadParams(threadId: ids[index])), descriptor: methods.read,
                         serializer: WireSerializer<Wire.ThreadReadParams>(), deserializer: WireDeserializer<Wire.ThreadReadResult>(),
                         options: .defaults) { try $0.message }
                 }
@@ -567,22 +576,31 @@ final class Spawned: @unchecked Sendable {
     let process = Process()
     let port: Int
 
-    init(_ path: String, _ arguments: [String]) throws {
+    /// The lines it printed before `lines` were complete (the first names the port).
+    let printed: [String]
+
+    init(_ path: String, _ arguments: [String], lines: Int = 1) throws {
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
+        var text = Data()
+        while text.filter({ $0 == UInt8(ascii: "\n") }).count < lines {
             let chunk = pipe.fileHandleForReading.availableData
             if chunk.isEmpty { throw BenchError("\(path) exited before listening") }
-            line.append(chunk)
+            text.append(chunk)
         }
-        guard let port = Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ":").last ?? "") else {
+        printed = String(decoding: text, as: UTF8.self).split(separator: "\n").map(String.init)
+        guard let port = Int(printed[0].trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ":").last ?? "") else {
             throw BenchError("\(path) printed no port")
         }
         self.port = port
+    }
+
+    /// The port on the printed line that starts with `prefix`.
+    func port(after prefix: String) -> Int? {
+        printed.first { $0.hasPrefix(prefix) }.flatMap { Int($0.split(separator: ":").last ?? "") }
     }
 
     func residentKiB() -> Int {

@@ -13,6 +13,8 @@ public final class ServerProcess: @unchecked Sendable {
     public private(set) var adminPort = 0
     /// The gRPC listener's port (`--grpc-listen`).
     public private(set) var grpcPort = 0
+    /// The web listener's port (`--web-listen`).
+    public private(set) var webPort = 0
     private let extraArguments: [String]
     private let fileLimit: Int?
     /// Extra environment of the server process (takes effect at the next start).
@@ -111,10 +113,11 @@ public final class ServerProcess: @unchecked Sendable {
         // more for each of the admin endpoint and the gRPC listener it runs.
         let wantsAdmin = process.arguments!.contains("--admin-listen")
         let wantsGRPC = process.arguments!.contains("--grpc-listen")
+        let wantsWeb = process.arguments!.contains("--web-listen")
         var buffered = Data()
         var lines: [String] = []
         let startDeadline = Date().addingTimeInterval(120)
-        while lines.count < 1 + (wantsAdmin ? 1 : 0) + (wantsGRPC ? 1 : 0) {
+        while lines.count < 1 + (wantsAdmin ? 1 : 0) + (wantsGRPC ? 1 : 0) + (wantsWeb ? 1 : 0) {
             if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
                 lines.append(String(decoding: buffered[..<newline], as: UTF8.self))
                 buffered = Data(buffered[(newline + 1)...])
@@ -140,6 +143,8 @@ public final class ServerProcess: @unchecked Sendable {
                 adminPort = port
             } else if text.hasPrefix("threadwire grpc on "), let port = Int(text.split(separator: ":").last ?? "") {
                 grpcPort = port
+            } else if text.hasPrefix("threadwire web on http://"), let port = Int(text.split(separator: ":").last ?? "") {
+                webPort = port
             } else {
                 throw ServerProcessError.unexpectedOutput(text)
             }

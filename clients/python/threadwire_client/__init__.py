@@ -1,5 +1,7 @@
-"""threadwire client: framed protobuf over TCP (see docs/protocol.md)."""
-from .client import (MUTATING_METHODS, Client, ReconnectingClient, ResumingSubscription, RetryPolicy, Schema, StatusError, messages,
-                     notification_thread_id, tls_context)
+"""threadwire client: framed protobuf over TCP (see docs/protocol.md), or the
+same session over a WebSocket or a gRPC Connect stream."""
+from .client import (MUTATING_METHODS, Client, GRPCConnectClient, ReconnectingClient, ResumingSubscription, RetryPolicy, Schema,
+                     StatusError, WebSocketClient, messages, notification_thread_id, tls_context)
 
-__all__ = ["MUTATING_METHODS", "Client", "ReconnectingClient", "ResumingSubscription", "RetryPolicy", "Schema", "StatusError", "messages", "notification_thread_id", "tls_context"]
+__all__ = ["MUTATING_METHODS", "Client", "GRPCConnectClient", "ReconnectingClient", "ResumingSubscription", "RetryPolicy", "Schema",
+           "StatusError", "WebSocketClient", "messages", "notification_thread_id", "tls_context"]

@@ -85,6 +85,9 @@ class Client:
             sock = tls.wrap_socket(sock, server_hostname=server_hostname or host)
         self.sock = sock
         self._buffer = b""
+        self._init_state(timeout)
+
+    def _init_state(self, timeout):
         self._next_id = 0
         self._responses = {}
         self.notifications = []  # received but not yet consumed
@@ -121,14 +124,18 @@ class Client:
                 raise ConnectionError("the server closed the connection")
             self._buffer += chunk
 
-    def _pump(self, deadline=None):
+    def _read_envelope_until(self, deadline):
+        """The next envelope; socket.timeout (TimeoutError) past `deadline`."""
         if deadline is not None:
             self.sock.settimeout(max(0.0001, deadline - time.monotonic()))
         try:
-            envelope = self._read_envelope()
+            return self._read_envelope()
         finally:
             if deadline is not None:
                 self.sock.settimeout(self._timeout)
+
+    def _pump(self, deadline=None):
+        envelope = self._read_envelope_until(deadline)
         kind = envelope.WhichOneof("kind")
         if kind == "notification":
             self.notifications.append(envelope.notification)
@@ -355,6 +362,97 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class WebSocketClient(Client):
+    """The same client over a WebSocket (the server's --web-listen):
+    `url` is ws://HOST:PORT/ws; each binary message is one Envelope.
+    Needs PyPI's `websockets`."""
+
+    def __init__(self, url, timeout=30.0, origin=None):
+        from websockets.sync.client import connect
+        self.ws = connect(url, origin=origin, max_size=None, open_timeout=timeout)
+        self._init_state(timeout)
+
+    def send_frame(self, payload: bytes):
+        with self._write_lock:
+            self.ws.send(payload)
+
+    def _read_envelope_until(self, deadline):
+        from websockets.exceptions import ConnectionClosed
+        timeout = self._timeout if deadline is None else max(0.0001, deadline - time.monotonic())
+        try:
+            data = self.ws.recv(timeout=timeout)
+        except ConnectionClosed as closed:
+            raise ConnectionError(f"the server closed the session: {closed}") from closed
+        envelope = messages.envelope.Envelope()
+        envelope.ParseFromString(data)
+        return envelope
+
+    def close(self):
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
+        self.ws.close()
+
+
+class GRPCConnectClient(Client):
+    """The same client over gRPC (the server's --grpc-listen): one
+    threadwire.v1.Threadwire/Connect stream carries the session, each message
+    one Envelope. `target` is HOST:PORT. Needs PyPI's `grpcio`."""
+
+    def __init__(self, target, timeout=30.0, metadata=None):
+        import queue
+
+        import grpc
+        self._queue = queue
+        self.channel = grpc.insecure_channel(target)
+        self._outgoing = queue.Queue()
+        self._incoming = queue.Queue()
+
+        def requests():
+            while True:
+                item = self._outgoing.get()
+                if item is None:
+                    return
+                yield item
+
+        connect = self.channel.stream_stream("/threadwire.v1.Threadwire/Connect",
+                                             request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        self._call = connect(requests(), metadata=metadata)
+
+        def receive():
+            try:
+                for message in self._call:
+                    self._incoming.put(message)
+            except grpc.RpcError as error:
+                self._incoming.put(error)
+            self._incoming.put(None)
+
+        threading.Thread(target=receive, daemon=True).start()
+        self._init_state(timeout)
+
+    def send_frame(self, payload: bytes):
+        self._outgoing.put(payload)
+
+    def _read_envelope_until(self, deadline):
+        timeout = self._timeout if deadline is None else max(0.0001, deadline - time.monotonic())
+        try:
+            item = self._incoming.get(timeout=timeout)
+        except self._queue.Empty:
+            raise socket.timeout("no envelope within the deadline") from None
+        if item is None or isinstance(item, Exception):
+            self._incoming.put(item)  # stays ended for later reads
+            raise ConnectionError(f"the server closed the session: {item}")
+        envelope = messages.envelope.Envelope()
+        envelope.ParseFromString(item)
+        return envelope
+
+    def close(self):
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
+        self._outgoing.put(None)
+        self._call.cancel()
+        self.channel.close()
 
 
 # Methods that change state, for servers whose reflection does not say

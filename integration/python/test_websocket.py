@@ -1,0 +1,261 @@
+"""threadwire over WebSocket (--web-listen, path /ws), driven by PyPI's
+`websockets`: each binary message one Envelope, the session rules of a TCP
+connection."""
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from threadwire_client import Client, messages
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ALICE = "alice-3e5a7c9b1d2f4a6c8e0b"
+E = messages.envelope
+T = messages.thread
+U = messages.turn
+H = messages.health
+
+
+def start(tmp_path, *arguments):
+    binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
+    proc = subprocess.Popen(
+        [binary, "--listen", "127.0.0.1:0", "--web-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "store"),
+         "--log-level", "error", *arguments],
+        stdout=subprocess.PIPE, text=True)
+    addresses = {}
+    while len(addresses) < 2:
+        line = proc.stdout.readline().strip()
+        assert line, f"the server exited before listening (exit {proc.poll()})"
+        if line.startswith("threadwire listening on "):
+            addresses["frames"] = line.rsplit(" ", 1)[1]
+        elif line.startswith("threadwire web on "):
+            addresses["web"] = line.rsplit(" ", 1)[1].replace("http://", "ws://") + "/ws"
+    return proc, addresses
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture()
+def served(tmp_path):
+    proc, addresses = start(tmp_path)
+    yield proc, addresses
+    stop(proc)
+
+
+def request(request_id, **params):
+    return E.Envelope(request=E.Request(id=request_id, **params)).SerializeToString()
+
+
+def hello(token=None):
+    params = H.InitializeParams(client_info=H.ClientInfo(name="ws-test"), protocol_version=1)
+    if token:
+        params.auth_token = token
+    return params
+
+
+def responses(ws, count):
+    """The next `count` responses, and the notifications heard meanwhile."""
+    answers, notes = [], []
+    while len(answers) < count:
+        envelope = E.Envelope.FromString(ws.recv(timeout=20))
+        if envelope.WhichOneof("kind") == "response":
+            answers.append(envelope.response)
+        elif envelope.WhichOneof("kind") == "notification":
+            notes.append(envelope.notification)
+    return answers, notes
+
+
+def test_a_session_starts_a_thread_runs_a_turn_and_reads_it(served):
+    _, addresses = served
+    with connect(addresses["web"]) as ws:
+        # Pipelined like on TCP: answered in order.
+        ws.send(request(1, initialize=hello()))
+        ws.send(request(2, thread_start=T.ThreadStartParams()))
+        (init, started), _ = responses(ws, 2)
+        assert init.id == 1 and init.code == 0 and init.initialize.protocol_version == 1
+        assert started.id == 2 and started.code == 0
+        thread_id = started.thread_start.thread.id
+        ws.send(request(3, turn_start=U.TurnStartParams(thread_id=thread_id, input=[U.UserInput(text="hello over ws")])))
+        (turn,), _ = responses(ws, 1)
+        assert turn.code == 0
+        # The session is subscribed: the turn's notifications arrive, numbered 1, 2, 3, ...
+        heard = []
+        while not heard or heard[-1].WhichOneof("payload") != "turn_completed":
+            envelope = E.Envelope.FromString(ws.recv(timeout=20))
+            if envelope.WhichOneof("kind") == "notification":
+                heard.append(envelope.notification)
+        sequences = [n.sequence for n in heard]
+        assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+        ws.send(request(4, thread_read=T.ThreadReadParams(thread_id=thread_id, include_turns=True)))
+        ws.send(request(5, thread_read=T.ThreadReadParams(thread_id="thr_nope")))
+        (read, missing), _ = responses(ws, 2)
+        assert read.code == 0 and [t.id for t in read.thread_read.thread.turns] == [turn.turn_start.turn.id]
+        assert missing.id == 5 and missing.code == 5 and "thr_nope" in missing.message
+    # The same thread over TCP.
+    host, port = addresses["frames"].rsplit(":", 1)
+    with Client(host, int(port)) as client:
+        client.initialize()
+        assert client.call("thread/read", {"thread_id": thread_id}).thread.id == thread_id
+
+
+def test_bad_messages_get_the_protocols_answers_and_the_session_goes_on(served):
+    _, addresses = served
+    with connect(addresses["web"]) as ws:
+        ws.send(request(1, thread_start=T.ThreadStartParams()))  # before initialize
+        ws.send(b"\x0a\xff\xff\xff\xff\x0f")                    # not an Envelope
+        ws.send(request(2, initialize=hello()))
+        (early, garbage, init), _ = responses(ws, 3)
+        assert early.id == 1 and early.code == 9       # FAILED_PRECONDITION
+        assert not garbage.HasField("id") and garbage.code == 3  # INVALID_ARGUMENT
+        assert init.id == 2 and init.code == 0
+    # A text message is not a frame: the socket closes with 1003.
+    with connect(addresses["web"]) as ws:
+        ws.send("hello")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd.code == 1003
+
+
+def test_a_message_over_the_frame_limit_closes_the_socket(tmp_path):
+    proc, addresses = start(tmp_path, "--max-frame-bytes", "65536")
+    try:
+        with connect(addresses["web"], max_size=None) as ws:
+            ws.send(b"\x00" * 70000)
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd.code == 1009  # message too big
+        # Others are unaffected.
+        with connect(addresses["web"]) as ws:
+            ws.send(request(1, initialize=hello()))
+            (init,), _ = responses(ws, 1)
+            assert init.code == 0
+    finally:
+        stop(proc)
+
+
+def test_tokens_and_origins(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\n")
+    tokens.chmod(0o600)
+    proc, addresses = start(tmp_path, "--auth-tokens", str(tokens), "--web-allowed-origin", "https://console.example")
+    try:
+        with connect(addresses["web"]) as ws:
+            ws.send(request(1, initialize=hello()))
+            (refused,), _ = responses(ws, 1)
+            assert refused.code == 16  # UNAUTHENTICATED, then the session ends
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=10)
+        with connect(addresses["web"], origin="https://console.example") as ws:
+            ws.send(request(1, initialize=hello(ALICE)))
+            (init,), _ = responses(ws, 1)
+            assert init.code == 0 and init.initialize.principal == "alice"
+        # A page of another origin opens no session: closed at once, saying why.
+        with connect(addresses["web"], origin="https://evil.example") as ws:
+            with pytest.raises(ConnectionClosed) as foreign:
+                ws.send(request(1, initialize=hello(ALICE)))
+                ws.recv(timeout=10)
+            assert foreign.value.rcvd.code == 1008 and "evil.example" in foreign.value.rcvd.reason
+    finally:
+        stop(proc)
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_a_client_that_never_reads_is_cut_off_and_memory_stays_bounded(tmp_path):
+    proc, addresses = start(tmp_path, "--max-notification-backlog-bytes", "65536")
+    try:
+        ws = connect(addresses["web"], max_queue=1).__enter__()
+        ws.send(request(1, initialize=hello()))
+        ws.send(request(2, thread_start=T.ThreadStartParams()))
+        (_, started), _ = responses(ws, 2)
+        thread_id = started.thread_start.thread.id
+        baseline = rss_kib(proc.pid)
+        host, port = addresses["frames"].rsplit(":", 1)
+        produced = 0
+        with Client(host, int(port)) as client:
+            # The producer hears nothing: only the WebSocket client is subscribed.
+            notifications = [n.name for n in client.call("reflection/descriptors").notifications]
+            client.initialize(opt_out=notifications)
+            for _ in range(120):
+                client.call("turn/start", {"thread_id": thread_id, "input": [{"text": "x" * 16384}]})
+                deadline = time.monotonic() + 20
+                while client.call("thread/read", {"thread_id": thread_id, "include_turns": True}).thread.turns[-1].status == 1:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                produced += 1
+        grown = rss_kib(proc.pid) - baseline
+        assert grown < 64 * 1024, f"server RSS grew {grown} KiB while a WebSocket client read nothing"
+        received = 0
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=20)
+                received += 1
+        print(f"never-reading WebSocket client: RSS grew {grown} KiB, {received} messages held, then closed")
+        assert received < produced * 3
+        ws.close()
+    finally:
+        stop(proc)
+
+
+def test_random_messages_never_break_the_server(served):
+    """A seeded fuzz of the WebSocket message path: 2,000 random binary
+    messages on one session; each gets an answer or the session is ended by
+    the server with a close frame; the server keeps serving others."""
+    import random
+    proc, addresses = served
+    rng = random.Random(0x7477)
+    with connect(addresses["web"]) as ws:
+        try:
+            for _ in range(2000):
+                ws.send(bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 64))))
+            ws.send(request(99, health_check=H.HealthCheckParams()))
+            while True:
+                envelope = E.Envelope.FromString(ws.recv(timeout=20))
+                if envelope.WhichOneof("kind") == "response" and envelope.response.id == 99:
+                    break
+        except ConnectionClosed as closed:
+            assert closed.rcvd is not None, "the server ended the session without a close frame"
+    assert proc.poll() is None
+    with connect(addresses["web"]) as ws:
+        ws.send(request(1, initialize=hello()))
+        (init,), _ = responses(ws, 1)
+        assert init.code == 0
+
+
+def test_a_malformed_websocket_frame_gets_a_clean_close(served):
+    import base64
+    import socket
+    _, addresses = served
+    host, port = addresses["web"].removeprefix("ws://").removesuffix("/ws").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        key = base64.b64encode(os.urandom(16)).decode()
+        raw.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += raw.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101")
+        # RSV1 set without a negotiated extension, and unmasked: a protocol error.
+        raw.sendall(bytes([0xC2, 0x03]) + b"abc")
+        answer = b""
+        while True:
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        assert answer[:1] == b"\x88", answer  # a close frame, then the end
+        code = int.from_bytes(answer[2:4], "big")
+        assert code == 1002, code
