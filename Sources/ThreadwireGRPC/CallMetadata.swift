@@ -1,4 +1,6 @@
 import GRPCCore
+import GRPCNIOTransportHTTP2
+import ThreadwireTransport
 import ThreadwireCore
 import ThreadwireServer
 import ThreadwireWire
@@ -59,15 +61,27 @@ enum CallMetadata {
         return UInt32(clamping: max(1, milliseconds))
     }
 
-    /// The caller: its bearer token and where it called from.
-    static func caller(_ metadata: Metadata, context: ServerContext?) -> UnaryCalls.Caller {
+    /// How a caller's verified client certificate names its principal (nil:
+    /// no client certificates are asked for).
+    struct Identify: Sendable {
+        let source: ClientCertificate.PrincipalSource?
+
+        func principal(_ context: ServerContext?) -> Principal? {
+            guard let source, let posix = context?.transportSpecific as? HTTP2ServerTransport.Posix.Context,
+                  let certificate = posix.peerCertificate else { return nil }
+            return ClientCertificate.principal(of: certificate, from: source)
+        }
+    }
+
+    /// The caller: its bearer token, its certificate's principal, where it called from.
+    static func caller(_ metadata: Metadata, context: ServerContext?, identify: Identify) -> UnaryCalls.Caller {
         var token: String?
         if let authorization = metadata[stringValues: "authorization"].first(where: { _ in true }) {
             let parts = authorization.split(separator: " ", maxSplits: 1)
             // A header that is not "Bearer TOKEN" is a token that fails.
             token = parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : authorization
         }
-        return UnaryCalls.Caller(bearerToken: token, peer: context?.remotePeer ?? "?")
+        return UnaryCalls.Caller(bearerToken: token, certificatePrincipal: identify.principal(context), peer: context?.remotePeer ?? "?")
     }
 
     /// The frame protocol's status, 1:1.

@@ -4,6 +4,8 @@ public import Logging
 public import ServiceLifecycle
 import Synchronization
 public import ThreadwireServer
+public import ThreadwireCore
+public import ThreadwireTransport
 import ThreadwireWire
 
 /// The gRPC listener (`--grpc-listen`, HTTP/2 cleartext): threadwire.v1.Threadwire,
@@ -17,7 +19,8 @@ public final class GRPCListener: Service, Sendable {
     private let host: String
     private let port: Int
     private let calls: UnaryCalls
-    private let connectInProcess: @Sendable () async throws -> Int32
+    private let connectInProcess: @Sendable (Principal?) async throws -> Int32
+    private let tls: ServerTLS?
     private let waitUntilServing: @Sendable () async -> Void
     private let maxMessageBytes: Int
     private let onListening: @Sendable (String, Int) -> Void
@@ -30,7 +33,10 @@ public final class GRPCListener: Service, Sendable {
     ///   stream (`ThreadwireServer.connectInProcess`).
     ///   `waitUntilServing` returns once the frame server serves (turns left
     ///   running by a dead process recovered): gRPC listens only then.
-    public init(host: String, port: Int, calls: UnaryCalls, connectInProcess: @escaping @Sendable () async throws -> Int32,
+    ///   `tls`: the frame listener's certificate, key and client CA (mutual
+    ///   TLS: a verified certificate names the caller's principal).
+    public init(host: String, port: Int, calls: UnaryCalls, tls: ServerTLS? = nil,
+                connectInProcess: @escaping @Sendable (Principal?) async throws -> Int32,
                 waitUntilServing: @escaping @Sendable () async -> Void,
                 maxMessageBytes: Int, logger: Logger,
                 onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) {
@@ -38,23 +44,36 @@ public final class GRPCListener: Service, Sendable {
         self.port = port
         self.calls = calls
         self.connectInProcess = connectInProcess
+        self.tls = tls
         self.waitUntilServing = waitUntilServing
         self.maxMessageBytes = maxMessageBytes
         self.logger = logger
         self.onListening = onListening
     }
 
+    static func security(_ tls: ServerTLS) -> HTTP2ServerTransport.Posix.TransportSecurity {
+        .tls(.defaults(certificateChain: [.file(path: tls.certificateChainFile, format: .pem)],
+                       privateKey: .file(path: tls.privateKeyFile, format: .pem)) { config in
+            if let ca = tls.clientCAFile {
+                // A client without a certificate from this CA fails the handshake.
+                config.clientCertificateVerification = .noHostnameVerification
+                config.trustRoots = .certificates([.file(path: ca, format: .pem)])
+            }
+        })
+    }
+
     public func run() async throws {
         var router = RPCRouter<HTTP2ServerTransport.Posix>()
-        ThreadwireGRPCService.register(in: &router, calls: calls)
+        let identify = CallMetadata.Identify(source: tls?.clientCAFile == nil ? nil : tls?.clientPrincipal)
+        ThreadwireGRPCService.register(in: &router, calls: calls, identify: identify)
         HealthService(serving: { [self] in !stopping.load(ordering: .relaxed) && calls.serving },
                       stopping: { [self] in stopping.load(ordering: .relaxed) }).register(in: &router)
         ReflectionService.register(in: &router)
-        StreamServices(connect: connectInProcess, maxFrameBytes: maxMessageBytes).register(in: &router)
+        StreamServices(connect: connectInProcess, maxFrameBytes: maxMessageBytes, identify: identify).register(in: &router)
         let limit = maxMessageBytes
         let transport = HTTP2ServerTransport.Posix(
             address: host.contains(":") ? .ipv6(host: host, port: port) : .ipv4(host: host == "localhost" ? "127.0.0.1" : host, port: port),
-            transportSecurity: .plaintext,
+            transportSecurity: tls.map(Self.security) ?? .plaintext,
             config: .defaults { $0.rpc.maxRequestPayloadSize = limit })
         let server = GRPCServer(transport: transport, router: router)
         try await withGracefulShutdownHandler {

@@ -1,6 +1,7 @@
 import GRPCCore
 import NIOCore
 import enum ThreadwireTransport.FrameSession
+import ThreadwireCore
 import ThreadwireWire
 
 /// The streams of threadwire.v1.Threadwire. Each is a frame-protocol
@@ -11,21 +12,23 @@ import ThreadwireWire
 /// last message, so a client that does not read fills the connection's
 /// backlog and is cut off like any slow subscriber.
 struct StreamServices: Sendable {
-    let connect: @Sendable () async throws -> Int32
+    let connect: @Sendable (Principal?) async throws -> Int32
     let maxFrameBytes: Int
+    let identify: CallMetadata.Identify
 
     typealias Bridge = FrameSession.Channel
 
     func register<Transport: ServerTransport>(in router: inout RPCRouter<Transport>) {
         router.registerHandler(forMethod: MethodDescriptor(fullyQualifiedService: WireSchema.serviceName, method: "Connect"),
-                               deserializer: RawMessage(), serializer: RawMessage()) { request, _ in
-            StreamingServerResponse { writer in
-                try await session(request.messages, writer)
+                               deserializer: RawMessage(), serializer: RawMessage()) { request, context in
+            let certified = identify.principal(context)
+            return StreamingServerResponse { writer in
+                try await session(request.messages, writer, certified: certified)
                 return [:]
             }
         }
         router.registerHandler(forMethod: MethodDescriptor(fullyQualifiedService: WireSchema.serviceName, method: "Subscribe"),
-                               deserializer: RawMessage(), serializer: RawMessage()) { request, _ in
+                               deserializer: RawMessage(), serializer: RawMessage()) { request, context in
             let message = try await CallMetadata.single(request.messages, rpc: "Subscribe")
             let params: Wire.ThreadSubscribeParams
             do {
@@ -33,17 +36,18 @@ struct StreamServices: Sendable {
             } catch {
                 throw RPCError(code: .invalidArgument, message: "the Subscribe request is not a valid ThreadSubscribeParams: \(error)")
             }
-            let caller = CallMetadata.caller(request.metadata, context: nil)
+            let caller = CallMetadata.caller(request.metadata, context: context, identify: identify)
             return StreamingServerResponse { writer in
-                try await subscribe(params, token: caller.bearerToken, writer)
+                try await subscribe(params, token: caller.bearerToken, certified: caller.certificatePrincipal, writer)
                 return [:]
             }
         }
     }
 
     /// Connect: envelopes both ways until the client cancels or the server ends the session.
-    private func session(_ messages: RPCAsyncSequence<[UInt8], any Error>, _ writer: RPCWriter<[UInt8]>) async throws {
-        let bridge = try await open()
+    private func session(_ messages: RPCAsyncSequence<[UInt8], any Error>, _ writer: RPCWriter<[UInt8]>,
+                         certified: Principal?) async throws {
+        let bridge = try await open(certified)
         try await bridge.executeThenClose { inbound, outbound in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
@@ -61,8 +65,9 @@ struct StreamServices: Sendable {
 
     /// Subscribe: initialize (with the call's bearer token) and
     /// thread/subscribe pipelined, then the notifications.
-    private func subscribe(_ params: Wire.ThreadSubscribeParams, token: String?, _ writer: RPCWriter<[UInt8]>) async throws {
-        let bridge = try await open()
+    private func subscribe(_ params: Wire.ThreadSubscribeParams, token: String?, certified: Principal?,
+                           _ writer: RPCWriter<[UInt8]>) async throws {
+        let bridge = try await open(certified)
         try await bridge.executeThenClose { inbound, outbound in
             var hello = Wire.InitializeParams()
             hello.clientInfo = Wire.ClientInfo(name: "grpc-subscribe")
@@ -94,10 +99,10 @@ struct StreamServices: Sendable {
         return Wire.Envelope(kind: .request(request)).serializedBytes()
     }
 
-    private func open() async throws -> Bridge {
+    private func open(_ certified: Principal?) async throws -> Bridge {
         let socket: Int32
         do {
-            socket = try await connect()
+            socket = try await connect(certified)
         } catch {
             throw RPCError(code: .unavailable, message: "the server takes no new sessions now (starting or shutting down)")
         }

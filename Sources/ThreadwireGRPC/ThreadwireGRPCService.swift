@@ -7,7 +7,7 @@ import ThreadwireWire
 /// (the table codegen makes of it) handed to the same call layer as the
 /// frame protocol. Nothing here is particular to a method.
 enum ThreadwireGRPCService {
-    static func register<Transport: ServerTransport>(in router: inout RPCRouter<Transport>, calls: UnaryCalls) {
+    static func register<Transport: ServerTransport>(in router: inout RPCRouter<Transport>, calls: UnaryCalls, identify: CallMetadata.Identify) {
         for method in WireSchema.serviceMethods {
             router.registerHandler(forMethod: MethodDescriptor(fullyQualifiedService: WireSchema.serviceName, method: method.rpc),
                                    deserializer: RawMessage(), serializer: RawMessage()) { request, context in
@@ -19,7 +19,7 @@ enum ThreadwireGRPCService {
                     throw RPCError(code: .invalidArgument, message: "the \(method.rpc) request is not a valid message: \(error)")
                 }
                 let wireRequest = try CallMetadata.request(params, metadata: request.metadata)
-                switch await calls.call(wireRequest, caller: CallMetadata.caller(request.metadata, context: context)) {
+                switch await calls.call(wireRequest, caller: CallMetadata.caller(request.metadata, context: context, identify: identify)) {
                 case let .result(result):
                     return StreamingServerResponse(single: ServerResponse(message: result.messageBytes))
                 case let .encoded(encoded):

@@ -10,6 +10,11 @@ import ThreadwireNIO
 public import ThreadwireTransport
 import ThreadwireWire
 
+/// The principal the opener of an in-process connection verified.
+struct VouchedPrincipal: Sendable {
+    let principal: Principal
+}
+
 /// What every connection shares.
 final class ServerServices: Sendable {
     let engine: ThreadEngine
@@ -121,8 +126,12 @@ public final class ThreadwireServer: Service, Sendable {
     /// transports carry their streams over it; UNAVAILABLE-like
     /// `InProcessTransportError.notAccepting` before the server listens and
     /// once it drains.
-    public func connectInProcess() async throws -> Int32 {
-        try await bridge.connect()
+    ///
+    /// - Parameter certifiedAs: the principal of a client certificate the
+    ///   other transport verified (mutual TLS): the session acts as it, as a
+    ///   TLS connection with that certificate would.
+    public func connectInProcess(certifiedAs principal: Principal? = nil) async throws -> Int32 {
+        try await bridge.connect(attachment: principal.map(VouchedPrincipal.init))
     }
 
     /// Returns once the server listens, after recovering the turns a dead
@@ -187,7 +196,20 @@ public final class ThreadwireServer: Service, Sendable {
             }
         }
         let address = try await transport.listen(connectionSettings(), accept: accept(peerListener: false))
-        _ = try await bridge.listen(connectionSettings(), accept: accept(peerListener: false))
+        // A bridged connection is certified by its opener: the principal of
+        // the client certificate its transport verified, if any.
+        let acceptBridged: @Sendable (AcceptedConnection) throws -> Void = { [services] accepted in
+            let id = services.connectionIDs.next()
+            var lookup: (@Sendable (any Channel) -> Principal?)?
+            if let vouched = accepted.attachment as? VouchedPrincipal {
+                let principal = vouched.principal
+                lookup = { _ in principal }
+            }
+            try accepted.channel.pipeline.syncOperations.addHandler(
+                ConnectionHandler(connectionID: id, services: services, flowControl: accepted.flowControl, frameLimit: accepted.frameLimit,
+                                  certificatePrincipal: lookup))
+        }
+        _ = try await bridge.listen(connectionSettings(), accept: acceptBridged)
         if let peerTransport {
             // Other instances reach this one here: its port is the one advertised.
             let peerAddress = try await peerTransport.listen(connectionSettings(), accept: accept(peerListener: true))

@@ -65,7 +65,7 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "HOST:PORT of the admin HTTP endpoint (/livez, /readyz, /metrics, /leases); port 0 picks one. Off when absent. A non-loopback address needs --admin-token-file (or THREADWIRE_ADMIN_TOKEN) or --allow-unauthenticated.")
     var adminListen: String?
 
-    @Option(help: "HOST:PORT of the gRPC listener (HTTP/2 cleartext): service threadwire.v1.Threadwire (every method as a unary call, and the streams Subscribe and Connect; proto/threadwire/v1/service.proto), grpc.health.v1.Health and gRPC reflection; port 0 picks one. Off when absent. A non-loopback address needs authentication (tokens) or --allow-unauthenticated, and is refused beside --tls-cert (cleartext next to TLS): put a TLS-terminating proxy in front.")
+    @Option(help: "HOST:PORT of the gRPC listener (HTTP/2 cleartext): service threadwire.v1.Threadwire (every method as a unary call, and the streams Subscribe and Connect; proto/threadwire/v1/service.proto), grpc.health.v1.Health and gRPC reflection; port 0 picks one. Off when absent. With --tls-cert it serves TLS with the same certificate, and with --tls-client-ca mutual TLS (a verified certificate names the principal). A non-loopback address needs authentication (tokens or client certificates) or --allow-unauthenticated.")
     var grpcListen: String?
 
     @Option(help: "HOST:PORT of the web listener (HTTP/1.1 cleartext): /ws upgrades to a WebSocket carrying one frame session, each binary message one Envelope; port 0 picks one. Off when absent. Same exposure rules as --grpc-listen.")
@@ -360,8 +360,9 @@ public struct ServerCommand: AsyncParsableCommand {
             // Before the frame server: shut down after it, so its drain
             // (health NOT_SERVING at once) ends the streams, which are frame connections.
             let (grpcHost, grpcPort) = try Self.hostPort(grpcListen, flag: "--grpc-listen")
-            try checkExposure(grpcHost, grpcPort, flag: "--grpc-listen", serves: "gRPC", configuration: configuration)
-            let grpc = GRPCListener(host: grpcHost, port: grpcPort, calls: server.unaryCalls, connectInProcess: { try await server.connectInProcess() },
+            try checkExposure(grpcHost, grpcPort, flag: "--grpc-listen", serves: "gRPC", configuration: configuration, tlsServed: true)
+            let grpc = GRPCListener(host: grpcHost, port: grpcPort, calls: server.unaryCalls, tls: configuration.tls,
+                                    connectInProcess: { try await server.connectInProcess(certifiedAs: $0) },
                                     waitUntilServing: { await server.waitUntilServing() },
                                     maxMessageBytes: configuration.limits.maxFrameBytes, logger: logger, onListening: onGRPCListening)
             services.append(.init(service: grpc, serviceName: "grpc"))
@@ -499,12 +500,13 @@ public struct ServerCommand: AsyncParsableCommand {
 
     /// A cleartext listener beside the frame listener: off loopback only with
     /// authentication (or --allow-unauthenticated), and never beside TLS.
-    private func checkExposure(_ host: String, _ port: Int, flag: String, serves: String, configuration: ServerConfiguration) throws {
+    private func checkExposure(_ host: String, _ port: Int, flag: String, serves: String, configuration: ServerConfiguration,
+                               tlsServed: Bool = false) throws {
         guard !ServerConfiguration.isLoopback(host) else { return }
-        if configuration.tls != nil {
+        if configuration.tls != nil, !tlsServed {
             throw ValidationError("\(flag) serves cleartext: beside --tls-cert it must be a loopback address (put a TLS-terminating proxy such as Envoy in front)")
         }
-        if !configuration.authenticator.isEnabled, !allowUnauthenticated {
+        if !configuration.authenticator.isEnabled, configuration.tls?.clientCAFile == nil, !allowUnauthenticated {
             throw ValidationError("""
                 refusing to serve \(serves) on \(host):\(port) without authentication: any client that reaches it could read and change every thread. \
                 Configure tokens (--auth-tokens FILE or THREADWIRE_AUTH_TOKEN), listen on a loopback address, or pass --allow-unauthenticated if the network is trusted

@@ -67,7 +67,8 @@ public final class InProcessTransport: ServerTransport {
     /// A new connection to the server: the client's end of a connected
     /// socket pair (the caller owns and closes it), returned once the
     /// server's end is in its pipeline. Refused once the server stops accepting.
-    public func connect() async throws -> Int32 {
+    /// `attachment` reaches the call layer with the connection (`AcceptedConnection.attachment`).
+    public func connect(attachment: (any Sendable)? = nil) async throws -> Int32 {
         guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
         var ends: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
@@ -79,7 +80,8 @@ public final class InProcessTransport: ServerTransport {
                 .channelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil, accept: listening.accept)
+                        try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil, attachment: attachment,
+                                                    accept: listening.accept)
                     }
                 }
                 .withConnectedSocket(ends[0])

@@ -1,6 +1,6 @@
 public import NIOCore
 public import NIOSSL
-import X509
+public import X509
 
 /// The server side of TLS: `--tls-cert` and `--tls-key` (PEM), and
 /// `--tls-client-ca` for mutual TLS, where every client must present a
@@ -76,6 +76,11 @@ public enum ClientCertificate {
 
     static func principal(certificate der: [UInt8], from source: PrincipalSource) -> String? {
         guard let certificate = try? Certificate(derEncoded: der) else { return nil }
+        return principal(of: certificate, from: source)
+    }
+
+    /// The principal a verified client certificate names (another transport's TLS).
+    public static func principal(of certificate: Certificate, from source: PrincipalSource) -> String? {
         switch source {
         case .commonName:
             var last: String?

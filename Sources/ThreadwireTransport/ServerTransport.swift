@@ -75,12 +75,15 @@ public struct AcceptedConnection {
     public let flowControl: FlowControlHandler
     /// Raised by the call layer once the client authenticated.
     public let frameLimit: FrameSizeLimit
+    /// What the opener of an in-process connection vouches for (the
+    /// principal another transport verified); nil for a socket's.
+    public var attachment: (any Sendable)? = nil
 }
 
 /// The transport half of every connection's pipeline, whatever carries it.
 enum FramePipeline {
     static func configure(_ channel: any Channel, settings: ConnectionSettings, budget: PartialFrameBudget,
-                          tls: (() throws -> (any ChannelHandler))?,
+                          tls: (() throws -> (any ChannelHandler))?, attachment: (any Sendable)? = nil,
                           accept: @Sendable (AcceptedConnection) throws -> Void) throws {
         let sync = channel.pipeline.syncOperations
         if let tls { try sync.addHandler(tls()) }
@@ -90,6 +93,6 @@ enum FramePipeline {
         // Outbound frames are packed straight into ByteBuffers by the codec,
         // so no encoder handler is needed.
         try sync.addHandler(ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)))
-        try accept(AcceptedConnection(channel: channel, flowControl: flowControl, frameLimit: frameLimit))
+        try accept(AcceptedConnection(channel: channel, flowControl: flowControl, frameLimit: frameLimit, attachment: attachment))
     }
 }

@@ -385,3 +385,58 @@ def test_a_subscriber_that_never_reads_is_cut_off_and_memory_stays_bounded(tmp_p
     finally:
         channel.close()
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("certs")
+    subprocess.run(["bash", str(ROOT / "integration" / "make_test_certs.sh"), str(directory)], check=True)
+    return directory
+
+
+def tls_channel(address, certs, client=None):
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=(certs / "ca.pem").read_bytes(),
+        private_key=(certs / f"{client}.key").read_bytes() if client else None,
+        certificate_chain=(certs / f"{client}.pem").read_bytes() if client else None)
+    port = address.rsplit(":", 1)[1]
+    return grpc.secure_channel(f"localhost:{port}", credentials)
+
+
+def test_mutual_tls_certificates_name_the_principal_of_calls_and_streams(tmp_path, certs):
+    proc, addresses = start(tmp_path, "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                            "--tls-client-ca", str(certs / "ca.pem"))
+    try:
+        alice = tls_channel(addresses["grpc"], certs, "alice")
+        bob = tls_channel(addresses["grpc"], certs, "bob")
+        api = Reflected(alice)
+        hello = api.call("Initialize", client_info=api.message("threadwire.v1.ClientInfo", name="grpc-tls"))
+        assert hello.principal == "alice"
+        thread_id = api.call("ThreadStart").thread.id
+        # Tenant isolation by certificate: bob cannot see alice's thread.
+        with pytest.raises(grpc.RpcError) as hidden:
+            Reflected(bob).call("ThreadRead", thread_id=thread_id)
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+        # A stream acts as the certificate's principal too (no token anywhere).
+        notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
+        subscribe = alice.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
+                                       response_deserializer=notification.FromString)
+        stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id, after_thread_sequence=0), timeout=30)
+        assert next(stream).WhichOneof("payload") == "thread_started"
+        stream.cancel()
+        bobs = bob.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
+                                response_deserializer=notification.FromString)
+        with pytest.raises(grpc.RpcError) as refused:
+            next(bobs(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id), timeout=30))
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        # No certificate, or one from another CA: no handshake, no call.
+        for client in (None, "mallory"):
+            channel = tls_channel(addresses["grpc"], certs, client)
+            with pytest.raises(grpc.RpcError) as failed:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+            channel.close()
+        alice.close()
+        bob.close()
+    finally:
+        stop(proc)
