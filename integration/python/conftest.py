@@ -6,6 +6,39 @@ import subprocess
 
 import pytest
 
+LISTENERS = {"threadwire listening on ": "frames", "threadwire grpc on ": "grpc", "threadwire web on ": "web"}
+
+
+def start_listening(tmp_path, *arguments):
+    """The server with the listeners its arguments ask for (--grpc-listen,
+    --web-listen): its process and each listener's address by name."""
+    binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
+    proc = subprocess.Popen(
+        [binary, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "store"), "--log-level", "error", *arguments],
+        stdout=subprocess.PIPE, text=True)
+    wanted = 1 + ("--grpc-listen" in arguments) + ("--web-listen" in arguments)
+    addresses = {}
+    while len(addresses) < wanted:
+        line = proc.stdout.readline().strip()
+        assert line, f"the server exited before listening (exit {proc.poll()})"
+        for prefix, name in LISTENERS.items():
+            if line.startswith(prefix):
+                addresses[name] = line.rsplit(" ", 1)[1]
+    return proc, addresses
+
+
+def stop_server(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

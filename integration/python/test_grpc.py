@@ -2,7 +2,6 @@
 grpcio with its health and reflection packages. The client's message classes
 come only from what the server's reflection returns (no .proto, no generated
 threadwire code)."""
-import os
 import pathlib
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from conftest import rss_kib, start_listening, stop_server
 from threadwire_client import Client
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,26 +24,10 @@ BOB = "bob-8e2a4c6e0b1d3f5a7c9e"
 
 
 def start(tmp_path, *arguments):
-    binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
-    proc = subprocess.Popen(
-        [binary, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "store"),
-         "--log-level", "error", *arguments],
-        stdout=subprocess.PIPE, text=True)
-    addresses = {}
-    while len(addresses) < 2:
-        line = proc.stdout.readline().strip()
-        assert line, f"the server exited before listening (exit {proc.poll()})"
-        if line.startswith("threadwire listening on "):
-            addresses["frames"] = line.rsplit(" ", 1)[1]
-        elif line.startswith("threadwire grpc on "):
-            addresses["grpc"] = line.rsplit(" ", 1)[1]
-    return proc, addresses
+    return start_listening(tmp_path, "--grpc-listen", "127.0.0.1:0", *arguments)
 
 
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        proc.wait(timeout=20)
+stop = stop_server
 
 
 @pytest.fixture()
@@ -85,6 +69,13 @@ class Reflected:
         stub = self.channel.unary_unary(f"/{SERVICE}/{rpc}", request_serializer=lambda m: m.SerializeToString(),
                                         response_deserializer=response_class.FromString)
         return stub(request if request is not None else request_class(**fields), metadata=metadata, timeout=20)
+
+
+def subscriber(channel, api):
+    """The Subscribe stream, its notifications typed from reflection."""
+    notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
+    return channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
+                                response_deserializer=notification.FromString)
 
 
 def bearer(token):
@@ -225,9 +216,7 @@ def test_health_check_and_watch_turn_not_serving_on_drain(served):
     # A stream open when the drain begins ends with it (it is a frame connection).
     api = Reflected(channel)
     thread_id = api.call("ThreadStart").thread.id
-    notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
-    subscribe = channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
-                                     response_deserializer=notification.FromString)
+    subscribe = subscriber(channel, api)
     stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id, after_thread_sequence=0), timeout=60)
     assert next(stream).WhichOneof("payload") == "thread_started"
     proc.send_signal(signal.SIGTERM)
@@ -257,9 +246,7 @@ def kept_sequences(notifications):
 def test_subscribe_streams_kept_events_from_a_position_then_live_ones(served):
     _, _, channel = served
     api = Reflected(channel)
-    notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
-    subscribe = channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
-                                     response_deserializer=notification.FromString)
+    subscribe = subscriber(channel, api)
     thread_id = api.call("ThreadStart").thread.id
     api.call("TurnStart", thread_id=thread_id, input=[api.message("threadwire.v1.UserInput", text="first")])
     stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id, after_thread_sequence=0), timeout=30)
@@ -344,22 +331,13 @@ def test_connect_carries_a_whole_session_of_envelopes(served):
     session.cancel()
 
 
-def rss_kib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_a_subscriber_that_never_reads_is_cut_off_and_memory_stays_bounded(tmp_path):
     proc, addresses = start(tmp_path, "--max-notification-backlog-bytes", "65536")
     channel = grpc.insecure_channel(addresses["grpc"])
     try:
         api = Reflected(channel)
         thread_id = api.call("ThreadStart").thread.id
-        notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
-        subscribe = channel.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
-                                         response_deserializer=notification.FromString)
+        subscribe = subscriber(channel, api)
         stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id), timeout=300)
         # Subscribed once thread/subscribe answered: its first live event comes with the first turn.
         baseline = rss_kib(proc.pid)
@@ -418,14 +396,11 @@ def test_mutual_tls_certificates_name_the_principal_of_calls_and_streams(tmp_pat
             Reflected(bob).call("ThreadRead", thread_id=thread_id)
         assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
         # A stream acts as the certificate's principal too (no token anywhere).
-        notification = message_factory.GetMessageClass(api.pool.FindMessageTypeByName("threadwire.v1.Notification"))
-        subscribe = alice.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
-                                       response_deserializer=notification.FromString)
+        subscribe = subscriber(alice, api)
         stream = subscribe(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id, after_thread_sequence=0), timeout=30)
         assert next(stream).WhichOneof("payload") == "thread_started"
         stream.cancel()
-        bobs = bob.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=lambda m: m.SerializeToString(),
-                                response_deserializer=notification.FromString)
+        bobs = subscriber(bob, api)
         with pytest.raises(grpc.RpcError) as refused:
             next(bobs(api.message("threadwire.v1.ThreadSubscribeParams", thread_id=thread_id), timeout=30))
         assert refused.value.code() == grpc.StatusCode.NOT_FOUND

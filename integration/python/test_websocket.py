@@ -2,17 +2,15 @@
 `websockets`: each binary message one Envelope, the session rules of a TCP
 connection."""
 import os
-import pathlib
-import subprocess
 import time
 
 import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from conftest import rss_kib, start_listening, stop_server
 from threadwire_client import Client, messages
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 ALICE = "alice-3e5a7c9b1d2f4a6c8e0b"
 E = messages.envelope
 T = messages.thread
@@ -21,26 +19,12 @@ H = messages.health
 
 
 def start(tmp_path, *arguments):
-    binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
-    proc = subprocess.Popen(
-        [binary, "--listen", "127.0.0.1:0", "--web-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "store"),
-         "--log-level", "error", *arguments],
-        stdout=subprocess.PIPE, text=True)
-    addresses = {}
-    while len(addresses) < 2:
-        line = proc.stdout.readline().strip()
-        assert line, f"the server exited before listening (exit {proc.poll()})"
-        if line.startswith("threadwire listening on "):
-            addresses["frames"] = line.rsplit(" ", 1)[1]
-        elif line.startswith("threadwire web on "):
-            addresses["web"] = line.rsplit(" ", 1)[1].replace("http://", "ws://") + "/ws"
+    proc, addresses = start_listening(tmp_path, "--web-listen", "127.0.0.1:0", *arguments)
+    addresses["web"] = addresses["web"].replace("http://", "ws://") + "/ws"
     return proc, addresses
 
 
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        proc.wait(timeout=20)
+stop = stop_server
 
 
 @pytest.fixture()
@@ -165,13 +149,6 @@ def test_tokens_and_origins(tmp_path):
             assert foreign.value.rcvd.code == 1008 and "evil.example" in foreign.value.rcvd.reason
     finally:
         stop(proc)
-
-
-def rss_kib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def test_a_client_that_never_reads_is_cut_off_and_memory_stays_bounded(tmp_path):

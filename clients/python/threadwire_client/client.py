@@ -352,9 +352,12 @@ class Client:
                 yield self.notifications.pop(0)
             self._pump()
 
-    def close(self):
+    def _stop_workers(self):
         if self._workers is not None:
             self._workers.shutdown(wait=True)
+
+    def close(self):
+        self._stop_workers()
         self.sock.close()
 
     def __enter__(self):
@@ -390,8 +393,7 @@ class WebSocketClient(Client):
         return envelope
 
     def close(self):
-        if self._workers is not None:
-            self._workers.shutdown(wait=True)
+        self._stop_workers()
         self.ws.close()
 
 
@@ -448,8 +450,7 @@ class GRPCConnectClient(Client):
         return envelope
 
     def close(self):
-        if self._workers is not None:
-            self._workers.shutdown(wait=True)
+        self._stop_workers()
         self._outgoing.put(None)
         self._call.cancel()
         self.channel.close()
