@@ -82,9 +82,12 @@ public final class WebListener: Service, Sendable {
         try await app.run()
     }
 
-    /// No Origin (not a browser), this listener's own origin, or one allowed.
+    /// No Origin, or a ws:// or wss:// one (not a browser page: browsers
+    /// send a page's http(s) origin, or "null"), this listener's own
+    /// origin, or one allowed.
     static func originAllowed(_ request: HTTPRequest, _ settings: Settings) -> Bool {
         guard let origin = request.headerFields[.origin] else { return true }
+        if origin.hasPrefix("ws://") || origin.hasPrefix("wss://") { return true }
         if settings.allowedOrigins.contains(origin) { return true }
         guard let authority = request.authority else { return false }
         return origin == "http://\(authority)" || origin == "https://\(authority)"

@@ -141,12 +141,19 @@ def test_tokens_and_origins(tmp_path):
             ws.send(request(1, initialize=hello(ALICE)))
             (init,), _ = responses(ws, 1)
             assert init.code == 0 and init.initialize.principal == "alice"
+        # Non-browser clients that send a ws:// Origin (swift-websocket's does) are let through.
+        with connect(addresses["web"], origin="ws://127.0.0.1") as ws:
+            ws.send(request(1, initialize=hello(ALICE)))
+            (init,), _ = responses(ws, 1)
+            assert init.code == 0
         # A page of another origin opens no session: closed at once, saying why.
-        with connect(addresses["web"], origin="https://evil.example") as ws:
-            with pytest.raises(ConnectionClosed) as foreign:
-                ws.send(request(1, initialize=hello(ALICE)))
-                ws.recv(timeout=10)
-            assert foreign.value.rcvd.code == 1008 and "evil.example" in foreign.value.rcvd.reason
+        for foreign_origin in ("https://evil.example", "null"):
+            with connect(addresses["web"], origin=foreign_origin) as ws:
+                with pytest.raises(ConnectionClosed) as foreign:
+                    ws.send(request(1, initialize=hello(ALICE)))
+                    ws.recv(timeout=10)
+                assert foreign.value.rcvd.code == 1008 and foreign_origin in foreign.value.rcvd.reason
+
     finally:
         stop(proc)
 

@@ -32,18 +32,22 @@ extension Run {
                 let payloads = threadIDs.map { id -> [UInt8] in
                     workload == "health/check" ? Frames.request(7, .healthCheck(.init())) : Frames.request(7, .threadRead(Wire.ThreadReadParams(threadId: id)))
                 }
+                progress("\(workload) x\(count): TCP frames")
                 let tcp = try await medianLoad {
                     try await FrameLoad.run(connections: tcpConnections, seconds: seconds) { i, _ in
                         .init(payload: payloads[i], until: { Frames.responseID($0) == 7 })
                     }
                 }
                 for c in tcpConnections { await c.close() }
+                progress("\(workload) x\(count): gRPC listener")
                 let listener = try await medianLoad {
                     try await grpcLoad(port: grpcPort, connections: count, workload: workload, methods: .threadwire)
                 }
+                progress("\(workload) x\(count): grpc-swift-2 service")
                 let service = try await medianLoad {
                     try await grpcLoad(port: peer.port, connections: count, workload: workload, methods: .peer)
                 }
+                progress("\(workload) x\(count): WebSocket")
                 let web = try await medianLoad {
                     try await WebSocketLoad.run(url: "ws://127.0.0.1:\(webPort)/ws", connections: count, seconds: seconds, workload: workload)
                 }
@@ -56,6 +60,11 @@ extension Run {
     }
 }
 
+/// Where a long run is, on stderr (the tables go to stdout).
+func progress(_ text: String) {
+    FileHandle.standardError.write(Data("[\(Date())] \(text)\n".utf8))
+}
+
 /// Closed-loop load over WebSocket sessions: each binary message one Envelope.
 enum WebSocketLoad {
     static func run(url: String, connections: Int, seconds: Double, workload: String) async throws -> LoadResult {
@@ -65,13 +74,14 @@ enum WebSocketLoad {
             for _ in 0..<connections {
                 group.addTask {
                     let box = ResultBox()
-                    try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 22), logger: Logger(label: "bench-ws")) {
+                    let closed = try await WebSocketClient.connect(url: url, configuration: .init(maxFrameSize: 1 << 22), logger: Logger(label: "bench-ws")) {
                         inbound, outbound, _ in
                         var messages = inbound.messages(maxSize: 1 << 22).makeAsyncIterator()
                         func call(_ payload: [UInt8], id: UInt64) async throws -> [UInt8] {
                             try await outbound.write(.binary(ByteBuffer(bytes: payload)))
                             while true {
-                                guard case let .binary(buffer)? = try await messages.next() else { throw BenchError("the WebSocket closed") }
+                                guard let message = try await messages.next() else { throw BenchError("the WebSocket closed") }
+                                guard case let .binary(buffer) = message else { throw BenchError("a text message: \(message)") }
                                 let bytes = Array(buffer.readableBytesView)
                                 if Frames.responseID(bytes) == id { return bytes }
                             }
@@ -94,7 +104,7 @@ enum WebSocketLoad {
                         box.set(histogram, n)
                         try await outbound.close(.normalClosure, reason: nil)
                     }
-                    guard let result = box.get() else { throw BenchError("a WebSocket session did not finish") }
+                    guard let result = box.get() else { throw BenchError("a WebSocket session did not finish: \(String(describing: closed))") }
                     return result
                 }
             }
