@@ -415,3 +415,37 @@ def test_mutual_tls_certificates_name_the_principal_of_calls_and_streams(tmp_pat
         bob.close()
     finally:
         stop(proc)
+
+
+def test_concurrent_acknowledged_starts_survive_kill_9(tmp_path):
+    """8 clients start threads at once over gRPC; the server is killed (-9)
+    right after the last acknowledgement; restarted on the same store, it
+    lists every acknowledged thread."""
+    import concurrent.futures
+    proc, addresses = start(tmp_path)
+    channel = grpc.insecure_channel(addresses["grpc"])
+    api = Reflected(channel)
+
+    def starts(_):
+        return [api.call("ThreadStart").thread.id for _ in range(10)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        acknowledged = [thread for batch in pool.map(starts, range(8)) for thread in batch]
+    proc.kill()
+    proc.wait(timeout=10)
+    channel.close()
+    assert len(set(acknowledged)) == 80
+    proc, addresses = start(tmp_path)
+    channel = grpc.insecure_channel(addresses["grpc"])
+    try:
+        api = Reflected(channel)
+        listed, cursor = [], None
+        while True:
+            page = api.call("ThreadList", limit=50, **({"cursor": cursor} if cursor else {}))
+            listed += [t.id for t in page.data]
+            if not page.HasField("next_cursor"):
+                break
+            cursor = page.next_cursor
+        assert set(acknowledged) <= set(listed)
+    finally:
+        channel.close()
+        stop(proc)
