@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql \
-  golang-go golang-google-protobuf-dev protoc-gen-go tshark node-typescript iproute2 nftables faketime
+  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript iproute2 nftables faketime
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
@@ -165,7 +165,7 @@ test-python: py-deps c-client
 	$(PYTHON) -m pytest -q integration/python
 
 ## The Go client (clients/go) against the real server, built offline against
-## Debian's google.golang.org/protobuf (clients/go/go.mod replaces it).
+## Debian's google.golang.org/protobuf and grpc (clients/go/go.mod replaces them).
 GO_ENV := GOPROXY=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
 test-go: apt-deps
 	cd clients/go && $(GO_ENV) go vet ./... && $(GO_ENV) THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server go test -count=1 ./...

@@ -122,6 +122,7 @@ SERVICE = "Threadwire"
 STREAMS = {
     "Subscribe": (f"{PACKAGE}.ThreadSubscribeParams", f"{PACKAGE}.Notification", False, True),
     "Connect": (f"{PACKAGE}.Envelope", f"{PACKAGE}.Envelope", True, True),
+    "ThreadImportStream": (f"{PACKAGE}.ThreadImportParams", f"{PACKAGE}.ThreadImportResult", True, False),
 }
 
 

@@ -5,10 +5,10 @@
 #                                     embedded schema for reflection (codegen/gen_schema.py)
 #   Tests/Support/ThreadwireWireFixtures/   populated test messages (codegen/gen_fixtures.py)
 #   contrib/wireshark/threadwire.lua  the method tables of the dissector (codegen/gen_wireshark.py)
-#   clients/go/threadwirepb/          Go messages (Debian's protoc-gen-go)
+#   clients/go/threadwirepb/          Go messages and gRPC stubs (Debian's protoc-gen-go, protoc-gen-go-grpc)
 #   clients/go/methods.go             the Go client's typed calls (codegen/gen_go.py)
 #   clients/typescript/src/gen/       TypeScript messages and typed calls (codegen/protoc_gen_ts.py, a protoc plugin)
-# Needs protoc-c, protoc, protoc-gen-go and Python's protobuf package (make deps installs them).
+# Needs protoc-c, protoc, protoc-gen-go, protoc-gen-go-grpc and Python's protobuf package (make deps installs them).
 # Usage: codegen/generate.sh [OUTPUT_ROOT]   (default: the repository root)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +54,10 @@ for proto in $protos; do go_map="$go_map --go_opt=M$proto=$go_package"; done
 mkdir -p "$tmp/go" "$out/clients/go/threadwirepb"
 protoc --go_out="$tmp/go" --go_opt=paths=source_relative $go_map $protos
 rm -f "$out"/clients/go/threadwirepb/*.pb.go
+# The gRPC stubs of service threadwire.v1.Threadwire (Debian's protoc-gen-go-grpc).
+go_grpc_map=""
+for proto in $protos; do go_grpc_map="$go_grpc_map --go-grpc_opt=M$proto=$go_package"; done
+protoc --go-grpc_out="$tmp/go" --go-grpc_opt=paths=source_relative $go_grpc_map threadwire/v1/service.proto
 cp "$tmp"/go/threadwire/v1/*.pb.go "$out/clients/go/threadwirepb/"
 "$python" "$here/gen_go.py" "$tmp/descriptors.pb" "$out/clients/go/methods.go"
 

@@ -1,3 +1,4 @@
+import Foundation
 import GRPCCore
 import ThreadwireCore
 import ThreadwireServer
@@ -29,6 +30,57 @@ enum ThreadwireGRPCService {
                 }
             }
         }
+        router.registerHandler(forMethod: MethodDescriptor(fullyQualifiedService: WireSchema.serviceName, method: "ThreadImportStream"),
+                               deserializer: RawMessage(), serializer: RawMessage()) { request, context in
+            let caller = CallMetadata.caller(request.metadata, context: context, identify: identify)
+            let result = try await importStream(request.messages, metadata: request.metadata, caller: caller, calls: calls)
+            return StreamingServerResponse(single: ServerResponse(message: result))
+        }
+    }
+
+    /// ThreadImportStream: one rollout file as a stream of pieces, carried
+    /// out as thread/import's pieces (the server numbers them under an
+    /// import id of its own), the file imported when the client half-closes.
+    /// Only the pieces in flight are held: gRPC reads the next message once
+    /// this one is parsed.
+    static func importStream(_ messages: RPCAsyncSequence<[UInt8], any Error>, metadata: Metadata,
+                             caller: UnaryCalls.Caller, calls: UnaryCalls) async throws -> [UInt8] {
+        var piece = Wire.ThreadImportParams(importId: UUID().uuidString)
+        var linesSent: UInt64 = 0
+        var first = true
+        func send(_ piece: Wire.ThreadImportParams) async throws -> [UInt8] {
+            switch await calls.call(try CallMetadata.request(.threadImport(piece), metadata: metadata), caller: caller) {
+            case let .result(result): return result.messageBytes
+            case let .encoded(encoded): return Array(encoded.messageBytes)
+            case let .failed(code, message): throw CallMetadata.error(code: code, message: message)
+            }
+        }
+        for try await message in messages {
+            let next: Wire.ThreadImportParams
+            do {
+                next = try Wire.ThreadImportParams(serializedBytes: message)
+            } catch {
+                throw RPCError(code: .invalidArgument, message: "a ThreadImportStream message is not a valid ThreadImportParams: \(error)")
+            }
+            guard next.importId == nil, next.firstLine == nil, next.last == nil else {
+                throw RPCError(code: .invalidArgument, message: "ThreadImportStream numbers its pieces itself: leave import_id, first_line and last unset")
+            }
+            if first {
+                piece.fileName = next.fileName
+                piece.strict = next.strict
+                first = false
+            } else if next.fileName != nil && next.fileName != piece.fileName || next.strict != nil && next.strict != piece.strict {
+                throw RPCError(code: .invalidArgument, message: "file_name and strict belong to the stream's first message; later ones repeat them or leave them unset")
+            }
+            piece.lines = next.lines
+            piece.firstLine = linesSent + 1
+            _ = try await send(piece)
+            linesSent += UInt64(next.lines.count)
+        }
+        piece.lines = []
+        piece.firstLine = linesSent + 1
+        piece.last = true
+        return try await send(piece)
     }
 }
 

@@ -54,11 +54,33 @@ func startServer(t *testing.T, arguments ...string) string {
 		command.Process.Signal(os.Interrupt)
 		command.Wait()
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	output := bufio.NewReader(stdout)
+	line, err := output.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "threadwire listening on ") {
 		t.Fatalf("server did not start: %q %v", line, err)
 	}
+	serverOutput = output
 	return strings.TrimSpace(strings.TrimPrefix(line, "threadwire listening on "))
+}
+
+// serverOutput is the standard output of the server startServer started
+// last, past its first line (tests that start servers do not run in parallel).
+var serverOutput *bufio.Reader
+
+// startGRPCServer starts the real server with a gRPC listener too and
+// returns the listener's address.
+func startGRPCServer(t *testing.T, arguments ...string) string {
+	t.Helper()
+	startServer(t, append([]string{"--grpc-listen", "127.0.0.1:0"}, arguments...)...)
+	for {
+		line, err := serverOutput.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the server printed no gRPC address: %v", err)
+		}
+		if strings.HasPrefix(line, "threadwire grpc on ") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "threadwire grpc on "))
+		}
+	}
 }
 
 // restartableServer: a fixed free address and a function that starts the

@@ -57,8 +57,8 @@ func (e *StatusError) Error() string { return fmt.Sprintf("threadwire: %s: %s", 
 // Unwrap gives the local cause (context.DeadlineExceeded, a network error), if any.
 func (e *StatusError) Unwrap() error { return e.cause }
 
-// CodeOf is err's status code: OK for nil, UNKNOWN for errors that are not
-// a *StatusError.
+// CodeOf is err's status code: OK for nil, the code of a *StatusError or of
+// a gRPC status error (GRPCClient's calls), UNKNOWN for other errors.
 func CodeOf(err error) Code {
 	if err == nil {
 		return OK
@@ -66,6 +66,9 @@ func CodeOf(err error) Code {
 	var status *StatusError
 	if errors.As(err, &status) {
 		return status.Code
+	}
+	if code, ok := grpcCode(err); ok {
+		return code
 	}
 	return Unknown
 }

@@ -106,8 +106,10 @@ def test_reflection_lists_the_services_and_describes_every_method(served):
     host, port = served[1]["frames"].rsplit(":", 1)
     with Client(host, int(port)) as client:
         fields = {m.field for m in client.call("reflection/descriptors").methods}
-    assert {"".join(p.capitalize() for p in f.split("_")) for f in fields} | {"Subscribe", "Connect"} == set(rpcs)
+    assert {"".join(p.capitalize() for p in f.split("_")) for f in fields} | {"Subscribe", "Connect", "ThreadImportStream"} == set(rpcs)
     assert reflected.service.methods_by_name["Connect"].client_streaming
+    imports = reflected.service.methods_by_name["ThreadImportStream"]
+    assert imports.client_streaming and not imports.server_streaming
     assert reflected.service.methods_by_name["Subscribe"].server_streaming
     # An unknown symbol is the reflection service's NOT_FOUND, on the same stream.
     [missing] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(file_containing_symbol="no.Such")]))
@@ -449,3 +451,63 @@ def test_concurrent_acknowledged_starts_survive_kill_9(tmp_path):
     finally:
         channel.close()
         stop(proc)
+
+
+def http2_frames(sock, seconds=10):
+    """The HTTP/2 frames the server sends until it closes: (type, flags, stream, payload)."""
+    sock.settimeout(seconds)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    frames = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        frames.append((data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF, data[9:9 + length]))
+        data = data[9 + length:]
+    return frames
+
+
+@pytest.mark.parametrize("after_preface, error_code", [
+    # DATA on stream 0 is a connection error (RFC 9113, 6.1): PROTOCOL_ERROR.
+    (bytes([0, 0, 4, 0x0, 0, 0, 0, 0, 0]) + b"junk", 0x1),
+    # HEADERS whose header block is not HPACK: COMPRESSION_ERROR.
+    (bytes([0, 0, 4, 0x1, 0x5, 0, 0, 0, 1]) + b"\xff\xff\xff\xff", 0x9),
+    # A frame header announcing more than SETTINGS_MAX_FRAME_SIZE (16,384 by
+    # default): FRAME_SIZE_ERROR from the header, before its payload is buffered.
+    (bytes([0x01, 0x00, 0x00, 0x0, 0, 0, 0, 0, 1]) + b"\0" * 100, 0x6),
+], ids=["data-on-stream-0", "bad-hpack", "oversized-frame"])
+def test_a_malformed_http2_frame_gets_goaway_and_others_are_served(served, after_preface, error_code):
+    import socket
+    _, addresses, channel = served
+    host, port = addresses["grpc"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 0x4, 0, 0, 0, 0, 0])
+        try:
+            sock.sendall(preface + after_preface)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        frames = http2_frames(sock)
+    goaways = [payload for kind, _, _, payload in frames if kind == 0x7]
+    assert goaways, f"no GOAWAY before the close, frames: {[f[0] for f in frames]}"
+    assert int.from_bytes(goaways[-1][4:8], "big") == error_code
+    # The server is unharmed: another connection is served.
+    api = Reflected(channel)
+    assert api.call("ThreadStart").thread.id
+
+
+def test_bytes_that_are_not_http2_are_closed_and_others_are_served(served):
+    import socket
+    _, addresses, channel = served
+    host, port = addresses["grpc"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\x00" * 64)
+        sock.settimeout(10)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    # Closed (EOF reached above), with at most a GOAWAY or an HTTP/1 refusal.
+    api = Reflected(channel)
+    assert api.call("ThreadStart").thread.id

@@ -1082,9 +1082,11 @@ type Notification struct {
 	// The event's number within its thread: 1, 2, 3, ... in commit order,
 	// assigned in the transaction of the change that caused it, so it never
 	// repeats or goes back across restarts, kill -9 and failover. Absent on
-	// notifications that are not kept: item/agent_message/delta, and
-	// thread/closed and thread/status_changed NOT_LOADED (they tell of this
-	// connection's subscription, not of a change). thread/resume's
+	// notifications that are not kept: item/agent_message/delta (the item's
+	// completion carries the text), thread/token_usage/updated (the turn's
+	// stored requests carry it), and thread/closed and thread/status_changed
+	// NOT_LOADED (they tell of this connection's subscription, not of a
+	// change). thread/resume's
 	// after_thread_sequence resumes after one.
 	ThreadSequence *uint64 `protobuf:"varint,3,opt,name=thread_sequence,json=threadSequence" json:"thread_sequence,omitempty"`
 	// Types that are assignable to Payload:

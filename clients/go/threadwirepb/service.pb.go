@@ -60,7 +60,7 @@ var file_threadwire_v1_service_proto_rawDesc = []byte{
 	0x72, 0x6f, 0x74, 0x6f, 0x1a, 0x1a, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65,
 	0x2f, 0x76, 0x31, 0x2f, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f,
 	0x1a, 0x18, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2f, 0x76, 0x31, 0x2f,
-	0x74, 0x75, 0x72, 0x6e, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0xe7, 0x12, 0x0a, 0x0a, 0x54,
+	0x74, 0x75, 0x72, 0x6e, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0xc5, 0x13, 0x0a, 0x0a, 0x54,
 	0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x12, 0x4e, 0x0a, 0x0a, 0x49, 0x6e, 0x69,
 	0x74, 0x69, 0x61, 0x6c, 0x69, 0x7a, 0x65, 0x12, 0x1f, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64,
 	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x49, 0x6e, 0x69, 0x74, 0x69, 0x61, 0x6c, 0x69,
@@ -211,7 +211,13 @@ var file_threadwire_v1_service_proto_rawDesc = []byte{
 	0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45,
 	0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x1a, 0x17, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64,
 	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65,
-	0x28, 0x01, 0x30, 0x01,
+	0x28, 0x01, 0x30, 0x01, 0x12, 0x5c, 0x0a, 0x12, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d,
+	0x70, 0x6f, 0x72, 0x74, 0x53, 0x74, 0x72, 0x65, 0x61, 0x6d, 0x12, 0x21, 0x2e, 0x74, 0x68, 0x72,
+	0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61,
+	0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x21, 0x2e,
+	0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68,
+	0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74,
+	0x28, 0x01,
 }
 
 var file_threadwire_v1_service_proto_goTypes = []interface{}{
@@ -293,35 +299,37 @@ var file_threadwire_v1_service_proto_depIdxs = []int32{
 	24, // 24: threadwire.v1.Threadwire.TurnSteer:input_type -> threadwire.v1.TurnSteerParams
 	21, // 25: threadwire.v1.Threadwire.Subscribe:input_type -> threadwire.v1.ThreadSubscribeParams
 	25, // 26: threadwire.v1.Threadwire.Connect:input_type -> threadwire.v1.Envelope
-	26, // 27: threadwire.v1.Threadwire.Initialize:output_type -> threadwire.v1.InitializeResult
-	27, // 28: threadwire.v1.Threadwire.HealthCheck:output_type -> threadwire.v1.HealthCheckResult
-	28, // 29: threadwire.v1.Threadwire.ReflectionDescriptors:output_type -> threadwire.v1.ReflectionDescriptorsResult
-	29, // 30: threadwire.v1.Threadwire.ThreadStart:output_type -> threadwire.v1.ThreadLifecycleResult
-	29, // 31: threadwire.v1.Threadwire.ThreadResume:output_type -> threadwire.v1.ThreadLifecycleResult
-	29, // 32: threadwire.v1.Threadwire.ThreadFork:output_type -> threadwire.v1.ThreadLifecycleResult
-	30, // 33: threadwire.v1.Threadwire.ThreadRead:output_type -> threadwire.v1.ThreadReadResult
-	31, // 34: threadwire.v1.Threadwire.ThreadList:output_type -> threadwire.v1.ThreadListResult
-	32, // 35: threadwire.v1.Threadwire.ThreadArchive:output_type -> threadwire.v1.ThreadArchiveResult
-	33, // 36: threadwire.v1.Threadwire.ThreadUnarchive:output_type -> threadwire.v1.ThreadUnarchiveResult
-	34, // 37: threadwire.v1.Threadwire.ThreadUnsubscribe:output_type -> threadwire.v1.ThreadUnsubscribeResult
-	35, // 38: threadwire.v1.Threadwire.ThreadSettingsUpdate:output_type -> threadwire.v1.ThreadSettingsUpdateResult
-	29, // 39: threadwire.v1.Threadwire.AgentSpawn:output_type -> threadwire.v1.ThreadLifecycleResult
-	36, // 40: threadwire.v1.Threadwire.ThreadTurnsList:output_type -> threadwire.v1.ThreadTurnsListResult
-	37, // 41: threadwire.v1.Threadwire.ThreadToolsUpdate:output_type -> threadwire.v1.ThreadToolsUpdateResult
-	38, // 42: threadwire.v1.Threadwire.McpServerList:output_type -> threadwire.v1.McpServerListResult
-	39, // 43: threadwire.v1.Threadwire.ModelList:output_type -> threadwire.v1.ModelListResult
-	40, // 44: threadwire.v1.Threadwire.ThreadCompactStart:output_type -> threadwire.v1.ThreadCompactStartResult
-	41, // 45: threadwire.v1.Threadwire.ThreadRollback:output_type -> threadwire.v1.ThreadRollbackResult
-	42, // 46: threadwire.v1.Threadwire.ThreadNameSet:output_type -> threadwire.v1.ThreadNameSetResult
-	43, // 47: threadwire.v1.Threadwire.ThreadImport:output_type -> threadwire.v1.ThreadImportResult
-	44, // 48: threadwire.v1.Threadwire.ThreadSubscribe:output_type -> threadwire.v1.ThreadSubscribeResult
-	45, // 49: threadwire.v1.Threadwire.TurnStart:output_type -> threadwire.v1.TurnStartResult
-	46, // 50: threadwire.v1.Threadwire.TurnInterrupt:output_type -> threadwire.v1.TurnInterruptResult
-	47, // 51: threadwire.v1.Threadwire.TurnSteer:output_type -> threadwire.v1.TurnSteerResult
-	48, // 52: threadwire.v1.Threadwire.Subscribe:output_type -> threadwire.v1.Notification
-	25, // 53: threadwire.v1.Threadwire.Connect:output_type -> threadwire.v1.Envelope
-	27, // [27:54] is the sub-list for method output_type
-	0,  // [0:27] is the sub-list for method input_type
+	20, // 27: threadwire.v1.Threadwire.ThreadImportStream:input_type -> threadwire.v1.ThreadImportParams
+	26, // 28: threadwire.v1.Threadwire.Initialize:output_type -> threadwire.v1.InitializeResult
+	27, // 29: threadwire.v1.Threadwire.HealthCheck:output_type -> threadwire.v1.HealthCheckResult
+	28, // 30: threadwire.v1.Threadwire.ReflectionDescriptors:output_type -> threadwire.v1.ReflectionDescriptorsResult
+	29, // 31: threadwire.v1.Threadwire.ThreadStart:output_type -> threadwire.v1.ThreadLifecycleResult
+	29, // 32: threadwire.v1.Threadwire.ThreadResume:output_type -> threadwire.v1.ThreadLifecycleResult
+	29, // 33: threadwire.v1.Threadwire.ThreadFork:output_type -> threadwire.v1.ThreadLifecycleResult
+	30, // 34: threadwire.v1.Threadwire.ThreadRead:output_type -> threadwire.v1.ThreadReadResult
+	31, // 35: threadwire.v1.Threadwire.ThreadList:output_type -> threadwire.v1.ThreadListResult
+	32, // 36: threadwire.v1.Threadwire.ThreadArchive:output_type -> threadwire.v1.ThreadArchiveResult
+	33, // 37: threadwire.v1.Threadwire.ThreadUnarchive:output_type -> threadwire.v1.ThreadUnarchiveResult
+	34, // 38: threadwire.v1.Threadwire.ThreadUnsubscribe:output_type -> threadwire.v1.ThreadUnsubscribeResult
+	35, // 39: threadwire.v1.Threadwire.ThreadSettingsUpdate:output_type -> threadwire.v1.ThreadSettingsUpdateResult
+	29, // 40: threadwire.v1.Threadwire.AgentSpawn:output_type -> threadwire.v1.ThreadLifecycleResult
+	36, // 41: threadwire.v1.Threadwire.ThreadTurnsList:output_type -> threadwire.v1.ThreadTurnsListResult
+	37, // 42: threadwire.v1.Threadwire.ThreadToolsUpdate:output_type -> threadwire.v1.ThreadToolsUpdateResult
+	38, // 43: threadwire.v1.Threadwire.McpServerList:output_type -> threadwire.v1.McpServerListResult
+	39, // 44: threadwire.v1.Threadwire.ModelList:output_type -> threadwire.v1.ModelListResult
+	40, // 45: threadwire.v1.Threadwire.ThreadCompactStart:output_type -> threadwire.v1.ThreadCompactStartResult
+	41, // 46: threadwire.v1.Threadwire.ThreadRollback:output_type -> threadwire.v1.ThreadRollbackResult
+	42, // 47: threadwire.v1.Threadwire.ThreadNameSet:output_type -> threadwire.v1.ThreadNameSetResult
+	43, // 48: threadwire.v1.Threadwire.ThreadImport:output_type -> threadwire.v1.ThreadImportResult
+	44, // 49: threadwire.v1.Threadwire.ThreadSubscribe:output_type -> threadwire.v1.ThreadSubscribeResult
+	45, // 50: threadwire.v1.Threadwire.TurnStart:output_type -> threadwire.v1.TurnStartResult
+	46, // 51: threadwire.v1.Threadwire.TurnInterrupt:output_type -> threadwire.v1.TurnInterruptResult
+	47, // 52: threadwire.v1.Threadwire.TurnSteer:output_type -> threadwire.v1.TurnSteerResult
+	48, // 53: threadwire.v1.Threadwire.Subscribe:output_type -> threadwire.v1.Notification
+	25, // 54: threadwire.v1.Threadwire.Connect:output_type -> threadwire.v1.Envelope
+	43, // 55: threadwire.v1.Threadwire.ThreadImportStream:output_type -> threadwire.v1.ThreadImportResult
+	28, // [28:56] is the sub-list for method output_type
+	0,  // [0:28] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[27] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[28] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -36,6 +36,7 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "TurnSteer", &threadwire__v1__turn_steer_params__descriptor, &threadwire__v1__turn_steer_result__descriptor },
   { "Subscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__notification__descriptor },
   { "Connect", &threadwire__v1__envelope__descriptor, &threadwire__v1__envelope__descriptor },
+  { "ThreadImportStream", &threadwire__v1__thread_import_params__descriptor, &threadwire__v1__thread_import_result__descriptor },
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
@@ -50,6 +51,7 @@ const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   17,        /* ThreadCompactStart */
   5,        /* ThreadFork */
   20,        /* ThreadImport */
+  27,        /* ThreadImportStream */
   7,        /* ThreadList */
   19,        /* ThreadNameSet */
   6,        /* ThreadRead */
@@ -73,7 +75,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  27,
+  28,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -292,6 +294,14 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
+                                                      const Threadwire__V1__ThreadImportParams *input,
+                                                      Threadwire__V1__ThreadImportResult_Closure closure,
+                                                      void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)

@@ -145,6 +145,10 @@ struct Threadwire__V1__Threadwire_Service
                   const Threadwire__V1__Envelope *input,
                   Threadwire__V1__Envelope_Closure closure,
                   void *closure_data);
+  void (*thread_import_stream)(Threadwire__V1__Threadwire_Service *service,
+                               const Threadwire__V1__ThreadImportParams *input,
+                               Threadwire__V1__ThreadImportResult_Closure closure,
+                               void *closure_data);
 };
 typedef void (*Threadwire__V1__Threadwire_ServiceDestroy)(Threadwire__V1__Threadwire_Service *);
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
@@ -179,7 +183,8 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## turn_interrupt,\
       function_prefix__ ## turn_steer,\
       function_prefix__ ## subscribe,\
-      function_prefix__ ## connect  }
+      function_prefix__ ## connect,\
+      function_prefix__ ## thread_import_stream  }
 void threadwire__v1__threadwire__initialize(ProtobufCService *service,
                                             const Threadwire__V1__InitializeParams *input,
                                             Threadwire__V1__InitializeResult_Closure closure,
@@ -288,6 +293,10 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          const Threadwire__V1__Envelope *input,
                                          Threadwire__V1__Envelope_Closure closure,
                                          void *closure_data);
+void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
+                                                      const Threadwire__V1__ThreadImportParams *input,
+                                                      Threadwire__V1__ThreadImportResult_Closure closure,
+                                                      void *closure_data);
 
 /* --- descriptors --- */
 
