@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql \
-  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript iproute2 nftables faketime
+  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript chromium iproute2 nftables faketime
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
@@ -172,10 +172,12 @@ test-go: apt-deps
 
 ## The TypeScript client (clients/typescript): compiled with Debian's tsc,
 ## tested with node --test against the real server and, for its generated
-## codec, against Google's protobuf runtime (integration/typescript/oracle.py).
+## codec, against Google's protobuf runtime (integration/typescript/oracle.py);
+## its browser build in Debian's chromium (playwright) over the web listener.
 test-typescript: apt-deps py-deps
 	cd clients/typescript && tsc -p . && THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server \
 	  THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) node --test test/*.test.mjs
+	$(PYTHON) -m pytest -q integration/browser
 
 ## One scenario in every client's language (integration/conformance): the Swift
 ## CLI, Python, C, Go and TypeScript at once against one server, each

@@ -1,6 +1,5 @@
-import { Client, Code, StatusError } from "./client.js";
+import { BaseClient, Code, StatusError, defaultRetryPolicy, type RetryPolicy } from "./core.js";
 import type { Notification } from "./gen/messages.js";
-import { defaultRetryPolicy, type RetryPolicy } from "./retry.js";
 
 /** The thread a notification is about (undefined for none). */
 export function notificationThreadId(note: Notification): string | undefined {
@@ -12,7 +11,7 @@ export function notificationThreadId(note: Notification): string | undefined {
 
 export interface ResumingOptions {
   /** Opens and initializes a connection (with the handlers the application serves). */
-  dial: (signal?: AbortSignal) => Promise<Client>;
+  dial: (signal?: AbortSignal) => Promise<BaseClient>;
   /** Backoff between failed connections (it dials for as long as it runs). */
   policy?: Partial<RetryPolicy>;
   /** Positions to start from; a thread not in it starts from its newest event. */
@@ -45,7 +44,7 @@ export async function* resumingSubscription(threads: readonly string[], options:
       await new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
     }
     attempt = Math.min(attempt + 1, 32);
-    let client: Client;
+    let client: BaseClient;
     try {
       client = await options.dial(options.signal);
     } catch {
@@ -80,7 +79,7 @@ export async function* resumingSubscription(threads: readonly string[], options:
 /** Resumes the thread, then its child agents not heard of yet: from their
  * first event when the thread resumed from a position (they were spawned
  * while the subscription was away), else from their newest. */
-async function resume(client: Client, threadId: string, last: Map<string, bigint>, options: ResumingOptions): Promise<void> {
+async function resume(client: BaseClient, threadId: string, last: Map<string, bigint>, options: ResumingOptions): Promise<void> {
   const following = last.has(threadId);
   await resumeOne(client, threadId, last, options);
   let cursor: string | undefined;
@@ -95,7 +94,7 @@ async function resume(client: Client, threadId: string, last: Map<string, bigint
   } while (cursor !== undefined);
 }
 
-async function resumeOne(client: Client, threadId: string, last: Map<string, bigint>, options: ResumingOptions): Promise<void> {
+async function resumeOne(client: BaseClient, threadId: string, last: Map<string, bigint>, options: ResumingOptions): Promise<void> {
   const after = last.get(threadId);
   try {
     const result = await client.threadResume({ threadId, excludeTurns: true, afterThreadSequence: after });

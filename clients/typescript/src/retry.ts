@@ -1,28 +1,11 @@
 import { randomUUID } from "node:crypto";
 
-import { Client, Code, StatusError, type ConnectOptions } from "./client.js";
+import { Client, type ConnectOptions } from "./client.js";
+import { Code, StatusError, defaultRetryPolicy, type RetryPolicy } from "./core.js";
+
+export { defaultRetryPolicy, type RetryPolicy } from "./core.js";
 import type { Request, Response } from "./gen/messages.js";
 import { GeneratedCalls, type CallOptions } from "./gen/methods.js";
-
-/** gRPC's retry policy: up to maxAttempts in all after UNAVAILABLE or a lost
- * connection, with exponential backoff and full jitter. */
-export interface RetryPolicy {
-  maxAttempts: number;
-  initialBackoffMs: number;
-  maxBackoffMs: number;
-  multiplier: number;
-  /** Response codes that are retried (UNAVAILABLE); a lost connection always is. */
-  retryableCodes: readonly Code[];
-}
-
-/** 5 attempts, 100 ms doubling to at most 5 s. */
-export const defaultRetryPolicy: Readonly<RetryPolicy> = Object.freeze({
-  maxAttempts: 5,
-  initialBackoffMs: 100,
-  maxBackoffMs: 5000,
-  multiplier: 2,
-  retryableCodes: Object.freeze([Code.UNAVAILABLE]),
-});
 
 type Params = NonNullable<Request["params"]>;
 
