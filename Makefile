@@ -173,7 +173,8 @@ test-go: apt-deps
 ## The TypeScript client (clients/typescript): compiled with Debian's tsc,
 ## tested with node --test against the real server and, for its generated
 ## codec, against Google's protobuf runtime (integration/typescript/oracle.py);
-## its browser build in Debian's chromium (playwright) over the web listener.
+## its browser build and the operator's console (served by the web listener)
+## in Debian's chromium (playwright).
 test-typescript: apt-deps py-deps
 	cd clients/typescript && tsc -p . && THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server \
 	  THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) node --test test/*.test.mjs

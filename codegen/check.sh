@@ -7,7 +7,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$root/codegen/generate.sh" "$tmp"
 status=0
 if ! diff -u "$root/clients/go/methods.go" "$tmp/clients/go/methods.go"; then status=1; fi
-for dir in Sources/CThreadwireProto Sources/ThreadwireWire/Generated Tests/Support/ThreadwireWireFixtures contrib/wireshark clients/go/threadwirepb clients/typescript/src/gen; do
+for dir in Sources/CThreadwireProto Sources/ThreadwireWire/Generated Sources/ThreadwireWeb/Generated Tests/Support/ThreadwireWireFixtures contrib/wireshark clients/go/threadwirepb clients/typescript/src/gen; do
   if ! diff -ru "$root/$dir" "$tmp/$dir"; then status=1; fi
 done
 if [ "$status" != 0 ]; then

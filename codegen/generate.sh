@@ -8,7 +8,8 @@
 #   clients/go/threadwirepb/          Go messages and gRPC stubs (Debian's protoc-gen-go, protoc-gen-go-grpc)
 #   clients/go/methods.go             the Go client's typed calls (codegen/gen_go.py)
 #   clients/typescript/src/gen/       TypeScript messages and typed calls (codegen/protoc_gen_ts.py, a protoc plugin)
-# Needs protoc-c, protoc, protoc-gen-go, protoc-gen-go-grpc and Python's protobuf package (make deps installs them).
+#   Sources/ThreadwireWeb/Generated/  the operator's console (clients/typescript/console, tsc), embedded (codegen/gen_console.py)
+# Needs protoc-c, protoc, protoc-gen-go, protoc-gen-go-grpc, tsc and Python's protobuf package (make deps installs them).
 # Usage: codegen/generate.sh [OUTPUT_ROOT]   (default: the repository root)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -67,6 +68,10 @@ chmod +x "$tmp/protoc-gen-threadwire-ts"
 mkdir -p "$tmp/ts" "$out/clients/typescript/src/gen"
 PYTHONPATH="$here" protoc --plugin=protoc-gen-threadwire-ts="$tmp/protoc-gen-threadwire-ts" --threadwire-ts_out="$tmp/ts" $protos
 cp "$tmp/ts/messages.ts" "$tmp/ts/methods.ts" "$out/clients/typescript/src/gen/"
+
+# The operator's console, compiled with tsc and embedded in the web listener.
+mkdir -p "$out/Sources/ThreadwireWeb/Generated"
+"$python" "$here/gen_console.py" "$out/Sources/ThreadwireWeb/Generated/ConsoleAssets.swift"
 
 mkdir -p "$out/contrib/wireshark"
 "$python" "$here/gen_wireshark.py" "$tmp/descriptors.pb" "$root/contrib/wireshark/threadwire.lua" "$tmp/threadwire.lua"

@@ -12,7 +12,8 @@ import ThreadwireTransport
 /// connection made in process, so every rule of a connection holds
 /// (initialize and its token, limits, ordering, a client that does not read
 /// is pushed back and then cut off, the drain). Browsers may connect only
-/// from an allowed origin.
+/// from an allowed origin. Every other path serves the operator's console
+/// (ConsoleFiles), which speaks to /ws like any client.
 public final class WebListener: Service, Sendable {
     public struct Settings: Sendable {
         public var host: String
@@ -57,6 +58,8 @@ public final class WebListener: Service, Sendable {
             // Reached only by a request that asked for no upgrade.
             throw HTTPError(.badRequest, message: "/ws takes a WebSocket upgrade")
         }
+        router.get("/") { request, _ in ConsoleFiles.response(to: request) }
+        router.get("**") { request, _ in ConsoleFiles.response(to: request) }
         let app = Application(
             router: router,
             server: .http1WebSocketUpgrade(configuration: .init(ws: .init(maxFrameSize: settings.maxMessageBytes, autoPing: .disabled))) {

@@ -1,0 +1,450 @@
+// The operator's console: a page of the web listener (path /) that speaks
+// the protocol itself over /ws with the TypeScript client's browser build.
+// No API of its own: what it shows and changes goes through the calls any
+// client makes, under the principal of the token it signs in with.
+import {
+  ApprovalDecision,
+  ApprovalPolicy,
+  Code,
+  ItemStatus,
+  ItemType,
+  MultiAgentMode,
+  MultiAgentRuntime,
+  StatusError,
+  ThreadActiveFlag,
+  ThreadStatusType,
+  TurnStatus,
+  WebSocketClient,
+  notificationThreadId,
+  resumingSubscription,
+  type ApprovalParams,
+  type ApprovalResult,
+  type Notification,
+  type ServerRequest,
+  type Thread,
+  type Turn,
+  type UserInputParams,
+  type UserInputResult,
+} from "../../src/browser.js";
+import { fill, h, label, when } from "./dom.js";
+import { agentTree, barChart, type TreeNode } from "./graphics.js";
+
+const TOKEN_KEY = "threadwire.console.token";
+const main = document.getElementById("main")!;
+const who = document.getElementById("who")!;
+const link = document.getElementById("link")!;
+const pendingList = document.getElementById("pending-list")!;
+const socketURL = `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/ws`;
+
+/** The connection for calls, opened again when it ends. */
+let calls: WebSocketClient | undefined;
+let principal: string | undefined;
+
+async function client(): Promise<WebSocketClient> {
+  const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
+  if (calls === undefined || calls.ended) {
+    calls = await WebSocketClient.connect({ url: socketURL, token, clientName: "threadwire-console" });
+    principal = calls.serverInfo?.principal;
+    fill(who, principal ? `signed in as ${principal}` : "");
+  }
+  return calls;
+}
+
+// ---- pending requests of the open tree: answered from the page ----
+
+interface Pending {
+  request: ServerRequest;
+  element: HTMLElement;
+  answer(result: ApprovalResult | UserInputResult): void;
+}
+const pending = new Map<string, Pending>();
+
+function offer<T extends ApprovalResult | UserInputResult>(request: ServerRequest, build: (answer: (result: T) => void) => HTMLElement): Promise<T> {
+  return new Promise<T>((resolve) => {
+    const id = request.id ?? "";
+    pending.get(id)?.element.remove();
+    const settle = (result: T) => {
+      pending.get(id)?.element.remove();
+      pending.delete(id);
+      renderPendingEmpty();
+      resolve(result);
+    };
+    const element = build(settle);
+    pending.set(id, { request, element, answer: settle as (result: ApprovalResult | UserInputResult) => void });
+    pendingList.append(element);
+    renderPendingEmpty();
+  });
+}
+
+function renderPendingEmpty(): void {
+  document.getElementById("pending-empty")!.hidden = pending.size > 0;
+}
+
+function requestHeading(request: ServerRequest, what: string): HTMLElement {
+  return h("div", { class: "request-head" },
+    h("strong", {}, what), " in ",
+    h("a", { href: `#/thread/${request.threadId}` }, request.taskPath || request.threadId || "?"));
+}
+
+function askApproval(params: ApprovalParams, request: ServerRequest): Promise<ApprovalResult> {
+  return offer<ApprovalResult>(request, (answer) => {
+    const reason = h("input", { type: "text", placeholder: "reason to decline", "aria-label": "reason to decline" });
+    const button = (text: string, decision: ApprovalDecision, testid: string) => {
+      const element = h("button", { type: "button", "data-testid": testid }, text);
+      element.addEventListener("click", () => answer({ decision, reason: decision === ApprovalDecision.APPROVAL_DECISION_DECLINE ? reason.value || undefined : undefined }));
+      return element;
+    };
+    return h("li", { class: "request", "data-request-id": request.id, "data-kind": "approval" },
+      requestHeading(request, `approve ${params.tool ?? "a tool"}?`),
+      h("pre", { class: "arguments" }, params.arguments ?? ""),
+      h("div", { class: "actions" },
+        button("Approve", ApprovalDecision.APPROVAL_DECISION_APPROVE, "approve"),
+        button("Approve for tree", ApprovalDecision.APPROVAL_DECISION_APPROVE_FOR_TREE, "approve-tree"),
+        reason,
+        button("Decline", ApprovalDecision.APPROVAL_DECISION_DECLINE, "decline")));
+  });
+}
+
+function askUserInput(params: UserInputParams, request: ServerRequest): Promise<UserInputResult> {
+  return offer<UserInputResult>(request, (answer) => {
+    const text = h("input", { type: "text", "aria-label": "answer" });
+    const send = h("button", { type: "button", "data-testid": "answer" }, "Answer");
+    send.addEventListener("click", () => answer({ answer: text.value }));
+    const choices = (params.choices ?? []).map((choice) => {
+      const button = h("button", { type: "button", class: "choice" }, choice);
+      button.addEventListener("click", () => answer({ answer: choice }));
+      return button;
+    });
+    return h("li", { class: "request", "data-request-id": request.id, "data-kind": "user-input" },
+      requestHeading(request, "question"),
+      h("p", {}, params.question ?? ""),
+      h("div", { class: "actions" }, ...choices, text, send));
+  });
+}
+
+// ---- the live subscription to the open thread's tree ----
+
+let following: { root: string; stop: AbortController } | undefined;
+let onNotification: (note: Notification) => void = () => {};
+
+function follow(root: string): void {
+  if (following?.root === root) return;
+  following?.stop.abort();
+  for (const entry of pending.values()) entry.element.remove();
+  pending.clear();
+  renderPendingEmpty();
+  const stop = new AbortController();
+  following = { root, stop };
+  const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
+  const dial = async (signal?: AbortSignal) => {
+    fill(link, "connecting…");
+    link.className = "link connecting";
+    const session = await WebSocketClient.connect({
+      url: socketURL, token, signal, clientName: "threadwire-console-live",
+      handlers: { approval: askApproval, userInput: askUserInput },
+    });
+    fill(link, "live");
+    link.className = "link live";
+    return session;
+  };
+  void (async () => {
+    for await (const note of resumingSubscription([root], { dial, signal: stop.signal })) {
+      if (note.payload?.case === "serverRequestResolved") {
+        const id = note.payload.value.requestId ?? "";
+        pending.get(id)?.element.remove();
+        pending.delete(id);
+        renderPendingEmpty();
+      }
+      onNotification(note);
+    }
+  })().catch((error) => showError(error));
+  // A dropped connection: resumingSubscription dials again and resumes after
+  // the last event it handed over, so nothing is missed or repeated.
+  stop.signal.addEventListener("abort", () => {
+    fill(link, "");
+    link.className = "link";
+  });
+}
+
+// ---- pages ----
+
+function showError(error: unknown): void {
+  const message = error instanceof StatusError ? `${Code[error.code]}: ${error.details}` : String(error);
+  const banner = document.getElementById("error")!;
+  fill(banner, message);
+  banner.hidden = false;
+}
+
+function clearError(): void {
+  document.getElementById("error")!.hidden = true;
+}
+
+function signIn(): void {
+  following?.stop.abort();
+  following = undefined;
+  const token = h("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: "", "aria-label": "token" });
+  const form = h("form", { class: "signin", "data-testid": "signin" },
+    h("h1", {}, "Sign in"),
+    h("p", {}, "Your bearer token (the server's --auth-tokens file). It stays in this tab only."),
+    token,
+    h("button", { type: "submit" }, "Sign in"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, token.value);
+    calls = undefined;
+    client().then(() => {
+      clearError();
+      location.hash = "#/threads";
+    }, (error) => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showError(error);
+    });
+  });
+  fill(main, form);
+  token.focus();
+}
+
+function statusText(thread: Thread): string {
+  const status = thread.status;
+  if (status?.type === ThreadStatusType.THREAD_STATUS_TYPE_ACTIVE) {
+    const flags = status.activeFlags ?? [];
+    if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL)) return "waiting on approval";
+    if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL)) return "waiting on client tool";
+    if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT)) return "waiting on user input";
+    return "running";
+  }
+  return label(ThreadStatusType, status?.type, "THREAD_STATUS_TYPE_");
+}
+
+function runtimeText(runtime: MultiAgentRuntime | undefined): string {
+  return !runtime ? "not resolved yet (at the first turn)" : label(MultiAgentRuntime, runtime, "MULTI_AGENT_RUNTIME_");
+}
+
+function modeText(mode: MultiAgentMode | undefined): string {
+  return mode === undefined ? "unset" : label(MultiAgentMode, mode, "MULTI_AGENT_MODE_");
+}
+
+async function threadsPage(query: URLSearchParams): Promise<void> {
+  const search = query.get("q") ?? "";
+  const archived = query.get("archived") === "1";
+  const cursor = query.get("cursor") ?? undefined;
+  const api = await client();
+  const page = await api.threadList({ searchTerm: search || undefined, archived, cursor, limit: 25 });
+  const searchBox = h("input", { type: "search", value: search, placeholder: "search names and previews", "aria-label": "search" });
+  const archivedBox = h("input", { type: "checkbox", id: "archived" });
+  archivedBox.checked = archived;
+  const form = h("form", { class: "filters" }, searchBox, h("label", { for: "archived" }, archivedBox, " archived"),
+    h("button", { type: "submit" }, "Search"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    if (searchBox.value) next.set("q", searchBox.value);
+    if (archivedBox.checked) next.set("archived", "1");
+    location.hash = `#/threads?${next}`;
+  });
+  const rows = (page.data ?? []).map((thread) =>
+    h("tr", { "data-thread-id": thread.id },
+      h("td", {}, h("a", { href: `#/thread/${thread.id}` }, thread.name || thread.preview || thread.id || "?")),
+      h("td", {}, statusText(thread)),
+      h("td", {}, runtimeText(thread.multiAgentRuntime)),
+      h("td", {}, modeText(thread.multiAgentMode)),
+      h("td", {}, thread.archived ? "archived" : ""),
+      h("td", {}, when(thread.updatedAt))));
+  const more = page.nextCursor
+    ? h("a", { href: `#/threads?${new URLSearchParams({ ...(search ? { q: search } : {}), ...(archived ? { archived: "1" } : {}), cursor: page.nextCursor })}`, class: "more" }, "Next page")
+    : undefined;
+  fill(main,
+    h("h1", {}, "Threads"),
+    form,
+    rows.length === 0 ? h("p", { class: "empty" }, "No threads.") :
+      h("table", { class: "threads", "data-testid": "threads" },
+        h("thead", {}, h("tr", {}, ...["thread", "status", "runtime", "selected mode", "", "updated"].map((name) => h("th", {}, name)))),
+        h("tbody", {}, ...rows)),
+    more);
+}
+
+async function rootOf(api: WebSocketClient, thread: Thread): Promise<Thread> {
+  let current = thread;
+  for (let hops = 0; current.parentThreadId && hops < 32; hops++) {
+    current = (await api.threadRead({ threadId: current.parentThreadId })).thread ?? current;
+  }
+  return current;
+}
+
+async function treeOf(api: WebSocketClient, thread: Thread): Promise<TreeNode> {
+  const children: TreeNode[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await api.threadList({ parentThreadId: thread.id, limit: 100, cursor });
+    for (const child of page.data ?? []) children.push(await treeOf(api, child));
+    cursor = page.nextCursor || undefined;
+  } while (cursor !== undefined);
+  const source = thread.source;
+  const title = source?.agentNickname || source?.taskName || thread.name || "root";
+  const detail = [source?.taskName, source?.agentRole].filter(Boolean).join(" · ") || (thread.preview ?? "");
+  return { id: thread.id ?? "", title, detail, status: statusText(thread), children };
+}
+
+function turnUsage(turn: Turn): number {
+  return (turn.modelRequests ?? []).reduce((sum, request) => sum + Number(request.usage?.totalTokens ?? 0n), 0);
+}
+
+function renderTurn(turn: Turn, index: number): HTMLElement {
+  const items = (turn.items ?? []).map((item) => {
+    const type = label(ItemType, item.type, "ITEM_TYPE_");
+    const body: Array<Node | string> = [];
+    if (item.text) body.push(h("div", { class: "text" }, item.text));
+    if (item.toolName) {
+      body.push(h("div", { class: "tool" }, h("code", {}, item.toolName), item.status !== undefined ? ` · ${label(ItemStatus, item.status, "ITEM_STATUS_")}` : ""));
+      if (item.toolArguments) body.push(h("pre", { class: "arguments" }, item.toolArguments));
+      if (item.toolOutput) body.push(h("pre", { class: "output" }, item.toolOutput));
+    }
+    return h("li", { class: `item item-${type.replaceAll(" ", "-")}` }, h("span", { class: "item-type" }, type), ...body);
+  });
+  return h("section", { class: `turn${turn.rolledBack ? " rolled-back" : ""}`, "data-turn-id": turn.id, "data-status": label(TurnStatus, turn.status, "TURN_STATUS_") },
+    h("h3", {}, `Turn ${index + 1} · ${label(TurnStatus, turn.status, "TURN_STATUS_")}${turn.rolledBack ? " · rolled back" : ""}`,
+      h("span", { class: "usage" }, `${turnUsage(turn)} tokens`)),
+    turn.error ? h("p", { class: "turn-error" }, turn.error) : undefined,
+    h("ol", { class: "items" }, ...items));
+}
+
+function settingsForm(api: WebSocketClient, thread: Thread, policy: ApprovalPolicy | undefined, reload: () => void): HTMLElement {
+  const mode = h("select", { "aria-label": "multi-agent mode", "data-testid": "mode" },
+    h("option", { value: "unset" }, "unset (the server's default)"),
+    h("option", { value: "explicit" }, "explicit request only"),
+    h("option", { value: "proactive" }, "proactive"));
+  mode.value = thread.multiAgentMode === MultiAgentMode.MULTI_AGENT_MODE_PROACTIVE ? "proactive"
+    : thread.multiAgentMode === MultiAgentMode.MULTI_AGENT_MODE_EXPLICIT_REQUEST_ONLY ? "explicit" : "unset";
+  const approval = h("select", { "aria-label": "approval policy" },
+    ...[ApprovalPolicy.APPROVAL_POLICY_NEVER, ApprovalPolicy.APPROVAL_POLICY_ON_REQUEST, ApprovalPolicy.APPROVAL_POLICY_ALWAYS]
+      .map((value) => h("option", { value: String(value) }, label(ApprovalPolicy, value, "APPROVAL_POLICY_"))));
+  approval.value = String(policy ?? ApprovalPolicy.APPROVAL_POLICY_NEVER);
+  const model = h("input", { type: "text", value: thread.model ?? "", "aria-label": "model" });
+  const save = h("button", { type: "submit" }, "Save settings");
+  const form = h("form", { class: "settings" },
+    h("label", {}, "mode ", mode), h("label", {}, "approvals ", approval), h("label", {}, "model ", model), save);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const update = mode.value === "unset"
+      ? { case: "clearMultiAgentMode" as const, value: true }
+      : { case: "multiAgentMode" as const, value: mode.value === "proactive" ? MultiAgentMode.MULTI_AGENT_MODE_PROACTIVE : MultiAgentMode.MULTI_AGENT_MODE_EXPLICIT_REQUEST_ONLY };
+    api.threadSettingsUpdate({
+      threadId: thread.id, multiAgentModeUpdate: update, approvalPolicy: Number(approval.value) as ApprovalPolicy,
+      model: model.value && model.value !== thread.model ? model.value : undefined,
+    }).then(() => reload(), showError);
+  });
+  return form;
+}
+
+async function threadPage(threadId: string): Promise<void> {
+  const api = await client();
+  const read = await api.threadRead({ threadId, includeTurns: true, includeModelRequests: true });
+  const thread = read.thread!;
+  const root = await rootOf(api, thread);
+  const resumed = await api.threadResume({ threadId, excludeTurns: true });
+  await api.threadUnsubscribe({ threadId }); // the calls' connection does not follow; the live one does
+  const live = h("div", { class: "live", "data-testid": "live", "data-deltas": "0" });
+  const treeHolder = h("div", { class: "tree-holder" });
+  const turnsHolder = h("div", { class: "turns" });
+  const chartHolder = h("div", { class: "chart-holder" });
+  const drawTree = async () => {
+    fill(treeHolder, agentTree(await treeOf(api, root), (id) => (location.hash = `#/thread/${id}`), threadId));
+  };
+  const drawTurns = async () => {
+    const fresh = (await api.threadRead({ threadId, includeTurns: true, includeModelRequests: true })).thread!;
+    const turns = fresh.turns ?? [];
+    fill(turnsHolder, ...turns.map(renderTurn).reverse());
+    fill(chartHolder, turns.length === 0 ? h("p", { class: "empty" }, "No turns yet.")
+      : barChart(turns.map((turn, index) => ({ label: String(index + 1), value: turnUsage(turn) })), "tokens per turn"));
+    fill(document.getElementById("thread-status")!, statusText(fresh));
+    fill(document.getElementById("thread-runtime")!, runtimeText(fresh.multiAgentRuntime));
+  };
+  fill(main,
+    h("h1", {}, thread.name || thread.preview || "Thread", " ", h("small", {}, thread.id)),
+    h("dl", { class: "facts" },
+      h("dt", {}, "status"), h("dd", { id: "thread-status" }, statusText(thread)),
+      h("dt", {}, "runtime"), h("dd", { "data-testid": "runtime", id: "thread-runtime" }, runtimeText(resumed.multiAgentRuntime ?? thread.multiAgentRuntime)),
+      h("dt", {}, "selected mode"), h("dd", { "data-testid": "selected-mode" }, modeText(resumed.multiAgentMode)),
+      h("dt", {}, "model"), h("dd", {}, resumed.model ?? thread.model ?? "—"),
+      h("dt", {}, "created"), h("dd", {}, when(thread.createdAt)),
+      thread.parentThreadId ? h("dt", {}, "parent") : undefined,
+      thread.parentThreadId ? h("dd", {}, h("a", { href: `#/thread/${thread.parentThreadId}` }, thread.parentThreadId)) : undefined),
+    settingsForm(api, thread, resumed.approvalPolicy, () => void threadPage(threadId)),
+    h("h2", {}, "Agent tree"), treeHolder,
+    h("h2", {}, "Tokens per turn"), chartHolder,
+    h("h2", {}, "Live"), live,
+    h("h2", {}, "Turns"), turnsHolder);
+  await Promise.all([drawTree(), drawTurns()]);
+
+  // Bursts of notifications redraw once; what any of them asked for is redrawn.
+  let redraw: ReturnType<typeof setTimeout> | undefined;
+  let wanted = { turns: false, tree: false };
+  const later = (turns: boolean) => {
+    wanted = { turns: wanted.turns || turns, tree: true };
+    clearTimeout(redraw);
+    redraw = setTimeout(() => {
+      const work = wanted;
+      wanted = { turns: false, tree: false };
+      void (async () => {
+        if (work.turns) await drawTurns();
+        if (work.tree) await drawTree();
+      })().catch(showError);
+    }, 150);
+  };
+  onNotification = (note) => {
+    const about = notificationThreadId(note);
+    const payload = note.payload;
+    if (payload?.case === "itemAgentMessageDelta" && about === threadId) {
+      live.append(payload.value.delta ?? "");
+      live.dataset.deltas = String(Number(live.dataset.deltas) + 1);
+      return;
+    }
+    if (about === threadId && (payload?.case === "itemCompleted" || payload?.case === "turnCompleted" || payload?.case === "turnStarted")) {
+      if (payload.case === "turnStarted") fill(live);
+      later(true);
+    } else if (payload?.case === "threadStarted" || payload?.case === "threadStatusChanged" || payload?.case === "turnCompleted") {
+      later(false);
+    }
+  };
+  follow(root.id ?? threadId);
+}
+
+async function route(): Promise<void> {
+  clearError();
+  const [path, queryText] = location.hash.replace(/^#/, "").split("?");
+  const query = new URLSearchParams(queryText ?? "");
+  if (!sessionStorage.getItem(TOKEN_KEY) && path !== "/signin") {
+    // A server without authentication takes an empty token: try it once.
+    try {
+      await client();
+    } catch {
+      location.hash = "#/signin";
+      return;
+    }
+  }
+  try {
+    if (path === "/signin") return signIn();
+    const thread = path.match(/^\/thread\/([^/]+)$/);
+    if (thread) return await threadPage(decodeURIComponent(thread[1]));
+    following?.stop.abort();
+    following = undefined;
+    return await threadsPage(query);
+  } catch (error) {
+    if (error instanceof StatusError && error.code === Code.UNAUTHENTICATED) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      calls = undefined;
+      location.hash = "#/signin";
+    }
+    showError(error);
+  }
+}
+
+document.getElementById("signout")!.addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  void calls?.close();
+  calls = undefined;
+  fill(who, "");
+  location.hash = "#/signin";
+});
+window.addEventListener("hashchange", () => void route());
+void route();

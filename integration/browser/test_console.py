@@ -1,0 +1,184 @@
+"""The operator's console (the web listener's `/`), in Debian's chromium driven
+by playwright against the real server: sign in with a token, see a thread
+another client made, its agent tree with a spawned child, a streamed delta
+arriving, a child's approval answered from the page and its turn completing;
+another principal sees none of it. Screenshots of each page go to
+THREADWIRE_SCREENSHOTS when set (docs/console holds the current ones)."""
+import os
+import pathlib
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "integration" / "python"))
+from conftest import start_listening, stop_server  # noqa: E402
+from threadwire_client import Client  # noqa: E402
+
+ALICE = "alice-2b4d6f8a0c1e3a5c7e9b"
+BOB = "bob-9e7c5a3b1d0f2e4a6c8b"
+CHROMIUM = "/usr/bin/chromium"
+GREP = {"name": "grep", "description": "Searches the workspace.",
+        "parameters_json_schema": '{"type":"object","properties":{"pattern":{"type":"string"}},"required":["pattern"]}'}
+
+
+@pytest.fixture()
+def served(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.chmod(0o600)
+    config = tmp_path / "config.json"
+    config.write_text('{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}')
+    proc, addresses = start_listening(tmp_path, "--web-listen", "127.0.0.1:0", "--auth-tokens", str(tokens),
+                                      "--config", str(config))
+    host, port = addresses["frames"].rsplit(":", 1)
+    yield addresses["web"], (host, int(port))
+    stop_server(proc)
+
+
+@pytest.fixture()
+def browser():
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                              args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A browser tab on the console that fails the test on any script error."""
+
+    def __init__(self, browser, web):
+        self.page = browser.new_page(viewport={"width": 1280, "height": 860})
+        self.errors = []
+        self.page.on("pageerror", lambda error: self.errors.append(f"pageerror: {error}"))
+        self.page.on("console", lambda message: message.type == "error" and self.errors.append(f"console: {message.text}"))
+        self.web = web
+
+    def sign_in(self, token):
+        self.page.goto(self.web + "/")
+        expect(self.page.get_by_test_id("signin")).to_be_visible()
+        self.page.fill("#token", token)
+        self.page.keyboard.press("Enter")
+        expect(self.page.locator("#main h1")).to_have_text("Threads")
+
+    def shot(self, name):
+        folder = os.environ.get("THREADWIRE_SCREENSHOTS")
+        if folder:
+            pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(pathlib.Path(folder) / f"{name}.png"), full_page=True)
+
+
+def pump(client, stop):
+    """Reads the IDE's connection so its tool handler answers the server's calls."""
+    try:
+        for _ in client.iter_notifications():
+            if stop.is_set():
+                return
+    except Exception:
+        pass
+
+
+def test_sign_in_tree_live_delta_and_a_childs_approval_answered_from_the_page(served, browser):
+    web, frames = served
+    with Client(*frames) as spawner, Client(*frames) as ide:
+        spawner.initialize("spawner", auth_token=ALICE)
+        ide.on_tool("grep", lambda arguments: f"found {arguments['pattern']} in main.swift")
+        ide.initialize("ide", auth_token=ALICE)
+        started = spawner.call("thread/start", {"name": "console-root", "approval_policy": "APPROVAL_POLICY_ALWAYS",
+                                                "multi_agent_mode": "MULTI_AGENT_MODE_PROACTIVE", "client_tools": [GREP]})
+        root = started.thread.id
+        ide.call("thread/resume", {"thread_id": root, "exclude_turns": True})
+        stop = threading.Event()
+        threading.Thread(target=pump, args=(ide, stop), daemon=True).start()
+
+        page = Page(browser, web)
+        page.sign_in(ALICE)
+        row = page.page.locator(f'tr[data-thread-id="{root}"]')
+        expect(row).to_contain_text("console-root")
+        expect(row).to_contain_text("proactive")
+        page.shot("threads")
+
+        row.get_by_role("link").click()
+        expect(page.page.get_by_test_id("selected-mode")).to_have_text("proactive")
+        expect(page.page.get_by_test_id("runtime")).to_contain_text("not resolved yet")
+        expect(page.page.locator("#link")).to_have_text("live")
+
+        # A streamed answer arrives delta by delta in the open turn.
+        spawner.call("turn/start", {"thread_id": root, "input": [{"text": "#stream\n#sleep 200\nhello from the streaming model"}]})
+        live = page.page.get_by_test_id("live")
+        expect(live).to_contain_text("streaming model", timeout=20_000)
+        assert int(live.get_attribute("data-deltas")) >= 2, "the text came as deltas"
+        expect(page.page.locator(".turn[data-status='completed']")).to_have_count(1, timeout=20_000)
+        expect(page.page.get_by_test_id("runtime")).to_have_text("v2")
+
+        # A child spawned by another client appears in the tree; its approval waits on the page.
+        child = spawner.call("agent/spawn", {"parent_thread_id": root, "message": '#tool grep {"pattern": "bug"}',
+                                             "task_name": "hunter"}).thread.id
+        node = page.page.locator(f'svg.tree g.node[data-thread-id="{child}"]')
+        expect(node).to_be_visible(timeout=20_000)
+        request = page.page.locator("#pending-list li[data-kind='approval']")
+        expect(request).to_contain_text("grep", timeout=20_000)
+        expect(request).to_contain_text("bug")
+        expect(node).to_have_attribute("data-status", "waiting on approval", timeout=20_000)
+        page.shot("thread")
+        request.get_by_test_id("approve").click()
+        expect(request).to_have_count(0)
+
+        # Approved: the IDE ran the tool, the child's turn completed.
+        node.click()
+        expect(page.page.locator(".turn[data-status='completed']")).to_have_count(1, timeout=20_000)
+        expect(page.page.locator(".turn .output")).to_contain_text("found bug in main.swift")
+        page.shot("child")
+        assert page.errors == [], page.errors
+        stop.set()
+
+        # Another principal sees none of alice's threads.
+        other = Page(browser, web)
+        other.sign_in(BOB)
+        expect(other.page.locator(f'tr[data-thread-id="{root}"]')).to_have_count(0)
+        other.page.goto(f"{web}/#/thread/{child}")
+        expect(other.page.locator("#error")).to_contain_text("NOT_FOUND")
+        assert [e for e in other.errors if "NOT_FOUND" not in e] == [], other.errors
+
+
+def test_no_page_works_without_the_token(served, browser):
+    web, frames = served
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        root = alice.call("thread/start", {"name": "secret-root"}).thread.id
+    page = Page(browser, web)
+    page.page.goto(f"{web}/#/thread/{root}")
+    expect(page.page.get_by_test_id("signin")).to_be_visible()
+    expect(page.page.locator("body")).not_to_contain_text("secret-root")
+    page.page.fill("#token", "not-a-token-0123456789")
+    page.page.keyboard.press("Enter")
+    expect(page.page.locator("#error")).to_contain_text("UNAUTHENTICATED")
+    expect(page.page.get_by_test_id("signin")).to_be_visible()
+    page.shot("signin")
+
+
+def test_assets_have_their_types_cache_headers_and_a_strict_policy(served):
+    web, _ = served
+    expected = {"/": "text/html", "/console/console.css": "text/css", "/console/src/app.js": "text/javascript",
+                "/src/browser.js": "text/javascript", "/src/gen/messages.js": "text/javascript"}
+    for path, kind in expected.items():
+        with urllib.request.urlopen(web + path) as response:
+            headers = response.headers
+            assert headers["Content-Type"].startswith(kind), (path, headers["Content-Type"])
+            assert headers["Cache-Control"] == "no-cache" and headers["ETag"], path
+            policy = headers["Content-Security-Policy"]
+            assert "default-src 'none'" in policy and "script-src 'self'" in policy and "unsafe-inline" not in policy, policy
+            assert headers["X-Content-Type-Options"] == "nosniff"
+            etag = headers["ETag"]
+        revalidate = urllib.request.Request(web + path, headers={"If-None-Match": etag})
+        with pytest.raises(urllib.error.HTTPError) as not_modified:
+            urllib.request.urlopen(revalidate)
+        assert not_modified.value.code == 304, path
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(web + "/no/such/file.js")
+    assert missing.value.code == 404
