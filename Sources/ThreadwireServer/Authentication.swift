@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 public import ThreadwireCore
 
 /// Bearer tokens and the principals they name: `--auth-tokens FILE` (lines
@@ -18,11 +19,14 @@ public final class Authenticator: Sendable {
         /// The token itself, or (`hashed`) its SHA-256.
         let token: [UInt8]
         let hashed: Bool
+        /// Marked `operator`: the principal may read every principal's threads.
+        let isOperator: Bool
 
-        init(principal: Principal, token: [UInt8], hashed: Bool = false) {
+        init(principal: Principal, token: [UInt8], hashed: Bool = false, isOperator: Bool = false) {
             self.principal = principal
             self.token = token
             self.hashed = hashed
+            self.isOperator = isOperator
         }
 
         /// Whether `presented` (and `digest`, its SHA-256) is this entry's token.
@@ -64,6 +68,15 @@ public final class Authenticator: Sendable {
     /// Principals with at least one token now.
     public var principals: Set<Principal> { Set(entries.withLockedValue { $0.map(\.principal) }) }
 
+    /// Whether a line of the tokens file marks `principal` as an operator
+    /// (read as of now: a SIGHUP reload that drops the mark takes it away).
+    public func isOperator(_ principal: Principal) -> Bool {
+        // Without operators (the common case) no lock is taken: reads ask this.
+        guard anyOperator.load(ordering: .relaxed) else { return false }
+        return entries.withLockedValue { $0.contains { $0.isOperator && $0.principal == principal } }
+    }
+    private let anyOperator = Atomic<Bool>(false)
+
     /// Re-reads the tokens file. On any error the tokens in use stay as they
     /// were (a typo in the file never locks every client out).
     @discardableResult
@@ -83,33 +96,40 @@ public final class Authenticator: Sendable {
         }
         let count = loaded.count
         entries.withLockedValue { $0 = loaded }
+        anyOperator.store(loaded.contains(where: \.isOperator), ordering: .relaxed)
         return count
     }
 
-    /// Lines of `principal token`; blank lines and lines starting with `#`
-    /// are skipped. Errors name the line, never the token.
+    /// Lines of `principal token`, or `principal token operator` for a
+    /// principal that may read every principal's threads; blank lines and
+    /// lines starting with `#` are skipped. Errors name the line, never the token.
     public static func parse(_ text: String, origin: String) throws -> [Entry] {
         var result: [Entry] = []
         for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
             if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
             let fields = trimmed.split(whereSeparator: \.isWhitespace)
-            guard fields.count == 2 else {
-                throw AuthenticationSetupError("\(origin) line \(index + 1): expected 'principal token' (two fields separated by spaces)")
+            guard fields.count == 2 || fields.count == 3 else {
+                throw AuthenticationSetupError(
+                    "\(origin) line \(index + 1): expected 'principal token' or 'principal token operator' (fields separated by spaces)")
             }
+            guard fields.count == 2 || fields[2] == "operator" else {
+                throw AuthenticationSetupError("\(origin) line \(index + 1): the third field may only be 'operator', got '\(fields[2].prefix(40))'")
+            }
+            let isOperator = fields.count == 3
             let entry: Entry
             if fields[1].hasPrefix("sha256:") {
                 guard let digest = hexBytes(fields[1].dropFirst("sha256:".count)), digest.count == 32 else {
                     throw AuthenticationSetupError(
                         "\(origin) line \(index + 1): the token of \(fields[0]) starts with sha256: but is not 64 hexadecimal digits")
                 }
-                entry = Entry(principal: String(fields[0]), token: digest, hashed: true)
+                entry = Entry(principal: String(fields[0]), token: digest, hashed: true, isOperator: isOperator)
             } else {
                 let token = Array(fields[1].utf8)
                 guard token.count >= minimumTokenBytes else {
                     throw AuthenticationSetupError("\(origin) line \(index + 1): the token of \(fields[0]) is shorter than \(minimumTokenBytes) bytes")
                 }
-                entry = Entry(principal: String(fields[0]), token: token)
+                entry = Entry(principal: String(fields[0]), token: token, isOperator: isOperator)
             }
             // One token on two lines, given plainly or hashed either way.
             let key = entry.hashed ? entry.token : digest(entry.token)

@@ -41,6 +41,22 @@ struct TokenComparisonTests {
         }
     }
 
+    @Test("a third field 'operator' marks a principal an operator (hashed or plain); any other third field is refused naming the line")
+    func operatorMark() throws {
+        let entries = try Authenticator.parse("alice \(aliceToken) operator\nbob \(bobToken)\n", origin: "tokens")
+        #expect(entries.map(\.principal) == ["alice", "bob"])
+        #expect(entries.map(\.isOperator) == [true, false])
+        for text in ["alice \(aliceToken) admin\n", "alice \(aliceToken) operator extra\n"] {
+            do {
+                _ = try Authenticator.parse(text, origin: "tokens")
+                Issue.record("accepted \(text)")
+            } catch {
+                #expect("\(error)".contains("tokens line 1"), "\(error)")
+                #expect(!"\(error)".contains(aliceToken))
+            }
+        }
+    }
+
     @Test("a token given as sha256:HEX in the tokens file authenticates its principal when presented plainly; a wrong token, a malformed hash and a token given twice (once hashed) are refused")
     func hashedTokens() async throws {
         let hash = Authenticator.digest(Array(aliceToken.utf8)).map { String(format: "%02x", $0) }.joined()

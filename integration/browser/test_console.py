@@ -21,6 +21,7 @@ from threadwire_client import Client  # noqa: E402
 
 ALICE = "alice-2b4d6f8a0c1e3a5c7e9b"
 BOB = "bob-9e7c5a3b1d0f2e4a6c8b"
+OPS = "ops-5a3c1e9b7d0f2a4c6e8d"
 CHROMIUM = "/usr/bin/chromium"
 GREP = {"name": "grep", "description": "Searches the workspace.",
         "parameters_json_schema": '{"type":"object","properties":{"pattern":{"type":"string"}},"required":["pattern"]}'}
@@ -29,7 +30,7 @@ GREP = {"name": "grep", "description": "Searches the workspace.",
 @pytest.fixture()
 def served(tmp_path):
     tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\nops {OPS} operator\n")
     tokens.chmod(0o600)
     config = tmp_path / "config.json"
     config.write_text('{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}')
@@ -141,9 +142,29 @@ def test_sign_in_tree_live_delta_and_a_childs_approval_answered_from_the_page(se
         other = Page(browser, web)
         other.sign_in(BOB)
         expect(other.page.locator(f'tr[data-thread-id="{root}"]')).to_have_count(0)
+        expect(other.page.get_by_test_id("all-principals")).to_have_count(0)
         other.page.goto(f"{web}/#/thread/{child}")
         expect(other.page.locator("#error")).to_contain_text("NOT_FOUND")
         assert [e for e in other.errors if "NOT_FOUND" not in e] == [], other.errors
+
+        # An operator sees them, with their principal, read-only, tree and all.
+        ops = Page(browser, web)
+        ops.sign_in(OPS)
+        expect(ops.page.locator("#who")).to_contain_text("ops (operator)")
+        expect(ops.page.locator(f'tr[data-thread-id="{root}"]')).to_have_count(0)
+        ops.page.get_by_test_id("all-principals").check()
+        row = ops.page.locator(f'tr[data-thread-id="{root}"]')
+        expect(row).to_contain_text("alice")
+        ops.shot("operator")
+        row.get_by_role("link").click()
+        expect(ops.page.get_by_test_id("read-only")).to_contain_text("alice's thread")
+        expect(ops.page.locator("form.settings")).to_have_count(0)
+        expect(ops.page.locator(f'svg.tree g.node[data-thread-id="{child}"]')).to_be_visible()
+        expect(ops.page.locator(".turn[data-status='completed']")).to_have_count(1)
+        ops.page.click("nav >> text=Server")
+        expect(ops.page.get_by_test_id("models")).to_contain_text("echo-1")
+        ops.shot("server")
+        assert ops.errors == [], ops.errors
 
 
 def test_no_page_works_without_the_token(served, browser):

@@ -197,9 +197,20 @@ struct CallDispatcher: Sendable {
         let id = try MethodTable.required(field.read(admitted.params), field.name)
         if services.info.authenticates {
             guard let published = services.engine.published(id) else { return nil }
-            guard published.principal == connection.principal else { throw Self.notFound(id) }
+            guard published.principal == connection.principal || operatorReads(admitted, id, of: published.principal, connection) else {
+                throw Self.notFound(id)
+            }
         }
         return call(admitted, thread: id, connection: connection)
+    }
+
+    /// An operator's read of another principal's thread: allowed, and logged
+    /// with both principals (what an operator looks at is on record).
+    private func operatorReads(_ admitted: AdmittedCall, _ id: ThreadID, of owner: Principal?, _ connection: any CallSession) -> Bool {
+        guard admitted.spec.operatorReads, services.info.authenticator.isOperator(connection.principal) else { return false }
+        logger.info("operator read", metadata: ["tw.operator": "\(connection.principal)", "tw.method": "\(admitted.spec.name)",
+                                               "tw.thread": "\(id)", "tw.owner": "\(owner ?? "?")"])
+        return true
     }
 
     // MARK: Suspending
@@ -303,9 +314,11 @@ struct CallDispatcher: Sendable {
     private func authorizedCall(_ admitted: AdmittedCall, connection: any CallSession) async throws -> Call {
         guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
         let id = try MethodTable.required(field.read(admitted.params), field.name)
-        if services.info.authenticates, !services.engine.isKnownElsewhere(id),
-           try await services.engine.principal(of: id) != connection.principal {
-            throw Self.notFound(id)
+        if services.info.authenticates, !services.engine.isKnownElsewhere(id) {
+            let owner = try await services.engine.principal(of: id)
+            guard owner == connection.principal || owner != nil && operatorReads(admitted, id, of: owner, connection) else {
+                throw Self.notFound(id)
+            }
         }
         return call(admitted, thread: id, connection: connection)
     }

@@ -21,6 +21,9 @@ struct Call: Sendable {
     /// The principal this call acts for.
     var principal: Principal { connection.principal }
 
+    /// Whether that principal is an operator: it reads across principals.
+    var isOperator: Bool { server.authenticates && server.authenticator.isOperator(principal) }
+
     /// The thread the table says this method names. Only asked by handlers
     /// whose entry declares one, so nil is a table mistake.
     func target() throws -> ThreadID {
@@ -68,14 +71,20 @@ final class MethodSpec: Sendable {
     /// Whether the method changes state: a mutating call past its deadline
     /// still completes (its change and events happen); a read is cancelled.
     let mutates: Bool
+    /// An operator (marked so in the tokens file) may call it on any
+    /// principal's thread. Reads only.
+    let operatorReads: Bool
     let run: Run
     let runInline: RunInline?
 
-    init(name: String, requiresHandshake: Bool, thread: ThreadField?, mutates: Bool, run: @escaping Run, runInline: RunInline?) {
+    init(name: String, requiresHandshake: Bool, thread: ThreadField?, mutates: Bool, operatorReads: Bool = false,
+         run: @escaping Run, runInline: RunInline?) {
+        precondition(!(operatorReads && mutates), "method \(name): operators may only read another principal's threads")
         self.name = name
         self.requiresHandshake = requiresHandshake
         self.thread = thread
         self.mutates = mutates
+        self.operatorReads = operatorReads
         self.run = run
         self.runInline = runInline
     }
@@ -84,8 +93,8 @@ final class MethodSpec: Sendable {
     /// The cast is the table's: handlers get their own params type.
     static func method<P: Sendable>(
         _ name: String, params: @escaping @Sendable (Wire.Request.Params) -> P?,
-        thread: (name: String, read: @Sendable (P) -> String?)? = nil, mutates: Bool, requiresHandshake: Bool = true,
-        inline: (@Sendable (P, Call) throws -> InlineAnswer?)? = nil,
+        thread: (name: String, read: @Sendable (P) -> String?)? = nil, mutates: Bool, operatorReads: Bool = false,
+        requiresHandshake: Bool = true, inline: (@Sendable (P, Call) throws -> InlineAnswer?)? = nil,
         run: (@Sendable (P, Call) async throws -> Outcome<Wire.Response.Result>)? = nil
     ) -> MethodSpec {
         let bounded = mutates && name != "thread/import"
@@ -114,6 +123,6 @@ final class MethodSpec: Sendable {
             ThreadField(name: thread.name, read: { all in params(all).flatMap(thread.read) })
         }
         return MethodSpec(name: name, requiresHandshake: requiresHandshake, thread: field, mutates: mutates,
-                          run: runAsync, runInline: runInline)
+                          operatorReads: operatorReads, run: runAsync, runInline: runInline)
     }
 }

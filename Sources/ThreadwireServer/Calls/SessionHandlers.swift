@@ -48,7 +48,8 @@ enum SessionHandlers {
                 maxRequestsPerSecond: UInt32(clamping: principalLimits.requestsPerSecond),
                 requestBurst: UInt32(clamping: principalLimits.requestsPerSecond > 0 ? principalLimits.burst : 0),
                 maxStoredBytes: UInt64(clamping: principalLimits.storedBytes)),
-            principal: principal)))
+            principal: principal,
+            isOperator: info.authenticates && info.authenticator.isOperator(principal) ? true : nil)))
     }
 
     /// The principal of a connection: its bearer token's, else its verified

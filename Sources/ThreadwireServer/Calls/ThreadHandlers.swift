@@ -82,19 +82,22 @@ enum ThreadHandlers {
         let includeTurns = p.includeTurns ?? false
         let turnsLimit = try TurnPaging.limit(p.turnsLimit, field: "turns_limit", default: 100)
         guard let published = call.engine.published(try call.target()) else { return nil }
-        guard includeTurns else {
+        // An operator's read names the principal: not the snapshot's shared encoding.
+        guard includeTurns || call.isOperator else {
             // The common read depends only on the snapshot: encoded once per commit.
             return .encoded(published.memo.value {
                 Wire.EncodedResult(readResult(published.view(includeTurns: false, includeModelRequests: false), includeTurns: false, call))
             })
         }
-        let view = published.view(includeTurns: true, includeModelRequests: p.includeModelRequests ?? false, turnsLimit: turnsLimit)
-        return .result(readResult(view.keepingRolledBack(p.includeRolledBack ?? false), includeTurns: true, call))
+        let view = published.view(includeTurns: includeTurns, includeModelRequests: includeTurns && (p.includeModelRequests ?? false),
+                                  turnsLimit: turnsLimit)
+        return .result(readResult(view.keepingRolledBack(p.includeRolledBack ?? false), includeTurns: includeTurns, call))
     }
 
     static func readResult(_ view: ThreadView, includeTurns: Bool, _ call: Call) -> Wire.Response.Result {
         let base = call.baseInstructions(view.record)
         var thread = view.wire(baseInstructions: base)
+        if call.isOperator { thread.principal = view.record.principal }
         guard includeTurns else {
             // Nothing to page: the common read stays one encoding.
             return .threadRead(Wire.ThreadReadResult(thread: thread, settings: view.settings.wire, clientTools: view.record.clientTools.map(\.wire)))
@@ -137,8 +140,20 @@ enum ThreadHandlers {
             query.searchTerm = term
         }
         if call.server.authenticates { query.principal = call.principal }
+        let everyone = p.allPrincipals == true
+        if everyone {
+            guard call.isOperator else {
+                throw RequestError(.permissionDenied, "all_principals is for operators (a tokens file line 'principal token operator')")
+            }
+            query.principal = nil
+            call.services.logger.info("operator list", metadata: ["tw.operator": "\(call.principal)", "tw.method": "thread/list"])
+        }
         let page = try await call.engine.listThreads(query)
-        let threads = page.threads.map { $0.wire(baseInstructions: "") }
+        let threads = page.threads.map { view in
+            var thread = view.wire(baseInstructions: "")
+            if everyone { thread.principal = view.record.principal }
+            return thread
+        }
         // A page of large threads is cut where the frame would overflow.
         let room = TurnPaging.budget(around: .threadList(Wire.ThreadListResult(nextCursor: TurnPaging.cursorRoom)), limits: call.server.limits)
         let fitted = TurnPaging.prefixThatFits(threads, room: room)

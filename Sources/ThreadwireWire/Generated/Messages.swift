@@ -1016,19 +1016,22 @@ extension Wire {
     public var protocolVersion: UInt32?
     public var limits: Wire.ServerLimits?
     public var principal: String?
+    public var isOperator: Bool?
 
     public init() {
       self.serverInfo = nil
       self.protocolVersion = nil
       self.limits = nil
       self.principal = nil
+      self.isOperator = nil
     }
 
-    public init(serverInfo: Wire.ServerInfo? = nil, protocolVersion: UInt32? = nil, limits: Wire.ServerLimits? = nil, principal: String? = nil) {
+    public init(serverInfo: Wire.ServerInfo? = nil, protocolVersion: UInt32? = nil, limits: Wire.ServerLimits? = nil, principal: String? = nil, isOperator: Bool? = nil) {
       self.serverInfo = serverInfo
       self.protocolVersion = protocolVersion
       self.limits = limits
       self.principal = principal
+      self.isOperator = isOperator
     }
   }
 }
@@ -1047,6 +1050,7 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
       do throws(WireError) { self.limits = try Wire.ServerLimits(c: v) } catch { throw error.nested(in: "limits") }
     }
     if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
+    if c.pointee.has_is_operator != 0 { self.isOperator = c.pointee.is_operator != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeResult, arena: inout CodecArena) {
@@ -1054,6 +1058,7 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     if let v = self.protocolVersion { c.has_protocol_version = 1; c.protocol_version = v }
     if let v = self.limits { c.limits = arena.message(v, Threadwire__V1__ServerLimits(), threadwire__v1__server_limits__init) }
     if let v = self.principal { c.principal = arena.cString(v) }
+    if let v = self.isOperator { c.has_is_operator = 1; c.is_operator = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -1088,6 +1093,7 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
     if let v = protocolVersion { object.append(("protocol_version", .uint(UInt64(v)))) }
     if let v = limits { object.append(("limits", v.jsonValue())) }
     if let v = principal { object.append(("principal", .string(v))) }
+    if let v = isOperator { object.append(("is_operator", .bool(v))) }
     return .object(object)
   }
 
@@ -1100,6 +1106,7 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
       case "protocol_version", "protocolVersion": self.protocolVersion = try value.uint32Value(path: keyPath)
       case "limits": self.limits = try Wire.ServerLimits(json: value, path: keyPath)
       case "principal": self.principal = try value.stringValue(path: keyPath)
+      case "is_operator", "isOperator": self.isOperator = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -5275,6 +5282,7 @@ extension Wire {
     public var cwd: String?
     public var turns: [Wire.Turn]
     public var threadSequence: UInt64?
+    public var principal: String?
 
     public init() {
       self.id = nil
@@ -5294,9 +5302,10 @@ extension Wire {
       self.cwd = nil
       self.turns = []
       self.threadSequence = nil
+      self.principal = nil
     }
 
-    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil) {
+    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil, principal: String? = nil) {
       self.id = id
       self.sessionId = sessionId
       self.forkedFromId = forkedFromId
@@ -5314,6 +5323,7 @@ extension Wire {
       self.cwd = cwd
       self.turns = turns
       self.threadSequence = threadSequence
+      self.principal = principal
     }
   }
 }
@@ -5350,6 +5360,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       } catch { throw error.nested(in: "turns") }
     }
     if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
+    if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
   }
 
   func fill(_ c: inout Threadwire__V1__Thread, arena: inout CodecArena) {
@@ -5373,6 +5384,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       c.turns = arena.array(self.turns) { value, arena in arena.message(value, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
     }
     if let v = self.threadSequence { c.has_thread_sequence = 1; c.thread_sequence = v }
+    if let v = self.principal { c.principal = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -5420,6 +5432,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if let v = cwd { object.append(("cwd", .string(v))) }
     if !turns.isEmpty { object.append(("turns", .array(turns.map { $0.jsonValue() }))) }
     if let v = threadSequence { object.append(("thread_sequence", .uint(UInt64(v)))) }
+    if let v = principal { object.append(("principal", .string(v))) }
     return .object(object)
   }
 
@@ -5445,6 +5458,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       case "cwd": self.cwd = try value.stringValue(path: keyPath)
       case "turns": self.turns = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.Turn(json: element, path: path) }
       case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
+      case "principal": self.principal = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -7152,6 +7166,7 @@ extension Wire {
     public var parentThreadId: String?
     public var archived: Bool?
     public var searchTerm: String?
+    public var allPrincipals: Bool?
 
     public init() {
       self.cursor = nil
@@ -7161,9 +7176,10 @@ extension Wire {
       self.parentThreadId = nil
       self.archived = nil
       self.searchTerm = nil
+      self.allPrincipals = nil
     }
 
-    public init(cursor: String? = nil, limit: UInt32? = nil, sortKey: Wire.ThreadSortKey? = nil, sortDirection: Wire.SortDirection? = nil, parentThreadId: String? = nil, archived: Bool? = nil, searchTerm: String? = nil) {
+    public init(cursor: String? = nil, limit: UInt32? = nil, sortKey: Wire.ThreadSortKey? = nil, sortDirection: Wire.SortDirection? = nil, parentThreadId: String? = nil, archived: Bool? = nil, searchTerm: String? = nil, allPrincipals: Bool? = nil) {
       self.cursor = cursor
       self.limit = limit
       self.sortKey = sortKey
@@ -7171,6 +7187,7 @@ extension Wire {
       self.parentThreadId = parentThreadId
       self.archived = archived
       self.searchTerm = searchTerm
+      self.allPrincipals = allPrincipals
     }
   }
 }
@@ -7188,6 +7205,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
     if c.pointee.has_archived != 0 { self.archived = c.pointee.archived != 0 }
     if let v = c.pointee.search_term { self.searchTerm = try wireString(v, field: "search_term") }
+    if c.pointee.has_all_principals != 0 { self.allPrincipals = c.pointee.all_principals != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadListParams, arena: inout CodecArena) {
@@ -7198,6 +7216,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if let v = self.parentThreadId { c.parent_thread_id = arena.cString(v) }
     if let v = self.archived { c.has_archived = 1; c.archived = v ? 1 : 0 }
     if let v = self.searchTerm { c.search_term = arena.cString(v) }
+    if let v = self.allPrincipals { c.has_all_principals = 1; c.all_principals = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -7235,6 +7254,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
     if let v = parentThreadId { object.append(("parent_thread_id", .string(v))) }
     if let v = archived { object.append(("archived", .bool(v))) }
     if let v = searchTerm { object.append(("search_term", .string(v))) }
+    if let v = allPrincipals { object.append(("all_principals", .bool(v))) }
     return .object(object)
   }
 
@@ -7250,6 +7270,7 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
       case "parent_thread_id", "parentThreadId": self.parentThreadId = try value.stringValue(path: keyPath)
       case "archived": self.archived = try value.boolValue(path: keyPath)
       case "search_term", "searchTerm": self.searchTerm = try value.stringValue(path: keyPath)
+      case "all_principals", "allPrincipals": self.allPrincipals = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

@@ -66,6 +66,7 @@ public enum WireFixtures {
         message.protocolVersion = UInt32(4000000002)
         message.limits = ServerLimits(0)
         message.principal = "principal héllo ✓ 0"
+        message.isOperator = true
         return message
     }
 
@@ -470,6 +471,7 @@ public enum WireFixtures {
         message.cwd = "cwd héllo ✓ 0"
         message.turns = [Turn(0), Turn(0)]
         message.threadSequence = UInt64(9223372036854775825)
+        message.principal = "principal héllo ✓ 0"
         return message
     }
 
@@ -636,6 +638,7 @@ public enum WireFixtures {
         message.parentThreadId = "parent_thread_id héllo ✓ 0"
         message.archived = true
         message.searchTerm = "search_term héllo ✓ 0"
+        message.allPrincipals = true
         return message
     }
 

@@ -913,7 +913,7 @@ const ProtobufCMessageDescriptor threadwire__v1__server_limits__descriptor =
   (ProtobufCMessageInit) threadwire__v1__server_limits__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__initialize_result__field_descriptors[4] =
+static const ProtobufCFieldDescriptor threadwire__v1__initialize_result__field_descriptors[5] =
 {
   {
     "server_info",
@@ -963,8 +963,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__initialize_result__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "is_operator",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__InitializeResult, has_is_operator),
+    offsetof(Threadwire__V1__InitializeResult, is_operator),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__initialize_result__field_indices_by_name[] = {
+  4,   /* field[4] = is_operator */
   2,   /* field[2] = limits */
   3,   /* field[3] = principal */
   1,   /* field[1] = protocol_version */
@@ -973,7 +986,7 @@ static const unsigned threadwire__v1__initialize_result__field_indices_by_name[]
 static const ProtobufCIntRange threadwire__v1__initialize_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__initialize_result__descriptor =
 {
@@ -983,7 +996,7 @@ const ProtobufCMessageDescriptor threadwire__v1__initialize_result__descriptor =
   "Threadwire__V1__InitializeResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__InitializeResult),
-  4,
+  5,
   threadwire__v1__initialize_result__field_descriptors,
   threadwire__v1__initialize_result__field_indices_by_name,
   1,  threadwire__v1__initialize_result__number_ranges,

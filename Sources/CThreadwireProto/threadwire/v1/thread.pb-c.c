@@ -2334,7 +2334,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_source__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[17] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[18] =
 {
   {
     "id",
@@ -2540,6 +2540,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "principal",
+    18,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__Thread, principal),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
   10,   /* field[10] = archived */
@@ -2553,6 +2565,7 @@ static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
   5,   /* field[5] = name */
   3,   /* field[3] = parent_thread_id */
   4,   /* field[4] = preview */
+  17,   /* field[17] = principal */
   1,   /* field[1] = session_id */
   9,   /* field[9] = source */
   8,   /* field[8] = status */
@@ -2563,7 +2576,7 @@ static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__thread__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 17 }
+  { 0, 18 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
 {
@@ -2573,7 +2586,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   "Threadwire__V1__Thread",
   "threadwire.v1",
   sizeof(Threadwire__V1__Thread),
-  17,
+  18,
   threadwire__v1__thread__field_descriptors,
   threadwire__v1__thread__field_indices_by_name,
   1,  threadwire__v1__thread__number_ranges,
@@ -3848,7 +3861,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descr
   (ProtobufCMessageInit) threadwire__v1__thread_turns_list_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_descriptors[8] =
 {
   {
     "cursor",
@@ -3934,8 +3947,21 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "all_principals",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadListParams, has_all_principals),
+    offsetof(Threadwire__V1__ThreadListParams, all_principals),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_list_params__field_indices_by_name[] = {
+  7,   /* field[7] = all_principals */
   5,   /* field[5] = archived */
   0,   /* field[0] = cursor */
   1,   /* field[1] = limit */
@@ -3947,7 +3973,7 @@ static const unsigned threadwire__v1__thread_list_params__field_indices_by_name[
 static const ProtobufCIntRange threadwire__v1__thread_list_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor =
 {
@@ -3957,7 +3983,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor 
   "Threadwire__V1__ThreadListParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadListParams),
-  7,
+  8,
   threadwire__v1__thread_list_params__field_descriptors,
   threadwire__v1__thread_list_params__field_indices_by_name,
   1,  threadwire__v1__thread_list_params__number_ranges,

@@ -8,6 +8,7 @@ import {
   Code,
   ItemStatus,
   ItemType,
+  McpServerState,
   MultiAgentMode,
   MultiAgentRuntime,
   StatusError,
@@ -39,13 +40,16 @@ const socketURL = `${location.protocol === "https:" ? "wss:" : "ws:"}//${locatio
 /** The connection for calls, opened again when it ends. */
 let calls: WebSocketClient | undefined;
 let principal: string | undefined;
+/** Marked `operator` in the tokens file: reads every principal's threads. */
+let isOperator = false;
 
 async function client(): Promise<WebSocketClient> {
   const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
   if (calls === undefined || calls.ended) {
     calls = await WebSocketClient.connect({ url: socketURL, token, clientName: "threadwire-console" });
     principal = calls.serverInfo?.principal;
-    fill(who, principal ? `signed in as ${principal}` : "");
+    isOperator = calls.serverInfo?.isOperator === true;
+    fill(who, principal ? `signed in as ${principal}${isOperator ? " (operator)" : ""}` : "");
   }
   return calls;
 }
@@ -229,36 +233,48 @@ async function threadsPage(query: URLSearchParams): Promise<void> {
   const archived = query.get("archived") === "1";
   const cursor = query.get("cursor") ?? undefined;
   const api = await client();
-  const page = await api.threadList({ searchTerm: search || undefined, archived, cursor, limit: 25 });
+  const everyone = isOperator && query.get("all") === "1";
+  const page = await api.threadList({ searchTerm: search || undefined, archived, cursor, limit: 25, allPrincipals: everyone || undefined });
   const searchBox = h("input", { type: "search", value: search, placeholder: "search names and previews", "aria-label": "search" });
   const archivedBox = h("input", { type: "checkbox", id: "archived" });
   archivedBox.checked = archived;
+  const everyoneBox = h("input", { type: "checkbox", id: "everyone", "data-testid": "all-principals" });
+  everyoneBox.checked = everyone;
   const form = h("form", { class: "filters" }, searchBox, h("label", { for: "archived" }, archivedBox, " archived"),
+    isOperator ? h("label", { for: "everyone" }, everyoneBox, " every principal (read-only)") : undefined,
     h("button", { type: "submit" }, "Search"));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
+  const submit = () => {
     const next = new URLSearchParams();
     if (searchBox.value) next.set("q", searchBox.value);
     if (archivedBox.checked) next.set("archived", "1");
+    if (everyoneBox.checked) next.set("all", "1");
     location.hash = `#/threads?${next}`;
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    submit();
   });
+  everyoneBox.addEventListener("change", submit);
   const rows = (page.data ?? []).map((thread) =>
     h("tr", { "data-thread-id": thread.id },
       h("td", {}, h("a", { href: `#/thread/${thread.id}` }, thread.name || thread.preview || thread.id || "?")),
+      everyone ? h("td", { class: "principal" }, thread.principal ?? "") : undefined,
       h("td", {}, statusText(thread)),
       h("td", {}, runtimeText(thread.multiAgentRuntime)),
       h("td", {}, modeText(thread.multiAgentMode)),
       h("td", {}, thread.archived ? "archived" : ""),
       h("td", {}, when(thread.updatedAt))));
   const more = page.nextCursor
-    ? h("a", { href: `#/threads?${new URLSearchParams({ ...(search ? { q: search } : {}), ...(archived ? { archived: "1" } : {}), cursor: page.nextCursor })}`, class: "more" }, "Next page")
+    ? h("a", { href: `#/threads?${new URLSearchParams({ ...(search ? { q: search } : {}), ...(archived ? { archived: "1" } : {}),
+                                                           ...(everyone ? { all: "1" } : {}), cursor: page.nextCursor })}`, class: "more" }, "Next page")
     : undefined;
   fill(main,
     h("h1", {}, "Threads"),
     form,
     rows.length === 0 ? h("p", { class: "empty" }, "No threads.") :
       h("table", { class: "threads", "data-testid": "threads" },
-        h("thead", {}, h("tr", {}, ...["thread", "status", "runtime", "selected mode", "", "updated"].map((name) => h("th", {}, name)))),
+        h("thead", {}, h("tr", {}, ...["thread", ...(everyone ? ["principal"] : []), "status", "runtime", "selected mode", "", "updated"]
+          .map((name) => h("th", {}, name)))),
         h("tbody", {}, ...rows)),
     more);
 }
@@ -271,12 +287,12 @@ async function rootOf(api: WebSocketClient, thread: Thread): Promise<Thread> {
   return current;
 }
 
-async function treeOf(api: WebSocketClient, thread: Thread): Promise<TreeNode> {
+async function treeOf(api: WebSocketClient, thread: Thread, everyone: boolean): Promise<TreeNode> {
   const children: TreeNode[] = [];
   let cursor: string | undefined;
   do {
-    const page = await api.threadList({ parentThreadId: thread.id, limit: 100, cursor });
-    for (const child of page.data ?? []) children.push(await treeOf(api, child));
+    const page = await api.threadList({ parentThreadId: thread.id, limit: 100, cursor, allPrincipals: everyone || undefined });
+    for (const child of page.data ?? []) children.push(await treeOf(api, child, everyone));
     cursor = page.nextCursor || undefined;
   } while (cursor !== undefined);
   const source = thread.source;
@@ -341,14 +357,20 @@ async function threadPage(threadId: string): Promise<void> {
   const read = await api.threadRead({ threadId, includeTurns: true, includeModelRequests: true });
   const thread = read.thread!;
   const root = await rootOf(api, thread);
-  const resumed = await api.threadResume({ threadId, excludeTurns: true });
-  await api.threadUnsubscribe({ threadId }); // the calls' connection does not follow; the live one does
+  // An operator looking at another principal's thread reads it and changes
+  // nothing (the server refuses anything else): no settings, no live view.
+  const readOnly = thread.principal !== undefined && thread.principal !== principal;
+  const resumed = readOnly
+    ? { multiAgentRuntime: thread.multiAgentRuntime, multiAgentMode: thread.multiAgentMode, model: read.settings?.model,
+        approvalPolicy: read.settings?.approvalPolicy }
+    : await api.threadResume({ threadId, excludeTurns: true });
+  if (!readOnly) await api.threadUnsubscribe({ threadId }); // the calls' connection does not follow; the live one does
   const live = h("div", { class: "live", "data-testid": "live", "data-deltas": "0" });
   const treeHolder = h("div", { class: "tree-holder" });
   const turnsHolder = h("div", { class: "turns" });
   const chartHolder = h("div", { class: "chart-holder" });
   const drawTree = async () => {
-    fill(treeHolder, agentTree(await treeOf(api, root), (id) => (location.hash = `#/thread/${id}`), threadId));
+    fill(treeHolder, agentTree(await treeOf(api, root, readOnly), (id) => (location.hash = `#/thread/${id}`), threadId));
   };
   const drawTurns = async () => {
     const fresh = (await api.threadRead({ threadId, includeTurns: true, includeModelRequests: true })).thread!;
@@ -369,7 +391,8 @@ async function threadPage(threadId: string): Promise<void> {
       h("dt", {}, "created"), h("dd", {}, when(thread.createdAt)),
       thread.parentThreadId ? h("dt", {}, "parent") : undefined,
       thread.parentThreadId ? h("dd", {}, h("a", { href: `#/thread/${thread.parentThreadId}` }, thread.parentThreadId)) : undefined),
-    settingsForm(api, thread, resumed.approvalPolicy, () => void threadPage(threadId)),
+    readOnly ? h("p", { class: "read-only", "data-testid": "read-only" }, `${thread.principal}'s thread: read-only for an operator`)
+      : settingsForm(api, thread, resumed.approvalPolicy, () => void threadPage(threadId)),
     h("h2", {}, "Agent tree"), treeHolder,
     h("h2", {}, "Tokens per turn"), chartHolder,
     h("h2", {}, "Live"), live,
@@ -406,7 +429,41 @@ async function threadPage(threadId: string): Promise<void> {
       later(false);
     }
   };
-  follow(root.id ?? threadId);
+  if (readOnly) {
+    following?.stop.abort();
+    following = undefined;
+  } else {
+    follow(root.id ?? threadId);
+  }
+}
+
+async function serverPage(): Promise<void> {
+  const api = await client();
+  const info = api.serverInfo;
+  const [servers, models] = await Promise.all([api.mcpServerList({}), api.modelList({})]);
+  const limits = Object.entries(info?.limits ?? {}).map(([name, value]) => h("tr", {}, h("td", {}, name), h("td", {}, String(value))));
+  fill(main,
+    h("h1", {}, "Server"),
+    h("dl", { class: "facts" },
+      h("dt", {}, "server"), h("dd", {}, `${info?.serverInfo?.name ?? "?"} ${info?.serverInfo?.version ?? ""}`),
+      h("dt", {}, "principal"), h("dd", {}, `${principal ?? "?"}${isOperator ? " (operator)" : ""}`),
+      h("dt", {}, "protocol"), h("dd", {}, String(info?.protocolVersion ?? "?"))),
+    h("h2", {}, "MCP servers"),
+    (servers.servers ?? []).length === 0 ? h("p", { class: "empty" }, "None configured.") :
+      h("table", { class: "threads", "data-testid": "mcp-servers" },
+        h("thead", {}, h("tr", {}, ...["name", "state", "restarts", "tools", "last error"].map((name) => h("th", {}, name)))),
+        h("tbody", {}, ...(servers.servers ?? []).map((server) => h("tr", {},
+          h("td", {}, server.name ?? ""), h("td", {}, label(McpServerState, server.state, "MCP_SERVER_STATE_")),
+          h("td", {}, String(server.restarts ?? 0)), h("td", {}, (server.tools ?? []).map((tool) => tool.name).join(", ")),
+          h("td", {}, server.lastError ?? ""))))),
+    h("h2", {}, "Models"),
+    h("table", { class: "threads", "data-testid": "models" },
+      h("thead", {}, h("tr", {}, ...["model", "provider", "context window", "runtime"].map((name) => h("th", {}, name)))),
+      h("tbody", {}, ...(models.models ?? []).map((model) => h("tr", {},
+        h("td", {}, model.slug ?? ""), h("td", {}, model.provider ?? ""), h("td", {}, String(model.contextWindow ?? "—")),
+        h("td", {}, model.multiAgentVersion ?? ""))))),
+    h("h2", {}, "Limits"),
+    h("table", { class: "threads" }, h("tbody", {}, ...limits)));
 }
 
 async function route(): Promise<void> {
@@ -426,6 +483,11 @@ async function route(): Promise<void> {
     if (path === "/signin") return signIn();
     const thread = path.match(/^\/thread\/([^/]+)$/);
     if (thread) return await threadPage(decodeURIComponent(thread[1]));
+    if (path === "/server") {
+      following?.stop.abort();
+      following = undefined;
+      return await serverPage();
+    }
     following?.stop.abort();
     following = undefined;
     return await threadsPage(query);

@@ -594,6 +594,7 @@ export interface InitializeResult {
   protocolVersion?: number;
   limits?: ServerLimits;
   principal?: string;
+  isOperator?: boolean;
 }
 
 export const InitializeResult: MessageType<InitializeResult> = {
@@ -610,6 +611,9 @@ export const InitializeResult: MessageType<InitializeResult> = {
     }
     if (message.principal !== undefined) {
       writer.tag(4, 2).string(message.principal);
+    }
+    if (message.isOperator !== undefined) {
+      writer.tag(5, 0).bool(message.isOperator);
     }
     return writer;
   },
@@ -640,6 +644,11 @@ export const InitializeResult: MessageType<InitializeResult> = {
         case 4: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.principal = reader.string();
+          break;
+        }
+        case 5: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.isOperator = reader.bool();
           break;
         }
         default:
@@ -3278,6 +3287,7 @@ export interface Thread {
   cwd?: string;
   turns?: Turn[];
   threadSequence?: bigint;
+  principal?: string;
 }
 
 export const Thread: MessageType<Thread> = {
@@ -3333,6 +3343,9 @@ export const Thread: MessageType<Thread> = {
     }
     if (message.threadSequence !== undefined) {
       writer.tag(17, 0).uint64(message.threadSequence);
+    }
+    if (message.principal !== undefined) {
+      writer.tag(18, 2).string(message.principal);
     }
     return writer;
   },
@@ -3428,6 +3441,11 @@ export const Thread: MessageType<Thread> = {
         case 17: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.threadSequence = reader.uint64();
+          break;
+        }
+        case 18: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.principal = reader.string();
           break;
         }
         default:
@@ -4510,6 +4528,7 @@ export interface ThreadListParams {
   parentThreadId?: string;
   archived?: boolean;
   searchTerm?: string;
+  allPrincipals?: boolean;
 }
 
 export const ThreadListParams: MessageType<ThreadListParams> = {
@@ -4535,6 +4554,9 @@ export const ThreadListParams: MessageType<ThreadListParams> = {
     }
     if (message.searchTerm !== undefined) {
       writer.tag(7, 2).string(message.searchTerm);
+    }
+    if (message.allPrincipals !== undefined) {
+      writer.tag(8, 0).bool(message.allPrincipals);
     }
     return writer;
   },
@@ -4580,6 +4602,11 @@ export const ThreadListParams: MessageType<ThreadListParams> = {
         case 7: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.searchTerm = reader.string();
+          break;
+        }
+        case 8: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.allPrincipals = reader.bool();
           break;
         }
         default:

@@ -252,10 +252,17 @@ struct  Threadwire__V1__InitializeResult
    * not authenticate.
    */
   char *principal;
+  /*
+   * True when the tokens file marks this principal `operator`: it may
+   * also read every principal's threads (thread/list with all_principals,
+   * thread/read and thread/turns/list of any thread), and change none of them.
+   */
+  protobuf_c_boolean has_is_operator;
+  protobuf_c_boolean is_operator;
 };
 #define THREADWIRE__V1__INITIALIZE_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__initialize_result__descriptor) \
-    , NULL, 0, 0, NULL, NULL }
+    , NULL, 0, 0, NULL, NULL, 0, 0 }
 
 
 /*

@@ -263,10 +263,15 @@ struct  Threadwire__V1__Thread
    */
   protobuf_c_boolean has_thread_sequence;
   uint64_t thread_sequence;
+  /*
+   * The principal the thread belongs to: reported to operators only
+   * (InitializeResult.is_operator), whose reads span principals.
+   */
+  char *principal;
 };
 #define THREADWIRE__V1__THREAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread__descriptor) \
-    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0 }
+    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0, NULL }
 
 
 /*
@@ -741,10 +746,16 @@ struct  Threadwire__V1__ThreadListParams
    * characters: a trigram index serves it on both stores.
    */
   char *search_term;
+  /*
+   * Every principal's threads, each with its principal: for operators
+   * (InitializeResult.is_operator) only; anyone else gets PERMISSION_DENIED.
+   */
+  protobuf_c_boolean has_all_principals;
+  protobuf_c_boolean all_principals;
 };
 #define THREADWIRE__V1__THREAD_LIST_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_list_params__descriptor) \
-    , NULL, 0, 0, 0, THREADWIRE__V1__THREAD_SORT_KEY__THREAD_SORT_KEY_UNSPECIFIED, 0, THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_UNSPECIFIED, NULL, 0, 0, NULL }
+    , NULL, 0, 0, 0, THREADWIRE__V1__THREAD_SORT_KEY__THREAD_SORT_KEY_UNSPECIFIED, 0, THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_UNSPECIFIED, NULL, 0, 0, NULL, 0, 0 }
 
 
 struct  Threadwire__V1__ThreadListResult
