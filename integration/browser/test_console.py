@@ -203,3 +203,50 @@ def test_assets_have_their_types_cache_headers_and_a_strict_policy(served):
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(web + "/no/such/file.js")
     assert missing.value.code == 404
+
+
+def free_port():
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_open_page_resumes_after_a_server_restart_without_reloading(tmp_path, browser):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\n")
+    tokens.chmod(0o600)
+    frames_port, web_port = free_port(), free_port()
+
+    def start():
+        return start_listening(tmp_path, "--web-listen", f"127.0.0.1:{web_port}", "--auth-tokens", str(tokens),
+                               listen=f"127.0.0.1:{frames_port}")[0]
+
+    proc = start()
+    try:
+        web = f"http://127.0.0.1:{web_port}"
+        with Client("127.0.0.1", frames_port) as alice:
+            alice.initialize("alice", auth_token=ALICE)
+            root = alice.call("thread/start", {"name": "restarted-root"}).thread.id
+            alice.call("turn/start", {"thread_id": root, "input": [{"text": "before the restart"}]})
+        page = Page(browser, web)
+        page.sign_in(ALICE)
+        page.page.goto(f"{web}/#/thread/{root}")
+        expect(page.page.locator("#link")).to_have_text("live")
+        expect(page.page.locator(".turn[data-status='completed']")).to_have_count(1, timeout=20_000)
+        page.page.evaluate("window.loadedOnce = true")
+
+        stop_server(proc)
+        proc = start()
+        with Client("127.0.0.1", frames_port) as alice:
+            alice.initialize("alice", auth_token=ALICE)
+            alice.call("turn/start", {"thread_id": root, "input": [{"text": "after the restart"}]})
+        # The same page (not reloaded) heard the turn made while it was away.
+        expect(page.page.locator(".turn[data-status='completed']")).to_have_count(2, timeout=30_000)
+        expect(page.page.locator(".turns")).to_contain_text("after the restart")
+        expect(page.page.locator("#link")).to_have_text("live")
+        assert page.page.evaluate("window.loadedOnce") is True, "the page was reloaded"
+        # A dropped connection logs a failed socket in the browser; nothing else may.
+        assert [e for e in page.errors if "WebSocket" not in e] == [], page.errors
+    finally:
+        stop_server(proc)

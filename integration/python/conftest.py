@@ -9,12 +9,13 @@ import pytest
 LISTENERS = {"threadwire listening on ": "frames", "threadwire grpc on ": "grpc", "threadwire web on ": "web"}
 
 
-def start_listening(tmp_path, *arguments):
+def start_listening(tmp_path, *arguments, listen="127.0.0.1:0"):
     """The server with the listeners its arguments ask for (--grpc-listen,
-    --web-listen): its process and each listener's address by name."""
+    --web-listen): its process and each listener's address by name. The
+    store is tmp_path/store: a second start on it is a restart."""
     binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
     proc = subprocess.Popen(
-        [binary, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "store"), "--log-level", "error", *arguments],
+        [binary, "--listen", listen, "--data-dir", str(tmp_path / "store"), "--log-level", "error", *arguments],
         stdout=subprocess.PIPE, text=True)
     wanted = 1 + ("--grpc-listen" in arguments) + ("--web-listen" in arguments)
     addresses = {}

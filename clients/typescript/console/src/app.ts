@@ -369,11 +369,12 @@ async function threadPage(threadId: string): Promise<void> {
   const treeHolder = h("div", { class: "tree-holder" });
   const turnsHolder = h("div", { class: "turns" });
   const chartHolder = h("div", { class: "chart-holder" });
+  // Redraws ask client() each time: after a dropped connection it dials again.
   const drawTree = async () => {
-    fill(treeHolder, agentTree(await treeOf(api, root, readOnly), (id) => (location.hash = `#/thread/${id}`), threadId));
+    fill(treeHolder, agentTree(await treeOf(await client(), root, readOnly), (id) => (location.hash = `#/thread/${id}`), threadId));
   };
   const drawTurns = async () => {
-    const fresh = (await api.threadRead({ threadId, includeTurns: true, includeModelRequests: true })).thread!;
+    const fresh = (await (await client()).threadRead({ threadId, includeTurns: true, includeModelRequests: true })).thread!;
     const turns = fresh.turns ?? [];
     fill(turnsHolder, ...turns.map(renderTurn).reverse());
     fill(chartHolder, turns.length === 0 ? h("p", { class: "empty" }, "No turns yet.")
