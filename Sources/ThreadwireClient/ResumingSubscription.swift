@@ -117,6 +117,7 @@ extension Wire.Notification.Payload {
         case let .serverRequestResolved(n): n.threadId
         case let .threadTokenUsageUpdated(n): n.threadId
         case let .threadRolledBack(n): n.threadId
+        case let .threadReverted(n): n.threadId
         case let .threadNameUpdated(n): n.threadId
         }
     }

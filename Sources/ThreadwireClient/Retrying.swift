@@ -44,7 +44,7 @@ extension Wire.Request.Params {
         switch self {
         case .threadStart, .threadResume, .threadFork, .threadArchive, .threadUnarchive, .threadUnsubscribe, .threadSettingsUpdate,
              .agentSpawn, .threadToolsUpdate, .threadCompactStart, .threadRollback, .threadNameSet, .turnStart, .turnInterrupt,
-             .turnSteer, .threadImport:
+             .turnSteer, .threadImport, .threadRevert:
             true
         case .initialize, .healthCheck, .reflectionDescriptors, .threadRead, .threadList, .threadTurnsList, .mcpServerList,
              .modelList, .threadSubscribe:

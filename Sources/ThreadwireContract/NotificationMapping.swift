@@ -22,6 +22,7 @@ public enum NotificationMapping {
         case .serverRequestResolved: "server_request/resolved"
         case .tokenUsage: "thread/token_usage/updated"
         case .rolledBack: "thread/rolled_back"
+        case .reverted: "thread/reverted"
         case .nameUpdated: "thread/name/updated"
         case .serverRequest, .replayed: nil
         }
@@ -61,6 +62,8 @@ public enum NotificationMapping {
                 contextWindow: report.contextWindow.map(UInt64.init), nextRequestShare: report.nextRequestShare))
         case let .rolledBack(id, turnIDs):
             return .threadRolledBack(Wire.ThreadRolledBackNotification(threadId: id, turnIds: turnIDs))
+        case let .reverted(id, turnIDs):
+            return .threadReverted(Wire.ThreadRevertedNotification(threadId: id, turnIds: turnIDs))
         case let .nameUpdated(id, name):
             return .threadNameUpdated(Wire.ThreadNameUpdatedNotification(threadId: id, name: name))
         case .serverRequest, .replayed:

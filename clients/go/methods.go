@@ -272,6 +272,18 @@ func (c *Client) ThreadSubscribe(ctx context.Context, params *pb.ThreadSubscribe
 	return response.GetThreadSubscribe(), nil
 }
 
+// ThreadRevert calls "thread/revert". A nil params sends an empty message.
+func (c *Client) ThreadRevert(ctx context.Context, params *pb.ThreadRevertParams) (*pb.ThreadRevertResult, error) {
+	if params == nil {
+		params = &pb.ThreadRevertParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadRevert{ThreadRevert: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadRevert(), nil
+}
+
 // TurnStart calls "turn/start". A nil params sends an empty message.
 func (c *Client) TurnStart(ctx context.Context, params *pb.TurnStartParams) (*pb.TurnStartResult, error) {
 	if params == nil {
@@ -355,6 +367,8 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/import"
 	case *pb.Request_ThreadSubscribe:
 		return "thread/subscribe"
+	case *pb.Request_ThreadRevert:
+		return "thread/revert"
 	case *pb.Request_TurnStart:
 		return "turn/start"
 	case *pb.Request_TurnInterrupt:
@@ -398,6 +412,8 @@ func NotificationMethod(message *pb.Notification) string {
 		return "thread/rolled_back"
 	case *pb.Notification_ThreadNameUpdated:
 		return "thread/name/updated"
+	case *pb.Notification_ThreadReverted:
+		return "thread/reverted"
 	}
 	return ""
 }

@@ -72,6 +72,7 @@ local METHODS = {
   [36] = "thread/name/set",
   [37] = "thread/import",
   [38] = "thread/subscribe",
+  [39] = "thread/revert",
   [40] = "turn/start",
   [41] = "turn/interrupt",
   [42] = "turn/steer",
@@ -92,6 +93,7 @@ local NOTIFICATIONS = {
   [26] = "thread/token_usage/updated",
   [27] = "thread/rolled_back",
   [28] = "thread/name/updated",
+  [29] = "thread/reverted",
 }
 local SERVER_REQUESTS = {
   [10] = "item/tool/call",

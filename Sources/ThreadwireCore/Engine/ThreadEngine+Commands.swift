@@ -194,7 +194,14 @@ extension ThreadEngine {
     /// loaded), so it never waits for the source's commands. A fork is a new
     /// root: it keeps the runtime, settings and history, not the source's
     /// place in an agent tree (it would hold a child slot nobody reserved).
-    public func forkThread(_ sourceID: ThreadID, model: String?, excludeTurns: Bool, connection: ConnectionID) async throws -> Outcome<ThreadView> {
+    /// Where thread/fork branches: after this turn, or before it.
+    public enum ForkPosition: Sendable {
+        case at(TurnID)
+        case before(TurnID)
+    }
+
+    public func forkThread(_ sourceID: ThreadID, model: String?, excludeTurns: Bool, position: ForkPosition? = nil,
+                           connection: ConnectionID) async throws -> Outcome<ThreadView> {
         let model = try nonEmpty(model, field: "model")
         let source: StoredThread
         if let live = liveSnapshot(sourceID)?.stored {
@@ -230,7 +237,28 @@ extension ThreadEngine {
         if let model { record.model = model }
 
         var history = source.history
-        var turns = source.turns.map { turn -> TurnRecord in
+        var branch = Array(source.turns)
+        if let position {
+            // The branch holds the turns up to the position and the model
+            // context as it stood when the first later turn began.
+            let (turnID, included) = switch position {
+            case let .at(turn): (turn, true)
+            case let .before(turn): (turn, false)
+            }
+            guard let index = branch.firstIndex(where: { $0.id == turnID }) else {
+                throw DomainError.notFound("turn \(turnID) is not a turn of thread \(sourceID)")
+            }
+            let end = included ? index + 1 : index
+            if end < branch.count {
+                guard let cut = branch[end].historyStart else {
+                    throw DomainError.failedPrecondition(
+                        "turn \(branch[end].id) was stored before its place in the history was recorded; fork at a later turn or at the end")
+                }
+                history = ChunkedArray(history.prefix(cut))
+                branch = Array(branch.prefix(end))
+            }
+        }
+        var turns = branch.map { turn -> TurnRecord in
             var copy = turn
             copy.threadID = id
             return copy

@@ -77,24 +77,63 @@ extension ThreadEngine {
     /// the transcript, in one commit.
     public func rollback(_ id: ThreadID, numTurns: Int) async throws -> Outcome<[TurnID]> {
         guard numTurns >= 1 else { throw DomainError.invalidArgument("num_turns must be at least 1") }
-        return try await withOwner(id) { owner in
-            defer { scheduleUnloadIfIdle(owner) }
-            var next = owner.current
-            if let active = next.activeTurn {
-                throw DomainError.failedPrecondition(
-                    "thread \(id) has a running turn (\(active.id)); interrupt it or let it end before rolling back")
-            }
-            let live = next.turns.indices.filter { !next.turns[$0].rolledBack }
+        return try await takeBack(id, verb: "rolling back", marker: "thread/rollback: \(numTurns) turn(s)") { turns in
+            let live = turns.indices.filter { !turns[$0].rolledBack }
             guard numTurns <= live.count else {
                 throw DomainError.invalidArgument(
                     "num_turns \(numTurns) is more than the \(live.count) turn(s) of thread \(id) that are not rolled back")
             }
-            let targets = Array(live.suffix(numTurns))
-            guard let from = next.turns[targets[0]].historyStart else {
-                throw DomainError.failedPrecondition(
-                    "turn \(next.turns[targets[0]].id) was stored before rollback existed (its place in the history is unknown); it cannot be rolled back")
+            return Array(live.suffix(numTurns))
+        } event: { .rolledBack(id, $0) }
+    }
+
+    /// Where thread/revert starts taking turns back.
+    public enum RevertBoundary: Sendable {
+        /// This turn and every later one.
+        case before(TurnID)
+        /// Every turn after this one.
+        case after(TurnID)
+    }
+
+    /// thread/revert: the turns from a boundary on leave the model's context
+    /// as in a rollback (turns already rolled back stay as they are).
+    public func revert(_ id: ThreadID, _ boundary: RevertBoundary) async throws -> Outcome<[TurnID]> {
+        let (turnID, included) = switch boundary {
+        case let .before(turn): (turn, true)
+        case let .after(turn): (turn, false)
+        }
+        return try await takeBack(id, verb: "reverting", marker: "thread/revert: \(included ? "from" : "after") turn \(turnID)") { turns in
+            guard let index = turns.firstIndex(where: { $0.id == turnID }) else {
+                throw DomainError.notFound("turn \(turnID) is not a turn of thread \(id)")
             }
-            let marker = ContextItem(role: .developer, kind: .rollbackMarker, text: "thread/rollback: \(numTurns) turn(s)", rollsBackFrom: from)
+            guard !turns[index].rolledBack else {
+                throw DomainError.failedPrecondition("turn \(turnID) is already rolled back; revert from a turn still in the context")
+            }
+            let first = included ? index : index + 1
+            return (first..<turns.count).filter { !turns[$0].rolledBack }
+        } event: { .reverted(id, $0) }
+    }
+
+    /// Takes the turns `targets` picks out of the model's context: a marker
+    /// appended to history (from the first one's place on) and the turns
+    /// marked, in one commit. No targets: nothing changes and nothing is sent.
+    private func takeBack(_ id: ThreadID, verb: String, marker text: String,
+                          targets pick: @Sendable (ChunkedArray<TurnRecord>) throws -> [Int],
+                          event: @Sendable ([TurnID]) -> ThreadEvent) async throws -> Outcome<[TurnID]> {
+        try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            var next = owner.current
+            if let active = next.activeTurn {
+                throw DomainError.failedPrecondition(
+                    "thread \(id) has a running turn (\(active.id)); interrupt it or let it end before \(verb)")
+            }
+            let targets = try pick(next.turns)
+            guard let firstTarget = targets.first else { return Outcome([]) }
+            guard let from = next.turns[firstTarget].historyStart else {
+                throw DomainError.failedPrecondition(
+                    "turn \(next.turns[firstTarget].id) was stored before rollback existed (its place in the history is unknown); it cannot be rolled back")
+            }
+            let marker = ContextItem(role: .developer, kind: .rollbackMarker, text: text, rollsBackFrom: from)
             var operations: [StoreOperation] = [.appendHistory(id, firstSequence: next.history.count, items: [marker])]
             next.history.append(marker)
             for index in targets {
@@ -105,7 +144,7 @@ extension ThreadEngine {
             operations.insert(.putThread(next.record.bumped()), at: 0)
             let turnIDs = targets.map { next.turns[$0].id }
             let deliveries = try await install(owner, next, operations, events: [
-                Delivery(event: .rolledBack(id, turnIDs), recipients: owner.subscribers)])
+                Delivery(event: event(turnIDs), recipients: owner.subscribers)])
             owner.usageTotal = nil
             changes.changed(id)
             return Outcome(turnIDs, publications: [owner.publisher.ticket(deliveries)])

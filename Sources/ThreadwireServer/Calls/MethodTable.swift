@@ -44,6 +44,8 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.compactStart),
             .method("thread/rollback", params: { if case let .threadRollback(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.rollback),
+            .method("thread/revert", params: { if case let .threadRevert(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.revert),
             .method("thread/import", params: { if case let .threadImport(p) = $0 { p } else { nil } },
                     mutates: true, run: ImportHandlers.importRollout),
             .method("thread/name/set", params: { if case let .threadNameSet(p) = $0 { p } else { nil } },

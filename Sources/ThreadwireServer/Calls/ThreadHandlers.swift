@@ -54,7 +54,13 @@ enum ThreadHandlers {
 
     @Sendable static func fork(_ p: Wire.ThreadForkParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
         try await lifecycle(call, wrap: { .threadFork($0) }) {
-            try await call.engine.forkThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false, connection: call.connection.id)
+            let position: ThreadEngine.ForkPosition? = switch p.position {
+            case let .atTurnId(turn)?: .at(turn)
+            case let .beforeTurnId(turn)?: .before(turn)
+            case nil: nil
+            }
+            return try await call.engine.forkThread(try call.target(), model: p.model, excludeTurns: p.excludeTurns ?? false,
+                                                    position: position, connection: call.connection.id)
         }
     }
 
@@ -176,6 +182,16 @@ enum ThreadHandlers {
         guard let count = p.numTurns else { throw RequestError(.invalidArgument, "num_turns is required") }
         let outcome = try await call.engine.rollback(try call.target(), numTurns: Int(count))
         return Outcome(.threadRollback(Wire.ThreadRollbackResult(turnIds: outcome.value)), carrying: outcome)
+    }
+
+    @Sendable static func revert(_ p: Wire.ThreadRevertParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let boundary: ThreadEngine.RevertBoundary = switch p.boundary {
+        case let .beforeTurnId(turn)?: .before(turn)
+        case let .afterTurnId(turn)?: .after(turn)
+        case nil: throw RequestError(.invalidArgument, "before_turn_id or after_turn_id is required")
+        }
+        let outcome = try await call.engine.revert(try call.target(), boundary)
+        return Outcome(.threadRevert(Wire.ThreadRevertResult(turnIds: outcome.value)), carrying: outcome)
     }
 
     @Sendable static func setName(_ p: Wire.ThreadNameSetParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {

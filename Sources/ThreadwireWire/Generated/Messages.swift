@@ -6531,17 +6531,52 @@ extension Wire {
     public var threadId: String?
     public var model: String?
     public var excludeTurns: Bool?
+    public var position: Position?
+
+    public enum Position: Sendable, Equatable {
+      case atTurnId(String)
+      case beforeTurnId(String)
+
+      /// The field name in the .proto (method names derive from it).
+      public var fieldName: String {
+        switch self {
+        case .atTurnId: return "at_turn_id"
+        case .beforeTurnId: return "before_turn_id"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .atTurnId: return "at/turn/id"
+        case .beforeTurnId: return "before/turn/id"
+        }
+      }
+
+      public static let fieldNames: [String] = ["at_turn_id", "before_turn_id"]
+
+      /// Builds the case for a field name from its JSON value; nil for an unknown name.
+      public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
+        switch fieldName {
+        case "at_turn_id", "atTurnId": return .atTurnId(try json.stringValue(path: path))
+        case "before_turn_id", "beforeTurnId": return .beforeTurnId(try json.stringValue(path: path))
+        default: return nil
+        }
+      }
+    }
 
     public init() {
       self.threadId = nil
       self.model = nil
       self.excludeTurns = nil
+      self.position = nil
     }
 
-    public init(threadId: String? = nil, model: String? = nil, excludeTurns: Bool? = nil) {
+    public init(threadId: String? = nil, model: String? = nil, excludeTurns: Bool? = nil, position: Position? = nil) {
       self.threadId = threadId
       self.model = model
       self.excludeTurns = excludeTurns
+      self.position = position
     }
   }
 }
@@ -6555,12 +6590,26 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
     if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
     if c.pointee.has_exclude_turns != 0 { self.excludeTurns = c.pointee.exclude_turns != 0 }
+    switch Int(c.pointee.position_case.rawValue) {
+    case 4: self.position = .atTurnId(try wireString(c.pointee.at_turn_id, field: "at_turn_id"))
+    case 5: self.position = .beforeTurnId(try wireString(c.pointee.before_turn_id, field: "before_turn_id"))
+    default: self.position = nil
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadForkParams, arena: inout CodecArena) {
     if let v = self.threadId { c.thread_id = arena.cString(v) }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.excludeTurns { c.has_exclude_turns = 1; c.exclude_turns = v ? 1 : 0 }
+    switch self.position {
+    case .atTurnId(let v)?:
+      c.position_case = .init(rawValue: 4)
+      c.at_turn_id = arena.cString(v)
+    case .beforeTurnId(let v)?:
+      c.position_case = .init(rawValue: 5)
+      c.before_turn_id = arena.cString(v)
+    case nil: break
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -6594,6 +6643,11 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
     if let v = threadId { object.append(("thread_id", .string(v))) }
     if let v = model { object.append(("model", .string(v))) }
     if let v = excludeTurns { object.append(("exclude_turns", .bool(v))) }
+    switch position {
+    case .atTurnId(let v)?: object.append(("at_turn_id", .string(v)))
+    case .beforeTurnId(let v)?: object.append(("before_turn_id", .string(v)))
+    case nil: break
+    }
     return .object(object)
   }
 
@@ -6605,6 +6659,9 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
       case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
       case "model": self.model = try value.stringValue(path: keyPath)
       case "exclude_turns", "excludeTurns": self.excludeTurns = try value.boolValue(path: keyPath)
+      case "at_turn_id", "atTurnId", "before_turn_id", "beforeTurnId":
+        if self.position != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'position' is set") }
+        self.position = try Position.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -8391,6 +8448,295 @@ extension Wire.ThreadCompactStartResult: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadRevertParams: Sendable, Equatable {
+    public var threadId: String?
+    public var boundary: Boundary?
+
+    public enum Boundary: Sendable, Equatable {
+      case beforeTurnId(String)
+      case afterTurnId(String)
+
+      /// The field name in the .proto (method names derive from it).
+      public var fieldName: String {
+        switch self {
+        case .beforeTurnId: return "before_turn_id"
+        case .afterTurnId: return "after_turn_id"
+        }
+      }
+
+      /// The field name with "_" read as "/" ("thread_start" is "thread/start").
+      public var methodName: String {
+        switch self {
+        case .beforeTurnId: return "before/turn/id"
+        case .afterTurnId: return "after/turn/id"
+        }
+      }
+
+      public static let fieldNames: [String] = ["before_turn_id", "after_turn_id"]
+
+      /// Builds the case for a field name from its JSON value; nil for an unknown name.
+      public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
+        switch fieldName {
+        case "before_turn_id", "beforeTurnId": return .beforeTurnId(try json.stringValue(path: path))
+        case "after_turn_id", "afterTurnId": return .afterTurnId(try json.stringValue(path: path))
+        default: return nil
+        }
+      }
+    }
+
+    public init() {
+      self.threadId = nil
+      self.boundary = nil
+    }
+
+    public init(threadId: String? = nil, boundary: Boundary? = nil) {
+      self.threadId = threadId
+      self.boundary = boundary
+    }
+  }
+}
+
+extension Wire.ThreadRevertParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadRevertParams"
+  typealias CMessage = Threadwire__V1__ThreadRevertParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadRevertParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    switch Int(c.pointee.boundary_case.rawValue) {
+    case 2: self.boundary = .beforeTurnId(try wireString(c.pointee.before_turn_id, field: "before_turn_id"))
+    case 3: self.boundary = .afterTurnId(try wireString(c.pointee.after_turn_id, field: "after_turn_id"))
+    default: self.boundary = nil
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadRevertParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    switch self.boundary {
+    case .beforeTurnId(let v)?:
+      c.boundary_case = .init(rawValue: 2)
+      c.before_turn_id = arena.cString(v)
+    case .afterTurnId(let v)?:
+      c.boundary_case = .init(rawValue: 3)
+      c.after_turn_id = arena.cString(v)
+    case nil: break
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_revert_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_revert_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadRevertParams()
+      threadwire__v1__thread_revert_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_revert_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_revert_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    switch boundary {
+    case .beforeTurnId(let v)?: object.append(("before_turn_id", .string(v)))
+    case .afterTurnId(let v)?: object.append(("after_turn_id", .string(v)))
+    case nil: break
+    }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "before_turn_id", "beforeTurnId", "after_turn_id", "afterTurnId":
+        if self.boundary != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'boundary' is set") }
+        self.boundary = try Boundary.fromJSON(fieldName: key, value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadRevertResult: Sendable, Equatable {
+    public var turnIds: [String]
+
+    public init() {
+      self.turnIds = []
+    }
+
+    public init(turnIds: [String] = []) {
+      self.turnIds = turnIds
+    }
+  }
+}
+
+extension Wire.ThreadRevertResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadRevertResult"
+  typealias CMessage = Threadwire__V1__ThreadRevertResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadRevertResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
+      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadRevertResult, arena: inout CodecArena) {
+    if !self.turnIds.isEmpty {
+      c.n_turn_ids = self.turnIds.count
+      c.turn_ids = arena.array(self.turnIds) { value, arena in arena.cString(value) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_revert_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_revert_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadRevertResult()
+      threadwire__v1__thread_revert_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_revert_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_revert_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !turnIds.isEmpty { object.append(("turn_ids", .array(turnIds.map { .string($0) }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "turn_ids", "turnIds": self.turnIds = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadRevertedNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var turnIds: [String]
+
+    public init() {
+      self.threadId = nil
+      self.turnIds = []
+    }
+
+    public init(threadId: String? = nil, turnIds: [String] = []) {
+      self.threadId = threadId
+      self.turnIds = turnIds
+    }
+  }
+}
+
+extension Wire.ThreadRevertedNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadRevertedNotification"
+  typealias CMessage = Threadwire__V1__ThreadRevertedNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadRevertedNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
+      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadRevertedNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if !self.turnIds.isEmpty {
+      c.n_turn_ids = self.turnIds.count
+      c.turn_ids = arena.array(self.turnIds) { value, arena in arena.cString(value) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_reverted_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_reverted_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadRevertedNotification()
+      threadwire__v1__thread_reverted_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_reverted_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_reverted_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if !turnIds.isEmpty { object.append(("turn_ids", .array(turnIds.map { .string($0) }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_ids", "turnIds": self.turnIds = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ThreadRollbackParams: Sendable, Equatable {
     public var threadId: String?
     public var numTurns: UInt32?
@@ -9557,6 +9903,7 @@ extension Wire {
       case threadNameSet(Wire.ThreadNameSetParams)
       case threadImport(Wire.ThreadImportParams)
       case threadSubscribe(Wire.ThreadSubscribeParams)
+      case threadRevert(Wire.ThreadRevertParams)
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
       case turnSteer(Wire.TurnSteerParams)
@@ -9586,6 +9933,7 @@ extension Wire {
         case .threadNameSet: return "thread_name_set"
         case .threadImport: return "thread_import"
         case .threadSubscribe: return "thread_subscribe"
+        case .threadRevert: return "thread_revert"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
@@ -9617,13 +9965,14 @@ extension Wire {
         case .threadNameSet: return "thread/name/set"
         case .threadImport: return "thread/import"
         case .threadSubscribe: return "thread/subscribe"
+        case .threadRevert: return "thread/revert"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -9650,6 +9999,7 @@ extension Wire {
         case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetParams(json: json, path: path))
         case "thread_import", "threadImport": return .threadImport(try Wire.ThreadImportParams(json: json, path: path))
         case "thread_subscribe", "threadSubscribe": return .threadSubscribe(try Wire.ThreadSubscribeParams(json: json, path: path))
+        case "thread_revert", "threadRevert": return .threadRevert(try Wire.ThreadRevertParams(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerParams(json: json, path: path))
@@ -9736,6 +10086,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadImport(try Wire.ThreadImportParams(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
     case 38:
       do throws(WireError) { self.params = .threadSubscribe(try Wire.ThreadSubscribeParams(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
+    case 39:
+      do throws(WireError) { self.params = .threadRevert(try Wire.ThreadRevertParams(c: wireRequired(c.pointee.thread_revert))) } catch { throw error.nested(in: "thread_revert") }
     case 40:
       do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -9821,6 +10173,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadSubscribe(let v)?:
       c.params_case = .init(rawValue: 38)
       c.thread_subscribe = arena.message(v, Threadwire__V1__ThreadSubscribeParams(), threadwire__v1__thread_subscribe_params__init)
+    case .threadRevert(let v)?:
+      c.params_case = .init(rawValue: 39)
+      c.thread_revert = arena.message(v, Threadwire__V1__ThreadRevertParams(), threadwire__v1__thread_revert_params__init)
     case .turnStart(let v)?:
       c.params_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartParams(), threadwire__v1__turn_start_params__init)
@@ -9889,6 +10244,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
     case .threadImport(let v)?: object.append(("thread_import", v.jsonValue()))
     case .threadSubscribe(let v)?: object.append(("thread_subscribe", v.jsonValue()))
+    case .threadRevert(let v)?: object.append(("thread_revert", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
@@ -9906,7 +10262,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -9945,6 +10301,7 @@ extension Wire {
       case threadNameSet(Wire.ThreadNameSetResult)
       case threadImport(Wire.ThreadImportResult)
       case threadSubscribe(Wire.ThreadSubscribeResult)
+      case threadRevert(Wire.ThreadRevertResult)
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
       case turnSteer(Wire.TurnSteerResult)
@@ -9974,6 +10331,7 @@ extension Wire {
         case .threadNameSet: return "thread_name_set"
         case .threadImport: return "thread_import"
         case .threadSubscribe: return "thread_subscribe"
+        case .threadRevert: return "thread_revert"
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
@@ -10005,13 +10363,14 @@ extension Wire {
         case .threadNameSet: return "thread/name/set"
         case .threadImport: return "thread/import"
         case .threadSubscribe: return "thread/subscribe"
+        case .threadRevert: return "thread/revert"
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10038,6 +10397,7 @@ extension Wire {
         case "thread_name_set", "threadNameSet": return .threadNameSet(try Wire.ThreadNameSetResult(json: json, path: path))
         case "thread_import", "threadImport": return .threadImport(try Wire.ThreadImportResult(json: json, path: path))
         case "thread_subscribe", "threadSubscribe": return .threadSubscribe(try Wire.ThreadSubscribeResult(json: json, path: path))
+        case "thread_revert", "threadRevert": return .threadRevert(try Wire.ThreadRevertResult(json: json, path: path))
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerResult(json: json, path: path))
@@ -10116,6 +10476,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadImport(try Wire.ThreadImportResult(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
     case 38:
       do throws(WireError) { self.result = .threadSubscribe(try Wire.ThreadSubscribeResult(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
+    case 39:
+      do throws(WireError) { self.result = .threadRevert(try Wire.ThreadRevertResult(c: wireRequired(c.pointee.thread_revert))) } catch { throw error.nested(in: "thread_revert") }
     case 40:
       do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
@@ -10197,6 +10559,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadSubscribe(let v)?:
       c.result_case = .init(rawValue: 38)
       c.thread_subscribe = arena.message(v, Threadwire__V1__ThreadSubscribeResult(), threadwire__v1__thread_subscribe_result__init)
+    case .threadRevert(let v)?:
+      c.result_case = .init(rawValue: 39)
+      c.thread_revert = arena.message(v, Threadwire__V1__ThreadRevertResult(), threadwire__v1__thread_revert_result__init)
     case .turnStart(let v)?:
       c.result_case = .init(rawValue: 40)
       c.turn_start = arena.message(v, Threadwire__V1__TurnStartResult(), threadwire__v1__turn_start_result__init)
@@ -10264,6 +10629,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadNameSet(let v)?: object.append(("thread_name_set", v.jsonValue()))
     case .threadImport(let v)?: object.append(("thread_import", v.jsonValue()))
     case .threadSubscribe(let v)?: object.append(("thread_subscribe", v.jsonValue()))
+    case .threadRevert(let v)?: object.append(("thread_revert", v.jsonValue()))
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
@@ -10280,7 +10646,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -10312,6 +10678,7 @@ extension Wire {
       case threadTokenUsageUpdated(Wire.ThreadTokenUsageUpdatedNotification)
       case threadRolledBack(Wire.ThreadRolledBackNotification)
       case threadNameUpdated(Wire.ThreadNameUpdatedNotification)
+      case threadReverted(Wire.ThreadRevertedNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -10331,6 +10698,7 @@ extension Wire {
         case .threadTokenUsageUpdated: return "thread_token_usage_updated"
         case .threadRolledBack: return "thread_rolled_back"
         case .threadNameUpdated: return "thread_name_updated"
+        case .threadReverted: return "thread_reverted"
         }
       }
 
@@ -10352,10 +10720,11 @@ extension Wire {
         case .threadTokenUsageUpdated: return "thread/token_usage/updated"
         case .threadRolledBack: return "thread/rolled_back"
         case .threadNameUpdated: return "thread/name/updated"
+        case .threadReverted: return "thread/reverted"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated", "thread_reverted"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10375,6 +10744,7 @@ extension Wire {
         case "thread_token_usage_updated", "threadTokenUsageUpdated": return .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(json: json, path: path))
         case "thread_rolled_back", "threadRolledBack": return .threadRolledBack(try Wire.ThreadRolledBackNotification(json: json, path: path))
         case "thread_name_updated", "threadNameUpdated": return .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(json: json, path: path))
+        case "thread_reverted", "threadReverted": return .threadReverted(try Wire.ThreadRevertedNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -10441,6 +10811,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .threadRolledBack(try Wire.ThreadRolledBackNotification(c: wireRequired(c.pointee.thread_rolled_back))) } catch { throw error.nested(in: "thread_rolled_back") }
     case 28:
       do throws(WireError) { self.payload = .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(c: wireRequired(c.pointee.thread_name_updated))) } catch { throw error.nested(in: "thread_name_updated") }
+    case 29:
+      do throws(WireError) { self.payload = .threadReverted(try Wire.ThreadRevertedNotification(c: wireRequired(c.pointee.thread_reverted))) } catch { throw error.nested(in: "thread_reverted") }
     default: self.payload = nil
     }
   }
@@ -10498,6 +10870,9 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadNameUpdated(let v)?:
       c.payload_case = .init(rawValue: 28)
       c.thread_name_updated = arena.message(v, Threadwire__V1__ThreadNameUpdatedNotification(), threadwire__v1__thread_name_updated_notification__init)
+    case .threadReverted(let v)?:
+      c.payload_case = .init(rawValue: 29)
+      c.thread_reverted = arena.message(v, Threadwire__V1__ThreadRevertedNotification(), threadwire__v1__thread_reverted_notification__init)
     case nil: break
     }
   }
@@ -10549,6 +10924,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadTokenUsageUpdated(let v)?: object.append(("thread_token_usage_updated", v.jsonValue()))
     case .threadRolledBack(let v)?: object.append(("thread_rolled_back", v.jsonValue()))
     case .threadNameUpdated(let v)?: object.append(("thread_name_updated", v.jsonValue()))
+    case .threadReverted(let v)?: object.append(("thread_reverted", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -10562,7 +10938,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated", "thread_reverted", "threadReverted":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -578,6 +578,10 @@ public enum WireFixtures {
         message.threadId = "thread_id héllo ✓ 0"
         message.model = "model héllo ✓ 0"
         message.excludeTurns = true
+        switch variant % 2 {
+        case 0: message.position = .atTurnId("at_turn_id héllo ✓ 0")
+        default: message.position = .beforeTurnId("before_turn_id héllo ✓ 1")
+        }
         return message
     }
 
@@ -737,6 +741,29 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadRevertParams(_ variant: Int) -> Wire.ThreadRevertParams {
+        var message = Wire.ThreadRevertParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        switch variant % 2 {
+        case 0: message.boundary = .beforeTurnId("before_turn_id héllo ✓ 0")
+        default: message.boundary = .afterTurnId("after_turn_id héllo ✓ 1")
+        }
+        return message
+    }
+
+    public static func ThreadRevertResult(_ variant: Int) -> Wire.ThreadRevertResult {
+        var message = Wire.ThreadRevertResult()
+        message.turnIds = ["turn_ids héllo ✓ 1", "turn_ids héllo ✓ 2"]
+        return message
+    }
+
+    public static func ThreadRevertedNotification(_ variant: Int) -> Wire.ThreadRevertedNotification {
+        var message = Wire.ThreadRevertedNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.turnIds = ["turn_ids héllo ✓ 1", "turn_ids héllo ✓ 2"]
+        return message
+    }
+
     public static func ThreadRollbackParams(_ variant: Int) -> Wire.ThreadRollbackParams {
         var message = Wire.ThreadRollbackParams()
         message.threadId = "thread_id héllo ✓ 0"
@@ -844,7 +871,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 25 {
+        switch variant % 26 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -867,8 +894,9 @@ public enum WireFixtures {
         case 19: message.params = .threadNameSet(ThreadNameSetParams(0))
         case 20: message.params = .threadImport(ThreadImportParams(0))
         case 21: message.params = .threadSubscribe(ThreadSubscribeParams(0))
-        case 22: message.params = .turnStart(TurnStartParams(0))
-        case 23: message.params = .turnInterrupt(TurnInterruptParams(0))
+        case 22: message.params = .threadRevert(ThreadRevertParams(0))
+        case 23: message.params = .turnStart(TurnStartParams(0))
+        case 24: message.params = .turnInterrupt(TurnInterruptParams(0))
         default: message.params = .turnSteer(TurnSteerParams(0))
         }
         return message
@@ -879,7 +907,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 25 {
+        switch variant % 26 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -902,8 +930,9 @@ public enum WireFixtures {
         case 19: message.result = .threadNameSet(ThreadNameSetResult(0))
         case 20: message.result = .threadImport(ThreadImportResult(0))
         case 21: message.result = .threadSubscribe(ThreadSubscribeResult(0))
-        case 22: message.result = .turnStart(TurnStartResult(0))
-        case 23: message.result = .turnInterrupt(TurnInterruptResult(0))
+        case 22: message.result = .threadRevert(ThreadRevertResult(0))
+        case 23: message.result = .turnStart(TurnStartResult(0))
+        case 24: message.result = .turnInterrupt(TurnInterruptResult(0))
         default: message.result = .turnSteer(TurnSteerResult(0))
         }
         return message
@@ -914,7 +943,7 @@ public enum WireFixtures {
         message.sequence = UInt64(9223372036854775809)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.threadSequence = UInt64(9223372036854775811)
-        switch variant % 15 {
+        switch variant % 16 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -929,7 +958,8 @@ public enum WireFixtures {
         case 11: message.payload = .serverRequestResolved(ServerRequestResolvedNotification(0))
         case 12: message.payload = .threadTokenUsageUpdated(ThreadTokenUsageUpdatedNotification(0))
         case 13: message.payload = .threadRolledBack(ThreadRolledBackNotification(0))
-        default: message.payload = .threadNameUpdated(ThreadNameUpdatedNotification(0))
+        case 14: message.payload = .threadNameUpdated(ThreadNameUpdatedNotification(0))
+        default: message.payload = .threadReverted(ThreadRevertedNotification(0))
         }
         return message
     }
@@ -1004,6 +1034,7 @@ public enum WireFixtures {
         ("ThreadSubscribeParams#0", { try roundTrip(ThreadSubscribeParams(0)) }),
         ("ThreadSubscribeResult#0", { try roundTrip(ThreadSubscribeResult(0)) }),
         ("ThreadForkParams#0", { try roundTrip(ThreadForkParams(0)) }),
+        ("ThreadForkParams#1", { try roundTrip(ThreadForkParams(1)) }),
         ("ThreadReadParams#0", { try roundTrip(ThreadReadParams(0)) }),
         ("ThreadReadResult#0", { try roundTrip(ThreadReadResult(0)) }),
         ("ThreadToolsUpdateParams#0", { try roundTrip(ThreadToolsUpdateParams(0)) }),
@@ -1026,6 +1057,10 @@ public enum WireFixtures {
         ("ThreadClosedNotification#0", { try roundTrip(ThreadClosedNotification(0)) }),
         ("ThreadCompactStartParams#0", { try roundTrip(ThreadCompactStartParams(0)) }),
         ("ThreadCompactStartResult#0", { try roundTrip(ThreadCompactStartResult(0)) }),
+        ("ThreadRevertParams#0", { try roundTrip(ThreadRevertParams(0)) }),
+        ("ThreadRevertParams#1", { try roundTrip(ThreadRevertParams(1)) }),
+        ("ThreadRevertResult#0", { try roundTrip(ThreadRevertResult(0)) }),
+        ("ThreadRevertedNotification#0", { try roundTrip(ThreadRevertedNotification(0)) }),
         ("ThreadRollbackParams#0", { try roundTrip(ThreadRollbackParams(0)) }),
         ("ThreadRollbackResult#0", { try roundTrip(ThreadRollbackResult(0)) }),
         ("ThreadRolledBackNotification#0", { try roundTrip(ThreadRolledBackNotification(0)) }),
@@ -1067,6 +1102,7 @@ public enum WireFixtures {
         ("Request#22", { try roundTrip(Request(22)) }),
         ("Request#23", { try roundTrip(Request(23)) }),
         ("Request#24", { try roundTrip(Request(24)) }),
+        ("Request#25", { try roundTrip(Request(25)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1092,6 +1128,7 @@ public enum WireFixtures {
         ("Response#22", { try roundTrip(Response(22)) }),
         ("Response#23", { try roundTrip(Response(23)) }),
         ("Response#24", { try roundTrip(Response(24)) }),
+        ("Response#25", { try roundTrip(Response(25)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),
@@ -1107,6 +1144,7 @@ public enum WireFixtures {
         ("Notification#12", { try roundTrip(Notification(12)) }),
         ("Notification#13", { try roundTrip(Notification(13)) }),
         ("Notification#14", { try roundTrip(Notification(14)) }),
+        ("Notification#15", { try roundTrip(Notification(15)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

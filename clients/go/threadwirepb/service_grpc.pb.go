@@ -39,6 +39,7 @@ type ThreadwireClient interface {
 	ThreadNameSet(ctx context.Context, in *ThreadNameSetParams, opts ...grpc.CallOption) (*ThreadNameSetResult, error)
 	ThreadImport(ctx context.Context, in *ThreadImportParams, opts ...grpc.CallOption) (*ThreadImportResult, error)
 	ThreadSubscribe(ctx context.Context, in *ThreadSubscribeParams, opts ...grpc.CallOption) (*ThreadSubscribeResult, error)
+	ThreadRevert(ctx context.Context, in *ThreadRevertParams, opts ...grpc.CallOption) (*ThreadRevertResult, error)
 	TurnStart(ctx context.Context, in *TurnStartParams, opts ...grpc.CallOption) (*TurnStartResult, error)
 	TurnInterrupt(ctx context.Context, in *TurnInterruptParams, opts ...grpc.CallOption) (*TurnInterruptResult, error)
 	TurnSteer(ctx context.Context, in *TurnSteerParams, opts ...grpc.CallOption) (*TurnSteerResult, error)
@@ -271,6 +272,15 @@ func (c *threadwireClient) ThreadSubscribe(ctx context.Context, in *ThreadSubscr
 	return out, nil
 }
 
+func (c *threadwireClient) ThreadRevert(ctx context.Context, in *ThreadRevertParams, opts ...grpc.CallOption) (*ThreadRevertResult, error) {
+	out := new(ThreadRevertResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadRevert", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *threadwireClient) TurnStart(ctx context.Context, in *TurnStartParams, opts ...grpc.CallOption) (*TurnStartResult, error) {
 	out := new(TurnStartResult)
 	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/TurnStart", in, out, opts...)
@@ -421,6 +431,7 @@ type ThreadwireServer interface {
 	ThreadNameSet(context.Context, *ThreadNameSetParams) (*ThreadNameSetResult, error)
 	ThreadImport(context.Context, *ThreadImportParams) (*ThreadImportResult, error)
 	ThreadSubscribe(context.Context, *ThreadSubscribeParams) (*ThreadSubscribeResult, error)
+	ThreadRevert(context.Context, *ThreadRevertParams) (*ThreadRevertResult, error)
 	TurnStart(context.Context, *TurnStartParams) (*TurnStartResult, error)
 	TurnInterrupt(context.Context, *TurnInterruptParams) (*TurnInterruptResult, error)
 	TurnSteer(context.Context, *TurnSteerParams) (*TurnSteerResult, error)
@@ -517,6 +528,9 @@ func (UnimplementedThreadwireServer) ThreadImport(context.Context, *ThreadImport
 }
 func (UnimplementedThreadwireServer) ThreadSubscribe(context.Context, *ThreadSubscribeParams) (*ThreadSubscribeResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ThreadSubscribe not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadRevert(context.Context, *ThreadRevertParams) (*ThreadRevertResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadRevert not implemented")
 }
 func (UnimplementedThreadwireServer) TurnStart(context.Context, *TurnStartParams) (*TurnStartResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TurnStart not implemented")
@@ -945,6 +959,24 @@ func _Threadwire_ThreadSubscribe_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Threadwire_ThreadRevert_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadRevertParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadRevert(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadRevert",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadRevert(ctx, req.(*ThreadRevertParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Threadwire_TurnStart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(TurnStartParams)
 	if err := dec(in); err != nil {
@@ -1163,6 +1195,10 @@ var _Threadwire_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ThreadSubscribe",
 			Handler:    _Threadwire_ThreadSubscribe_Handler,
+		},
+		{
+			MethodName: "ThreadRevert",
+			Handler:    _Threadwire_ThreadRevert_Handler,
 		},
 		{
 			MethodName: "TurnStart",

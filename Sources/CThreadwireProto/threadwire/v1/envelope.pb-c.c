@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[29] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[30] =
 {
   {
     "id",
@@ -592,6 +592,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_revert",
+    39,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_revert),
+    &threadwire__v1__thread_revert_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -646,6 +658,7 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   23,   /* field[23] = thread_name_set */
   10,   /* field[10] = thread_read */
   8,   /* field[8] = thread_resume */
+  26,   /* field[26] = thread_revert */
   22,   /* field[22] = thread_rollback */
   15,   /* field[15] = thread_settings_update */
   7,   /* field[7] = thread_start */
@@ -655,17 +668,16 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   13,   /* field[13] = thread_unarchive */
   14,   /* field[14] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
-  27,   /* field[27] = turn_interrupt */
-  26,   /* field[26] = turn_start */
-  28,   /* field[28] = turn_steer */
+  28,   /* field[28] = turn_interrupt */
+  27,   /* field[27] = turn_start */
+  29,   /* field[29] = turn_steer */
 };
-static const ProtobufCIntRange threadwire__v1__request__number_ranges[4 + 1] =
+static const ProtobufCIntRange threadwire__v1__request__number_ranges[3 + 1] =
 {
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 40, 26 },
-  { 0, 29 }
+  { 0, 30 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -675,14 +687,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  29,
+  30,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
-  4,  threadwire__v1__request__number_ranges,
+  3,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[28] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[29] =
 {
   {
     "id",
@@ -985,6 +997,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "thread_revert",
+    39,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_revert),
+    &threadwire__v1__thread_revert_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "turn_start",
     40,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -1039,6 +1063,7 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   22,   /* field[22] = thread_name_set */
   9,   /* field[9] = thread_read */
   7,   /* field[7] = thread_resume */
+  25,   /* field[25] = thread_revert */
   21,   /* field[21] = thread_rollback */
   14,   /* field[14] = thread_settings_update */
   6,   /* field[6] = thread_start */
@@ -1047,17 +1072,16 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   16,   /* field[16] = thread_turns_list */
   12,   /* field[12] = thread_unarchive */
   13,   /* field[13] = thread_unsubscribe */
-  26,   /* field[26] = turn_interrupt */
-  25,   /* field[25] = turn_start */
-  27,   /* field[27] = turn_steer */
+  27,   /* field[27] = turn_interrupt */
+  26,   /* field[26] = turn_start */
+  28,   /* field[28] = turn_steer */
 };
-static const ProtobufCIntRange threadwire__v1__response__number_ranges[4 + 1] =
+static const ProtobufCIntRange threadwire__v1__response__number_ranges[3 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 40, 25 },
-  { 0, 28 }
+  { 0, 29 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1067,14 +1091,14 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  28,
+  29,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
-  4,  threadwire__v1__response__number_ranges,
+  3,  threadwire__v1__response__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[18] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[19] =
 {
   {
     "sequence",
@@ -1292,6 +1316,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_reverted",
+    29,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, thread_reverted),
+    &threadwire__v1__thread_reverted_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   13,   /* field[13] = item_agent_message_delta */
@@ -1303,6 +1339,7 @@ static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   5,   /* field[5] = thread_archived */
   7,   /* field[7] = thread_closed */
   17,   /* field[17] = thread_name_updated */
+  18,   /* field[18] = thread_reverted */
   16,   /* field[16] = thread_rolled_back */
   2,   /* field[2] = thread_sequence */
   8,   /* field[8] = thread_settings_updated */
@@ -1318,7 +1355,7 @@ static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1
   { 1, 0 },
   { 10, 3 },
   { 20, 9 },
-  { 0, 18 }
+  { 0, 19 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1328,7 +1365,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  18,
+  19,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

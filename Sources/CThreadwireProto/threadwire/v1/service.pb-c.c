@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[28] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[29] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -31,6 +31,7 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "ThreadNameSet", &threadwire__v1__thread_name_set_params__descriptor, &threadwire__v1__thread_name_set_result__descriptor },
   { "ThreadImport", &threadwire__v1__thread_import_params__descriptor, &threadwire__v1__thread_import_result__descriptor },
   { "ThreadSubscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__thread_subscribe_result__descriptor },
+  { "ThreadRevert", &threadwire__v1__thread_revert_params__descriptor, &threadwire__v1__thread_revert_result__descriptor },
   { "TurnStart", &threadwire__v1__turn_start_params__descriptor, &threadwire__v1__turn_start_result__descriptor },
   { "TurnInterrupt", &threadwire__v1__turn_interrupt_params__descriptor, &threadwire__v1__turn_interrupt_result__descriptor },
   { "TurnSteer", &threadwire__v1__turn_steer_params__descriptor, &threadwire__v1__turn_steer_result__descriptor },
@@ -40,22 +41,23 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
-  26,        /* Connect */
+  27,        /* Connect */
   1,        /* HealthCheck */
   0,        /* Initialize */
   15,        /* McpServerList */
   16,        /* ModelList */
   2,        /* ReflectionDescriptors */
-  25,        /* Subscribe */
+  26,        /* Subscribe */
   8,        /* ThreadArchive */
   17,        /* ThreadCompactStart */
   5,        /* ThreadFork */
   20,        /* ThreadImport */
-  27,        /* ThreadImportStream */
+  28,        /* ThreadImportStream */
   7,        /* ThreadList */
   19,        /* ThreadNameSet */
   6,        /* ThreadRead */
   4,        /* ThreadResume */
+  22,        /* ThreadRevert */
   18,        /* ThreadRollback */
   11,        /* ThreadSettingsUpdate */
   3,        /* ThreadStart */
@@ -64,9 +66,9 @@ const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   13,        /* ThreadTurnsList */
   9,        /* ThreadUnarchive */
   10,        /* ThreadUnsubscribe */
-  23,        /* TurnInterrupt */
-  22,        /* TurnStart */
-  24         /* TurnSteer */
+  24,        /* TurnInterrupt */
+  23,        /* TurnStart */
+  25         /* TurnSteer */
 };
 const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
 {
@@ -75,7 +77,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  28,
+  29,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -255,13 +257,21 @@ void threadwire__v1__threadwire__thread_subscribe(ProtobufCService *service,
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 21, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void threadwire__v1__threadwire__thread_revert(ProtobufCService *service,
+                                               const Threadwire__V1__ThreadRevertParams *input,
+                                               Threadwire__V1__ThreadRevertResult_Closure closure,
+                                               void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void threadwire__v1__threadwire__turn_start(ProtobufCService *service,
                                             const Threadwire__V1__TurnStartParams *input,
                                             Threadwire__V1__TurnStartResult_Closure closure,
                                             void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__turn_interrupt(ProtobufCService *service,
                                                 const Threadwire__V1__TurnInterruptParams *input,
@@ -269,7 +279,7 @@ void threadwire__v1__threadwire__turn_interrupt(ProtobufCService *service,
                                                 void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__turn_steer(ProtobufCService *service,
                                             const Threadwire__V1__TurnSteerParams *input,
@@ -277,7 +287,7 @@ void threadwire__v1__threadwire__turn_steer(ProtobufCService *service,
                                             void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 25, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
@@ -285,7 +295,7 @@ void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 25, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          const Threadwire__V1__Envelope *input,
@@ -293,7 +303,7 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       const Threadwire__V1__ThreadImportParams *input,
@@ -301,7 +311,7 @@ void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)

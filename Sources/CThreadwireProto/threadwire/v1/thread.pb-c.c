@@ -1672,6 +1672,141 @@ void   threadwire__v1__thread_compact_start_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_compact_start_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_revert_params__init
+                     (Threadwire__V1__ThreadRevertParams         *message)
+{
+  static const Threadwire__V1__ThreadRevertParams init_value = THREADWIRE__V1__THREAD_REVERT_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_revert_params__get_packed_size
+                     (const Threadwire__V1__ThreadRevertParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_revert_params__pack
+                     (const Threadwire__V1__ThreadRevertParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_revert_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadRevertParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadRevertParams *
+       threadwire__v1__thread_revert_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadRevertParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_revert_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_revert_params__free_unpacked
+                     (Threadwire__V1__ThreadRevertParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_revert_result__init
+                     (Threadwire__V1__ThreadRevertResult         *message)
+{
+  static const Threadwire__V1__ThreadRevertResult init_value = THREADWIRE__V1__THREAD_REVERT_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_revert_result__get_packed_size
+                     (const Threadwire__V1__ThreadRevertResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_revert_result__pack
+                     (const Threadwire__V1__ThreadRevertResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_revert_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadRevertResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadRevertResult *
+       threadwire__v1__thread_revert_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadRevertResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_revert_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_revert_result__free_unpacked
+                     (Threadwire__V1__ThreadRevertResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_revert_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_reverted_notification__init
+                     (Threadwire__V1__ThreadRevertedNotification         *message)
+{
+  static const Threadwire__V1__ThreadRevertedNotification init_value = THREADWIRE__V1__THREAD_REVERTED_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_reverted_notification__get_packed_size
+                     (const Threadwire__V1__ThreadRevertedNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_reverted_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_reverted_notification__pack
+                     (const Threadwire__V1__ThreadRevertedNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_reverted_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_reverted_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadRevertedNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_reverted_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadRevertedNotification *
+       threadwire__v1__thread_reverted_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadRevertedNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_reverted_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_reverted_notification__free_unpacked
+                     (Threadwire__V1__ThreadRevertedNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_reverted_notification__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_rollback_params__init
                      (Threadwire__V1__ThreadRollbackParams         *message)
 {
@@ -3413,7 +3548,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_subscribe_result__descri
   (ProtobufCMessageInit) threadwire__v1__thread_subscribe_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_fork_params__field_descriptors[3] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_fork_params__field_descriptors[5] =
 {
   {
     "thread_id",
@@ -3451,8 +3586,34 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_fork_params__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "at_turn_id",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadForkParams, position_case),
+    offsetof(Threadwire__V1__ThreadForkParams, at_turn_id),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "before_turn_id",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadForkParams, position_case),
+    offsetof(Threadwire__V1__ThreadForkParams, before_turn_id),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_fork_params__field_indices_by_name[] = {
+  3,   /* field[3] = at_turn_id */
+  4,   /* field[4] = before_turn_id */
   2,   /* field[2] = exclude_turns */
   1,   /* field[1] = model */
   0,   /* field[0] = thread_id */
@@ -3460,7 +3621,7 @@ static const unsigned threadwire__v1__thread_fork_params__field_indices_by_name[
 static const ProtobufCIntRange threadwire__v1__thread_fork_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor =
 {
@@ -3470,7 +3631,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_fork_params__descriptor 
   "Threadwire__V1__ThreadForkParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadForkParams),
-  3,
+  5,
   threadwire__v1__thread_fork_params__field_descriptors,
   threadwire__v1__thread_fork_params__field_indices_by_name,
   1,  threadwire__v1__thread_fork_params__number_ranges,
@@ -4616,6 +4777,159 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_result__de
   threadwire__v1__thread_compact_start_result__field_indices_by_name,
   1,  threadwire__v1__thread_compact_start_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_compact_start_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_revert_params__field_descriptors[3] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadRevertParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "before_turn_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadRevertParams, boundary_case),
+    offsetof(Threadwire__V1__ThreadRevertParams, before_turn_id),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after_turn_id",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadRevertParams, boundary_case),
+    offsetof(Threadwire__V1__ThreadRevertParams, after_turn_id),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_revert_params__field_indices_by_name[] = {
+  2,   /* field[2] = after_turn_id */
+  1,   /* field[1] = before_turn_id */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_revert_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_revert_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadRevertParams",
+  "ThreadRevertParams",
+  "Threadwire__V1__ThreadRevertParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadRevertParams),
+  3,
+  threadwire__v1__thread_revert_params__field_descriptors,
+  threadwire__v1__thread_revert_params__field_indices_by_name,
+  1,  threadwire__v1__thread_revert_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_revert_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_revert_result__field_descriptors[1] =
+{
+  {
+    "turn_ids",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadRevertResult, n_turn_ids),
+    offsetof(Threadwire__V1__ThreadRevertResult, turn_ids),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_revert_result__field_indices_by_name[] = {
+  0,   /* field[0] = turn_ids */
+};
+static const ProtobufCIntRange threadwire__v1__thread_revert_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_revert_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadRevertResult",
+  "ThreadRevertResult",
+  "Threadwire__V1__ThreadRevertResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadRevertResult),
+  1,
+  threadwire__v1__thread_revert_result__field_descriptors,
+  threadwire__v1__thread_revert_result__field_indices_by_name,
+  1,  threadwire__v1__thread_revert_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_revert_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_reverted_notification__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadRevertedNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "turn_ids",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadRevertedNotification, n_turn_ids),
+    offsetof(Threadwire__V1__ThreadRevertedNotification, turn_ids),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_reverted_notification__field_indices_by_name[] = {
+  0,   /* field[0] = thread_id */
+  1,   /* field[1] = turn_ids */
+};
+static const ProtobufCIntRange threadwire__v1__thread_reverted_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_reverted_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadRevertedNotification",
+  "ThreadRevertedNotification",
+  "Threadwire__V1__ThreadRevertedNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadRevertedNotification),
+  2,
+  threadwire__v1__thread_reverted_notification__field_descriptors,
+  threadwire__v1__thread_reverted_notification__field_indices_by_name,
+  1,  threadwire__v1__thread_reverted_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_reverted_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_rollback_params__field_descriptors[2] =

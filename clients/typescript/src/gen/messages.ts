@@ -4146,6 +4146,7 @@ export interface ThreadForkParams {
   threadId?: string;
   model?: string;
   excludeTurns?: boolean;
+  position?: { case: "atTurnId"; value: string } | { case: "beforeTurnId"; value: string };
 }
 
 export const ThreadForkParams: MessageType<ThreadForkParams> = {
@@ -4159,6 +4160,12 @@ export const ThreadForkParams: MessageType<ThreadForkParams> = {
     }
     if (message.excludeTurns !== undefined) {
       writer.tag(3, 0).bool(message.excludeTurns);
+    }
+    if (message.position?.case === "atTurnId") {
+      writer.tag(4, 2).string(message.position.value);
+    }
+    if (message.position?.case === "beforeTurnId") {
+      writer.tag(5, 2).string(message.position.value);
     }
     return writer;
   },
@@ -4184,6 +4191,16 @@ export const ThreadForkParams: MessageType<ThreadForkParams> = {
         case 3: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.excludeTurns = reader.bool();
+          break;
+        }
+        case 4: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.position = { case: "atTurnId", value: reader.string() };
+          break;
+        }
+        case 5: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.position = { case: "beforeTurnId", value: reader.string() };
           break;
         }
         default:
@@ -5203,6 +5220,140 @@ export const ThreadCompactStartResult: MessageType<ThreadCompactStartResult> = {
   },
 };
 
+/** threadwire.v1.ThreadRevertParams */
+export interface ThreadRevertParams {
+  threadId?: string;
+  boundary?: { case: "beforeTurnId"; value: string } | { case: "afterTurnId"; value: string };
+}
+
+export const ThreadRevertParams: MessageType<ThreadRevertParams> = {
+  typeName: "threadwire.v1.ThreadRevertParams",
+  encode(message: ThreadRevertParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.boundary?.case === "beforeTurnId") {
+      writer.tag(2, 2).string(message.boundary.value);
+    }
+    if (message.boundary?.case === "afterTurnId") {
+      writer.tag(3, 2).string(message.boundary.value);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadRevertParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadRevertParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadRevertParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.boundary = { case: "beforeTurnId", value: reader.string() };
+          break;
+        }
+        case 3: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.boundary = { case: "afterTurnId", value: reader.string() };
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadRevertParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadRevertResult */
+export interface ThreadRevertResult {
+  turnIds?: string[];
+}
+
+export const ThreadRevertResult: MessageType<ThreadRevertResult> = {
+  typeName: "threadwire.v1.ThreadRevertResult",
+  encode(message: ThreadRevertResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.turnIds ?? []) {
+      writer.tag(1, 2).string(value);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadRevertResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadRevertResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadRevertResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.turnIds ??= []).push(reader.string());
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadRevertResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadRevertedNotification */
+export interface ThreadRevertedNotification {
+  threadId?: string;
+  turnIds?: string[];
+}
+
+export const ThreadRevertedNotification: MessageType<ThreadRevertedNotification> = {
+  typeName: "threadwire.v1.ThreadRevertedNotification",
+  encode(message: ThreadRevertedNotification, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    for (const value of message.turnIds ?? []) {
+      writer.tag(2, 2).string(value);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadRevertedNotification {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadRevertedNotification: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadRevertedNotification = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.turnIds ??= []).push(reader.string());
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadRevertedNotification: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.ThreadRollbackParams */
 export interface ThreadRollbackParams {
   threadId?: string;
@@ -5880,7 +6031,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -5963,6 +6114,9 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "threadSubscribe") {
       writer.tag(38, 2).bytes(ThreadSubscribeParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadRevert") {
+      writer.tag(39, 2).bytes(ThreadRevertParams.encode(message.params.value).finish());
     }
     if (message.params?.case === "turnStart") {
       writer.tag(40, 2).bytes(TurnStartParams.encode(message.params.value).finish());
@@ -6114,6 +6268,11 @@ export const Request: MessageType<Request> = {
           message.params = { case: "threadSubscribe", value: ThreadSubscribeParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 39: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadRevert", value: ThreadRevertParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         case 40: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.params = { case: "turnStart", value: TurnStartParams.decode(reader, reader.uint32(), depth + 1) };
@@ -6143,7 +6302,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -6223,6 +6382,9 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "threadSubscribe") {
       writer.tag(38, 2).bytes(ThreadSubscribeResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadRevert") {
+      writer.tag(39, 2).bytes(ThreadRevertResult.encode(message.result.value).finish());
     }
     if (message.result?.case === "turnStart") {
       writer.tag(40, 2).bytes(TurnStartResult.encode(message.result.value).finish());
@@ -6369,6 +6531,11 @@ export const Response: MessageType<Response> = {
           message.result = { case: "threadSubscribe", value: ThreadSubscribeResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 39: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadRevert", value: ThreadRevertResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         case 40: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.result = { case: "turnStart", value: TurnStartResult.decode(reader, reader.uint32(), depth + 1) };
@@ -6398,7 +6565,7 @@ export interface Notification {
   sequence?: bigint;
   metadata?: KeyValue[];
   threadSequence?: bigint;
-  payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification };
+  payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification } | { case: "threadReverted"; value: ThreadRevertedNotification };
 }
 
 export const Notification: MessageType<Notification> = {
@@ -6457,6 +6624,9 @@ export const Notification: MessageType<Notification> = {
     }
     if (message.payload?.case === "threadNameUpdated") {
       writer.tag(28, 2).bytes(ThreadNameUpdatedNotification.encode(message.payload.value).finish());
+    }
+    if (message.payload?.case === "threadReverted") {
+      writer.tag(29, 2).bytes(ThreadRevertedNotification.encode(message.payload.value).finish());
     }
     return writer;
   },
@@ -6557,6 +6727,11 @@ export const Notification: MessageType<Notification> = {
         case 28: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.payload = { case: "threadNameUpdated", value: ThreadNameUpdatedNotification.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 29: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.payload = { case: "threadReverted", value: ThreadRevertedNotification.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         default:

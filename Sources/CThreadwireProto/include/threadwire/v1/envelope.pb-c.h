@@ -103,6 +103,7 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_NAME_SET = 36,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_IMPORT = 37,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_SUBSCRIBE = 38,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_REVERT = 39,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_STEER = 42
@@ -185,6 +186,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadNameSetParams *thread_name_set;
     Threadwire__V1__ThreadImportParams *thread_import;
     Threadwire__V1__ThreadSubscribeParams *thread_subscribe;
+    Threadwire__V1__ThreadRevertParams *thread_revert;
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
     Threadwire__V1__TurnSteerParams *turn_steer;
@@ -219,6 +221,7 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_NAME_SET = 36,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_IMPORT = 37,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_SUBSCRIBE = 38,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_REVERT = 39,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_STEER = 42
@@ -266,6 +269,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadNameSetResult *thread_name_set;
     Threadwire__V1__ThreadImportResult *thread_import;
     Threadwire__V1__ThreadSubscribeResult *thread_subscribe;
+    Threadwire__V1__ThreadRevertResult *thread_revert;
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
     Threadwire__V1__TurnSteerResult *turn_steer;
@@ -292,7 +296,8 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_SERVER_REQUEST_RESOLVED = 25,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_TOKEN_USAGE_UPDATED = 26,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_ROLLED_BACK = 27,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_NAME_UPDATED = 28
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_NAME_UPDATED = 28,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_REVERTED = 29
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -357,6 +362,7 @@ struct  Threadwire__V1__Notification
     Threadwire__V1__ThreadTokenUsageUpdatedNotification *thread_token_usage_updated;
     Threadwire__V1__ThreadRolledBackNotification *thread_rolled_back;
     Threadwire__V1__ThreadNameUpdatedNotification *thread_name_updated;
+    Threadwire__V1__ThreadRevertedNotification *thread_reverted;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

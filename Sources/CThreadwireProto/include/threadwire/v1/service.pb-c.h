@@ -125,6 +125,10 @@ struct Threadwire__V1__Threadwire_Service
                            const Threadwire__V1__ThreadSubscribeParams *input,
                            Threadwire__V1__ThreadSubscribeResult_Closure closure,
                            void *closure_data);
+  void (*thread_revert)(Threadwire__V1__Threadwire_Service *service,
+                        const Threadwire__V1__ThreadRevertParams *input,
+                        Threadwire__V1__ThreadRevertResult_Closure closure,
+                        void *closure_data);
   void (*turn_start)(Threadwire__V1__Threadwire_Service *service,
                      const Threadwire__V1__TurnStartParams *input,
                      Threadwire__V1__TurnStartResult_Closure closure,
@@ -179,6 +183,7 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## thread_name_set,\
       function_prefix__ ## thread_import,\
       function_prefix__ ## thread_subscribe,\
+      function_prefix__ ## thread_revert,\
       function_prefix__ ## turn_start,\
       function_prefix__ ## turn_interrupt,\
       function_prefix__ ## turn_steer,\
@@ -273,6 +278,10 @@ void threadwire__v1__threadwire__thread_subscribe(ProtobufCService *service,
                                                   const Threadwire__V1__ThreadSubscribeParams *input,
                                                   Threadwire__V1__ThreadSubscribeResult_Closure closure,
                                                   void *closure_data);
+void threadwire__v1__threadwire__thread_revert(ProtobufCService *service,
+                                               const Threadwire__V1__ThreadRevertParams *input,
+                                               Threadwire__V1__ThreadRevertResult_Closure closure,
+                                               void *closure_data);
 void threadwire__v1__threadwire__turn_start(ProtobufCService *service,
                                             const Threadwire__V1__TurnStartParams *input,
                                             Threadwire__V1__TurnStartResult_Closure closure,

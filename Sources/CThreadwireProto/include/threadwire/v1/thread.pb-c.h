@@ -55,6 +55,9 @@ typedef struct Threadwire__V1__ThreadUnarchivedNotification Threadwire__V1__Thre
 typedef struct Threadwire__V1__ThreadClosedNotification Threadwire__V1__ThreadClosedNotification;
 typedef struct Threadwire__V1__ThreadCompactStartParams Threadwire__V1__ThreadCompactStartParams;
 typedef struct Threadwire__V1__ThreadCompactStartResult Threadwire__V1__ThreadCompactStartResult;
+typedef struct Threadwire__V1__ThreadRevertParams Threadwire__V1__ThreadRevertParams;
+typedef struct Threadwire__V1__ThreadRevertResult Threadwire__V1__ThreadRevertResult;
+typedef struct Threadwire__V1__ThreadRevertedNotification Threadwire__V1__ThreadRevertedNotification;
 typedef struct Threadwire__V1__ThreadRollbackParams Threadwire__V1__ThreadRollbackParams;
 typedef struct Threadwire__V1__ThreadRollbackResult Threadwire__V1__ThreadRollbackResult;
 typedef struct Threadwire__V1__ThreadRolledBackNotification Threadwire__V1__ThreadRolledBackNotification;
@@ -565,6 +568,13 @@ struct  Threadwire__V1__ThreadSubscribeResult
     , NULL, NULL }
 
 
+typedef enum {
+  THREADWIRE__V1__THREAD_FORK_PARAMS__POSITION__NOT_SET = 0,
+  THREADWIRE__V1__THREAD_FORK_PARAMS__POSITION_AT_TURN_ID = 4,
+  THREADWIRE__V1__THREAD_FORK_PARAMS__POSITION_BEFORE_TURN_ID = 5
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_FORK_PARAMS__POSITION__CASE)
+} Threadwire__V1__ThreadForkParams__PositionCase;
+
 /*
  * Method "thread/fork": a new thread with a copy of the source's history,
  * runtime and selected mode; forked_from_id names the source. A source that
@@ -578,10 +588,15 @@ struct  Threadwire__V1__ThreadForkParams
   char *model;
   protobuf_c_boolean has_exclude_turns;
   protobuf_c_boolean exclude_turns;
+  Threadwire__V1__ThreadForkParams__PositionCase position_case;
+  union {
+    char *at_turn_id;
+    char *before_turn_id;
+  };
 };
 #define THREADWIRE__V1__THREAD_FORK_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_fork_params__descriptor) \
-    , NULL, NULL, 0, 0 }
+    , NULL, NULL, 0, 0, THREADWIRE__V1__THREAD_FORK_PARAMS__POSITION__NOT_SET, {0} }
 
 
 /*
@@ -972,6 +987,68 @@ struct  Threadwire__V1__ThreadCompactStartResult
 #define THREADWIRE__V1__THREAD_COMPACT_START_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_compact_start_result__descriptor) \
     , NULL }
+
+
+typedef enum {
+  THREADWIRE__V1__THREAD_REVERT_PARAMS__BOUNDARY__NOT_SET = 0,
+  THREADWIRE__V1__THREAD_REVERT_PARAMS__BOUNDARY_BEFORE_TURN_ID = 2,
+  THREADWIRE__V1__THREAD_REVERT_PARAMS__BOUNDARY_AFTER_TURN_ID = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_REVERT_PARAMS__BOUNDARY__CASE)
+} Threadwire__V1__ThreadRevertParams__BoundaryCase;
+
+/*
+ * Method "thread/revert": the turns from a boundary on leave the model's
+ * context and are marked rolled_back in the transcript (thread/read shows
+ * them with include_rolled_back), in one commit: those from before_turn_id
+ * on (that turn included), or those after after_turn_id. Emits
+ * thread/reverted. Turns already rolled back are left as they are; a
+ * boundary with no turn after it reverts nothing (an empty turn_ids, no
+ * notification). An unknown turn is NOT_FOUND, a rolled-back boundary
+ * FAILED_PRECONDITION, as is a running turn. thread/rollback is the same
+ * operation counted from the newest turn.
+ */
+struct  Threadwire__V1__ThreadRevertParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  Threadwire__V1__ThreadRevertParams__BoundaryCase boundary_case;
+  union {
+    char *before_turn_id;
+    char *after_turn_id;
+  };
+};
+#define THREADWIRE__V1__THREAD_REVERT_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_revert_params__descriptor) \
+    , NULL, THREADWIRE__V1__THREAD_REVERT_PARAMS__BOUNDARY__NOT_SET, {0} }
+
+
+struct  Threadwire__V1__ThreadRevertResult
+{
+  ProtobufCMessage base;
+  /*
+   * The turns reverted, oldest first.
+   */
+  size_t n_turn_ids;
+  char **turn_ids;
+};
+#define THREADWIRE__V1__THREAD_REVERT_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_revert_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Notification "thread/reverted".
+ */
+struct  Threadwire__V1__ThreadRevertedNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  size_t n_turn_ids;
+  char **turn_ids;
+};
+#define THREADWIRE__V1__THREAD_REVERTED_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_reverted_notification__descriptor) \
+    , NULL, 0,NULL }
 
 
 /*
@@ -1919,6 +1996,63 @@ Threadwire__V1__ThreadCompactStartResult *
 void   threadwire__v1__thread_compact_start_result__free_unpacked
                      (Threadwire__V1__ThreadCompactStartResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadRevertParams methods */
+void   threadwire__v1__thread_revert_params__init
+                     (Threadwire__V1__ThreadRevertParams         *message);
+size_t threadwire__v1__thread_revert_params__get_packed_size
+                     (const Threadwire__V1__ThreadRevertParams   *message);
+size_t threadwire__v1__thread_revert_params__pack
+                     (const Threadwire__V1__ThreadRevertParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_revert_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadRevertParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadRevertParams *
+       threadwire__v1__thread_revert_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_revert_params__free_unpacked
+                     (Threadwire__V1__ThreadRevertParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadRevertResult methods */
+void   threadwire__v1__thread_revert_result__init
+                     (Threadwire__V1__ThreadRevertResult         *message);
+size_t threadwire__v1__thread_revert_result__get_packed_size
+                     (const Threadwire__V1__ThreadRevertResult   *message);
+size_t threadwire__v1__thread_revert_result__pack
+                     (const Threadwire__V1__ThreadRevertResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_revert_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadRevertResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadRevertResult *
+       threadwire__v1__thread_revert_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_revert_result__free_unpacked
+                     (Threadwire__V1__ThreadRevertResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadRevertedNotification methods */
+void   threadwire__v1__thread_reverted_notification__init
+                     (Threadwire__V1__ThreadRevertedNotification         *message);
+size_t threadwire__v1__thread_reverted_notification__get_packed_size
+                     (const Threadwire__V1__ThreadRevertedNotification   *message);
+size_t threadwire__v1__thread_reverted_notification__pack
+                     (const Threadwire__V1__ThreadRevertedNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_reverted_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadRevertedNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadRevertedNotification *
+       threadwire__v1__thread_reverted_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_reverted_notification__free_unpacked
+                     (Threadwire__V1__ThreadRevertedNotification *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadRollbackParams methods */
 void   threadwire__v1__thread_rollback_params__init
                      (Threadwire__V1__ThreadRollbackParams         *message);
@@ -2241,6 +2375,15 @@ typedef void (*Threadwire__V1__ThreadCompactStartParams_Closure)
 typedef void (*Threadwire__V1__ThreadCompactStartResult_Closure)
                  (const Threadwire__V1__ThreadCompactStartResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadRevertParams_Closure)
+                 (const Threadwire__V1__ThreadRevertParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadRevertResult_Closure)
+                 (const Threadwire__V1__ThreadRevertResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadRevertedNotification_Closure)
+                 (const Threadwire__V1__ThreadRevertedNotification *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadRollbackParams_Closure)
                  (const Threadwire__V1__ThreadRollbackParams *message,
                   void *closure_data);
@@ -2324,6 +2467,9 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_unarchived_notifi
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_closed_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_compact_start_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_revert_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_revert_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_reverted_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_rollback_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_rollback_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_rolled_back_notification__descriptor;
