@@ -250,3 +250,36 @@ def test_the_open_page_resumes_after_a_server_restart_without_reloading(tmp_path
         assert [e for e in page.errors if "WebSocket" not in e] == [], page.errors
     finally:
         stop_server(proc)
+
+
+def test_fork_after_a_turn_and_revert_from_a_turn_from_the_page(served, browser):
+    web, frames = served
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        root = alice.call("thread/start", {"name": "branching-root"}).thread.id
+        turns = []
+        for n in (1, 2, 3):
+            turns.append(alice.call("turn/start", {"thread_id": root, "input": [{"text": f"message {n}"}]}).turn.id)
+            for note in alice.iter_notifications():
+                if note.WhichOneof("payload") == "turn_completed" and note.turn_completed.turn.id == turns[-1]:
+                    break
+    page = Page(browser, web)
+    page.page.on("dialog", lambda dialog: dialog.accept())
+    page.sign_in(ALICE)
+    page.page.goto(f"{web}/#/thread/{root}")
+    expect(page.page.locator(".turn[data-status='completed']")).to_have_count(3)
+
+    page.page.locator(f'.turn[data-turn-id="{turns[1]}"]').get_by_test_id("revert-here").click()
+    expect(page.page.locator(".turn.rolled-back")).to_have_count(2)
+    expect(page.page.locator(f'.turn[data-turn-id="{turns[0]}"]')).not_to_have_class("turn rolled-back")
+
+    page.page.locator(f'.turn[data-turn-id="{turns[0]}"]').get_by_test_id("fork-here").click()
+    expect(page.page.locator("dl.facts")).to_contain_text("forked")
+    expect(page.page.locator(".turn")).to_have_count(1)
+    expect(page.page.locator(".turns")).to_contain_text("message 1")
+    assert root not in page.page.url
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        reverted = alice.call("thread/read", {"thread_id": root, "include_turns": True, "include_rolled_back": True}).thread
+        assert [turn.rolled_back for turn in reverted.turns] == [False, True, True]
+    assert page.errors == [], page.errors

@@ -305,7 +305,7 @@ function turnUsage(turn: Turn): number {
   return (turn.modelRequests ?? []).reduce((sum, request) => sum + Number(request.usage?.totalTokens ?? 0n), 0);
 }
 
-function renderTurn(turn: Turn, index: number): HTMLElement {
+function renderTurn(turn: Turn, index: number, actions?: (turn: Turn) => HTMLElement | undefined): HTMLElement {
   const items = (turn.items ?? []).map((item) => {
     const type = label(ItemType, item.type, "ITEM_TYPE_");
     const body: Array<Node | string> = [];
@@ -321,7 +321,27 @@ function renderTurn(turn: Turn, index: number): HTMLElement {
     h("h3", {}, `Turn ${index + 1} · ${label(TurnStatus, turn.status, "TURN_STATUS_")}${turn.rolledBack ? " · rolled back" : ""}`,
       h("span", { class: "usage" }, `${turnUsage(turn)} tokens`)),
     turn.error ? h("p", { class: "turn-error" }, turn.error) : undefined,
+    actions?.(turn),
     h("ol", { class: "items" }, ...items));
+}
+
+/** Branch from a turn, or take it and the later ones back (thread/fork, thread/revert). */
+function turnActions(threadId: string, redraw: () => void): (turn: Turn) => HTMLElement | undefined {
+  return (turn) => {
+    if (turn.rolledBack || turn.status === TurnStatus.TURN_STATUS_IN_PROGRESS || !turn.id) return undefined;
+    const fork = h("button", { type: "button", "data-testid": "fork-here" }, "Fork after this turn");
+    fork.addEventListener("click", () => {
+      void client().then((api) => api.threadFork({ threadId, excludeTurns: true, position: { case: "atTurnId", value: turn.id! } }))
+        .then((forked) => (location.hash = `#/thread/${forked.thread?.id}`), showError);
+    });
+    const revert = h("button", { type: "button", "data-testid": "revert-here" }, "Revert from this turn");
+    revert.addEventListener("click", () => {
+      if (!confirm("Take this turn and every later one out of the model's context?")) return;
+      void client().then((api) => api.threadRevert({ threadId, boundary: { case: "beforeTurnId", value: turn.id! } }))
+        .then(() => redraw(), showError);
+    });
+    return h("div", { class: "turn-actions" }, fork, revert);
+  };
 }
 
 function settingsForm(api: WebSocketClient, thread: Thread, policy: ApprovalPolicy | undefined, reload: () => void): HTMLElement {
@@ -374,9 +394,10 @@ async function threadPage(threadId: string): Promise<void> {
     fill(treeHolder, agentTree(await treeOf(await client(), root, readOnly), (id) => (location.hash = `#/thread/${id}`), threadId));
   };
   const drawTurns = async () => {
-    const fresh = (await (await client()).threadRead({ threadId, includeTurns: true, includeModelRequests: true })).thread!;
+    const fresh = (await (await client()).threadRead({ threadId, includeTurns: true, includeModelRequests: true, includeRolledBack: true })).thread!;
     const turns = fresh.turns ?? [];
-    fill(turnsHolder, ...turns.map(renderTurn).reverse());
+    const actions = readOnly ? undefined : turnActions(threadId, () => void drawTurns().catch(showError));
+    fill(turnsHolder, ...turns.map((turn, index) => renderTurn(turn, index, actions)).reverse());
     fill(chartHolder, turns.length === 0 ? h("p", { class: "empty" }, "No turns yet.")
       : barChart(turns.map((turn, index) => ({ label: String(index + 1), value: turnUsage(turn) })), "tokens per turn"));
     fill(document.getElementById("thread-status")!, statusText(fresh));
@@ -390,6 +411,8 @@ async function threadPage(threadId: string): Promise<void> {
       h("dt", {}, "selected mode"), h("dd", { "data-testid": "selected-mode" }, modeText(resumed.multiAgentMode)),
       h("dt", {}, "model"), h("dd", {}, resumed.model ?? thread.model ?? "—"),
       h("dt", {}, "created"), h("dd", {}, when(thread.createdAt)),
+      thread.forkedFromId ? h("dt", {}, "forked from") : undefined,
+      thread.forkedFromId ? h("dd", {}, h("a", { href: `#/thread/${thread.forkedFromId}` }, thread.forkedFromId)) : undefined,
       thread.parentThreadId ? h("dt", {}, "parent") : undefined,
       thread.parentThreadId ? h("dd", {}, h("a", { href: `#/thread/${thread.parentThreadId}` }, thread.parentThreadId)) : undefined),
     readOnly ? h("p", { class: "read-only", "data-testid": "read-only" }, `${thread.principal}'s thread: read-only for an operator`)
