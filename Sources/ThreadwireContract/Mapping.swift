@@ -185,7 +185,8 @@ extension TurnRecord {
             requests = zip(modelRequests, self.modelRequests).map { request, ref in
                 Wire.ModelRequest(model: request.model, context: request.context.map(\.wire),
                                   tools: request.tools.map(\.wire), historyCount: UInt32(ref.contextCount), usage: ref.usage?.wire,
-                                  compactionPrompt: ref.compactionPrompt)
+                                  compactionPrompt: ref.compactionPrompt, reasoningEffort: ref.reasoning.effort,
+                                  reasoningSummary: ref.reasoning.summary)
             }
         } else {
             requests = []
@@ -201,7 +202,7 @@ extension TurnRecord {
         var turn = wire()
         turn.modelRequests = modelRequests.map {
             Wire.ModelRequest(model: $0.model, tools: $0.tools.map(\.wire), historyCount: UInt32($0.contextCount), usage: $0.usage?.wire,
-                              compactionPrompt: $0.compactionPrompt)
+                              compactionPrompt: $0.compactionPrompt, reasoningEffort: $0.reasoning.effort, reasoningSummary: $0.reasoning.summary)
         }
         turn.deferredOutputs = deferredOutputs.map(\.wire)
         turn.historyStart = historyStart.map { UInt64($0) }
@@ -223,7 +224,8 @@ extension TurnRecord {
         pendingInput = turn.pendingInput.map(ContextItem.init(wire:))
         modelRequests = turn.modelRequests.map {
             ModelRequestRecord(model: $0.model ?? "", contextCount: Int($0.historyCount ?? 0), tools: $0.tools.map(ToolSpec.init(wire:)),
-                               usage: $0.usage.map(TokenUsage.init(wire:)), compactionPrompt: $0.compactionPrompt)
+                               usage: $0.usage.map(TokenUsage.init(wire:)), compactionPrompt: $0.compactionPrompt,
+                               reasoning: Reasoning(effort: $0.reasoningEffort, summary: $0.reasoningSummary))
         }
     }
 }
@@ -247,7 +249,7 @@ extension ThreadSettingsView {
     public var wire: Wire.ThreadSettings {
         Wire.ThreadSettings(model: model, cwd: cwd, multiAgentMode: selectedMode?.wire,
                             multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput,
-                            mcpServers: mcpServers)
+                            mcpServers: mcpServers, reasoningEffort: reasoning.effort, reasoningSummary: reasoning.summary)
     }
 }
 

@@ -24,6 +24,8 @@ public enum ChatCompletions {
         var body: [String: Any] = [
             "model": request.model, "stream": true, "stream_options": ["include_usage": true], "messages": messages,
         ]
+        // Chat Completions takes an effort only (a summary is the Responses API's).
+        if let effort = request.reasoning.effort { body["reasoning_effort"] = effort }
         if !request.tools.isEmpty {
             body["tools"] = try request.tools.map { tool -> [String: Any] in
                 ["type": "function",

@@ -55,6 +55,12 @@ public enum ResponsesAPI {
             }
         }
         var body: [String: Any] = ["model": request.model, "stream": true, "store": false, "input": input]
+        if !request.reasoning.isEmpty {
+            var reasoning: [String: Any] = [:]
+            if let effort = request.reasoning.effort { reasoning["effort"] = effort }
+            if let summary = request.reasoning.summary { reasoning["summary"] = summary }
+            body["reasoning"] = reasoning
+        }
         if !request.tools.isEmpty {
             body["tools"] = try request.tools.map { tool -> [String: Any] in
                 ["type": "function", "name": tool.name, "description": tool.description, "parameters": try WireMapping.parameters(tool)]

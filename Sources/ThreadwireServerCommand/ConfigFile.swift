@@ -16,7 +16,8 @@ import ThreadwireServer
 ///       "model_providers": [{"name": "openai", "base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY",
 ///                            "wire_api": "chat" (or "responses"), "request_timeout_ms": 120000, "stream_idle_timeout_ms": 60000,
 ///                            "max_retries": 3, "retry_base_delay_ms": 500}],
-///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2", "context_window": 128000}],
+///       "models": [{"slug": "gpt-x", "provider": "openai", "multi_agent_version": "v2", "context_window": 128000,
+///                   "reasoning_efforts": ["low", "medium", "high"]}],
 ///       "limits": {"max_frame_bytes": 4194304, "max_queued_requests": 1024, "max_queued_request_bytes": 8388608,
 ///                  "outbound_high_water_bytes": 1048576, "max_notification_backlog_bytes": 8388608,
 ///                  "max_connections": 4096, "idle_timeout_ms": 300000, "tcp_keepalive_ms": 60000, "max_partial_frame_bytes": 67108864,
@@ -70,7 +71,10 @@ enum ConfigFile {
             var per_principal: Bool?
             var idle_stop_ms: Int?
         }
-        struct Model: Decodable { var slug: String; var provider: String?; var multi_agent_version: String?; var context_window: Int? }
+        struct Model: Decodable {
+            var slug: String; var provider: String?; var multi_agent_version: String?; var context_window: Int?
+            var reasoning_efforts: [String]?
+        }
         struct Provider: Decodable {
             var name: String
             var base_url: String
@@ -114,7 +118,7 @@ enum ConfigFile {
         "multi_agent_v2": ["max_concurrent_threads_per_session", "usage_hint_enabled"],
         "model_providers[]": ["name", "base_url", "api_key_env", "wire_api", "request_timeout_ms", "stream_idle_timeout_ms",
                               "max_retries", "retry_base_delay_ms"],
-        "models[]": ["slug", "provider", "multi_agent_version", "context_window"],
+        "models[]": ["slug", "provider", "multi_agent_version", "context_window", "reasoning_efforts"],
         "limits": ["max_frame_bytes", "max_queued_requests", "max_queued_request_bytes", "outbound_high_water_bytes",
                    "max_notification_backlog_bytes", "max_connections", "idle_timeout_ms", "tcp_keepalive_ms", "max_partial_frame_bytes",
                    "handshake_timeout_ms", "max_threads_started_per_minute", "max_running_turns", "max_requests_per_second",
@@ -304,7 +308,8 @@ enum ConfigFile {
             if let v = t.service_name { tracing.serviceName = v }
         }
         settings.catalog = ModelCatalog(entries: (file.models ?? []).map {
-            .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version, contextWindow: $0.context_window, provider: $0.provider)
+            .init(slug: $0.slug, multiAgentVersion: $0.multi_agent_version, contextWindow: $0.context_window, provider: $0.provider,
+                  reasoningEfforts: $0.reasoning_efforts)
         })
         var limits = ServerLimits()
         if let l = file.limits {

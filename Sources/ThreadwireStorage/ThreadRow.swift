@@ -45,6 +45,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         var user_input: Bool?
         var tree_approvals: [String]?
         var mcp_servers: [String]?
+        var reasoning_effort: String?
+        var reasoning_summary: String?
     }
 
     public init(_ r: ThreadRecord) throws {
@@ -63,7 +65,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             ToolSettings.Tool(name: $0.name, description: $0.description, parameters_json_schema: $0.parametersSchema,
                               requires_approval: $0.requiresApproval ? true : nil)
         }, approval_policy: r.approvalPolicy == .never ? nil : r.approvalPolicy, user_input: r.userInputEnabled ? true : nil,
-           tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals, mcp_servers: r.mcpServers.isEmpty ? nil : r.mcpServers)
+           tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals, mcp_servers: r.mcpServers.isEmpty ? nil : r.mcpServers,
+           reasoning_effort: r.reasoning.effort, reasoning_summary: r.reasoning.summary)
         if tools == ToolSettings() {
             tool_settings = "{}"
         } else {
@@ -132,6 +135,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             record.userInputEnabled = tools.user_input ?? false
             record.treeApprovals = tools.tree_approvals ?? []
             record.mcpServers = tools.mcp_servers ?? []
+            record.reasoning = Reasoning(effort: tools.reasoning_effort, summary: tools.reasoning_summary)
         } catch {
             throw StoreError.unavailable("thread \(id) has unreadable tool_settings: \(error)")
         }

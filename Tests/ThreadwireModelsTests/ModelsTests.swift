@@ -71,6 +71,19 @@ struct ChatCompletionsTests {
         #expect((body["stream_options"] as? [String: Any])?["include_usage"] as? Bool == true)
     }
 
+    @Test("reasoning: Chat Completions gets reasoning_effort, the Responses API reasoning {effort, summary}; none set sends neither")
+    func reasoning() throws {
+        let context = [ContextItem(role: .user, kind: .userInput, text: "hi")]
+        func json(_ data: Data) throws -> [String: Any] { try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any]) }
+        let set = ModelRequest(model: "m", context: context, tools: [], reasoning: Reasoning(effort: "high", summary: "concise"))
+        #expect(try json(ChatCompletions.body(for: set))["reasoning_effort"] as? String == "high")
+        let responses = try #require(try json(ResponsesAPI.body(for: set))["reasoning"] as? [String: String])
+        #expect(responses == ["effort": "high", "summary": "concise"])
+        let plain = ModelRequest(model: "m", context: context, tools: [])
+        #expect(try json(ChatCompletions.body(for: plain))["reasoning_effort"] == nil)
+        #expect(try json(ResponsesAPI.body(for: plain))["reasoning"] == nil)
+    }
+
     @Test("tool calls streamed in pieces by index are reassembled in order; usage is kept; [DONE] or a finish reason completes")
     func accumulator() throws {
         var answer = ChatCompletions.Accumulator()

@@ -269,6 +269,9 @@ def test_fork_after_a_turn_and_revert_from_a_turn_from_the_page(served, browser)
     page.page.goto(f"{web}/#/thread/{root}")
     expect(page.page.locator(".turn[data-status='completed']")).to_have_count(3)
 
+    page.page.get_by_test_id("effort").select_option("high")
+    page.page.get_by_role("button", name="Save settings").click()
+    expect(page.page.get_by_test_id("effort")).to_have_value("high")
     page.page.locator(f'.turn[data-turn-id="{turns[1]}"]').get_by_test_id("revert-here").click()
     expect(page.page.locator(".turn.rolled-back")).to_have_count(2)
     expect(page.page.locator(f'.turn[data-turn-id="{turns[0]}"]')).not_to_have_class("turn rolled-back")
@@ -282,4 +285,6 @@ def test_fork_after_a_turn_and_revert_from_a_turn_from_the_page(served, browser)
         alice.initialize("alice", auth_token=ALICE)
         reverted = alice.call("thread/read", {"thread_id": root, "include_turns": True, "include_rolled_back": True}).thread
         assert [turn.rolled_back for turn in reverted.turns] == [False, True, True]
+        settings = alice.call("thread/read", {"thread_id": root}).settings
+        assert settings.reasoning_effort == "high", "the page's settings form set the effort"
     assert page.errors == [], page.errors

@@ -38,10 +38,12 @@ public struct ThreadSettingsView: Sendable, Equatable {
     public var approvalPolicy: ApprovalPolicy = .never
     public var userInput = false
     public var mcpServers: [String] = []
+    public var reasoning = Reasoning()
 
     public init(record: ThreadRecord) {
         self.init(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime,
                   approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled, mcpServers: record.mcpServers)
+        reasoning = record.reasoning
     }
 
     public init(model: String, cwd: String, selectedMode: MultiAgentMode?, runtime: MultiAgentRuntime?,

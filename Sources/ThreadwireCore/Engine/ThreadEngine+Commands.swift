@@ -21,6 +21,9 @@ extension ThreadEngine {
         public var userInput = false
         /// MCP tool servers by name; nil: the configured defaults.
         public var mcpServers: [String]?
+        /// As on the wire: nil keeps, "" clears, a value sets (checked against the model).
+        public var reasoningEffort: String?
+        public var reasoningSummary: String?
         public init() {}
     }
 
@@ -43,6 +46,8 @@ extension ThreadEngine {
         record.approvalPolicy = request.approvalPolicy ?? .never
         record.userInputEnabled = request.userInput
         record.mcpServers = try chosenToolServers(request.mcpServers, principal: request.principal)
+        record.reasoning = try Reasoning().updated(effort: request.reasoningEffort, summary: request.reasoningSummary,
+                                                   model: record.model, catalog: settings.catalog)
         let fence = try await claimNewTree(id)
         let (started, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: record, history: [], turns: []), includeTurns: false)),
                                                      recipients: Subscriber.only(connection))], record: &record)
@@ -293,6 +298,8 @@ extension ThreadEngine {
         public var mode: ModeUpdate = .keep
         public var approvalPolicy: ApprovalPolicy?
         public var userInput: Bool?
+        public var reasoningEffort: String?
+        public var reasoningSummary: String?
         public init() {}
     }
 
@@ -310,6 +317,8 @@ extension ThreadEngine {
             next.record.selectedMode = update.mode.applied(to: next.record.selectedMode)
             if let policy = update.approvalPolicy { next.record.approvalPolicy = policy }
             if let userInput = update.userInput { next.record.userInputEnabled = userInput }
+            next.record.reasoning = try next.record.reasoning.updated(effort: update.reasoningEffort, summary: update.reasoningSummary,
+                                                                      model: next.record.model, catalog: settings.catalog)
             let changed = next.record != owner.current.record
             var deliveries: [Delivery] = []
             if changed {
@@ -326,6 +335,9 @@ extension ThreadEngine {
         public var mode: ModeUpdate = .keep
         /// Sticky, like `model`.
         public var approvalPolicy: ApprovalPolicy?
+        /// Sticky, like `model`: nil keeps, "" clears, a value sets.
+        public var reasoningEffort: String?
+        public var reasoningSummary: String?
         public init(input: [String]) { self.input = input }
     }
 

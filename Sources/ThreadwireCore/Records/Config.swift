@@ -126,16 +126,25 @@ public struct ModelCatalog: Sendable, Equatable {
         public var contextWindow: Int?
         /// The configured provider's name (nil: the embedded scripted backend).
         public var provider: String?
-        public init(slug: String, multiAgentVersion: String? = nil, contextWindow: Int? = nil, provider: String? = nil) {
+        /// The reasoning efforts the model takes (models[].reasoning_efforts;
+        /// nil: `Reasoning.standardEfforts`).
+        public var reasoningEfforts: [String]?
+        public init(slug: String, multiAgentVersion: String? = nil, contextWindow: Int? = nil, provider: String? = nil,
+                    reasoningEfforts: [String]? = nil) {
             self.slug = slug
             self.multiAgentVersion = multiAgentVersion
             self.contextWindow = contextWindow
             self.provider = provider
+            self.reasoningEfforts = reasoningEfforts
         }
     }
 
     public var entries: [Entry]
     public init(entries: [Entry] = []) { self.entries = entries }
+
+    public func reasoningEfforts(forModel model: String) -> [String] {
+        entries.first(where: { $0.slug == model })?.reasoningEfforts ?? Reasoning.standardEfforts
+    }
 
     public func contextWindow(forModel model: String) -> Int? {
         entries.first(where: { $0.slug == model })?.contextWindow

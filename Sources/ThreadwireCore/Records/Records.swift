@@ -88,6 +88,8 @@ public struct ThreadRecord: Sendable, Equatable {
     public var treeApprovals: [String] = []
     /// The MCP tool servers whose tools the model is offered.
     public var mcpServers: [String] = []
+    /// Sent with every model request of the thread.
+    public var reasoning = Reasoning()
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,
@@ -191,11 +193,13 @@ public struct ModelRequest: Sendable, Equatable {
     public var tools: [ToolSpec]
     /// A compaction's summarisation call: the answer is a summary, not a turn's output.
     public var isCompaction: Bool
-    public init(model: String, context: [ContextItem], tools: [ToolSpec], isCompaction: Bool = false) {
+    public var reasoning: Reasoning
+    public init(model: String, context: [ContextItem], tools: [ToolSpec], isCompaction: Bool = false, reasoning: Reasoning = Reasoning()) {
         self.model = model
         self.context = context
         self.tools = tools
         self.isCompaction = isCompaction
+        self.reasoning = reasoning
     }
 }
 
@@ -209,12 +213,16 @@ public struct ModelRequestRecord: Sendable, Equatable {
     public var usage: TokenUsage?
     /// A compaction's summarisation call: its prompt, sent last.
     public var compactionPrompt: String?
-    public init(model: String, contextCount: Int, tools: [ToolSpec], usage: TokenUsage? = nil, compactionPrompt: String? = nil) {
+    /// What the request went out with.
+    public var reasoning: Reasoning
+    public init(model: String, contextCount: Int, tools: [ToolSpec], usage: TokenUsage? = nil, compactionPrompt: String? = nil,
+                reasoning: Reasoning = Reasoning()) {
         self.model = model
         self.contextCount = contextCount
         self.tools = tools
         self.usage = usage
         self.compactionPrompt = compactionPrompt
+        self.reasoning = reasoning
     }
 
     /// What the model was (or is about to be) sent: the one place a model
@@ -224,7 +232,7 @@ public struct ModelRequestRecord: Sendable, Equatable {
         var context = [ContextItem(role: .system, kind: .baseInstructions, text: baseInstructions)]
         context += ModelContext.visible(history.prefix(contextCount))
         if let compactionPrompt { context.append(ContextItem(role: .user, kind: .userInput, text: compactionPrompt)) }
-        return ModelRequest(model: model, context: context, tools: tools, isCompaction: compactionPrompt != nil)
+        return ModelRequest(model: model, context: context, tools: tools, isCompaction: compactionPrompt != nil, reasoning: reasoning)
     }
 }
 

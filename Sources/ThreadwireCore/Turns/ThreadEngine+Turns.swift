@@ -17,8 +17,10 @@ extension ThreadEngine {
         if let model = try nonEmpty(request.model, field: "model") { next.record.model = model }
         next.record.selectedMode = request.mode.applied(to: next.record.selectedMode)
         if let policy = request.approvalPolicy { next.record.approvalPolicy = policy }
+        next.record.reasoning = try next.record.reasoning.updated(effort: request.reasoningEffort, summary: request.reasoningSummary,
+                                                                  model: next.record.model, catalog: settings.catalog)
         let settingsChanged = next.record.model != current.record.model || next.record.selectedMode != current.record.selectedMode
-            || next.record.approvalPolicy != current.record.approvalPolicy
+            || next.record.approvalPolicy != current.record.approvalPolicy || next.record.reasoning != current.record.reasoning
 
         // Set once, at the first turn: the catalog selector of this turn's model, else flags.
         let runtime = next.record.runtime ?? RuntimeResolver.resolveAtFirstTurn(

@@ -119,7 +119,8 @@ extension TurnRunner {
                     + (next.record.userInputEnabled ? [UserInputTool.spec] : [])
                     + (await toolServers?.tools(of: next.record.mcpServers.filter { toolServers?.allows($0, principal: next.record.principal) == true },
                                                 principal: next.record.principal).map(\.spec) ?? [])
-                let ref = ModelRequestRecord(model: next.record.model, contextCount: next.history.count, tools: tools)
+                let ref = ModelRequestRecord(model: next.record.model, contextCount: next.history.count, tools: tools,
+                                             reasoning: next.record.reasoning)
                 next.turns[index].modelRequests.append(ref)
                 operations.append(.putTurn(next.turns[index]))
                 do {

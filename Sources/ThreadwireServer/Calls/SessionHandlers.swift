@@ -104,10 +104,11 @@ enum SessionHandlers {
         let (entries, defaultModel) = call.engine.modelCatalog
         var models = entries.map { entry in
             Wire.ModelInfo(slug: entry.slug, provider: entry.provider, contextWindow: entry.contextWindow.map(UInt64.init),
-                           streams: entry.provider != nil, offline: entry.provider == nil, multiAgentVersion: entry.multiAgentVersion)
+                           streams: entry.provider != nil, offline: entry.provider == nil, multiAgentVersion: entry.multiAgentVersion,
+                           reasoningEfforts: entry.reasoningEfforts ?? Reasoning.standardEfforts)
         }
         if !entries.contains(where: { $0.slug == defaultModel }) {
-            models.insert(Wire.ModelInfo(slug: defaultModel, streams: false, offline: true), at: 0)
+            models.insert(Wire.ModelInfo(slug: defaultModel, streams: false, offline: true, reasoningEfforts: Reasoning.standardEfforts), at: 0)
         }
         return .result(.modelList(Wire.ModelListResult(models: models, defaultModel: defaultModel)))
     }

@@ -30,6 +30,8 @@ enum ThreadHandlers {
         request.clientTools = p.clientTools.map(ToolSpec.init(wire:))
         request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
         request.userInput = p.userInput ?? false
+        request.reasoningEffort = p.reasoningEffort
+        request.reasoningSummary = p.reasoningSummary
         // Repeated fields have no presence: an empty list means "the defaults".
         request.mcpServers = p.mcpServers.isEmpty ? nil : p.mcpServers
         let outcome = try await call.engine.startThread(request, connection: call.connection.id)
@@ -226,6 +228,8 @@ enum ThreadHandlers {
         }
         update.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
         update.userInput = p.userInput
+        update.reasoningEffort = p.reasoningEffort
+        update.reasoningSummary = p.reasoningSummary
         let outcome = try await call.engine.updateSettings(try call.target(), update)
         return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
             settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
@@ -254,6 +258,8 @@ enum TurnHandlers {
         var request = ThreadEngine.TurnRequest(input: try inputTexts(p.input))
         request.model = p.model
         request.mode = try MethodTable.modeUpdate(p.multiAgentModeUpdate, field: "turn/start")
+        request.reasoningEffort = p.reasoningEffort
+        request.reasoningSummary = p.reasoningSummary
         request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
         let outcome = try await call.engine.startTurn(try call.target(), request, connection: call.connection.id)
         return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())), carrying: outcome)

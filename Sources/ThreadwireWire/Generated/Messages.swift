@@ -2590,6 +2590,8 @@ extension Wire {
     public var approvalPolicy: Wire.ApprovalPolicy?
     public var userInput: Bool?
     public var mcpServers: [String]
+    public var reasoningEffort: String?
+    public var reasoningSummary: String?
 
     public init() {
       self.model = nil
@@ -2599,9 +2601,11 @@ extension Wire {
       self.approvalPolicy = nil
       self.userInput = nil
       self.mcpServers = []
+      self.reasoningEffort = nil
+      self.reasoningSummary = nil
     }
 
-    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = []) {
+    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = [], reasoningEffort: String? = nil, reasoningSummary: String? = nil) {
       self.model = model
       self.cwd = cwd
       self.multiAgentMode = multiAgentMode
@@ -2609,6 +2613,8 @@ extension Wire {
       self.approvalPolicy = approvalPolicy
       self.userInput = userInput
       self.mcpServers = mcpServers
+      self.reasoningEffort = reasoningEffort
+      self.reasoningSummary = reasoningSummary
     }
   }
 }
@@ -2629,6 +2635,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
       self.mcpServers.reserveCapacity(c.pointee.n_mcp_servers)
       for index in 0..<c.pointee.n_mcp_servers { self.mcpServers.append(try wireString(items[index], field: "mcp_servers")) }
     }
+    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: inout CodecArena) {
@@ -2642,6 +2650,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
       c.n_mcp_servers = self.mcpServers.count
       c.mcp_servers = arena.array(self.mcpServers) { value, arena in arena.cString(value) }
     }
+    if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
+    if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -2679,6 +2689,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     if let v = userInput { object.append(("user_input", .bool(v))) }
     if !mcpServers.isEmpty { object.append(("mcp_servers", .array(mcpServers.map { .string($0) }))) }
+    if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
+    if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
     return .object(object)
   }
 
@@ -2694,6 +2706,8 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
+      case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -2707,6 +2721,8 @@ extension Wire {
     public var cwd: String?
     public var approvalPolicy: Wire.ApprovalPolicy?
     public var userInput: Bool?
+    public var reasoningEffort: String?
+    public var reasoningSummary: String?
     public var multiAgentModeUpdate: MultiAgentModeUpdate?
 
     public enum MultiAgentModeUpdate: Sendable, Equatable {
@@ -2747,15 +2763,19 @@ extension Wire {
       self.cwd = nil
       self.approvalPolicy = nil
       self.userInput = nil
+      self.reasoningEffort = nil
+      self.reasoningSummary = nil
       self.multiAgentModeUpdate = nil
     }
 
-    public init(threadId: String? = nil, model: String? = nil, cwd: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
+    public init(threadId: String? = nil, model: String? = nil, cwd: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
       self.threadId = threadId
       self.model = model
       self.cwd = cwd
       self.approvalPolicy = approvalPolicy
       self.userInput = userInput
+      self.reasoningEffort = reasoningEffort
+      self.reasoningSummary = reasoningSummary
       self.multiAgentModeUpdate = multiAgentModeUpdate
     }
   }
@@ -2772,6 +2792,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
     if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
     if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
+    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
     case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
@@ -2785,6 +2807,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = self.cwd { c.cwd = arena.cString(v) }
     if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
     if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
+    if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
+    if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
     switch self.multiAgentModeUpdate {
     case .multiAgentMode(let v)?:
       c.multi_agent_mode_update_case = .init(rawValue: 4)
@@ -2829,6 +2853,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = cwd { object.append(("cwd", .string(v))) }
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     if let v = userInput { object.append(("user_input", .bool(v))) }
+    if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
+    if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
     switch multiAgentModeUpdate {
     case .multiAgentMode(let v)?: object.append(("multi_agent_mode", .string(v.protoValueName)))
     case .clearMultiAgentMode(let v)?: object.append(("clear_multi_agent_mode", .bool(v)))
@@ -2847,6 +2873,8 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
       case "cwd": self.cwd = try value.stringValue(path: keyPath)
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
+      case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
+      case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
         if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
         self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
@@ -3686,6 +3714,8 @@ extension Wire {
     public var historyCount: UInt32?
     public var usage: Wire.TokenUsage?
     public var compactionPrompt: String?
+    public var reasoningEffort: String?
+    public var reasoningSummary: String?
 
     public init() {
       self.model = nil
@@ -3694,15 +3724,19 @@ extension Wire {
       self.historyCount = nil
       self.usage = nil
       self.compactionPrompt = nil
+      self.reasoningEffort = nil
+      self.reasoningSummary = nil
     }
 
-    public init(model: String? = nil, context: [Wire.ContextItem] = [], tools: [Wire.ToolSpec] = [], historyCount: UInt32? = nil, usage: Wire.TokenUsage? = nil, compactionPrompt: String? = nil) {
+    public init(model: String? = nil, context: [Wire.ContextItem] = [], tools: [Wire.ToolSpec] = [], historyCount: UInt32? = nil, usage: Wire.TokenUsage? = nil, compactionPrompt: String? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil) {
       self.model = model
       self.context = context
       self.tools = tools
       self.historyCount = historyCount
       self.usage = usage
       self.compactionPrompt = compactionPrompt
+      self.reasoningEffort = reasoningEffort
+      self.reasoningSummary = reasoningSummary
     }
   }
 }
@@ -3731,6 +3765,8 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
       do throws(WireError) { self.usage = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "usage") }
     }
     if let v = c.pointee.compaction_prompt { self.compactionPrompt = try wireString(v, field: "compaction_prompt") }
+    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
   }
 
   func fill(_ c: inout Threadwire__V1__ModelRequest, arena: inout CodecArena) {
@@ -3746,6 +3782,8 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     if let v = self.historyCount { c.has_history_count = 1; c.history_count = v }
     if let v = self.usage { c.usage = arena.message(v, Threadwire__V1__TokenUsage(), threadwire__v1__token_usage__init) }
     if let v = self.compactionPrompt { c.compaction_prompt = arena.cString(v) }
+    if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
+    if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -3782,6 +3820,8 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
     if let v = historyCount { object.append(("history_count", .uint(UInt64(v)))) }
     if let v = usage { object.append(("usage", v.jsonValue())) }
     if let v = compactionPrompt { object.append(("compaction_prompt", .string(v))) }
+    if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
+    if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
     return .object(object)
   }
 
@@ -3796,6 +3836,8 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
       case "history_count", "historyCount": self.historyCount = try value.uint32Value(path: keyPath)
       case "usage": self.usage = try Wire.TokenUsage(json: value, path: keyPath)
       case "compaction_prompt", "compactionPrompt": self.compactionPrompt = try value.stringValue(path: keyPath)
+      case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
+      case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -4104,6 +4146,8 @@ extension Wire {
     public var input: [Wire.UserInput]
     public var model: String?
     public var approvalPolicy: Wire.ApprovalPolicy?
+    public var reasoningEffort: String?
+    public var reasoningSummary: String?
     public var multiAgentModeUpdate: MultiAgentModeUpdate?
 
     public enum MultiAgentModeUpdate: Sendable, Equatable {
@@ -4143,14 +4187,18 @@ extension Wire {
       self.input = []
       self.model = nil
       self.approvalPolicy = nil
+      self.reasoningEffort = nil
+      self.reasoningSummary = nil
       self.multiAgentModeUpdate = nil
     }
 
-    public init(threadId: String? = nil, input: [Wire.UserInput] = [], model: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
+    public init(threadId: String? = nil, input: [Wire.UserInput] = [], model: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
       self.threadId = threadId
       self.input = input
       self.model = model
       self.approvalPolicy = approvalPolicy
+      self.reasoningEffort = reasoningEffort
+      self.reasoningSummary = reasoningSummary
       self.multiAgentModeUpdate = multiAgentModeUpdate
     }
   }
@@ -4171,6 +4219,8 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     }
     if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
     if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
     case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
@@ -4186,6 +4236,8 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     }
     if let v = self.model { c.model = arena.cString(v) }
     if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
+    if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
+    if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
     switch self.multiAgentModeUpdate {
     case .multiAgentMode(let v)?:
       c.multi_agent_mode_update_case = .init(rawValue: 4)
@@ -4229,6 +4281,8 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     if !input.isEmpty { object.append(("input", .array(input.map { $0.jsonValue() }))) }
     if let v = model { object.append(("model", .string(v))) }
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
+    if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
+    if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
     switch multiAgentModeUpdate {
     case .multiAgentMode(let v)?: object.append(("multi_agent_mode", .string(v.protoValueName)))
     case .clearMultiAgentMode(let v)?: object.append(("clear_multi_agent_mode", .bool(v)))
@@ -4246,6 +4300,8 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
       case "input": self.input = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.UserInput(json: element, path: path) }
       case "model": self.model = try value.stringValue(path: keyPath)
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
+      case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
+      case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
         if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
         self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
@@ -5478,6 +5534,8 @@ extension Wire {
     public var approvalPolicy: Wire.ApprovalPolicy?
     public var userInput: Bool?
     public var mcpServers: [String]
+    public var reasoningEffort: String?
+    public var reasoningSummary: String?
 
     public init() {
       self.model = nil
@@ -5491,9 +5549,11 @@ extension Wire {
       self.approvalPolicy = nil
       self.userInput = nil
       self.mcpServers = []
+      self.reasoningEffort = nil
+      self.reasoningSummary = nil
     }
 
-    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = []) {
+    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = [], reasoningEffort: String? = nil, reasoningSummary: String? = nil) {
       self.model = model
       self.cwd = cwd
       self.config = config
@@ -5505,6 +5565,8 @@ extension Wire {
       self.approvalPolicy = approvalPolicy
       self.userInput = userInput
       self.mcpServers = mcpServers
+      self.reasoningEffort = reasoningEffort
+      self.reasoningSummary = reasoningSummary
     }
   }
 }
@@ -5539,6 +5601,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       self.mcpServers.reserveCapacity(c.pointee.n_mcp_servers)
       for index in 0..<c.pointee.n_mcp_servers { self.mcpServers.append(try wireString(items[index], field: "mcp_servers")) }
     }
+    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
@@ -5562,6 +5626,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       c.n_mcp_servers = self.mcpServers.count
       c.mcp_servers = arena.array(self.mcpServers) { value, arena in arena.cString(value) }
     }
+    if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
+    if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -5603,6 +5669,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     if let v = userInput { object.append(("user_input", .bool(v))) }
     if !mcpServers.isEmpty { object.append(("mcp_servers", .array(mcpServers.map { .string($0) }))) }
+    if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
+    if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
     return .object(object)
   }
 
@@ -5622,6 +5690,8 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
+      case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -5697,6 +5767,7 @@ extension Wire {
     public var streams: Bool?
     public var offline: Bool?
     public var multiAgentVersion: String?
+    public var reasoningEfforts: [String]
 
     public init() {
       self.slug = nil
@@ -5705,15 +5776,17 @@ extension Wire {
       self.streams = nil
       self.offline = nil
       self.multiAgentVersion = nil
+      self.reasoningEfforts = []
     }
 
-    public init(slug: String? = nil, provider: String? = nil, contextWindow: UInt64? = nil, streams: Bool? = nil, offline: Bool? = nil, multiAgentVersion: String? = nil) {
+    public init(slug: String? = nil, provider: String? = nil, contextWindow: UInt64? = nil, streams: Bool? = nil, offline: Bool? = nil, multiAgentVersion: String? = nil, reasoningEfforts: [String] = []) {
       self.slug = slug
       self.provider = provider
       self.contextWindow = contextWindow
       self.streams = streams
       self.offline = offline
       self.multiAgentVersion = multiAgentVersion
+      self.reasoningEfforts = reasoningEfforts
     }
   }
 }
@@ -5730,6 +5803,10 @@ extension Wire.ModelInfo: WireMessage, CBridgedMessage {
     if c.pointee.has_streams != 0 { self.streams = c.pointee.streams != 0 }
     if c.pointee.has_offline != 0 { self.offline = c.pointee.offline != 0 }
     if let v = c.pointee.multi_agent_version { self.multiAgentVersion = try wireString(v, field: "multi_agent_version") }
+    if c.pointee.n_reasoning_efforts > 0, let items = c.pointee.reasoning_efforts {
+      self.reasoningEfforts.reserveCapacity(c.pointee.n_reasoning_efforts)
+      for index in 0..<c.pointee.n_reasoning_efforts { self.reasoningEfforts.append(try wireString(items[index], field: "reasoning_efforts")) }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__ModelInfo, arena: inout CodecArena) {
@@ -5739,6 +5816,10 @@ extension Wire.ModelInfo: WireMessage, CBridgedMessage {
     if let v = self.streams { c.has_streams = 1; c.streams = v ? 1 : 0 }
     if let v = self.offline { c.has_offline = 1; c.offline = v ? 1 : 0 }
     if let v = self.multiAgentVersion { c.multi_agent_version = arena.cString(v) }
+    if !self.reasoningEfforts.isEmpty {
+      c.n_reasoning_efforts = self.reasoningEfforts.count
+      c.reasoning_efforts = arena.array(self.reasoningEfforts) { value, arena in arena.cString(value) }
+    }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -5775,6 +5856,7 @@ extension Wire.ModelInfo: WireMessage, CBridgedMessage {
     if let v = streams { object.append(("streams", .bool(v))) }
     if let v = offline { object.append(("offline", .bool(v))) }
     if let v = multiAgentVersion { object.append(("multi_agent_version", .string(v))) }
+    if !reasoningEfforts.isEmpty { object.append(("reasoning_efforts", .array(reasoningEfforts.map { .string($0) }))) }
     return .object(object)
   }
 
@@ -5789,6 +5871,7 @@ extension Wire.ModelInfo: WireMessage, CBridgedMessage {
       case "streams": self.streams = try value.boolValue(path: keyPath)
       case "offline": self.offline = try value.boolValue(path: keyPath)
       case "multi_agent_version", "multiAgentVersion": self.multiAgentVersion = try value.stringValue(path: keyPath)
+      case "reasoning_efforts", "reasoningEfforts": self.reasoningEfforts = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

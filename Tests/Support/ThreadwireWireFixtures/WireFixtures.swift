@@ -213,6 +213,8 @@ public enum WireFixtures {
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.userInput = true
         message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
+        message.reasoningEffort = "reasoning_effort héllo ✓ 0"
+        message.reasoningSummary = "reasoning_summary héllo ✓ 0"
         return message
     }
 
@@ -223,6 +225,8 @@ public enum WireFixtures {
         message.cwd = "cwd héllo ✓ 0"
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.userInput = true
+        message.reasoningEffort = "reasoning_effort héllo ✓ 0"
+        message.reasoningSummary = "reasoning_summary héllo ✓ 0"
         switch variant % 2 {
         case 0: message.multiAgentModeUpdate = .multiAgentMode(Wire.MultiAgentMode.proactive)
         default: message.multiAgentModeUpdate = .clearMultiAgentMode(true)
@@ -317,6 +321,8 @@ public enum WireFixtures {
         message.historyCount = UInt32(4000000004)
         message.usage = TokenUsage(0)
         message.compactionPrompt = "compaction_prompt héllo ✓ 0"
+        message.reasoningEffort = "reasoning_effort héllo ✓ 0"
+        message.reasoningSummary = "reasoning_summary héllo ✓ 0"
         return message
     }
 
@@ -354,6 +360,8 @@ public enum WireFixtures {
         message.input = [UserInput(0), UserInput(0)]
         message.model = "model héllo ✓ 0"
         message.approvalPolicy = Wire.ApprovalPolicy.always
+        message.reasoningEffort = "reasoning_effort héllo ✓ 0"
+        message.reasoningSummary = "reasoning_summary héllo ✓ 0"
         switch variant % 2 {
         case 0: message.multiAgentModeUpdate = .multiAgentMode(Wire.MultiAgentMode.proactive)
         default: message.multiAgentModeUpdate = .clearMultiAgentMode(true)
@@ -488,6 +496,8 @@ public enum WireFixtures {
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.userInput = true
         message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
+        message.reasoningEffort = "reasoning_effort héllo ✓ 0"
+        message.reasoningSummary = "reasoning_summary héllo ✓ 0"
         return message
     }
 
@@ -504,6 +514,7 @@ public enum WireFixtures {
         message.streams = true
         message.offline = true
         message.multiAgentVersion = "multi_agent_version héllo ✓ 0"
+        message.reasoningEfforts = ["reasoning_efforts héllo ✓ 1", "reasoning_efforts héllo ✓ 2"]
         return message
     }
 

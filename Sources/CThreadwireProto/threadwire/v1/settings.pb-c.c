@@ -187,7 +187,7 @@ void   threadwire__v1__thread_settings_updated_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_settings_updated_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[9] =
 {
   {
     "model",
@@ -273,6 +273,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reasoning_effort",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSettings, reasoning_effort),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reasoning_summary",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSettings, reasoning_summary),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] = {
   4,   /* field[4] = approval_policy */
@@ -281,12 +305,14 @@ static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] =
   0,   /* field[0] = model */
   2,   /* field[2] = multi_agent_mode */
   3,   /* field[3] = multi_agent_runtime */
+  7,   /* field[7] = reasoning_effort */
+  8,   /* field[8] = reasoning_summary */
   5,   /* field[5] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__thread_settings__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
 {
@@ -296,14 +322,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
   "Threadwire__V1__ThreadSettings",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettings),
-  7,
+  9,
   threadwire__v1__thread_settings__field_descriptors,
   threadwire__v1__thread_settings__field_indices_by_name,
   1,  threadwire__v1__thread_settings__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_settings__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_params__field_descriptors[7] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_params__field_descriptors[9] =
 {
   {
     "thread_id",
@@ -389,6 +415,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_par
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reasoning_effort",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, reasoning_effort),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reasoning_summary",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, reasoning_summary),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings_update_params__field_indices_by_name[] = {
   5,   /* field[5] = approval_policy */
@@ -396,13 +446,15 @@ static const unsigned threadwire__v1__thread_settings_update_params__field_indic
   2,   /* field[2] = cwd */
   1,   /* field[1] = model */
   3,   /* field[3] = multi_agent_mode */
+  7,   /* field[7] = reasoning_effort */
+  8,   /* field[8] = reasoning_summary */
   0,   /* field[0] = thread_id */
   6,   /* field[6] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__thread_settings_update_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__descriptor =
 {
@@ -412,7 +464,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__
   "Threadwire__V1__ThreadSettingsUpdateParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettingsUpdateParams),
-  7,
+  9,
   threadwire__v1__thread_settings_update_params__field_descriptors,
   threadwire__v1__thread_settings_update_params__field_indices_by_name,
   1,  threadwire__v1__thread_settings_update_params__number_ranges,

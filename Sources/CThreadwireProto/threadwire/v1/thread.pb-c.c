@@ -2728,7 +2728,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[11] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[13] =
 {
   {
     "model",
@@ -2862,6 +2862,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reasoning_effort",
+    12,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadStartParams, reasoning_effort),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reasoning_summary",
+    13,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadStartParams, reasoning_summary),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_start_params__field_indices_by_name[] = {
   8,   /* field[8] = approval_policy */
@@ -2873,13 +2897,15 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
   0,   /* field[0] = model */
   3,   /* field[3] = multi_agent_mode */
   4,   /* field[4] = name */
+  11,   /* field[11] = reasoning_effort */
+  12,   /* field[12] = reasoning_summary */
   5,   /* field[5] = source */
   9,   /* field[9] = user_input */
 };
 static const ProtobufCIntRange threadwire__v1__thread_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 11 }
+  { 0, 13 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor =
 {
@@ -2889,7 +2915,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   "Threadwire__V1__ThreadStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadStartParams),
-  11,
+  13,
   threadwire__v1__thread_start_params__field_descriptors,
   threadwire__v1__thread_start_params__field_indices_by_name,
   1,  threadwire__v1__thread_start_params__number_ranges,
@@ -2914,7 +2940,7 @@ const ProtobufCMessageDescriptor threadwire__v1__model_list_params__descriptor =
   (ProtobufCMessageInit) threadwire__v1__model_list_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__model_info__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__model_info__field_descriptors[7] =
 {
   {
     "slug",
@@ -2988,19 +3014,32 @@ static const ProtobufCFieldDescriptor threadwire__v1__model_info__field_descript
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reasoning_efforts",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ModelInfo, n_reasoning_efforts),
+    offsetof(Threadwire__V1__ModelInfo, reasoning_efforts),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__model_info__field_indices_by_name[] = {
   2,   /* field[2] = context_window */
   5,   /* field[5] = multi_agent_version */
   4,   /* field[4] = offline */
   1,   /* field[1] = provider */
+  6,   /* field[6] = reasoning_efforts */
   0,   /* field[0] = slug */
   3,   /* field[3] = streams */
 };
 static const ProtobufCIntRange threadwire__v1__model_info__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__model_info__descriptor =
 {
@@ -3010,7 +3049,7 @@ const ProtobufCMessageDescriptor threadwire__v1__model_info__descriptor =
   "Threadwire__V1__ModelInfo",
   "threadwire.v1",
   sizeof(Threadwire__V1__ModelInfo),
-  6,
+  7,
   threadwire__v1__model_info__field_descriptors,
   threadwire__v1__model_info__field_indices_by_name,
   1,  threadwire__v1__model_info__number_ranges,

@@ -1486,7 +1486,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_token_usage_updated_noti
   (ProtobufCMessageInit) threadwire__v1__thread_token_usage_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descriptors[8] =
 {
   {
     "model",
@@ -1560,19 +1560,45 @@ static const ProtobufCFieldDescriptor threadwire__v1__model_request__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reasoning_effort",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelRequest, reasoning_effort),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reasoning_summary",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ModelRequest, reasoning_summary),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__model_request__field_indices_by_name[] = {
   5,   /* field[5] = compaction_prompt */
   1,   /* field[1] = context */
   3,   /* field[3] = history_count */
   0,   /* field[0] = model */
+  6,   /* field[6] = reasoning_effort */
+  7,   /* field[7] = reasoning_summary */
   2,   /* field[2] = tools */
   4,   /* field[4] = usage */
 };
 static const ProtobufCIntRange threadwire__v1__model_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor =
 {
@@ -1582,7 +1608,7 @@ const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor =
   "Threadwire__V1__ModelRequest",
   "threadwire.v1",
   sizeof(Threadwire__V1__ModelRequest),
-  6,
+  8,
   threadwire__v1__model_request__field_descriptors,
   threadwire__v1__model_request__field_indices_by_name,
   1,  threadwire__v1__model_request__number_ranges,
@@ -1873,7 +1899,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_descriptors[6] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_descriptors[8] =
 {
   {
     "thread_id",
@@ -1947,6 +1973,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reasoning_effort",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnStartParams, reasoning_effort),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reasoning_summary",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnStartParams, reasoning_summary),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn_start_params__field_indices_by_name[] = {
   5,   /* field[5] = approval_policy */
@@ -1954,12 +2004,14 @@ static const unsigned threadwire__v1__turn_start_params__field_indices_by_name[]
   1,   /* field[1] = input */
   2,   /* field[2] = model */
   3,   /* field[3] = multi_agent_mode */
+  6,   /* field[6] = reasoning_effort */
+  7,   /* field[7] = reasoning_summary */
   0,   /* field[0] = thread_id */
 };
 static const ProtobufCIntRange threadwire__v1__turn_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor =
 {
@@ -1969,7 +2021,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor =
   "Threadwire__V1__TurnStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__TurnStartParams),
-  6,
+  8,
   threadwire__v1__turn_start_params__field_descriptors,
   threadwire__v1__turn_start_params__field_indices_by_name,
   1,  threadwire__v1__turn_start_params__number_ranges,

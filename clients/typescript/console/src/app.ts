@@ -23,6 +23,7 @@ import {
   type Notification,
   type ServerRequest,
   type Thread,
+  type ThreadSettings,
   type Turn,
   type UserInputParams,
   type UserInputResult,
@@ -344,7 +345,9 @@ function turnActions(threadId: string, redraw: () => void): (turn: Turn) => HTML
   };
 }
 
-function settingsForm(api: WebSocketClient, thread: Thread, policy: ApprovalPolicy | undefined, reload: () => void): HTMLElement {
+function settingsForm(api: WebSocketClient, thread: Thread, settings: ThreadSettings | undefined, efforts: string[],
+                      reload: () => void): HTMLElement {
+  const policy = settings?.approvalPolicy;
   const mode = h("select", { "aria-label": "multi-agent mode", "data-testid": "mode" },
     h("option", { value: "unset" }, "unset (the server's default)"),
     h("option", { value: "explicit" }, "explicit request only"),
@@ -356,9 +359,13 @@ function settingsForm(api: WebSocketClient, thread: Thread, policy: ApprovalPoli
       .map((value) => h("option", { value: String(value) }, label(ApprovalPolicy, value, "APPROVAL_POLICY_"))));
   approval.value = String(policy ?? ApprovalPolicy.APPROVAL_POLICY_NEVER);
   const model = h("input", { type: "text", value: thread.model ?? "", "aria-label": "model" });
+  const effort = h("select", { "aria-label": "reasoning effort", "data-testid": "effort" },
+    h("option", { value: "" }, "provider's default"), ...efforts.map((name) => h("option", { value: name }, name)));
+  effort.value = settings?.reasoningEffort ?? "";
   const save = h("button", { type: "submit" }, "Save settings");
   const form = h("form", { class: "settings" },
-    h("label", {}, "mode ", mode), h("label", {}, "approvals ", approval), h("label", {}, "model ", model), save);
+    h("label", {}, "mode ", mode), h("label", {}, "approvals ", approval), h("label", {}, "model ", model),
+    h("label", {}, "reasoning ", effort), save);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const update = mode.value === "unset"
@@ -367,6 +374,7 @@ function settingsForm(api: WebSocketClient, thread: Thread, policy: ApprovalPoli
     api.threadSettingsUpdate({
       threadId: thread.id, multiAgentModeUpdate: update, approvalPolicy: Number(approval.value) as ApprovalPolicy,
       model: model.value && model.value !== thread.model ? model.value : undefined,
+      reasoningEffort: effort.value !== (settings?.reasoningEffort ?? "") ? effort.value : undefined,
     }).then(() => reload(), showError);
   });
   return form;
@@ -382,8 +390,10 @@ async function threadPage(threadId: string): Promise<void> {
   const readOnly = thread.principal !== undefined && thread.principal !== principal;
   const resumed = readOnly
     ? { multiAgentRuntime: thread.multiAgentRuntime, multiAgentMode: thread.multiAgentMode, model: read.settings?.model,
-        approvalPolicy: read.settings?.approvalPolicy }
+        approvalPolicy: read.settings?.approvalPolicy, settings: read.settings }
     : await api.threadResume({ threadId, excludeTurns: true });
+  const catalog = readOnly ? undefined : await api.modelList({});
+  const efforts = catalog?.models?.find((entry) => entry.slug === (resumed.model ?? thread.model))?.reasoningEfforts ?? [];
   if (!readOnly) await api.threadUnsubscribe({ threadId }); // the calls' connection does not follow; the live one does
   const live = h("div", { class: "live", "data-testid": "live", "data-deltas": "0" });
   const treeHolder = h("div", { class: "tree-holder" });
@@ -416,7 +426,7 @@ async function threadPage(threadId: string): Promise<void> {
       thread.parentThreadId ? h("dt", {}, "parent") : undefined,
       thread.parentThreadId ? h("dd", {}, h("a", { href: `#/thread/${thread.parentThreadId}` }, thread.parentThreadId)) : undefined),
     readOnly ? h("p", { class: "read-only", "data-testid": "read-only" }, `${thread.principal}'s thread: read-only for an operator`)
-      : settingsForm(api, thread, resumed.approvalPolicy, () => void threadPage(threadId)),
+      : settingsForm(api, thread, resumed.settings, efforts, () => void threadPage(threadId)),
     h("h2", {}, "Agent tree"), treeHolder,
     h("h2", {}, "Tokens per turn"), chartHolder,
     h("h2", {}, "Live"), live,

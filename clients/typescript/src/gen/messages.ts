@@ -1565,6 +1565,8 @@ export interface ThreadSettings {
   approvalPolicy?: ApprovalPolicy;
   userInput?: boolean;
   mcpServers?: string[];
+  reasoningEffort?: string;
+  reasoningSummary?: string;
 }
 
 export const ThreadSettings: MessageType<ThreadSettings> = {
@@ -1590,6 +1592,12 @@ export const ThreadSettings: MessageType<ThreadSettings> = {
     }
     for (const value of message.mcpServers ?? []) {
       writer.tag(7, 2).string(value);
+    }
+    if (message.reasoningEffort !== undefined) {
+      writer.tag(8, 2).string(message.reasoningEffort);
+    }
+    if (message.reasoningSummary !== undefined) {
+      writer.tag(9, 2).string(message.reasoningSummary);
     }
     return writer;
   },
@@ -1637,6 +1645,16 @@ export const ThreadSettings: MessageType<ThreadSettings> = {
           (message.mcpServers ??= []).push(reader.string());
           break;
         }
+        case 8: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningEffort = reader.string();
+          break;
+        }
+        case 9: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningSummary = reader.string();
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -1654,6 +1672,8 @@ export interface ThreadSettingsUpdateParams {
   multiAgentModeUpdate?: { case: "multiAgentMode"; value: MultiAgentMode } | { case: "clearMultiAgentMode"; value: boolean };
   approvalPolicy?: ApprovalPolicy;
   userInput?: boolean;
+  reasoningEffort?: string;
+  reasoningSummary?: string;
 }
 
 export const ThreadSettingsUpdateParams: MessageType<ThreadSettingsUpdateParams> = {
@@ -1679,6 +1699,12 @@ export const ThreadSettingsUpdateParams: MessageType<ThreadSettingsUpdateParams>
     }
     if (message.userInput !== undefined) {
       writer.tag(7, 0).bool(message.userInput);
+    }
+    if (message.reasoningEffort !== undefined) {
+      writer.tag(8, 2).string(message.reasoningEffort);
+    }
+    if (message.reasoningSummary !== undefined) {
+      writer.tag(9, 2).string(message.reasoningSummary);
     }
     return writer;
   },
@@ -1724,6 +1750,16 @@ export const ThreadSettingsUpdateParams: MessageType<ThreadSettingsUpdateParams>
         case 7: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.userInput = reader.bool();
+          break;
+        }
+        case 8: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningEffort = reader.string();
+          break;
+        }
+        case 9: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningSummary = reader.string();
           break;
         }
         default:
@@ -2291,6 +2327,8 @@ export interface ModelRequest {
   historyCount?: number;
   usage?: TokenUsage;
   compactionPrompt?: string;
+  reasoningEffort?: string;
+  reasoningSummary?: string;
 }
 
 export const ModelRequest: MessageType<ModelRequest> = {
@@ -2313,6 +2351,12 @@ export const ModelRequest: MessageType<ModelRequest> = {
     }
     if (message.compactionPrompt !== undefined) {
       writer.tag(6, 2).string(message.compactionPrompt);
+    }
+    if (message.reasoningEffort !== undefined) {
+      writer.tag(7, 2).string(message.reasoningEffort);
+    }
+    if (message.reasoningSummary !== undefined) {
+      writer.tag(8, 2).string(message.reasoningSummary);
     }
     return writer;
   },
@@ -2353,6 +2397,16 @@ export const ModelRequest: MessageType<ModelRequest> = {
         case 6: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.compactionPrompt = reader.string();
+          break;
+        }
+        case 7: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningEffort = reader.string();
+          break;
+        }
+        case 8: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningSummary = reader.string();
           break;
         }
         default:
@@ -2587,6 +2641,8 @@ export interface TurnStartParams {
   model?: string;
   multiAgentModeUpdate?: { case: "multiAgentMode"; value: MultiAgentMode } | { case: "clearMultiAgentMode"; value: boolean };
   approvalPolicy?: ApprovalPolicy;
+  reasoningEffort?: string;
+  reasoningSummary?: string;
 }
 
 export const TurnStartParams: MessageType<TurnStartParams> = {
@@ -2609,6 +2665,12 @@ export const TurnStartParams: MessageType<TurnStartParams> = {
     }
     if (message.approvalPolicy !== undefined) {
       writer.tag(6, 0).int32(message.approvalPolicy);
+    }
+    if (message.reasoningEffort !== undefined) {
+      writer.tag(7, 2).string(message.reasoningEffort);
+    }
+    if (message.reasoningSummary !== undefined) {
+      writer.tag(8, 2).string(message.reasoningSummary);
     }
     return writer;
   },
@@ -2649,6 +2711,16 @@ export const TurnStartParams: MessageType<TurnStartParams> = {
         case 6: {
           if (wire !== 0) { reader.skip(wire, depth); break; }
           message.approvalPolicy = reader.int32() as ApprovalPolicy;
+          break;
+        }
+        case 7: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningEffort = reader.string();
+          break;
+        }
+        case 8: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningSummary = reader.string();
           break;
         }
         default:
@@ -3470,6 +3542,8 @@ export interface ThreadStartParams {
   approvalPolicy?: ApprovalPolicy;
   userInput?: boolean;
   mcpServers?: string[];
+  reasoningEffort?: string;
+  reasoningSummary?: string;
 }
 
 export const ThreadStartParams: MessageType<ThreadStartParams> = {
@@ -3507,6 +3581,12 @@ export const ThreadStartParams: MessageType<ThreadStartParams> = {
     }
     for (const value of message.mcpServers ?? []) {
       writer.tag(11, 2).string(value);
+    }
+    if (message.reasoningEffort !== undefined) {
+      writer.tag(12, 2).string(message.reasoningEffort);
+    }
+    if (message.reasoningSummary !== undefined) {
+      writer.tag(13, 2).string(message.reasoningSummary);
     }
     return writer;
   },
@@ -3574,6 +3654,16 @@ export const ThreadStartParams: MessageType<ThreadStartParams> = {
           (message.mcpServers ??= []).push(reader.string());
           break;
         }
+        case 12: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningEffort = reader.string();
+          break;
+        }
+        case 13: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.reasoningSummary = reader.string();
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -3618,6 +3708,7 @@ export interface ModelInfo {
   streams?: boolean;
   offline?: boolean;
   multiAgentVersion?: string;
+  reasoningEfforts?: string[];
 }
 
 export const ModelInfo: MessageType<ModelInfo> = {
@@ -3640,6 +3731,9 @@ export const ModelInfo: MessageType<ModelInfo> = {
     }
     if (message.multiAgentVersion !== undefined) {
       writer.tag(6, 2).string(message.multiAgentVersion);
+    }
+    for (const value of message.reasoningEfforts ?? []) {
+      writer.tag(7, 2).string(value);
     }
     return writer;
   },
@@ -3680,6 +3774,11 @@ export const ModelInfo: MessageType<ModelInfo> = {
         case 6: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.multiAgentVersion = reader.string();
+          break;
+        }
+        case 7: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.reasoningEfforts ??= []).push(reader.string());
           break;
         }
         default:

@@ -85,10 +85,15 @@ struct  Threadwire__V1__ThreadSettings
    */
   size_t n_mcp_servers;
   char **mcp_servers;
+  /*
+   * The thread's reasoning effort and summary (absent: the provider's default).
+   */
+  char *reasoning_effort;
+  char *reasoning_summary;
 };
 #define THREADWIRE__V1__THREAD_SETTINGS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL, NULL, NULL }
 
 
 typedef enum {
@@ -118,6 +123,18 @@ struct  Threadwire__V1__ThreadSettingsUpdateParams
   Threadwire__V1__ApprovalPolicy approval_policy;
   protobuf_c_boolean has_user_input;
   protobuf_c_boolean user_input;
+  /*
+   * Reasoning effort for models that reason ("none", "minimal", "low",
+   * "medium", "high", "xhigh", or what models[].reasoning_efforts in the
+   * config lists for the model); "" clears it (the provider's default).
+   * Sticky: it applies to every later model request of the thread.
+   */
+  char *reasoning_effort;
+  /*
+   * The reasoning summary asked of the provider: "auto", "concise",
+   * "detailed" or "none"; "" clears it. Sticky like reasoning_effort.
+   */
+  char *reasoning_summary;
   Threadwire__V1__ThreadSettingsUpdateParams__MultiAgentModeUpdateCase multi_agent_mode_update_case;
   union {
     /*
@@ -132,7 +149,7 @@ struct  Threadwire__V1__ThreadSettingsUpdateParams
 };
 #define THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings_update_params__descriptor) \
-    , NULL, NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
+    , NULL, NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, NULL, NULL, THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
 
 
 struct  Threadwire__V1__ThreadSettingsUpdateResult

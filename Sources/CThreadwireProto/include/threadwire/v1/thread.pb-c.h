@@ -337,10 +337,22 @@ struct  Threadwire__V1__ThreadStartParams
    */
   size_t n_mcp_servers;
   char **mcp_servers;
+  /*
+   * Reasoning effort for models that reason ("none", "minimal", "low",
+   * "medium", "high", "xhigh", or what models[].reasoning_efforts in the
+   * config lists for the model); "" clears it (the provider's default).
+   * Sticky: it applies to every later model request of the thread.
+   */
+  char *reasoning_effort;
+  /*
+   * The reasoning summary asked of the provider: "auto", "concise",
+   * "detailed" or "none"; "" clears it. Sticky like reasoning_effort.
+   */
+  char *reasoning_summary;
 };
 #define THREADWIRE__V1__THREAD_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_start_params__descriptor) \
-    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL }
+    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL, NULL, NULL }
 
 
 /*
@@ -379,10 +391,17 @@ struct  Threadwire__V1__ModelInfo
    * The catalog's multi-agent selector for it (v1, v2, disabled), if any.
    */
   char *multi_agent_version;
+  /*
+   * The reasoning efforts thread/start, turn/start and
+   * thread/settings/update accept for this model (models[].reasoning_efforts
+   * in the config; absent there: the standard ones).
+   */
+  size_t n_reasoning_efforts;
+  char **reasoning_efforts;
 };
 #define THREADWIRE__V1__MODEL_INFO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_info__descriptor) \
-    , NULL, NULL, 0, 0, 0, 0, 0, 0, NULL }
+    , NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, 0,NULL }
 
 
 struct  Threadwire__V1__ModelListResult

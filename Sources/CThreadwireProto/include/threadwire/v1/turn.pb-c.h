@@ -384,10 +384,16 @@ struct  Threadwire__V1__ModelRequest
    * after the context (and no tools are offered).
    */
   char *compaction_prompt;
+  /*
+   * The reasoning effort and summary the request was sent with (absent:
+   * none, the provider's default).
+   */
+  char *reasoning_effort;
+  char *reasoning_summary;
 };
 #define THREADWIRE__V1__MODEL_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__model_request__descriptor) \
-    , NULL, 0,NULL, 0,NULL, 0, 0, NULL, NULL }
+    , NULL, 0,NULL, 0,NULL, 0, 0, NULL, NULL, NULL, NULL }
 
 
 /*
@@ -511,6 +517,18 @@ struct  Threadwire__V1__TurnStartParams
    */
   protobuf_c_boolean has_approval_policy;
   Threadwire__V1__ApprovalPolicy approval_policy;
+  /*
+   * Reasoning effort for models that reason ("none", "minimal", "low",
+   * "medium", "high", "xhigh", or what models[].reasoning_efforts in the
+   * config lists for the model); "" clears it (the provider's default).
+   * Sticky: it applies to every later model request of the thread.
+   */
+  char *reasoning_effort;
+  /*
+   * The reasoning summary asked of the provider: "auto", "concise",
+   * "detailed" or "none"; "" clears it. Sticky like reasoning_effort.
+   */
+  char *reasoning_summary;
   Threadwire__V1__TurnStartParams__MultiAgentModeUpdateCase multi_agent_mode_update_case;
   union {
     Threadwire__V1__MultiAgentMode multi_agent_mode;
@@ -519,7 +537,7 @@ struct  Threadwire__V1__TurnStartParams
 };
 #define THREADWIRE__V1__TURN_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_start_params__descriptor) \
-    , NULL, 0,NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
+    , NULL, 0,NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, NULL, NULL, THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
 
 
 struct  Threadwire__V1__TurnStartResult
