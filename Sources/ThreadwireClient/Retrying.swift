@@ -47,7 +47,7 @@ extension Wire.Request.Params {
              .turnSteer, .threadImport, .threadRevert:
             true
         case .initialize, .healthCheck, .reflectionDescriptors, .threadRead, .threadList, .threadTurnsList, .mcpServerList,
-             .modelList, .threadSubscribe:
+             .modelList, .threadSubscribe, .threadItemsList, .threadLoadedList:
             false
         }
     }

@@ -320,6 +320,30 @@ func (c *Client) TurnSteer(ctx context.Context, params *pb.TurnSteerParams) (*pb
 	return response.GetTurnSteer(), nil
 }
 
+// ThreadItemsList calls "thread/items/list". A nil params sends an empty message.
+func (c *Client) ThreadItemsList(ctx context.Context, params *pb.ThreadItemsListParams) (*pb.ThreadItemsListResult, error) {
+	if params == nil {
+		params = &pb.ThreadItemsListParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadItemsList{ThreadItemsList: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadItemsList(), nil
+}
+
+// ThreadLoadedList calls "thread/loaded/list". A nil params sends an empty message.
+func (c *Client) ThreadLoadedList(ctx context.Context, params *pb.ThreadLoadedListParams) (*pb.ThreadLoadedListResult, error) {
+	if params == nil {
+		params = &pb.ThreadLoadedListParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadLoadedList{ThreadLoadedList: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadLoadedList(), nil
+}
+
 // RequestMethod is the wire name of a request's method ("" when unset).
 func RequestMethod(message *pb.Request) string {
 	switch message.GetParams().(type) {
@@ -375,6 +399,10 @@ func RequestMethod(message *pb.Request) string {
 		return "turn/interrupt"
 	case *pb.Request_TurnSteer:
 		return "turn/steer"
+	case *pb.Request_ThreadItemsList:
+		return "thread/items/list"
+	case *pb.Request_ThreadLoadedList:
+		return "thread/loaded/list"
 	}
 	return ""
 }

@@ -76,6 +76,8 @@ local METHODS = {
   [40] = "turn/start",
   [41] = "turn/interrupt",
   [42] = "turn/steer",
+  [43] = "thread/items/list",
+  [44] = "thread/loaded/list",
 }
 local NOTIFICATIONS = {
   [10] = "thread/started",

@@ -112,6 +112,11 @@ final class ThreadDirectory: Sendable {
         }
     }
 
+    /// The loaded threads and their principals.
+    var loaded: [(id: ThreadID, principal: Principal)] {
+        snapshots.withLock { table in table.map { ($0.key, $0.value.stored.record.principal) } }
+    }
+
     var counts: (loaded: Int, running: Int) {
         snapshots.withLock { table in (table.count, table.values.reduce(0) { $0 + ($1.stored.activeTurnIndex == nil ? 0 : 1) }) }
     }

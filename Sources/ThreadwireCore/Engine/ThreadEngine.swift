@@ -138,6 +138,14 @@ public final class ThreadEngine: Sendable {
         return (Array(turns.prefix(limit)), turns.count > limit)
     }
 
+    /// thread/loaded/list: the ids of threads loaded here, of `principal`
+    /// (nil: every principal's), in id order after `after`.
+    public func loadedThreads(principal: Principal?, after: ThreadID?, limit: Int) -> (ids: [ThreadID], more: Bool) {
+        let ids = directory.loaded.filter { principal == nil || $0.principal == principal }.map(\.id)
+            .filter { after == nil || $0 > after! }.sorted()
+        return (Array(ids.prefix(limit)), ids.count > limit)
+    }
+
     public func listThreads(_ query: ThreadListQuery) async throws -> (threads: [ThreadView], nextCursor: String?) {
         let page = try await store.listThreads(query)
         let statuses = directory.statuses(page.records.map(\.id))

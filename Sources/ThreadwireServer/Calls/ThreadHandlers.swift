@@ -128,6 +128,62 @@ enum ThreadHandlers {
         return Outcome(.threadTurnsList(Wire.ThreadTurnsListResult(data: fitted.turns, nextCursor: fitted.nextCursor)))
     }
 
+    @Sendable static func loadedList(_ p: Wire.ThreadLoadedListParams, _ call: Call) throws -> InlineAnswer? {
+        let limit = try TurnPaging.limit(p.limit, field: "limit", default: 100)
+        let after: ThreadID?
+        if let cursor = p.cursor {
+            guard cursor.hasPrefix("loaded:") else { throw RequestError(.invalidArgument, "cursor '\(cursor.prefix(60))' is not a cursor this server returned") }
+            after = String(cursor.dropFirst("loaded:".count))
+        } else {
+            after = nil
+        }
+        let everyone = !call.server.authenticates || call.isOperator
+        let page = call.engine.loadedThreads(principal: everyone ? nil : call.principal, after: after, limit: limit)
+        return .result(.threadLoadedList(Wire.ThreadLoadedListResult(data: page.ids, nextCursor: page.more ? page.ids.last.map { "loaded:\($0)" } : nil)))
+    }
+
+    /// thread/items/list: items across turns, a few turns read at a time
+    /// until the page is full. The cursor names the next item's turn and place.
+    @Sendable static func itemsList(_ p: Wire.ThreadItemsListParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let limit = try TurnPaging.limit(p.limit, field: "limit", default: 50)
+        let descending = p.sortDirection == .descending
+        let start = try p.cursor.map(ItemCursor.decode)
+        // Turn cursors are exclusive: the cursor's own turn is read again.
+        var turnCursor: String? = start.flatMap { start in
+            descending ? TurnCursor.encode(sequence: start.turn + 1) : start.turn > 0 ? TurnCursor.encode(sequence: start.turn - 1) : nil
+        }
+        var page: [Wire.TurnItem] = []
+        var positions: [(turn: Int, item: Int)] = []
+        let id = try call.target()
+        collecting: while true {
+            let turns = try await call.engine.listTurns(id, cursor: turnCursor, limit: 16, descending: descending)
+            for turn in turns.turns {
+                turnCursor = TurnCursor.encode(sequence: turn.sequence)
+                if turn.rolledBack && p.includeRolledBack != true { continue }
+                let indices = descending ? Array(turn.items.indices.reversed()) : Array(turn.items.indices)
+                for index in indices {
+                    if let start {
+                        let before = descending ? (turn.sequence, index) > (start.turn, start.item) : (turn.sequence, index) < (start.turn, start.item)
+                        if before { continue }
+                    }
+                    positions.append((turn.sequence, index))
+                    // One more than the page: its position is the next cursor.
+                    if positions.count > limit { break collecting }
+                    page.append(Wire.TurnItem(turnId: turn.id, item: turn.items[index].wire))
+                }
+            }
+            if !turns.more { break }
+        }
+        // A page of large items is cut where the frame would overflow.
+        let room = TurnPaging.budget(around: .threadItemsList(Wire.ThreadItemsListResult(nextCursor: TurnPaging.cursorRoom)), limits: call.server.limits)
+        let fitted = TurnPaging.prefixThatFits(page, room: room)
+        guard fitted > 0 || page.isEmpty else {
+            throw RequestError(.resourceExhausted, "an item of thread \(id) is over max_frame_bytes (\(call.server.limits.maxFrameBytes)) even alone")
+        }
+        let next = fitted < positions.count ? ItemCursor.encode(positions[fitted]) : nil
+        return Outcome(.threadItemsList(Wire.ThreadItemsListResult(data: Array(page.prefix(fitted)), nextCursor: next)))
+    }
+
     @Sendable static func list(_ p: Wire.ThreadListParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
         var query = ThreadListQuery()
         if let limit = p.limit {
@@ -286,5 +342,19 @@ enum TurnHandlers {
             case nil: throw RequestError(.invalidArgument, "input[\(index)] has no content (set text or image_url)")
             }
         }
+    }
+}
+
+/// thread/items/list cursors: opaque to clients, an item's turn sequence and
+/// place in that turn to the server.
+enum ItemCursor {
+    static func encode(_ position: (turn: Int, item: Int)) -> String { "item:\(position.turn):\(position.item)" }
+
+    static func decode(_ cursor: String) throws -> (turn: Int, item: Int) {
+        let parts = cursor.split(separator: ":")
+        guard parts.count == 3, parts[0] == "item", let turn = Int(parts[1]), let item = Int(parts[2]), turn >= 0, item >= 0 else {
+            throw RequestError(.invalidArgument, "cursor '\(cursor.prefix(60))' is not an item cursor this server returned")
+        }
+        return (turn, item)
     }
 }

@@ -7298,6 +7298,433 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadItemsListParams: Sendable, Equatable {
+    public var threadId: String?
+    public var cursor: String?
+    public var limit: UInt32?
+    public var sortDirection: Wire.SortDirection?
+    public var includeRolledBack: Bool?
+
+    public init() {
+      self.threadId = nil
+      self.cursor = nil
+      self.limit = nil
+      self.sortDirection = nil
+      self.includeRolledBack = nil
+    }
+
+    public init(threadId: String? = nil, cursor: String? = nil, limit: UInt32? = nil, sortDirection: Wire.SortDirection? = nil, includeRolledBack: Bool? = nil) {
+      self.threadId = threadId
+      self.cursor = cursor
+      self.limit = limit
+      self.sortDirection = sortDirection
+      self.includeRolledBack = includeRolledBack
+    }
+  }
+}
+
+extension Wire.ThreadItemsListParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadItemsListParams"
+  typealias CMessage = Threadwire__V1__ThreadItemsListParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadItemsListParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
+    if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
+    if c.pointee.has_include_rolled_back != 0 { self.includeRolledBack = c.pointee.include_rolled_back != 0 }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadItemsListParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.cursor { c.cursor = arena.cString(v) }
+    if let v = self.limit { c.has_limit = 1; c.limit = v }
+    if let v = self.sortDirection { c.has_sort_direction = 1; c.sort_direction = Threadwire__V1__SortDirection(rawValue: numericCast(v.rawValue)) }
+    if let v = self.includeRolledBack { c.has_include_rolled_back = 1; c.include_rolled_back = v ? 1 : 0 }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_items_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_items_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadItemsListParams()
+      threadwire__v1__thread_items_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_items_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_items_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = cursor { object.append(("cursor", .string(v))) }
+    if let v = limit { object.append(("limit", .uint(UInt64(v)))) }
+    if let v = sortDirection { object.append(("sort_direction", .string(v.protoValueName))) }
+    if let v = includeRolledBack { object.append(("include_rolled_back", .bool(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "cursor": self.cursor = try value.stringValue(path: keyPath)
+      case "limit": self.limit = try value.uint32Value(path: keyPath)
+      case "sort_direction", "sortDirection": self.sortDirection = try Wire.SortDirection(json: value, path: keyPath)
+      case "include_rolled_back", "includeRolledBack": self.includeRolledBack = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct TurnItem: Sendable, Equatable {
+    public var turnId: String?
+    public var item: Wire.ThreadItem?
+
+    public init() {
+      self.turnId = nil
+      self.item = nil
+    }
+
+    public init(turnId: String? = nil, item: Wire.ThreadItem? = nil) {
+      self.turnId = turnId
+      self.item = item
+    }
+  }
+}
+
+extension Wire.TurnItem: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TurnItem"
+  typealias CMessage = Threadwire__V1__TurnItem
+
+  init(c: UnsafePointer<Threadwire__V1__TurnItem>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.item {
+      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__TurnItem, arena: inout CodecArena) {
+    if let v = self.turnId { c.turn_id = arena.cString(v) }
+    if let v = self.item { c.item = arena.message(v, Threadwire__V1__ThreadItem(), threadwire__v1__thread_item__init) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_item__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_item__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnItem()
+      threadwire__v1__turn_item__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_item__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_item__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = turnId { object.append(("turn_id", .string(v))) }
+    if let v = item { object.append(("item", v.jsonValue())) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      case "item": self.item = try Wire.ThreadItem(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadItemsListResult: Sendable, Equatable {
+    public var data: [Wire.TurnItem]
+    public var nextCursor: String?
+
+    public init() {
+      self.data = []
+      self.nextCursor = nil
+    }
+
+    public init(data: [Wire.TurnItem] = [], nextCursor: String? = nil) {
+      self.data = data
+      self.nextCursor = nextCursor
+    }
+  }
+}
+
+extension Wire.ThreadItemsListResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadItemsListResult"
+  typealias CMessage = Threadwire__V1__ThreadItemsListResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadItemsListResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.TurnItem(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
+    }
+    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadItemsListResult, arena: inout CodecArena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__TurnItem(), threadwire__v1__turn_item__init) }
+    }
+    if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_items_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_items_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadItemsListResult()
+      threadwire__v1__thread_items_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_items_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_items_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { $0.jsonValue() }))) }
+    if let v = nextCursor { object.append(("next_cursor", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.TurnItem(json: element, path: path) }
+      case "next_cursor", "nextCursor": self.nextCursor = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadLoadedListParams: Sendable, Equatable {
+    public var cursor: String?
+    public var limit: UInt32?
+
+    public init() {
+      self.cursor = nil
+      self.limit = nil
+    }
+
+    public init(cursor: String? = nil, limit: UInt32? = nil) {
+      self.cursor = cursor
+      self.limit = limit
+    }
+  }
+}
+
+extension Wire.ThreadLoadedListParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadLoadedListParams"
+  typealias CMessage = Threadwire__V1__ThreadLoadedListParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadLoadedListParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadLoadedListParams, arena: inout CodecArena) {
+    if let v = self.cursor { c.cursor = arena.cString(v) }
+    if let v = self.limit { c.has_limit = 1; c.limit = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_loaded_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_loaded_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadLoadedListParams()
+      threadwire__v1__thread_loaded_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_loaded_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_loaded_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = cursor { object.append(("cursor", .string(v))) }
+    if let v = limit { object.append(("limit", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "cursor": self.cursor = try value.stringValue(path: keyPath)
+      case "limit": self.limit = try value.uint32Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadLoadedListResult: Sendable, Equatable {
+    public var data: [String]
+    public var nextCursor: String?
+
+    public init() {
+      self.data = []
+      self.nextCursor = nil
+    }
+
+    public init(data: [String] = [], nextCursor: String? = nil) {
+      self.data = data
+      self.nextCursor = nextCursor
+    }
+  }
+}
+
+extension Wire.ThreadLoadedListResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadLoadedListResult"
+  typealias CMessage = Threadwire__V1__ThreadLoadedListResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadLoadedListResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      for index in 0..<c.pointee.n_data { self.data.append(try wireString(items[index], field: "data")) }
+    }
+    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadLoadedListResult, arena: inout CodecArena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data) { value, arena in arena.cString(value) }
+    }
+    if let v = self.nextCursor { c.next_cursor = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_loaded_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_loaded_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadLoadedListResult()
+      threadwire__v1__thread_loaded_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_loaded_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_loaded_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { .string($0) }))) }
+    if let v = nextCursor { object.append(("next_cursor", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      case "next_cursor", "nextCursor": self.nextCursor = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ThreadListParams: Sendable, Equatable {
     public var cursor: String?
     public var limit: UInt32?
@@ -9990,6 +10417,8 @@ extension Wire {
       case turnStart(Wire.TurnStartParams)
       case turnInterrupt(Wire.TurnInterruptParams)
       case turnSteer(Wire.TurnSteerParams)
+      case threadItemsList(Wire.ThreadItemsListParams)
+      case threadLoadedList(Wire.ThreadLoadedListParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -10020,6 +10449,8 @@ extension Wire {
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
+        case .threadItemsList: return "thread_items_list"
+        case .threadLoadedList: return "thread_loaded_list"
         }
       }
 
@@ -10052,10 +10483,12 @@ extension Wire {
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
+        case .threadItemsList: return "thread/items/list"
+        case .threadLoadedList: return "thread/loaded/list"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10086,6 +10519,8 @@ extension Wire {
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartParams(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptParams(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerParams(json: json, path: path))
+        case "thread_items_list", "threadItemsList": return .threadItemsList(try Wire.ThreadItemsListParams(json: json, path: path))
+        case "thread_loaded_list", "threadLoadedList": return .threadLoadedList(try Wire.ThreadLoadedListParams(json: json, path: path))
         default: return nil
         }
       }
@@ -10177,6 +10612,10 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
     case 42:
       do throws(WireError) { self.params = .turnSteer(try Wire.TurnSteerParams(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
+    case 43:
+      do throws(WireError) { self.params = .threadItemsList(try Wire.ThreadItemsListParams(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
+    case 44:
+      do throws(WireError) { self.params = .threadLoadedList(try Wire.ThreadLoadedListParams(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
     default: self.params = nil
     }
   }
@@ -10268,6 +10707,12 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .turnSteer(let v)?:
       c.params_case = .init(rawValue: 42)
       c.turn_steer = arena.message(v, Threadwire__V1__TurnSteerParams(), threadwire__v1__turn_steer_params__init)
+    case .threadItemsList(let v)?:
+      c.params_case = .init(rawValue: 43)
+      c.thread_items_list = arena.message(v, Threadwire__V1__ThreadItemsListParams(), threadwire__v1__thread_items_list_params__init)
+    case .threadLoadedList(let v)?:
+      c.params_case = .init(rawValue: 44)
+      c.thread_loaded_list = arena.message(v, Threadwire__V1__ThreadLoadedListParams(), threadwire__v1__thread_loaded_list_params__init)
     case nil: break
     }
   }
@@ -10331,6 +10776,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
+    case .threadItemsList(let v)?: object.append(("thread_items_list", v.jsonValue()))
+    case .threadLoadedList(let v)?: object.append(("thread_loaded_list", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -10345,7 +10792,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -10388,6 +10835,8 @@ extension Wire {
       case turnStart(Wire.TurnStartResult)
       case turnInterrupt(Wire.TurnInterruptResult)
       case turnSteer(Wire.TurnSteerResult)
+      case threadItemsList(Wire.ThreadItemsListResult)
+      case threadLoadedList(Wire.ThreadLoadedListResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -10418,6 +10867,8 @@ extension Wire {
         case .turnStart: return "turn_start"
         case .turnInterrupt: return "turn_interrupt"
         case .turnSteer: return "turn_steer"
+        case .threadItemsList: return "thread_items_list"
+        case .threadLoadedList: return "thread_loaded_list"
         }
       }
 
@@ -10450,10 +10901,12 @@ extension Wire {
         case .turnStart: return "turn/start"
         case .turnInterrupt: return "turn/interrupt"
         case .turnSteer: return "turn/steer"
+        case .threadItemsList: return "thread/items/list"
+        case .threadLoadedList: return "thread/loaded/list"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10484,6 +10937,8 @@ extension Wire {
         case "turn_start", "turnStart": return .turnStart(try Wire.TurnStartResult(json: json, path: path))
         case "turn_interrupt", "turnInterrupt": return .turnInterrupt(try Wire.TurnInterruptResult(json: json, path: path))
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerResult(json: json, path: path))
+        case "thread_items_list", "threadItemsList": return .threadItemsList(try Wire.ThreadItemsListResult(json: json, path: path))
+        case "thread_loaded_list", "threadLoadedList": return .threadLoadedList(try Wire.ThreadLoadedListResult(json: json, path: path))
         default: return nil
         }
       }
@@ -10567,6 +11022,10 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
     case 42:
       do throws(WireError) { self.result = .turnSteer(try Wire.TurnSteerResult(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
+    case 43:
+      do throws(WireError) { self.result = .threadItemsList(try Wire.ThreadItemsListResult(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
+    case 44:
+      do throws(WireError) { self.result = .threadLoadedList(try Wire.ThreadLoadedListResult(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
     default: self.result = nil
     }
   }
@@ -10654,6 +11113,12 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .turnSteer(let v)?:
       c.result_case = .init(rawValue: 42)
       c.turn_steer = arena.message(v, Threadwire__V1__TurnSteerResult(), threadwire__v1__turn_steer_result__init)
+    case .threadItemsList(let v)?:
+      c.result_case = .init(rawValue: 43)
+      c.thread_items_list = arena.message(v, Threadwire__V1__ThreadItemsListResult(), threadwire__v1__thread_items_list_result__init)
+    case .threadLoadedList(let v)?:
+      c.result_case = .init(rawValue: 44)
+      c.thread_loaded_list = arena.message(v, Threadwire__V1__ThreadLoadedListResult(), threadwire__v1__thread_loaded_list_result__init)
     case nil: break
     }
   }
@@ -10716,6 +11181,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .turnStart(let v)?: object.append(("turn_start", v.jsonValue()))
     case .turnInterrupt(let v)?: object.append(("turn_interrupt", v.jsonValue()))
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
+    case .threadItemsList(let v)?: object.append(("thread_items_list", v.jsonValue()))
+    case .threadLoadedList(let v)?: object.append(("thread_loaded_list", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -10729,7 +11196,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -644,6 +644,44 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadItemsListParams(_ variant: Int) -> Wire.ThreadItemsListParams {
+        var message = Wire.ThreadItemsListParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.cursor = "cursor héllo ✓ 0"
+        message.limit = UInt32(4000000003)
+        message.sortDirection = Wire.SortDirection.ascending
+        message.includeRolledBack = true
+        return message
+    }
+
+    public static func TurnItem(_ variant: Int) -> Wire.TurnItem {
+        var message = Wire.TurnItem()
+        message.turnId = "turn_id héllo ✓ 0"
+        message.item = ThreadItem(0)
+        return message
+    }
+
+    public static func ThreadItemsListResult(_ variant: Int) -> Wire.ThreadItemsListResult {
+        var message = Wire.ThreadItemsListResult()
+        message.data = [TurnItem(0), TurnItem(0)]
+        message.nextCursor = "next_cursor héllo ✓ 0"
+        return message
+    }
+
+    public static func ThreadLoadedListParams(_ variant: Int) -> Wire.ThreadLoadedListParams {
+        var message = Wire.ThreadLoadedListParams()
+        message.cursor = "cursor héllo ✓ 0"
+        message.limit = UInt32(4000000002)
+        return message
+    }
+
+    public static func ThreadLoadedListResult(_ variant: Int) -> Wire.ThreadLoadedListResult {
+        var message = Wire.ThreadLoadedListResult()
+        message.data = ["data héllo ✓ 1", "data héllo ✓ 2"]
+        message.nextCursor = "next_cursor héllo ✓ 0"
+        return message
+    }
+
     public static func ThreadListParams(_ variant: Int) -> Wire.ThreadListParams {
         var message = Wire.ThreadListParams()
         message.cursor = "cursor héllo ✓ 0"
@@ -882,7 +920,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 26 {
+        switch variant % 28 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -908,7 +946,9 @@ public enum WireFixtures {
         case 22: message.params = .threadRevert(ThreadRevertParams(0))
         case 23: message.params = .turnStart(TurnStartParams(0))
         case 24: message.params = .turnInterrupt(TurnInterruptParams(0))
-        default: message.params = .turnSteer(TurnSteerParams(0))
+        case 25: message.params = .turnSteer(TurnSteerParams(0))
+        case 26: message.params = .threadItemsList(ThreadItemsListParams(0))
+        default: message.params = .threadLoadedList(ThreadLoadedListParams(0))
         }
         return message
     }
@@ -918,7 +958,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 26 {
+        switch variant % 28 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -944,7 +984,9 @@ public enum WireFixtures {
         case 22: message.result = .threadRevert(ThreadRevertResult(0))
         case 23: message.result = .turnStart(TurnStartResult(0))
         case 24: message.result = .turnInterrupt(TurnInterruptResult(0))
-        default: message.result = .turnSteer(TurnSteerResult(0))
+        case 25: message.result = .turnSteer(TurnSteerResult(0))
+        case 26: message.result = .threadItemsList(ThreadItemsListResult(0))
+        default: message.result = .threadLoadedList(ThreadLoadedListResult(0))
         }
         return message
     }
@@ -1052,6 +1094,11 @@ public enum WireFixtures {
         ("ThreadToolsUpdateResult#0", { try roundTrip(ThreadToolsUpdateResult(0)) }),
         ("ThreadTurnsListParams#0", { try roundTrip(ThreadTurnsListParams(0)) }),
         ("ThreadTurnsListResult#0", { try roundTrip(ThreadTurnsListResult(0)) }),
+        ("ThreadItemsListParams#0", { try roundTrip(ThreadItemsListParams(0)) }),
+        ("TurnItem#0", { try roundTrip(TurnItem(0)) }),
+        ("ThreadItemsListResult#0", { try roundTrip(ThreadItemsListResult(0)) }),
+        ("ThreadLoadedListParams#0", { try roundTrip(ThreadLoadedListParams(0)) }),
+        ("ThreadLoadedListResult#0", { try roundTrip(ThreadLoadedListResult(0)) }),
         ("ThreadListParams#0", { try roundTrip(ThreadListParams(0)) }),
         ("ThreadListResult#0", { try roundTrip(ThreadListResult(0)) }),
         ("ThreadArchiveParams#0", { try roundTrip(ThreadArchiveParams(0)) }),
@@ -1114,6 +1161,8 @@ public enum WireFixtures {
         ("Request#23", { try roundTrip(Request(23)) }),
         ("Request#24", { try roundTrip(Request(24)) }),
         ("Request#25", { try roundTrip(Request(25)) }),
+        ("Request#26", { try roundTrip(Request(26)) }),
+        ("Request#27", { try roundTrip(Request(27)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1140,6 +1189,8 @@ public enum WireFixtures {
         ("Response#23", { try roundTrip(Response(23)) }),
         ("Response#24", { try roundTrip(Response(24)) }),
         ("Response#25", { try roundTrip(Response(25)) }),
+        ("Response#26", { try roundTrip(Response(26)) }),
+        ("Response#27", { try roundTrip(Response(27)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

@@ -60,7 +60,7 @@ var file_threadwire_v1_service_proto_rawDesc = []byte{
 	0x72, 0x6f, 0x74, 0x6f, 0x1a, 0x1a, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65,
 	0x2f, 0x76, 0x31, 0x2f, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f,
 	0x1a, 0x18, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2f, 0x76, 0x31, 0x2f,
-	0x74, 0x75, 0x72, 0x6e, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0x9b, 0x14, 0x0a, 0x0a, 0x54,
+	0x74, 0x75, 0x72, 0x6e, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0xdc, 0x15, 0x0a, 0x0a, 0x54,
 	0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x12, 0x4e, 0x0a, 0x0a, 0x49, 0x6e, 0x69,
 	0x74, 0x69, 0x61, 0x6c, 0x69, 0x7a, 0x65, 0x12, 0x1f, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64,
 	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x49, 0x6e, 0x69, 0x74, 0x69, 0x61, 0x6c, 0x69,
@@ -207,22 +207,34 @@ var file_threadwire_v1_service_proto_rawDesc = []byte{
 	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x75, 0x72, 0x6e, 0x53, 0x74, 0x65, 0x65,
 	0x72, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x1e, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64,
 	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x75, 0x72, 0x6e, 0x53, 0x74, 0x65, 0x65,
-	0x72, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x50, 0x0a, 0x09, 0x53, 0x75, 0x62, 0x73, 0x63,
-	0x72, 0x69, 0x62, 0x65, 0x12, 0x24, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72,
-	0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x53, 0x75, 0x62, 0x73, 0x63,
-	0x72, 0x69, 0x62, 0x65, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x1b, 0x2e, 0x74, 0x68, 0x72,
-	0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x4e, 0x6f, 0x74, 0x69, 0x66,
-	0x69, 0x63, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x30, 0x01, 0x12, 0x3f, 0x0a, 0x07, 0x43, 0x6f, 0x6e,
-	0x6e, 0x65, 0x63, 0x74, 0x12, 0x17, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72,
-	0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x1a, 0x17, 0x2e,
-	0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e,
-	0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x28, 0x01, 0x30, 0x01, 0x12, 0x5c, 0x0a, 0x12, 0x54, 0x68,
-	0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x53, 0x74, 0x72, 0x65, 0x61, 0x6d,
-	0x12, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31,
-	0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x50, 0x61, 0x72,
-	0x61, 0x6d, 0x73, 0x1a, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65,
-	0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74,
-	0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x28, 0x01,
+	0x72, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x5d, 0x0a, 0x0f, 0x54, 0x68, 0x72, 0x65, 0x61,
+	0x64, 0x49, 0x74, 0x65, 0x6d, 0x73, 0x4c, 0x69, 0x73, 0x74, 0x12, 0x24, 0x2e, 0x74, 0x68, 0x72,
+	0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61,
+	0x64, 0x49, 0x74, 0x65, 0x6d, 0x73, 0x4c, 0x69, 0x73, 0x74, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73,
+	0x1a, 0x24, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31,
+	0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x74, 0x65, 0x6d, 0x73, 0x4c, 0x69, 0x73, 0x74,
+	0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x60, 0x0a, 0x10, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64,
+	0x4c, 0x6f, 0x61, 0x64, 0x65, 0x64, 0x4c, 0x69, 0x73, 0x74, 0x12, 0x25, 0x2e, 0x74, 0x68, 0x72,
+	0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61,
+	0x64, 0x4c, 0x6f, 0x61, 0x64, 0x65, 0x64, 0x4c, 0x69, 0x73, 0x74, 0x50, 0x61, 0x72, 0x61, 0x6d,
+	0x73, 0x1a, 0x25, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76,
+	0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x4c, 0x6f, 0x61, 0x64, 0x65, 0x64, 0x4c, 0x69,
+	0x73, 0x74, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x50, 0x0a, 0x09, 0x53, 0x75, 0x62, 0x73,
+	0x63, 0x72, 0x69, 0x62, 0x65, 0x12, 0x24, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69,
+	0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x53, 0x75, 0x62, 0x73,
+	0x63, 0x72, 0x69, 0x62, 0x65, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x1b, 0x2e, 0x74, 0x68,
+	0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x4e, 0x6f, 0x74, 0x69,
+	0x66, 0x69, 0x63, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x30, 0x01, 0x12, 0x3f, 0x0a, 0x07, 0x43, 0x6f,
+	0x6e, 0x6e, 0x65, 0x63, 0x74, 0x12, 0x17, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69,
+	0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x1a, 0x17,
+	0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45,
+	0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x28, 0x01, 0x30, 0x01, 0x12, 0x5c, 0x0a, 0x12, 0x54,
+	0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x53, 0x74, 0x72, 0x65, 0x61,
+	0x6d, 0x12, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76,
+	0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x50, 0x61,
+	0x72, 0x61, 0x6d, 0x73, 0x1a, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72,
+	0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72,
+	0x74, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x28, 0x01,
 }
 
 var file_threadwire_v1_service_proto_goTypes = []interface{}{
@@ -252,31 +264,35 @@ var file_threadwire_v1_service_proto_goTypes = []interface{}{
 	(*TurnStartParams)(nil),             // 23: threadwire.v1.TurnStartParams
 	(*TurnInterruptParams)(nil),         // 24: threadwire.v1.TurnInterruptParams
 	(*TurnSteerParams)(nil),             // 25: threadwire.v1.TurnSteerParams
-	(*Envelope)(nil),                    // 26: threadwire.v1.Envelope
-	(*InitializeResult)(nil),            // 27: threadwire.v1.InitializeResult
-	(*HealthCheckResult)(nil),           // 28: threadwire.v1.HealthCheckResult
-	(*ReflectionDescriptorsResult)(nil), // 29: threadwire.v1.ReflectionDescriptorsResult
-	(*ThreadLifecycleResult)(nil),       // 30: threadwire.v1.ThreadLifecycleResult
-	(*ThreadReadResult)(nil),            // 31: threadwire.v1.ThreadReadResult
-	(*ThreadListResult)(nil),            // 32: threadwire.v1.ThreadListResult
-	(*ThreadArchiveResult)(nil),         // 33: threadwire.v1.ThreadArchiveResult
-	(*ThreadUnarchiveResult)(nil),       // 34: threadwire.v1.ThreadUnarchiveResult
-	(*ThreadUnsubscribeResult)(nil),     // 35: threadwire.v1.ThreadUnsubscribeResult
-	(*ThreadSettingsUpdateResult)(nil),  // 36: threadwire.v1.ThreadSettingsUpdateResult
-	(*ThreadTurnsListResult)(nil),       // 37: threadwire.v1.ThreadTurnsListResult
-	(*ThreadToolsUpdateResult)(nil),     // 38: threadwire.v1.ThreadToolsUpdateResult
-	(*McpServerListResult)(nil),         // 39: threadwire.v1.McpServerListResult
-	(*ModelListResult)(nil),             // 40: threadwire.v1.ModelListResult
-	(*ThreadCompactStartResult)(nil),    // 41: threadwire.v1.ThreadCompactStartResult
-	(*ThreadRollbackResult)(nil),        // 42: threadwire.v1.ThreadRollbackResult
-	(*ThreadNameSetResult)(nil),         // 43: threadwire.v1.ThreadNameSetResult
-	(*ThreadImportResult)(nil),          // 44: threadwire.v1.ThreadImportResult
-	(*ThreadSubscribeResult)(nil),       // 45: threadwire.v1.ThreadSubscribeResult
-	(*ThreadRevertResult)(nil),          // 46: threadwire.v1.ThreadRevertResult
-	(*TurnStartResult)(nil),             // 47: threadwire.v1.TurnStartResult
-	(*TurnInterruptResult)(nil),         // 48: threadwire.v1.TurnInterruptResult
-	(*TurnSteerResult)(nil),             // 49: threadwire.v1.TurnSteerResult
-	(*Notification)(nil),                // 50: threadwire.v1.Notification
+	(*ThreadItemsListParams)(nil),       // 26: threadwire.v1.ThreadItemsListParams
+	(*ThreadLoadedListParams)(nil),      // 27: threadwire.v1.ThreadLoadedListParams
+	(*Envelope)(nil),                    // 28: threadwire.v1.Envelope
+	(*InitializeResult)(nil),            // 29: threadwire.v1.InitializeResult
+	(*HealthCheckResult)(nil),           // 30: threadwire.v1.HealthCheckResult
+	(*ReflectionDescriptorsResult)(nil), // 31: threadwire.v1.ReflectionDescriptorsResult
+	(*ThreadLifecycleResult)(nil),       // 32: threadwire.v1.ThreadLifecycleResult
+	(*ThreadReadResult)(nil),            // 33: threadwire.v1.ThreadReadResult
+	(*ThreadListResult)(nil),            // 34: threadwire.v1.ThreadListResult
+	(*ThreadArchiveResult)(nil),         // 35: threadwire.v1.ThreadArchiveResult
+	(*ThreadUnarchiveResult)(nil),       // 36: threadwire.v1.ThreadUnarchiveResult
+	(*ThreadUnsubscribeResult)(nil),     // 37: threadwire.v1.ThreadUnsubscribeResult
+	(*ThreadSettingsUpdateResult)(nil),  // 38: threadwire.v1.ThreadSettingsUpdateResult
+	(*ThreadTurnsListResult)(nil),       // 39: threadwire.v1.ThreadTurnsListResult
+	(*ThreadToolsUpdateResult)(nil),     // 40: threadwire.v1.ThreadToolsUpdateResult
+	(*McpServerListResult)(nil),         // 41: threadwire.v1.McpServerListResult
+	(*ModelListResult)(nil),             // 42: threadwire.v1.ModelListResult
+	(*ThreadCompactStartResult)(nil),    // 43: threadwire.v1.ThreadCompactStartResult
+	(*ThreadRollbackResult)(nil),        // 44: threadwire.v1.ThreadRollbackResult
+	(*ThreadNameSetResult)(nil),         // 45: threadwire.v1.ThreadNameSetResult
+	(*ThreadImportResult)(nil),          // 46: threadwire.v1.ThreadImportResult
+	(*ThreadSubscribeResult)(nil),       // 47: threadwire.v1.ThreadSubscribeResult
+	(*ThreadRevertResult)(nil),          // 48: threadwire.v1.ThreadRevertResult
+	(*TurnStartResult)(nil),             // 49: threadwire.v1.TurnStartResult
+	(*TurnInterruptResult)(nil),         // 50: threadwire.v1.TurnInterruptResult
+	(*TurnSteerResult)(nil),             // 51: threadwire.v1.TurnSteerResult
+	(*ThreadItemsListResult)(nil),       // 52: threadwire.v1.ThreadItemsListResult
+	(*ThreadLoadedListResult)(nil),      // 53: threadwire.v1.ThreadLoadedListResult
+	(*Notification)(nil),                // 54: threadwire.v1.Notification
 }
 var file_threadwire_v1_service_proto_depIdxs = []int32{
 	0,  // 0: threadwire.v1.Threadwire.Initialize:input_type -> threadwire.v1.InitializeParams
@@ -305,40 +321,44 @@ var file_threadwire_v1_service_proto_depIdxs = []int32{
 	23, // 23: threadwire.v1.Threadwire.TurnStart:input_type -> threadwire.v1.TurnStartParams
 	24, // 24: threadwire.v1.Threadwire.TurnInterrupt:input_type -> threadwire.v1.TurnInterruptParams
 	25, // 25: threadwire.v1.Threadwire.TurnSteer:input_type -> threadwire.v1.TurnSteerParams
-	21, // 26: threadwire.v1.Threadwire.Subscribe:input_type -> threadwire.v1.ThreadSubscribeParams
-	26, // 27: threadwire.v1.Threadwire.Connect:input_type -> threadwire.v1.Envelope
-	20, // 28: threadwire.v1.Threadwire.ThreadImportStream:input_type -> threadwire.v1.ThreadImportParams
-	27, // 29: threadwire.v1.Threadwire.Initialize:output_type -> threadwire.v1.InitializeResult
-	28, // 30: threadwire.v1.Threadwire.HealthCheck:output_type -> threadwire.v1.HealthCheckResult
-	29, // 31: threadwire.v1.Threadwire.ReflectionDescriptors:output_type -> threadwire.v1.ReflectionDescriptorsResult
-	30, // 32: threadwire.v1.Threadwire.ThreadStart:output_type -> threadwire.v1.ThreadLifecycleResult
-	30, // 33: threadwire.v1.Threadwire.ThreadResume:output_type -> threadwire.v1.ThreadLifecycleResult
-	30, // 34: threadwire.v1.Threadwire.ThreadFork:output_type -> threadwire.v1.ThreadLifecycleResult
-	31, // 35: threadwire.v1.Threadwire.ThreadRead:output_type -> threadwire.v1.ThreadReadResult
-	32, // 36: threadwire.v1.Threadwire.ThreadList:output_type -> threadwire.v1.ThreadListResult
-	33, // 37: threadwire.v1.Threadwire.ThreadArchive:output_type -> threadwire.v1.ThreadArchiveResult
-	34, // 38: threadwire.v1.Threadwire.ThreadUnarchive:output_type -> threadwire.v1.ThreadUnarchiveResult
-	35, // 39: threadwire.v1.Threadwire.ThreadUnsubscribe:output_type -> threadwire.v1.ThreadUnsubscribeResult
-	36, // 40: threadwire.v1.Threadwire.ThreadSettingsUpdate:output_type -> threadwire.v1.ThreadSettingsUpdateResult
-	30, // 41: threadwire.v1.Threadwire.AgentSpawn:output_type -> threadwire.v1.ThreadLifecycleResult
-	37, // 42: threadwire.v1.Threadwire.ThreadTurnsList:output_type -> threadwire.v1.ThreadTurnsListResult
-	38, // 43: threadwire.v1.Threadwire.ThreadToolsUpdate:output_type -> threadwire.v1.ThreadToolsUpdateResult
-	39, // 44: threadwire.v1.Threadwire.McpServerList:output_type -> threadwire.v1.McpServerListResult
-	40, // 45: threadwire.v1.Threadwire.ModelList:output_type -> threadwire.v1.ModelListResult
-	41, // 46: threadwire.v1.Threadwire.ThreadCompactStart:output_type -> threadwire.v1.ThreadCompactStartResult
-	42, // 47: threadwire.v1.Threadwire.ThreadRollback:output_type -> threadwire.v1.ThreadRollbackResult
-	43, // 48: threadwire.v1.Threadwire.ThreadNameSet:output_type -> threadwire.v1.ThreadNameSetResult
-	44, // 49: threadwire.v1.Threadwire.ThreadImport:output_type -> threadwire.v1.ThreadImportResult
-	45, // 50: threadwire.v1.Threadwire.ThreadSubscribe:output_type -> threadwire.v1.ThreadSubscribeResult
-	46, // 51: threadwire.v1.Threadwire.ThreadRevert:output_type -> threadwire.v1.ThreadRevertResult
-	47, // 52: threadwire.v1.Threadwire.TurnStart:output_type -> threadwire.v1.TurnStartResult
-	48, // 53: threadwire.v1.Threadwire.TurnInterrupt:output_type -> threadwire.v1.TurnInterruptResult
-	49, // 54: threadwire.v1.Threadwire.TurnSteer:output_type -> threadwire.v1.TurnSteerResult
-	50, // 55: threadwire.v1.Threadwire.Subscribe:output_type -> threadwire.v1.Notification
-	26, // 56: threadwire.v1.Threadwire.Connect:output_type -> threadwire.v1.Envelope
-	44, // 57: threadwire.v1.Threadwire.ThreadImportStream:output_type -> threadwire.v1.ThreadImportResult
-	29, // [29:58] is the sub-list for method output_type
-	0,  // [0:29] is the sub-list for method input_type
+	26, // 26: threadwire.v1.Threadwire.ThreadItemsList:input_type -> threadwire.v1.ThreadItemsListParams
+	27, // 27: threadwire.v1.Threadwire.ThreadLoadedList:input_type -> threadwire.v1.ThreadLoadedListParams
+	21, // 28: threadwire.v1.Threadwire.Subscribe:input_type -> threadwire.v1.ThreadSubscribeParams
+	28, // 29: threadwire.v1.Threadwire.Connect:input_type -> threadwire.v1.Envelope
+	20, // 30: threadwire.v1.Threadwire.ThreadImportStream:input_type -> threadwire.v1.ThreadImportParams
+	29, // 31: threadwire.v1.Threadwire.Initialize:output_type -> threadwire.v1.InitializeResult
+	30, // 32: threadwire.v1.Threadwire.HealthCheck:output_type -> threadwire.v1.HealthCheckResult
+	31, // 33: threadwire.v1.Threadwire.ReflectionDescriptors:output_type -> threadwire.v1.ReflectionDescriptorsResult
+	32, // 34: threadwire.v1.Threadwire.ThreadStart:output_type -> threadwire.v1.ThreadLifecycleResult
+	32, // 35: threadwire.v1.Threadwire.ThreadResume:output_type -> threadwire.v1.ThreadLifecycleResult
+	32, // 36: threadwire.v1.Threadwire.ThreadFork:output_type -> threadwire.v1.ThreadLifecycleResult
+	33, // 37: threadwire.v1.Threadwire.ThreadRead:output_type -> threadwire.v1.ThreadReadResult
+	34, // 38: threadwire.v1.Threadwire.ThreadList:output_type -> threadwire.v1.ThreadListResult
+	35, // 39: threadwire.v1.Threadwire.ThreadArchive:output_type -> threadwire.v1.ThreadArchiveResult
+	36, // 40: threadwire.v1.Threadwire.ThreadUnarchive:output_type -> threadwire.v1.ThreadUnarchiveResult
+	37, // 41: threadwire.v1.Threadwire.ThreadUnsubscribe:output_type -> threadwire.v1.ThreadUnsubscribeResult
+	38, // 42: threadwire.v1.Threadwire.ThreadSettingsUpdate:output_type -> threadwire.v1.ThreadSettingsUpdateResult
+	32, // 43: threadwire.v1.Threadwire.AgentSpawn:output_type -> threadwire.v1.ThreadLifecycleResult
+	39, // 44: threadwire.v1.Threadwire.ThreadTurnsList:output_type -> threadwire.v1.ThreadTurnsListResult
+	40, // 45: threadwire.v1.Threadwire.ThreadToolsUpdate:output_type -> threadwire.v1.ThreadToolsUpdateResult
+	41, // 46: threadwire.v1.Threadwire.McpServerList:output_type -> threadwire.v1.McpServerListResult
+	42, // 47: threadwire.v1.Threadwire.ModelList:output_type -> threadwire.v1.ModelListResult
+	43, // 48: threadwire.v1.Threadwire.ThreadCompactStart:output_type -> threadwire.v1.ThreadCompactStartResult
+	44, // 49: threadwire.v1.Threadwire.ThreadRollback:output_type -> threadwire.v1.ThreadRollbackResult
+	45, // 50: threadwire.v1.Threadwire.ThreadNameSet:output_type -> threadwire.v1.ThreadNameSetResult
+	46, // 51: threadwire.v1.Threadwire.ThreadImport:output_type -> threadwire.v1.ThreadImportResult
+	47, // 52: threadwire.v1.Threadwire.ThreadSubscribe:output_type -> threadwire.v1.ThreadSubscribeResult
+	48, // 53: threadwire.v1.Threadwire.ThreadRevert:output_type -> threadwire.v1.ThreadRevertResult
+	49, // 54: threadwire.v1.Threadwire.TurnStart:output_type -> threadwire.v1.TurnStartResult
+	50, // 55: threadwire.v1.Threadwire.TurnInterrupt:output_type -> threadwire.v1.TurnInterruptResult
+	51, // 56: threadwire.v1.Threadwire.TurnSteer:output_type -> threadwire.v1.TurnSteerResult
+	52, // 57: threadwire.v1.Threadwire.ThreadItemsList:output_type -> threadwire.v1.ThreadItemsListResult
+	53, // 58: threadwire.v1.Threadwire.ThreadLoadedList:output_type -> threadwire.v1.ThreadLoadedListResult
+	54, // 59: threadwire.v1.Threadwire.Subscribe:output_type -> threadwire.v1.Notification
+	28, // 60: threadwire.v1.Threadwire.Connect:output_type -> threadwire.v1.Envelope
+	46, // 61: threadwire.v1.Threadwire.ThreadImportStream:output_type -> threadwire.v1.ThreadImportResult
+	31, // [31:62] is the sub-list for method output_type
+	0,  // [0:31] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

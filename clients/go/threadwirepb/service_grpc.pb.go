@@ -43,6 +43,8 @@ type ThreadwireClient interface {
 	TurnStart(ctx context.Context, in *TurnStartParams, opts ...grpc.CallOption) (*TurnStartResult, error)
 	TurnInterrupt(ctx context.Context, in *TurnInterruptParams, opts ...grpc.CallOption) (*TurnInterruptResult, error)
 	TurnSteer(ctx context.Context, in *TurnSteerParams, opts ...grpc.CallOption) (*TurnSteerResult, error)
+	ThreadItemsList(ctx context.Context, in *ThreadItemsListParams, opts ...grpc.CallOption) (*ThreadItemsListResult, error)
+	ThreadLoadedList(ctx context.Context, in *ThreadLoadedListParams, opts ...grpc.CallOption) (*ThreadLoadedListResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -308,6 +310,24 @@ func (c *threadwireClient) TurnSteer(ctx context.Context, in *TurnSteerParams, o
 	return out, nil
 }
 
+func (c *threadwireClient) ThreadItemsList(ctx context.Context, in *ThreadItemsListParams, opts ...grpc.CallOption) (*ThreadItemsListResult, error) {
+	out := new(ThreadItemsListResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadItemsList", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *threadwireClient) ThreadLoadedList(ctx context.Context, in *ThreadLoadedListParams, opts ...grpc.CallOption) (*ThreadLoadedListResult, error) {
+	out := new(ThreadLoadedListResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadLoadedList", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *threadwireClient) Subscribe(ctx context.Context, in *ThreadSubscribeParams, opts ...grpc.CallOption) (Threadwire_SubscribeClient, error) {
 	stream, err := c.cc.NewStream(ctx, &_Threadwire_serviceDesc.Streams[0], "/threadwire.v1.Threadwire/Subscribe", opts...)
 	if err != nil {
@@ -435,6 +455,8 @@ type ThreadwireServer interface {
 	TurnStart(context.Context, *TurnStartParams) (*TurnStartResult, error)
 	TurnInterrupt(context.Context, *TurnInterruptParams) (*TurnInterruptResult, error)
 	TurnSteer(context.Context, *TurnSteerParams) (*TurnSteerResult, error)
+	ThreadItemsList(context.Context, *ThreadItemsListParams) (*ThreadItemsListResult, error)
+	ThreadLoadedList(context.Context, *ThreadLoadedListParams) (*ThreadLoadedListResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -540,6 +562,12 @@ func (UnimplementedThreadwireServer) TurnInterrupt(context.Context, *TurnInterru
 }
 func (UnimplementedThreadwireServer) TurnSteer(context.Context, *TurnSteerParams) (*TurnSteerResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TurnSteer not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadItemsList(context.Context, *ThreadItemsListParams) (*ThreadItemsListResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadItemsList not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadLoadedList(context.Context, *ThreadLoadedListParams) (*ThreadLoadedListResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadLoadedList not implemented")
 }
 func (UnimplementedThreadwireServer) Subscribe(*ThreadSubscribeParams, Threadwire_SubscribeServer) error {
 	return status.Errorf(codes.Unimplemented, "method Subscribe not implemented")
@@ -1031,6 +1059,42 @@ func _Threadwire_TurnSteer_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Threadwire_ThreadItemsList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadItemsListParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadItemsList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadItemsList",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadItemsList(ctx, req.(*ThreadItemsListParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Threadwire_ThreadLoadedList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadLoadedListParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadLoadedList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadLoadedList",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadLoadedList(ctx, req.(*ThreadLoadedListParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Threadwire_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ThreadSubscribeParams)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1211,6 +1275,14 @@ var _Threadwire_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TurnSteer",
 			Handler:    _Threadwire_TurnSteer_Handler,
+		},
+		{
+			MethodName: "ThreadItemsList",
+			Handler:    _Threadwire_ThreadItemsList_Handler,
+		},
+		{
+			MethodName: "ThreadLoadedList",
+			Handler:    _Threadwire_ThreadLoadedList_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[30] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[32] =
 {
   {
     "id",
@@ -639,6 +639,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_items_list",
+    43,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_items_list),
+    &threadwire__v1__thread_items_list_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_loaded_list",
+    44,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_loaded_list),
+    &threadwire__v1__thread_loaded_list_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   16,   /* field[16] = agent_spawn */
@@ -654,7 +678,9 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   21,   /* field[21] = thread_compact_start */
   9,   /* field[9] = thread_fork */
   24,   /* field[24] = thread_import */
+  30,   /* field[30] = thread_items_list */
   11,   /* field[11] = thread_list */
+  31,   /* field[31] = thread_loaded_list */
   23,   /* field[23] = thread_name_set */
   10,   /* field[10] = thread_read */
   8,   /* field[8] = thread_resume */
@@ -677,7 +703,7 @@ static const ProtobufCIntRange threadwire__v1__request__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 0, 30 }
+  { 0, 32 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -687,14 +713,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  30,
+  32,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   3,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[29] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[31] =
 {
   {
     "id",
@@ -1044,6 +1070,30 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_items_list",
+    43,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_items_list),
+    &threadwire__v1__thread_items_list_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_loaded_list",
+    44,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_loaded_list),
+    &threadwire__v1__thread_loaded_list_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = agent_spawn */
@@ -1059,7 +1109,9 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   20,   /* field[20] = thread_compact_start */
   8,   /* field[8] = thread_fork */
   23,   /* field[23] = thread_import */
+  29,   /* field[29] = thread_items_list */
   10,   /* field[10] = thread_list */
+  30,   /* field[30] = thread_loaded_list */
   22,   /* field[22] = thread_name_set */
   9,   /* field[9] = thread_read */
   7,   /* field[7] = thread_resume */
@@ -1081,7 +1133,7 @@ static const ProtobufCIntRange threadwire__v1__response__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 0, 29 }
+  { 0, 31 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1091,7 +1143,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  29,
+  31,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   3,  threadwire__v1__response__number_ranges,

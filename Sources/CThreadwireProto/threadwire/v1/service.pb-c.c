@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[29] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[31] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -35,25 +35,29 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "TurnStart", &threadwire__v1__turn_start_params__descriptor, &threadwire__v1__turn_start_result__descriptor },
   { "TurnInterrupt", &threadwire__v1__turn_interrupt_params__descriptor, &threadwire__v1__turn_interrupt_result__descriptor },
   { "TurnSteer", &threadwire__v1__turn_steer_params__descriptor, &threadwire__v1__turn_steer_result__descriptor },
+  { "ThreadItemsList", &threadwire__v1__thread_items_list_params__descriptor, &threadwire__v1__thread_items_list_result__descriptor },
+  { "ThreadLoadedList", &threadwire__v1__thread_loaded_list_params__descriptor, &threadwire__v1__thread_loaded_list_result__descriptor },
   { "Subscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__notification__descriptor },
   { "Connect", &threadwire__v1__envelope__descriptor, &threadwire__v1__envelope__descriptor },
   { "ThreadImportStream", &threadwire__v1__thread_import_params__descriptor, &threadwire__v1__thread_import_result__descriptor },
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
-  27,        /* Connect */
+  29,        /* Connect */
   1,        /* HealthCheck */
   0,        /* Initialize */
   15,        /* McpServerList */
   16,        /* ModelList */
   2,        /* ReflectionDescriptors */
-  26,        /* Subscribe */
+  28,        /* Subscribe */
   8,        /* ThreadArchive */
   17,        /* ThreadCompactStart */
   5,        /* ThreadFork */
   20,        /* ThreadImport */
-  28,        /* ThreadImportStream */
+  30,        /* ThreadImportStream */
+  26,        /* ThreadItemsList */
   7,        /* ThreadList */
+  27,        /* ThreadLoadedList */
   19,        /* ThreadNameSet */
   6,        /* ThreadRead */
   4,        /* ThreadResume */
@@ -77,7 +81,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  29,
+  31,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -289,13 +293,29 @@ void threadwire__v1__threadwire__turn_steer(ProtobufCService *service,
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 25, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void threadwire__v1__threadwire__thread_items_list(ProtobufCService *service,
+                                                   const Threadwire__V1__ThreadItemsListParams *input,
+                                                   Threadwire__V1__ThreadItemsListResult_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__thread_loaded_list(ProtobufCService *service,
+                                                    const Threadwire__V1__ThreadLoadedListParams *input,
+                                                    Threadwire__V1__ThreadLoadedListResult_Closure closure,
+                                                    void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,
                                            void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 26, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          const Threadwire__V1__Envelope *input,
@@ -303,7 +323,7 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 29, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       const Threadwire__V1__ThreadImportParams *input,
@@ -311,7 +331,7 @@ void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 30, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)

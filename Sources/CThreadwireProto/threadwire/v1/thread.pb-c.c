@@ -952,6 +952,231 @@ void   threadwire__v1__thread_turns_list_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_turns_list_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_items_list_params__init
+                     (Threadwire__V1__ThreadItemsListParams         *message)
+{
+  static const Threadwire__V1__ThreadItemsListParams init_value = THREADWIRE__V1__THREAD_ITEMS_LIST_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_items_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadItemsListParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_items_list_params__pack
+                     (const Threadwire__V1__ThreadItemsListParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_items_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadItemsListParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadItemsListParams *
+       threadwire__v1__thread_items_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadItemsListParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_items_list_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_items_list_params__free_unpacked
+                     (Threadwire__V1__ThreadItemsListParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__turn_item__init
+                     (Threadwire__V1__TurnItem         *message)
+{
+  static const Threadwire__V1__TurnItem init_value = THREADWIRE__V1__TURN_ITEM__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__turn_item__get_packed_size
+                     (const Threadwire__V1__TurnItem *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_item__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__turn_item__pack
+                     (const Threadwire__V1__TurnItem *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_item__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__turn_item__pack_to_buffer
+                     (const Threadwire__V1__TurnItem *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_item__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TurnItem *
+       threadwire__v1__turn_item__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TurnItem *)
+     protobuf_c_message_unpack (&threadwire__v1__turn_item__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__turn_item__free_unpacked
+                     (Threadwire__V1__TurnItem *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__turn_item__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_items_list_result__init
+                     (Threadwire__V1__ThreadItemsListResult         *message)
+{
+  static const Threadwire__V1__ThreadItemsListResult init_value = THREADWIRE__V1__THREAD_ITEMS_LIST_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_items_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadItemsListResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_items_list_result__pack
+                     (const Threadwire__V1__ThreadItemsListResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_items_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadItemsListResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadItemsListResult *
+       threadwire__v1__thread_items_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadItemsListResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_items_list_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_items_list_result__free_unpacked
+                     (Threadwire__V1__ThreadItemsListResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_items_list_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_loaded_list_params__init
+                     (Threadwire__V1__ThreadLoadedListParams         *message)
+{
+  static const Threadwire__V1__ThreadLoadedListParams init_value = THREADWIRE__V1__THREAD_LOADED_LIST_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_loaded_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadLoadedListParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_loaded_list_params__pack
+                     (const Threadwire__V1__ThreadLoadedListParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_loaded_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadLoadedListParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadLoadedListParams *
+       threadwire__v1__thread_loaded_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadLoadedListParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_loaded_list_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_loaded_list_params__free_unpacked
+                     (Threadwire__V1__ThreadLoadedListParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_loaded_list_result__init
+                     (Threadwire__V1__ThreadLoadedListResult         *message)
+{
+  static const Threadwire__V1__ThreadLoadedListResult init_value = THREADWIRE__V1__THREAD_LOADED_LIST_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_loaded_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadLoadedListResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_loaded_list_result__pack
+                     (const Threadwire__V1__ThreadLoadedListResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_loaded_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadLoadedListResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadLoadedListResult *
+       threadwire__v1__thread_loaded_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadLoadedListResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_loaded_list_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_loaded_list_result__free_unpacked
+                     (Threadwire__V1__ThreadLoadedListResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_loaded_list_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_list_params__init
                      (Threadwire__V1__ThreadListParams         *message)
 {
@@ -4059,6 +4284,300 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descr
   threadwire__v1__thread_turns_list_result__field_indices_by_name,
   1,  threadwire__v1__thread_turns_list_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_turns_list_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_items_list_params__field_descriptors[5] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadItemsListParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "cursor",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadItemsListParams, cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ThreadItemsListParams, has_limit),
+    offsetof(Threadwire__V1__ThreadItemsListParams, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "sort_direction",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__ThreadItemsListParams, has_sort_direction),
+    offsetof(Threadwire__V1__ThreadItemsListParams, sort_direction),
+    &threadwire__v1__sort_direction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "include_rolled_back",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadItemsListParams, has_include_rolled_back),
+    offsetof(Threadwire__V1__ThreadItemsListParams, include_rolled_back),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_items_list_params__field_indices_by_name[] = {
+  1,   /* field[1] = cursor */
+  4,   /* field[4] = include_rolled_back */
+  2,   /* field[2] = limit */
+  3,   /* field[3] = sort_direction */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_items_list_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadItemsListParams",
+  "ThreadItemsListParams",
+  "Threadwire__V1__ThreadItemsListParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadItemsListParams),
+  5,
+  threadwire__v1__thread_items_list_params__field_descriptors,
+  threadwire__v1__thread_items_list_params__field_indices_by_name,
+  1,  threadwire__v1__thread_items_list_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_items_list_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__turn_item__field_descriptors[2] =
+{
+  {
+    "turn_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnItem, turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "item",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnItem, item),
+    &threadwire__v1__thread_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__turn_item__field_indices_by_name[] = {
+  1,   /* field[1] = item */
+  0,   /* field[0] = turn_id */
+};
+static const ProtobufCIntRange threadwire__v1__turn_item__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__turn_item__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TurnItem",
+  "TurnItem",
+  "Threadwire__V1__TurnItem",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TurnItem),
+  2,
+  threadwire__v1__turn_item__field_descriptors,
+  threadwire__v1__turn_item__field_indices_by_name,
+  1,  threadwire__v1__turn_item__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__turn_item__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_items_list_result__field_descriptors[2] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadItemsListResult, n_data),
+    offsetof(Threadwire__V1__ThreadItemsListResult, data),
+    &threadwire__v1__turn_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_cursor",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadItemsListResult, next_cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_items_list_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+  1,   /* field[1] = next_cursor */
+};
+static const ProtobufCIntRange threadwire__v1__thread_items_list_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadItemsListResult",
+  "ThreadItemsListResult",
+  "Threadwire__V1__ThreadItemsListResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadItemsListResult),
+  2,
+  threadwire__v1__thread_items_list_result__field_descriptors,
+  threadwire__v1__thread_items_list_result__field_indices_by_name,
+  1,  threadwire__v1__thread_items_list_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_items_list_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_loaded_list_params__field_descriptors[2] =
+{
+  {
+    "cursor",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadLoadedListParams, cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ThreadLoadedListParams, has_limit),
+    offsetof(Threadwire__V1__ThreadLoadedListParams, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_loaded_list_params__field_indices_by_name[] = {
+  0,   /* field[0] = cursor */
+  1,   /* field[1] = limit */
+};
+static const ProtobufCIntRange threadwire__v1__thread_loaded_list_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_loaded_list_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadLoadedListParams",
+  "ThreadLoadedListParams",
+  "Threadwire__V1__ThreadLoadedListParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadLoadedListParams),
+  2,
+  threadwire__v1__thread_loaded_list_params__field_descriptors,
+  threadwire__v1__thread_loaded_list_params__field_indices_by_name,
+  1,  threadwire__v1__thread_loaded_list_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_loaded_list_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_loaded_list_result__field_descriptors[2] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadLoadedListResult, n_data),
+    offsetof(Threadwire__V1__ThreadLoadedListResult, data),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_cursor",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadLoadedListResult, next_cursor),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_loaded_list_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+  1,   /* field[1] = next_cursor */
+};
+static const ProtobufCIntRange threadwire__v1__thread_loaded_list_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_loaded_list_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadLoadedListResult",
+  "ThreadLoadedListResult",
+  "Threadwire__V1__ThreadLoadedListResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadLoadedListResult),
+  2,
+  threadwire__v1__thread_loaded_list_result__field_descriptors,
+  threadwire__v1__thread_loaded_list_result__field_indices_by_name,
+  1,  threadwire__v1__thread_loaded_list_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_loaded_list_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_list_params__field_descriptors[8] =

@@ -4635,6 +4635,258 @@ export const ThreadTurnsListResult: MessageType<ThreadTurnsListResult> = {
   },
 };
 
+/** threadwire.v1.ThreadItemsListParams */
+export interface ThreadItemsListParams {
+  threadId?: string;
+  cursor?: string;
+  limit?: number;
+  sortDirection?: SortDirection;
+  includeRolledBack?: boolean;
+}
+
+export const ThreadItemsListParams: MessageType<ThreadItemsListParams> = {
+  typeName: "threadwire.v1.ThreadItemsListParams",
+  encode(message: ThreadItemsListParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.cursor !== undefined) {
+      writer.tag(2, 2).string(message.cursor);
+    }
+    if (message.limit !== undefined) {
+      writer.tag(3, 0).uint32(message.limit);
+    }
+    if (message.sortDirection !== undefined) {
+      writer.tag(4, 0).int32(message.sortDirection);
+    }
+    if (message.includeRolledBack !== undefined) {
+      writer.tag(5, 0).bool(message.includeRolledBack);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadItemsListParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadItemsListParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadItemsListParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.cursor = reader.string();
+          break;
+        }
+        case 3: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.limit = reader.uint32();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.sortDirection = reader.int32() as SortDirection;
+          break;
+        }
+        case 5: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.includeRolledBack = reader.bool();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadItemsListParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.TurnItem */
+export interface TurnItem {
+  turnId?: string;
+  item?: ThreadItem;
+}
+
+export const TurnItem: MessageType<TurnItem> = {
+  typeName: "threadwire.v1.TurnItem",
+  encode(message: TurnItem, writer: Writer = new Writer()): Writer {
+    if (message.turnId !== undefined) {
+      writer.tag(1, 2).string(message.turnId);
+    }
+    if (message.item !== undefined) {
+      writer.tag(2, 2).bytes(ThreadItem.encode(message.item).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): TurnItem {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`TurnItem: nested deeper than ${Reader.maxDepth}`);
+    const message: TurnItem = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.turnId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.item = ThreadItem.decode(reader, reader.uint32(), depth + 1);
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("TurnItem: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadItemsListResult */
+export interface ThreadItemsListResult {
+  data?: TurnItem[];
+  nextCursor?: string;
+}
+
+export const ThreadItemsListResult: MessageType<ThreadItemsListResult> = {
+  typeName: "threadwire.v1.ThreadItemsListResult",
+  encode(message: ThreadItemsListResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.data ?? []) {
+      writer.tag(1, 2).bytes(TurnItem.encode(value).finish());
+    }
+    if (message.nextCursor !== undefined) {
+      writer.tag(2, 2).string(message.nextCursor);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadItemsListResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadItemsListResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadItemsListResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.data ??= []).push(TurnItem.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.nextCursor = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadItemsListResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadLoadedListParams */
+export interface ThreadLoadedListParams {
+  cursor?: string;
+  limit?: number;
+}
+
+export const ThreadLoadedListParams: MessageType<ThreadLoadedListParams> = {
+  typeName: "threadwire.v1.ThreadLoadedListParams",
+  encode(message: ThreadLoadedListParams, writer: Writer = new Writer()): Writer {
+    if (message.cursor !== undefined) {
+      writer.tag(1, 2).string(message.cursor);
+    }
+    if (message.limit !== undefined) {
+      writer.tag(2, 0).uint32(message.limit);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadLoadedListParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadLoadedListParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadLoadedListParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.cursor = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.limit = reader.uint32();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadLoadedListParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadLoadedListResult */
+export interface ThreadLoadedListResult {
+  data?: string[];
+  nextCursor?: string;
+}
+
+export const ThreadLoadedListResult: MessageType<ThreadLoadedListResult> = {
+  typeName: "threadwire.v1.ThreadLoadedListResult",
+  encode(message: ThreadLoadedListResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.data ?? []) {
+      writer.tag(1, 2).string(value);
+    }
+    if (message.nextCursor !== undefined) {
+      writer.tag(2, 2).string(message.nextCursor);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadLoadedListResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadLoadedListResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadLoadedListResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.data ??= []).push(reader.string());
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.nextCursor = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadLoadedListResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.ThreadListParams */
 export interface ThreadListParams {
   cursor?: string;
@@ -6130,7 +6382,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -6225,6 +6477,12 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "turnSteer") {
       writer.tag(42, 2).bytes(TurnSteerParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadItemsList") {
+      writer.tag(43, 2).bytes(ThreadItemsListParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadLoadedList") {
+      writer.tag(44, 2).bytes(ThreadLoadedListParams.encode(message.params.value).finish());
     }
     return writer;
   },
@@ -6387,6 +6645,16 @@ export const Request: MessageType<Request> = {
           message.params = { case: "turnSteer", value: TurnSteerParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 43: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadItemsList", value: ThreadItemsListParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 44: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadLoadedList", value: ThreadLoadedListParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -6401,7 +6669,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -6493,6 +6761,12 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "turnSteer") {
       writer.tag(42, 2).bytes(TurnSteerResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadItemsList") {
+      writer.tag(43, 2).bytes(ThreadItemsListResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadLoadedList") {
+      writer.tag(44, 2).bytes(ThreadLoadedListResult.encode(message.result.value).finish());
     }
     return writer;
   },
@@ -6648,6 +6922,16 @@ export const Response: MessageType<Response> = {
         case 42: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.result = { case: "turnSteer", value: TurnSteerResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 43: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadItemsList", value: ThreadItemsListResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 44: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadLoadedList", value: ThreadLoadedListResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         default:

@@ -106,7 +106,9 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_REVERT = 39,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_START = 40,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41,
-  THREADWIRE__V1__REQUEST__PARAMS_TURN_STEER = 42
+  THREADWIRE__V1__REQUEST__PARAMS_TURN_STEER = 42,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_ITEMS_LIST = 43,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_LOADED_LIST = 44
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
 } Threadwire__V1__Request__ParamsCase;
 
@@ -190,6 +192,8 @@ struct  Threadwire__V1__Request
     Threadwire__V1__TurnStartParams *turn_start;
     Threadwire__V1__TurnInterruptParams *turn_interrupt;
     Threadwire__V1__TurnSteerParams *turn_steer;
+    Threadwire__V1__ThreadItemsListParams *thread_items_list;
+    Threadwire__V1__ThreadLoadedListParams *thread_loaded_list;
   };
 };
 #define THREADWIRE__V1__REQUEST__INIT \
@@ -224,7 +228,9 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_REVERT = 39,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_START = 40,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41,
-  THREADWIRE__V1__RESPONSE__RESULT_TURN_STEER = 42
+  THREADWIRE__V1__RESPONSE__RESULT_TURN_STEER = 42,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_ITEMS_LIST = 43,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_LOADED_LIST = 44
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
 } Threadwire__V1__Response__ResultCase;
 
@@ -273,6 +279,8 @@ struct  Threadwire__V1__Response
     Threadwire__V1__TurnStartResult *turn_start;
     Threadwire__V1__TurnInterruptResult *turn_interrupt;
     Threadwire__V1__TurnSteerResult *turn_steer;
+    Threadwire__V1__ThreadItemsListResult *thread_items_list;
+    Threadwire__V1__ThreadLoadedListResult *thread_loaded_list;
   };
 };
 #define THREADWIRE__V1__RESPONSE__INIT \

@@ -141,6 +141,14 @@ struct Threadwire__V1__Threadwire_Service
                      const Threadwire__V1__TurnSteerParams *input,
                      Threadwire__V1__TurnSteerResult_Closure closure,
                      void *closure_data);
+  void (*thread_items_list)(Threadwire__V1__Threadwire_Service *service,
+                            const Threadwire__V1__ThreadItemsListParams *input,
+                            Threadwire__V1__ThreadItemsListResult_Closure closure,
+                            void *closure_data);
+  void (*thread_loaded_list)(Threadwire__V1__Threadwire_Service *service,
+                             const Threadwire__V1__ThreadLoadedListParams *input,
+                             Threadwire__V1__ThreadLoadedListResult_Closure closure,
+                             void *closure_data);
   void (*subscribe)(Threadwire__V1__Threadwire_Service *service,
                     const Threadwire__V1__ThreadSubscribeParams *input,
                     Threadwire__V1__Notification_Closure closure,
@@ -187,6 +195,8 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## turn_start,\
       function_prefix__ ## turn_interrupt,\
       function_prefix__ ## turn_steer,\
+      function_prefix__ ## thread_items_list,\
+      function_prefix__ ## thread_loaded_list,\
       function_prefix__ ## subscribe,\
       function_prefix__ ## connect,\
       function_prefix__ ## thread_import_stream  }
@@ -294,6 +304,14 @@ void threadwire__v1__threadwire__turn_steer(ProtobufCService *service,
                                             const Threadwire__V1__TurnSteerParams *input,
                                             Threadwire__V1__TurnSteerResult_Closure closure,
                                             void *closure_data);
+void threadwire__v1__threadwire__thread_items_list(ProtobufCService *service,
+                                                   const Threadwire__V1__ThreadItemsListParams *input,
+                                                   Threadwire__V1__ThreadItemsListResult_Closure closure,
+                                                   void *closure_data);
+void threadwire__v1__threadwire__thread_loaded_list(ProtobufCService *service,
+                                                    const Threadwire__V1__ThreadLoadedListParams *input,
+                                                    Threadwire__V1__ThreadLoadedListResult_Closure closure,
+                                                    void *closure_data);
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,

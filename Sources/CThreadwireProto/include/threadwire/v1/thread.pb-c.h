@@ -39,6 +39,11 @@ typedef struct Threadwire__V1__ThreadToolsUpdateParams Threadwire__V1__ThreadToo
 typedef struct Threadwire__V1__ThreadToolsUpdateResult Threadwire__V1__ThreadToolsUpdateResult;
 typedef struct Threadwire__V1__ThreadTurnsListParams Threadwire__V1__ThreadTurnsListParams;
 typedef struct Threadwire__V1__ThreadTurnsListResult Threadwire__V1__ThreadTurnsListResult;
+typedef struct Threadwire__V1__ThreadItemsListParams Threadwire__V1__ThreadItemsListParams;
+typedef struct Threadwire__V1__TurnItem Threadwire__V1__TurnItem;
+typedef struct Threadwire__V1__ThreadItemsListResult Threadwire__V1__ThreadItemsListResult;
+typedef struct Threadwire__V1__ThreadLoadedListParams Threadwire__V1__ThreadLoadedListParams;
+typedef struct Threadwire__V1__ThreadLoadedListResult Threadwire__V1__ThreadLoadedListResult;
 typedef struct Threadwire__V1__ThreadListParams Threadwire__V1__ThreadListParams;
 typedef struct Threadwire__V1__ThreadListResult Threadwire__V1__ThreadListResult;
 typedef struct Threadwire__V1__ThreadArchiveParams Threadwire__V1__ThreadArchiveParams;
@@ -743,6 +748,107 @@ struct  Threadwire__V1__ThreadTurnsListResult
 };
 #define THREADWIRE__V1__THREAD_TURNS_LIST_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_turns_list_result__descriptor) \
+    , 0,NULL, NULL }
+
+
+/*
+ * Method "thread/items/list": a thread's items across its turns, each with
+ * its turn, without loading or subscribing: oldest first (sort_direction
+ * DESCENDING: newest first). Items of rolled-back turns only with
+ * include_rolled_back. A page holds at most `limit` items and never more than
+ * fit in one frame.
+ */
+struct  Threadwire__V1__ThreadItemsListParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  /*
+   * Opaque; from a previous result's next_cursor, with the same sort_direction.
+   */
+  char *cursor;
+  /*
+   * 1..1000, default 50.
+   */
+  protobuf_c_boolean has_limit;
+  uint32_t limit;
+  /*
+   * Default ASCENDING: oldest item first.
+   */
+  protobuf_c_boolean has_sort_direction;
+  Threadwire__V1__SortDirection sort_direction;
+  protobuf_c_boolean has_include_rolled_back;
+  protobuf_c_boolean include_rolled_back;
+};
+#define THREADWIRE__V1__THREAD_ITEMS_LIST_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_items_list_params__descriptor) \
+    , NULL, NULL, 0, 0, 0, THREADWIRE__V1__SORT_DIRECTION__SORT_DIRECTION_UNSPECIFIED, 0, 0 }
+
+
+/*
+ * One item and the turn it belongs to.
+ */
+struct  Threadwire__V1__TurnItem
+{
+  ProtobufCMessage base;
+  char *turn_id;
+  Threadwire__V1__ThreadItem *item;
+};
+#define THREADWIRE__V1__TURN_ITEM__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_item__descriptor) \
+    , NULL, NULL }
+
+
+struct  Threadwire__V1__ThreadItemsListResult
+{
+  ProtobufCMessage base;
+  size_t n_data;
+  Threadwire__V1__TurnItem **data;
+  /*
+   * Absent on the last page.
+   */
+  char *next_cursor;
+};
+#define THREADWIRE__V1__THREAD_ITEMS_LIST_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_items_list_result__descriptor) \
+    , 0,NULL, NULL }
+
+
+/*
+ * Method "thread/loaded/list": the ids of the caller's threads loaded on this
+ * instance (in memory: subscribed, running a turn, or used within the idle
+ * unload time), in id order; an operator's covers every principal. Another
+ * instance's loaded threads are not in it.
+ */
+struct  Threadwire__V1__ThreadLoadedListParams
+{
+  ProtobufCMessage base;
+  /*
+   * Opaque; from a previous result's next_cursor.
+   */
+  char *cursor;
+  /*
+   * 1..1000, default 100.
+   */
+  protobuf_c_boolean has_limit;
+  uint32_t limit;
+};
+#define THREADWIRE__V1__THREAD_LOADED_LIST_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_loaded_list_params__descriptor) \
+    , NULL, 0, 0 }
+
+
+struct  Threadwire__V1__ThreadLoadedListResult
+{
+  ProtobufCMessage base;
+  size_t n_data;
+  char **data;
+  /*
+   * Absent on the last page.
+   */
+  char *next_cursor;
+};
+#define THREADWIRE__V1__THREAD_LOADED_LIST_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_loaded_list_result__descriptor) \
     , 0,NULL, NULL }
 
 
@@ -1711,6 +1817,101 @@ Threadwire__V1__ThreadTurnsListResult *
 void   threadwire__v1__thread_turns_list_result__free_unpacked
                      (Threadwire__V1__ThreadTurnsListResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadItemsListParams methods */
+void   threadwire__v1__thread_items_list_params__init
+                     (Threadwire__V1__ThreadItemsListParams         *message);
+size_t threadwire__v1__thread_items_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadItemsListParams   *message);
+size_t threadwire__v1__thread_items_list_params__pack
+                     (const Threadwire__V1__ThreadItemsListParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_items_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadItemsListParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadItemsListParams *
+       threadwire__v1__thread_items_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_items_list_params__free_unpacked
+                     (Threadwire__V1__ThreadItemsListParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__TurnItem methods */
+void   threadwire__v1__turn_item__init
+                     (Threadwire__V1__TurnItem         *message);
+size_t threadwire__v1__turn_item__get_packed_size
+                     (const Threadwire__V1__TurnItem   *message);
+size_t threadwire__v1__turn_item__pack
+                     (const Threadwire__V1__TurnItem   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__turn_item__pack_to_buffer
+                     (const Threadwire__V1__TurnItem   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TurnItem *
+       threadwire__v1__turn_item__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__turn_item__free_unpacked
+                     (Threadwire__V1__TurnItem *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadItemsListResult methods */
+void   threadwire__v1__thread_items_list_result__init
+                     (Threadwire__V1__ThreadItemsListResult         *message);
+size_t threadwire__v1__thread_items_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadItemsListResult   *message);
+size_t threadwire__v1__thread_items_list_result__pack
+                     (const Threadwire__V1__ThreadItemsListResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_items_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadItemsListResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadItemsListResult *
+       threadwire__v1__thread_items_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_items_list_result__free_unpacked
+                     (Threadwire__V1__ThreadItemsListResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadLoadedListParams methods */
+void   threadwire__v1__thread_loaded_list_params__init
+                     (Threadwire__V1__ThreadLoadedListParams         *message);
+size_t threadwire__v1__thread_loaded_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadLoadedListParams   *message);
+size_t threadwire__v1__thread_loaded_list_params__pack
+                     (const Threadwire__V1__ThreadLoadedListParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_loaded_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadLoadedListParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadLoadedListParams *
+       threadwire__v1__thread_loaded_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_loaded_list_params__free_unpacked
+                     (Threadwire__V1__ThreadLoadedListParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadLoadedListResult methods */
+void   threadwire__v1__thread_loaded_list_result__init
+                     (Threadwire__V1__ThreadLoadedListResult         *message);
+size_t threadwire__v1__thread_loaded_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadLoadedListResult   *message);
+size_t threadwire__v1__thread_loaded_list_result__pack
+                     (const Threadwire__V1__ThreadLoadedListResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_loaded_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadLoadedListResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadLoadedListResult *
+       threadwire__v1__thread_loaded_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_loaded_list_result__free_unpacked
+                     (Threadwire__V1__ThreadLoadedListResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadListParams methods */
 void   threadwire__v1__thread_list_params__init
                      (Threadwire__V1__ThreadListParams         *message);
@@ -2346,6 +2547,21 @@ typedef void (*Threadwire__V1__ThreadTurnsListParams_Closure)
 typedef void (*Threadwire__V1__ThreadTurnsListResult_Closure)
                  (const Threadwire__V1__ThreadTurnsListResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadItemsListParams_Closure)
+                 (const Threadwire__V1__ThreadItemsListParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__TurnItem_Closure)
+                 (const Threadwire__V1__TurnItem *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadItemsListResult_Closure)
+                 (const Threadwire__V1__ThreadItemsListResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadLoadedListParams_Closure)
+                 (const Threadwire__V1__ThreadLoadedListParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadLoadedListResult_Closure)
+                 (const Threadwire__V1__ThreadLoadedListResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadListParams_Closure)
                  (const Threadwire__V1__ThreadListParams *message,
                   void *closure_data);
@@ -2470,6 +2686,11 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_tools_update_para
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_tools_update_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__turn_item__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_loaded_list_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_loaded_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_archive_params__descriptor;
