@@ -165,8 +165,9 @@ func parseMode(_ text: String) throws -> Wire.MultiAgentMode {
 
 struct ThreadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "thread", abstract: "Start, resume, fork, read, list, name, compact and roll back threads.",
-        subcommands: [Start.self, Resume.self, Fork.self, Read.self, List.self, Name.self, Compact.self, Rollback.self])
+        commandName: "thread", abstract: "Start, resume, fork, read, list, name, compact, roll back and revert threads.",
+        subcommands: [Start.self, Resume.self, Fork.self, Read.self, List.self, Items.self, Loaded.self, Name.self, Compact.self,
+                      Rollback.self, Revert.self])
 
     struct Start: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
@@ -174,8 +175,12 @@ struct ThreadCommand: AsyncParsableCommand {
         @Option(help: "Selected multi-agent mode: explicitRequestOnly or proactive.") var mode: String?
         @Option(name: .customLong("config"), help: "KEY=VALUE override, e.g. features.multi_agent_v2=true.") var config: [String] = []
         @Flag(help: "Start a review thread (pinned disabled).") var review = false
+        @Option(help: "Reasoning effort (none, minimal, low, medium, high, xhigh, or what the model's catalog entry lists).") var effort: String?
+        @Option(help: "Reasoning summary: auto, concise, detailed or none.") var summary: String?
         func run() async throws {
             var params = Wire.ThreadStartParams(model: model)
+            params.reasoningEffort = effort
+            params.reasoningSummary = summary
             params.multiAgentMode = try mode.map(parseMode)
             params.config = try config.map { entry in
                 guard let eq = entry.firstIndex(of: "=") else { throw ValidationError("--config takes KEY=VALUE, got '\(entry)'") }
@@ -199,11 +204,63 @@ struct ThreadCommand: AsyncParsableCommand {
     }
 
     struct Fork: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Fork a thread: whole, or up to a turn (--at TURN_ID: after it; --before TURN_ID).")
         @OptionGroup var options: ServerOptions
         @Argument var threadID: String
+        @Option(help: "Fork after this turn.") var at: String?
+        @Option(help: "Fork before this turn.") var before: String?
+        func run() async throws {
+            guard at == nil || before == nil else { throw ValidationError("give --at or --before, not both") }
+            var params = Wire.ThreadForkParams(threadId: threadID, excludeTurns: true)
+            if let at { params.position = .atTurnId(at) }
+            if let before { params.position = .beforeTurnId(before) }
+            let client = try options.session()
+            try output(try await client.call(.threadFork(params)))
+            await client.close()
+        }
+    }
+
+    struct Revert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Take turns out of the model's context from a boundary: --before TURN_ID (it and later ones) or --after TURN_ID.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Option var before: String?
+        @Option var after: String?
+        func run() async throws {
+            var params = Wire.ThreadRevertParams(threadId: threadID)
+            switch (before, after) {
+            case let (turn?, nil): params.boundary = .beforeTurnId(turn)
+            case let (nil, turn?): params.boundary = .afterTurnId(turn)
+            default: throw ValidationError("give one of --before TURN_ID or --after TURN_ID")
+            }
+            let client = try options.session()
+            try output(try await client.call(.threadRevert(params)))
+            await client.close()
+        }
+    }
+
+    struct Items: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "A page of a thread's items across its turns.")
+        @OptionGroup var options: ServerOptions
+        @Argument var threadID: String
+        @Option var limit: UInt32 = 50
+        @Option(help: "From a previous page's next_cursor.") var cursor: String?
+        @Flag(help: "Newest first.") var newestFirst = false
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.threadFork(Wire.ThreadForkParams(threadId: threadID, excludeTurns: true))))
+            try output(try await client.call(.threadItemsList(Wire.ThreadItemsListParams(
+                threadId: threadID, cursor: cursor, limit: limit, sortDirection: newestFirst ? .descending : nil))))
+            await client.close()
+        }
+    }
+
+    struct Loaded: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The ids of your threads loaded on the server that answers.")
+        @OptionGroup var options: ServerOptions
+        func run() async throws {
+            let client = try options.session()
+            try output(try await client.call(.threadLoadedList(Wire.ThreadLoadedListParams())))
             await client.close()
         }
     }
@@ -289,9 +346,11 @@ struct TurnCommand: AsyncParsableCommand {
         @Option(help: "Sticky mode for this and later turns: explicitRequestOnly, proactive or clear.") var mode: String?
         @Flag(help: "Return right after the response.") var noWait = false
         @Option(help: "Sticky approval policy for this and later turns: never, on_request or always.") var approvalPolicy: String?
+        @Option(help: "Sticky reasoning effort for this and later turns (\"\" clears it).") var effort: String?
         @OptionGroup var answering: ServerRequestOptions
         func run() async throws {
             var params = Wire.TurnStartParams(threadId: threadID, input: [Wire.UserInput(content: .text(text))], model: model)
+            params.reasoningEffort = effort
             if let mode { params.multiAgentModeUpdate = mode == "clear" ? .clearMultiAgentMode(true) : .multiAgentMode(try parseMode(mode)) }
             if let approvalPolicy {
                 guard let policy = try? Wire.ApprovalPolicy(json: .string(approvalPolicy.uppercased()), path: "approval_policy"), policy != .unspecified else {

@@ -381,6 +381,37 @@ struct ContextTests {
         #expect(turn.items.contains { $0.text == "from the command line" })
     }
 
+    @Test("the CLI forks at a turn, reverts from one, lists items and loaded threads, and sets a sticky reasoning effort")
+    func cliBranches() async throws {
+        let server = try await ServerProcess.launch()
+        defer { server.stopInBackground() }
+        let client = try await server.client()
+        let id = try #require(try await client.startThread().thread?.id)
+        let first = try #require(try await client.runTurn(id, "one").id)
+        let second = try #require(try await client.runTurn(id, "two").id)
+        let address = ["--server", "127.0.0.1:\(server.port)"]
+
+        let (forked, _) = try await runCLI(["thread", "fork", id, "--at", first] + address)
+        #expect(forked == 0)
+        guard case let .threadList(listed) = try await client.result(.threadList(Wire.ThreadListParams(limit: 10))) else {
+            throw UnexpectedResult(expected: "thread/list")
+        }
+        let forkID = try #require(listed.data.first { $0.forkedFromId == id }?.id)
+        #expect(try await client.read(forkID).thread?.turns.map(\.id) == [first], "the fork holds the first turn only")
+        let (bad, _) = try await runCLI(["thread", "fork", id, "--at", first, "--before", second] + address)
+        #expect(bad != 0)
+        let (itemsRun, items) = try await runCLI(["thread", "items", id, "--limit", "3"] + address)
+        #expect(itemsRun == 0 && items.contains("echo: one") && items.contains("next_cursor"))
+        let (loadedRun, loaded) = try await runCLI(["thread", "loaded"] + address)
+        #expect(loadedRun == 0 && loaded.contains(id))
+        let (reverted, revert) = try await runCLI(["thread", "revert", id, "--before", second] + address)
+        #expect(reverted == 0 && revert.contains(second) && !revert.contains(first))
+        #expect(try await client.read(id).thread?.turns.map(\.id) == [first], "the reverted turn is out of the transcript's default view")
+        let (effortRun, _) = try await runCLI(["turn", "start", id, "three", "--effort", "high"] + address)
+        #expect(effortRun == 0)
+        #expect(try await client.read(id).settings?.reasoningEffort == "high")
+    }
+
     // MARK: Names and search
 
     static func nameAndSearch(_ server: ServerProcess) async throws {
