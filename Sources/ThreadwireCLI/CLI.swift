@@ -11,8 +11,62 @@ struct CLI: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "threadwire",
         abstract: "Drive a threadwire server by hand.",
+        discussion: """
+            Exit codes: 0 success; 2 a usage error (bad arguments or options); 4 `health` answered NOT_SERVING;
+            64 + the status code when the server answers a call with a non-OK status (NOT_FOUND 69,
+            INVALID_ARGUMENT 67, UNAUTHENTICATED 80, ...), as grpcurl does, UNAVAILABLE (78) also when the
+            server cannot be reached; 1 anything else.
+            """,
+        version: ThreadwireRelease.version,
         subcommands: [Call.self, Health.self, ThreadCommand.self, TurnCommand.self, ModeCommand.self,
                       AgentCommand.self, Watch.self, Import.self, Replay.self, Bench.self, Conformance.self])
+
+    /// ArgumentParser's own run, with the exit codes above: usage errors
+    /// exit 2 (not 64, which here means a status), and a server out of
+    /// reach is UNAVAILABLE's 78 with one line saying so.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            if code == .validationFailure {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            if error is ExitCode || error is CleanExit || code == .success { exit(withError: error) }
+            if let unreachable = StatusExit.unreachable(error) {
+                FileHandle.standardError.write(Data((unreachable + "\n").utf8))
+                Foundation.exit(StatusExit.code(for: 14))
+            }
+            exit(withError: error)
+        }
+    }
+}
+
+/// How a call's status becomes the process's exit code.
+enum StatusExit {
+    static let names = ["OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                        "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"]
+
+    static func name(_ code: UInt32) -> String { Int(code) < names.count ? names[Int(code)] : "CODE_\(code)" }
+
+    /// 64 + the code, as grpcurl exits.
+    static func code(for status: UInt32) -> Int32 { 64 + Int32(clamping: status) }
+
+    /// One line for an error that means the server could not be reached
+    /// (nil for any other error).
+    static func unreachable(_ error: any Error) -> String? {
+        let text = "\(error)"
+        let markers = ["connection refused", "Connection refused", "connectTimeout", "NIOConnectionError", "No route to host", "unreachable"]
+        guard markers.contains(where: text.contains) else { return nil }
+        return "threadwire: UNAVAILABLE: cannot reach the server (\(text.prefix(200)))"
+    }
 }
 
 struct ServerOptions: ParsableArguments {
@@ -39,18 +93,19 @@ struct ServerOptions: ParsableArguments {
         return ClientTLS(caFile: tlsCa, certificateFile: tlsCert, keyFile: tlsKey)
     }
 
-    @Option(name: .long, help: "Attempts per call: UNAVAILABLE answers and lost connections are retried with backoff, and a change carries an idempotency key so a retry applies it once (1: no retry).")
-    var attempts = 5
+    @Option(name: .long, help: "Attempts per call: UNAVAILABLE answers and lost connections are retried with backoff, and a change carries an idempotency key so a retry applies it once (1: no retry; default 5, for `health` 1).")
+    var attempts: Int?
 
     /// The calls of one command: reconnecting and retried (see `--attempts`).
-    func session(initialize: Bool = true) throws -> ReconnectingClient {
-        ReconnectingClient(policy: try retryPolicy()) { try await connect(initialize: initialize) }
+    func session(initialize: Bool = true, defaultAttempts: Int = 5) throws -> ReconnectingClient {
+        ReconnectingClient(policy: try retryPolicy(defaultAttempts: defaultAttempts)) { try await connect(initialize: initialize) }
     }
 
     /// Checks the options a retry would not mend, then the policy.
-    func retryPolicy() throws -> RetryPolicy {
+    func retryPolicy(defaultAttempts: Int = 5) throws -> RetryPolicy {
         guard HostPort(server) != nil else { throw ValidationError("--server must be HOST:PORT, got '\(server)'") }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        let attempts = self.attempts ?? defaultAttempts
         guard attempts >= 1 else { throw ValidationError("--attempts must be at least 1, got \(attempts)") }
         var policy = RetryPolicy()
         policy.maxAttempts = attempts
@@ -66,14 +121,17 @@ struct ServerOptions: ParsableArguments {
     }
 }
 
-/// Prints a result as JSON on stdout; a failure as JSON on stderr with exit 1.
+/// Prints a result as JSON on stdout; a failure as JSON on stderr (its code,
+/// the code's name and the message) with exit 64 + the code.
 func output(_ response: Wire.Response) throws {
     if response.code ?? 0 == 0 {
         print(response.result.map(resultJSON)?.render(pretty: true) ?? "{}")
     } else {
-        let error = JSONValue.object([("code", .uint(UInt64(response.code ?? 0))), ("message", .string(response.message ?? ""))])
+        let code = response.code ?? 0
+        let error = JSONValue.object([("code", .uint(UInt64(code))), ("status", .string(StatusExit.name(code))),
+                                      ("message", .string(response.message ?? ""))])
         FileHandle.standardError.write(Data((error.render(pretty: true) + "\n").utf8))
-        throw ExitCode(1)
+        throw ExitCode(StatusExit.code(for: code))
     }
 }
 
@@ -147,12 +205,16 @@ extension Call {
 }
 
 struct Health: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Check the server's health (no initialize needed).")
+    static let configuration = CommandConfiguration(
+        abstract: "Check the server's health (no initialize needed): exit 0 when SERVING, 4 when NOT_SERVING, 78 when unreachable.",
+        discussion: "One attempt unless --attempts says more, so it can be a probe (as grpc_health_probe).")
     @OptionGroup var options: ServerOptions
     func run() async throws {
-        let client = try options.session(initialize: false)
-        try output(try await client.call(.healthCheck(Wire.HealthCheckParams())))
+        let client = try options.session(initialize: false, defaultAttempts: 1)
+        let response = try await client.call(.healthCheck(Wire.HealthCheckParams()))
         await client.close()
+        try output(response)
+        if case let .healthCheck(health)? = response.result, health.status != .serving { throw ExitCode(4) }
     }
 }
 
@@ -385,12 +447,23 @@ struct TurnCommand: AsyncParsableCommand {
     }
 
     struct Interrupt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Interrupt a thread's running turn (the one running now, unless TURN_ID names it).")
         @OptionGroup var options: ServerOptions
         @Argument var threadID: String
-        @Argument var turnID: String
+        @Argument(help: "The turn to interrupt; absent: the running one.") var turnID: String?
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turnID))))
+            var turn = turnID
+            if turn == nil {
+                let read = try await client.call(.threadRead(Wire.ThreadReadParams(threadId: threadID)))
+                guard case let .threadRead(result)? = read.result else { try output(read); return }
+                turn = result.thread?.status?.activeTurnId
+                guard turn != nil else {
+                    FileHandle.standardError.write(Data("threadwire: FAILED_PRECONDITION: thread \(threadID) has no running turn\n".utf8))
+                    throw ExitCode(StatusExit.code(for: 9))
+                }
+            }
+            try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turn))))
             await client.close()
         }
     }
@@ -464,6 +537,7 @@ struct Watch: AsyncParsableCommand {
             for id in threadIDs {
                 _ = try await client.result(.threadResume(Wire.ThreadResumeParams(threadId: id, excludeTurns: true)))
             }
+            FileHandle.standardError.write(Data("watch: subscribed to \(threadIDs.joined(separator: ", "))\n".utf8))
             for await notification in client.notifications {
                 writeLine(notification.jsonValue().render())
             }
@@ -472,6 +546,7 @@ struct Watch: AsyncParsableCommand {
         // The first connection fails loudly (a wrong address, a bad token);
         // later ones are retried with backoff for as long as it runs.
         await (try answering.connect(options)).close()
+        FileHandle.standardError.write(Data("watch: subscribing to \(threadIDs.joined(separator: ", ")) (resuming after any dropped connection)\n".utf8))
         var subscription = ResumingSubscription(threads: threadIDs) { [options, answering] in try await answering.connect(options) }
         subscription.onGap = { id, message in
             FileHandle.standardError.write(Data("watch: thread \(id): events were missed (\(message)); going on from its newest\n".utf8))

@@ -1,9 +1,10 @@
 public import ThreadwireCore
+import ThreadwireWire
 
 /// Facts about the server that initialize and health/check report.
 public struct ServerInfo: Sendable {
     public var name = "threadwire"
-    public var version = "0.1.0"
+    public var version = ThreadwireRelease.version
     public var protocolVersion: UInt32 = 1
     public var limits: ServerLimits
     public var draining: @Sendable () -> Bool

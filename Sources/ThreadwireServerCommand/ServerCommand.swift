@@ -2,6 +2,7 @@
 // composition into one ServiceGroup; the config file is ConfigFile.swift.
 public import ArgumentParser
 import Foundation
+import ThreadwireWire
 public import Logging
 import Metrics
 public import NIOCore
@@ -33,7 +34,8 @@ public struct ServerCommand: AsyncParsableCommand {
 
     public static let configuration = CommandConfiguration(
         commandName: "threadwire-server",
-        abstract: "Serve threadwire threads over framed protobuf on TCP.")
+        abstract: "Serve threadwire threads over framed protobuf on TCP.",
+        version: ThreadwireRelease.version)
 
     @Option(help: "HOST:PORT to listen on; port 0 picks a free port.")
     var listen = "127.0.0.1:7420"

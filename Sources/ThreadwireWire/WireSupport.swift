@@ -296,3 +296,9 @@ func wireRequired<T>(_ pointer: UnsafeMutablePointer<T>?) throws(WireError) -> U
 func fieldPath(_ parent: String, _ field: String) -> String {
     parent.isEmpty ? field : parent + "." + field
 }
+
+/// The release both binaries report (`--version`, ServerInfo.version,
+/// `threadwire_build_info`): one place to change it.
+public enum ThreadwireRelease {
+    public static let version = "0.1.0"
+}

@@ -410,6 +410,35 @@ struct ContextTests {
         let (effortRun, _) = try await runCLI(["turn", "start", id, "three", "--effort", "high"] + address)
         #expect(effortRun == 0)
         #expect(try await client.read(id).settings?.reasoningEffort == "high")
+
+        // turn interrupt without a turn id: the running one.
+        let held = try await client.startTurn(id, "#hold")
+        #expect(try await runCLI(["turn", "interrupt", id] + address).0 == 0)
+        #expect(try await client.waitForTurn(id, held).status == .interrupted)
+        #expect(try await runCLI(["turn", "interrupt", id] + address).0 == 73, "no running turn: FAILED_PRECONDITION, 64 + 9")
+    }
+
+    @Test("CLI exit codes: 0, 2 for usage, 64 + the status for a refused call with its name on stderr, 78 when the server is out of reach; --version")
+    func cliExitCodes() async throws {
+        let server = try await ServerProcess.launch()
+        defer { server.stopInBackground() }
+        let address = ["--server", "127.0.0.1:\(server.port)"]
+        let cli = ServerProcess.binary.replacingOccurrences(of: "threadwire-server", with: "threadwire")
+
+        #expect(try await runCLI(["health"] + address).0 == 0)
+        let (missing, _, missingError) = try await runBinary(cli, ["thread", "read", "no-such-thread"] + address)
+        #expect(missing == 69, "NOT_FOUND is 64 + 5")
+        #expect(missingError.contains("\"status\" : \"NOT_FOUND\"") || missingError.contains("\"status\": \"NOT_FOUND\""), "\(missingError)")
+        let (invalid, _, _) = try await runBinary(cli, ["turn", "start", "no-such-thread", ""] + address)
+        #expect(invalid == 67 || invalid == 69, "a refused call exits 64 + its status, got \(invalid)")
+        let (usage, _, _) = try await runBinary(cli, ["thread", "read"] + address)
+        #expect(usage == 2)
+        let (version, out, _) = try await runBinary(cli, ["--version"])
+        #expect(version == 0 && out.contains("0.1"))
+        // A port nobody listens on: one attempt, UNAVAILABLE's 78, one line.
+        let (unreachable, _, said) = try await runBinary(cli, ["health", "--server", "127.0.0.1:1"])
+        #expect(unreachable == 78)
+        #expect(said.contains("UNAVAILABLE: cannot reach the server"), "\(said)")
     }
 
     // MARK: Names and search
