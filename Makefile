@@ -4,8 +4,12 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
-APT_PACKAGES := libprotobuf-c-dev protobuf-c-compiler protobuf-compiler pkg-config libsqlite3-dev valgrind haproxy openssl libssl-dev postgresql \
-  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript chromium iproute2 nftables faketime
+## What building and running need (make run installs only these)...
+RUN_PACKAGES := libprotobuf-c-dev libsqlite3-dev pkg-config
+## ...and what the tests and code generation need besides.
+APT_PACKAGES := $(RUN_PACKAGES) protobuf-c-compiler protobuf-compiler valgrind haproxy openssl libssl-dev postgresql \
+  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript chromium iproute2 nftables faketime \
+  prometheus
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420
@@ -15,17 +19,25 @@ WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps apt-run-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
-apt-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+## Installs the missing ones of $(1).
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  echo "wireshark-common wireshark-common/install-setuid boolean false" | $$SUDO debconf-set-selections; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+endef
+
+apt-deps:
+	$(call apt_install,$(APT_PACKAGES))
+
+apt-run-deps:
+	$(call apt_install,$(RUN_PACKAGES))
 
 ## Python test dependencies in a virtualenv inside the ignored build folder,
 ## plus the Python client package (its build generates code from proto/).
@@ -58,11 +70,14 @@ c-client: apt-deps $(C_EXAMPLE) $(C_CONFORMANCE)
 
 deps: apt-deps py-deps
 
-build: apt-deps
+build: apt-run-deps
 	swift build $(SWIFT_BUILD_FLAGS)
 
+## CONFIG: the server's config file (default: the features the seeds are about switched on).
+CONFIG ?= contrib/config/threadwire.json
 run: build
-	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) --web-listen $(WEB_LISTEN) --data-dir $(DATA_DIR)
+	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) \
+	  --web-listen $(WEB_LISTEN) --data-dir $(DATA_DIR) --config $(CONFIG)
 
 generate: deps
 	codegen/generate.sh

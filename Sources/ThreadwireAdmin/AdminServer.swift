@@ -35,6 +35,8 @@ public struct AdminServer: Service {
     private let leases: @Sendable () -> String
     private let onListening: @Sendable (String, Int) -> Void
     private let logger: Logger
+    /// For threadwire_build_info.
+    private let version: String
 
     /// `authorize`: whether an `Authorization` header value (nil: none) may
     /// see the endpoint (nil: no check).
@@ -43,7 +45,7 @@ public struct AdminServer: Service {
                 beforeScrape: @escaping @Sendable () -> Void = {},
                 leases: @escaping @Sendable () -> String = { #"{"held":[],"surely_valid":true}"# },
                 onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
-                logger: Logger) {
+                version: String = "unknown", logger: Logger) {
         self.host = host
         self.port = port
         self.registry = registry
@@ -52,6 +54,7 @@ public struct AdminServer: Service {
         self.beforeScrape = beforeScrape
         self.leases = leases
         self.onListening = onListening
+        self.version = version
         self.logger = logger
     }
 
@@ -74,10 +77,12 @@ public struct AdminServer: Service {
             Response(status: .ok, headers: [.contentType: "application/json"],
                      body: .init(byteBuffer: ByteBuffer(string: leases() + "\n")))
         }
+        let version = self.version
         router.get("metrics") { _, _ in
             beforeScrape()
-            var buffer = ByteBuffer()
-            buffer.writeBytes(registry.emitToBuffer())
+            let text = Exposition.withHelp(String(decoding: registry.emitToBuffer(), as: UTF8.self))
+                + Exposition.process() + Exposition.build(version: version)
+            let buffer = ByteBuffer(string: text)
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                             body: .init(byteBuffer: buffer))
         }

@@ -6,6 +6,29 @@ public enum StatusCode: UInt32, Sendable {
     case ok = 0, cancelled = 1, unknown = 2, invalidArgument = 3, deadlineExceeded = 4, notFound = 5
     case alreadyExists = 6, permissionDenied = 7, resourceExhausted = 8, failedPrecondition = 9, aborted = 10
     case outOfRange = 11, unimplemented = 12, `internal` = 13, unavailable = 14, dataLoss = 15, unauthenticated = 16
+
+    /// The code's name as gRPC spells it (NOT_FOUND): the label metrics use.
+    public var name: String {
+        switch self {
+        case .ok: "OK"
+        case .cancelled: "CANCELLED"
+        case .unknown: "UNKNOWN"
+        case .invalidArgument: "INVALID_ARGUMENT"
+        case .deadlineExceeded: "DEADLINE_EXCEEDED"
+        case .notFound: "NOT_FOUND"
+        case .alreadyExists: "ALREADY_EXISTS"
+        case .permissionDenied: "PERMISSION_DENIED"
+        case .resourceExhausted: "RESOURCE_EXHAUSTED"
+        case .failedPrecondition: "FAILED_PRECONDITION"
+        case .aborted: "ABORTED"
+        case .outOfRange: "OUT_OF_RANGE"
+        case .unimplemented: "UNIMPLEMENTED"
+        case .internal: "INTERNAL"
+        case .unavailable: "UNAVAILABLE"
+        case .dataLoss: "DATA_LOSS"
+        case .unauthenticated: "UNAUTHENTICATED"
+        }
+    }
 }
 
 /// A request's failure as the client sees it.

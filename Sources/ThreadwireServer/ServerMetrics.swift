@@ -38,7 +38,7 @@ final class ServerMetrics: Sendable {
             counters.withLockedValue { table in
                 let index = Int(code.rawValue)
                 if let existing = table[index] { return existing }
-                let made = Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", "\(code.rawValue)")])
+                let made = Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
                 table[index] = made
                 return made
             }
@@ -70,10 +70,10 @@ final class ServerMetrics: Sendable {
     /// A request relayed to the instance owning its thread, by method and
     /// the owner's status code (also counted in threadwire_requests_total).
     func forwarded(method: String, code: StatusCode, duration: Duration) {
-        let key = "\(method) \(code.rawValue)"
+        let key = "\(method) \(code.name)"
         let counter = relays.withLockedValue { table in
             table[key] ?? {
-                let made = Counter(label: "threadwire_forwarded_requests_total", dimensions: [("method", method), ("code", "\(code.rawValue)")])
+                let made = Counter(label: "threadwire_forwarded_requests_total", dimensions: [("method", method), ("code", code.name)])
                 table[key] = made
                 return made
             }()

@@ -351,6 +351,7 @@ public struct ServerCommand: AsyncParsableCommand {
                 beforeScrape: { server.refreshGauges() },
                 leases: { Self.leasesJSON(server.leaseView) },
                 onListening: onAdminListening,
+                version: ThreadwireRelease.version,
                 logger: logger)
             services.append(.init(service: admin, serviceName: "admin"))
         }

@@ -230,6 +230,26 @@ struct LimitsTests {
         for name in ["threadwire_backpressure_pauses_total", "threadwire_slow_subscriber_disconnects_total", "threadwire_running_turns"] {
             #expect(after.contains("# TYPE \(name)"), "\(name) is exported")
         }
+        // Status names, not numbers: a refused call counts under its name.
+        await expectStatus(5, mentioning: "not found") { _ = try await client.read("no-such-thread") }
+        let named = try await httpGet(port: server.adminPort, path: "/metrics").body
+        #expect(metricValue(named, "threadwire_requests_total", labels: #"method="thread/read",code="NOT_FOUND""#) == 1)
+        #expect(metricValue(named, "threadwire_requests_total", labels: #"method="thread/start",code="OK""#) == 1)
+        // Every metric has its help, the process and the build are there.
+        let typed = named.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { $0.split(separator: " ")[2] }
+        let helped = Set(named.split(separator: "\n").filter { $0.hasPrefix("# HELP ") }.map { $0.split(separator: " ")[2] })
+        #expect(!typed.isEmpty && typed.allSatisfy(helped.contains), "a # HELP for every metric")
+        #expect(!named.contains("(no description)"), "every metric's help is written down (Exposition.help)")
+        #expect((metricValue(named, "process_open_fds") ?? 0) > 0)
+        #expect((metricValue(named, "process_resident_memory_bytes") ?? 0) > 1_000_000)
+        #expect((metricValue(named, "process_max_fds") ?? 0) >= (metricValue(named, "process_open_fds") ?? 1))
+        #expect((metricValue(named, "process_start_time_seconds") ?? 0) > 1_700_000_000)
+        #expect(named.contains(#"threadwire_build_info{version=""#))
+        // Prometheus' own linter (Debian's promtool) takes it as it is.
+        let file = NSTemporaryDirectory() + "threadwire-metrics-\(UUID().uuidString)"
+        try named.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        #expect(shell("promtool check metrics < \(file)") == 0, "promtool check metrics passes")
     }
 
     @Test("SIGTERM: readiness and health fail first while a running turn gets its grace, then the server exits 0")

@@ -282,7 +282,7 @@ def test_authenticated_cluster_with_a_peer_secret(lab, tmp_path):
         for instance in nodes.instances:
             refused_hellos[instance.host] = sum(
                 float(line.rsplit(" ", 1)[1]) for line in nodes.metrics(instance.host).splitlines()
-                if line.startswith("threadwire_requests_total{") and 'method="initialize"' in line and 'code="16"' in line)
+                if line.startswith("threadwire_requests_total{") and 'method="initialize"' in line and 'code="UNAUTHENTICATED"' in line)
 
     name = "authenticated, with a peer secret"
     run(lab, name, faults, tmp_path, seed=101, token="chaos-client-token-0123456789abcdef")
