@@ -173,7 +173,9 @@ public struct ServerCommand: AsyncParsableCommand {
             NIOSingletons.groupLoopCountSuggestion = eventLoops
         }
         _ = NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-        let level = Logger.Level(rawValue: logLevel) ?? .info
+        guard let level = Logger.Level(rawValue: logLevel) else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical; got '\(logLevel.prefix(40))'")
+        }
         LoggingSystem.bootstrapServer(format: logFormat, level: level)
         let logger = Logger(label: "threadwire")
         let registry = PrometheusCollectorRegistry()

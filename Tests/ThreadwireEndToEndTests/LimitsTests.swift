@@ -23,11 +23,12 @@ struct LimitsTests {
         #expect(limits.handshakeTimeoutMs == 10000)
     }
 
-    @Test("a limit that cannot work stops startup with a message naming it")
+    @Test("a limit that cannot work stops startup with a message naming it; so does a log level that does not exist")
     func badLimitRefused() async throws {
         for (arguments, named) in [(["--max-connections", "0"], "max_connections"),
                                    (["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"], "max_partial_frame_bytes"),
-                                   (["--tcp-keepalive-ms", "500"], "tcp_keepalive_ms")] {
+                                   (["--tcp-keepalive-ms", "500"], "tcp_keepalive_ms"),
+                                   (["--log-level", "bogus"], "--log-level must be one of trace, debug, info")] {
             do {
                 _ = try await ServerProcess.launch(arguments: arguments)
                 Issue.record("started with \(arguments)")

@@ -27,14 +27,27 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// startServer runs the real server binary (THREADWIRE_SERVER_BIN, default
-// the debug build) on a fresh store and returns its address.
-func startServer(t *testing.T, arguments ...string) string {
+// serverBinary is the server these tests run: THREADWIRE_SERVER_BIN, else
+// the repository's debug build; its absence fails the test saying how to
+// get one.
+func serverBinary(t *testing.T) string {
 	t.Helper()
 	binary := os.Getenv("THREADWIRE_SERVER_BIN")
 	if binary == "" {
 		binary = "../../.build/debug/threadwire-server"
 	}
+	if _, err := os.Stat(binary); err != nil {
+		t.Fatalf("no threadwire-server at %s: run `swift build` at the repository root (or `make test-go`), "+
+			"or set THREADWIRE_SERVER_BIN to a built server", binary)
+	}
+	return binary
+}
+
+// startServer runs the real server binary (THREADWIRE_SERVER_BIN, default
+// the debug build) on a fresh store and returns its address.
+func startServer(t *testing.T, arguments ...string) string {
+	t.Helper()
+	binary := serverBinary(t)
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(config, []byte(`{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}`), 0o600); err != nil {
@@ -88,10 +101,7 @@ func startGRPCServer(t *testing.T, arguments ...string) string {
 // with extra environment entries.
 func restartableServer(t *testing.T, arguments ...string) (string, func(environment ...string) *exec.Cmd) {
 	t.Helper()
-	binary := os.Getenv("THREADWIRE_SERVER_BIN")
-	if binary == "" {
-		binary = "../../.build/debug/threadwire-server"
-	}
+	binary := serverBinary(t)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

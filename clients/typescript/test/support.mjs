@@ -1,6 +1,6 @@
 // Test support: the real server binary on a fresh store.
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -12,6 +12,10 @@ export const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", ".
  * `options`: `directory` (a store to reopen, kept by stop), `port` (default any free one), `env` (added to the server's). */
 export async function startServer(extraArguments = [], options = {}) {
   const binary = process.env.THREADWIRE_SERVER_BIN ?? join(root, ".build", "debug", "threadwire-server");
+  if (!existsSync(binary)) {
+    throw new Error(`no threadwire-server at ${binary}: run \`swift build\` at the repository root (or \`make test-typescript\`), ` +
+      "or set THREADWIRE_SERVER_BIN to a built server");
+  }
   const keep = options.directory !== undefined;
   const directory = options.directory ?? mkdtempSync(join(tmpdir(), "threadwire-ts-"));
   const config = join(directory, "config.json");
