@@ -161,10 +161,17 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
+    @Flag(help: "Print the THREADWIRE_* variable of every flag as a Markdown table (docs/configuration.md holds it) and exit.")
+    var printEnvironment = false
+
     @Option(help: "Log lines on standard error: text, or json (one object per line with request, thread, trace and span ids).")
     var logFormat: LogFormat = .text
 
     public func run() async throws {
+        if printEnvironment {
+            print(EnvironmentFlags.markdownTable(), terminator: "")
+            return
+        }
         // Run Swift Concurrency on NIO's event loops: requests then avoid a
         // thread switch between the concurrency pool and the loop doing I/O
         // (profiling showed context switches as the largest cost).

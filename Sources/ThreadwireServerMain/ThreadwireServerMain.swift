@@ -1,3 +1,4 @@
+import Foundation
 import ThreadwireServerCommand
 
 /// The process: flags, logging, metrics, signals and the service group are
@@ -5,6 +6,13 @@ import ThreadwireServerCommand
 @main
 enum ThreadwireServerMain {
     static func main() async {
-        await ServerCommand.main()
+        let arguments: [String]
+        do {
+            // THREADWIRE_* variables stand for the flags not given (EnvironmentFlags).
+            arguments = try EnvironmentFlags.arguments(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment)
+        } catch {
+            ServerCommand.exit(withError: error)
+        }
+        await ServerCommand.main(arguments)
     }
 }
