@@ -118,6 +118,7 @@ extension Wire.Notification.Payload {
         case let .threadTokenUsageUpdated(n): n.threadId
         case let .threadRolledBack(n): n.threadId
         case let .threadReverted(n): n.threadId
+        case let .threadQueueUpdated(n): n.threadId
         case let .threadNameUpdated(n): n.threadId
         }
     }

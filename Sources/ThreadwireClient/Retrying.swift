@@ -44,10 +44,10 @@ extension Wire.Request.Params {
         switch self {
         case .threadStart, .threadResume, .threadFork, .threadArchive, .threadUnarchive, .threadUnsubscribe, .threadSettingsUpdate,
              .agentSpawn, .threadToolsUpdate, .threadCompactStart, .threadRollback, .threadNameSet, .turnStart, .turnInterrupt,
-             .turnSteer, .threadImport, .threadRevert:
+             .turnSteer, .threadImport, .threadRevert, .threadQueueUpdate, .threadQueueDelete, .threadQueueReorder:
             true
         case .initialize, .healthCheck, .reflectionDescriptors, .threadRead, .threadList, .threadTurnsList, .mcpServerList,
-             .modelList, .threadSubscribe, .threadItemsList, .threadLoadedList:
+             .modelList, .threadSubscribe, .threadItemsList, .threadLoadedList, .threadQueueList:
             false
         }
     }

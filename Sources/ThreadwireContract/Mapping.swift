@@ -366,3 +366,9 @@ extension ApprovalPolicy {
 extension ServerRequestOutcome {
     public var wire: Wire.ServerRequestOutcome { Mappings.outcome.wire(self) }
 }
+
+extension QueuedTurn {
+    public var wire: Wire.QueuedTurn {
+        Wire.QueuedTurn(id: id, input: input, model: model, createdAt: createdAt)
+    }
+}

@@ -23,6 +23,7 @@ public enum NotificationMapping {
         case .tokenUsage: "thread/token_usage/updated"
         case .rolledBack: "thread/rolled_back"
         case .reverted: "thread/reverted"
+        case .queueUpdated: "thread/queue/updated"
         case .nameUpdated: "thread/name/updated"
         case .serverRequest, .replayed: nil
         }
@@ -64,6 +65,8 @@ public enum NotificationMapping {
             return .threadRolledBack(Wire.ThreadRolledBackNotification(threadId: id, turnIds: turnIDs))
         case let .reverted(id, turnIDs):
             return .threadReverted(Wire.ThreadRevertedNotification(threadId: id, turnIds: turnIDs))
+        case let .queueUpdated(id, queue):
+            return .threadQueueUpdated(Wire.ThreadQueueUpdatedNotification(threadId: id, queue: queue.map(\.wire)))
         case let .nameUpdated(id, name):
             return .threadNameUpdated(Wire.ThreadNameUpdatedNotification(threadId: id, name: name))
         case .serverRequest, .replayed:

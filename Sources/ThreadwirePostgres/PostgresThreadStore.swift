@@ -383,6 +383,18 @@ public final class PostgresThreadStore: ThreadStore {
         return ids
     }
 
+    public func threadsWithQueuedTurns() async throws -> [ThreadID] {
+        // The queue is in the settings JSON, present only when not empty.
+        try await bounded("the search for queued turns") {
+            var ids: [ThreadID] = []
+            for try await id in try await self.client.query(
+                #"SELECT id FROM threads WHERE tool_settings LIKE '%"queue":%' ORDER BY id"#, logger: self.logger).decode(String.self) {
+                ids.append(id)
+            }
+            return ids
+        }
+    }
+
     public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? {
         try await bounded("an idempotency key's read") {
             let rows = try await self.client.query("""

@@ -178,6 +178,13 @@ public final class SQLiteThreadStore: ThreadStore {
         }
     }
 
+    public func threadsWithQueuedTurns() async throws -> [ThreadID] {
+        // The queue is in the settings JSON, present only when not empty.
+        try await pool.read { db in
+            try String.fetchAll(db, sql: #"SELECT id FROM threads WHERE tool_settings LIKE '%"queue":%' ORDER BY id"#)
+        }
+    }
+
     // MARK: Rows
 
     static func record(_ row: Row) throws -> ThreadRecord {

@@ -101,6 +101,7 @@ struct MonitoredStore: ThreadStore {
         try await base.pendingMailbox(recipient)
     }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await base.threadsWithRunningTurns() }
+    func threadsWithQueuedTurns() async throws -> [ThreadID] { try await base.threadsWithQueuedTurns() }
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await base.events(thread, after: after, limit: limit)
     }

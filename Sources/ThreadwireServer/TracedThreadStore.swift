@@ -43,6 +43,7 @@ public struct TracedThreadStore: ThreadStore {
         try await inner.pendingMailbox(recipient)
     }
     public func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
+    public func threadsWithQueuedTurns() async throws -> [ThreadID] { try await inner.threadsWithQueuedTurns() }
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await inner.events(thread, after: after, limit: limit)
     }

@@ -47,6 +47,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         var mcp_servers: [String]?
         var reasoning_effort: String?
         var reasoning_summary: String?
+        var queue: [QueuedTurn]?
     }
 
     public init(_ r: ThreadRecord) throws {
@@ -66,7 +67,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
                               requires_approval: $0.requiresApproval ? true : nil)
         }, approval_policy: r.approvalPolicy == .never ? nil : r.approvalPolicy, user_input: r.userInputEnabled ? true : nil,
            tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals, mcp_servers: r.mcpServers.isEmpty ? nil : r.mcpServers,
-           reasoning_effort: r.reasoning.effort, reasoning_summary: r.reasoning.summary)
+           reasoning_effort: r.reasoning.effort, reasoning_summary: r.reasoning.summary, queue: r.queue.isEmpty ? nil : r.queue)
         if tools == ToolSettings() {
             tool_settings = "{}"
         } else {
@@ -136,6 +137,7 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             record.treeApprovals = tools.tree_approvals ?? []
             record.mcpServers = tools.mcp_servers ?? []
             record.reasoning = Reasoning(effort: tools.reasoning_effort, summary: tools.reasoning_summary)
+            record.queue = tools.queue ?? []
         } catch {
             throw StoreError.unavailable("thread \(id) has unreadable tool_settings: \(error)")
         }

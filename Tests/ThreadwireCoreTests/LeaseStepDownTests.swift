@@ -90,6 +90,7 @@ final class UnfencedStore: ThreadStore, Sendable {
     func agentTree(_ sessionID: ThreadID) async throws -> [ThreadRecord] { try await inner.agentTree(sessionID) }
     func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] { try await inner.pendingMailbox(recipient) }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
+    func threadsWithQueuedTurns() async throws -> [ThreadID] { try await inner.threadsWithQueuedTurns() }
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await inner.events(thread, after: after, limit: limit)
     }

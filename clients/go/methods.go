@@ -344,6 +344,54 @@ func (c *Client) ThreadLoadedList(ctx context.Context, params *pb.ThreadLoadedLi
 	return response.GetThreadLoadedList(), nil
 }
 
+// ThreadQueueList calls "thread/queue/list". A nil params sends an empty message.
+func (c *Client) ThreadQueueList(ctx context.Context, params *pb.ThreadQueueListParams) (*pb.ThreadQueueListResult, error) {
+	if params == nil {
+		params = &pb.ThreadQueueListParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadQueueList{ThreadQueueList: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadQueueList(), nil
+}
+
+// ThreadQueueUpdate calls "thread/queue/update". A nil params sends an empty message.
+func (c *Client) ThreadQueueUpdate(ctx context.Context, params *pb.ThreadQueueUpdateParams) (*pb.ThreadQueueUpdateResult, error) {
+	if params == nil {
+		params = &pb.ThreadQueueUpdateParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadQueueUpdate{ThreadQueueUpdate: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadQueueUpdate(), nil
+}
+
+// ThreadQueueDelete calls "thread/queue/delete". A nil params sends an empty message.
+func (c *Client) ThreadQueueDelete(ctx context.Context, params *pb.ThreadQueueDeleteParams) (*pb.ThreadQueueDeleteResult, error) {
+	if params == nil {
+		params = &pb.ThreadQueueDeleteParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadQueueDelete{ThreadQueueDelete: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadQueueDelete(), nil
+}
+
+// ThreadQueueReorder calls "thread/queue/reorder". A nil params sends an empty message.
+func (c *Client) ThreadQueueReorder(ctx context.Context, params *pb.ThreadQueueReorderParams) (*pb.ThreadQueueReorderResult, error) {
+	if params == nil {
+		params = &pb.ThreadQueueReorderParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadQueueReorder{ThreadQueueReorder: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadQueueReorder(), nil
+}
+
 // RequestMethod is the wire name of a request's method ("" when unset).
 func RequestMethod(message *pb.Request) string {
 	switch message.GetParams().(type) {
@@ -403,6 +451,14 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/items/list"
 	case *pb.Request_ThreadLoadedList:
 		return "thread/loaded/list"
+	case *pb.Request_ThreadQueueList:
+		return "thread/queue/list"
+	case *pb.Request_ThreadQueueUpdate:
+		return "thread/queue/update"
+	case *pb.Request_ThreadQueueDelete:
+		return "thread/queue/delete"
+	case *pb.Request_ThreadQueueReorder:
+		return "thread/queue/reorder"
 	}
 	return ""
 }
@@ -442,6 +498,8 @@ func NotificationMethod(message *pb.Notification) string {
 		return "thread/name/updated"
 	case *pb.Notification_ThreadReverted:
 		return "thread/reverted"
+	case *pb.Notification_ThreadQueueUpdated:
+		return "thread/queue/updated"
 	}
 	return ""
 }

@@ -78,6 +78,10 @@ local METHODS = {
   [42] = "turn/steer",
   [43] = "thread/items/list",
   [44] = "thread/loaded/list",
+  [45] = "thread/queue/list",
+  [46] = "thread/queue/update",
+  [47] = "thread/queue/delete",
+  [48] = "thread/queue/reorder",
 }
 local NOTIFICATIONS = {
   [10] = "thread/started",
@@ -96,6 +100,7 @@ local NOTIFICATIONS = {
   [27] = "thread/rolled_back",
   [28] = "thread/name/updated",
   [29] = "thread/reverted",
+  [30] = "thread/queue/updated",
 }
 local SERVER_REQUESTS = {
   [10] = "item/tool/call",

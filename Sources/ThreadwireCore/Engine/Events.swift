@@ -116,6 +116,8 @@ public enum ThreadEvent: Sendable, Equatable {
     case rolledBack(ThreadID, [TurnID])
     /// thread/revert: the same change as a rollback, named after its boundary.
     case reverted(ThreadID, [TurnID])
+    /// The thread's queue as it is after a change.
+    case queueUpdated(ThreadID, [QueuedTurn])
     /// nil: the name was cleared.
     case nameUpdated(ThreadID, String?)
     /// A kept event sent again to a client resuming after an earlier one
@@ -129,7 +131,7 @@ public enum ThreadEvent: Sendable, Equatable {
         case let .statusChanged(id, _), let .archived(id), let .unarchived(id), let .closed(id), let .settingsUpdated(id, _),
              let .turnStarted(id, _), let .turnCompleted(id, _), let .itemStarted(id, _, _), let .itemCompleted(id, _, _),
              let .agentMessageDelta(id, _, _, _), let .serverRequestResolved(id, _, _), let .tokenUsage(id, _, _),
-             let .rolledBack(id, _), let .reverted(id, _), let .nameUpdated(id, _), let .replayed(id, _):
+             let .rolledBack(id, _), let .reverted(id, _), let .queueUpdated(id, _), let .nameUpdated(id, _), let .replayed(id, _):
             id
         case let .serverRequest(request): request.threadID
         }

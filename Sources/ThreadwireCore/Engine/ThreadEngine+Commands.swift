@@ -338,6 +338,8 @@ extension ThreadEngine {
         /// Sticky, like `model`: nil keeps, "" clears, a value sets.
         public var reasoningEffort: String?
         public var reasoningSummary: String?
+        /// A queued turn starting: it leaves the queue in the turn's commit.
+        var dequeue: String?
         public init(input: [String]) { self.input = input }
     }
 

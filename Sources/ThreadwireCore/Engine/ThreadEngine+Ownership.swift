@@ -275,18 +275,23 @@ extension ThreadEngine {
             for request in pendingRequests(stored) { TurnRunner(engine: self).expect(request) }
             owner.runner = tasks.spawn { [self] in await TurnRunner(engine: self).runTurn(owner, turnID: waiting, resuming: true) }
         }
+        // An idle thread with queued turns (the process died between a
+        // turn's end and the next one's start) goes on with them.
+        if stored.activeTurnIndex == nil, !stored.record.queue.isEmpty { startQueuedTurn(id) }
     }
 
     /// Recovers every turn a dead process left running, so no thread reports
     /// ACTIVE for a turn nobody runs. Run once at startup, before serving.
     /// With several instances, only threads no live instance owns.
     public func recoverInterruptedTurns() async throws -> Int {
-        let ids: [ThreadID]
+        var ids: [ThreadID]
         if let coordinator {
             ids = try await coordinator.orphanedRunningThreads()
         } else {
             ids = try await store.threadsWithRunningTurns()
         }
+        // Threads with queued turns are loaded too: loading one starts its next turn.
+        ids += try await store.threadsWithQueuedTurns().filter { !ids.contains($0) }
         var recovered = 0
         for id in ids {
             do {

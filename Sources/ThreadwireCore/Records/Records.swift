@@ -90,6 +90,8 @@ public struct ThreadRecord: Sendable, Equatable {
     public var mcpServers: [String] = []
     /// Sent with every model request of the thread.
     public var reasoning = Reasoning()
+    /// Turns waiting to start, next first.
+    public var queue: [QueuedTurn] = []
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,

@@ -195,6 +195,8 @@ public protocol ThreadStore: Sendable {
     func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int
     /// Threads with a turn stored as in progress (left by a process that died).
     func threadsWithRunningTurns() async throws -> [ThreadID]
+    /// Threads whose queue holds turns (`ThreadRecord.queue`).
+    func threadsWithQueuedTurns() async throws -> [ThreadID]
     /// Throws unless a commit would succeed now (disk full, I/O error):
     /// health and readiness follow it.
     func probe() async throws

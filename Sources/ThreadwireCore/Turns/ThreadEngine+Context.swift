@@ -160,6 +160,14 @@ extension ThreadEngine {
         guard !texts.isEmpty else { throw DomainError.invalidArgument("input must contain at least one non-empty text") }
         return try await withOwner(id) { owner in
             defer { scheduleUnloadIfIdle(owner) }
+            return try await steerLocked(owner, expectedTurnID: expectedTurnID, texts: texts)
+        }
+    }
+
+    /// turn/steer with the gate held (also turn/start with when_busy = steer).
+    func steerLocked(_ owner: ThreadOwner, expectedTurnID: TurnID, texts: [String]) async throws -> Outcome<(TurnID, ItemRecord)> {
+        let id = owner.id
+        do {
             let current = owner.current
             guard let index = current.activeTurnIndex else {
                 if let turn = current.turns.first(where: { $0.id == expectedTurnID }) {

@@ -119,6 +119,7 @@ extension ThreadEngine {
         let record = owner.current.record
         changes.changed(owner.id)
         if let parentID = record.parentID, record.source == .threadSpawn { scheduleMailboxDelivery(parentID) }
+        if !record.queue.isEmpty { startQueuedTurn(owner.id) }
         scheduleUnloadIfIdle(owner)
     }
 

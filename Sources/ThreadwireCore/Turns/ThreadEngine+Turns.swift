@@ -21,6 +21,7 @@ extension ThreadEngine {
                                                                   model: next.record.model, catalog: settings.catalog)
         let settingsChanged = next.record.model != current.record.model || next.record.selectedMode != current.record.selectedMode
             || next.record.approvalPolicy != current.record.approvalPolicy || next.record.reasoning != current.record.reasoning
+        if let dequeue = request.dequeue { next.record.queue.removeAll { $0.id == dequeue } }
 
         // Set once, at the first turn: the catalog selector of this turn's model, else flags.
         let runtime = next.record.runtime ?? RuntimeResolver.resolveAtFirstTurn(
@@ -60,6 +61,9 @@ extension ThreadEngine {
         var deliveries: [Delivery] = []
         if settingsChanged {
             deliveries.append(Delivery(event: .settingsUpdated(id, ThreadSettingsView(record: next.record)), recipients: recipients))
+        }
+        if request.dequeue != nil {
+            deliveries.append(Delivery(event: .queueUpdated(id, next.record.queue), recipients: recipients))
         }
         deliveries += [
             Delivery(event: .turnStarted(id, turn), recipients: recipients),

@@ -317,8 +317,41 @@ enum TurnHandlers {
         request.reasoningEffort = p.reasoningEffort
         request.reasoningSummary = p.reasoningSummary
         request.approvalPolicy = ApprovalPolicy(wire: p.approvalPolicy)
-        let outcome = try await call.engine.startTurn(try call.target(), request, connection: call.connection.id)
-        return Outcome(.turnStart(Wire.TurnStartResult(turn: outcome.value.wire())), carrying: outcome)
+        let whenBusy: WhenBusy = switch p.whenBusy {
+        case nil, .unspecified?, .reject?: .reject
+        case .enqueue?: .enqueue
+        case .interrupt?: .interrupt
+        case .steer?: .steer
+        }
+        let outcome = try await call.engine.startOrQueueTurn(try call.target(), request, whenBusy: whenBusy, connection: call.connection.id)
+        switch outcome.value {
+        case let .started(turn):
+            return Outcome(.turnStart(Wire.TurnStartResult(turn: turn.wire())), carrying: outcome)
+        case let .queued(entry):
+            return Outcome(.turnStart(Wire.TurnStartResult(queued: entry.wire)), carrying: outcome)
+        }
+    }
+
+    @Sendable static func queueList(_ p: Wire.ThreadQueueListParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let queue = try await call.engine.queuedTurns(try call.target())
+        return Outcome(.threadQueueList(Wire.ThreadQueueListResult(data: queue.map(\.wire))))
+    }
+
+    @Sendable static func queueUpdate(_ p: Wire.ThreadQueueUpdateParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let queued = try MethodTable.required(p.queuedId, "queued_id")
+        let outcome = try await call.engine.changeQueue(try call.target(), .update(queued, input: try inputTexts(p.input)))
+        return Outcome(.threadQueueUpdate(Wire.ThreadQueueUpdateResult(data: outcome.value.map(\.wire))), carrying: outcome)
+    }
+
+    @Sendable static func queueDelete(_ p: Wire.ThreadQueueDeleteParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let queued = try MethodTable.required(p.queuedId, "queued_id")
+        let outcome = try await call.engine.changeQueue(try call.target(), .delete(queued))
+        return Outcome(.threadQueueDelete(Wire.ThreadQueueDeleteResult(data: outcome.value.map(\.wire))), carrying: outcome)
+    }
+
+    @Sendable static func queueReorder(_ p: Wire.ThreadQueueReorderParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.changeQueue(try call.target(), .reorder(p.queuedIds))
+        return Outcome(.threadQueueReorder(Wire.ThreadQueueReorderResult(data: outcome.value.map(\.wire))), carrying: outcome)
     }
 
     @Sendable static func interrupt(_ p: Wire.TurnInterruptParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {

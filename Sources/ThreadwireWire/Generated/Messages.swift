@@ -293,6 +293,27 @@ extension Wire {
 }
 
 extension Wire {
+  public enum WhenBusy: Int32, Sendable, CaseIterable, WireEnum {
+    case unspecified = 0
+    case reject = 1
+    case enqueue = 2
+    case interrupt = 3
+    case steer = 4
+
+    public static let protoName = "threadwire.v1.WhenBusy"
+    public var protoValueName: String {
+      switch self {
+      case .unspecified: return "WHEN_BUSY_UNSPECIFIED"
+      case .reject: return "WHEN_BUSY_REJECT"
+      case .enqueue: return "WHEN_BUSY_ENQUEUE"
+      case .interrupt: return "WHEN_BUSY_INTERRUPT"
+      case .steer: return "WHEN_BUSY_STEER"
+      }
+    }
+  }
+}
+
+extension Wire {
   public enum ThreadStatusType: Int32, Sendable, CaseIterable, WireEnum {
     case unspecified = 0
     case notLoaded = 1
@@ -4141,6 +4162,104 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct QueuedTurn: Sendable, Equatable {
+    public var id: String?
+    public var input: [String]
+    public var model: String?
+    public var createdAt: Int64?
+
+    public init() {
+      self.id = nil
+      self.input = []
+      self.model = nil
+      self.createdAt = nil
+    }
+
+    public init(id: String? = nil, input: [String] = [], model: String? = nil, createdAt: Int64? = nil) {
+      self.id = id
+      self.input = input
+      self.model = model
+      self.createdAt = createdAt
+    }
+  }
+}
+
+extension Wire.QueuedTurn: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.QueuedTurn"
+  typealias CMessage = Threadwire__V1__QueuedTurn
+
+  init(c: UnsafePointer<Threadwire__V1__QueuedTurn>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    if c.pointee.n_input > 0, let items = c.pointee.input {
+      self.input.reserveCapacity(c.pointee.n_input)
+      for index in 0..<c.pointee.n_input { self.input.append(try wireString(items[index], field: "input")) }
+    }
+    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
+  }
+
+  func fill(_ c: inout Threadwire__V1__QueuedTurn, arena: inout CodecArena) {
+    if let v = self.id { c.id = arena.cString(v) }
+    if !self.input.isEmpty {
+      c.n_input = self.input.count
+      c.input = arena.array(self.input) { value, arena in arena.cString(value) }
+    }
+    if let v = self.model { c.model = arena.cString(v) }
+    if let v = self.createdAt { c.has_created_at = 1; c.created_at = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__queued_turn__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__queued_turn__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__QueuedTurn()
+      threadwire__v1__queued_turn__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__queued_turn__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__queued_turn__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = id { object.append(("id", .string(v))) }
+    if !input.isEmpty { object.append(("input", .array(input.map { .string($0) }))) }
+    if let v = model { object.append(("model", .string(v))) }
+    if let v = createdAt { object.append(("created_at", .int(Int64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "id": self.id = try value.stringValue(path: keyPath)
+      case "input": self.input = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      case "model": self.model = try value.stringValue(path: keyPath)
+      case "created_at", "createdAt": self.createdAt = try value.int64Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct TurnStartParams: Sendable, Equatable {
     public var threadId: String?
     public var input: [Wire.UserInput]
@@ -4148,6 +4267,7 @@ extension Wire {
     public var approvalPolicy: Wire.ApprovalPolicy?
     public var reasoningEffort: String?
     public var reasoningSummary: String?
+    public var whenBusy: Wire.WhenBusy?
     public var multiAgentModeUpdate: MultiAgentModeUpdate?
 
     public enum MultiAgentModeUpdate: Sendable, Equatable {
@@ -4189,16 +4309,18 @@ extension Wire {
       self.approvalPolicy = nil
       self.reasoningEffort = nil
       self.reasoningSummary = nil
+      self.whenBusy = nil
       self.multiAgentModeUpdate = nil
     }
 
-    public init(threadId: String? = nil, input: [Wire.UserInput] = [], model: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
+    public init(threadId: String? = nil, input: [Wire.UserInput] = [], model: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil, whenBusy: Wire.WhenBusy? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
       self.threadId = threadId
       self.input = input
       self.model = model
       self.approvalPolicy = approvalPolicy
       self.reasoningEffort = reasoningEffort
       self.reasoningSummary = reasoningSummary
+      self.whenBusy = whenBusy
       self.multiAgentModeUpdate = multiAgentModeUpdate
     }
   }
@@ -4221,6 +4343,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
     if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
     if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_when_busy != 0 { self.whenBusy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.when_busy.rawValue), field: "when_busy") as Wire.WhenBusy }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
     case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
@@ -4238,6 +4361,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     if let v = self.approvalPolicy { c.has_approval_policy = 1; c.approval_policy = Threadwire__V1__ApprovalPolicy(rawValue: numericCast(v.rawValue)) }
     if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
     if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
+    if let v = self.whenBusy { c.has_when_busy = 1; c.when_busy = Threadwire__V1__WhenBusy(rawValue: numericCast(v.rawValue)) }
     switch self.multiAgentModeUpdate {
     case .multiAgentMode(let v)?:
       c.multi_agent_mode_update_case = .init(rawValue: 4)
@@ -4283,6 +4407,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
     if let v = approvalPolicy { object.append(("approval_policy", .string(v.protoValueName))) }
     if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
     if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
+    if let v = whenBusy { object.append(("when_busy", .string(v.protoValueName))) }
     switch multiAgentModeUpdate {
     case .multiAgentMode(let v)?: object.append(("multi_agent_mode", .string(v.protoValueName)))
     case .clearMultiAgentMode(let v)?: object.append(("clear_multi_agent_mode", .bool(v)))
@@ -4302,6 +4427,7 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
       case "approval_policy", "approvalPolicy": self.approvalPolicy = try Wire.ApprovalPolicy(json: value, path: keyPath)
       case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
       case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
+      case "when_busy", "whenBusy": self.whenBusy = try Wire.WhenBusy(json: value, path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
         if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
         self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
@@ -4314,13 +4440,16 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
 extension Wire {
   public struct TurnStartResult: Sendable, Equatable {
     public var turn: Wire.Turn?
+    public var queued: Wire.QueuedTurn?
 
     public init() {
       self.turn = nil
+      self.queued = nil
     }
 
-    public init(turn: Wire.Turn? = nil) {
+    public init(turn: Wire.Turn? = nil, queued: Wire.QueuedTurn? = nil) {
       self.turn = turn
+      self.queued = queued
     }
   }
 }
@@ -4334,10 +4463,14 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
     if let v = c.pointee.turn {
       do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
     }
+    if let v = c.pointee.queued {
+      do throws(WireError) { self.queued = try Wire.QueuedTurn(c: v) } catch { throw error.nested(in: "queued") }
+    }
   }
 
   func fill(_ c: inout Threadwire__V1__TurnStartResult, arena: inout CodecArena) {
     if let v = self.turn { c.turn = arena.message(v, Threadwire__V1__Turn(), threadwire__v1__turn__init) }
+    if let v = self.queued { c.queued = arena.message(v, Threadwire__V1__QueuedTurn(), threadwire__v1__queued_turn__init) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -4369,6 +4502,7 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
   public func jsonValue() -> JSONValue {
     var object: [(String, JSONValue)] = []
     if let v = turn { object.append(("turn", v.jsonValue())) }
+    if let v = queued { object.append(("queued", v.jsonValue())) }
     return .object(object)
   }
 
@@ -4378,6 +4512,735 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
       let keyPath = fieldPath(path, key)
       switch key {
       case "turn": self.turn = try Wire.Turn(json: value, path: keyPath)
+      case "queued": self.queued = try Wire.QueuedTurn(json: value, path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueListParams: Sendable, Equatable {
+    public var threadId: String?
+
+    public init() {
+      self.threadId = nil
+    }
+
+    public init(threadId: String? = nil) {
+      self.threadId = threadId
+    }
+  }
+}
+
+extension Wire.ThreadQueueListParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueListParams"
+  typealias CMessage = Threadwire__V1__ThreadQueueListParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueListParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueListParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_list_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_list_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueListParams()
+      threadwire__v1__thread_queue_list_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_list_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_list_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueListResult: Sendable, Equatable {
+    public var data: [Wire.QueuedTurn]
+
+    public init() {
+      self.data = []
+    }
+
+    public init(data: [Wire.QueuedTurn] = []) {
+      self.data = data
+    }
+  }
+}
+
+extension Wire.ThreadQueueListResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueListResult"
+  typealias CMessage = Threadwire__V1__ThreadQueueListResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueListResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueListResult, arena: inout CodecArena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__QueuedTurn(), threadwire__v1__queued_turn__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_list_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_list_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueListResult()
+      threadwire__v1__thread_queue_list_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_list_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_list_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.QueuedTurn(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueUpdateParams: Sendable, Equatable {
+    public var threadId: String?
+    public var queuedId: String?
+    public var input: [Wire.UserInput]
+
+    public init() {
+      self.threadId = nil
+      self.queuedId = nil
+      self.input = []
+    }
+
+    public init(threadId: String? = nil, queuedId: String? = nil, input: [Wire.UserInput] = []) {
+      self.threadId = threadId
+      self.queuedId = queuedId
+      self.input = input
+    }
+  }
+}
+
+extension Wire.ThreadQueueUpdateParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueUpdateParams"
+  typealias CMessage = Threadwire__V1__ThreadQueueUpdateParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueUpdateParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.queued_id { self.queuedId = try wireString(v, field: "queued_id") }
+    if c.pointee.n_input > 0, let items = c.pointee.input {
+      self.input.reserveCapacity(c.pointee.n_input)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_input { self.input.append(try Wire.UserInput(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "input") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueUpdateParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.queuedId { c.queued_id = arena.cString(v) }
+    if !self.input.isEmpty {
+      c.n_input = self.input.count
+      c.input = arena.array(self.input) { value, arena in arena.message(value, Threadwire__V1__UserInput(), threadwire__v1__user_input__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_update_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_update_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueUpdateParams()
+      threadwire__v1__thread_queue_update_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_update_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_update_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = queuedId { object.append(("queued_id", .string(v))) }
+    if !input.isEmpty { object.append(("input", .array(input.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "queued_id", "queuedId": self.queuedId = try value.stringValue(path: keyPath)
+      case "input": self.input = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.UserInput(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueUpdateResult: Sendable, Equatable {
+    public var data: [Wire.QueuedTurn]
+
+    public init() {
+      self.data = []
+    }
+
+    public init(data: [Wire.QueuedTurn] = []) {
+      self.data = data
+    }
+  }
+}
+
+extension Wire.ThreadQueueUpdateResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueUpdateResult"
+  typealias CMessage = Threadwire__V1__ThreadQueueUpdateResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueUpdateResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueUpdateResult, arena: inout CodecArena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__QueuedTurn(), threadwire__v1__queued_turn__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_update_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_update_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueUpdateResult()
+      threadwire__v1__thread_queue_update_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_update_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_update_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.QueuedTurn(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueDeleteParams: Sendable, Equatable {
+    public var threadId: String?
+    public var queuedId: String?
+
+    public init() {
+      self.threadId = nil
+      self.queuedId = nil
+    }
+
+    public init(threadId: String? = nil, queuedId: String? = nil) {
+      self.threadId = threadId
+      self.queuedId = queuedId
+    }
+  }
+}
+
+extension Wire.ThreadQueueDeleteParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueDeleteParams"
+  typealias CMessage = Threadwire__V1__ThreadQueueDeleteParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueDeleteParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.queued_id { self.queuedId = try wireString(v, field: "queued_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueDeleteParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.queuedId { c.queued_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_delete_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_delete_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueDeleteParams()
+      threadwire__v1__thread_queue_delete_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_delete_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_delete_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = queuedId { object.append(("queued_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "queued_id", "queuedId": self.queuedId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueDeleteResult: Sendable, Equatable {
+    public var data: [Wire.QueuedTurn]
+
+    public init() {
+      self.data = []
+    }
+
+    public init(data: [Wire.QueuedTurn] = []) {
+      self.data = data
+    }
+  }
+}
+
+extension Wire.ThreadQueueDeleteResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueDeleteResult"
+  typealias CMessage = Threadwire__V1__ThreadQueueDeleteResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueDeleteResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueDeleteResult, arena: inout CodecArena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__QueuedTurn(), threadwire__v1__queued_turn__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_delete_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_delete_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueDeleteResult()
+      threadwire__v1__thread_queue_delete_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_delete_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_delete_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.QueuedTurn(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueReorderParams: Sendable, Equatable {
+    public var threadId: String?
+    public var queuedIds: [String]
+
+    public init() {
+      self.threadId = nil
+      self.queuedIds = []
+    }
+
+    public init(threadId: String? = nil, queuedIds: [String] = []) {
+      self.threadId = threadId
+      self.queuedIds = queuedIds
+    }
+  }
+}
+
+extension Wire.ThreadQueueReorderParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueReorderParams"
+  typealias CMessage = Threadwire__V1__ThreadQueueReorderParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueReorderParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.n_queued_ids > 0, let items = c.pointee.queued_ids {
+      self.queuedIds.reserveCapacity(c.pointee.n_queued_ids)
+      for index in 0..<c.pointee.n_queued_ids { self.queuedIds.append(try wireString(items[index], field: "queued_ids")) }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueReorderParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if !self.queuedIds.isEmpty {
+      c.n_queued_ids = self.queuedIds.count
+      c.queued_ids = arena.array(self.queuedIds) { value, arena in arena.cString(value) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_reorder_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_reorder_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueReorderParams()
+      threadwire__v1__thread_queue_reorder_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_reorder_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_reorder_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if !queuedIds.isEmpty { object.append(("queued_ids", .array(queuedIds.map { .string($0) }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "queued_ids", "queuedIds": self.queuedIds = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueReorderResult: Sendable, Equatable {
+    public var data: [Wire.QueuedTurn]
+
+    public init() {
+      self.data = []
+    }
+
+    public init(data: [Wire.QueuedTurn] = []) {
+      self.data = data
+    }
+  }
+}
+
+extension Wire.ThreadQueueReorderResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueReorderResult"
+  typealias CMessage = Threadwire__V1__ThreadQueueReorderResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueReorderResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_data > 0, let items = c.pointee.data {
+      self.data.reserveCapacity(c.pointee.n_data)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "data") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueReorderResult, arena: inout CodecArena) {
+    if !self.data.isEmpty {
+      c.n_data = self.data.count
+      c.data = arena.array(self.data) { value, arena in arena.message(value, Threadwire__V1__QueuedTurn(), threadwire__v1__queued_turn__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_reorder_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_reorder_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueReorderResult()
+      threadwire__v1__thread_queue_reorder_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_reorder_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_reorder_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !data.isEmpty { object.append(("data", .array(data.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "data": self.data = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.QueuedTurn(json: element, path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadQueueUpdatedNotification: Sendable, Equatable {
+    public var threadId: String?
+    public var queue: [Wire.QueuedTurn]
+
+    public init() {
+      self.threadId = nil
+      self.queue = []
+    }
+
+    public init(threadId: String? = nil, queue: [Wire.QueuedTurn] = []) {
+      self.threadId = threadId
+      self.queue = queue
+    }
+  }
+}
+
+extension Wire.ThreadQueueUpdatedNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadQueueUpdatedNotification"
+  typealias CMessage = Threadwire__V1__ThreadQueueUpdatedNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadQueueUpdatedNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.n_queue > 0, let items = c.pointee.queue {
+      self.queue.reserveCapacity(c.pointee.n_queue)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_queue { self.queue.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "queue") }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadQueueUpdatedNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if !self.queue.isEmpty {
+      c.n_queue = self.queue.count
+      c.queue = arena.array(self.queue) { value, arena in arena.message(value, Threadwire__V1__QueuedTurn(), threadwire__v1__queued_turn__init) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_queue_updated_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_queue_updated_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadQueueUpdatedNotification()
+      threadwire__v1__thread_queue_updated_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_queue_updated_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_queue_updated_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if !queue.isEmpty { object.append(("queue", .array(queue.map { $0.jsonValue() }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "queue": self.queue = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.QueuedTurn(json: element, path: path) }
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -10419,6 +11282,10 @@ extension Wire {
       case turnSteer(Wire.TurnSteerParams)
       case threadItemsList(Wire.ThreadItemsListParams)
       case threadLoadedList(Wire.ThreadLoadedListParams)
+      case threadQueueList(Wire.ThreadQueueListParams)
+      case threadQueueUpdate(Wire.ThreadQueueUpdateParams)
+      case threadQueueDelete(Wire.ThreadQueueDeleteParams)
+      case threadQueueReorder(Wire.ThreadQueueReorderParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -10451,6 +11318,10 @@ extension Wire {
         case .turnSteer: return "turn_steer"
         case .threadItemsList: return "thread_items_list"
         case .threadLoadedList: return "thread_loaded_list"
+        case .threadQueueList: return "thread_queue_list"
+        case .threadQueueUpdate: return "thread_queue_update"
+        case .threadQueueDelete: return "thread_queue_delete"
+        case .threadQueueReorder: return "thread_queue_reorder"
         }
       }
 
@@ -10485,10 +11356,14 @@ extension Wire {
         case .turnSteer: return "turn/steer"
         case .threadItemsList: return "thread/items/list"
         case .threadLoadedList: return "thread/loaded/list"
+        case .threadQueueList: return "thread/queue/list"
+        case .threadQueueUpdate: return "thread/queue/update"
+        case .threadQueueDelete: return "thread/queue/delete"
+        case .threadQueueReorder: return "thread/queue/reorder"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10521,6 +11396,10 @@ extension Wire {
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerParams(json: json, path: path))
         case "thread_items_list", "threadItemsList": return .threadItemsList(try Wire.ThreadItemsListParams(json: json, path: path))
         case "thread_loaded_list", "threadLoadedList": return .threadLoadedList(try Wire.ThreadLoadedListParams(json: json, path: path))
+        case "thread_queue_list", "threadQueueList": return .threadQueueList(try Wire.ThreadQueueListParams(json: json, path: path))
+        case "thread_queue_update", "threadQueueUpdate": return .threadQueueUpdate(try Wire.ThreadQueueUpdateParams(json: json, path: path))
+        case "thread_queue_delete", "threadQueueDelete": return .threadQueueDelete(try Wire.ThreadQueueDeleteParams(json: json, path: path))
+        case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderParams(json: json, path: path))
         default: return nil
         }
       }
@@ -10616,6 +11495,14 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadItemsList(try Wire.ThreadItemsListParams(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
     case 44:
       do throws(WireError) { self.params = .threadLoadedList(try Wire.ThreadLoadedListParams(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
+    case 45:
+      do throws(WireError) { self.params = .threadQueueList(try Wire.ThreadQueueListParams(c: wireRequired(c.pointee.thread_queue_list))) } catch { throw error.nested(in: "thread_queue_list") }
+    case 46:
+      do throws(WireError) { self.params = .threadQueueUpdate(try Wire.ThreadQueueUpdateParams(c: wireRequired(c.pointee.thread_queue_update))) } catch { throw error.nested(in: "thread_queue_update") }
+    case 47:
+      do throws(WireError) { self.params = .threadQueueDelete(try Wire.ThreadQueueDeleteParams(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
+    case 48:
+      do throws(WireError) { self.params = .threadQueueReorder(try Wire.ThreadQueueReorderParams(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
     default: self.params = nil
     }
   }
@@ -10713,6 +11600,18 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadLoadedList(let v)?:
       c.params_case = .init(rawValue: 44)
       c.thread_loaded_list = arena.message(v, Threadwire__V1__ThreadLoadedListParams(), threadwire__v1__thread_loaded_list_params__init)
+    case .threadQueueList(let v)?:
+      c.params_case = .init(rawValue: 45)
+      c.thread_queue_list = arena.message(v, Threadwire__V1__ThreadQueueListParams(), threadwire__v1__thread_queue_list_params__init)
+    case .threadQueueUpdate(let v)?:
+      c.params_case = .init(rawValue: 46)
+      c.thread_queue_update = arena.message(v, Threadwire__V1__ThreadQueueUpdateParams(), threadwire__v1__thread_queue_update_params__init)
+    case .threadQueueDelete(let v)?:
+      c.params_case = .init(rawValue: 47)
+      c.thread_queue_delete = arena.message(v, Threadwire__V1__ThreadQueueDeleteParams(), threadwire__v1__thread_queue_delete_params__init)
+    case .threadQueueReorder(let v)?:
+      c.params_case = .init(rawValue: 48)
+      c.thread_queue_reorder = arena.message(v, Threadwire__V1__ThreadQueueReorderParams(), threadwire__v1__thread_queue_reorder_params__init)
     case nil: break
     }
   }
@@ -10778,6 +11677,10 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
     case .threadItemsList(let v)?: object.append(("thread_items_list", v.jsonValue()))
     case .threadLoadedList(let v)?: object.append(("thread_loaded_list", v.jsonValue()))
+    case .threadQueueList(let v)?: object.append(("thread_queue_list", v.jsonValue()))
+    case .threadQueueUpdate(let v)?: object.append(("thread_queue_update", v.jsonValue()))
+    case .threadQueueDelete(let v)?: object.append(("thread_queue_delete", v.jsonValue()))
+    case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -10792,7 +11695,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -10837,6 +11740,10 @@ extension Wire {
       case turnSteer(Wire.TurnSteerResult)
       case threadItemsList(Wire.ThreadItemsListResult)
       case threadLoadedList(Wire.ThreadLoadedListResult)
+      case threadQueueList(Wire.ThreadQueueListResult)
+      case threadQueueUpdate(Wire.ThreadQueueUpdateResult)
+      case threadQueueDelete(Wire.ThreadQueueDeleteResult)
+      case threadQueueReorder(Wire.ThreadQueueReorderResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -10869,6 +11776,10 @@ extension Wire {
         case .turnSteer: return "turn_steer"
         case .threadItemsList: return "thread_items_list"
         case .threadLoadedList: return "thread_loaded_list"
+        case .threadQueueList: return "thread_queue_list"
+        case .threadQueueUpdate: return "thread_queue_update"
+        case .threadQueueDelete: return "thread_queue_delete"
+        case .threadQueueReorder: return "thread_queue_reorder"
         }
       }
 
@@ -10903,10 +11814,14 @@ extension Wire {
         case .turnSteer: return "turn/steer"
         case .threadItemsList: return "thread/items/list"
         case .threadLoadedList: return "thread/loaded/list"
+        case .threadQueueList: return "thread/queue/list"
+        case .threadQueueUpdate: return "thread/queue/update"
+        case .threadQueueDelete: return "thread/queue/delete"
+        case .threadQueueReorder: return "thread/queue/reorder"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10939,6 +11854,10 @@ extension Wire {
         case "turn_steer", "turnSteer": return .turnSteer(try Wire.TurnSteerResult(json: json, path: path))
         case "thread_items_list", "threadItemsList": return .threadItemsList(try Wire.ThreadItemsListResult(json: json, path: path))
         case "thread_loaded_list", "threadLoadedList": return .threadLoadedList(try Wire.ThreadLoadedListResult(json: json, path: path))
+        case "thread_queue_list", "threadQueueList": return .threadQueueList(try Wire.ThreadQueueListResult(json: json, path: path))
+        case "thread_queue_update", "threadQueueUpdate": return .threadQueueUpdate(try Wire.ThreadQueueUpdateResult(json: json, path: path))
+        case "thread_queue_delete", "threadQueueDelete": return .threadQueueDelete(try Wire.ThreadQueueDeleteResult(json: json, path: path))
+        case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderResult(json: json, path: path))
         default: return nil
         }
       }
@@ -11026,6 +11945,14 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadItemsList(try Wire.ThreadItemsListResult(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
     case 44:
       do throws(WireError) { self.result = .threadLoadedList(try Wire.ThreadLoadedListResult(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
+    case 45:
+      do throws(WireError) { self.result = .threadQueueList(try Wire.ThreadQueueListResult(c: wireRequired(c.pointee.thread_queue_list))) } catch { throw error.nested(in: "thread_queue_list") }
+    case 46:
+      do throws(WireError) { self.result = .threadQueueUpdate(try Wire.ThreadQueueUpdateResult(c: wireRequired(c.pointee.thread_queue_update))) } catch { throw error.nested(in: "thread_queue_update") }
+    case 47:
+      do throws(WireError) { self.result = .threadQueueDelete(try Wire.ThreadQueueDeleteResult(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
+    case 48:
+      do throws(WireError) { self.result = .threadQueueReorder(try Wire.ThreadQueueReorderResult(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
     default: self.result = nil
     }
   }
@@ -11119,6 +12046,18 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadLoadedList(let v)?:
       c.result_case = .init(rawValue: 44)
       c.thread_loaded_list = arena.message(v, Threadwire__V1__ThreadLoadedListResult(), threadwire__v1__thread_loaded_list_result__init)
+    case .threadQueueList(let v)?:
+      c.result_case = .init(rawValue: 45)
+      c.thread_queue_list = arena.message(v, Threadwire__V1__ThreadQueueListResult(), threadwire__v1__thread_queue_list_result__init)
+    case .threadQueueUpdate(let v)?:
+      c.result_case = .init(rawValue: 46)
+      c.thread_queue_update = arena.message(v, Threadwire__V1__ThreadQueueUpdateResult(), threadwire__v1__thread_queue_update_result__init)
+    case .threadQueueDelete(let v)?:
+      c.result_case = .init(rawValue: 47)
+      c.thread_queue_delete = arena.message(v, Threadwire__V1__ThreadQueueDeleteResult(), threadwire__v1__thread_queue_delete_result__init)
+    case .threadQueueReorder(let v)?:
+      c.result_case = .init(rawValue: 48)
+      c.thread_queue_reorder = arena.message(v, Threadwire__V1__ThreadQueueReorderResult(), threadwire__v1__thread_queue_reorder_result__init)
     case nil: break
     }
   }
@@ -11183,6 +12122,10 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .turnSteer(let v)?: object.append(("turn_steer", v.jsonValue()))
     case .threadItemsList(let v)?: object.append(("thread_items_list", v.jsonValue()))
     case .threadLoadedList(let v)?: object.append(("thread_loaded_list", v.jsonValue()))
+    case .threadQueueList(let v)?: object.append(("thread_queue_list", v.jsonValue()))
+    case .threadQueueUpdate(let v)?: object.append(("thread_queue_update", v.jsonValue()))
+    case .threadQueueDelete(let v)?: object.append(("thread_queue_delete", v.jsonValue()))
+    case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -11196,7 +12139,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -11229,6 +12172,7 @@ extension Wire {
       case threadRolledBack(Wire.ThreadRolledBackNotification)
       case threadNameUpdated(Wire.ThreadNameUpdatedNotification)
       case threadReverted(Wire.ThreadRevertedNotification)
+      case threadQueueUpdated(Wire.ThreadQueueUpdatedNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -11249,6 +12193,7 @@ extension Wire {
         case .threadRolledBack: return "thread_rolled_back"
         case .threadNameUpdated: return "thread_name_updated"
         case .threadReverted: return "thread_reverted"
+        case .threadQueueUpdated: return "thread_queue_updated"
         }
       }
 
@@ -11271,10 +12216,11 @@ extension Wire {
         case .threadRolledBack: return "thread/rolled_back"
         case .threadNameUpdated: return "thread/name/updated"
         case .threadReverted: return "thread/reverted"
+        case .threadQueueUpdated: return "thread/queue/updated"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated", "thread_reverted"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated", "thread_reverted", "thread_queue_updated"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -11295,6 +12241,7 @@ extension Wire {
         case "thread_rolled_back", "threadRolledBack": return .threadRolledBack(try Wire.ThreadRolledBackNotification(json: json, path: path))
         case "thread_name_updated", "threadNameUpdated": return .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(json: json, path: path))
         case "thread_reverted", "threadReverted": return .threadReverted(try Wire.ThreadRevertedNotification(json: json, path: path))
+        case "thread_queue_updated", "threadQueueUpdated": return .threadQueueUpdated(try Wire.ThreadQueueUpdatedNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -11363,6 +12310,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(c: wireRequired(c.pointee.thread_name_updated))) } catch { throw error.nested(in: "thread_name_updated") }
     case 29:
       do throws(WireError) { self.payload = .threadReverted(try Wire.ThreadRevertedNotification(c: wireRequired(c.pointee.thread_reverted))) } catch { throw error.nested(in: "thread_reverted") }
+    case 30:
+      do throws(WireError) { self.payload = .threadQueueUpdated(try Wire.ThreadQueueUpdatedNotification(c: wireRequired(c.pointee.thread_queue_updated))) } catch { throw error.nested(in: "thread_queue_updated") }
     default: self.payload = nil
     }
   }
@@ -11423,6 +12372,9 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadReverted(let v)?:
       c.payload_case = .init(rawValue: 29)
       c.thread_reverted = arena.message(v, Threadwire__V1__ThreadRevertedNotification(), threadwire__v1__thread_reverted_notification__init)
+    case .threadQueueUpdated(let v)?:
+      c.payload_case = .init(rawValue: 30)
+      c.thread_queue_updated = arena.message(v, Threadwire__V1__ThreadQueueUpdatedNotification(), threadwire__v1__thread_queue_updated_notification__init)
     case nil: break
     }
   }
@@ -11475,6 +12427,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadRolledBack(let v)?: object.append(("thread_rolled_back", v.jsonValue()))
     case .threadNameUpdated(let v)?: object.append(("thread_name_updated", v.jsonValue()))
     case .threadReverted(let v)?: object.append(("thread_reverted", v.jsonValue()))
+    case .threadQueueUpdated(let v)?: object.append(("thread_queue_updated", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -11488,7 +12441,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated", "thread_reverted", "threadReverted":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated", "thread_reverted", "threadReverted", "thread_queue_updated", "threadQueueUpdated":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -144,6 +144,10 @@ public actor InMemoryThreadStore: ThreadStore {
         turns.filter { $0.value.values.contains { $0.status == .inProgress } }.map(\.key).sorted()
     }
 
+    public func threadsWithQueuedTurns() async throws -> [ThreadID] {
+        records.filter { !$0.value.queue.isEmpty }.map(\.key).sorted()
+    }
+
     public func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord? { keys[key] }
 
     public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {

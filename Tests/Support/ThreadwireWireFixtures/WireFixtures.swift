@@ -354,6 +354,15 @@ public enum WireFixtures {
         return message
     }
 
+    public static func QueuedTurn(_ variant: Int) -> Wire.QueuedTurn {
+        var message = Wire.QueuedTurn()
+        message.id = "id héllo ✓ 0"
+        message.input = ["input héllo ✓ 1", "input héllo ✓ 2"]
+        message.model = "model héllo ✓ 0"
+        message.createdAt = Int64(-1700000000004)
+        return message
+    }
+
     public static func TurnStartParams(_ variant: Int) -> Wire.TurnStartParams {
         var message = Wire.TurnStartParams()
         message.threadId = "thread_id héllo ✓ 0"
@@ -362,6 +371,7 @@ public enum WireFixtures {
         message.approvalPolicy = Wire.ApprovalPolicy.always
         message.reasoningEffort = "reasoning_effort héllo ✓ 0"
         message.reasoningSummary = "reasoning_summary héllo ✓ 0"
+        message.whenBusy = Wire.WhenBusy.steer
         switch variant % 2 {
         case 0: message.multiAgentModeUpdate = .multiAgentMode(Wire.MultiAgentMode.proactive)
         default: message.multiAgentModeUpdate = .clearMultiAgentMode(true)
@@ -372,6 +382,66 @@ public enum WireFixtures {
     public static func TurnStartResult(_ variant: Int) -> Wire.TurnStartResult {
         var message = Wire.TurnStartResult()
         message.turn = Turn(0)
+        message.queued = QueuedTurn(0)
+        return message
+    }
+
+    public static func ThreadQueueListParams(_ variant: Int) -> Wire.ThreadQueueListParams {
+        var message = Wire.ThreadQueueListParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        return message
+    }
+
+    public static func ThreadQueueListResult(_ variant: Int) -> Wire.ThreadQueueListResult {
+        var message = Wire.ThreadQueueListResult()
+        message.data = [QueuedTurn(0), QueuedTurn(0)]
+        return message
+    }
+
+    public static func ThreadQueueUpdateParams(_ variant: Int) -> Wire.ThreadQueueUpdateParams {
+        var message = Wire.ThreadQueueUpdateParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.queuedId = "queued_id héllo ✓ 0"
+        message.input = [UserInput(0), UserInput(0)]
+        return message
+    }
+
+    public static func ThreadQueueUpdateResult(_ variant: Int) -> Wire.ThreadQueueUpdateResult {
+        var message = Wire.ThreadQueueUpdateResult()
+        message.data = [QueuedTurn(0), QueuedTurn(0)]
+        return message
+    }
+
+    public static func ThreadQueueDeleteParams(_ variant: Int) -> Wire.ThreadQueueDeleteParams {
+        var message = Wire.ThreadQueueDeleteParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.queuedId = "queued_id héllo ✓ 0"
+        return message
+    }
+
+    public static func ThreadQueueDeleteResult(_ variant: Int) -> Wire.ThreadQueueDeleteResult {
+        var message = Wire.ThreadQueueDeleteResult()
+        message.data = [QueuedTurn(0), QueuedTurn(0)]
+        return message
+    }
+
+    public static func ThreadQueueReorderParams(_ variant: Int) -> Wire.ThreadQueueReorderParams {
+        var message = Wire.ThreadQueueReorderParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.queuedIds = ["queued_ids héllo ✓ 1", "queued_ids héllo ✓ 2"]
+        return message
+    }
+
+    public static func ThreadQueueReorderResult(_ variant: Int) -> Wire.ThreadQueueReorderResult {
+        var message = Wire.ThreadQueueReorderResult()
+        message.data = [QueuedTurn(0), QueuedTurn(0)]
+        return message
+    }
+
+    public static func ThreadQueueUpdatedNotification(_ variant: Int) -> Wire.ThreadQueueUpdatedNotification {
+        var message = Wire.ThreadQueueUpdatedNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.queue = [QueuedTurn(0), QueuedTurn(0)]
         return message
     }
 
@@ -920,7 +990,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 28 {
+        switch variant % 32 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -948,7 +1018,11 @@ public enum WireFixtures {
         case 24: message.params = .turnInterrupt(TurnInterruptParams(0))
         case 25: message.params = .turnSteer(TurnSteerParams(0))
         case 26: message.params = .threadItemsList(ThreadItemsListParams(0))
-        default: message.params = .threadLoadedList(ThreadLoadedListParams(0))
+        case 27: message.params = .threadLoadedList(ThreadLoadedListParams(0))
+        case 28: message.params = .threadQueueList(ThreadQueueListParams(0))
+        case 29: message.params = .threadQueueUpdate(ThreadQueueUpdateParams(0))
+        case 30: message.params = .threadQueueDelete(ThreadQueueDeleteParams(0))
+        default: message.params = .threadQueueReorder(ThreadQueueReorderParams(0))
         }
         return message
     }
@@ -958,7 +1032,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 28 {
+        switch variant % 32 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -986,7 +1060,11 @@ public enum WireFixtures {
         case 24: message.result = .turnInterrupt(TurnInterruptResult(0))
         case 25: message.result = .turnSteer(TurnSteerResult(0))
         case 26: message.result = .threadItemsList(ThreadItemsListResult(0))
-        default: message.result = .threadLoadedList(ThreadLoadedListResult(0))
+        case 27: message.result = .threadLoadedList(ThreadLoadedListResult(0))
+        case 28: message.result = .threadQueueList(ThreadQueueListResult(0))
+        case 29: message.result = .threadQueueUpdate(ThreadQueueUpdateResult(0))
+        case 30: message.result = .threadQueueDelete(ThreadQueueDeleteResult(0))
+        default: message.result = .threadQueueReorder(ThreadQueueReorderResult(0))
         }
         return message
     }
@@ -996,7 +1074,7 @@ public enum WireFixtures {
         message.sequence = UInt64(9223372036854775809)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.threadSequence = UInt64(9223372036854775811)
-        switch variant % 16 {
+        switch variant % 17 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -1012,7 +1090,8 @@ public enum WireFixtures {
         case 12: message.payload = .threadTokenUsageUpdated(ThreadTokenUsageUpdatedNotification(0))
         case 13: message.payload = .threadRolledBack(ThreadRolledBackNotification(0))
         case 14: message.payload = .threadNameUpdated(ThreadNameUpdatedNotification(0))
-        default: message.payload = .threadReverted(ThreadRevertedNotification(0))
+        case 15: message.payload = .threadReverted(ThreadRevertedNotification(0))
+        default: message.payload = .threadQueueUpdated(ThreadQueueUpdatedNotification(0))
         }
         return message
     }
@@ -1060,9 +1139,19 @@ public enum WireFixtures {
         ("ModelRequest#0", { try roundTrip(ModelRequest(0)) }),
         ("TurnContext#0", { try roundTrip(TurnContext(0)) }),
         ("Turn#0", { try roundTrip(Turn(0)) }),
+        ("QueuedTurn#0", { try roundTrip(QueuedTurn(0)) }),
         ("TurnStartParams#0", { try roundTrip(TurnStartParams(0)) }),
         ("TurnStartParams#1", { try roundTrip(TurnStartParams(1)) }),
         ("TurnStartResult#0", { try roundTrip(TurnStartResult(0)) }),
+        ("ThreadQueueListParams#0", { try roundTrip(ThreadQueueListParams(0)) }),
+        ("ThreadQueueListResult#0", { try roundTrip(ThreadQueueListResult(0)) }),
+        ("ThreadQueueUpdateParams#0", { try roundTrip(ThreadQueueUpdateParams(0)) }),
+        ("ThreadQueueUpdateResult#0", { try roundTrip(ThreadQueueUpdateResult(0)) }),
+        ("ThreadQueueDeleteParams#0", { try roundTrip(ThreadQueueDeleteParams(0)) }),
+        ("ThreadQueueDeleteResult#0", { try roundTrip(ThreadQueueDeleteResult(0)) }),
+        ("ThreadQueueReorderParams#0", { try roundTrip(ThreadQueueReorderParams(0)) }),
+        ("ThreadQueueReorderResult#0", { try roundTrip(ThreadQueueReorderResult(0)) }),
+        ("ThreadQueueUpdatedNotification#0", { try roundTrip(ThreadQueueUpdatedNotification(0)) }),
         ("TurnInterruptParams#0", { try roundTrip(TurnInterruptParams(0)) }),
         ("TurnInterruptResult#0", { try roundTrip(TurnInterruptResult(0)) }),
         ("TurnStartedNotification#0", { try roundTrip(TurnStartedNotification(0)) }),
@@ -1163,6 +1252,10 @@ public enum WireFixtures {
         ("Request#25", { try roundTrip(Request(25)) }),
         ("Request#26", { try roundTrip(Request(26)) }),
         ("Request#27", { try roundTrip(Request(27)) }),
+        ("Request#28", { try roundTrip(Request(28)) }),
+        ("Request#29", { try roundTrip(Request(29)) }),
+        ("Request#30", { try roundTrip(Request(30)) }),
+        ("Request#31", { try roundTrip(Request(31)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1191,6 +1284,10 @@ public enum WireFixtures {
         ("Response#25", { try roundTrip(Response(25)) }),
         ("Response#26", { try roundTrip(Response(26)) }),
         ("Response#27", { try roundTrip(Response(27)) }),
+        ("Response#28", { try roundTrip(Response(28)) }),
+        ("Response#29", { try roundTrip(Response(29)) }),
+        ("Response#30", { try roundTrip(Response(30)) }),
+        ("Response#31", { try roundTrip(Response(31)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),
@@ -1207,6 +1304,7 @@ public enum WireFixtures {
         ("Notification#13", { try roundTrip(Notification(13)) }),
         ("Notification#14", { try roundTrip(Notification(14)) }),
         ("Notification#15", { try roundTrip(Notification(15)) }),
+        ("Notification#16", { try roundTrip(Notification(16)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

@@ -45,6 +45,10 @@ type ThreadwireClient interface {
 	TurnSteer(ctx context.Context, in *TurnSteerParams, opts ...grpc.CallOption) (*TurnSteerResult, error)
 	ThreadItemsList(ctx context.Context, in *ThreadItemsListParams, opts ...grpc.CallOption) (*ThreadItemsListResult, error)
 	ThreadLoadedList(ctx context.Context, in *ThreadLoadedListParams, opts ...grpc.CallOption) (*ThreadLoadedListResult, error)
+	ThreadQueueList(ctx context.Context, in *ThreadQueueListParams, opts ...grpc.CallOption) (*ThreadQueueListResult, error)
+	ThreadQueueUpdate(ctx context.Context, in *ThreadQueueUpdateParams, opts ...grpc.CallOption) (*ThreadQueueUpdateResult, error)
+	ThreadQueueDelete(ctx context.Context, in *ThreadQueueDeleteParams, opts ...grpc.CallOption) (*ThreadQueueDeleteResult, error)
+	ThreadQueueReorder(ctx context.Context, in *ThreadQueueReorderParams, opts ...grpc.CallOption) (*ThreadQueueReorderResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -328,6 +332,42 @@ func (c *threadwireClient) ThreadLoadedList(ctx context.Context, in *ThreadLoade
 	return out, nil
 }
 
+func (c *threadwireClient) ThreadQueueList(ctx context.Context, in *ThreadQueueListParams, opts ...grpc.CallOption) (*ThreadQueueListResult, error) {
+	out := new(ThreadQueueListResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadQueueList", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *threadwireClient) ThreadQueueUpdate(ctx context.Context, in *ThreadQueueUpdateParams, opts ...grpc.CallOption) (*ThreadQueueUpdateResult, error) {
+	out := new(ThreadQueueUpdateResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadQueueUpdate", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *threadwireClient) ThreadQueueDelete(ctx context.Context, in *ThreadQueueDeleteParams, opts ...grpc.CallOption) (*ThreadQueueDeleteResult, error) {
+	out := new(ThreadQueueDeleteResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadQueueDelete", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *threadwireClient) ThreadQueueReorder(ctx context.Context, in *ThreadQueueReorderParams, opts ...grpc.CallOption) (*ThreadQueueReorderResult, error) {
+	out := new(ThreadQueueReorderResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadQueueReorder", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *threadwireClient) Subscribe(ctx context.Context, in *ThreadSubscribeParams, opts ...grpc.CallOption) (Threadwire_SubscribeClient, error) {
 	stream, err := c.cc.NewStream(ctx, &_Threadwire_serviceDesc.Streams[0], "/threadwire.v1.Threadwire/Subscribe", opts...)
 	if err != nil {
@@ -457,6 +497,10 @@ type ThreadwireServer interface {
 	TurnSteer(context.Context, *TurnSteerParams) (*TurnSteerResult, error)
 	ThreadItemsList(context.Context, *ThreadItemsListParams) (*ThreadItemsListResult, error)
 	ThreadLoadedList(context.Context, *ThreadLoadedListParams) (*ThreadLoadedListResult, error)
+	ThreadQueueList(context.Context, *ThreadQueueListParams) (*ThreadQueueListResult, error)
+	ThreadQueueUpdate(context.Context, *ThreadQueueUpdateParams) (*ThreadQueueUpdateResult, error)
+	ThreadQueueDelete(context.Context, *ThreadQueueDeleteParams) (*ThreadQueueDeleteResult, error)
+	ThreadQueueReorder(context.Context, *ThreadQueueReorderParams) (*ThreadQueueReorderResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -568,6 +612,18 @@ func (UnimplementedThreadwireServer) ThreadItemsList(context.Context, *ThreadIte
 }
 func (UnimplementedThreadwireServer) ThreadLoadedList(context.Context, *ThreadLoadedListParams) (*ThreadLoadedListResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ThreadLoadedList not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadQueueList(context.Context, *ThreadQueueListParams) (*ThreadQueueListResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadQueueList not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadQueueUpdate(context.Context, *ThreadQueueUpdateParams) (*ThreadQueueUpdateResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadQueueUpdate not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadQueueDelete(context.Context, *ThreadQueueDeleteParams) (*ThreadQueueDeleteResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadQueueDelete not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadQueueReorder(context.Context, *ThreadQueueReorderParams) (*ThreadQueueReorderResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadQueueReorder not implemented")
 }
 func (UnimplementedThreadwireServer) Subscribe(*ThreadSubscribeParams, Threadwire_SubscribeServer) error {
 	return status.Errorf(codes.Unimplemented, "method Subscribe not implemented")
@@ -1095,6 +1151,78 @@ func _Threadwire_ThreadLoadedList_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Threadwire_ThreadQueueList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadQueueListParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadQueueList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadQueueList",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadQueueList(ctx, req.(*ThreadQueueListParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Threadwire_ThreadQueueUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadQueueUpdateParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadQueueUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadQueueUpdate",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadQueueUpdate(ctx, req.(*ThreadQueueUpdateParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Threadwire_ThreadQueueDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadQueueDeleteParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadQueueDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadQueueDelete",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadQueueDelete(ctx, req.(*ThreadQueueDeleteParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Threadwire_ThreadQueueReorder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadQueueReorderParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadQueueReorder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadQueueReorder",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadQueueReorder(ctx, req.(*ThreadQueueReorderParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Threadwire_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ThreadSubscribeParams)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1283,6 +1411,22 @@ var _Threadwire_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ThreadLoadedList",
 			Handler:    _Threadwire_ThreadLoadedList_Handler,
+		},
+		{
+			MethodName: "ThreadQueueList",
+			Handler:    _Threadwire_ThreadQueueList_Handler,
+		},
+		{
+			MethodName: "ThreadQueueUpdate",
+			Handler:    _Threadwire_ThreadQueueUpdate_Handler,
+		},
+		{
+			MethodName: "ThreadQueueDelete",
+			Handler:    _Threadwire_ThreadQueueDelete_Handler,
+		},
+		{
+			MethodName: "ThreadQueueReorder",
+			Handler:    _Threadwire_ThreadQueueReorder_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[32] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[36] =
 {
   {
     "id",
@@ -663,6 +663,54 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_queue_list",
+    45,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_queue_list),
+    &threadwire__v1__thread_queue_list_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_queue_update",
+    46,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_queue_update),
+    &threadwire__v1__thread_queue_update_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_queue_delete",
+    47,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_queue_delete),
+    &threadwire__v1__thread_queue_delete_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_queue_reorder",
+    48,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_queue_reorder),
+    &threadwire__v1__thread_queue_reorder_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   16,   /* field[16] = agent_spawn */
@@ -682,6 +730,10 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   11,   /* field[11] = thread_list */
   31,   /* field[31] = thread_loaded_list */
   23,   /* field[23] = thread_name_set */
+  34,   /* field[34] = thread_queue_delete */
+  32,   /* field[32] = thread_queue_list */
+  35,   /* field[35] = thread_queue_reorder */
+  33,   /* field[33] = thread_queue_update */
   10,   /* field[10] = thread_read */
   8,   /* field[8] = thread_resume */
   26,   /* field[26] = thread_revert */
@@ -703,7 +755,7 @@ static const ProtobufCIntRange threadwire__v1__request__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 0, 32 }
+  { 0, 36 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -713,14 +765,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  32,
+  36,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   3,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[31] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[35] =
 {
   {
     "id",
@@ -1094,6 +1146,54 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_queue_list",
+    45,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_queue_list),
+    &threadwire__v1__thread_queue_list_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_queue_update",
+    46,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_queue_update),
+    &threadwire__v1__thread_queue_update_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_queue_delete",
+    47,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_queue_delete),
+    &threadwire__v1__thread_queue_delete_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "thread_queue_reorder",
+    48,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_queue_reorder),
+    &threadwire__v1__thread_queue_reorder_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = agent_spawn */
@@ -1113,6 +1213,10 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   10,   /* field[10] = thread_list */
   30,   /* field[30] = thread_loaded_list */
   22,   /* field[22] = thread_name_set */
+  33,   /* field[33] = thread_queue_delete */
+  31,   /* field[31] = thread_queue_list */
+  34,   /* field[34] = thread_queue_reorder */
+  32,   /* field[32] = thread_queue_update */
   9,   /* field[9] = thread_read */
   7,   /* field[7] = thread_resume */
   25,   /* field[25] = thread_revert */
@@ -1133,7 +1237,7 @@ static const ProtobufCIntRange threadwire__v1__response__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 0, 31 }
+  { 0, 35 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1143,14 +1247,14 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  31,
+  35,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   3,  threadwire__v1__response__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[19] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[20] =
 {
   {
     "sequence",
@@ -1380,6 +1484,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_queue_updated",
+    30,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, thread_queue_updated),
+    &threadwire__v1__thread_queue_updated_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   13,   /* field[13] = item_agent_message_delta */
@@ -1391,6 +1507,7 @@ static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   5,   /* field[5] = thread_archived */
   7,   /* field[7] = thread_closed */
   17,   /* field[17] = thread_name_updated */
+  19,   /* field[19] = thread_queue_updated */
   18,   /* field[18] = thread_reverted */
   16,   /* field[16] = thread_rolled_back */
   2,   /* field[2] = thread_sequence */
@@ -1407,7 +1524,7 @@ static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1
   { 1, 0 },
   { 10, 3 },
   { 20, 9 },
-  { 0, 19 }
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1417,7 +1534,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  19,
+  20,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[31] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[35] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -37,28 +37,36 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "TurnSteer", &threadwire__v1__turn_steer_params__descriptor, &threadwire__v1__turn_steer_result__descriptor },
   { "ThreadItemsList", &threadwire__v1__thread_items_list_params__descriptor, &threadwire__v1__thread_items_list_result__descriptor },
   { "ThreadLoadedList", &threadwire__v1__thread_loaded_list_params__descriptor, &threadwire__v1__thread_loaded_list_result__descriptor },
+  { "ThreadQueueList", &threadwire__v1__thread_queue_list_params__descriptor, &threadwire__v1__thread_queue_list_result__descriptor },
+  { "ThreadQueueUpdate", &threadwire__v1__thread_queue_update_params__descriptor, &threadwire__v1__thread_queue_update_result__descriptor },
+  { "ThreadQueueDelete", &threadwire__v1__thread_queue_delete_params__descriptor, &threadwire__v1__thread_queue_delete_result__descriptor },
+  { "ThreadQueueReorder", &threadwire__v1__thread_queue_reorder_params__descriptor, &threadwire__v1__thread_queue_reorder_result__descriptor },
   { "Subscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__notification__descriptor },
   { "Connect", &threadwire__v1__envelope__descriptor, &threadwire__v1__envelope__descriptor },
   { "ThreadImportStream", &threadwire__v1__thread_import_params__descriptor, &threadwire__v1__thread_import_result__descriptor },
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
-  29,        /* Connect */
+  33,        /* Connect */
   1,        /* HealthCheck */
   0,        /* Initialize */
   15,        /* McpServerList */
   16,        /* ModelList */
   2,        /* ReflectionDescriptors */
-  28,        /* Subscribe */
+  32,        /* Subscribe */
   8,        /* ThreadArchive */
   17,        /* ThreadCompactStart */
   5,        /* ThreadFork */
   20,        /* ThreadImport */
-  30,        /* ThreadImportStream */
+  34,        /* ThreadImportStream */
   26,        /* ThreadItemsList */
   7,        /* ThreadList */
   27,        /* ThreadLoadedList */
   19,        /* ThreadNameSet */
+  30,        /* ThreadQueueDelete */
+  28,        /* ThreadQueueList */
+  31,        /* ThreadQueueReorder */
+  29,        /* ThreadQueueUpdate */
   6,        /* ThreadRead */
   4,        /* ThreadResume */
   22,        /* ThreadRevert */
@@ -81,7 +89,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  31,
+  35,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -309,13 +317,45 @@ void threadwire__v1__threadwire__thread_loaded_list(ProtobufCService *service,
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 27, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void threadwire__v1__threadwire__thread_queue_list(ProtobufCService *service,
+                                                   const Threadwire__V1__ThreadQueueListParams *input,
+                                                   Threadwire__V1__ThreadQueueListResult_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__thread_queue_update(ProtobufCService *service,
+                                                     const Threadwire__V1__ThreadQueueUpdateParams *input,
+                                                     Threadwire__V1__ThreadQueueUpdateResult_Closure closure,
+                                                     void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 29, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__thread_queue_delete(ProtobufCService *service,
+                                                     const Threadwire__V1__ThreadQueueDeleteParams *input,
+                                                     Threadwire__V1__ThreadQueueDeleteResult_Closure closure,
+                                                     void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 30, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void threadwire__v1__threadwire__thread_queue_reorder(ProtobufCService *service,
+                                                      const Threadwire__V1__ThreadQueueReorderParams *input,
+                                                      Threadwire__V1__ThreadQueueReorderResult_Closure closure,
+                                                      void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 31, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,
                                            void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 28, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 32, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          const Threadwire__V1__Envelope *input,
@@ -323,7 +363,7 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 29, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       const Threadwire__V1__ThreadImportParams *input,
@@ -331,7 +371,7 @@ void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 30, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)

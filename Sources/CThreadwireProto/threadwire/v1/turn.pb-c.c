@@ -412,6 +412,51 @@ void   threadwire__v1__turn__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__turn__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__queued_turn__init
+                     (Threadwire__V1__QueuedTurn         *message)
+{
+  static const Threadwire__V1__QueuedTurn init_value = THREADWIRE__V1__QUEUED_TURN__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__queued_turn__get_packed_size
+                     (const Threadwire__V1__QueuedTurn *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__queued_turn__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__queued_turn__pack
+                     (const Threadwire__V1__QueuedTurn *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__queued_turn__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__queued_turn__pack_to_buffer
+                     (const Threadwire__V1__QueuedTurn *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__queued_turn__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__QueuedTurn *
+       threadwire__v1__queued_turn__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__QueuedTurn *)
+     protobuf_c_message_unpack (&threadwire__v1__queued_turn__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__queued_turn__free_unpacked
+                     (Threadwire__V1__QueuedTurn *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__queued_turn__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__turn_start_params__init
                      (Threadwire__V1__TurnStartParams         *message)
 {
@@ -500,6 +545,411 @@ void   threadwire__v1__turn_start_result__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &threadwire__v1__turn_start_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_list_params__init
+                     (Threadwire__V1__ThreadQueueListParams         *message)
+{
+  static const Threadwire__V1__ThreadQueueListParams init_value = THREADWIRE__V1__THREAD_QUEUE_LIST_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueListParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_list_params__pack
+                     (const Threadwire__V1__ThreadQueueListParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueListParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueListParams *
+       threadwire__v1__thread_queue_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueListParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_list_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_list_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueListParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_list_result__init
+                     (Threadwire__V1__ThreadQueueListResult         *message)
+{
+  static const Threadwire__V1__ThreadQueueListResult init_value = THREADWIRE__V1__THREAD_QUEUE_LIST_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueListResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_list_result__pack
+                     (const Threadwire__V1__ThreadQueueListResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueListResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueListResult *
+       threadwire__v1__thread_queue_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueListResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_list_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_list_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueListResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_list_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_update_params__init
+                     (Threadwire__V1__ThreadQueueUpdateParams         *message)
+{
+  static const Threadwire__V1__ThreadQueueUpdateParams init_value = THREADWIRE__V1__THREAD_QUEUE_UPDATE_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_update_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueUpdateParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_update_params__pack
+                     (const Threadwire__V1__ThreadQueueUpdateParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_update_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueUpdateParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueUpdateParams *
+       threadwire__v1__thread_queue_update_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueUpdateParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_update_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_update_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueUpdateParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_update_result__init
+                     (Threadwire__V1__ThreadQueueUpdateResult         *message)
+{
+  static const Threadwire__V1__ThreadQueueUpdateResult init_value = THREADWIRE__V1__THREAD_QUEUE_UPDATE_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_update_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueUpdateResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_update_result__pack
+                     (const Threadwire__V1__ThreadQueueUpdateResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_update_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueUpdateResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueUpdateResult *
+       threadwire__v1__thread_queue_update_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueUpdateResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_update_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_update_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueUpdateResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_update_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_delete_params__init
+                     (Threadwire__V1__ThreadQueueDeleteParams         *message)
+{
+  static const Threadwire__V1__ThreadQueueDeleteParams init_value = THREADWIRE__V1__THREAD_QUEUE_DELETE_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_delete_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueDeleteParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_delete_params__pack
+                     (const Threadwire__V1__ThreadQueueDeleteParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_delete_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueDeleteParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueDeleteParams *
+       threadwire__v1__thread_queue_delete_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueDeleteParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_delete_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_delete_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueDeleteParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_delete_result__init
+                     (Threadwire__V1__ThreadQueueDeleteResult         *message)
+{
+  static const Threadwire__V1__ThreadQueueDeleteResult init_value = THREADWIRE__V1__THREAD_QUEUE_DELETE_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_delete_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueDeleteResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_delete_result__pack
+                     (const Threadwire__V1__ThreadQueueDeleteResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_delete_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueDeleteResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueDeleteResult *
+       threadwire__v1__thread_queue_delete_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueDeleteResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_delete_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_delete_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueDeleteResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_delete_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_reorder_params__init
+                     (Threadwire__V1__ThreadQueueReorderParams         *message)
+{
+  static const Threadwire__V1__ThreadQueueReorderParams init_value = THREADWIRE__V1__THREAD_QUEUE_REORDER_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_reorder_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueReorderParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_reorder_params__pack
+                     (const Threadwire__V1__ThreadQueueReorderParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_reorder_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueReorderParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueReorderParams *
+       threadwire__v1__thread_queue_reorder_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueReorderParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_reorder_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_reorder_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueReorderParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_reorder_result__init
+                     (Threadwire__V1__ThreadQueueReorderResult         *message)
+{
+  static const Threadwire__V1__ThreadQueueReorderResult init_value = THREADWIRE__V1__THREAD_QUEUE_REORDER_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_reorder_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueReorderResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_reorder_result__pack
+                     (const Threadwire__V1__ThreadQueueReorderResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_reorder_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueReorderResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueReorderResult *
+       threadwire__v1__thread_queue_reorder_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueReorderResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_reorder_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_reorder_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueReorderResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_reorder_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_queue_updated_notification__init
+                     (Threadwire__V1__ThreadQueueUpdatedNotification         *message)
+{
+  static const Threadwire__V1__ThreadQueueUpdatedNotification init_value = THREADWIRE__V1__THREAD_QUEUE_UPDATED_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_queue_updated_notification__get_packed_size
+                     (const Threadwire__V1__ThreadQueueUpdatedNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_updated_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_queue_updated_notification__pack
+                     (const Threadwire__V1__ThreadQueueUpdatedNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_updated_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_queue_updated_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueUpdatedNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_updated_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadQueueUpdatedNotification *
+       threadwire__v1__thread_queue_updated_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadQueueUpdatedNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_queue_updated_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_queue_updated_notification__free_unpacked
+                     (Threadwire__V1__ThreadQueueUpdatedNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_queue_updated_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   threadwire__v1__turn_interrupt_params__init
@@ -1899,7 +2349,84 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_descriptors[8] =
+static const ProtobufCFieldDescriptor threadwire__v1__queued_turn__field_descriptors[4] =
+{
+  {
+    "id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__QueuedTurn, id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "input",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__QueuedTurn, n_input),
+    offsetof(Threadwire__V1__QueuedTurn, input),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "model",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__QueuedTurn, model),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_at",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Threadwire__V1__QueuedTurn, has_created_at),
+    offsetof(Threadwire__V1__QueuedTurn, created_at),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__queued_turn__field_indices_by_name[] = {
+  3,   /* field[3] = created_at */
+  0,   /* field[0] = id */
+  1,   /* field[1] = input */
+  2,   /* field[2] = model */
+};
+static const ProtobufCIntRange threadwire__v1__queued_turn__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__queued_turn__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.QueuedTurn",
+  "QueuedTurn",
+  "Threadwire__V1__QueuedTurn",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__QueuedTurn),
+  4,
+  threadwire__v1__queued_turn__field_descriptors,
+  threadwire__v1__queued_turn__field_indices_by_name,
+  1,  threadwire__v1__queued_turn__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__queued_turn__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_descriptors[9] =
 {
   {
     "thread_id",
@@ -1997,6 +2524,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn_start_params__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "when_busy",
+    9,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Threadwire__V1__TurnStartParams, has_when_busy),
+    offsetof(Threadwire__V1__TurnStartParams, when_busy),
+    &threadwire__v1__when_busy__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn_start_params__field_indices_by_name[] = {
   5,   /* field[5] = approval_policy */
@@ -2007,11 +2546,12 @@ static const unsigned threadwire__v1__turn_start_params__field_indices_by_name[]
   6,   /* field[6] = reasoning_effort */
   7,   /* field[7] = reasoning_summary */
   0,   /* field[0] = thread_id */
+  8,   /* field[8] = when_busy */
 };
 static const ProtobufCIntRange threadwire__v1__turn_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor =
 {
@@ -2021,14 +2561,14 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor =
   "Threadwire__V1__TurnStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__TurnStartParams),
-  8,
+  9,
   threadwire__v1__turn_start_params__field_descriptors,
   threadwire__v1__turn_start_params__field_indices_by_name,
   1,  threadwire__v1__turn_start_params__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__turn_start_params__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn_start_result__field_descriptors[1] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn_start_result__field_descriptors[2] =
 {
   {
     "turn",
@@ -2042,14 +2582,27 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn_start_result__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "queued",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnStartResult, queued),
+    &threadwire__v1__queued_turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn_start_result__field_indices_by_name[] = {
+  1,   /* field[1] = queued */
   0,   /* field[0] = turn */
 };
 static const ProtobufCIntRange threadwire__v1__turn_start_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn_start_result__descriptor =
 {
@@ -2059,11 +2612,418 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_start_result__descriptor =
   "Threadwire__V1__TurnStartResult",
   "threadwire.v1",
   sizeof(Threadwire__V1__TurnStartResult),
-  1,
+  2,
   threadwire__v1__turn_start_result__field_descriptors,
   threadwire__v1__turn_start_result__field_indices_by_name,
   1,  threadwire__v1__turn_start_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__turn_start_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_list_params__field_descriptors[1] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueListParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_list_params__field_indices_by_name[] = {
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_list_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_list_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueListParams",
+  "ThreadQueueListParams",
+  "Threadwire__V1__ThreadQueueListParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueListParams),
+  1,
+  threadwire__v1__thread_queue_list_params__field_descriptors,
+  threadwire__v1__thread_queue_list_params__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_list_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_list_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_list_result__field_descriptors[1] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadQueueListResult, n_data),
+    offsetof(Threadwire__V1__ThreadQueueListResult, data),
+    &threadwire__v1__queued_turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_list_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_list_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_list_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueListResult",
+  "ThreadQueueListResult",
+  "Threadwire__V1__ThreadQueueListResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueListResult),
+  1,
+  threadwire__v1__thread_queue_list_result__field_descriptors,
+  threadwire__v1__thread_queue_list_result__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_list_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_list_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_update_params__field_descriptors[3] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueUpdateParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "queued_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueUpdateParams, queued_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "input",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadQueueUpdateParams, n_input),
+    offsetof(Threadwire__V1__ThreadQueueUpdateParams, input),
+    &threadwire__v1__user_input__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_update_params__field_indices_by_name[] = {
+  2,   /* field[2] = input */
+  1,   /* field[1] = queued_id */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_update_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_update_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueUpdateParams",
+  "ThreadQueueUpdateParams",
+  "Threadwire__V1__ThreadQueueUpdateParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueUpdateParams),
+  3,
+  threadwire__v1__thread_queue_update_params__field_descriptors,
+  threadwire__v1__thread_queue_update_params__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_update_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_update_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_update_result__field_descriptors[1] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadQueueUpdateResult, n_data),
+    offsetof(Threadwire__V1__ThreadQueueUpdateResult, data),
+    &threadwire__v1__queued_turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_update_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_update_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_update_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueUpdateResult",
+  "ThreadQueueUpdateResult",
+  "Threadwire__V1__ThreadQueueUpdateResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueUpdateResult),
+  1,
+  threadwire__v1__thread_queue_update_result__field_descriptors,
+  threadwire__v1__thread_queue_update_result__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_update_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_update_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_delete_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueDeleteParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "queued_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueDeleteParams, queued_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_delete_params__field_indices_by_name[] = {
+  1,   /* field[1] = queued_id */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_delete_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_delete_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueDeleteParams",
+  "ThreadQueueDeleteParams",
+  "Threadwire__V1__ThreadQueueDeleteParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueDeleteParams),
+  2,
+  threadwire__v1__thread_queue_delete_params__field_descriptors,
+  threadwire__v1__thread_queue_delete_params__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_delete_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_delete_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_delete_result__field_descriptors[1] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadQueueDeleteResult, n_data),
+    offsetof(Threadwire__V1__ThreadQueueDeleteResult, data),
+    &threadwire__v1__queued_turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_delete_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_delete_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_delete_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueDeleteResult",
+  "ThreadQueueDeleteResult",
+  "Threadwire__V1__ThreadQueueDeleteResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueDeleteResult),
+  1,
+  threadwire__v1__thread_queue_delete_result__field_descriptors,
+  threadwire__v1__thread_queue_delete_result__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_delete_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_delete_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_reorder_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueReorderParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "queued_ids",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadQueueReorderParams, n_queued_ids),
+    offsetof(Threadwire__V1__ThreadQueueReorderParams, queued_ids),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_reorder_params__field_indices_by_name[] = {
+  1,   /* field[1] = queued_ids */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_reorder_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_reorder_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueReorderParams",
+  "ThreadQueueReorderParams",
+  "Threadwire__V1__ThreadQueueReorderParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueReorderParams),
+  2,
+  threadwire__v1__thread_queue_reorder_params__field_descriptors,
+  threadwire__v1__thread_queue_reorder_params__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_reorder_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_reorder_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_reorder_result__field_descriptors[1] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadQueueReorderResult, n_data),
+    offsetof(Threadwire__V1__ThreadQueueReorderResult, data),
+    &threadwire__v1__queued_turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_reorder_result__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_reorder_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_reorder_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueReorderResult",
+  "ThreadQueueReorderResult",
+  "Threadwire__V1__ThreadQueueReorderResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueReorderResult),
+  1,
+  threadwire__v1__thread_queue_reorder_result__field_descriptors,
+  threadwire__v1__thread_queue_reorder_result__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_reorder_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_reorder_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_queue_updated_notification__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadQueueUpdatedNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "queue",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ThreadQueueUpdatedNotification, n_queue),
+    offsetof(Threadwire__V1__ThreadQueueUpdatedNotification, queue),
+    &threadwire__v1__queued_turn__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_queue_updated_notification__field_indices_by_name[] = {
+  1,   /* field[1] = queue */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_queue_updated_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_queue_updated_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadQueueUpdatedNotification",
+  "ThreadQueueUpdatedNotification",
+  "Threadwire__V1__ThreadQueueUpdatedNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadQueueUpdatedNotification),
+  2,
+  threadwire__v1__thread_queue_updated_notification__field_descriptors,
+  threadwire__v1__thread_queue_updated_notification__field_indices_by_name,
+  1,  threadwire__v1__thread_queue_updated_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_queue_updated_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__turn_interrupt_params__field_descriptors[2] =
@@ -2789,5 +3749,39 @@ const ProtobufCEnumDescriptor threadwire__v1__turn_failure_reason__descriptor =
   threadwire__v1__turn_failure_reason__enum_values_by_name,
   1,
   threadwire__v1__turn_failure_reason__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue threadwire__v1__when_busy__enum_values_by_number[5] =
+{
+  { "WHEN_BUSY_UNSPECIFIED", "THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_UNSPECIFIED", 0 },
+  { "WHEN_BUSY_REJECT", "THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_REJECT", 1 },
+  { "WHEN_BUSY_ENQUEUE", "THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_ENQUEUE", 2 },
+  { "WHEN_BUSY_INTERRUPT", "THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_INTERRUPT", 3 },
+  { "WHEN_BUSY_STEER", "THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_STEER", 4 },
+};
+static const ProtobufCIntRange threadwire__v1__when_busy__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex threadwire__v1__when_busy__enum_values_by_name[5] =
+{
+  { "WHEN_BUSY_ENQUEUE", 2 },
+  { "WHEN_BUSY_INTERRUPT", 3 },
+  { "WHEN_BUSY_REJECT", 1 },
+  { "WHEN_BUSY_STEER", 4 },
+  { "WHEN_BUSY_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor threadwire__v1__when_busy__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "threadwire.v1.WhenBusy",
+  "WhenBusy",
+  "Threadwire__V1__WhenBusy",
+  "threadwire.v1",
+  5,
+  threadwire__v1__when_busy__enum_values_by_number,
+  5,
+  threadwire__v1__when_busy__enum_values_by_name,
+  1,
+  threadwire__v1__when_busy__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

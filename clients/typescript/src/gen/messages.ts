@@ -127,6 +127,15 @@ export enum TurnFailureReason {
   TURN_FAILURE_REASON_INTERNAL_ERROR = 5,
 }
 
+/** threadwire.v1.WhenBusy */
+export enum WhenBusy {
+  WHEN_BUSY_UNSPECIFIED = 0,
+  WHEN_BUSY_REJECT = 1,
+  WHEN_BUSY_ENQUEUE = 2,
+  WHEN_BUSY_INTERRUPT = 3,
+  WHEN_BUSY_STEER = 4,
+}
+
 /** threadwire.v1.ThreadStatusType */
 export enum ThreadStatusType {
   THREAD_STATUS_TYPE_UNSPECIFIED = 0,
@@ -2634,6 +2643,69 @@ export const Turn: MessageType<Turn> = {
   },
 };
 
+/** threadwire.v1.QueuedTurn */
+export interface QueuedTurn {
+  id?: string;
+  input?: string[];
+  model?: string;
+  createdAt?: bigint;
+}
+
+export const QueuedTurn: MessageType<QueuedTurn> = {
+  typeName: "threadwire.v1.QueuedTurn",
+  encode(message: QueuedTurn, writer: Writer = new Writer()): Writer {
+    if (message.id !== undefined) {
+      writer.tag(1, 2).string(message.id);
+    }
+    for (const value of message.input ?? []) {
+      writer.tag(2, 2).string(value);
+    }
+    if (message.model !== undefined) {
+      writer.tag(3, 2).string(message.model);
+    }
+    if (message.createdAt !== undefined) {
+      writer.tag(4, 0).int64(message.createdAt);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): QueuedTurn {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`QueuedTurn: nested deeper than ${Reader.maxDepth}`);
+    const message: QueuedTurn = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.id = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.input ??= []).push(reader.string());
+          break;
+        }
+        case 3: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.model = reader.string();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.createdAt = reader.int64();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("QueuedTurn: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.TurnStartParams */
 export interface TurnStartParams {
   threadId?: string;
@@ -2643,6 +2715,7 @@ export interface TurnStartParams {
   approvalPolicy?: ApprovalPolicy;
   reasoningEffort?: string;
   reasoningSummary?: string;
+  whenBusy?: WhenBusy;
 }
 
 export const TurnStartParams: MessageType<TurnStartParams> = {
@@ -2671,6 +2744,9 @@ export const TurnStartParams: MessageType<TurnStartParams> = {
     }
     if (message.reasoningSummary !== undefined) {
       writer.tag(8, 2).string(message.reasoningSummary);
+    }
+    if (message.whenBusy !== undefined) {
+      writer.tag(9, 0).int32(message.whenBusy);
     }
     return writer;
   },
@@ -2723,6 +2799,11 @@ export const TurnStartParams: MessageType<TurnStartParams> = {
           message.reasoningSummary = reader.string();
           break;
         }
+        case 9: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.whenBusy = reader.int32() as WhenBusy;
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -2735,6 +2816,7 @@ export const TurnStartParams: MessageType<TurnStartParams> = {
 /** threadwire.v1.TurnStartResult */
 export interface TurnStartResult {
   turn?: Turn;
+  queued?: QueuedTurn;
 }
 
 export const TurnStartResult: MessageType<TurnStartResult> = {
@@ -2742,6 +2824,9 @@ export const TurnStartResult: MessageType<TurnStartResult> = {
   encode(message: TurnStartResult, writer: Writer = new Writer()): Writer {
     if (message.turn !== undefined) {
       writer.tag(1, 2).bytes(Turn.encode(message.turn).finish());
+    }
+    if (message.queued !== undefined) {
+      writer.tag(2, 2).bytes(QueuedTurn.encode(message.queued).finish());
     }
     return writer;
   },
@@ -2759,11 +2844,385 @@ export const TurnStartResult: MessageType<TurnStartResult> = {
           message.turn = Turn.decode(reader, reader.uint32(), depth + 1);
           break;
         }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.queued = QueuedTurn.decode(reader, reader.uint32(), depth + 1);
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
     }
     if (reader.position !== end) throw new DecodeError("TurnStartResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueListParams */
+export interface ThreadQueueListParams {
+  threadId?: string;
+}
+
+export const ThreadQueueListParams: MessageType<ThreadQueueListParams> = {
+  typeName: "threadwire.v1.ThreadQueueListParams",
+  encode(message: ThreadQueueListParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueListParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueListParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueListParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueListParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueListResult */
+export interface ThreadQueueListResult {
+  data?: QueuedTurn[];
+}
+
+export const ThreadQueueListResult: MessageType<ThreadQueueListResult> = {
+  typeName: "threadwire.v1.ThreadQueueListResult",
+  encode(message: ThreadQueueListResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.data ?? []) {
+      writer.tag(1, 2).bytes(QueuedTurn.encode(value).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueListResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueListResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueListResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.data ??= []).push(QueuedTurn.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueListResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueUpdateParams */
+export interface ThreadQueueUpdateParams {
+  threadId?: string;
+  queuedId?: string;
+  input?: UserInput[];
+}
+
+export const ThreadQueueUpdateParams: MessageType<ThreadQueueUpdateParams> = {
+  typeName: "threadwire.v1.ThreadQueueUpdateParams",
+  encode(message: ThreadQueueUpdateParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.queuedId !== undefined) {
+      writer.tag(2, 2).string(message.queuedId);
+    }
+    for (const value of message.input ?? []) {
+      writer.tag(3, 2).bytes(UserInput.encode(value).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueUpdateParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueUpdateParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueUpdateParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.queuedId = reader.string();
+          break;
+        }
+        case 3: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.input ??= []).push(UserInput.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueUpdateParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueUpdateResult */
+export interface ThreadQueueUpdateResult {
+  data?: QueuedTurn[];
+}
+
+export const ThreadQueueUpdateResult: MessageType<ThreadQueueUpdateResult> = {
+  typeName: "threadwire.v1.ThreadQueueUpdateResult",
+  encode(message: ThreadQueueUpdateResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.data ?? []) {
+      writer.tag(1, 2).bytes(QueuedTurn.encode(value).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueUpdateResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueUpdateResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueUpdateResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.data ??= []).push(QueuedTurn.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueUpdateResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueDeleteParams */
+export interface ThreadQueueDeleteParams {
+  threadId?: string;
+  queuedId?: string;
+}
+
+export const ThreadQueueDeleteParams: MessageType<ThreadQueueDeleteParams> = {
+  typeName: "threadwire.v1.ThreadQueueDeleteParams",
+  encode(message: ThreadQueueDeleteParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.queuedId !== undefined) {
+      writer.tag(2, 2).string(message.queuedId);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueDeleteParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueDeleteParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueDeleteParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.queuedId = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueDeleteParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueDeleteResult */
+export interface ThreadQueueDeleteResult {
+  data?: QueuedTurn[];
+}
+
+export const ThreadQueueDeleteResult: MessageType<ThreadQueueDeleteResult> = {
+  typeName: "threadwire.v1.ThreadQueueDeleteResult",
+  encode(message: ThreadQueueDeleteResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.data ?? []) {
+      writer.tag(1, 2).bytes(QueuedTurn.encode(value).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueDeleteResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueDeleteResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueDeleteResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.data ??= []).push(QueuedTurn.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueDeleteResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueReorderParams */
+export interface ThreadQueueReorderParams {
+  threadId?: string;
+  queuedIds?: string[];
+}
+
+export const ThreadQueueReorderParams: MessageType<ThreadQueueReorderParams> = {
+  typeName: "threadwire.v1.ThreadQueueReorderParams",
+  encode(message: ThreadQueueReorderParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    for (const value of message.queuedIds ?? []) {
+      writer.tag(2, 2).string(value);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueReorderParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueReorderParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueReorderParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.queuedIds ??= []).push(reader.string());
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueReorderParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueReorderResult */
+export interface ThreadQueueReorderResult {
+  data?: QueuedTurn[];
+}
+
+export const ThreadQueueReorderResult: MessageType<ThreadQueueReorderResult> = {
+  typeName: "threadwire.v1.ThreadQueueReorderResult",
+  encode(message: ThreadQueueReorderResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.data ?? []) {
+      writer.tag(1, 2).bytes(QueuedTurn.encode(value).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueReorderResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueReorderResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueReorderResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.data ??= []).push(QueuedTurn.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueReorderResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadQueueUpdatedNotification */
+export interface ThreadQueueUpdatedNotification {
+  threadId?: string;
+  queue?: QueuedTurn[];
+}
+
+export const ThreadQueueUpdatedNotification: MessageType<ThreadQueueUpdatedNotification> = {
+  typeName: "threadwire.v1.ThreadQueueUpdatedNotification",
+  encode(message: ThreadQueueUpdatedNotification, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    for (const value of message.queue ?? []) {
+      writer.tag(2, 2).bytes(QueuedTurn.encode(value).finish());
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadQueueUpdatedNotification {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadQueueUpdatedNotification: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadQueueUpdatedNotification = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.queue ??= []).push(QueuedTurn.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadQueueUpdatedNotification: a field runs past the end of the message");
     return message;
   },
 };
@@ -6382,7 +6841,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -6483,6 +6942,18 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "threadLoadedList") {
       writer.tag(44, 2).bytes(ThreadLoadedListParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadQueueList") {
+      writer.tag(45, 2).bytes(ThreadQueueListParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadQueueUpdate") {
+      writer.tag(46, 2).bytes(ThreadQueueUpdateParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadQueueDelete") {
+      writer.tag(47, 2).bytes(ThreadQueueDeleteParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadQueueReorder") {
+      writer.tag(48, 2).bytes(ThreadQueueReorderParams.encode(message.params.value).finish());
     }
     return writer;
   },
@@ -6655,6 +7126,26 @@ export const Request: MessageType<Request> = {
           message.params = { case: "threadLoadedList", value: ThreadLoadedListParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 45: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadQueueList", value: ThreadQueueListParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 46: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadQueueUpdate", value: ThreadQueueUpdateParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 47: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadQueueDelete", value: ThreadQueueDeleteParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 48: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadQueueReorder", value: ThreadQueueReorderParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -6669,7 +7160,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -6767,6 +7258,18 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "threadLoadedList") {
       writer.tag(44, 2).bytes(ThreadLoadedListResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadQueueList") {
+      writer.tag(45, 2).bytes(ThreadQueueListResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadQueueUpdate") {
+      writer.tag(46, 2).bytes(ThreadQueueUpdateResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadQueueDelete") {
+      writer.tag(47, 2).bytes(ThreadQueueDeleteResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadQueueReorder") {
+      writer.tag(48, 2).bytes(ThreadQueueReorderResult.encode(message.result.value).finish());
     }
     return writer;
   },
@@ -6934,6 +7437,26 @@ export const Response: MessageType<Response> = {
           message.result = { case: "threadLoadedList", value: ThreadLoadedListResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 45: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadQueueList", value: ThreadQueueListResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 46: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadQueueUpdate", value: ThreadQueueUpdateResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 47: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadQueueDelete", value: ThreadQueueDeleteResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 48: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadQueueReorder", value: ThreadQueueReorderResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -6948,7 +7471,7 @@ export interface Notification {
   sequence?: bigint;
   metadata?: KeyValue[];
   threadSequence?: bigint;
-  payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification } | { case: "threadReverted"; value: ThreadRevertedNotification };
+  payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification } | { case: "threadReverted"; value: ThreadRevertedNotification } | { case: "threadQueueUpdated"; value: ThreadQueueUpdatedNotification };
 }
 
 export const Notification: MessageType<Notification> = {
@@ -7010,6 +7533,9 @@ export const Notification: MessageType<Notification> = {
     }
     if (message.payload?.case === "threadReverted") {
       writer.tag(29, 2).bytes(ThreadRevertedNotification.encode(message.payload.value).finish());
+    }
+    if (message.payload?.case === "threadQueueUpdated") {
+      writer.tag(30, 2).bytes(ThreadQueueUpdatedNotification.encode(message.payload.value).finish());
     }
     return writer;
   },
@@ -7115,6 +7641,11 @@ export const Notification: MessageType<Notification> = {
         case 29: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.payload = { case: "threadReverted", value: ThreadRevertedNotification.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 30: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.payload = { case: "threadQueueUpdated", value: ThreadQueueUpdatedNotification.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         default:

@@ -108,7 +108,11 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_TURN_INTERRUPT = 41,
   THREADWIRE__V1__REQUEST__PARAMS_TURN_STEER = 42,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_ITEMS_LIST = 43,
-  THREADWIRE__V1__REQUEST__PARAMS_THREAD_LOADED_LIST = 44
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_LOADED_LIST = 44,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_LIST = 45,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_UPDATE = 46,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_DELETE = 47,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_REORDER = 48
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
 } Threadwire__V1__Request__ParamsCase;
 
@@ -194,6 +198,10 @@ struct  Threadwire__V1__Request
     Threadwire__V1__TurnSteerParams *turn_steer;
     Threadwire__V1__ThreadItemsListParams *thread_items_list;
     Threadwire__V1__ThreadLoadedListParams *thread_loaded_list;
+    Threadwire__V1__ThreadQueueListParams *thread_queue_list;
+    Threadwire__V1__ThreadQueueUpdateParams *thread_queue_update;
+    Threadwire__V1__ThreadQueueDeleteParams *thread_queue_delete;
+    Threadwire__V1__ThreadQueueReorderParams *thread_queue_reorder;
   };
 };
 #define THREADWIRE__V1__REQUEST__INIT \
@@ -230,7 +238,11 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_TURN_INTERRUPT = 41,
   THREADWIRE__V1__RESPONSE__RESULT_TURN_STEER = 42,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_ITEMS_LIST = 43,
-  THREADWIRE__V1__RESPONSE__RESULT_THREAD_LOADED_LIST = 44
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_LOADED_LIST = 44,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_LIST = 45,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_UPDATE = 46,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_DELETE = 47,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_REORDER = 48
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
 } Threadwire__V1__Response__ResultCase;
 
@@ -281,6 +293,10 @@ struct  Threadwire__V1__Response
     Threadwire__V1__TurnSteerResult *turn_steer;
     Threadwire__V1__ThreadItemsListResult *thread_items_list;
     Threadwire__V1__ThreadLoadedListResult *thread_loaded_list;
+    Threadwire__V1__ThreadQueueListResult *thread_queue_list;
+    Threadwire__V1__ThreadQueueUpdateResult *thread_queue_update;
+    Threadwire__V1__ThreadQueueDeleteResult *thread_queue_delete;
+    Threadwire__V1__ThreadQueueReorderResult *thread_queue_reorder;
   };
 };
 #define THREADWIRE__V1__RESPONSE__INIT \
@@ -305,7 +321,8 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_TOKEN_USAGE_UPDATED = 26,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_ROLLED_BACK = 27,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_NAME_UPDATED = 28,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_REVERTED = 29
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_REVERTED = 29,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_QUEUE_UPDATED = 30
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -371,6 +388,7 @@ struct  Threadwire__V1__Notification
     Threadwire__V1__ThreadRolledBackNotification *thread_rolled_back;
     Threadwire__V1__ThreadNameUpdatedNotification *thread_name_updated;
     Threadwire__V1__ThreadRevertedNotification *thread_reverted;
+    Threadwire__V1__ThreadQueueUpdatedNotification *thread_queue_updated;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

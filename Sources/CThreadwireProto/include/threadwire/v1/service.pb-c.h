@@ -149,6 +149,22 @@ struct Threadwire__V1__Threadwire_Service
                              const Threadwire__V1__ThreadLoadedListParams *input,
                              Threadwire__V1__ThreadLoadedListResult_Closure closure,
                              void *closure_data);
+  void (*thread_queue_list)(Threadwire__V1__Threadwire_Service *service,
+                            const Threadwire__V1__ThreadQueueListParams *input,
+                            Threadwire__V1__ThreadQueueListResult_Closure closure,
+                            void *closure_data);
+  void (*thread_queue_update)(Threadwire__V1__Threadwire_Service *service,
+                              const Threadwire__V1__ThreadQueueUpdateParams *input,
+                              Threadwire__V1__ThreadQueueUpdateResult_Closure closure,
+                              void *closure_data);
+  void (*thread_queue_delete)(Threadwire__V1__Threadwire_Service *service,
+                              const Threadwire__V1__ThreadQueueDeleteParams *input,
+                              Threadwire__V1__ThreadQueueDeleteResult_Closure closure,
+                              void *closure_data);
+  void (*thread_queue_reorder)(Threadwire__V1__Threadwire_Service *service,
+                               const Threadwire__V1__ThreadQueueReorderParams *input,
+                               Threadwire__V1__ThreadQueueReorderResult_Closure closure,
+                               void *closure_data);
   void (*subscribe)(Threadwire__V1__Threadwire_Service *service,
                     const Threadwire__V1__ThreadSubscribeParams *input,
                     Threadwire__V1__Notification_Closure closure,
@@ -197,6 +213,10 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## turn_steer,\
       function_prefix__ ## thread_items_list,\
       function_prefix__ ## thread_loaded_list,\
+      function_prefix__ ## thread_queue_list,\
+      function_prefix__ ## thread_queue_update,\
+      function_prefix__ ## thread_queue_delete,\
+      function_prefix__ ## thread_queue_reorder,\
       function_prefix__ ## subscribe,\
       function_prefix__ ## connect,\
       function_prefix__ ## thread_import_stream  }
@@ -312,6 +332,22 @@ void threadwire__v1__threadwire__thread_loaded_list(ProtobufCService *service,
                                                     const Threadwire__V1__ThreadLoadedListParams *input,
                                                     Threadwire__V1__ThreadLoadedListResult_Closure closure,
                                                     void *closure_data);
+void threadwire__v1__threadwire__thread_queue_list(ProtobufCService *service,
+                                                   const Threadwire__V1__ThreadQueueListParams *input,
+                                                   Threadwire__V1__ThreadQueueListResult_Closure closure,
+                                                   void *closure_data);
+void threadwire__v1__threadwire__thread_queue_update(ProtobufCService *service,
+                                                     const Threadwire__V1__ThreadQueueUpdateParams *input,
+                                                     Threadwire__V1__ThreadQueueUpdateResult_Closure closure,
+                                                     void *closure_data);
+void threadwire__v1__threadwire__thread_queue_delete(ProtobufCService *service,
+                                                     const Threadwire__V1__ThreadQueueDeleteParams *input,
+                                                     Threadwire__V1__ThreadQueueDeleteResult_Closure closure,
+                                                     void *closure_data);
+void threadwire__v1__threadwire__thread_queue_reorder(ProtobufCService *service,
+                                                      const Threadwire__V1__ThreadQueueReorderParams *input,
+                                                      Threadwire__V1__ThreadQueueReorderResult_Closure closure,
+                                                      void *closure_data);
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,

@@ -27,8 +27,18 @@ typedef struct Threadwire__V1__ThreadTokenUsageUpdatedNotification Threadwire__V
 typedef struct Threadwire__V1__ModelRequest Threadwire__V1__ModelRequest;
 typedef struct Threadwire__V1__TurnContext Threadwire__V1__TurnContext;
 typedef struct Threadwire__V1__Turn Threadwire__V1__Turn;
+typedef struct Threadwire__V1__QueuedTurn Threadwire__V1__QueuedTurn;
 typedef struct Threadwire__V1__TurnStartParams Threadwire__V1__TurnStartParams;
 typedef struct Threadwire__V1__TurnStartResult Threadwire__V1__TurnStartResult;
+typedef struct Threadwire__V1__ThreadQueueListParams Threadwire__V1__ThreadQueueListParams;
+typedef struct Threadwire__V1__ThreadQueueListResult Threadwire__V1__ThreadQueueListResult;
+typedef struct Threadwire__V1__ThreadQueueUpdateParams Threadwire__V1__ThreadQueueUpdateParams;
+typedef struct Threadwire__V1__ThreadQueueUpdateResult Threadwire__V1__ThreadQueueUpdateResult;
+typedef struct Threadwire__V1__ThreadQueueDeleteParams Threadwire__V1__ThreadQueueDeleteParams;
+typedef struct Threadwire__V1__ThreadQueueDeleteResult Threadwire__V1__ThreadQueueDeleteResult;
+typedef struct Threadwire__V1__ThreadQueueReorderParams Threadwire__V1__ThreadQueueReorderParams;
+typedef struct Threadwire__V1__ThreadQueueReorderResult Threadwire__V1__ThreadQueueReorderResult;
+typedef struct Threadwire__V1__ThreadQueueUpdatedNotification Threadwire__V1__ThreadQueueUpdatedNotification;
 typedef struct Threadwire__V1__TurnInterruptParams Threadwire__V1__TurnInterruptParams;
 typedef struct Threadwire__V1__TurnInterruptResult Threadwire__V1__TurnInterruptResult;
 typedef struct Threadwire__V1__TurnStartedNotification Threadwire__V1__TurnStartedNotification;
@@ -181,6 +191,35 @@ typedef enum _Threadwire__V1__TurnFailureReason {
   THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_INTERNAL_ERROR = 5
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__TURN_FAILURE_REASON)
 } Threadwire__V1__TurnFailureReason;
+/*
+ * What turn/start does when the thread already runs a turn.
+ */
+typedef enum _Threadwire__V1__WhenBusy {
+  /*
+   * As REJECT.
+   */
+  THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_UNSPECIFIED = 0,
+  /*
+   * FAILED_PRECONDITION: the client holds the input.
+   */
+  THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_REJECT = 1,
+  /*
+   * Kept in the thread's durable queue (with this request's model and
+   * settings) and started, in order, as each turn ends; the queue survives
+   * kill -9 and failover. The answer carries `queued`, not `turn`.
+   */
+  THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_ENQUEUE = 2,
+  /*
+   * The running turn is interrupted (its marker recorded), then this one starts.
+   */
+  THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_INTERRUPT = 3,
+  /*
+   * The input joins the running turn, as turn/steer does; the answer is
+   * the running turn.
+   */
+  THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_STEER = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__WHEN_BUSY)
+} Threadwire__V1__WhenBusy;
 
 /* --- messages --- */
 
@@ -489,6 +528,33 @@ struct  Threadwire__V1__Turn
     , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED, 0,NULL, 0,NULL, 0, 0, 0, 0, 0,NULL }
 
 
+/*
+ * A turn waiting in a thread's queue (turn/start with WHEN_BUSY_ENQUEUE).
+ */
+struct  Threadwire__V1__QueuedTurn
+{
+  ProtobufCMessage base;
+  char *id;
+  /*
+   * The texts of its input, as turn/start took them.
+   */
+  size_t n_input;
+  char **input;
+  /*
+   * The model it will run with, if the request named one.
+   */
+  char *model;
+  /*
+   * Unix time in milliseconds.
+   */
+  protobuf_c_boolean has_created_at;
+  int64_t created_at;
+};
+#define THREADWIRE__V1__QUEUED_TURN__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__queued_turn__descriptor) \
+    , NULL, 0,NULL, NULL, 0, 0 }
+
+
 typedef enum {
   THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET = 0,
   THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE_MULTI_AGENT_MODE = 4,
@@ -500,7 +566,7 @@ typedef enum {
  * Method "turn/start": starts a turn and answers at once with its id;
  * turn/started, item/started, item/completed and turn/completed follow as
  * notifications. One active turn per thread: a second turn/start while one
- * runs gets FAILED_PRECONDITION.
+ * runs gets FAILED_PRECONDITION, unless when_busy says otherwise.
  */
 struct  Threadwire__V1__TurnStartParams
 {
@@ -529,6 +595,11 @@ struct  Threadwire__V1__TurnStartParams
    * "detailed" or "none"; "" clears it. Sticky like reasoning_effort.
    */
   char *reasoning_summary;
+  /*
+   * While a turn runs: reject (the default), enqueue, interrupt or steer.
+   */
+  protobuf_c_boolean has_when_busy;
+  Threadwire__V1__WhenBusy when_busy;
   Threadwire__V1__TurnStartParams__MultiAgentModeUpdateCase multi_agent_mode_update_case;
   union {
     Threadwire__V1__MultiAgentMode multi_agent_mode;
@@ -537,17 +608,148 @@ struct  Threadwire__V1__TurnStartParams
 };
 #define THREADWIRE__V1__TURN_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_start_params__descriptor) \
-    , NULL, 0,NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, NULL, NULL, THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
+    , NULL, 0,NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, NULL, NULL, 0, THREADWIRE__V1__WHEN_BUSY__WHEN_BUSY_UNSPECIFIED, THREADWIRE__V1__TURN_START_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
 
 
 struct  Threadwire__V1__TurnStartResult
 {
   ProtobufCMessage base;
+  /*
+   * The turn started (or, with WHEN_BUSY_STEER, the running one).
+   */
   Threadwire__V1__Turn *turn;
+  /*
+   * WHEN_BUSY_ENQUEUE while a turn ran: the entry in the queue.
+   */
+  Threadwire__V1__QueuedTurn *queued;
 };
 #define THREADWIRE__V1__TURN_START_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_start_result__descriptor) \
+    , NULL, NULL }
+
+
+/*
+ * Method "thread/queue/list": a thread's queued turns, next first.
+ */
+struct  Threadwire__V1__ThreadQueueListParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_LIST_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_list_params__descriptor) \
     , NULL }
+
+
+struct  Threadwire__V1__ThreadQueueListResult
+{
+  ProtobufCMessage base;
+  size_t n_data;
+  Threadwire__V1__QueuedTurn **data;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_LIST_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_list_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Method "thread/queue/update": replaces a queued turn's input. Emits
+ * thread/queue/updated. A turn no longer queued (started, deleted) is NOT_FOUND.
+ */
+struct  Threadwire__V1__ThreadQueueUpdateParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *queued_id;
+  size_t n_input;
+  Threadwire__V1__UserInput **input;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_UPDATE_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_update_params__descriptor) \
+    , NULL, NULL, 0,NULL }
+
+
+struct  Threadwire__V1__ThreadQueueUpdateResult
+{
+  ProtobufCMessage base;
+  /*
+   * The queue after the change.
+   */
+  size_t n_data;
+  Threadwire__V1__QueuedTurn **data;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_UPDATE_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_update_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Method "thread/queue/delete": takes a turn out of the queue. Emits
+ * thread/queue/updated. A turn no longer queued is NOT_FOUND.
+ */
+struct  Threadwire__V1__ThreadQueueDeleteParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *queued_id;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_DELETE_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_delete_params__descriptor) \
+    , NULL, NULL }
+
+
+struct  Threadwire__V1__ThreadQueueDeleteResult
+{
+  ProtobufCMessage base;
+  size_t n_data;
+  Threadwire__V1__QueuedTurn **data;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_DELETE_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_delete_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Method "thread/queue/reorder": the queue in a new order: every queued id
+ * once (anything else is FAILED_PRECONDITION: the queue changed meanwhile,
+ * read it again). Emits thread/queue/updated.
+ */
+struct  Threadwire__V1__ThreadQueueReorderParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  size_t n_queued_ids;
+  char **queued_ids;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_REORDER_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_reorder_params__descriptor) \
+    , NULL, 0,NULL }
+
+
+struct  Threadwire__V1__ThreadQueueReorderResult
+{
+  ProtobufCMessage base;
+  size_t n_data;
+  Threadwire__V1__QueuedTurn **data;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_REORDER_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_reorder_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Notification "thread/queue/updated": the thread's queue as it is now.
+ */
+struct  Threadwire__V1__ThreadQueueUpdatedNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  size_t n_queue;
+  Threadwire__V1__QueuedTurn **queue;
+};
+#define THREADWIRE__V1__THREAD_QUEUE_UPDATED_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_queue_updated_notification__descriptor) \
+    , NULL, 0,NULL }
 
 
 /*
@@ -859,6 +1061,25 @@ Threadwire__V1__Turn *
 void   threadwire__v1__turn__free_unpacked
                      (Threadwire__V1__Turn *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__QueuedTurn methods */
+void   threadwire__v1__queued_turn__init
+                     (Threadwire__V1__QueuedTurn         *message);
+size_t threadwire__v1__queued_turn__get_packed_size
+                     (const Threadwire__V1__QueuedTurn   *message);
+size_t threadwire__v1__queued_turn__pack
+                     (const Threadwire__V1__QueuedTurn   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__queued_turn__pack_to_buffer
+                     (const Threadwire__V1__QueuedTurn   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__QueuedTurn *
+       threadwire__v1__queued_turn__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__queued_turn__free_unpacked
+                     (Threadwire__V1__QueuedTurn *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__TurnStartParams methods */
 void   threadwire__v1__turn_start_params__init
                      (Threadwire__V1__TurnStartParams         *message);
@@ -896,6 +1117,177 @@ Threadwire__V1__TurnStartResult *
                       const uint8_t       *data);
 void   threadwire__v1__turn_start_result__free_unpacked
                      (Threadwire__V1__TurnStartResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueListParams methods */
+void   threadwire__v1__thread_queue_list_params__init
+                     (Threadwire__V1__ThreadQueueListParams         *message);
+size_t threadwire__v1__thread_queue_list_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueListParams   *message);
+size_t threadwire__v1__thread_queue_list_params__pack
+                     (const Threadwire__V1__ThreadQueueListParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_list_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueListParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueListParams *
+       threadwire__v1__thread_queue_list_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_list_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueListParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueListResult methods */
+void   threadwire__v1__thread_queue_list_result__init
+                     (Threadwire__V1__ThreadQueueListResult         *message);
+size_t threadwire__v1__thread_queue_list_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueListResult   *message);
+size_t threadwire__v1__thread_queue_list_result__pack
+                     (const Threadwire__V1__ThreadQueueListResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_list_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueListResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueListResult *
+       threadwire__v1__thread_queue_list_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_list_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueListResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueUpdateParams methods */
+void   threadwire__v1__thread_queue_update_params__init
+                     (Threadwire__V1__ThreadQueueUpdateParams         *message);
+size_t threadwire__v1__thread_queue_update_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueUpdateParams   *message);
+size_t threadwire__v1__thread_queue_update_params__pack
+                     (const Threadwire__V1__ThreadQueueUpdateParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_update_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueUpdateParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueUpdateParams *
+       threadwire__v1__thread_queue_update_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_update_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueUpdateParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueUpdateResult methods */
+void   threadwire__v1__thread_queue_update_result__init
+                     (Threadwire__V1__ThreadQueueUpdateResult         *message);
+size_t threadwire__v1__thread_queue_update_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueUpdateResult   *message);
+size_t threadwire__v1__thread_queue_update_result__pack
+                     (const Threadwire__V1__ThreadQueueUpdateResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_update_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueUpdateResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueUpdateResult *
+       threadwire__v1__thread_queue_update_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_update_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueUpdateResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueDeleteParams methods */
+void   threadwire__v1__thread_queue_delete_params__init
+                     (Threadwire__V1__ThreadQueueDeleteParams         *message);
+size_t threadwire__v1__thread_queue_delete_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueDeleteParams   *message);
+size_t threadwire__v1__thread_queue_delete_params__pack
+                     (const Threadwire__V1__ThreadQueueDeleteParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_delete_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueDeleteParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueDeleteParams *
+       threadwire__v1__thread_queue_delete_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_delete_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueDeleteParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueDeleteResult methods */
+void   threadwire__v1__thread_queue_delete_result__init
+                     (Threadwire__V1__ThreadQueueDeleteResult         *message);
+size_t threadwire__v1__thread_queue_delete_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueDeleteResult   *message);
+size_t threadwire__v1__thread_queue_delete_result__pack
+                     (const Threadwire__V1__ThreadQueueDeleteResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_delete_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueDeleteResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueDeleteResult *
+       threadwire__v1__thread_queue_delete_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_delete_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueDeleteResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueReorderParams methods */
+void   threadwire__v1__thread_queue_reorder_params__init
+                     (Threadwire__V1__ThreadQueueReorderParams         *message);
+size_t threadwire__v1__thread_queue_reorder_params__get_packed_size
+                     (const Threadwire__V1__ThreadQueueReorderParams   *message);
+size_t threadwire__v1__thread_queue_reorder_params__pack
+                     (const Threadwire__V1__ThreadQueueReorderParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_reorder_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueReorderParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueReorderParams *
+       threadwire__v1__thread_queue_reorder_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_reorder_params__free_unpacked
+                     (Threadwire__V1__ThreadQueueReorderParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueReorderResult methods */
+void   threadwire__v1__thread_queue_reorder_result__init
+                     (Threadwire__V1__ThreadQueueReorderResult         *message);
+size_t threadwire__v1__thread_queue_reorder_result__get_packed_size
+                     (const Threadwire__V1__ThreadQueueReorderResult   *message);
+size_t threadwire__v1__thread_queue_reorder_result__pack
+                     (const Threadwire__V1__ThreadQueueReorderResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_reorder_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueReorderResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueReorderResult *
+       threadwire__v1__thread_queue_reorder_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_reorder_result__free_unpacked
+                     (Threadwire__V1__ThreadQueueReorderResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadQueueUpdatedNotification methods */
+void   threadwire__v1__thread_queue_updated_notification__init
+                     (Threadwire__V1__ThreadQueueUpdatedNotification         *message);
+size_t threadwire__v1__thread_queue_updated_notification__get_packed_size
+                     (const Threadwire__V1__ThreadQueueUpdatedNotification   *message);
+size_t threadwire__v1__thread_queue_updated_notification__pack
+                     (const Threadwire__V1__ThreadQueueUpdatedNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_queue_updated_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadQueueUpdatedNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadQueueUpdatedNotification *
+       threadwire__v1__thread_queue_updated_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_queue_updated_notification__free_unpacked
+                     (Threadwire__V1__ThreadQueueUpdatedNotification *message,
                       ProtobufCAllocator *allocator);
 /* Threadwire__V1__TurnInterruptParams methods */
 void   threadwire__v1__turn_interrupt_params__init
@@ -1097,11 +1489,41 @@ typedef void (*Threadwire__V1__TurnContext_Closure)
 typedef void (*Threadwire__V1__Turn_Closure)
                  (const Threadwire__V1__Turn *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__QueuedTurn_Closure)
+                 (const Threadwire__V1__QueuedTurn *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__TurnStartParams_Closure)
                  (const Threadwire__V1__TurnStartParams *message,
                   void *closure_data);
 typedef void (*Threadwire__V1__TurnStartResult_Closure)
                  (const Threadwire__V1__TurnStartResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueListParams_Closure)
+                 (const Threadwire__V1__ThreadQueueListParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueListResult_Closure)
+                 (const Threadwire__V1__ThreadQueueListResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueUpdateParams_Closure)
+                 (const Threadwire__V1__ThreadQueueUpdateParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueUpdateResult_Closure)
+                 (const Threadwire__V1__ThreadQueueUpdateResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueDeleteParams_Closure)
+                 (const Threadwire__V1__ThreadQueueDeleteParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueDeleteResult_Closure)
+                 (const Threadwire__V1__ThreadQueueDeleteResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueReorderParams_Closure)
+                 (const Threadwire__V1__ThreadQueueReorderParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueReorderResult_Closure)
+                 (const Threadwire__V1__ThreadQueueReorderResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadQueueUpdatedNotification_Closure)
+                 (const Threadwire__V1__ThreadQueueUpdatedNotification *message,
                   void *closure_data);
 typedef void (*Threadwire__V1__TurnInterruptParams_Closure)
                  (const Threadwire__V1__TurnInterruptParams *message,
@@ -1142,6 +1564,7 @@ extern const ProtobufCEnumDescriptor    threadwire__v1__item_status__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_role__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__context_kind__descriptor;
 extern const ProtobufCEnumDescriptor    threadwire__v1__turn_failure_reason__descriptor;
+extern const ProtobufCEnumDescriptor    threadwire__v1__when_busy__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__user_input__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_item__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__context_item__descriptor;
@@ -1151,8 +1574,18 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_token_usage_updat
 extern const ProtobufCMessageDescriptor threadwire__v1__model_request__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__queued_turn__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_start_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_start_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_list_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_list_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_update_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_update_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_delete_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_delete_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_reorder_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_reorder_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_updated_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_interrupt_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_interrupt_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_started_notification__descriptor;
