@@ -119,6 +119,7 @@ extension Wire.Notification.Payload {
         case let .threadRolledBack(n): n.threadId
         case let .threadReverted(n): n.threadId
         case let .threadQueueUpdated(n): n.threadId
+        case let .threadDeleted(n): n.threadId
         case let .threadNameUpdated(n): n.threadId
         }
     }

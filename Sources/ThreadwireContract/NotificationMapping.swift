@@ -24,6 +24,7 @@ public enum NotificationMapping {
         case .rolledBack: "thread/rolled_back"
         case .reverted: "thread/reverted"
         case .queueUpdated: "thread/queue/updated"
+        case .deleted: "thread/deleted"
         case .nameUpdated: "thread/name/updated"
         case .serverRequest, .replayed: nil
         }
@@ -65,6 +66,8 @@ public enum NotificationMapping {
             return .threadRolledBack(Wire.ThreadRolledBackNotification(threadId: id, turnIds: turnIDs))
         case let .reverted(id, turnIDs):
             return .threadReverted(Wire.ThreadRevertedNotification(threadId: id, turnIds: turnIDs))
+        case let .deleted(id):
+            return .threadDeleted(Wire.ThreadDeletedNotification(threadId: id))
         case let .queueUpdated(id, queue):
             return .threadQueueUpdated(Wire.ThreadQueueUpdatedNotification(threadId: id, queue: queue.map(\.wire)))
         case let .nameUpdated(id, name):

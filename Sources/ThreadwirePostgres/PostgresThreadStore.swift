@@ -383,6 +383,33 @@ public final class PostgresThreadStore: ThreadStore {
         return ids
     }
 
+    public func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID] {
+        let tree = fence?.tree
+        let epoch = fence?.epoch
+        // One statement: all of it or nothing, and none of it unless the
+        // fence is still the tree's lease (checked under FOR SHARE).
+        let (members, held): ([ThreadID], Bool) = try await bounded("a tree's deletion") {
+            for try await (ids, held) in try await self.client.query("""
+                WITH lease AS (SELECT 1 FROM thread_leases WHERE tree = \(tree) AND epoch = \(epoch) FOR SHARE),
+                allowed AS (SELECT (\(tree)::text IS NULL OR EXISTS (SELECT 1 FROM lease)) AS ok),
+                members AS (SELECT id FROM threads WHERE (id = \(root) OR session_id = \(root)) AND (SELECT ok FROM allowed)),
+                c AS (DELETE FROM context_items WHERE thread_id IN (SELECT id FROM members)),
+                t AS (DELETE FROM turns WHERE thread_id IN (SELECT id FROM members)),
+                m AS (DELETE FROM mailbox WHERE recipient_id IN (SELECT id FROM members)),
+                k AS (DELETE FROM idempotency_keys WHERE thread_id IN (SELECT id FROM members)),
+                i AS (DELETE FROM thread_imports WHERE thread_id IN (SELECT id FROM members)),
+                e AS (DELETE FROM thread_events WHERE thread_id IN (SELECT id FROM members)),
+                gone AS (DELETE FROM threads WHERE id IN (SELECT id FROM members) RETURNING id)
+                SELECT coalesce(array_agg(id ORDER BY id = \(root) DESC, id), '{}'), (SELECT ok FROM allowed) FROM gone
+                """, logger: self.logger).decode(([String], Bool).self) {
+                return (ids, held)
+            }
+            return ([], true)
+        }
+        if !held, let fence { throw StoreError.leaseLost(fence) }
+        return members.first == root ? members : []
+    }
+
     public func threadsWithQueuedTurns() async throws -> [ThreadID] {
         // The queue is in the settings JSON, present only when not empty.
         try await bounded("the search for queued turns") {

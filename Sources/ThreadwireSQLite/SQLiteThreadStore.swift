@@ -178,6 +178,23 @@ public final class SQLiteThreadStore: ThreadStore {
         }
     }
 
+    public func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID] {
+        guard fence == nil else { throw DomainError.internal("this store cannot check lease fences; it serves one instance only") }
+        return try await pool.write { db in
+            let members = try String.fetchAll(db, sql: "SELECT id FROM threads WHERE id = ? OR session_id = ? ORDER BY id = ? DESC, id",
+                                              arguments: [root, root, root])
+            guard members.first == root else { return [] }
+            for member in members {
+                for (table, column) in [("context_items", "thread_id"), ("turns", "thread_id"), ("mailbox", "recipient_id"),
+                                        ("idempotency_keys", "thread_id"), ("thread_imports", "thread_id"), ("thread_events", "thread_id"),
+                                        ("threads", "id")] {
+                    try db.execute(sql: "DELETE FROM \(table) WHERE \(column) = ?", arguments: [member])
+                }
+            }
+            return members
+        }
+    }
+
     public func threadsWithQueuedTurns() async throws -> [ThreadID] {
         // The queue is in the settings JSON, present only when not empty.
         try await pool.read { db in

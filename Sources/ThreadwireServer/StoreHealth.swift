@@ -102,6 +102,7 @@ struct MonitoredStore: ThreadStore {
     }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await base.threadsWithRunningTurns() }
     func threadsWithQueuedTurns() async throws -> [ThreadID] { try await base.threadsWithQueuedTurns() }
+    func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID] { try await base.deleteTree(root, fence: fence) }
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await base.events(thread, after: after, limit: limit)
     }

@@ -44,6 +44,7 @@ public struct TracedThreadStore: ThreadStore {
     }
     public func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
     public func threadsWithQueuedTurns() async throws -> [ThreadID] { try await inner.threadsWithQueuedTurns() }
+    public func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID] { try await inner.deleteTree(root, fence: fence) }
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await inner.events(thread, after: after, limit: limit)
     }

@@ -91,6 +91,7 @@ final class UnfencedStore: ThreadStore, Sendable {
     func pendingMailbox(_ recipient: ThreadID) async throws -> [(sequence: Int64, item: ContextItem)] { try await inner.pendingMailbox(recipient) }
     func threadsWithRunningTurns() async throws -> [ThreadID] { try await inner.threadsWithRunningTurns() }
     func threadsWithQueuedTurns() async throws -> [ThreadID] { try await inner.threadsWithQueuedTurns() }
+    func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID] { try await inner.deleteTree(root, fence: fence) }
     func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await inner.events(thread, after: after, limit: limit)
     }

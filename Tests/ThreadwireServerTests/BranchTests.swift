@@ -118,4 +118,54 @@ struct BranchTests {
         let again = try await client.runTurn(id, "four", mode: .multiAgentMode(.proactive))
         #expect(modeFragments(again.lastContext) == ["proactive"], "proactive as the baseline: no new fragment")
     }
+
+    @Test("thread/delete takes a root with its tree: subscribers hear thread/deleted, every later call is NOT_FOUND, a reader racing it sees all or nothing; a child or a running tree is refused unless force")
+    func deleteATree() async throws {
+        let server = try await InProcessServer.launch()
+        let client = try await server.client()
+        let watcher = try await server.client()
+        let inbox = Inbox(watcher)
+        let root = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2)).thread?.id)
+        try await client.runTurn(root, "hello")
+        let child = try #require(try await client.spawn(root, message: "work").thread?.id)
+        _ = try await client.waitForThread(child) { $0.turns.last.map { $0.status != .inProgress } ?? false }
+        _ = try await watcher.resume(root)
+        func delete(_ id: String, force: Bool? = nil) async throws -> [String] {
+            guard case let .threadDelete(result) = try await client.result(.threadDelete(Wire.ThreadDeleteParams(threadId: id, force: force))) else {
+                throw UnexpectedResult(expected: "thread/delete")
+            }
+            return result.threadIds
+        }
+        await expectStatus(9, mentioning: "child agent") { _ = try await delete(child) }
+        let held = try await client.startTurn(root, "#hold")
+        await expectStatus(9, mentioning: "is running") { _ = try await delete(root) }
+
+        // A reader races the deletion: each read is the whole tree or NOT_FOUND.
+        let reader = try await server.client()
+        let reads = Task { () -> [Bool] in
+            var seen: [Bool] = []
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                let response = try await reader.call(.threadRead(Wire.ThreadReadParams(threadId: root, includeTurns: true)))
+                if response.code == 5 { seen.append(false); break }
+                guard case let .threadRead(read)? = response.result else { throw UnexpectedResult(expected: "thread/read") }
+                #expect(read.thread?.turns.count == 2, "a read before the deletion sees the whole thread")
+                seen.append(true)
+            }
+            return seen
+        }
+        #expect(try await delete(root, force: true) == [root, child])
+        #expect(try await reads.value.last == false, "reads end in NOT_FOUND")
+        _ = held
+        try await inbox.waitFor("thread/deleted") { if case let .threadDeleted(n) = $0 { n.threadId == root } else { false } }
+        for id in [root, child] {
+            await expectStatus(5, mentioning: "not found") { _ = try await client.read(id) }
+        }
+        await expectStatus(5, mentioning: "not found") { _ = try await client.resume(root) }
+        await expectStatus(5, mentioning: "not found") { _ = try await delete(root) }
+        guard case let .threadList(listed) = try await client.result(.threadList(Wire.ThreadListParams(limit: 100))) else {
+            throw UnexpectedResult(expected: "thread/list")
+        }
+        #expect(!listed.data.contains { $0.id == root || $0.id == child })
+    }
 }

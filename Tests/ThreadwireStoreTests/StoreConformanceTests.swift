@@ -321,6 +321,43 @@ struct StoreConformanceTests {
         #expect(try await store.threadsWithRunningTurns() == ["c2"])
     }
 
+    @Test("a tree's deletion takes the root and every thread of its session with their history, turns, events, mailbox, import records and keys, and nothing of other trees; threads with queued turns are found", arguments: Backend.allCases)
+    func treeDeletion(_ backend: Backend) async throws {
+        let store = try await backend.make()
+        var root = thread("root", created: 1, owner: "alice")
+        root.eventSequence = 1
+        let child = thread("kid", created: 2, owner: "alice", parent: "root", session: "root")
+        var other = thread("other", created: 3, owner: "alice")
+        other.queue = [QueuedTurn(id: "q1", input: ["later"], model: nil, createdAt: 5)]
+        let item = ContextItem(role: .user, kind: .userInput, text: "hi")
+        let claim = IdempotencyClaim(key: IdempotencyKey(principal: "alice", key: "k"), method: "thread/settings/update",
+                                     fingerprint: [1], threadID: "kid", turnIDs: [], createdAtMillis: 1)
+        try await store.commit([.putThread(root), .appendHistory("root", firstSequence: 0, items: [item]), .putTurn(turn("root", 0)),
+                                .appendEvents("root", [StoredEvent(sequence: 1, createdAt: 1, bytes: [1])])])
+        try await store.commit([.putThread(child), .appendHistory("kid", firstSequence: 0, items: [item]), .putTurn(turn("kid", 0)),
+                                .claimIdempotencyKey(claim, response: [7])])
+        try await store.commit([.putThread(other), .appendHistory("other", firstSequence: 0, items: [item]), .putTurn(turn("other", 0))])
+        try await store.commit([.enqueueMailbox(recipient: "root", item: item), .enqueueMailbox(recipient: "other", item: item)])
+        #expect(try await store.threadsWithQueuedTurns() == ["other"])
+
+        #expect(try await store.deleteTree("root", fence: nil) == ["root", "kid"])
+        for id in ["root", "kid"] {
+            #expect(try await store.threadRecord(id) == nil)
+            #expect(try await store.loadThread(id) == nil)
+            #expect(try await store.turnsPage(id, afterSequence: nil, limit: 10, descending: false) == nil)
+            #expect(try await store.events(id, after: 0, limit: 10).isEmpty)
+            #expect(try await store.pendingMailbox(id).isEmpty)
+        }
+        #expect(try await store.idempotencyRecord(claim.key) == nil)
+        #expect(try await store.agentTree("root").isEmpty)
+        // The other tree is untouched; deleting again deletes nothing.
+        #expect(try await store.loadThread("other")?.turns.count == 1)
+        #expect(try await store.pendingMailbox("other").count == 1)
+        #expect(try await store.deleteTree("root", fence: nil) == [])
+        // A child's id is not a root: nothing goes.
+        #expect(try await store.deleteTree("nope", fence: nil) == [])
+    }
+
     @Test("stored bytes of a principal are the bytes of its turns and history as stored: they grow with each, a replaced turn counts once, and another principal's count apart", arguments: Backend.allCases)
     func storedBytesPerPrincipal(_ backend: Backend) async throws {
         let store = try await backend.make()
@@ -483,6 +520,13 @@ struct PostgresLeaseTests {
             try await store.commit([.putThread(record)], fence: newFence)
             Issue.record("a second write of version 2 must conflict")
         } catch StoreError.conflict {}
+
+        // A tree's deletion is fenced too: the former owner's deletes nothing.
+        do {
+            _ = try await store.deleteTree("tree", fence: oldFence)
+            Issue.record("a deletion with a superseded fence must fail")
+        } catch StoreError.leaseLost {}
+        #expect(try await store.threadRecord("tree") != nil, "nothing of the refused deletion happened")
 
         // A released lease is free at once, and the epoch keeps growing.
         await second.release([newFence])

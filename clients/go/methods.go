@@ -392,6 +392,18 @@ func (c *Client) ThreadQueueReorder(ctx context.Context, params *pb.ThreadQueueR
 	return response.GetThreadQueueReorder(), nil
 }
 
+// ThreadDelete calls "thread/delete". A nil params sends an empty message.
+func (c *Client) ThreadDelete(ctx context.Context, params *pb.ThreadDeleteParams) (*pb.ThreadDeleteResult, error) {
+	if params == nil {
+		params = &pb.ThreadDeleteParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ThreadDelete{ThreadDelete: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetThreadDelete(), nil
+}
+
 // RequestMethod is the wire name of a request's method ("" when unset).
 func RequestMethod(message *pb.Request) string {
 	switch message.GetParams().(type) {
@@ -459,6 +471,8 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/queue/delete"
 	case *pb.Request_ThreadQueueReorder:
 		return "thread/queue/reorder"
+	case *pb.Request_ThreadDelete:
+		return "thread/delete"
 	}
 	return ""
 }
@@ -500,6 +514,8 @@ func NotificationMethod(message *pb.Notification) string {
 		return "thread/reverted"
 	case *pb.Notification_ThreadQueueUpdated:
 		return "thread/queue/updated"
+	case *pb.Notification_ThreadDeleted:
+		return "thread/deleted"
 	}
 	return ""
 }

@@ -82,6 +82,7 @@ local METHODS = {
   [46] = "thread/queue/update",
   [47] = "thread/queue/delete",
   [48] = "thread/queue/reorder",
+  [49] = "thread/delete",
 }
 local NOTIFICATIONS = {
   [10] = "thread/started",
@@ -101,6 +102,7 @@ local NOTIFICATIONS = {
   [28] = "thread/name/updated",
   [29] = "thread/reverted",
   [30] = "thread/queue/updated",
+  [31] = "thread/deleted",
 }
 local SERVER_REQUESTS = {
   [10] = "item/tool/call",

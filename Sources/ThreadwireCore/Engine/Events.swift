@@ -118,6 +118,8 @@ public enum ThreadEvent: Sendable, Equatable {
     case reverted(ThreadID, [TurnID])
     /// The thread's queue as it is after a change.
     case queueUpdated(ThreadID, [QueuedTurn])
+    /// thread/delete: the thread is gone (with its tree).
+    case deleted(ThreadID)
     /// nil: the name was cleared.
     case nameUpdated(ThreadID, String?)
     /// A kept event sent again to a client resuming after an earlier one
@@ -131,7 +133,8 @@ public enum ThreadEvent: Sendable, Equatable {
         case let .statusChanged(id, _), let .archived(id), let .unarchived(id), let .closed(id), let .settingsUpdated(id, _),
              let .turnStarted(id, _), let .turnCompleted(id, _), let .itemStarted(id, _, _), let .itemCompleted(id, _, _),
              let .agentMessageDelta(id, _, _, _), let .serverRequestResolved(id, _, _), let .tokenUsage(id, _, _),
-             let .rolledBack(id, _), let .reverted(id, _), let .queueUpdated(id, _), let .nameUpdated(id, _), let .replayed(id, _):
+             let .rolledBack(id, _), let .reverted(id, _), let .queueUpdated(id, _), let .deleted(id), let .nameUpdated(id, _),
+             let .replayed(id, _):
             id
         case let .serverRequest(request): request.threadID
         }
@@ -144,7 +147,7 @@ public enum ThreadEvent: Sendable, Equatable {
     /// tells of a subscription rather than a change (unloaded, closed).
     public var isKept: Bool {
         switch self {
-        case .agentMessageDelta, .tokenUsage, .serverRequest, .closed, .statusChanged(_, .notLoaded), .replayed: false
+        case .agentMessageDelta, .tokenUsage, .serverRequest, .closed, .statusChanged(_, .notLoaded), .replayed, .deleted: false
         default: true
         }
     }

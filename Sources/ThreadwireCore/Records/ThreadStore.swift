@@ -197,6 +197,12 @@ public protocol ThreadStore: Sendable {
     func threadsWithRunningTurns() async throws -> [ThreadID]
     /// Threads whose queue holds turns (`ThreadRecord.queue`).
     func threadsWithQueuedTurns() async throws -> [ThreadID]
+    /// thread/delete: the root and every thread of its agent tree (session
+    /// `root`), with their history, turns, kept events, mailbox, import
+    /// records and idempotency keys, in one transaction; applied only while
+    /// `fence` is the tree's lease when given (else `StoreError.leaseLost`).
+    /// The ids deleted, the root first (none when it is gone already).
+    func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID]
     /// Throws unless a commit would succeed now (disk full, I/O error):
     /// health and readiness follow it.
     func probe() async throws

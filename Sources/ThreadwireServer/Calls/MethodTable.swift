@@ -46,6 +46,8 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.rollback),
             .method("thread/revert", params: { if case let .threadRevert(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.revert),
+            .method("thread/delete", params: { if case let .threadDelete(p) = $0 { p } else { nil } },
+                    thread: ("thread_id", { $0.threadId }), mutates: true, run: ThreadHandlers.delete),
             .method("thread/items/list", params: { if case let .threadItemsList(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: false, operatorReads: true, run: ThreadHandlers.itemsList),
             .method("thread/loaded/list", params: { if case let .threadLoadedList(p) = $0 { p } else { nil } },

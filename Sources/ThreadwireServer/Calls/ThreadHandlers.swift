@@ -252,6 +252,11 @@ enum ThreadHandlers {
         return Outcome(.threadRevert(Wire.ThreadRevertResult(turnIds: outcome.value)), carrying: outcome)
     }
 
+    @Sendable static func delete(_ p: Wire.ThreadDeleteParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let outcome = try await call.engine.deleteThread(try call.target(), force: p.force ?? false)
+        return Outcome(.threadDelete(Wire.ThreadDeleteResult(threadIds: outcome.value)), carrying: outcome)
+    }
+
     @Sendable static func setName(_ p: Wire.ThreadNameSetParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
         guard let name = p.name else { throw RequestError(.invalidArgument, "name is required (an empty name clears it)") }
         let outcome = try await call.engine.setName(try call.target(), name)

@@ -8426,6 +8426,232 @@ extension Wire.ThreadItemsListResult: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ThreadDeleteParams: Sendable, Equatable {
+    public var threadId: String?
+    public var force: Bool?
+
+    public init() {
+      self.threadId = nil
+      self.force = nil
+    }
+
+    public init(threadId: String? = nil, force: Bool? = nil) {
+      self.threadId = threadId
+      self.force = force
+    }
+  }
+}
+
+extension Wire.ThreadDeleteParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadDeleteParams"
+  typealias CMessage = Threadwire__V1__ThreadDeleteParams
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadDeleteParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if c.pointee.has_force != 0 { self.force = c.pointee.force != 0 }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadDeleteParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.force { c.has_force = 1; c.force = v ? 1 : 0 }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_delete_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_delete_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadDeleteParams()
+      threadwire__v1__thread_delete_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_delete_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_delete_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = force { object.append(("force", .bool(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "force": self.force = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadDeleteResult: Sendable, Equatable {
+    public var threadIds: [String]
+
+    public init() {
+      self.threadIds = []
+    }
+
+    public init(threadIds: [String] = []) {
+      self.threadIds = threadIds
+    }
+  }
+}
+
+extension Wire.ThreadDeleteResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadDeleteResult"
+  typealias CMessage = Threadwire__V1__ThreadDeleteResult
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadDeleteResult>) throws(WireError) {
+    self.init()
+    if c.pointee.n_thread_ids > 0, let items = c.pointee.thread_ids {
+      self.threadIds.reserveCapacity(c.pointee.n_thread_ids)
+      for index in 0..<c.pointee.n_thread_ids { self.threadIds.append(try wireString(items[index], field: "thread_ids")) }
+    }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadDeleteResult, arena: inout CodecArena) {
+    if !self.threadIds.isEmpty {
+      c.n_thread_ids = self.threadIds.count
+      c.thread_ids = arena.array(self.threadIds) { value, arena in arena.cString(value) }
+    }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_delete_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_delete_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadDeleteResult()
+      threadwire__v1__thread_delete_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_delete_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_delete_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if !threadIds.isEmpty { object.append(("thread_ids", .array(threadIds.map { .string($0) }))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_ids", "threadIds": self.threadIds = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ThreadDeletedNotification: Sendable, Equatable {
+    public var threadId: String?
+
+    public init() {
+      self.threadId = nil
+    }
+
+    public init(threadId: String? = nil) {
+      self.threadId = threadId
+    }
+  }
+}
+
+extension Wire.ThreadDeletedNotification: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ThreadDeletedNotification"
+  typealias CMessage = Threadwire__V1__ThreadDeletedNotification
+
+  init(c: UnsafePointer<Threadwire__V1__ThreadDeletedNotification>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ThreadDeletedNotification, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__thread_deleted_notification__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__thread_deleted_notification__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ThreadDeletedNotification()
+      threadwire__v1__thread_deleted_notification__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__thread_deleted_notification__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__thread_deleted_notification__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct ThreadLoadedListParams: Sendable, Equatable {
     public var cursor: String?
     public var limit: UInt32?
@@ -11286,6 +11512,7 @@ extension Wire {
       case threadQueueUpdate(Wire.ThreadQueueUpdateParams)
       case threadQueueDelete(Wire.ThreadQueueDeleteParams)
       case threadQueueReorder(Wire.ThreadQueueReorderParams)
+      case threadDelete(Wire.ThreadDeleteParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -11322,6 +11549,7 @@ extension Wire {
         case .threadQueueUpdate: return "thread_queue_update"
         case .threadQueueDelete: return "thread_queue_delete"
         case .threadQueueReorder: return "thread_queue_reorder"
+        case .threadDelete: return "thread_delete"
         }
       }
 
@@ -11360,10 +11588,11 @@ extension Wire {
         case .threadQueueUpdate: return "thread/queue/update"
         case .threadQueueDelete: return "thread/queue/delete"
         case .threadQueueReorder: return "thread/queue/reorder"
+        case .threadDelete: return "thread/delete"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -11400,6 +11629,7 @@ extension Wire {
         case "thread_queue_update", "threadQueueUpdate": return .threadQueueUpdate(try Wire.ThreadQueueUpdateParams(json: json, path: path))
         case "thread_queue_delete", "threadQueueDelete": return .threadQueueDelete(try Wire.ThreadQueueDeleteParams(json: json, path: path))
         case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderParams(json: json, path: path))
+        case "thread_delete", "threadDelete": return .threadDelete(try Wire.ThreadDeleteParams(json: json, path: path))
         default: return nil
         }
       }
@@ -11503,6 +11733,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadQueueDelete(try Wire.ThreadQueueDeleteParams(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
     case 48:
       do throws(WireError) { self.params = .threadQueueReorder(try Wire.ThreadQueueReorderParams(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
+    case 49:
+      do throws(WireError) { self.params = .threadDelete(try Wire.ThreadDeleteParams(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
     default: self.params = nil
     }
   }
@@ -11612,6 +11844,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadQueueReorder(let v)?:
       c.params_case = .init(rawValue: 48)
       c.thread_queue_reorder = arena.message(v, Threadwire__V1__ThreadQueueReorderParams(), threadwire__v1__thread_queue_reorder_params__init)
+    case .threadDelete(let v)?:
+      c.params_case = .init(rawValue: 49)
+      c.thread_delete = arena.message(v, Threadwire__V1__ThreadDeleteParams(), threadwire__v1__thread_delete_params__init)
     case nil: break
     }
   }
@@ -11681,6 +11916,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadQueueUpdate(let v)?: object.append(("thread_queue_update", v.jsonValue()))
     case .threadQueueDelete(let v)?: object.append(("thread_queue_delete", v.jsonValue()))
     case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
+    case .threadDelete(let v)?: object.append(("thread_delete", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -11695,7 +11931,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -11744,6 +11980,7 @@ extension Wire {
       case threadQueueUpdate(Wire.ThreadQueueUpdateResult)
       case threadQueueDelete(Wire.ThreadQueueDeleteResult)
       case threadQueueReorder(Wire.ThreadQueueReorderResult)
+      case threadDelete(Wire.ThreadDeleteResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -11780,6 +12017,7 @@ extension Wire {
         case .threadQueueUpdate: return "thread_queue_update"
         case .threadQueueDelete: return "thread_queue_delete"
         case .threadQueueReorder: return "thread_queue_reorder"
+        case .threadDelete: return "thread_delete"
         }
       }
 
@@ -11818,10 +12056,11 @@ extension Wire {
         case .threadQueueUpdate: return "thread/queue/update"
         case .threadQueueDelete: return "thread/queue/delete"
         case .threadQueueReorder: return "thread/queue/reorder"
+        case .threadDelete: return "thread/delete"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -11858,6 +12097,7 @@ extension Wire {
         case "thread_queue_update", "threadQueueUpdate": return .threadQueueUpdate(try Wire.ThreadQueueUpdateResult(json: json, path: path))
         case "thread_queue_delete", "threadQueueDelete": return .threadQueueDelete(try Wire.ThreadQueueDeleteResult(json: json, path: path))
         case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderResult(json: json, path: path))
+        case "thread_delete", "threadDelete": return .threadDelete(try Wire.ThreadDeleteResult(json: json, path: path))
         default: return nil
         }
       }
@@ -11953,6 +12193,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadQueueDelete(try Wire.ThreadQueueDeleteResult(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
     case 48:
       do throws(WireError) { self.result = .threadQueueReorder(try Wire.ThreadQueueReorderResult(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
+    case 49:
+      do throws(WireError) { self.result = .threadDelete(try Wire.ThreadDeleteResult(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
     default: self.result = nil
     }
   }
@@ -12058,6 +12300,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadQueueReorder(let v)?:
       c.result_case = .init(rawValue: 48)
       c.thread_queue_reorder = arena.message(v, Threadwire__V1__ThreadQueueReorderResult(), threadwire__v1__thread_queue_reorder_result__init)
+    case .threadDelete(let v)?:
+      c.result_case = .init(rawValue: 49)
+      c.thread_delete = arena.message(v, Threadwire__V1__ThreadDeleteResult(), threadwire__v1__thread_delete_result__init)
     case nil: break
     }
   }
@@ -12126,6 +12371,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadQueueUpdate(let v)?: object.append(("thread_queue_update", v.jsonValue()))
     case .threadQueueDelete(let v)?: object.append(("thread_queue_delete", v.jsonValue()))
     case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
+    case .threadDelete(let v)?: object.append(("thread_delete", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -12139,7 +12385,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -12173,6 +12419,7 @@ extension Wire {
       case threadNameUpdated(Wire.ThreadNameUpdatedNotification)
       case threadReverted(Wire.ThreadRevertedNotification)
       case threadQueueUpdated(Wire.ThreadQueueUpdatedNotification)
+      case threadDeleted(Wire.ThreadDeletedNotification)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -12194,6 +12441,7 @@ extension Wire {
         case .threadNameUpdated: return "thread_name_updated"
         case .threadReverted: return "thread_reverted"
         case .threadQueueUpdated: return "thread_queue_updated"
+        case .threadDeleted: return "thread_deleted"
         }
       }
 
@@ -12217,10 +12465,11 @@ extension Wire {
         case .threadNameUpdated: return "thread/name/updated"
         case .threadReverted: return "thread/reverted"
         case .threadQueueUpdated: return "thread/queue/updated"
+        case .threadDeleted: return "thread/deleted"
         }
       }
 
-      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated", "thread_reverted", "thread_queue_updated"]
+      public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated", "thread_reverted", "thread_queue_updated", "thread_deleted"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -12242,6 +12491,7 @@ extension Wire {
         case "thread_name_updated", "threadNameUpdated": return .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(json: json, path: path))
         case "thread_reverted", "threadReverted": return .threadReverted(try Wire.ThreadRevertedNotification(json: json, path: path))
         case "thread_queue_updated", "threadQueueUpdated": return .threadQueueUpdated(try Wire.ThreadQueueUpdatedNotification(json: json, path: path))
+        case "thread_deleted", "threadDeleted": return .threadDeleted(try Wire.ThreadDeletedNotification(json: json, path: path))
         default: return nil
         }
       }
@@ -12312,6 +12562,8 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       do throws(WireError) { self.payload = .threadReverted(try Wire.ThreadRevertedNotification(c: wireRequired(c.pointee.thread_reverted))) } catch { throw error.nested(in: "thread_reverted") }
     case 30:
       do throws(WireError) { self.payload = .threadQueueUpdated(try Wire.ThreadQueueUpdatedNotification(c: wireRequired(c.pointee.thread_queue_updated))) } catch { throw error.nested(in: "thread_queue_updated") }
+    case 31:
+      do throws(WireError) { self.payload = .threadDeleted(try Wire.ThreadDeletedNotification(c: wireRequired(c.pointee.thread_deleted))) } catch { throw error.nested(in: "thread_deleted") }
     default: self.payload = nil
     }
   }
@@ -12375,6 +12627,9 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadQueueUpdated(let v)?:
       c.payload_case = .init(rawValue: 30)
       c.thread_queue_updated = arena.message(v, Threadwire__V1__ThreadQueueUpdatedNotification(), threadwire__v1__thread_queue_updated_notification__init)
+    case .threadDeleted(let v)?:
+      c.payload_case = .init(rawValue: 31)
+      c.thread_deleted = arena.message(v, Threadwire__V1__ThreadDeletedNotification(), threadwire__v1__thread_deleted_notification__init)
     case nil: break
     }
   }
@@ -12428,6 +12683,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
     case .threadNameUpdated(let v)?: object.append(("thread_name_updated", v.jsonValue()))
     case .threadReverted(let v)?: object.append(("thread_reverted", v.jsonValue()))
     case .threadQueueUpdated(let v)?: object.append(("thread_queue_updated", v.jsonValue()))
+    case .threadDeleted(let v)?: object.append(("thread_deleted", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -12441,7 +12697,7 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
       case "sequence": self.sequence = try value.uint64Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
-      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated", "thread_reverted", "threadReverted", "thread_queue_updated", "threadQueueUpdated":
+      case "thread_started", "threadStarted", "thread_status_changed", "threadStatusChanged", "thread_archived", "threadArchived", "thread_unarchived", "threadUnarchived", "thread_closed", "threadClosed", "thread_settings_updated", "threadSettingsUpdated", "turn_started", "turnStarted", "turn_completed", "turnCompleted", "item_started", "itemStarted", "item_completed", "itemCompleted", "item_agent_message_delta", "itemAgentMessageDelta", "server_request_resolved", "serverRequestResolved", "thread_token_usage_updated", "threadTokenUsageUpdated", "thread_rolled_back", "threadRolledBack", "thread_name_updated", "threadNameUpdated", "thread_reverted", "threadReverted", "thread_queue_updated", "threadQueueUpdated", "thread_deleted", "threadDeleted":
         if self.payload != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'payload' is set") }
         self.payload = try Payload.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

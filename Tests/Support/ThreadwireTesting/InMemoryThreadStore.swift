@@ -144,6 +144,21 @@ public actor InMemoryThreadStore: ThreadStore {
         turns.filter { $0.value.values.contains { $0.status == .inProgress } }.map(\.key).sorted()
     }
 
+    public func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID] {
+        guard records[root] != nil else { return [] }
+        let members = [root] + records.values.filter { $0.sessionID == root && $0.id != root }.map(\.id).sorted()
+        for member in members {
+            records[member] = nil
+            history[member] = nil
+            turns[member] = nil
+            imports[member] = nil
+            events[member] = nil
+        }
+        mailbox.removeAll { members.contains($0.recipient) }
+        keys = keys.filter { !members.contains($0.value.claim.threadID ?? "") }
+        return members
+    }
+
     public func threadsWithQueuedTurns() async throws -> [ThreadID] {
         records.filter { !$0.value.queue.isEmpty }.map(\.key).sorted()
     }

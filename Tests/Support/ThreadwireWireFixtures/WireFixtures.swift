@@ -738,6 +738,25 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ThreadDeleteParams(_ variant: Int) -> Wire.ThreadDeleteParams {
+        var message = Wire.ThreadDeleteParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.force = true
+        return message
+    }
+
+    public static func ThreadDeleteResult(_ variant: Int) -> Wire.ThreadDeleteResult {
+        var message = Wire.ThreadDeleteResult()
+        message.threadIds = ["thread_ids héllo ✓ 1", "thread_ids héllo ✓ 2"]
+        return message
+    }
+
+    public static func ThreadDeletedNotification(_ variant: Int) -> Wire.ThreadDeletedNotification {
+        var message = Wire.ThreadDeletedNotification()
+        message.threadId = "thread_id héllo ✓ 0"
+        return message
+    }
+
     public static func ThreadLoadedListParams(_ variant: Int) -> Wire.ThreadLoadedListParams {
         var message = Wire.ThreadLoadedListParams()
         message.cursor = "cursor héllo ✓ 0"
@@ -990,7 +1009,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 32 {
+        switch variant % 33 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -1022,7 +1041,8 @@ public enum WireFixtures {
         case 28: message.params = .threadQueueList(ThreadQueueListParams(0))
         case 29: message.params = .threadQueueUpdate(ThreadQueueUpdateParams(0))
         case 30: message.params = .threadQueueDelete(ThreadQueueDeleteParams(0))
-        default: message.params = .threadQueueReorder(ThreadQueueReorderParams(0))
+        case 31: message.params = .threadQueueReorder(ThreadQueueReorderParams(0))
+        default: message.params = .threadDelete(ThreadDeleteParams(0))
         }
         return message
     }
@@ -1032,7 +1052,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 32 {
+        switch variant % 33 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -1064,7 +1084,8 @@ public enum WireFixtures {
         case 28: message.result = .threadQueueList(ThreadQueueListResult(0))
         case 29: message.result = .threadQueueUpdate(ThreadQueueUpdateResult(0))
         case 30: message.result = .threadQueueDelete(ThreadQueueDeleteResult(0))
-        default: message.result = .threadQueueReorder(ThreadQueueReorderResult(0))
+        case 31: message.result = .threadQueueReorder(ThreadQueueReorderResult(0))
+        default: message.result = .threadDelete(ThreadDeleteResult(0))
         }
         return message
     }
@@ -1074,7 +1095,7 @@ public enum WireFixtures {
         message.sequence = UInt64(9223372036854775809)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.threadSequence = UInt64(9223372036854775811)
-        switch variant % 17 {
+        switch variant % 18 {
         case 0: message.payload = .threadStarted(ThreadStartedNotification(0))
         case 1: message.payload = .threadStatusChanged(ThreadStatusChangedNotification(0))
         case 2: message.payload = .threadArchived(ThreadArchivedNotification(0))
@@ -1091,7 +1112,8 @@ public enum WireFixtures {
         case 13: message.payload = .threadRolledBack(ThreadRolledBackNotification(0))
         case 14: message.payload = .threadNameUpdated(ThreadNameUpdatedNotification(0))
         case 15: message.payload = .threadReverted(ThreadRevertedNotification(0))
-        default: message.payload = .threadQueueUpdated(ThreadQueueUpdatedNotification(0))
+        case 16: message.payload = .threadQueueUpdated(ThreadQueueUpdatedNotification(0))
+        default: message.payload = .threadDeleted(ThreadDeletedNotification(0))
         }
         return message
     }
@@ -1186,6 +1208,9 @@ public enum WireFixtures {
         ("ThreadItemsListParams#0", { try roundTrip(ThreadItemsListParams(0)) }),
         ("TurnItem#0", { try roundTrip(TurnItem(0)) }),
         ("ThreadItemsListResult#0", { try roundTrip(ThreadItemsListResult(0)) }),
+        ("ThreadDeleteParams#0", { try roundTrip(ThreadDeleteParams(0)) }),
+        ("ThreadDeleteResult#0", { try roundTrip(ThreadDeleteResult(0)) }),
+        ("ThreadDeletedNotification#0", { try roundTrip(ThreadDeletedNotification(0)) }),
         ("ThreadLoadedListParams#0", { try roundTrip(ThreadLoadedListParams(0)) }),
         ("ThreadLoadedListResult#0", { try roundTrip(ThreadLoadedListResult(0)) }),
         ("ThreadListParams#0", { try roundTrip(ThreadListParams(0)) }),
@@ -1256,6 +1281,7 @@ public enum WireFixtures {
         ("Request#29", { try roundTrip(Request(29)) }),
         ("Request#30", { try roundTrip(Request(30)) }),
         ("Request#31", { try roundTrip(Request(31)) }),
+        ("Request#32", { try roundTrip(Request(32)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1288,6 +1314,7 @@ public enum WireFixtures {
         ("Response#29", { try roundTrip(Response(29)) }),
         ("Response#30", { try roundTrip(Response(30)) }),
         ("Response#31", { try roundTrip(Response(31)) }),
+        ("Response#32", { try roundTrip(Response(32)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),
@@ -1305,6 +1332,7 @@ public enum WireFixtures {
         ("Notification#14", { try roundTrip(Notification(14)) }),
         ("Notification#15", { try roundTrip(Notification(15)) }),
         ("Notification#16", { try roundTrip(Notification(16)) }),
+        ("Notification#17", { try roundTrip(Notification(17)) }),
     ]
 
     static func roundTrip<M: WireMessage>(_ message: M) throws -> Bool {

@@ -49,6 +49,7 @@ type ThreadwireClient interface {
 	ThreadQueueUpdate(ctx context.Context, in *ThreadQueueUpdateParams, opts ...grpc.CallOption) (*ThreadQueueUpdateResult, error)
 	ThreadQueueDelete(ctx context.Context, in *ThreadQueueDeleteParams, opts ...grpc.CallOption) (*ThreadQueueDeleteResult, error)
 	ThreadQueueReorder(ctx context.Context, in *ThreadQueueReorderParams, opts ...grpc.CallOption) (*ThreadQueueReorderResult, error)
+	ThreadDelete(ctx context.Context, in *ThreadDeleteParams, opts ...grpc.CallOption) (*ThreadDeleteResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -368,6 +369,15 @@ func (c *threadwireClient) ThreadQueueReorder(ctx context.Context, in *ThreadQue
 	return out, nil
 }
 
+func (c *threadwireClient) ThreadDelete(ctx context.Context, in *ThreadDeleteParams, opts ...grpc.CallOption) (*ThreadDeleteResult, error) {
+	out := new(ThreadDeleteResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ThreadDelete", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *threadwireClient) Subscribe(ctx context.Context, in *ThreadSubscribeParams, opts ...grpc.CallOption) (Threadwire_SubscribeClient, error) {
 	stream, err := c.cc.NewStream(ctx, &_Threadwire_serviceDesc.Streams[0], "/threadwire.v1.Threadwire/Subscribe", opts...)
 	if err != nil {
@@ -501,6 +511,7 @@ type ThreadwireServer interface {
 	ThreadQueueUpdate(context.Context, *ThreadQueueUpdateParams) (*ThreadQueueUpdateResult, error)
 	ThreadQueueDelete(context.Context, *ThreadQueueDeleteParams) (*ThreadQueueDeleteResult, error)
 	ThreadQueueReorder(context.Context, *ThreadQueueReorderParams) (*ThreadQueueReorderResult, error)
+	ThreadDelete(context.Context, *ThreadDeleteParams) (*ThreadDeleteResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -624,6 +635,9 @@ func (UnimplementedThreadwireServer) ThreadQueueDelete(context.Context, *ThreadQ
 }
 func (UnimplementedThreadwireServer) ThreadQueueReorder(context.Context, *ThreadQueueReorderParams) (*ThreadQueueReorderResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ThreadQueueReorder not implemented")
+}
+func (UnimplementedThreadwireServer) ThreadDelete(context.Context, *ThreadDeleteParams) (*ThreadDeleteResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ThreadDelete not implemented")
 }
 func (UnimplementedThreadwireServer) Subscribe(*ThreadSubscribeParams, Threadwire_SubscribeServer) error {
 	return status.Errorf(codes.Unimplemented, "method Subscribe not implemented")
@@ -1223,6 +1237,24 @@ func _Threadwire_ThreadQueueReorder_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Threadwire_ThreadDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThreadDeleteParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ThreadDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ThreadDelete",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ThreadDelete(ctx, req.(*ThreadDeleteParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Threadwire_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ThreadSubscribeParams)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1427,6 +1459,10 @@ var _Threadwire_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ThreadQueueReorder",
 			Handler:    _Threadwire_ThreadQueueReorder_Handler,
+		},
+		{
+			MethodName: "ThreadDelete",
+			Handler:    _Threadwire_ThreadDelete_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

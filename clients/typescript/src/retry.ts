@@ -13,7 +13,7 @@ type Params = NonNullable<Request["params"]>;
  * marks the same as `mutates`): they are retried only with an idempotency key. */
 export const mutatingMethods: ReadonlySet<Params["case"]> = new Set<Params["case"]>([
   "threadStart", "threadResume", "threadFork", "threadArchive", "threadUnarchive", "threadUnsubscribe",
-  "threadSettingsUpdate", "agentSpawn", "threadToolsUpdate", "threadCompactStart", "threadRollback", "threadRevert", "threadQueueUpdate", "threadQueueDelete", "threadQueueReorder",
+  "threadSettingsUpdate", "agentSpawn", "threadToolsUpdate", "threadCompactStart", "threadRollback", "threadRevert", "threadQueueUpdate", "threadQueueDelete", "threadQueueReorder", "threadDelete",
   "threadNameSet", "turnStart", "turnInterrupt", "turnSteer", "threadImport",
 ]);
 

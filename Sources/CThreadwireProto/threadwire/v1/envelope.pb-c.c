@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[36] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[37] =
 {
   {
     "id",
@@ -711,6 +711,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_delete",
+    49,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, thread_delete),
+    &threadwire__v1__thread_delete_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   16,   /* field[16] = agent_spawn */
@@ -724,6 +736,7 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   6,   /* field[6] = reflection_descriptors */
   12,   /* field[12] = thread_archive */
   21,   /* field[21] = thread_compact_start */
+  36,   /* field[36] = thread_delete */
   9,   /* field[9] = thread_fork */
   24,   /* field[24] = thread_import */
   30,   /* field[30] = thread_items_list */
@@ -755,7 +768,7 @@ static const ProtobufCIntRange threadwire__v1__request__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 0, 36 }
+  { 0, 37 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -765,14 +778,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  36,
+  37,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   3,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[35] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[36] =
 {
   {
     "id",
@@ -1194,6 +1207,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_delete",
+    49,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, thread_delete),
+    &threadwire__v1__thread_delete_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = agent_spawn */
@@ -1207,6 +1232,7 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   5,   /* field[5] = reflection_descriptors */
   11,   /* field[11] = thread_archive */
   20,   /* field[20] = thread_compact_start */
+  35,   /* field[35] = thread_delete */
   8,   /* field[8] = thread_fork */
   23,   /* field[23] = thread_import */
   29,   /* field[29] = thread_items_list */
@@ -1237,7 +1263,7 @@ static const ProtobufCIntRange threadwire__v1__response__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 0, 35 }
+  { 0, 36 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1247,14 +1273,14 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  35,
+  36,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   3,  threadwire__v1__response__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[20] =
+static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descriptors[21] =
 {
   {
     "sequence",
@@ -1496,6 +1522,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__notification__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "thread_deleted",
+    31,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Notification, payload_case),
+    offsetof(Threadwire__V1__Notification, thread_deleted),
+    &threadwire__v1__thread_deleted_notification__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   13,   /* field[13] = item_agent_message_delta */
@@ -1506,6 +1544,7 @@ static const unsigned threadwire__v1__notification__field_indices_by_name[] = {
   14,   /* field[14] = server_request_resolved */
   5,   /* field[5] = thread_archived */
   7,   /* field[7] = thread_closed */
+  20,   /* field[20] = thread_deleted */
   17,   /* field[17] = thread_name_updated */
   19,   /* field[19] = thread_queue_updated */
   18,   /* field[18] = thread_reverted */
@@ -1524,7 +1563,7 @@ static const ProtobufCIntRange threadwire__v1__notification__number_ranges[3 + 1
   { 1, 0 },
   { 10, 3 },
   { 20, 9 },
-  { 0, 20 }
+  { 0, 21 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
 {
@@ -1534,7 +1573,7 @@ const ProtobufCMessageDescriptor threadwire__v1__notification__descriptor =
   "Threadwire__V1__Notification",
   "threadwire.v1",
   sizeof(Threadwire__V1__Notification),
-  20,
+  21,
   threadwire__v1__notification__field_descriptors,
   threadwire__v1__notification__field_indices_by_name,
   3,  threadwire__v1__notification__number_ranges,

@@ -1087,6 +1087,141 @@ void   threadwire__v1__thread_items_list_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_items_list_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__thread_delete_params__init
+                     (Threadwire__V1__ThreadDeleteParams         *message)
+{
+  static const Threadwire__V1__ThreadDeleteParams init_value = THREADWIRE__V1__THREAD_DELETE_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_delete_params__get_packed_size
+                     (const Threadwire__V1__ThreadDeleteParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_delete_params__pack
+                     (const Threadwire__V1__ThreadDeleteParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_delete_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadDeleteParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadDeleteParams *
+       threadwire__v1__thread_delete_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadDeleteParams *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_delete_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_delete_params__free_unpacked
+                     (Threadwire__V1__ThreadDeleteParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_delete_result__init
+                     (Threadwire__V1__ThreadDeleteResult         *message)
+{
+  static const Threadwire__V1__ThreadDeleteResult init_value = THREADWIRE__V1__THREAD_DELETE_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_delete_result__get_packed_size
+                     (const Threadwire__V1__ThreadDeleteResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_delete_result__pack
+                     (const Threadwire__V1__ThreadDeleteResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_delete_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadDeleteResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadDeleteResult *
+       threadwire__v1__thread_delete_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadDeleteResult *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_delete_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_delete_result__free_unpacked
+                     (Threadwire__V1__ThreadDeleteResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_delete_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__thread_deleted_notification__init
+                     (Threadwire__V1__ThreadDeletedNotification         *message)
+{
+  static const Threadwire__V1__ThreadDeletedNotification init_value = THREADWIRE__V1__THREAD_DELETED_NOTIFICATION__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__thread_deleted_notification__get_packed_size
+                     (const Threadwire__V1__ThreadDeletedNotification *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_deleted_notification__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__thread_deleted_notification__pack
+                     (const Threadwire__V1__ThreadDeletedNotification *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_deleted_notification__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__thread_deleted_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadDeletedNotification *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__thread_deleted_notification__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ThreadDeletedNotification *
+       threadwire__v1__thread_deleted_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ThreadDeletedNotification *)
+     protobuf_c_message_unpack (&threadwire__v1__thread_deleted_notification__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__thread_deleted_notification__free_unpacked
+                     (Threadwire__V1__ThreadDeletedNotification *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__thread_deleted_notification__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__thread_loaded_list_params__init
                      (Threadwire__V1__ThreadLoadedListParams         *message)
 {
@@ -4476,6 +4611,133 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_result__descr
   threadwire__v1__thread_items_list_result__field_indices_by_name,
   1,  threadwire__v1__thread_items_list_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_items_list_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_delete_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadDeleteParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "force",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadDeleteParams, has_force),
+    offsetof(Threadwire__V1__ThreadDeleteParams, force),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_delete_params__field_indices_by_name[] = {
+  1,   /* field[1] = force */
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_delete_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_delete_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadDeleteParams",
+  "ThreadDeleteParams",
+  "Threadwire__V1__ThreadDeleteParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadDeleteParams),
+  2,
+  threadwire__v1__thread_delete_params__field_descriptors,
+  threadwire__v1__thread_delete_params__field_indices_by_name,
+  1,  threadwire__v1__thread_delete_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_delete_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_delete_result__field_descriptors[1] =
+{
+  {
+    "thread_ids",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Threadwire__V1__ThreadDeleteResult, n_thread_ids),
+    offsetof(Threadwire__V1__ThreadDeleteResult, thread_ids),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_delete_result__field_indices_by_name[] = {
+  0,   /* field[0] = thread_ids */
+};
+static const ProtobufCIntRange threadwire__v1__thread_delete_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_delete_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadDeleteResult",
+  "ThreadDeleteResult",
+  "Threadwire__V1__ThreadDeleteResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadDeleteResult),
+  1,
+  threadwire__v1__thread_delete_result__field_descriptors,
+  threadwire__v1__thread_delete_result__field_indices_by_name,
+  1,  threadwire__v1__thread_delete_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_delete_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__thread_deleted_notification__field_descriptors[1] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ThreadDeletedNotification, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__thread_deleted_notification__field_indices_by_name[] = {
+  0,   /* field[0] = thread_id */
+};
+static const ProtobufCIntRange threadwire__v1__thread_deleted_notification__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__thread_deleted_notification__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ThreadDeletedNotification",
+  "ThreadDeletedNotification",
+  "Threadwire__V1__ThreadDeletedNotification",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ThreadDeletedNotification),
+  1,
+  threadwire__v1__thread_deleted_notification__field_descriptors,
+  threadwire__v1__thread_deleted_notification__field_indices_by_name,
+  1,  threadwire__v1__thread_deleted_notification__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__thread_deleted_notification__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__thread_loaded_list_params__field_descriptors[2] =

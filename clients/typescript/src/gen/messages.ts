@@ -5256,6 +5256,123 @@ export const ThreadItemsListResult: MessageType<ThreadItemsListResult> = {
   },
 };
 
+/** threadwire.v1.ThreadDeleteParams */
+export interface ThreadDeleteParams {
+  threadId?: string;
+  force?: boolean;
+}
+
+export const ThreadDeleteParams: MessageType<ThreadDeleteParams> = {
+  typeName: "threadwire.v1.ThreadDeleteParams",
+  encode(message: ThreadDeleteParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.force !== undefined) {
+      writer.tag(2, 0).bool(message.force);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadDeleteParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadDeleteParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadDeleteParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.force = reader.bool();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadDeleteParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadDeleteResult */
+export interface ThreadDeleteResult {
+  threadIds?: string[];
+}
+
+export const ThreadDeleteResult: MessageType<ThreadDeleteResult> = {
+  typeName: "threadwire.v1.ThreadDeleteResult",
+  encode(message: ThreadDeleteResult, writer: Writer = new Writer()): Writer {
+    for (const value of message.threadIds ?? []) {
+      writer.tag(1, 2).string(value);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadDeleteResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadDeleteResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadDeleteResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.threadIds ??= []).push(reader.string());
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadDeleteResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ThreadDeletedNotification */
+export interface ThreadDeletedNotification {
+  threadId?: string;
+}
+
+export const ThreadDeletedNotification: MessageType<ThreadDeletedNotification> = {
+  typeName: "threadwire.v1.ThreadDeletedNotification",
+  encode(message: ThreadDeletedNotification, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ThreadDeletedNotification {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ThreadDeletedNotification: nested deeper than ${Reader.maxDepth}`);
+    const message: ThreadDeletedNotification = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ThreadDeletedNotification: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.ThreadLoadedListParams */
 export interface ThreadLoadedListParams {
   cursor?: string;
@@ -6841,7 +6958,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams } | { case: "threadDelete"; value: ThreadDeleteParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -6954,6 +7071,9 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "threadQueueReorder") {
       writer.tag(48, 2).bytes(ThreadQueueReorderParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "threadDelete") {
+      writer.tag(49, 2).bytes(ThreadDeleteParams.encode(message.params.value).finish());
     }
     return writer;
   },
@@ -7146,6 +7266,11 @@ export const Request: MessageType<Request> = {
           message.params = { case: "threadQueueReorder", value: ThreadQueueReorderParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 49: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "threadDelete", value: ThreadDeleteParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -7160,7 +7285,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult } | { case: "threadDelete"; value: ThreadDeleteResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -7270,6 +7395,9 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "threadQueueReorder") {
       writer.tag(48, 2).bytes(ThreadQueueReorderResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "threadDelete") {
+      writer.tag(49, 2).bytes(ThreadDeleteResult.encode(message.result.value).finish());
     }
     return writer;
   },
@@ -7457,6 +7585,11 @@ export const Response: MessageType<Response> = {
           message.result = { case: "threadQueueReorder", value: ThreadQueueReorderResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 49: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "threadDelete", value: ThreadDeleteResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -7471,7 +7604,7 @@ export interface Notification {
   sequence?: bigint;
   metadata?: KeyValue[];
   threadSequence?: bigint;
-  payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification } | { case: "threadReverted"; value: ThreadRevertedNotification } | { case: "threadQueueUpdated"; value: ThreadQueueUpdatedNotification };
+  payload?: { case: "threadStarted"; value: ThreadStartedNotification } | { case: "threadStatusChanged"; value: ThreadStatusChangedNotification } | { case: "threadArchived"; value: ThreadArchivedNotification } | { case: "threadUnarchived"; value: ThreadUnarchivedNotification } | { case: "threadClosed"; value: ThreadClosedNotification } | { case: "threadSettingsUpdated"; value: ThreadSettingsUpdatedNotification } | { case: "turnStarted"; value: TurnStartedNotification } | { case: "turnCompleted"; value: TurnCompletedNotification } | { case: "itemStarted"; value: ItemStartedNotification } | { case: "itemCompleted"; value: ItemCompletedNotification } | { case: "itemAgentMessageDelta"; value: ItemAgentMessageDeltaNotification } | { case: "serverRequestResolved"; value: ServerRequestResolvedNotification } | { case: "threadTokenUsageUpdated"; value: ThreadTokenUsageUpdatedNotification } | { case: "threadRolledBack"; value: ThreadRolledBackNotification } | { case: "threadNameUpdated"; value: ThreadNameUpdatedNotification } | { case: "threadReverted"; value: ThreadRevertedNotification } | { case: "threadQueueUpdated"; value: ThreadQueueUpdatedNotification } | { case: "threadDeleted"; value: ThreadDeletedNotification };
 }
 
 export const Notification: MessageType<Notification> = {
@@ -7536,6 +7669,9 @@ export const Notification: MessageType<Notification> = {
     }
     if (message.payload?.case === "threadQueueUpdated") {
       writer.tag(30, 2).bytes(ThreadQueueUpdatedNotification.encode(message.payload.value).finish());
+    }
+    if (message.payload?.case === "threadDeleted") {
+      writer.tag(31, 2).bytes(ThreadDeletedNotification.encode(message.payload.value).finish());
     }
     return writer;
   },
@@ -7646,6 +7782,11 @@ export const Notification: MessageType<Notification> = {
         case 30: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.payload = { case: "threadQueueUpdated", value: ThreadQueueUpdatedNotification.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 31: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.payload = { case: "threadDeleted", value: ThreadDeletedNotification.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         default:

@@ -112,7 +112,8 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_LIST = 45,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_UPDATE = 46,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_DELETE = 47,
-  THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_REORDER = 48
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_REORDER = 48,
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_DELETE = 49
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
 } Threadwire__V1__Request__ParamsCase;
 
@@ -202,6 +203,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadQueueUpdateParams *thread_queue_update;
     Threadwire__V1__ThreadQueueDeleteParams *thread_queue_delete;
     Threadwire__V1__ThreadQueueReorderParams *thread_queue_reorder;
+    Threadwire__V1__ThreadDeleteParams *thread_delete;
   };
 };
 #define THREADWIRE__V1__REQUEST__INIT \
@@ -242,7 +244,8 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_LIST = 45,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_UPDATE = 46,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_DELETE = 47,
-  THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_REORDER = 48
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_REORDER = 48,
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_DELETE = 49
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
 } Threadwire__V1__Response__ResultCase;
 
@@ -297,6 +300,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadQueueUpdateResult *thread_queue_update;
     Threadwire__V1__ThreadQueueDeleteResult *thread_queue_delete;
     Threadwire__V1__ThreadQueueReorderResult *thread_queue_reorder;
+    Threadwire__V1__ThreadDeleteResult *thread_delete;
   };
 };
 #define THREADWIRE__V1__RESPONSE__INIT \
@@ -322,7 +326,8 @@ typedef enum {
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_ROLLED_BACK = 27,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_NAME_UPDATED = 28,
   THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_REVERTED = 29,
-  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_QUEUE_UPDATED = 30
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_QUEUE_UPDATED = 30,
+  THREADWIRE__V1__NOTIFICATION__PAYLOAD_THREAD_DELETED = 31
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__NOTIFICATION__PAYLOAD__CASE)
 } Threadwire__V1__Notification__PayloadCase;
 
@@ -389,6 +394,7 @@ struct  Threadwire__V1__Notification
     Threadwire__V1__ThreadNameUpdatedNotification *thread_name_updated;
     Threadwire__V1__ThreadRevertedNotification *thread_reverted;
     Threadwire__V1__ThreadQueueUpdatedNotification *thread_queue_updated;
+    Threadwire__V1__ThreadDeletedNotification *thread_deleted;
   };
 };
 #define THREADWIRE__V1__NOTIFICATION__INIT \

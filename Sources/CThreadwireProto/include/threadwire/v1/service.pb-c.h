@@ -165,6 +165,10 @@ struct Threadwire__V1__Threadwire_Service
                                const Threadwire__V1__ThreadQueueReorderParams *input,
                                Threadwire__V1__ThreadQueueReorderResult_Closure closure,
                                void *closure_data);
+  void (*thread_delete)(Threadwire__V1__Threadwire_Service *service,
+                        const Threadwire__V1__ThreadDeleteParams *input,
+                        Threadwire__V1__ThreadDeleteResult_Closure closure,
+                        void *closure_data);
   void (*subscribe)(Threadwire__V1__Threadwire_Service *service,
                     const Threadwire__V1__ThreadSubscribeParams *input,
                     Threadwire__V1__Notification_Closure closure,
@@ -217,6 +221,7 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## thread_queue_update,\
       function_prefix__ ## thread_queue_delete,\
       function_prefix__ ## thread_queue_reorder,\
+      function_prefix__ ## thread_delete,\
       function_prefix__ ## subscribe,\
       function_prefix__ ## connect,\
       function_prefix__ ## thread_import_stream  }
@@ -348,6 +353,10 @@ void threadwire__v1__threadwire__thread_queue_reorder(ProtobufCService *service,
                                                       const Threadwire__V1__ThreadQueueReorderParams *input,
                                                       Threadwire__V1__ThreadQueueReorderResult_Closure closure,
                                                       void *closure_data);
+void threadwire__v1__threadwire__thread_delete(ProtobufCService *service,
+                                               const Threadwire__V1__ThreadDeleteParams *input,
+                                               Threadwire__V1__ThreadDeleteResult_Closure closure,
+                                               void *closure_data);
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,

@@ -42,6 +42,9 @@ typedef struct Threadwire__V1__ThreadTurnsListResult Threadwire__V1__ThreadTurns
 typedef struct Threadwire__V1__ThreadItemsListParams Threadwire__V1__ThreadItemsListParams;
 typedef struct Threadwire__V1__TurnItem Threadwire__V1__TurnItem;
 typedef struct Threadwire__V1__ThreadItemsListResult Threadwire__V1__ThreadItemsListResult;
+typedef struct Threadwire__V1__ThreadDeleteParams Threadwire__V1__ThreadDeleteParams;
+typedef struct Threadwire__V1__ThreadDeleteResult Threadwire__V1__ThreadDeleteResult;
+typedef struct Threadwire__V1__ThreadDeletedNotification Threadwire__V1__ThreadDeletedNotification;
 typedef struct Threadwire__V1__ThreadLoadedListParams Threadwire__V1__ThreadLoadedListParams;
 typedef struct Threadwire__V1__ThreadLoadedListResult Threadwire__V1__ThreadLoadedListResult;
 typedef struct Threadwire__V1__ThreadListParams Threadwire__V1__ThreadListParams;
@@ -811,6 +814,54 @@ struct  Threadwire__V1__ThreadItemsListResult
 #define THREADWIRE__V1__THREAD_ITEMS_LIST_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_items_list_result__descriptor) \
     , 0,NULL, NULL }
+
+
+/*
+ * Method "thread/delete": a root thread and its whole agent tree go, in one
+ * transaction: their rows, history, turns, kept events, mailbox, import
+ * records and the idempotency keys of requests about them. A child agent is
+ * FAILED_PRECONDITION (delete its root: the tree goes as one); so is a tree
+ * with a running turn, unless force, which interrupts them first.
+ * Subscribers of each thread get thread/deleted, then thread/closed; every
+ * later call naming one of them is NOT_FOUND.
+ */
+struct  Threadwire__V1__ThreadDeleteParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  protobuf_c_boolean has_force;
+  protobuf_c_boolean force;
+};
+#define THREADWIRE__V1__THREAD_DELETE_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_delete_params__descriptor) \
+    , NULL, 0, 0 }
+
+
+struct  Threadwire__V1__ThreadDeleteResult
+{
+  ProtobufCMessage base;
+  /*
+   * Every thread deleted: the root first.
+   */
+  size_t n_thread_ids;
+  char **thread_ids;
+};
+#define THREADWIRE__V1__THREAD_DELETE_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_delete_result__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Notification "thread/deleted" (not kept: nothing of the thread is).
+ */
+struct  Threadwire__V1__ThreadDeletedNotification
+{
+  ProtobufCMessage base;
+  char *thread_id;
+};
+#define THREADWIRE__V1__THREAD_DELETED_NOTIFICATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_deleted_notification__descriptor) \
+    , NULL }
 
 
 /*
@@ -1874,6 +1925,63 @@ Threadwire__V1__ThreadItemsListResult *
 void   threadwire__v1__thread_items_list_result__free_unpacked
                      (Threadwire__V1__ThreadItemsListResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadDeleteParams methods */
+void   threadwire__v1__thread_delete_params__init
+                     (Threadwire__V1__ThreadDeleteParams         *message);
+size_t threadwire__v1__thread_delete_params__get_packed_size
+                     (const Threadwire__V1__ThreadDeleteParams   *message);
+size_t threadwire__v1__thread_delete_params__pack
+                     (const Threadwire__V1__ThreadDeleteParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_delete_params__pack_to_buffer
+                     (const Threadwire__V1__ThreadDeleteParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadDeleteParams *
+       threadwire__v1__thread_delete_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_delete_params__free_unpacked
+                     (Threadwire__V1__ThreadDeleteParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadDeleteResult methods */
+void   threadwire__v1__thread_delete_result__init
+                     (Threadwire__V1__ThreadDeleteResult         *message);
+size_t threadwire__v1__thread_delete_result__get_packed_size
+                     (const Threadwire__V1__ThreadDeleteResult   *message);
+size_t threadwire__v1__thread_delete_result__pack
+                     (const Threadwire__V1__ThreadDeleteResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_delete_result__pack_to_buffer
+                     (const Threadwire__V1__ThreadDeleteResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadDeleteResult *
+       threadwire__v1__thread_delete_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_delete_result__free_unpacked
+                     (Threadwire__V1__ThreadDeleteResult *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ThreadDeletedNotification methods */
+void   threadwire__v1__thread_deleted_notification__init
+                     (Threadwire__V1__ThreadDeletedNotification         *message);
+size_t threadwire__v1__thread_deleted_notification__get_packed_size
+                     (const Threadwire__V1__ThreadDeletedNotification   *message);
+size_t threadwire__v1__thread_deleted_notification__pack
+                     (const Threadwire__V1__ThreadDeletedNotification   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__thread_deleted_notification__pack_to_buffer
+                     (const Threadwire__V1__ThreadDeletedNotification   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ThreadDeletedNotification *
+       threadwire__v1__thread_deleted_notification__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__thread_deleted_notification__free_unpacked
+                     (Threadwire__V1__ThreadDeletedNotification *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__ThreadLoadedListParams methods */
 void   threadwire__v1__thread_loaded_list_params__init
                      (Threadwire__V1__ThreadLoadedListParams         *message);
@@ -2556,6 +2664,15 @@ typedef void (*Threadwire__V1__TurnItem_Closure)
 typedef void (*Threadwire__V1__ThreadItemsListResult_Closure)
                  (const Threadwire__V1__ThreadItemsListResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ThreadDeleteParams_Closure)
+                 (const Threadwire__V1__ThreadDeleteParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadDeleteResult_Closure)
+                 (const Threadwire__V1__ThreadDeleteResult *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ThreadDeletedNotification_Closure)
+                 (const Threadwire__V1__ThreadDeletedNotification *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__ThreadLoadedListParams_Closure)
                  (const Threadwire__V1__ThreadLoadedListParams *message,
                   void *closure_data);
@@ -2689,6 +2806,9 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_turns_list_result
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_item__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_items_list_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_delete_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_delete_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__thread_deleted_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_loaded_list_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_loaded_list_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_list_params__descriptor;
