@@ -3,14 +3,17 @@ import Testing
 import ThreadwireServerTesting
 import ThreadwireClient
 import ThreadwireWire
+import ThreadwireTesting
 
 /// The turn queue across kill -9: what was acknowledged as queued runs after
 /// the restart, in order, once.
 @Suite("a thread's turn queue across kill -9 (real server)", .timeLimit(.minutes(3)))
 struct QueueRecoveryTests {
-    @Test("kill -9 with a running turn and three queued: after the restart the running one is interrupted and the three run in order, once")
-    func queuedTurnsSurviveKill9() async throws {
-        let server = try await ServerProcess.launch()
+    @Test("kill -9 with a running turn and three queued: after the restart the running one is interrupted and the three run in order, once",
+          arguments: ["sqlite", "postgres"])
+    func queuedTurnsSurviveKill9(_ store: String) async throws {
+        // A short lease: after kill -9 the restarted instance waits for the dead one's to lapse.
+        let server = try await ServerProcess.launch(arguments: store == "postgres" ? ["--store", try await PostgresCluster.database(), "--lease-seconds", "2"] : [])
         defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)

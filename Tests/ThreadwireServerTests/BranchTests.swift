@@ -3,12 +3,25 @@ import Testing
 import ThreadwireServerTesting
 import ThreadwireClient
 import ThreadwireWire
+import ThreadwireTesting
 
 /// thread/fork at a turn and thread/revert to a boundary, over the real
 /// protocol against the in-process server and its SQLite store.
 @Suite("branching and reverting (real server)", .timeLimit(.minutes(3)))
 struct BranchTests {
     static let v2 = [Wire.KeyValue(key: "features.multi_agent_v2", value: "true")]
+
+    enum Store: String, CaseIterable, CustomStringConvertible, Sendable {
+        case sqlite, postgres
+        var description: String { rawValue }
+
+        func launch(config: String? = nil) async throws -> InProcessServer {
+            switch self {
+            case .sqlite: return try await InProcessServer.launch(config: config)
+            case .postgres: return try await InProcessServer.launch(config: config, arguments: ["--store", try await PostgresCluster.database()])
+            }
+        }
+    }
 
     func forked(_ client: ThreadwireClient, _ id: String, _ position: Wire.ThreadForkParams.Position) async throws -> Wire.ThreadLifecycleResult {
         guard case let .threadFork(result) = try await client.result(.threadFork(Wire.ThreadForkParams(threadId: id, position: position))) else {
@@ -29,9 +42,10 @@ struct BranchTests {
         turn.lastContext.filter { $0.kind == .userInput }.compactMap(\.text)
     }
 
-    @Test("a fork at every position of a 5-turn thread holds the turns up to it and the model sees exactly that history; runtime and selected mode kept")
-    func forkAtEveryPosition() async throws {
-        let server = try await InProcessServer.launch()
+    @Test("a fork at every position of a 5-turn thread holds the turns up to it and the model sees exactly that history; runtime and selected mode kept",
+          arguments: Store.allCases)
+    func forkAtEveryPosition(_ store: Store) async throws {
+        let server = try await store.launch()
         let client = try await server.client()
         let source = try #require(try await client.startThread(Wire.ThreadStartParams(config: Self.v2, multiAgentMode: .proactive)).thread?.id)
         var turnIDs: [String] = []
@@ -60,9 +74,10 @@ struct BranchTests {
         }
     }
 
-    @Test("revert before or after a turn takes the later turns out of the context, emits thread/reverted, and a new turn follows the boundary")
-    func revertToABoundary() async throws {
-        let server = try await InProcessServer.launch()
+    @Test("revert before or after a turn takes the later turns out of the context, emits thread/reverted, and a new turn follows the boundary",
+          arguments: Store.allCases)
+    func revertToABoundary(_ store: Store) async throws {
+        let server = try await store.launch()
         let client = try await server.client()
         let inbox = Inbox(client)
         let id = try #require(try await client.startThread().thread?.id)
@@ -119,9 +134,10 @@ struct BranchTests {
         #expect(modeFragments(again.lastContext) == ["proactive"], "proactive as the baseline: no new fragment")
     }
 
-    @Test("thread/delete takes a root with its tree: subscribers hear thread/deleted, every later call is NOT_FOUND, a reader racing it sees all or nothing; a child or a running tree is refused unless force")
-    func deleteATree() async throws {
-        let server = try await InProcessServer.launch()
+    @Test("thread/delete takes a root with its tree: subscribers hear thread/deleted, every later call is NOT_FOUND, a reader racing it sees all or nothing; a child or a running tree is refused unless force",
+          arguments: Store.allCases)
+    func deleteATree(_ store: Store) async throws {
+        let server = try await store.launch()
         let client = try await server.client()
         let watcher = try await server.client()
         let inbox = Inbox(watcher)
