@@ -16,7 +16,7 @@ from playwright.sync_api import expect, sync_playwright
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "integration" / "python"))
-from conftest import start_listening, stop_server  # noqa: E402
+from conftest import tokens_file, start_listening, stop_server  # noqa: E402
 from threadwire_client import Client  # noqa: E402
 
 ALICE = "alice-2b4d6f8a0c1e3a5c7e9b"
@@ -29,9 +29,7 @@ GREP = {"name": "grep", "description": "Searches the workspace.",
 
 @pytest.fixture()
 def served(tmp_path):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\nops {OPS} operator\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\nbob {BOB}\nops {OPS} operator\n")
     config = tmp_path / "config.json"
     config.write_text('{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}')
     proc, addresses = start_listening(tmp_path, "--web-listen", "127.0.0.1:0", "--auth-tokens", str(tokens),
@@ -213,9 +211,7 @@ def free_port():
 
 
 def test_the_open_page_resumes_after_a_server_restart_without_reloading(tmp_path, browser):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\n")
     frames_port, web_port = free_port(), free_port()
 
     def start():

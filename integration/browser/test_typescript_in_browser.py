@@ -15,7 +15,7 @@ from playwright.sync_api import sync_playwright
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "integration" / "python"))
-from conftest import start_listening, stop_server  # noqa: E402
+from conftest import tokens_file, start_listening, stop_server  # noqa: E402
 
 DIST = ROOT / "clients" / "typescript" / "dist"
 ALICE = "alice-7c2e4a6b8d0f1e3a5c9b"
@@ -93,9 +93,7 @@ def page_origin():
 
 @pytest.fixture()
 def served(tmp_path, page_origin):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\n")
     config = tmp_path / "config.json"
     config.write_text('{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}')
     proc, addresses = start_listening(tmp_path, "--web-listen", "127.0.0.1:0", "--web-allowed-origin", page_origin,

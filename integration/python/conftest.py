@@ -28,6 +28,14 @@ def start_listening(tmp_path, *arguments, listen="127.0.0.1:0"):
     return proc, addresses
 
 
+def tokens_file(tmp_path, text, name="tokens"):
+    """A --auth-tokens file holding `text` (lines of 'principal token [operator]'), private as the server requires."""
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
 def stop_server(proc):
     if proc.poll() is None:
         proc.terminate()

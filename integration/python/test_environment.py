@@ -7,7 +7,7 @@ import subprocess
 import grpc
 import pytest
 
-from conftest import LISTENERS, ROOT
+from conftest import tokens_file, LISTENERS, ROOT
 from threadwire_client import Client
 from threadwire_client.client import StatusError
 
@@ -32,9 +32,7 @@ def addresses(proc, wanted):
 
 
 def test_a_server_configured_by_the_environment_alone(tmp_path):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\n")
     config = tmp_path / "config.json"
     config.write_text('{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}')
     proc = start({"THREADWIRE_LISTEN": "127.0.0.1:0", "THREADWIRE_GRPC_LISTEN": "127.0.0.1:0",

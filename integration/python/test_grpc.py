@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from conftest import rss_kib, start_listening, stop_server
+from conftest import tokens_file, rss_kib, start_listening, stop_server
 from threadwire_client import Client
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,9 +41,7 @@ def served(tmp_path):
 
 @pytest.fixture()
 def authenticated(tmp_path):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\nbob {BOB}\n")
     proc, addresses = start(tmp_path, "--auth-tokens", str(tokens))
     channel = grpc.insecure_channel(addresses["grpc"])
     yield addresses, channel

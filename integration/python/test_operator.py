@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import start_listening, stop_server
+from conftest import tokens_file, start_listening, stop_server
 from threadwire_client import Client
 from threadwire_client.client import StatusError
 
@@ -19,9 +19,7 @@ NOT_FOUND, PERMISSION_DENIED = 5, 7
 
 @pytest.fixture()
 def served(tmp_path):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\nops {OPS} operator\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\nbob {BOB}\nops {OPS} operator\n")
     proc, addresses = start_listening(tmp_path, "--auth-tokens", str(tokens))
     host, port = addresses["frames"].rsplit(":", 1)
     yield proc, (host, int(port)), tokens

@@ -8,7 +8,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from conftest import rss_kib, start_listening, stop_server
+from conftest import tokens_file, rss_kib, start_listening, stop_server
 from threadwire_client import Client, messages
 
 ALICE = "alice-3e5a7c9b1d2f4a6c8e0b"
@@ -126,9 +126,7 @@ def test_a_message_over_the_frame_limit_closes_the_socket(tmp_path):
 
 
 def test_tokens_and_origins(tmp_path):
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\n")
-    tokens.chmod(0o600)
+    tokens = tokens_file(tmp_path, f"alice {ALICE}\n")
     proc, addresses = start(tmp_path, "--auth-tokens", str(tokens), "--web-allowed-origin", "https://console.example")
     try:
         with connect(addresses["web"]) as ws:
