@@ -104,7 +104,7 @@ struct QueueTests {
         #expect(try await Self.inputs(client, id, count: 3) == ["#hold", "q3", "q2 changed"])
     }
 
-    @Test("two clients enqueue at once while a turn ends and a settings update races them: every queued turn runs once, each client's in its order")
+    @Test("two clients enqueue at once while a turn ends, an interrupt and a settings update race them: every queued turn runs once, each client's in its order")
     func concurrentEnqueues() async throws {
         let server = try await InProcessServer.launch()
         let owner = try await server.client()
@@ -120,10 +120,15 @@ struct QueueTests {
             group.addTask {
                 _ = try await owner.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: id, multiAgentModeUpdate: .multiAgentMode(.proactive)))
             }
+            group.addTask {
+                // An interrupt races them: it ends whichever turn runs and starts now.
+                _ = try await Self.start(owner, id, "interrupter", .interrupt)
+            }
             try await group.waitForAll()
         }
-        let ran = try await Self.inputs(client: owner, id, count: 21)
-        #expect(Set(ran.dropFirst()).count == 20, "each queued turn once")
+        let ran = try await Self.inputs(client: owner, id, count: 22)
+        #expect(ran.filter { $0 == "interrupter" }.count == 1)
+        #expect(Set(ran.filter { $0.hasPrefix("c") }).count == 20, "each queued turn once")
         for c in 0..<2 {
             #expect(ran.filter { $0.hasPrefix("c\(c)-") } == (0..<10).map { "c\(c)-\($0)" }, "client \(c)'s turns in its order")
         }
