@@ -383,14 +383,46 @@ struct ThreadCommand: AsyncParsableCommand {
     }
 
     struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List threads, newest first (-o table: one line each).")
         @OptionGroup var options: ServerOptions
         @Option var limit: UInt32 = 20
         @Flag var archived = false
         @Option(help: "Only threads whose name or preview contains this (3 characters or more, ignoring case).") var search: String?
+        @Option(name: [.customShort("o"), .customLong("output")], help: "json (the result as the server sends it) or table.") var format: ListFormat = .json
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived, searchTerm: search))))
+            let response = try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived, searchTerm: search)))
             await client.close()
+            guard format == .table, case let .threadList(list)? = response.result else { return try output(response) }
+            print(Self.table(list.data), terminator: "")
+        }
+
+        enum ListFormat: String, ExpressibleByArgument, CaseIterable { case json, table }
+
+        /// Columns padded to their widest cell; times in UTC.
+        static func table(_ threads: [Wire.Thread]) -> String {
+            let formatter = ISO8601DateFormatter()
+            var rows: [[String]] = [["ID", "NAME", "STATUS", "RUNTIME", "MODE", "UPDATED"]]
+            for thread in threads {
+                let status: String = thread.status?.type.map { "\($0)" } ?? "-"
+                let runtime: String = thread.multiAgentRuntime.map { "\($0)" } ?? "-"
+                let mode: String = thread.multiAgentMode.map { "\($0)" } ?? "unset"
+                var updated = "-"
+                if let millis = thread.updatedAt { updated = formatter.string(from: Date(timeIntervalSince1970: Double(millis) / 1000)) }
+                let name = String((thread.name ?? thread.preview ?? "").prefix(40))
+                rows.append([thread.id ?? "", name, status, runtime, mode, updated])
+            }
+            var widths = [Int](repeating: 0, count: rows[0].count)
+            for row in rows { for (column, cell) in row.enumerated() { widths[column] = max(widths[column], cell.count) } }
+            var out = ""
+            for row in rows {
+                var line = ""
+                for (column, cell) in row.enumerated() {
+                    line += column == row.count - 1 ? cell : cell.padding(toLength: widths[column] + 2, withPad: " ", startingAt: 0)
+                }
+                out += line + "\n"
+            }
+            return out
         }
     }
 }

@@ -332,6 +332,8 @@ struct LimitsTests {
         // ...and health and readiness say so.
         guard case let .healthCheck(full) = try await client.result(.healthCheck(.init())) else { Issue.record("bad result"); return }
         #expect(full.status == .notServing)
+        #expect(try await runCLI(["health", "--server", "127.0.0.1:\(server.port)"]).0 == 4,
+                "the CLI's health exits 4 while NOT_SERVING, as grpc_health_probe does")
         let readyz = try await httpGet(port: server.adminPort, path: "/readyz")
         #expect(readyz.status == 503 && readyz.body.contains("store"), "\(readyz)")
         // Reads still work.
@@ -346,6 +348,7 @@ struct LimitsTests {
             else { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(serving)
+        #expect(try await runCLI(["health", "--server", "127.0.0.1:\(server.port)"]).0 == 0)
         #expect(try await httpGet(port: server.adminPort, path: "/readyz").status == 200)
         _ = try await client.startThread()
         await server.stop()
