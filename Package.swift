@@ -55,6 +55,10 @@ let package = Package(
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
         // WebSocket (--web-listen): browsers reach the frame protocol.
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        // One precedence for every server setting: flag, THREADWIRE_* variable, config file key, default.
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+        // The CLI's -o yaml.
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
     targets: [
         // protoc-c output (committed; regenerate with codegen/generate.sh).
@@ -255,6 +259,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -264,6 +270,7 @@ let package = Package(
                 "ThreadwireClient", "ThreadwireWire", "ThreadwireSQLite", "ThreadwireCore", "ThreadwireNIO", "ThreadwireContract",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings
         ),

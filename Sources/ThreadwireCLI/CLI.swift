@@ -121,20 +121,6 @@ struct ServerOptions: ParsableArguments {
     }
 }
 
-/// Prints a result as JSON on stdout; a failure as JSON on stderr (its code,
-/// the code's name and the message) with exit 64 + the code.
-func output(_ response: Wire.Response) throws {
-    if response.code ?? 0 == 0 {
-        print(response.result.map(resultJSON)?.render(pretty: true) ?? "{}")
-    } else {
-        let code = response.code ?? 0
-        let error = JSONValue.object([("code", .uint(UInt64(code))), ("status", .string(StatusExit.name(code))),
-                                      ("message", .string(response.message ?? ""))])
-        FileHandle.standardError.write(Data((error.render(pretty: true) + "\n").utf8))
-        throw ExitCode(StatusExit.code(for: code))
-    }
-}
-
 func resultJSON(_ result: Wire.Response.Result) -> JSONValue {
     Wire.Response(result: result).jsonValue()[result.fieldName] ?? .object([])
 }
@@ -142,19 +128,44 @@ func resultJSON(_ result: Wire.Response.Result) -> JSONValue {
 struct Call: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Call any method with JSON params (field names as in the .proto), print the JSON result.",
-        discussion: "Example: threadwire call thread/start --json '{\"multi_agent_mode\": \"PROACTIVE\"}'")
+        discussion: """
+            Examples: threadwire call thread/start -d '{"multi_agent_mode": "PROACTIVE"}'
+                      threadwire call thread/read -d @params.json -o yaml
+                      echo '{"thread_id": "…"}' | threadwire call thread/read -d @-
+            """)
 
     @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
     @Argument(help: "Method name, e.g. thread/start, health/check, initialize.")
     var method: String
-    @Option(help: "The params as a JSON object.")
-    var json = "{}"
+    @Option(name: [.customShort("d"), .customLong("data"), .customLong("json")],
+            help: "The params as a JSON object; @FILE reads them from a file, @- from standard input (--json: the older name).")
+    var data = "{}"
+
+    /// The params' text: inline, @FILE or @- as curl and grpcurl take them.
+    var json: String {
+        get throws {
+            guard data.hasPrefix("@") else { return data }
+            let source = String(data.dropFirst())
+            let bytes: Data? = source == "-" ? FileHandle.standardInput.readDataToEndOfFile() : FileManager.default.contents(atPath: source)
+            guard let bytes else { throw ValidationError("-d @\(source): cannot read the file") }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+    }
     @Flag(help: "Build the request from the server's schema (reflection/descriptors) rather than this CLI's compiled contract; the default for a method this CLI does not know.")
     var reflect = false
 
     func run() async throws {
         let field = method.replacingOccurrences(of: "/", with: "_")
-        guard !reflect, var params = try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "") else {
+        let json = try self.json
+        let parsed: Wire.Request.Params?
+        do {
+            parsed = reflect ? nil : try Wire.Request.Params.fromJSON(fieldName: field, try JSONValue.parse(json), path: "")
+        } catch let error as WireError {
+            // The body is the caller's to fix: a usage error (exit 2), saying where.
+            throw ValidationError("-d: \(error)")
+        }
+        guard var params = parsed else {
             try await callThroughReflection()
             return
         }
@@ -166,7 +177,7 @@ struct Call: AsyncParsableCommand {
         // initialize and health/check work on a fresh connection; others initialize first.
         let client = try options.session(initialize: field != "initialize" && field != "health_check")
         defer { Task { await client.close() } }
-        try output(try await client.call(params))
+        try output(try await client.call(params), as: out.format)
     }
 }
 
@@ -174,7 +185,7 @@ extension Call {
     /// The request built from the server's own schema: any method it
     /// serves, even one this CLI was not compiled with.
     func callThroughReflection() async throws {
-        let params = try JSONValue.parse(json)
+        let params = try JSONValue.parse(try json)
         let client = try await options.connect(initialize: !["initialize", "health/check", "reflection/descriptors"].contains(method))
         defer { Task { await client.close() } }
         guard case let .reflectionDescriptors(reflected) = try await client.result(.reflectionDescriptors(.init())) else {
@@ -200,7 +211,7 @@ extension Call {
             FileHandle.standardError.write(Data((error.render(pretty: true) + "\n").utf8))
             throw ExitCode(1)
         }
-        print((member(field) ?? .object([])).render(pretty: true))
+        print(Rendered.text(member(field) ?? .object([]), as: out.format), terminator: "")
     }
 }
 
@@ -209,11 +220,12 @@ struct Health: AsyncParsableCommand {
         abstract: "Check the server's health (no initialize needed): exit 0 when SERVING, 4 when NOT_SERVING, 78 when unreachable.",
         discussion: "One attempt unless --attempts says more, so it can be a probe (as grpc_health_probe).")
     @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
     func run() async throws {
         let client = try options.session(initialize: false, defaultAttempts: 1)
         let response = try await client.call(.healthCheck(Wire.HealthCheckParams()))
         await client.close()
-        try output(response)
+        try output(response, as: out.format)
         if case let .healthCheck(health)? = response.result, health.status != .serving { throw ExitCode(4) }
     }
 }
@@ -233,6 +245,7 @@ struct ThreadCommand: AsyncParsableCommand {
 
     struct Start: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Option var model: String?
         @Option(help: "Selected multi-agent mode: explicitRequestOnly or proactive.") var mode: String?
         @Option(name: .customLong("config"), help: "KEY=VALUE override, e.g. features.multi_agent_v2=true.") var config: [String] = []
@@ -250,17 +263,18 @@ struct ThreadCommand: AsyncParsableCommand {
             }
             if review { params.source = .review }
             let client = try options.session()
-            try output(try await client.call(.threadStart(params)))
+            try output(try await client.call(.threadStart(params)), as: out.format)
             await client.close()
         }
     }
 
     struct Resume: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.threadResume(Wire.ThreadResumeParams(threadId: threadID, excludeTurns: true))))
+            try output(try await client.call(.threadResume(Wire.ThreadResumeParams(threadId: threadID, excludeTurns: true))), as: out.format)
             await client.close()
         }
     }
@@ -268,6 +282,7 @@ struct ThreadCommand: AsyncParsableCommand {
     struct Fork: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Fork a thread: whole, or up to a turn (--at TURN_ID: after it; --before TURN_ID).")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Option(help: "Fork after this turn.") var at: String?
         @Option(help: "Fork before this turn.") var before: String?
@@ -277,7 +292,7 @@ struct ThreadCommand: AsyncParsableCommand {
             if let at { params.position = .atTurnId(at) }
             if let before { params.position = .beforeTurnId(before) }
             let client = try options.session()
-            try output(try await client.call(.threadFork(params)))
+            try output(try await client.call(.threadFork(params)), as: out.format)
             await client.close()
         }
     }
@@ -286,6 +301,7 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Take turns out of the model's context from a boundary: --before TURN_ID (it and later ones) or --after TURN_ID.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Option var before: String?
         @Option var after: String?
@@ -297,7 +313,7 @@ struct ThreadCommand: AsyncParsableCommand {
             default: throw ValidationError("give one of --before TURN_ID or --after TURN_ID")
             }
             let client = try options.session()
-            try output(try await client.call(.threadRevert(params)))
+            try output(try await client.call(.threadRevert(params)), as: out.format)
             await client.close()
         }
     }
@@ -305,6 +321,7 @@ struct ThreadCommand: AsyncParsableCommand {
     struct Items: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "A page of a thread's items across its turns.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Option var limit: UInt32 = 50
         @Option(help: "From a previous page's next_cursor.") var cursor: String?
@@ -312,7 +329,7 @@ struct ThreadCommand: AsyncParsableCommand {
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.threadItemsList(Wire.ThreadItemsListParams(
-                threadId: threadID, cursor: cursor, limit: limit, sortDirection: newestFirst ? .descending : nil))))
+                threadId: threadID, cursor: cursor, limit: limit, sortDirection: newestFirst ? .descending : nil))), as: out.format)
             await client.close()
         }
     }
@@ -320,15 +337,17 @@ struct ThreadCommand: AsyncParsableCommand {
     struct Loaded: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "The ids of your threads loaded on the server that answers.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.threadLoadedList(Wire.ThreadLoadedListParams())))
+            try output(try await client.call(.threadLoadedList(Wire.ThreadLoadedListParams())), as: out.format)
             await client.close()
         }
     }
 
     struct Read: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Flag var turns = false
         @Flag(help: "With --turns: also what the model was shown.") var modelRequests = false
@@ -336,7 +355,7 @@ struct ThreadCommand: AsyncParsableCommand {
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.threadRead(Wire.ThreadReadParams(
-                threadId: threadID, includeTurns: turns, includeModelRequests: modelRequests, includeRolledBack: rolledBack))))
+                threadId: threadID, includeTurns: turns, includeModelRequests: modelRequests, includeRolledBack: rolledBack))), as: out.format)
             await client.close()
         }
     }
@@ -344,11 +363,12 @@ struct ThreadCommand: AsyncParsableCommand {
     struct Name: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Name a thread (an empty name clears it).")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Argument var name: String
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.threadNameSet(Wire.ThreadNameSetParams(threadId: threadID, name: name))))
+            try output(try await client.call(.threadNameSet(Wire.ThreadNameSetParams(threadId: threadID, name: name))), as: out.format)
             await client.close()
         }
     }
@@ -356,11 +376,12 @@ struct ThreadCommand: AsyncParsableCommand {
     struct Compact: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Compact a thread's context now and print the compaction turn's notifications.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         func run() async throws {
             let client = try options.session()
             let response = try await client.call(.threadCompactStart(Wire.ThreadCompactStartParams(threadId: threadID)))
-            try output(response)
+            try output(response, as: out.format)
             guard case let .threadCompactStart(result)? = response.result, let turnID = result.turn?.id else { return }
             for await notification in try await client.client().notifications {
                 writeLine(notification.jsonValue().render())
@@ -373,56 +394,28 @@ struct ThreadCommand: AsyncParsableCommand {
     struct Rollback: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Take the last N turns out of the model's context.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Argument(help: "How many turns, newest first.") var numTurns: UInt32 = 1
         func run() async throws {
             let client = try options.session()
-            try output(try await client.call(.threadRollback(Wire.ThreadRollbackParams(threadId: threadID, numTurns: numTurns))))
+            try output(try await client.call(.threadRollback(Wire.ThreadRollbackParams(threadId: threadID, numTurns: numTurns))), as: out.format)
             await client.close()
         }
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List threads, newest first (-o table: one line each).")
+        static let configuration = CommandConfiguration(abstract: "List threads, newest first (-o table: one line each, -o wide: more columns).")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Option var limit: UInt32 = 20
         @Flag var archived = false
         @Option(help: "Only threads whose name or preview contains this (3 characters or more, ignoring case).") var search: String?
-        @Option(name: [.customShort("o"), .customLong("output")], help: "json (the result as the server sends it) or table.") var format: ListFormat = .json
         func run() async throws {
             let client = try options.session()
             let response = try await client.call(.threadList(Wire.ThreadListParams(limit: limit, archived: archived, searchTerm: search)))
             await client.close()
-            guard format == .table, case let .threadList(list)? = response.result else { return try output(response) }
-            print(Self.table(list.data), terminator: "")
-        }
-
-        enum ListFormat: String, ExpressibleByArgument, CaseIterable { case json, table }
-
-        /// Columns padded to their widest cell; times in UTC.
-        static func table(_ threads: [Wire.Thread]) -> String {
-            let formatter = ISO8601DateFormatter()
-            var rows: [[String]] = [["ID", "NAME", "STATUS", "RUNTIME", "MODE", "UPDATED"]]
-            for thread in threads {
-                let status: String = thread.status?.type.map { "\($0)" } ?? "-"
-                let runtime: String = thread.multiAgentRuntime.map { "\($0)" } ?? "-"
-                let mode: String = thread.multiAgentMode.map { "\($0)" } ?? "unset"
-                var updated = "-"
-                if let millis = thread.updatedAt { updated = formatter.string(from: Date(timeIntervalSince1970: Double(millis) / 1000)) }
-                let name = String((thread.name ?? thread.preview ?? "").prefix(40))
-                rows.append([thread.id ?? "", name, status, runtime, mode, updated])
-            }
-            var widths = [Int](repeating: 0, count: rows[0].count)
-            for row in rows { for (column, cell) in row.enumerated() { widths[column] = max(widths[column], cell.count) } }
-            var out = ""
-            for row in rows {
-                var line = ""
-                for (column, cell) in row.enumerated() {
-                    line += column == row.count - 1 ? cell : cell.padding(toLength: widths[column] + 2, withPad: " ", startingAt: 0)
-                }
-                out += line + "\n"
-            }
-            return out
+            try output(response, as: out.format)
         }
     }
 }
@@ -432,8 +425,10 @@ struct TurnCommand: AsyncParsableCommand {
         commandName: "turn", abstract: "Start, steer or interrupt turns.", subcommands: [Start.self, Steer.self, Interrupt.self])
 
     struct Start: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Start a turn and print its notifications until it completes.")
+        static let configuration = CommandConfiguration(
+            abstract: "Start a turn: print the response, then (unless --no-wait) its notifications as JSON lines until it completes; with -o table, wide or yaml, the finished turn.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Argument(help: "The input text (lines starting with #tool, #hold, #fail script the embedded model).") var text: String
         @Option var model: String?
@@ -454,11 +449,18 @@ struct TurnCommand: AsyncParsableCommand {
             }
             let client = try answering.session(options)
             let response = try await client.call(.turnStart(params))
-            try output(response)
+            try output(response, as: out.format)
             guard !noWait, case let .turnStart(result)? = response.result, let turnID = result.turn?.id else { return }
             for await notification in try await client.client().notifications {
-                writeLine(notification.jsonValue().render())
-                if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID, done.threadId == threadID { break }
+                // JSON: every notification as a line; other formats: the finished turn, as they print a turn.
+                if out.format == .json { writeLine(notification.jsonValue().render()) }
+                if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID, done.threadId == threadID {
+                    if out.format != .json, out.format != .id, let finished = notification.jsonValue()["turn_completed"] {
+                        print(out.format == .yaml ? "---\n" + Rendered.text(finished, as: .yaml) : "\n" + Rendered.text(finished, as: out.format),
+                              terminator: "")
+                    }
+                    break
+                }
             }
             await client.close()
         }
@@ -467,13 +469,14 @@ struct TurnCommand: AsyncParsableCommand {
     struct Steer: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add input to the running turn; it reaches the model at the next model request.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Argument(help: "The running turn's id.") var turnID: String
         @Argument var text: String
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.turnSteer(Wire.TurnSteerParams(
-                threadId: threadID, expectedTurnId: turnID, input: [Wire.UserInput(content: .text(text))]))))
+                threadId: threadID, expectedTurnId: turnID, input: [Wire.UserInput(content: .text(text))]))), as: out.format)
             await client.close()
         }
     }
@@ -481,6 +484,7 @@ struct TurnCommand: AsyncParsableCommand {
     struct Interrupt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Interrupt a thread's running turn (the one running now, unless TURN_ID names it).")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Argument(help: "The turn to interrupt; absent: the running one.") var turnID: String?
         func run() async throws {
@@ -488,14 +492,14 @@ struct TurnCommand: AsyncParsableCommand {
             var turn = turnID
             if turn == nil {
                 let read = try await client.call(.threadRead(Wire.ThreadReadParams(threadId: threadID)))
-                guard case let .threadRead(result)? = read.result else { try output(read); return }
+                guard case let .threadRead(result)? = read.result else { try output(read, as: out.format); return }
                 turn = result.thread?.status?.activeTurnId
                 guard turn != nil else {
                     FileHandle.standardError.write(Data("threadwire: FAILED_PRECONDITION: thread \(threadID) has no running turn\n".utf8))
                     throw ExitCode(StatusExit.code(for: 9))
                 }
             }
-            try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turn))))
+            try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turn))), as: out.format)
             await client.close()
         }
     }
@@ -507,17 +511,29 @@ struct ModeCommand: AsyncParsableCommand {
         subcommands: [Show.self, Set.self])
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the selected mode, the pinned runtime and the last turn's effective mode.")
+        static let configuration = CommandConfiguration(abstract: "Print the selected mode, the pinned runtime and the last turn's effective mode (-o json or yaml: as an object).")
         @OptionGroup var options: ServerOptions
+        @OptionGroup(title: "Output") var out: ModeOutputOptions
         @Argument var threadID: String
         func run() async throws {
             let client = try options.session()
             let result = try await client.result(.threadRead(Wire.ThreadReadParams(threadId: threadID, includeTurns: true)))
             guard case let .threadRead(read) = result, let thread = read.thread else { throw ExitCode(1) }
             let effective = thread.turns.last?.context?.effectiveMultiAgentMode
-            print("selected:  \(thread.multiAgentMode.map { "\($0)" } ?? "unset")")
-            print("effective: \(thread.turns.isEmpty ? "(no turn yet)" : effective.map { "\($0)" } ?? "none (not applicable)") (last turn)")
-            print("runtime:   \(thread.multiAgentRuntime.map { $0 == .unspecified ? "unresolved (first turn decides)" : "\($0)" } ?? "unresolved")")
+            let selected = thread.multiAgentMode.map { "\($0)" } ?? "unset"
+            let effectiveText = thread.turns.isEmpty ? "(no turn yet)" : effective.map { "\($0)" } ?? "none (not applicable)"
+            let runtime = thread.multiAgentRuntime.map { $0 == .unspecified ? "unresolved (first turn decides)" : "\($0)" } ?? "unresolved"
+            switch out.format {
+            case .table, .wide, .id:
+                print("selected:  \(selected)")
+                print("effective: \(effectiveText) (last turn)")
+                print("runtime:   \(runtime)")
+            case .json, .yaml:
+                let shown = JSONValue.object([("selected", thread.multiAgentMode.map { .string("\($0)") } ?? .null),
+                                              ("effective", thread.turns.isEmpty ? .null : effective.map { .string("\($0)") } ?? .null),
+                                              ("runtime", thread.multiAgentRuntime.map { .string("\($0)") } ?? .null)])
+                print(Rendered.text(shown, as: out.format), terminator: "")
+            }
             await client.close()
         }
     }
@@ -525,16 +541,23 @@ struct ModeCommand: AsyncParsableCommand {
     struct Set: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Select explicitRequestOnly or proactive, or clear the selection.")
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var threadID: String
         @Argument(help: "explicitRequestOnly, proactive or clear.") var mode: String
         func run() async throws {
             var params = Wire.ThreadSettingsUpdateParams(threadId: threadID)
             params.multiAgentModeUpdate = mode == "clear" ? .clearMultiAgentMode(true) : .multiAgentMode(try parseMode(mode))
             let client = try options.session()
-            try output(try await client.call(.threadSettingsUpdate(params)))
+            try output(try await client.call(.threadSettingsUpdate(params)), as: out.format)
             await client.close()
         }
     }
+}
+
+/// mode show prints lines for people unless asked for JSON or YAML.
+struct ModeOutputOptions: ParsableArguments {
+    @Option(name: [.customShort("o"), .customLong("output")], help: "table (three lines, the default), json or yaml.")
+    var format: OutputFormat = .table
 }
 
 struct AgentCommand: AsyncParsableCommand {
@@ -542,6 +565,7 @@ struct AgentCommand: AsyncParsableCommand {
 
     struct Spawn: AsyncParsableCommand {
         @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
         @Argument var parentThreadID: String
         @Option var message: String?
         @Option var model: String?
@@ -549,7 +573,7 @@ struct AgentCommand: AsyncParsableCommand {
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.agentSpawn(Wire.AgentSpawnParams(
-                parentThreadId: parentThreadID, message: message, model: model, taskName: taskName))))
+                parentThreadId: parentThreadID, message: message, model: model, taskName: taskName))), as: out.format)
             await client.close()
         }
     }

@@ -3,6 +3,7 @@ import ThreadwireCore
 import ThreadwireMCP
 import ThreadwireModels
 import ThreadwireServer
+import ThreadwireWire
 
 /// The server's JSON config file. Every key is optional:
 ///
@@ -104,7 +105,7 @@ enum ConfigFile {
     /// Every key the file may hold, by the path of the object that holds it
     /// ("" for the top level; "[]" for each element of a list).
     static let knownKeys: [String: Set<String>] = [
-        "": ["default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
+        "": ["server", "default_model", "base_instructions", "default_multi_agent_mode", "features", "agents", "multi_agent_v2",
              "model_providers", "models", "limits", "tools", "mcp_servers", "compaction", "events", "tracing"],
         "events": ["keep_count", "keep_age_ms", "trim_interval_ms"],
         "tracing": ["enabled", "endpoint", "sample_ratio", "service_name"],
@@ -130,7 +131,8 @@ enum ConfigFile {
     static func unknownKey(in data: Data) -> String? {
         guard let top = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
         func walk(_ object: [String: Any], _ path: String) -> String? {
-            let known = knownKeys[path] ?? []
+            // "server" holds the flags' keys, read from the command's declarations.
+            let known = path == "server" ? SettingSources.serverKeys : knownKeys[path] ?? []
             for key in object.keys.sorted() {
                 let dotted = path.isEmpty ? key : "\(path).\(key)"
                 if known == ["*"] {
@@ -141,7 +143,8 @@ enum ConfigFile {
                     continue
                 }
                 guard known.contains(key) else { return dotted }
-                if let nested = object[key] as? [String: Any], knownKeys[dotted] != nil, let found = walk(nested, dotted) { return found }
+                if let nested = object[key] as? [String: Any], knownKeys[dotted] != nil || dotted == "server",
+                   let found = walk(nested, dotted) { return found }
                 if let list = object[key] as? [Any], knownKeys[dotted + "[]"] != nil {
                     for element in list {
                         if let nested = element as? [String: Any], let found = walk(nested, dotted + "[]") { return found }
@@ -211,13 +214,33 @@ enum ConfigFile {
         return byModel
     }
 
-    static func load(_ path: String) throws -> Loaded {
+    /// The file's top-level object, once it is known to be JSON with only known keys.
+    static func checkedObject(_ path: String) throws -> [String: Any] {
+        let data = try checkedData(path)
+        return (try? JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+    }
+
+    static func checkedData(_ path: String) throws -> Data {
         guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError(description: "cannot read config file \(path)") }
+        do {
+            guard try JSONSerialization.jsonObject(with: data) is [String: Any] else {
+                throw ConfigError(description: "config file \(path) must hold one JSON object")
+            }
+        } catch let error as ConfigError {
+            throw error
+        } catch {
+            throw ConfigError(description: "config file \(path) is not JSON: \(JSONErrorPosition.describe(error, in: data))")
+        }
         // Unknown keys first: a misspelled key often also leaves a required one missing.
         if let key = unknownKey(in: data) {
             throw ConfigError(description: "config file \(path): unknown key '\(key)' (a misspelling, or a setting this version does not have); "
                 + "remove it or correct it")
         }
+        return data
+    }
+
+    static func load(_ path: String) throws -> Loaded {
+        let data = try checkedData(path)
         let file: File
         do { file = try JSONDecoder().decode(File.self, from: data) } catch {
             throw ConfigError(description: "config file \(path) is not valid: \(error)")

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 public import Logging
 import Metrics
 import OTel
@@ -201,17 +202,55 @@ extension LoggingSystem {
     /// (from the task's current span) when tracing is on.
     static func bootstrapServer(format: LogFormat, level: Logger.Level) {
         let provider = OTel.makeLoggingMetadataProvider()
+        LiveLogLevel.set(level)
         LoggingSystem.bootstrap({ label, provider in
             switch format {
             case .text:
                 var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
-                handler.logLevel = level
-                return handler
+                handler.logLevel = .trace
+                return LiveLevelHandler(inner: handler)
             case .json:
                 var handler = JSONLogHandler(label: label, metadataProvider: provider)
-                handler.logLevel = level
-                return handler
+                handler.logLevel = .trace
+                return LiveLevelHandler(inner: handler)
             }
         }, metadataProvider: provider)
     }
+}
+
+/// The process's log level: every handler reads it, so a SIGHUP that
+/// re-reads the config file changes it for loggers already made.
+enum LiveLogLevel {
+    private static let index = Atomic<Int>(Logger.Level.allCases.firstIndex(of: .info)!)
+
+    static var current: Logger.Level { Logger.Level.allCases[index.load(ordering: .relaxed)] }
+
+    static func set(_ level: Logger.Level) {
+        index.store(Logger.Level.allCases.firstIndex(of: level)!, ordering: .relaxed)
+    }
+}
+
+/// A handler whose level is the live one unless a logger set its own.
+struct LiveLevelHandler: LogHandler {
+    var inner: any LogHandler
+    private var own: Logger.Level?
+
+    init(inner: any LogHandler) { self.inner = inner }
+
+    var logLevel: Logger.Level {
+        get { own ?? LiveLogLevel.current }
+        set { own = newValue }
+    }
+
+    var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) { inner.log(event: event) }
 }

@@ -35,7 +35,12 @@ public struct ServerCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "threadwire-server",
         abstract: "Serve threadwire threads over framed protobuf on TCP.",
-        version: ThreadwireRelease.version)
+        discussion: """
+            Every flag may also come from its THREADWIRE_* environment variable or its key in the --config file \
+            (see --print-environment); a flag given wins over its variable, which wins over the file.
+            """,
+        version: ThreadwireRelease.version,
+        subcommands: [ConfigCommand.self])
 
     @Option(help: "HOST:PORT to listen on; port 0 picks a free port.")
     var listen = "127.0.0.1:7420"
@@ -158,18 +163,25 @@ public struct ServerCommand: AsyncParsableCommand {
     @Option(help: "Event loop threads (they also run the server's tasks); default: one per core. Fewer than the cores leaves room for other processes on the machine (a load generator, PostgreSQL), which shortens the latency tail.")
     var eventLoops: Int?
 
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
-    var logLevel = "info"
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical. A SIGHUP re-reads it from the config file when neither the flag nor THREADWIRE_LOG_LEVEL set it.")
+    var logLevel: Logger.Level = .info
 
-    @Flag(help: "Print the THREADWIRE_* variable of every flag as a Markdown table (docs/configuration.md holds it) and exit.")
+    @Flag(help: "Print the THREADWIRE_* variable and the config file key of every flag as a Markdown table (docs/configuration.md holds it) and exit.")
     var printEnvironment = false
+
+    @Flag(help: "Print the effective configuration (flags, THREADWIRE_* variables and the config file resolved, defaults filled in, secrets redacted) as a config file and exit.")
+    var printConfig = false
 
     @Option(help: "Log lines on standard error: text, or json (one object per line with request, thread, trace and span ids).")
     var logFormat: LogFormat = .text
 
     public func run() async throws {
         if printEnvironment {
-            print(EnvironmentFlags.markdownTable(), terminator: "")
+            print(SettingSources.markdownTable(), terminator: "")
+            return
+        }
+        if printConfig {
+            print(try effectiveConfigurationJSON())
             return
         }
         // Run Swift Concurrency on NIO's event loops: requests then avoid a
@@ -180,10 +192,7 @@ public struct ServerCommand: AsyncParsableCommand {
             NIOSingletons.groupLoopCountSuggestion = eventLoops
         }
         _ = NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-        guard let level = Logger.Level(rawValue: logLevel) else {
-            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical; got '\(logLevel.prefix(40))'")
-        }
-        LoggingSystem.bootstrapServer(format: logFormat, level: level)
+        LoggingSystem.bootstrapServer(format: logFormat, level: logLevel)
         let logger = Logger(label: "threadwire")
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(Self.metricsFactory(registry))
@@ -199,12 +208,24 @@ public struct ServerCommand: AsyncParsableCommand {
             FileHandle.standardOutput.write(Data("threadwire web on http://\(boundHost):\(boundPort)\n".utf8))
         }
         let server = composed.server
-        let reloads = composed.reloadsCredentials ? Self.onSIGHUP {
-            do { try server.reloadCredentials() } catch {
-                logger.error("auth tokens not reloaded; the previous tokens stay in use", metadata: ["tw.error": "\(error)"])
+        let reloadsCredentials = composed.reloadsCredentials
+        // The log level follows the file only where no flag or variable fixed it.
+        let fileLogLevel = config != nil && !CommandLine.arguments.contains(where: { $0 == "--log-level" || $0.hasPrefix("--log-level=") })
+            && ProcessInfo.processInfo.environment["THREADWIRE_LOG_LEVEL"] == nil
+        let reloads = Self.onSIGHUP { [config] in
+            if reloadsCredentials {
+                do { try server.reloadCredentials() } catch {
+                    logger.error("auth tokens not reloaded; the previous tokens stay in use", metadata: ["tw.error": "\(error)"])
+                }
             }
-        } : nil
-        defer { reloads?.cancel() }
+            guard let config else { return }
+            do {
+                try Self.reloadLogLevel(from: config, followsFile: fileLogLevel, logger: logger)
+            } catch {
+                logger.error("config file not reloaded; the previous settings stay in use", metadata: ["tw.error": "\(error)"])
+            }
+        }
+        defer { reloads.cancel() }
         let group = ServiceGroup(configuration: .init(
             services: composed.services, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger))
         try await group.run()
@@ -479,6 +500,31 @@ public struct ServerCommand: AsyncParsableCommand {
     }
 
     /// Runs `reload` on every SIGHUP, off the signal handler.
+    /// SIGHUP: the config file's server.log_level, when nothing above the file set it.
+    static func reloadLogLevel(from path: String, followsFile: Bool, logger: Logger) throws {
+        let object = try ConfigFile.checkedObject(path)
+        let before = LiveLogLevel.current
+        var after = Logger.Level.info
+        if let named = SettingSources.lookup("server.log_level", in: object) {
+            guard let text = named as? String, let level = Logger.Level(rawValue: text) else {
+                throw ConfigFile.ConfigError(description: "config file \(path): server.log_level must be one of "
+                    + Logger.Level.allCases.map(\.rawValue).joined(separator: ", ") + "; got '\(named)'")
+            }
+            after = level
+        }
+        guard followsFile else {
+            if after != before {
+                logger.notice("config reloaded; log level stays \(before.rawValue): --log-level or THREADWIRE_LOG_LEVEL set it")
+            }
+            return
+        }
+        LiveLogLevel.set(after)
+        // At a level the new setting shows, so the line announcing it is never filtered.
+        logger.log(level: max(.notice, after), after == before ? "config reloaded; log level unchanged (\(after.rawValue))"
+            : "config reloaded; log level changed from \(before.rawValue) to \(after.rawValue)",
+            metadata: ["tw.config": "\(path)"])
+    }
+
     static func onSIGHUP(_ reload: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
         signal(SIGHUP, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())

@@ -6,10 +6,13 @@ import ThreadwireServerCommand
 @main
 enum ThreadwireServerMain {
     static func main() async {
+        let given = Array(CommandLine.arguments.dropFirst())
+        // A subcommand (config check) reads what it names, not this process's settings.
+        if given.first == "config" { await ServerCommand.main(given); return }
         let arguments: [String]
         do {
-            // THREADWIRE_* variables stand for the flags not given (EnvironmentFlags).
-            arguments = try EnvironmentFlags.arguments(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment)
+            // THREADWIRE_* variables and config file keys stand for the flags not given (SettingSources).
+            arguments = try await SettingSources.arguments(given, environment: ProcessInfo.processInfo.environment)
         } catch {
             ServerCommand.exit(withError: error)
         }

@@ -41,7 +41,8 @@ public enum JSONValue: Sendable, Equatable {
         } catch let error as WireError {
             throw error
         } catch {
-            throw WireError.invalidJSON(path: "", reason: "not JSON (\(error))")
+            let data = Data(text.utf8)
+            throw WireError.invalidJSON(path: "", reason: "not JSON (\(JSONErrorPosition.locate(data) ?? JSONErrorPosition.describe(error, in: data)))")
         }
     }
 

@@ -1,7 +1,11 @@
-"""The server configured from THREADWIRE_* environment variables alone (no
-flag): listeners, store, tokens and config file come from the environment,
-a flag given as well wins, and a bad value stops startup naming the variable."""
+"""The server configured from THREADWIRE_* environment variables or config
+file keys alone (no flag): listeners, store, tokens and limits come from
+them, a flag wins over its variable and a variable over the file, a bad value
+stops startup naming where it came from; --print-config, `config check` and
+the SIGHUP reload of the log level, on the real binary."""
+import json
 import os
+import signal
 import subprocess
 
 import grpc
@@ -74,4 +78,119 @@ def test_a_flag_wins_over_its_variable_and_a_bad_value_is_refused_naming_it(tmp_
     assert bad.returncode != 0 and "THREADWIRE_ALLOW_UNAUTHENTICATED must be true or false" in err
     bad = start({"THREADWIRE_DATA_DIR": str(tmp_path / "other"), "THREADWIRE_MAX_CONNECTIONS": "lots"})
     _, err = bad.communicate(timeout=20)
-    assert bad.returncode != 0 and "max-connections" in err, err
+    assert bad.returncode != 0 and "THREADWIRE_MAX_CONNECTIONS must be an integer, got 'lots'" in err, err
+
+
+def run(*arguments, env=None):
+    binary = os.environ.get("THREADWIRE_SERVER_BIN", str(ROOT / ".build" / "debug" / "threadwire-server"))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("THREADWIRE_")}
+    return subprocess.run([binary, *arguments], capture_output=True, text=True, timeout=30, env={**clean, **(env or {})})
+
+
+def test_a_server_configured_by_its_config_file_alone(tmp_path):
+    """Listeners, store and limits from the file's keys; a variable wins over the file."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"server": {"listen": "127.0.0.1:0", "grpc_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "store"),
+                                             "log_level": "error"},
+                                  "limits": {"max_frame_bytes": 65536, "idle_timeout_ms": 12345}}))
+    proc = start({"THREADWIRE_CONFIG": str(config), "THREADWIRE_DATA_DIR": str(tmp_path / "from-env"), "THREADWIRE_IDLE_TIMEOUT_MS": "23456"})
+    try:
+        found = addresses(proc, 2)
+        host, port = found["frames"].rsplit(":", 1)
+        with Client(host, int(port)) as client:
+            hello = client.initialize("file")
+            assert hello.limits.max_frame_bytes == 65536, "limits.max_frame_bytes from the file is in force"
+            assert hello.limits.idle_timeout_ms == 23456, "THREADWIRE_IDLE_TIMEOUT_MS wins over limits.idle_timeout_ms"
+        grpc.channel_ready_future(grpc.insecure_channel(found["grpc"])).result(timeout=10)
+        assert (tmp_path / "from-env").is_dir() and not (tmp_path / "store").exists(), "THREADWIRE_DATA_DIR wins over server.data_dir"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_print_config_redacts_secrets_and_reads_back_as_the_same_configuration(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"features": {"multi_agent_v2": True}, "server": {"listen": "127.0.0.1:7777"},
+                                  "mcp_servers": {"time": {"command": "mcp-server-time", "env": {"API_KEY": "sk-live-123"}}}}))
+    printed = run("--print-config", "--config", str(config), "--peer-token", "peer-secret-0123456789abcdef",
+                  "--store", "postgres://tw:db-password-42@db.example/tw", env={"THREADWIRE_MAX_FRAME_BYTES": "65536"})
+    assert printed.returncode == 0, printed.stderr
+    for secret in ("peer-secret-0123456789abcdef", "db-password-42", "sk-live-123"):
+        assert secret not in printed.stdout
+    shown = json.loads(printed.stdout)
+    assert shown["server"]["listen"] == "127.0.0.1:7777", "the file's key"
+    assert shown["server"]["peer_token"] == "<redacted>" and shown["server"]["store"] == "postgres://tw:redacted@db.example/tw"
+    assert shown["limits"]["max_frame_bytes"] == 65536, "the variable's value"
+    assert shown["limits"]["max_connections"] == 4096, "the default, filled in"
+    assert shown["features"] == {"multi_agent": True, "multi_agent_v2": True, "multi_agent_mode": False}
+    assert shown["mcp_servers"]["time"]["env"] == {"API_KEY": "<redacted>"}
+    again = tmp_path / "printed.json"
+    again.write_text(printed.stdout)
+    checked = run("config", "check", str(again))
+    assert checked.returncode == 0 and checked.stdout.strip() == f"{again}: valid", checked.stderr
+    reprinted = run("--print-config", "--config", str(again), "--peer-token", "peer-secret-0123456789abcdef",
+                    "--store", "postgres://tw:db-password-42@db.example/tw")
+    assert json.loads(reprinted.stdout) == shown, "the printed configuration is the same configuration"
+
+
+def test_config_check_names_the_key_and_exits_78(tmp_path):
+    cases = {
+        '{"server": {"log_level": "loud"}}': "server.log_level: The value 'loud' is invalid for '--log-level <log-level>'. "
+                                             "Please provide one of the following: trace, debug, info, notice, warning, error, critical",
+        '{"server": {"max_connections": 3}}': "unknown key 'server.max_connections'",
+        '{"limits": {"max_frame_bytes": "big"}}': "limits.max_frame_bytes must be an integer, got 'big'",
+        '{"server": {"listen": "nowhere"}}': "--listen",
+        '{\n  "features": {\n    "multi_agent_v2": tru\n  }\n}': "is not JSON: line 3, column 2",
+    }
+    for text, expected in cases.items():
+        path = tmp_path / "bad.json"
+        path.write_text(text)
+        checked = run("config", "check", str(path))
+        assert checked.returncode == 78, (text, checked.stdout, checked.stderr)
+        assert expected in checked.stderr, (text, checked.stderr)
+    good = tmp_path / "good.json"
+    good.write_text('{"server": {"listen": "0.0.0.0:7420"}, "features": {"multi_agent_v2": true}}')
+    assert run("config", "check", str(good)).returncode == 0
+    # With this environment laid over it, a bad variable fails the check too.
+    assert run("config", "check", "--with-environment", str(good), env={"THREADWIRE_EVENT_LOOPS": "x"}).returncode == 78
+
+
+def test_sighup_applies_the_config_files_log_level_and_says_so(tmp_path):
+    config = tmp_path / "config.json"
+    settings = {"server": {"listen": "127.0.0.1:0", "data_dir": str(tmp_path / "store"), "log_level": "warning"}}
+    config.write_text(json.dumps(settings))
+    proc = start({}, "--config", str(config))
+    try:
+        host, port = addresses(proc, 1)["frames"].rsplit(":", 1)
+        settings["server"]["log_level"] = "debug"
+        config.write_text(json.dumps(settings))
+        proc.send_signal(signal.SIGHUP)
+        line = ""
+        while "log level" not in line:
+            line = proc.stderr.readline()
+            assert line, f"the server exited (exit {proc.poll()})"
+        assert "log level changed from warning to debug" in line, line
+        with Client(host, int(port)) as client:
+            client.initialize("after")
+        line = ""
+        while "connection opened" not in line:
+            line = proc.stderr.readline()
+            assert line, "no debug line after the reload"
+        assert " debug " in line, line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    # A flag fixes the level: the reload says it stays.
+    config.write_text(json.dumps({"server": {"listen": "127.0.0.1:0", "data_dir": str(tmp_path / "store"), "log_level": "debug"}}))
+    proc = start({}, "--config", str(config), "--log-level", "notice")
+    try:
+        addresses(proc, 1)
+        proc.send_signal(signal.SIGHUP)
+        line = ""
+        while "log level" not in line:
+            line = proc.stderr.readline()
+            assert line, f"the server exited (exit {proc.poll()})"
+        assert "log level stays notice" in line, line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
