@@ -25,17 +25,27 @@ struct CLI: AsyncParsableCommand {
     /// exit 2 (not 64, which here means a status), and a server out of
     /// reach is UNAVAILABLE's 78 with one line saying so.
     static func main() async {
+        var command: any ParsableCommand
         do {
-            var command = try parseAsRoot()
-            if var command = command as? any AsyncParsableCommand {
-                try await command.run()
+            command = try parseAsRoot()
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+        do {
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
             } else {
                 try command.run()
             }
         } catch {
             let code = exitCode(for: error)
             if code == .validationFailure {
-                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                // Found while running (a request body, a file): the message is the help, not the usage screen.
+                FileHandle.standardError.write(Data(("threadwire: " + message(for: error) + "\n").utf8))
                 Foundation.exit(2)
             }
             if error is ExitCode || error is CleanExit || code == .success { exit(withError: error) }
@@ -61,11 +71,20 @@ enum StatusExit {
 
     /// One line for an error that means the server could not be reached
     /// (nil for any other error).
-    static func unreachable(_ error: any Error) -> String? {
+    static func unreachable(_ error: any Error, arguments: [String] = CommandLine.arguments,
+                            environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
         let text = "\(error)"
-        let markers = ["connection refused", "Connection refused", "connectTimeout", "NIOConnectionError", "No route to host", "unreachable"]
-        guard markers.contains(where: text.contains) else { return nil }
-        return "threadwire: UNAVAILABLE: cannot reach the server (\(text.prefix(200)))"
+        // What happened, in words, rather than SwiftNIO's description of its attempt.
+        let reasons = [("Connection refused", "connection refused"), ("connection refused", "connection refused"),
+                       ("connectTimeout", "timed out connecting"), ("No route to host", "no route to host"),
+                       ("unreachable", "network unreachable"), ("NIOConnectionError", "the connection failed")]
+        guard let reason = reasons.first(where: { text.contains($0.0) })?.1 else { return nil }
+        var server = environment["THREADWIRE_SERVER"] ?? "127.0.0.1:7420"
+        for (index, argument) in arguments.enumerated() {
+            if argument == "--server", index + 1 < arguments.count { server = arguments[index + 1] }
+            if argument.hasPrefix("--server=") { server = String(argument.dropFirst("--server=".count)) }
+        }
+        return "threadwire: UNAVAILABLE: cannot reach the server at \(server): \(reason)"
     }
 }
 
@@ -456,8 +475,8 @@ struct TurnCommand: AsyncParsableCommand {
                 if out.format == .json { writeLine(notification.jsonValue().render()) }
                 if case let .turnCompleted(done)? = notification.payload, done.turn?.id == turnID, done.threadId == threadID {
                     if out.format != .json, out.format != .id, let finished = notification.jsonValue()["turn_completed"] {
-                        print(out.format == .yaml ? "---\n" + Rendered.text(finished, as: .yaml) : "\n" + Rendered.text(finished, as: out.format),
-                              terminator: "")
+                        let text = out.format == .yaml ? "---\n" + Rendered.text(finished, as: .yaml) : "\n" + Rendered.text(finished, as: out.format)
+                        FileHandle.standardOutput.write(Data(text.utf8))
                     }
                     break
                 }

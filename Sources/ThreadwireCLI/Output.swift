@@ -34,7 +34,8 @@ func output(_ response: Wire.Response, as format: OutputFormat = .json) throws {
         throw ExitCode(StatusExit.code(for: code))
     }
     let value = response.result.map(resultJSON) ?? .object([])
-    print(Rendered.text(value, as: format), terminator: "")
+    // Written at once: notifications that follow go straight to fd 1, and the response must come first.
+    FileHandle.standardOutput.write(Data(Rendered.text(value, as: format).utf8))
 }
 
 /// A JSON value as each output format writes it.
