@@ -245,7 +245,7 @@ enum Tables {
         guard case let .string(text)? = value else { return value == nil ? absent : scalar(value) }
         if text == "MULTI_AGENT_RUNTIME_UNSPECIFIED" { return "unresolved" }
         for prefix in ["MULTI_AGENT_RUNTIME_", "MULTI_AGENT_MODE_", "THREAD_STATUS_TYPE_", "TURN_STATUS_", "THREAD_SOURCE_KIND_",
-                       "SERVING_STATUS_", "ITEM_TYPE_"]
+                       "SERVING_STATUS_", "ITEM_TYPE_", "APPROVAL_POLICY_"]
             where text.hasPrefix(prefix) {
             let rest = text.dropFirst(prefix.count).lowercased()
             if prefix == "MULTI_AGENT_MODE_" { return rest == "explicit_request_only" ? "explicitRequestOnly" : rest }
