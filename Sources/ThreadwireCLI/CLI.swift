@@ -18,7 +18,7 @@ struct CLI: AsyncParsableCommand {
             server cannot be reached; 1 anything else.
             """,
         version: ThreadwireRelease.version,
-        subcommands: [Call.self, Health.self, ThreadCommand.self, TurnCommand.self, ModeCommand.self,
+        subcommands: [Call.self, ListMethods.self, Describe.self, Health.self, ThreadCommand.self, TurnCommand.self, ModeCommand.self,
                       AgentCommand.self, Watch.self, Import.self, Replay.self, Bench.self, Conformance.self])
 
     /// ArgumentParser's own run, with the exit codes above: usage errors

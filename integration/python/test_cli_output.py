@@ -76,6 +76,16 @@ def test_results_in_every_format(served):
     check("call-data-stdin.id", cli(address, "call", "thread/read", "-d", "@-", "-o", "id", stdin=params.read_text()))
 
 
+def test_list_and_describe_from_the_servers_schema(served):
+    address, _ = served
+    check("list", cli(address, "list"))
+    check("list.wide", cli(address, "list", "--all", "-o", "wide"))
+    check("describe-method", cli(address, "describe", "thread/settings/update"))
+    check("describe-message", cli(address, "describe", "ThreadSettings"))
+    check("describe-enum", cli(address, "describe", "threadwire.v1.MultiAgentMode"))
+    check("describe-unknown", cli(address, "describe", "thread/nope"))
+
+
 def test_errors_and_exit_codes(served):
     address, tmp = served
     for output in ("json", "yaml", "table"):
