@@ -19,7 +19,7 @@ WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps apt-run-deps py-deps c-client build run test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 ## Installs the missing ones of $(1).
@@ -78,6 +78,25 @@ CONFIG ?= contrib/config/threadwire.json
 run: build
 	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) \
 	  --web-listen $(WEB_LISTEN) --data-dir $(DATA_DIR) --config $(CONFIG)
+
+## make install: release binaries, shell completions (bash, zsh, fish) and man
+## pages under $(DESTDIR)$(PREFIX). install-files alone installs what
+## $(BIN_DIR) holds (the tests use the debug build).
+PREFIX ?= /usr/local
+BIN_DIR ?= .build/release
+install: apt-run-deps
+	swift build -c release $(SWIFT_BUILD_FLAGS)
+	$(MAKE) install-files
+install-files:
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	for binary in threadwire threadwire-server; do \
+	  install -m 755 $(BIN_DIR)/$$binary $(DESTDIR)$(PREFIX)/bin/$$binary && \
+	  $(BIN_DIR)/$$binary --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$binary && \
+	  $(BIN_DIR)/$$binary --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_$$binary && \
+	  $(BIN_DIR)/$$binary --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/$$binary.fish && \
+	  python3 codegen/gen_man.py $(BIN_DIR)/$$binary 1 > $(DESTDIR)$(PREFIX)/share/man/man1/$$binary.1 || exit 1; \
+	done
 
 generate: deps
 	codegen/generate.sh
