@@ -9,7 +9,7 @@ RUN_PACKAGES := libprotobuf-c-dev libsqlite3-dev pkg-config
 ## ...and what the tests and code generation need besides.
 APT_PACKAGES := $(RUN_PACKAGES) protobuf-c-compiler protobuf-compiler valgrind haproxy openssl libssl-dev postgresql \
   golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript chromium iproute2 nftables faketime \
-  prometheus
+  prometheus systemd man-db groff-base
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
 LISTEN ?= 127.0.0.1:7420

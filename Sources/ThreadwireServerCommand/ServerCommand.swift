@@ -413,6 +413,10 @@ public struct ServerCommand: AsyncParsableCommand {
             services.append(.init(service: web, serviceName: "web"))
         }
         services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "frames"))
+        if transport == nil, let notifier = SystemdNotifier(environment: ProcessInfo.processInfo.environment, describe: "on \(listen)",
+                                                            logger: logger, waitUntilServing: { await server.waitUntilServing() }) {
+            services.append(.init(service: notifier, serviceName: "systemd-notify"))
+        }
         return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
     }
 
