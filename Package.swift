@@ -123,6 +123,7 @@ let package = Package(
             dependencies: [
                 "ThreadwireCore", "ThreadwireStorage",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import PostgresNIO
 import Synchronization
 import ThreadwireCore
@@ -74,6 +75,10 @@ final class CommitBatcher: Sendable {
     /// Whether a call runs or commits wait for one.
     var busy: Bool { state.withLock { $0.callsInFlight > 0 || !$0.pending.isEmpty } }
 
+    // The SQLite store's names: a dashboard of commit latency works on either store.
+    private let batchSize = Recorder(label: "threadwire_store_commit_batch_size", aggregate: true)
+    private let latency = Metrics.Timer(label: "threadwire_store_commit_seconds")
+
     /// Calls until nothing waits.
     private func drain() async {
         while true {
@@ -97,7 +102,10 @@ final class CommitBatcher: Sendable {
                 let error = StoreError.outcomeUnknown("PostgreSQL at \(location) did not complete a commit within \(timeout)")
                 if answer.give(batch.map { _ in .failure(error) }) { self.abandoned() }
             }
+            batchSize.record(batch.count)
+            let started = ContinuousClock.now
             let outcomes = await run(batch.map(\.commit))
+            latency.record(duration: ContinuousClock.now - started)
             DeadlineTimer.shared.cancel(alarm)
             guard answer.give(outcomes) else { return }
         }

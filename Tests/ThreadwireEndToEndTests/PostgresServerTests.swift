@@ -143,4 +143,25 @@ extension PostgresServerTests {
         let client = try await server.client()
         _ = try await client.startThread()
     }
+
+    @Test("/metrics on PostgreSQL has the commit latency histogram and batch sizes the SQLite store has, moving with commits")
+    func commitMetrics() async throws {
+        let url = try await PostgresCluster.database()
+        let server = try await ServerProcess.launch(arguments: ["--store", url, "--admin-listen", "127.0.0.1:0"])
+        defer { server.stopInBackground() }
+        let before = try await httpGet(port: server.adminPort, path: "/metrics").body
+        let client = try await server.client()
+        // Concurrent commits, so some share a call.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<20 { group.addTask { _ = try await client.startThread() } }
+            try await group.waitForAll()
+        }
+        let after = try await httpGet(port: server.adminPort, path: "/metrics").body
+        let calls = (metricValue(after, "threadwire_store_commit_seconds_count") ?? 0) - (metricValue(before, "threadwire_store_commit_seconds_count") ?? 0)
+        #expect(calls >= 1 && calls <= 20, "one observation per call to threadwire_commit: \(calls)")
+        #expect(after.contains("threadwire_store_commit_seconds_bucket{le="), "a histogram, with buckets")
+        #expect((metricValue(after, "threadwire_store_commit_batch_size_sum") ?? 0) - (metricValue(before, "threadwire_store_commit_batch_size_sum") ?? 0) >= 20,
+                "every commit counted in some batch")
+        #expect(after.contains("# HELP threadwire_store_commit_seconds "))
+    }
 }
