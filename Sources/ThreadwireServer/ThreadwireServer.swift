@@ -168,6 +168,28 @@ public final class ThreadwireServer: Service, Sendable {
         return (count, closed)
     }
 
+    /// The per-principal limits in force (limits.max_requests_per_second and the rest).
+    public var principalLimits: PrincipalLimits { services.engine.principalLimits.current }
+
+    /// Puts new per-principal limits in force for the requests, turns and
+    /// threads that come next (SIGHUP re-reads them); returns what changed,
+    /// as "limits.KEY: OLD -> NEW" (0: no limit).
+    @discardableResult
+    public func reloadPrincipalLimits(_ limits: PrincipalLimits) -> [String] {
+        let before = services.engine.principalLimits.current
+        services.engine.principalLimits.replace(limits)
+        services.requestGate.update(limits)
+        var changes: [String] = []
+        for (key, old, new) in [("max_threads_started_per_minute", before.threadsPerMinute, limits.threadsPerMinute),
+                                ("max_running_turns", before.runningTurns, limits.runningTurns),
+                                ("max_requests_per_second", before.requestsPerSecond, limits.requestsPerSecond),
+                                ("request_burst", before.burst, limits.burst),
+                                ("max_stored_bytes", Int(clamping: before.storedBytes), Int(clamping: limits.storedBytes))] where old != new {
+            changes.append("limits.\(key): \(old) -> \(new)")
+        }
+        return changes
+    }
+
     /// Gauges that are read rather than counted, refreshed before a scrape.
     public func refreshGauges() {
         let counts = services.engine.loadCounts

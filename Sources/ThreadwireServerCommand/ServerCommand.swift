@@ -209,10 +209,13 @@ public struct ServerCommand: AsyncParsableCommand {
         }
         let server = composed.server
         let reloadsCredentials = composed.reloadsCredentials
+        let multiPrincipal = composed.multiPrincipal
+        let flagLimits = PrincipalLimits(maxThreadsStartedPerMinute: maxThreadsStartedPerMinute, maxRunningTurns: maxRunningTurns,
+                                         maxRequestsPerSecond: maxRequestsPerSecond, requestBurst: requestBurst, maxStoredBytes: maxStoredBytes)
         // The log level follows the file only where no flag or variable fixed it.
         let fileLogLevel = config != nil && !CommandLine.arguments.contains(where: { $0 == "--log-level" || $0.hasPrefix("--log-level=") })
             && ProcessInfo.processInfo.environment["THREADWIRE_LOG_LEVEL"] == nil
-        let reloads = Self.onSIGHUP { [config] in
+        let reloads = Self.onSIGHUP { [config, flagLimits] in
             if reloadsCredentials {
                 do { try server.reloadCredentials() } catch {
                     logger.error("auth tokens not reloaded; the previous tokens stay in use", metadata: ["tw.error": "\(error)"])
@@ -221,6 +224,10 @@ public struct ServerCommand: AsyncParsableCommand {
             guard let config else { return }
             do {
                 try Self.reloadLogLevel(from: config, followsFile: fileLogLevel, logger: logger)
+                let limits = try Self.reloadedPrincipalLimits(from: config, flags: flagLimits, multiPrincipal: multiPrincipal)
+                let changes = server.reloadPrincipalLimits(limits)
+                logger.notice(changes.isEmpty ? "config reloaded; per-principal limits unchanged"
+                    : "config reloaded; \(changes.joined(separator: ", "))", metadata: ["tw.config": "\(config)"])
             } catch {
                 logger.error("config file not reloaded; the previous settings stay in use", metadata: ["tw.error": "\(error)"])
             }
@@ -243,6 +250,8 @@ public struct ServerCommand: AsyncParsableCommand {
         public let services: [ServiceGroupConfiguration.ServiceConfiguration]
         /// Whether tokens can be reloaded (SIGHUP).
         public let reloadsCredentials: Bool
+        /// Several principals share it: unset per-principal limits take the multi-principal defaults.
+        public var multiPrincipal = false
     }
 
     /// Builds the server from the flags and the config file.
@@ -417,7 +426,8 @@ public struct ServerCommand: AsyncParsableCommand {
                                                             logger: logger, waitUntilServing: { await server.waitUntilServing() }) {
             services.append(.init(service: notifier, serviceName: "systemd-notify"))
         }
-        return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled)
+        return Composed(server: server, services: services, reloadsCredentials: configuration.authenticator.isEnabled,
+                        multiPrincipal: configuration.authenticator.isEnabled || configuration.tls?.clientCAFile != nil)
     }
 
     /// The admin endpoint's token: from the file (trailing newline ignored)
@@ -504,6 +514,24 @@ public struct ServerCommand: AsyncParsableCommand {
     }
 
     /// Runs `reload` on every SIGHUP, off the signal handler.
+    /// SIGHUP: the config file's per-principal limits, except those a flag
+    /// or a THREADWIRE_* variable set (they keep their value: one precedence).
+    static func reloadedPrincipalLimits(from path: String, flags: PrincipalLimits, multiPrincipal: Bool,
+                                 arguments: [String] = CommandLine.arguments,
+                                 environment: [String: String] = ProcessInfo.processInfo.environment) throws -> PrincipalLimits {
+        var limits = try ConfigFile.load(path).settings.principalLimits
+        func fixed(_ flag: String) -> Bool {
+            let variable = "THREADWIRE_" + flag.dropFirst(2).uppercased().replacingOccurrences(of: "-", with: "_")
+            return arguments.contains { $0 == flag || $0.hasPrefix(flag + "=") } || environment[variable] != nil
+        }
+        if fixed("--max-threads-started-per-minute") { limits.maxThreadsStartedPerMinute = flags.maxThreadsStartedPerMinute }
+        if fixed("--max-running-turns") { limits.maxRunningTurns = flags.maxRunningTurns }
+        if fixed("--max-requests-per-second") { limits.maxRequestsPerSecond = flags.maxRequestsPerSecond }
+        if fixed("--request-burst") { limits.requestBurst = flags.requestBurst }
+        if fixed("--max-stored-bytes") { limits.maxStoredBytes = flags.maxStoredBytes }
+        return multiPrincipal ? limits.filled(from: .multiPrincipalDefaults) : limits
+    }
+
     /// SIGHUP: the config file's server.log_level, when nothing above the file set it.
     static func reloadLogLevel(from path: String, followsFile: Bool, logger: Logger) throws {
         let object = try ConfigFile.checkedObject(path)

@@ -194,3 +194,41 @@ def test_sighup_applies_the_config_files_log_level_and_says_so(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_sighup_applies_the_config_files_per_principal_limits_to_connected_clients(tmp_path):
+    config = tmp_path / "config.json"
+    settings = {"server": {"listen": "127.0.0.1:0", "data_dir": str(tmp_path / "store"), "log_level": "notice"},
+                "limits": {"max_requests_per_second": 1000, "request_burst": 1000, "max_running_turns": 5}}
+    config.write_text(json.dumps(settings))
+    # A variable fixes max_running_turns: the file's new value does not apply.
+    proc = start({"THREADWIRE_MAX_RUNNING_TURNS": "7"}, "--config", str(config))
+    try:
+        host, port = addresses(proc, 1)["frames"].rsplit(":", 1)
+        with Client(host, int(port)) as connected:
+            hello = connected.initialize("before")
+            assert hello.limits.max_requests_per_second == 1000 and hello.limits.max_running_turns == 7
+            settings["limits"].update({"max_requests_per_second": 2, "request_burst": 2, "max_running_turns": 1})
+            config.write_text(json.dumps(settings))
+            proc.send_signal(signal.SIGHUP)
+            line = ""
+            while "per-principal limits" not in line and "limits.max_requests_per_second" not in line:
+                line = proc.stderr.readline()
+                assert line, f"the server exited (exit {proc.poll()})"
+            assert "limits.max_requests_per_second: 1000 -> 2" in line and "limits.request_burst: 1000 -> 2" in line, line
+            assert "max_running_turns" not in line, "THREADWIRE_MAX_RUNNING_TURNS keeps its value"
+            # The connection from before the reload is served, under the new rate.
+            codes = []
+            for _ in range(10):
+                try:
+                    connected.call("thread/list", {})
+                    codes.append(0)
+                except StatusError as refused:
+                    codes.append(refused.code)
+            assert codes[0] == 0 and 8 in codes, codes
+        with Client(host, int(port)) as fresh:
+            hello = fresh.initialize("after")
+            assert hello.limits.max_requests_per_second == 2 and hello.limits.max_running_turns == 7
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -65,14 +65,14 @@ extension ThreadEngine {
     /// threads-per-minute limit; a failed commit gives the slot back.
     /// With `newTree`, a failed commit also gives the new tree's lease back.
     func commitCreation(_ principal: Principal, _ operations: [StoreOperation], fence: LeaseFence?, newTree: Bool = false) async throws {
-        let bucket = settings.principalLimits.threadStartBucket
+        let bucket = principalLimits.current.threadStartBucket
         do {
-            try await storedBytes.check(principal, limit: settings.principalLimits.storedBytes, store: store, tasks: tasks)
+            try await storedBytes.check(principal, limit: principalLimits.current.storedBytes, store: store, tasks: tasks)
             if let bucket {
                 let grant = try await quotaLedger.take(1, from: bucket, of: principal)
                 guard grant.granted == 1 else {
                     throw DomainError.resourceExhausted(
-                        "principal \(principal) reached limits.max_threads_started_per_minute (\(settings.principalLimits.threadsPerMinute) threads per minute); retry in \(retrySeconds(bucket.secondsUntilOne(available: grant.available))) s")
+                        "principal \(principal) reached limits.max_threads_started_per_minute (\(principalLimits.current.threadsPerMinute) threads per minute); retry in \(retrySeconds(bucket.secondsUntilOne(available: grant.available))) s")
                 }
             }
         } catch {
@@ -97,7 +97,7 @@ extension ThreadEngine {
     /// instances share holds a slot for it among the principal's running
     /// turns on every instance; this instance's own turns were counted already.
     func withSharedTurnSlot(on thread: ThreadID, of principal: Principal, _ start: () async throws -> Void) async throws {
-        let limit = settings.principalLimits.runningTurns
+        let limit = principalLimits.current.runningTurns
         guard let sharedQuotas, limit > 0 else { return try await start() }
         let reservation = try await sharedQuotas.reserveTurn(on: thread, of: principal, limit: limit)
         if case let .refused(running) = reservation {

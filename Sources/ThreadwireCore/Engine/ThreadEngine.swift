@@ -30,6 +30,8 @@ public final class ThreadEngine: Sendable {
     /// the store's when instances share it.
     public let quotaLedger: any QuotaLedger
     public let sharedQuotas: (any SharedQuotaLedger)?
+    /// settings.principalLimits as in force now: a reload replaces them.
+    public let principalLimits: LivePrincipalLimits
     let storedBytes = StoredBytesMeter()
     /// With several instances on one store: who may change which agent tree
     /// (nil: this process owns every thread).
@@ -54,6 +56,7 @@ public final class ThreadEngine: Sendable {
         self.store = store
         self.backend = backend
         self.settings = settings
+        principalLimits = LivePrincipalLimits(settings.principalLimits)
         self.sink = sink
         self.idleUnloadAfter = idleUnloadAfter
         self.coordinator = coordinator

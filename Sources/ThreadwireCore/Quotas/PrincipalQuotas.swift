@@ -242,6 +242,15 @@ final class RunningTurnCounts: Sendable {
     func running(_ principal: Principal) -> Int { counts.withLock { $0.running[principal, default: 0] } }
 }
 
+/// The per-principal limits in force: the config file's, replaced by a
+/// SIGHUP that re-reads it (ThreadwireServer.reloadPrincipalLimits).
+public final class LivePrincipalLimits: Sendable {
+    private let limits: Mutex<PrincipalLimits>
+    public init(_ limits: PrincipalLimits) { self.limits = Mutex(limits) }
+    public var current: PrincipalLimits { limits.withLock { $0 } }
+    public func replace(_ new: PrincipalLimits) { limits.withLock { $0 = new } }
+}
+
 /// Admits each principal's requests within its request rate. Alone, an
 /// exact token bucket here. Sharing a store, the bucket is the store's: this
 /// instance takes tokens from it a batch at a time (a twentieth of a
@@ -264,17 +273,24 @@ public final class RequestGate: Sendable {
         var exhaustedUntil: ContinuousClock.Instant?
         var waiting = 0
     }
-    private let bucket: QuotaBucket?
+    private struct Rate { var bucket: QuotaBucket?; var batch: Int }
     private let ledger: (any QuotaLedger)?
     private let local = LocalQuotaLedger()
     private let shared = Mutex<[Principal: Shared]>([:])
-    private let batch: Int
+    /// Replaced by a reload; read once per request.
+    private let rate: Mutex<Rate>
+    private var bucket: QuotaBucket? { rate.withLock { $0.bucket } }
+    private var batch: Int { rate.withLock { $0.batch } }
 
     /// - Parameter ledger: the ledger instances share (nil: this process alone).
     public init(limits: PrincipalLimits, ledger: (any QuotaLedger)?) {
-        bucket = limits.requestBucket
+        rate = Mutex(Rate(bucket: limits.requestBucket, batch: max(1, limits.requestsPerSecond / 20)))
         self.ledger = ledger
-        batch = max(1, limits.requestsPerSecond / 20)
+    }
+
+    /// New limits from a reload: requests from now on are admitted under them.
+    public func update(_ limits: PrincipalLimits) {
+        rate.withLock { $0 = Rate(bucket: limits.requestBucket, batch: max(1, limits.requestsPerSecond / 20)) }
     }
 
     public var isLimiting: Bool { bucket != nil }

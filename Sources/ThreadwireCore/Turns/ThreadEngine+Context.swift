@@ -29,7 +29,7 @@ extension ThreadEngine {
                 context: TurnContext(model: next.record.model, runtime: runtime, effectiveMode: effective, cwd: next.record.cwd))
             turn.historyStart = next.history.count
             next.turns.append(turn)
-            let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
+            let slot = try directory.runningTurns.reserve(next.record.principal, limit: principalLimits.current.runningTurns)
             defer { directory.runningTurns.release(next.record.principal, slot) }
             let recipients = owner.subscribers
             var deliveries = [

@@ -54,8 +54,8 @@ extension ThreadEngine {
         next.history += added
         next.turns.append(turn)
         // Held until the publish counts the turn as running.
-        try await storedBytes.check(next.record.principal, limit: settings.principalLimits.storedBytes, store: store, tasks: tasks)
-        let slot = try directory.runningTurns.reserve(next.record.principal, limit: settings.principalLimits.runningTurns)
+        try await storedBytes.check(next.record.principal, limit: principalLimits.current.storedBytes, store: store, tasks: tasks)
+        let slot = try directory.runningTurns.reserve(next.record.principal, limit: principalLimits.current.runningTurns)
         defer { directory.runningTurns.release(next.record.principal, slot) }
         let recipients = owner.subscribers
         var deliveries: [Delivery] = []

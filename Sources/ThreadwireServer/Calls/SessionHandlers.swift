@@ -33,7 +33,7 @@ enum SessionHandlers {
         }
         let info = call.server
         let limits = info.limits
-        let principalLimits = info.settings.principalLimits
+        let principalLimits = call.engine.principalLimits.current
         return .result(.initialize(Wire.InitializeResult(
             serverInfo: Wire.ServerInfo(name: info.name, version: info.version),
             protocolVersion: info.protocolVersion,
