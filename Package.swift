@@ -261,7 +261,6 @@ let package = Package(
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -14,10 +14,11 @@ struct Bench: AsyncParsableCommand {
     @OptionGroup var server: ServerOptions
     @Option(help: "health (health/check), read (thread/read), settings (thread/settings/update, durable), turn (turn/start to completion).")
     var workload: Workload = .health
-    @Option var connections = 16
+    @Option(help: "Client connections, each sending requests in turn.") var connections = 16
     @Option(help: "Total requests per second (open loop); default: as fast as possible.") var rate: Double?
     @Option(help: "Seconds to run.") var duration = 5.0
-    @Flag(help: "Print the report as JSON.") var json = false
+    @OptionGroup var output: ReportOutputOptions
+    var json: Bool { output.json }
     @Flag(help: "Send each change (settings, turn) with a new idempotency key, as retrying clients do.") var idempotencyKeys = false
 
     func run() async throws {

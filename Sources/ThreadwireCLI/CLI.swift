@@ -263,9 +263,10 @@ struct ThreadCommand: AsyncParsableCommand {
                       Rollback.self, Revert.self])
 
     struct Start: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Start a thread: its runtime is resolved by its first turn, its mode is what --mode selects.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Option var model: String?
+        @Option(help: "The model (default: the server's default_model).") var model: String?
         @Option(help: "Selected multi-agent mode: explicitRequestOnly or proactive.") var mode: String?
         @Option(name: .customLong("config"), help: "KEY=VALUE override, e.g. features.multi_agent_v2=true.") var config: [String] = []
         @Flag(help: "Start a review thread (pinned disabled).") var review = false
@@ -288,9 +289,10 @@ struct ThreadCommand: AsyncParsableCommand {
     }
 
     struct Resume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Resume a thread: load it (pinning a legacy thread's runtime) and subscribe this connection.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.threadResume(Wire.ThreadResumeParams(threadId: threadID, excludeTurns: true))), as: out.format)
@@ -302,7 +304,7 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Fork a thread: whole, or up to a turn (--at TURN_ID: after it; --before TURN_ID).")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         @Option(help: "Fork after this turn.") var at: String?
         @Option(help: "Fork before this turn.") var before: String?
         func run() async throws {
@@ -321,9 +323,9 @@ struct ThreadCommand: AsyncParsableCommand {
             abstract: "Take turns out of the model's context from a boundary: --before TURN_ID (it and later ones) or --after TURN_ID.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
-        @Option var before: String?
-        @Option var after: String?
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
+        @Option(help: "Revert this turn and every later one.") var before: String?
+        @Option(help: "Revert every turn after this one.") var after: String?
         func run() async throws {
             var params = Wire.ThreadRevertParams(threadId: threadID)
             switch (before, after) {
@@ -341,8 +343,8 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "A page of a thread's items across its turns.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
-        @Option var limit: UInt32 = 50
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
+        @Option(help: "Items per page.") var limit: UInt32 = 50
         @Option(help: "From a previous page's next_cursor.") var cursor: String?
         @Flag(help: "Newest first.") var newestFirst = false
         func run() async throws {
@@ -365,10 +367,11 @@ struct ThreadCommand: AsyncParsableCommand {
     }
 
     struct Read: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Read a thread without loading or subscribing to it.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
-        @Flag var turns = false
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
+        @Flag(help: "Include its turns and their items.") var turns = false
         @Flag(help: "With --turns: also what the model was shown.") var modelRequests = false
         @Flag(help: "With --turns: also turns taken back by thread/rollback.") var rolledBack = false
         func run() async throws {
@@ -383,8 +386,8 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Name a thread (an empty name clears it).")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
-        @Argument var name: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
+        @Argument(help: "The new name (\"\" clears it).") var name: String
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.threadNameSet(Wire.ThreadNameSetParams(threadId: threadID, name: name))), as: out.format)
@@ -396,7 +399,7 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Compact a thread's context now and print the compaction turn's notifications.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         func run() async throws {
             let client = try options.session()
             let response = try await client.call(.threadCompactStart(Wire.ThreadCompactStartParams(threadId: threadID)))
@@ -414,7 +417,7 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Take the last N turns out of the model's context.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         @Argument(help: "How many turns, newest first.") var numTurns: UInt32 = 1
         func run() async throws {
             let client = try options.session()
@@ -427,8 +430,8 @@ struct ThreadCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List threads, newest first (-o table: one line each, -o wide: more columns).")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Option var limit: UInt32 = 20
-        @Flag var archived = false
+        @Option(help: "Threads per page (at most 100).") var limit: UInt32 = 20
+        @Flag(help: "Archived threads instead of the others.") var archived = false
         @Option(help: "Only threads whose name or preview contains this (3 characters or more, ignoring case).") var search: String?
         func run() async throws {
             let client = try options.session()
@@ -448,9 +451,9 @@ struct TurnCommand: AsyncParsableCommand {
             abstract: "Start a turn: print the response, then (unless --no-wait) its notifications as JSON lines until it completes; with -o table, wide or yaml, the finished turn.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         @Argument(help: "The input text (lines starting with #tool, #hold, #fail script the embedded model).") var text: String
-        @Option var model: String?
+        @Option(help: "Sticky model for this and later turns.") var model: String?
         @Option(help: "Sticky mode for this and later turns: explicitRequestOnly, proactive or clear.") var mode: String?
         @Flag(help: "Return right after the response.") var noWait = false
         @Option(help: "Sticky approval policy for this and later turns: never, on_request or always.") var approvalPolicy: String?
@@ -489,9 +492,9 @@ struct TurnCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add input to the running turn; it reaches the model at the next model request.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         @Argument(help: "The running turn's id.") var turnID: String
-        @Argument var text: String
+        @Argument(help: "The input to add.") var text: String
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.turnSteer(Wire.TurnSteerParams(
@@ -504,7 +507,7 @@ struct TurnCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Interrupt a thread's running turn (the one running now, unless TURN_ID names it).")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         @Argument(help: "The turn to interrupt; absent: the running one.") var turnID: String?
         func run() async throws {
             let client = try options.session()
@@ -533,7 +536,7 @@ struct ModeCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print the selected mode, the pinned runtime and the last turn's effective mode (-o json or yaml: as an object).")
         @OptionGroup var options: ServerOptions
         @OptionGroup(title: "Output") var out: ModeOutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         func run() async throws {
             let client = try options.session()
             let result = try await client.result(.threadRead(Wire.ThreadReadParams(threadId: threadID, includeTurns: true)))
@@ -561,7 +564,7 @@ struct ModeCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Select explicitRequestOnly or proactive, or clear the selection.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var threadID: String
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
         @Argument(help: "explicitRequestOnly, proactive or clear.") var mode: String
         func run() async throws {
             var params = Wire.ThreadSettingsUpdateParams(threadId: threadID)
@@ -583,12 +586,14 @@ struct AgentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "agent", abstract: "Spawn child agents.", subcommands: [Spawn.self])
 
     struct Spawn: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Spawn a child agent of a thread: it inherits the parent's runtime and the spawning turn's effective mode.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var out: OutputOptions
-        @Argument var parentThreadID: String
-        @Option var message: String?
-        @Option var model: String?
-        @Option var taskName: String?
+        @Argument(help: "The parent thread's id.") var parentThreadID: String
+        @Option(help: "The child's first input (starts its first turn).") var message: String?
+        @Option(help: "The child's model (default: the parent's).") var model: String?
+        @Option(help: "The child's task name (default: one the server picks).") var taskName: String?
         func run() async throws {
             let client = try options.session()
             try output(try await client.call(.agentSpawn(Wire.AgentSpawnParams(

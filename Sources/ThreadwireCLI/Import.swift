@@ -27,8 +27,9 @@ struct Import: AsyncParsableCommand {
     @Flag(help: "A line that cannot be read fails its file (nothing of it is imported).")
     var strict = false
 
-    @Flag(help: "Print the reports as JSON (one object with every file's report and a summary).")
-    var json = false
+    /// -o json: one object with every file's report and a summary.
+    @OptionGroup var output: ReportOutputOptions
+    var json: Bool { output.json }
 
     @Option(help: "Bytes of lines per request through a server (a larger file goes in several, committed together).")
     var chunkBytes = 1 << 20

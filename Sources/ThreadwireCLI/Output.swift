@@ -278,3 +278,14 @@ enum Tables {
         return out
     }
 }
+
+/// `-o` of the commands that print a report (import, replay, bench):
+/// text for people, json for scripts. `--json` was its older spelling.
+struct ReportOutputOptions: ParsableArguments {
+    enum Format: String, ExpressibleByArgument, CaseIterable { case text, json }
+    @Option(name: [.customShort("o"), .customLong("output")], help: "text (the default) or json.")
+    var format: Format = .text
+    @Flag(name: .customLong("json"), help: ArgumentHelp("The same as -o json.", visibility: .hidden))
+    var legacyJSON = false
+    var json: Bool { legacyJSON || format == .json }
+}

@@ -128,7 +128,8 @@ struct Replay: AsyncParsableCommand {
     @Option(help: "Total requests per second (open loop); default: as fast as possible.") var rate: Double?
     @Flag(help: "As fast as possible (the default).") var max = false
     @Option(help: "Seconds to run; sessions loop until then. Default: each session once.") var duration: Double?
-    @Flag(help: "Print the report as JSON.") var json = false
+    @OptionGroup var output: ReportOutputOptions
+    var json: Bool { output.json }
 
     func run() async throws {
         let capture = try Capture(path: file)

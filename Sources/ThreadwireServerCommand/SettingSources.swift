@@ -1,7 +1,7 @@
 import ArgumentParser
 import Configuration
 import Foundation
-import SystemPackage
+import ThreadwireWire
 
 /// Every flag of threadwire-server from three places, with one precedence:
 /// the flag on the command line, then its `THREADWIRE_*` variable, then its
@@ -90,7 +90,7 @@ public enum SettingSources {
         ]
         if let configPath {
             fileObject = try ConfigFile.checkedObject(configPath)
-            providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(configPath)))
+            providers.append(try fileProvider(configPath))
         }
         let reader = ConfigReader(providers: providers)
         var arguments = given
@@ -117,6 +117,37 @@ public enum SettingSources {
             arguments += added
         }
         return arguments
+    }
+
+    /// The file's settings of flags as a provider. Not FileProvider<JSONSnapshot>:
+    /// it refuses a whole file that holds a list of objects (models[],
+    /// model_providers[]), which the rest of the file does. Each JSON value
+    /// keeps its JSON type, so a string where a number belongs is refused.
+    static func fileProvider(_ path: String) throws -> InMemoryProvider {
+        guard let data = FileManager.default.contents(atPath: path) else { throw SourceError(description: "cannot read config file \(path)") }
+        let file = try JSONValue.parse(String(decoding: data, as: UTF8.self))
+        var values: [AbsoluteConfigKey: ConfigValue] = [:]
+        for entry in entries {
+            guard let key = entry.fileKey else { continue }
+            let parts = key.split(separator: ".").map(String.init)
+            guard let value = file[parts[0]]?[parts[1]] else { continue }
+            let content: ConfigContent?
+            switch (value, entry.valueType) {
+            case let (.int(n), .number): content = .double(Double(n))
+            case let (.uint(n), .number): content = .double(Double(n))
+            case let (.double(n), _): content = .double(n)
+            case let (.int(n), _): content = Int(exactly: n).map(ConfigContent.int)
+            case let (.uint(n), _): content = Int(exactly: n).map(ConfigContent.int)
+            case let (.bool(flag), _): content = .bool(flag)
+            case let (.string(text), _): content = .string(text)
+            case let (.array(items), _):
+                let strings = items.compactMap { if case let .string(text) = $0 { text } else { nil } }
+                content = strings.count == items.count ? .stringArray(strings) : nil
+            case (.null, _), (.object, _): content = nil
+            }
+            if let content { values[AbsoluteConfigKey(parts)] = ConfigValue(content, isSecret: isSecret(entry.variable)) }
+        }
+        return InMemoryProvider(name: "config file \(path)", values: values)
     }
 
     static func flagArguments(_ entry: Entry, reader: ConfigReader, key: ConfigKey) throws -> [String] {

@@ -30,7 +30,7 @@ struct ImportTests {
 
     /// `threadwire import --json` against the server; the parsed output.
     func importFiles(_ server: ServerProcess, _ names: [String], extra: [String] = []) async throws -> (Int32, [String: Any]) {
-        let (status, out) = try await runCLI(["import", "--server", "127.0.0.1:\(server.port)", "--json"] + extra + names.map(Self.fixture))
+        let (status, out) = try await runCLI(["import", "--server", "127.0.0.1:\(server.port)", "-o", "json"] + extra + names.map(Self.fixture))
         let object = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any], "not JSON: \(out)")
         return (status, object)
     }
@@ -164,7 +164,7 @@ struct ImportTests {
             + String(repeating: "]", count: 100_000) + "}"
         let user = #"{"timestamp": "2026-05-03T09:00:02.000Z", "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "still here"}]}}"#
         try [meta, deep, user].joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
-        let (status, out) = try await runCLI(["import", "--server", "127.0.0.1:\(server.port)", "--json", path])
+        let (status, out) = try await runCLI(["import", "--server", "127.0.0.1:\(server.port)", "-o", "json", path])
         #expect(status == 0, "\(out)")
         let output = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
         let report = try #require((output["files"] as? [[String: Any]])?.first)

@@ -28,7 +28,7 @@ struct LimitsTests {
         for (arguments, named) in [(["--max-connections", "0"], "max_connections"),
                                    (["--max-frame-bytes", "2000000", "--max-partial-frame-bytes", "1000000"], "max_partial_frame_bytes"),
                                    (["--tcp-keepalive-ms", "500"], "tcp_keepalive_ms"),
-                                   (["--log-level", "bogus"], "--log-level must be one of trace, debug, info")] {
+                                   (["--log-level", "bogus"], "The value 'bogus' is invalid for '--log-level <log-level>'")] {
             do {
                 _ = try await ServerProcess.launch(arguments: arguments)
                 Issue.record("started with \(arguments)")

@@ -29,7 +29,7 @@ struct ReplayTests {
         defer { try? FileManager.default.removeItem(atPath: recorded) }
         try FileManager.default.copyItem(atPath: capture, toPath: recorded)
         try await server.start()
-        let (status, output) = try await runCLI(["replay", "--server", "127.0.0.1:\(server.port)", recorded, "--connections", "64", "--json"])
+        let (status, output) = try await runCLI(["replay", "--server", "127.0.0.1:\(server.port)", recorded, "--connections", "64", "-o", "json"])
         let report = try JSONValue.parse(output)
         #expect(status == 0)
         #expect(report["errors"] == .int(0))

@@ -100,6 +100,19 @@ struct SettingSourcesTests {
         }
     }
 
+    @Test("a full config file (lists of models and providers, MCP servers) gives its server keys too")
+    func fullFile() async throws {
+        let file = try Self.write(#"""
+            {"server": {"listen": "127.0.0.1:9", "lease_seconds": 3, "web_allowed_origin": ["http://a.example"]},
+             "model_providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+             "models": [{"slug": "m", "provider": "p", "reasoning_efforts": ["low"]}],
+             "mcp_servers": {"time": {"command": "mcp-server-time", "args": ["--x"]}}}
+            """#)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let arguments = try await SettingSources.arguments(["--config", file], environment: [:])
+        #expect(arguments == ["--config", file, "--listen", "127.0.0.1:9", "--lease-seconds", "3.0", "--web-allowed-origin", "http://a.example"])
+    }
+
     @Test("a bad value is refused naming where it came from and what it takes")
     func badValues() async throws {
         await #expect { try await SettingSources.arguments([], environment: ["THREADWIRE_MAX_FRAME_BYTES": "lots"]) } throws: {

@@ -38,3 +38,21 @@ def test_make_install_puts_binaries_completions_and_man_pages_in_place(tmp_path)
         ["bash", "-c", f'source {script}; COMP_WORDS=(threadwire thread ""); COMP_CWORD=2; COMP_LINE="threadwire thread "; '
                        'COMP_POINT=18; _threadwire; echo "${COMPREPLY[@]}"'], capture_output=True, text=True, check=True)
     assert {"start", "fork", "revert", "list"} <= set(completed.stdout.split()), completed.stdout
+
+
+def test_every_subcommand_and_option_has_help_text():
+    def missing(command, path):
+        if command.get("commandName") == "help":
+            return []
+        found = [] if command.get("abstract") else [f"{' '.join(path)} (the command)"]
+        for argument in command.get("arguments", []):
+            if argument.get("shouldDisplay", True) and not argument.get("abstract"):
+                found.append(f"{' '.join(path)} {(argument.get('preferredName') or {}).get('name', argument.get('valueName'))}")
+        for sub in command.get("subcommands", []):
+            found += missing(sub, path + [sub["commandName"]])
+        return found
+
+    for binary in ("threadwire", "threadwire-server"):
+        info = json.loads(subprocess.run([str(ROOT / ".build" / "debug" / binary), "--experimental-dump-help"],
+                                         capture_output=True, text=True, check=True).stdout)
+        assert missing(info["command"], [binary]) == [], f"{binary}: no help text"
