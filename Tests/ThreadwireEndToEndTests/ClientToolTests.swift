@@ -460,7 +460,8 @@ extension ThreadwireClient {
 struct ClientLifetimeTests {
     @Test("a client dropped without close() closes its connection: the server counts it closed at once, not at its idle timeout")
     func droppedClientCloses() async throws {
-        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0"])
+        // The idle timeout far beyond the wait, so only the drop can close it.
+        let server = try await ServerProcess.launch(arguments: ["--admin-listen", "127.0.0.1:0", "--idle-timeout-ms", "600000"])
         defer { server.stopInBackground() }
         func open() async throws -> Double? {
             metricValue(try await httpGet(port: server.adminPort, path: "/metrics").body, "threadwire_connections_open")
@@ -469,6 +470,8 @@ struct ClientLifetimeTests {
         #expect(try await client?.call(.healthCheck(.init())).code == 0)
         #expect(try await open() == 1)
         client = nil
-        try await waitUntil("the dropped client's connection closed", timeout: .seconds(10)) { try await open() == 0 ? true : nil }
+        // 60 s: a full run on 2 cores once took over 10 s to get here (CI of
+        // bb2ab2d); still a tenth of the idle timeout.
+        try await waitUntil("the dropped client's connection closed", timeout: .seconds(60)) { try await open() == 0 ? true : nil }
     }
 }

@@ -11,7 +11,7 @@ import ThreadwireWire
 struct LimitsTests {
     @Test("initialize reports every limit a client must respect, as configured by flags and the config file")
     func initializeReportsLimits() async throws {
-        let config = #"{"limits": {"max_queued_requests": 77, "idle_timeout_ms": 45000}}"#
+        let config = #"{"limits": {"max_queued_requests": 77, "idle_timeout_ms": 45000, "handshake_timeout_ms": 30000}}"#
         let server = try await ServerProcess.launch(config: config, arguments: ["--max-notification-backlog-bytes", "2097152", "--max-queued-requests", "99"])
         let client = try await ThreadwireClient.connect(host: "127.0.0.1", port: server.port)
         let limits = try #require(try await client.initialize(name: "limits").limits)
@@ -20,7 +20,7 @@ struct LimitsTests {
         #expect(limits.maxQueuedRequestBytes == 8_388_608)
         #expect(limits.maxNotificationBacklogBytes == 2_097_152)
         #expect(limits.idleTimeoutMs == 45000)
-        #expect(limits.handshakeTimeoutMs == 10000)
+        #expect(limits.handshakeTimeoutMs == 30000)
     }
 
     @Test("a limit that cannot work stops startup with a message naming it; so does a log level that does not exist")

@@ -17,7 +17,10 @@ struct UntrustedCommitTests {
     @Test("an update whose outcome is unknown lands later: the thread, loaded again meanwhile while another thread of its tree stays loaded, shows it and takes the next update")
     func unconfirmedUpdateLandsLater() async throws {
         let url = try await PostgresCluster.database()
-        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "untrusted"), operationTimeout: .seconds(1))
+        // 5 s: short enough to wait out once, long enough that the loads and
+        // commits meant to succeed do so in a full run on 2 cores (at 1 s, a
+        // load timed out there: CI of bb2ab2d).
+        let store = try await PostgresThreadStore.connect(url: url, logger: Logger(label: "untrusted"), operationTimeout: .seconds(5))
         defer { store.close() }
         let coordinator = PostgresLeaseCoordinator(store: store, address: "127.0.0.1:9", leaseDuration: .seconds(30))
         let engine = ThreadEngine(store: store, backend: ScriptedEchoBackend(), settings: ServerSettings(), sink: RecordingSink(),

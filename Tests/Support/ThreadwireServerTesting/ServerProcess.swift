@@ -128,6 +128,7 @@ public final class ServerProcess: @unchecked Sendable {
                 buffered.append(contentsOf: chunk)
             case .ended:
                 process.waitForExit()
+                self.process = nil  // reported by the error, not again at deinit
                 let log = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
                 throw ServerProcessError.exitedEarly(status: process.terminationStatus, stderr: String(log.suffix(2000)))
             case .timedOut:
@@ -266,6 +267,14 @@ public final class ServerProcess: @unchecked Sendable {
     deinit {
         let dataDir = self.dataDir
         guard let process, process.isRunning else {
+            if let process {
+                // Ended before its test let go of it, and not through stop or
+                // kill9: say how, so a client's "connection closed" in the
+                // test's failure can be told from a crash.
+                let how = process.terminationReason == .uncaughtSignal ? "signal \(process.terminationStatus)" : "status \(process.terminationStatus)"
+                let log = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+                print("threadwire-server pid \(process.processIdentifier) (\(dataDir)) had ended by itself (\(how)); its stderr ends: \(log.suffix(1000))")
+            }
             try? FileManager.default.removeItem(atPath: dataDir)
             return
         }

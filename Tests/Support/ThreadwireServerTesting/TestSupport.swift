@@ -272,22 +272,35 @@ public final class LockedText: @unchecked Sendable {
 public struct TestServerSetup: Sendable {
     public let dataDir: String
     public let hasConfig: Bool
+    /// The config names its own handshake timeout (then the test is about it).
+    private let configSetsHandshake: Bool
     public var configPath: String { dataDir + "/config.json" }
 
     public init(config: String?) throws {
         dataDir = NSTemporaryDirectory() + "threadwire-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
         hasConfig = config != nil
+        configSetsHandshake = config?.contains("handshake_timeout_ms") ?? false
         if let config { try config.write(toFile: dataDir + "/config.json", atomically: true, encoding: .utf8) }
     }
 
     /// The flags: the store in the data directory, errors only in the log,
     /// the config file, a short turn grace (a stop waits for it; tests about
-    /// the grace set their own), then the test's own.
+    /// the grace set their own), a handshake timeout of two minutes, then the
+    /// test's own.
+    ///
+    /// Why the handshake timeout: a test's client connects on a NIO thread,
+    /// but sends `initialize` only once its task runs again on the test
+    /// concurrency pool (one thread per core). At the start of a full run on
+    /// 2 cores that pool can be busy for over 10 s (the default), and the
+    /// server then rightly closes a connection that "did not initialize"
+    /// (CI run of bb2ab2d: three tests failed so at the same moment). Tests
+    /// about the handshake deadline set their own.
     public func arguments(_ extra: [String]) -> [String] {
         var arguments = ["--data-dir", dataDir + "/store", "--log-level", "error"]
         if hasConfig { arguments += ["--config", configPath] }
         if !extra.contains("--turn-grace-seconds") { arguments += ["--turn-grace-seconds", "0.5"] }
+        if !extra.contains("--handshake-timeout-ms") && !configSetsHandshake { arguments += ["--handshake-timeout-ms", "120000"] }
         return arguments + extra
     }
 
