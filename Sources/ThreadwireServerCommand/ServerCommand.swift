@@ -215,6 +215,9 @@ public struct ServerCommand: AsyncParsableCommand {
         // The log level follows the file only where no flag or variable fixed it.
         let fileLogLevel = config != nil && !CommandLine.arguments.contains(where: { $0 == "--log-level" || $0.hasPrefix("--log-level=") })
             && ProcessInfo.processInfo.environment["THREADWIRE_LOG_LEVEL"] == nil
+        // What the running server was built from: a reload names the keys
+        // changed since that only a restart puts in force.
+        let startedFrom = ConfigReload.flattened(config.flatMap { try? ConfigFile.checkedObject($0) } ?? [:])
         let reloads = Self.onSIGHUP { [config, flagLimits] in
             if reloadsCredentials {
                 do { try server.reloadCredentials() } catch {
@@ -228,6 +231,11 @@ public struct ServerCommand: AsyncParsableCommand {
                 let changes = server.reloadPrincipalLimits(limits)
                 logger.notice(changes.isEmpty ? "config reloaded; per-principal limits unchanged"
                     : "config reloaded; \(changes.joined(separator: ", "))", metadata: ["tw.config": "\(config)"])
+                let waiting = ConfigReload.restartOnlyChanges(from: startedFrom, to: ConfigReload.flattened(try ConfigFile.checkedObject(config)))
+                if !waiting.isEmpty {
+                    logger.warning("config file changes that take effect only at a restart: \(waiting.joined(separator: ", "))",
+                                   metadata: ["tw.config": "\(config)"])
+                }
             } catch {
                 logger.error("config file not reloaded; the previous settings stay in use", metadata: ["tw.error": "\(error)"])
             }

@@ -7,6 +7,19 @@ import Testing
 /// one case per flag, read from the command's own declarations.
 @Suite("flags, variables and config file keys")
 struct SettingSourcesTests {
+    @Test("a reload names the file's changed keys that only a restart puts in force: not live keys, not unchanged ones, lists as one key, null as absent")
+    func restartOnlyChanges() {
+        let started: [String: Any] = ["server": ["listen": "127.0.0.1:1", "log_level": "info"],
+                                      "limits": ["max_connections": 10, "request_burst": 5],
+                                      "models": [["name": "a"]], "default_model": NSNull()]
+        #expect(ConfigReload.restartOnlyChanges(from: started, to: started).isEmpty)
+        let now: [String: Any] = ["server": ["listen": "127.0.0.1:1", "log_level": "debug", "data_dir": "/d"],
+                                  "limits": ["max_connections": 11, "request_burst": 6],
+                                  "models": [["name": "b"]]]
+        #expect(ConfigReload.restartOnlyChanges(from: started, to: now) == ["limits.max_connections", "models", "server.data_dir"])
+        #expect(ConfigReload.restartOnlyChanges(from: now, to: [:]) == ["limits.max_connections", "models", "server.data_dir", "server.listen"])
+    }
+
     @Test("the list covers the command's flags, each named after its long name")
     func covers() {
         let flags = SettingSources.entries.map(\.flag)
