@@ -26,7 +26,10 @@ enum Backend: String, CaseIterable, CustomStringConvertible, Sendable {
             return try SQLiteThreadStore(directory: NSTemporaryDirectory() + "threadwire-conformance-" + UUID().uuidString)
         case .postgres:
             let url = try await PostgresCluster.database()
-            return try await PostgresThreadStore.connect(url: url, logger: Logger(label: "conformance"))
+            // A long operation timeout: these tests are about what lands, and
+            // in a full run on 2 cores a grouped commit has taken over the
+            // default 5 s; the tests about the timeout make their own store.
+            return try await PostgresThreadStore.connect(url: url, logger: Logger(label: "conformance"), operationTimeout: .seconds(60))
         }
     }
 }
@@ -420,7 +423,7 @@ extension StoreConformanceTests {
         try await store.commit((0..<8).map { .appendHistory("t\($0)", firstSequence: 0, items: [ContextItem(role: .user, kind: .userInput, text: "first")]) })
         enum Kind: CaseIterable { case good, stale, taken }
         // Launched together, so the PostgreSQL store groups them into shared calls.
-        let outcomes = await withTaskGroup(of: (Int, Kind, Bool).self) { group in
+        let outcomes = await withTaskGroup(of: (Int, Kind, Bool, String).self) { group in
             for index in 0..<8 {
                 for kind in Kind.allCases {
                     group.addTask {
@@ -445,20 +448,20 @@ extension StoreConformanceTests {
                         }
                         do {
                             try await store.commit(operations)
-                            return (index, kind, true)
+                            return (index, kind, true, "")
                         } catch {
-                            return (index, kind, false)
+                            return (index, kind, false, "\(error)")
                         }
                     }
                 }
             }
-            var all: [(Int, Kind, Bool)] = []
+            var all: [(Int, Kind, Bool, String)] = []
             for await outcome in group { all.append(outcome) }
             return all
         }
         #expect(outcomes.count == 24)
-        for (index, kind, landed) in outcomes {
-            #expect(landed == (kind == .good), "t\(index) \(kind)")
+        for (index, kind, landed, error) in outcomes {
+            #expect(landed == (kind == .good), "t\(index) \(kind): \(error)")
         }
         for index in 0..<8 {
             let stored = try #require(try await store.loadThread("t\(index)"))

@@ -59,7 +59,7 @@ public actor Inbox {
     public func payloads() -> [Wire.Notification.Payload] { items.compactMap(\.payload) }
 
     @discardableResult
-    public func waitFor(_ what: String, timeout: Duration = .seconds(10), _ predicate: (Wire.Notification.Payload) -> Bool) async throws -> Wire.Notification {
+    public func waitFor(_ what: String, timeout: Duration = .seconds(60), _ predicate: (Wire.Notification.Payload) -> Bool) async throws -> Wire.Notification {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if let match = items.first(where: { $0.payload.map(predicate) ?? false }) { return match }
