@@ -179,15 +179,10 @@ public final class ThreadwireServer: Service, Sendable {
         let before = services.engine.principalLimits.current
         services.engine.principalLimits.replace(limits)
         services.requestGate.update(limits)
-        var changes: [String] = []
-        for (key, old, new) in [("max_threads_started_per_minute", before.threadsPerMinute, limits.threadsPerMinute),
-                                ("max_running_turns", before.runningTurns, limits.runningTurns),
-                                ("max_requests_per_second", before.requestsPerSecond, limits.requestsPerSecond),
-                                ("request_burst", before.burst, limits.burst),
-                                ("max_stored_bytes", Int(clamping: before.storedBytes), Int(clamping: limits.storedBytes))] where old != new {
-            changes.append("limits.\(key): \(old) -> \(new)")
+        return PrincipalLimits.settings.compactMap { setting in
+            let (old, new) = (setting.inForce(before), setting.inForce(limits))
+            return old == new ? nil : "limits.\(setting.key): \(old) -> \(new)"
         }
-        return changes
     }
 
     /// Gauges that are read rather than counted, refreshed before a scrape.

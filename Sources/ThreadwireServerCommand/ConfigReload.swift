@@ -1,4 +1,5 @@
 import Foundation
+import ThreadwireCore
 
 /// What a SIGHUP can put in force and what it cannot. The live keys are
 /// reloaded (log level, per-principal limits); every other key of the file
@@ -6,19 +7,10 @@ import Foundation
 /// change to one is reported as waiting for a restart rather than ignored in
 /// silence.
 enum ConfigReload {
-    static let liveKeys: Set<String> = [
-        "server.log_level",
-        "limits.max_threads_started_per_minute", "limits.max_running_turns",
-        "limits.max_requests_per_second", "limits.request_burst", "limits.max_stored_bytes",
-    ]
+    static let liveKeys: Set<String> = Set(["server.log_level"] + PrincipalLimits.settings.map { "limits." + $0.key })
 
     /// The keys outside `liveKeys` whose values differ between the file the
-    /// server started with and the file now, sorted.
-    static func restartOnlyChanges(from started: [String: Any], to now: [String: Any]) -> [String] {
-        restartOnlyChanges(from: flattened(started), to: flattened(now))
-    }
-
-    /// The same from the files' `flattened` forms.
+    /// server started with and the file now (both `flattened`), sorted.
     static func restartOnlyChanges(from before: [String: String], to after: [String: String]) -> [String] {
         Set(before.keys).union(after.keys)
             .filter { !liveKeys.contains($0) && before[$0] != after[$0] }

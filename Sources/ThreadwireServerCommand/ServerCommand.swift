@@ -532,11 +532,7 @@ public struct ServerCommand: AsyncParsableCommand {
             let variable = "THREADWIRE_" + flag.dropFirst(2).uppercased().replacingOccurrences(of: "-", with: "_")
             return arguments.contains { $0 == flag || $0.hasPrefix(flag + "=") } || environment[variable] != nil
         }
-        if fixed("--max-threads-started-per-minute") { limits.maxThreadsStartedPerMinute = flags.maxThreadsStartedPerMinute }
-        if fixed("--max-running-turns") { limits.maxRunningTurns = flags.maxRunningTurns }
-        if fixed("--max-requests-per-second") { limits.maxRequestsPerSecond = flags.maxRequestsPerSecond }
-        if fixed("--request-burst") { limits.requestBurst = flags.requestBurst }
-        if fixed("--max-stored-bytes") { limits.maxStoredBytes = flags.maxStoredBytes }
+        for setting in PrincipalLimits.settings where fixed(setting.flag) { setting.copy(&limits, flags) }
         return multiPrincipal ? limits.filled(from: .multiPrincipalDefaults) : limits
     }
 

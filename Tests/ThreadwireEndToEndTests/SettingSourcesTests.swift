@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ThreadwireCore
 @testable import ThreadwireServerCommand
 
 /// Every flag of threadwire-server also as a THREADWIRE_* variable and a
@@ -12,12 +13,41 @@ struct SettingSourcesTests {
         let started: [String: Any] = ["server": ["listen": "127.0.0.1:1", "log_level": "info"],
                                       "limits": ["max_connections": 10, "request_burst": 5],
                                       "models": [["name": "a"]], "default_model": NSNull()]
-        #expect(ConfigReload.restartOnlyChanges(from: started, to: started).isEmpty)
+        let changes = { (before: [String: Any], after: [String: Any]) in
+            ConfigReload.restartOnlyChanges(from: ConfigReload.flattened(before), to: ConfigReload.flattened(after))
+        }
+        #expect(changes(started, started).isEmpty)
         let now: [String: Any] = ["server": ["listen": "127.0.0.1:1", "log_level": "debug", "data_dir": "/d"],
                                   "limits": ["max_connections": 11, "request_burst": 6],
                                   "models": [["name": "b"]]]
-        #expect(ConfigReload.restartOnlyChanges(from: started, to: now) == ["limits.max_connections", "models", "server.data_dir"])
-        #expect(ConfigReload.restartOnlyChanges(from: now, to: [:]) == ["limits.max_connections", "models", "server.data_dir", "server.listen"])
+        #expect(changes(started, now) == ["limits.max_connections", "models", "server.data_dir"])
+        #expect(changes(now, [:]) == ["limits.max_connections", "models", "server.data_dir", "server.listen"])
+    }
+
+    @Test("the keys a reload puts in force are the command's own: each a config key whose flag is the one its precedence checks")
+    func liveKeysAreSettings() {
+        #expect(ConfigReload.liveKeys.count == 1 + PrincipalLimits.settings.count)
+        for setting in PrincipalLimits.settings {
+            let entry = SettingSources.entries.first { $0.fileKey == "limits." + setting.key }
+            #expect(entry?.flag == setting.flag, "limits.\(setting.key)")
+        }
+        #expect(SettingSources.entries.contains { $0.fileKey == "server.log_level" })
+    }
+
+    @Test("a reload takes each limit from the file unless a flag or a variable set it, which keeps its value")
+    func reloadedLimitsKeepFlags() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("reload-\(UUID()).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data(#"{"limits": {"max_running_turns": 3, "max_requests_per_second": 40, "request_burst": 80, "max_stored_bytes": 1000}}"#.utf8)
+            .write(to: URL(fileURLWithPath: path))
+        let flags = PrincipalLimits(maxThreadsStartedPerMinute: 7, maxRunningTurns: 9, maxRequestsPerSecond: 5, requestBurst: 6, maxStoredBytes: 50)
+        let fromFile = try ServerCommand.reloadedPrincipalLimits(from: path, flags: flags, multiPrincipal: false, arguments: [], environment: [:])
+        #expect(fromFile == PrincipalLimits(maxRunningTurns: 3, maxRequestsPerSecond: 40, requestBurst: 80, maxStoredBytes: 1000))
+        let fixed = try ServerCommand.reloadedPrincipalLimits(
+            from: path, flags: flags, multiPrincipal: false,
+            arguments: ["threadwire-server", "--max-running-turns", "9", "--request-burst=6"],
+            environment: ["THREADWIRE_MAX_STORED_BYTES": "50", "THREADWIRE_MAX_THREADS_STARTED_PER_MINUTE": "7"])
+        #expect(fixed == PrincipalLimits(maxThreadsStartedPerMinute: 7, maxRunningTurns: 9, maxRequestsPerSecond: 40, requestBurst: 6, maxStoredBytes: 50))
     }
 
     @Test("the list covers the command's flags, each named after its long name")

@@ -56,6 +56,26 @@ public struct PrincipalLimits: Sendable, Equatable {
             maxStoredBytes: maxStoredBytes ?? defaults.maxStoredBytes)
     }
 
+    /// One limit as a row of the table a reload works from: its key under
+    /// `limits.` (and so its flag and variable), its value in force (0: no
+    /// limit), and how another value's setting of it is copied in.
+    public struct Setting: Sendable {
+        public let key: String
+        public let inForce: @Sendable (PrincipalLimits) -> Int
+        public let copy: @Sendable (inout PrincipalLimits, PrincipalLimits) -> Void
+        public var flag: String { "--" + key.replacingOccurrences(of: "_", with: "-") }
+    }
+
+    /// Every limit, the one list a SIGHUP reload, its report of changes and
+    /// its flag precedence are read from.
+    public static let settings: [Setting] = [
+        Setting(key: "max_threads_started_per_minute", inForce: \.threadsPerMinute) { $0.maxThreadsStartedPerMinute = $1.maxThreadsStartedPerMinute },
+        Setting(key: "max_running_turns", inForce: \.runningTurns) { $0.maxRunningTurns = $1.maxRunningTurns },
+        Setting(key: "max_requests_per_second", inForce: \.requestsPerSecond) { $0.maxRequestsPerSecond = $1.maxRequestsPerSecond },
+        Setting(key: "request_burst", inForce: \.burst) { $0.requestBurst = $1.requestBurst },
+        Setting(key: "max_stored_bytes", inForce: { Int(clamping: $0.storedBytes) }) { $0.maxStoredBytes = $1.maxStoredBytes },
+    ]
+
     public var threadsPerMinute: Int { maxThreadsStartedPerMinute ?? 0 }
     public var runningTurns: Int { maxRunningTurns ?? 0 }
     public var requestsPerSecond: Int { maxRequestsPerSecond ?? 0 }
