@@ -19,7 +19,7 @@ WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-profile bench-tail bench-mesh deps apt-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-per-request bench-profile bench-tail bench-mesh deps apt-deps perf-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 ## Installs the missing ones of $(1).
@@ -35,6 +35,10 @@ endef
 
 apt-deps:
 	$(call apt_install,$(APT_PACKAGES))
+
+## The benchmarks that read the kernel's counters (perf stat, record, sched).
+perf-deps:
+	$(call apt_install,linux-perf)
 
 apt-run-deps:
 	$(call apt_install,$(RUN_PACKAGES))
@@ -263,6 +267,11 @@ bench-ceiling: apt-deps py-deps
 	cd Benchmarks && swift build -c release --product ThreadwireBench
 	Benchmarks/ceiling.sh
 
+## Issue 54: per request, what the kernel counts for the server (system calls by kind, context switches; perf stat).
+bench-per-request: apt-deps py-deps perf-deps
+	swift build -c release
+	Benchmarks/per_request.sh
+
 ## Issue 11: health/check and thread/read over plain TCP, bearer tokens, TLS and mutual TLS.
 bench-security: apt-deps
 	swift build -c release
@@ -346,12 +355,12 @@ bench-resume: py-deps
 	$(VENV)/bin/python Benchmarks/resume_cut.py .build/release/threadwire-server
 
 ## Issue 10: perf profile of health/check in the release server (SERVER_BIN=... for another build).
-bench-profile: apt-deps py-deps
+bench-profile: apt-deps py-deps perf-deps
 	swift build -c release
 	Benchmarks/profile.sh
 
 ## Issue 28: where the latency tail comes from (perf sched: every thread's wait for a core), echo vs threadwire.
-bench-tail: apt-deps py-deps
+bench-tail: apt-deps py-deps perf-deps
 	swift build -c release
 	Benchmarks/tail.sh
 
