@@ -521,7 +521,6 @@ public struct ServerCommand: AsyncParsableCommand {
         return leases
     }
 
-    /// Runs `reload` on every SIGHUP, off the signal handler.
     /// SIGHUP: the config file's per-principal limits, except those a flag
     /// or a THREADWIRE_* variable set (they keep their value: one precedence).
     static func reloadedPrincipalLimits(from path: String, flags: PrincipalLimits, multiPrincipal: Bool,
@@ -561,6 +560,7 @@ public struct ServerCommand: AsyncParsableCommand {
             metadata: ["tw.config": "\(path)"])
     }
 
+    /// Runs `reload` on every SIGHUP, off the signal handler.
     static func onSIGHUP(_ reload: @escaping @Sendable () -> Void) -> any DispatchSourceSignal {
         signal(SIGHUP, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
