@@ -272,8 +272,10 @@ struct ThreadCommand: AsyncParsableCommand {
         @Flag(help: "Start a review thread (pinned disabled).") var review = false
         @Option(help: "Reasoning effort (none, minimal, low, medium, high, xhigh, or what the model's catalog entry lists).") var effort: String?
         @Option(help: "Reasoning summary: auto, concise, detailed or none.") var summary: String?
+        @Flag(help: "Pause every turn after each batch of tool calls until `turn continue`.") var pauseAfterTools = false
         func run() async throws {
             var params = Wire.ThreadStartParams(model: model)
+            if pauseAfterTools { params.pauseAfterTools = true }
             params.reasoningEffort = effort
             params.reasoningSummary = summary
             params.multiAgentMode = try mode.map(parseMode)
@@ -444,7 +446,8 @@ struct ThreadCommand: AsyncParsableCommand {
 
 struct TurnCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "turn", abstract: "Start, steer or interrupt turns.", subcommands: [Start.self, Steer.self, Interrupt.self])
+        commandName: "turn", abstract: "Start, steer, continue or interrupt turns.",
+        subcommands: [Start.self, Steer.self, Continue.self, Interrupt.self])
 
     struct Start: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -499,6 +502,30 @@ struct TurnCommand: AsyncParsableCommand {
             let client = try options.session()
             try output(try await client.call(.turnSteer(Wire.TurnSteerParams(
                 threadId: threadID, expectedTurnId: turnID, input: [Wire.UserInput(content: .text(text))]))), as: out.format)
+            await client.close()
+        }
+    }
+
+    struct Continue: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Let a turn paused after its tool calls (the thread's pause_after_tools) make its next model request (the paused one, unless TURN_ID names it).")
+        @OptionGroup var options: ServerOptions
+        @OptionGroup var out: OutputOptions
+        @Argument(help: "The thread's id (thread list -o table shows them).") var threadID: String
+        @Argument(help: "The paused turn; absent: the thread's active one.") var turnID: String?
+        func run() async throws {
+            let client = try options.session()
+            var turn = turnID
+            if turn == nil {
+                let read = try await client.call(.threadRead(Wire.ThreadReadParams(threadId: threadID)))
+                guard case let .threadRead(result)? = read.result else { try output(read, as: out.format); return }
+                turn = result.thread?.status?.activeTurnId
+                guard turn != nil else {
+                    FileHandle.standardError.write(Data("threadwire: FAILED_PRECONDITION: thread \(threadID) has no paused turn\n".utf8))
+                    throw ExitCode(StatusExit.code(for: 9))
+                }
+            }
+            try output(try await client.call(.turnContinue(Wire.TurnContinueParams(threadId: threadID, turnId: turn))), as: out.format)
             await client.close()
         }
     }

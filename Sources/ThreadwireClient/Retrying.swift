@@ -44,7 +44,8 @@ extension Wire.Request.Params {
         switch self {
         case .threadStart, .threadResume, .threadFork, .threadArchive, .threadUnarchive, .threadUnsubscribe, .threadSettingsUpdate,
              .agentSpawn, .threadToolsUpdate, .threadCompactStart, .threadRollback, .threadNameSet, .turnStart, .turnInterrupt,
-             .turnSteer, .threadImport, .threadRevert, .threadQueueUpdate, .threadQueueDelete, .threadQueueReorder, .threadDelete:
+             .turnSteer, .turnContinue, .threadImport, .threadRevert, .threadQueueUpdate, .threadQueueDelete, .threadQueueReorder,
+             .threadDelete:
             true
         case .initialize, .healthCheck, .reflectionDescriptors, .threadRead, .threadList, .threadTurnsList, .mcpServerList,
              .modelList, .threadSubscribe, .threadItemsList, .threadLoadedList, .threadQueueList:

@@ -54,6 +54,7 @@ enum Mappings {
         case .clientTool: return .waitingOnClientTool
         case .approval: return .waitingOnApproval
         case .userInput: return .waitingOnUserInput
+        case .continueAfterTools: return .pausedAfterTools
         }
     }
     static let turnStatus = EnumMapping<TurnStatus, Wire.TurnStatus>(pairs: [
@@ -191,10 +192,12 @@ extension TurnRecord {
         } else {
             requests = []
         }
-        return Wire.Turn(
+        var turn = Wire.Turn(
             id: id, status: status.wire, error: error, startedAt: startedAt, completedAt: completedAt,
             items: items.map(\.wire), context: context.wire, modelRequests: requests, failureReason: failureReason?.wire,
             pendingRequests: pendingRequests.map { $0.wire() }, rolledBack: rolledBack ? true : nil)
+        turn.pausedAfterTools = pausedAfterTools ? true : nil
+        return turn
     }
 
     /// The stored form: model requests keep only their model, tools and history count.
@@ -222,6 +225,7 @@ extension TurnRecord {
         rolledBack = turn.rolledBack ?? false
         historyStart = turn.historyStart.map { Int(clamping: $0) }
         pendingInput = turn.pendingInput.map(ContextItem.init(wire:))
+        pausedAfterTools = turn.pausedAfterTools ?? false
         modelRequests = turn.modelRequests.map {
             ModelRequestRecord(model: $0.model ?? "", contextCount: Int($0.historyCount ?? 0), tools: $0.tools.map(ToolSpec.init(wire:)),
                                usage: $0.usage.map(TokenUsage.init(wire:)), compactionPrompt: $0.compactionPrompt,
@@ -247,9 +251,12 @@ extension ThreadSourceKind {
 
 extension ThreadSettingsView {
     public var wire: Wire.ThreadSettings {
-        Wire.ThreadSettings(model: model, cwd: cwd, multiAgentMode: selectedMode?.wire,
-                            multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput,
-                            mcpServers: mcpServers, reasoningEffort: reasoning.effort, reasoningSummary: reasoning.summary)
+        var settings = Wire.ThreadSettings(
+            model: model, cwd: cwd, multiAgentMode: selectedMode?.wire,
+            multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput,
+            mcpServers: mcpServers, reasoningEffort: reasoning.effort, reasoningSummary: reasoning.summary)
+        settings.pauseAfterTools = pauseAfterTools
+        return settings
     }
 }
 
@@ -259,7 +266,7 @@ extension ThreadView {
         let turns = (self.turns ?? []).map { turn in
             turn.wire(modelRequests: history == nil ? nil : modelRequests(of: turn, baseInstructions: baseInstructions))
         }
-        return Wire.Thread(
+        var thread = Wire.Thread(
             id: r.id, sessionId: r.sessionID, forkedFromId: r.forkedFromID, parentThreadId: r.parentID,
             preview: r.preview, name: r.name, createdAt: r.createdAt, updatedAt: r.updatedAt, status: status.wire,
             source: Wire.ThreadSource(kind: r.source.wire, parentThreadId: r.parentID, depth: UInt32(r.depth),
@@ -269,6 +276,8 @@ extension ThreadView {
             // Absent before the thread's first kept event (threads stored
             // before events were kept read as they did).
             threadSequence: r.eventSequence > 0 ? UInt64(r.eventSequence) : nil)
+        thread.forkedAtTurnId = r.forkedAtTurnID
+        return thread
     }
 
     public func lifecycleResult(baseInstructions: String) -> Wire.ThreadLifecycleResult {

@@ -48,6 +48,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         var reasoning_effort: String?
         var reasoning_summary: String?
         var queue: [QueuedTurn]?
+        var pause_after_tools: Bool?
+        var forked_at_turn_id: String?
     }
 
     public init(_ r: ThreadRecord) throws {
@@ -67,7 +69,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
                               requires_approval: $0.requiresApproval ? true : nil)
         }, approval_policy: r.approvalPolicy == .never ? nil : r.approvalPolicy, user_input: r.userInputEnabled ? true : nil,
            tree_approvals: r.treeApprovals.isEmpty ? nil : r.treeApprovals, mcp_servers: r.mcpServers.isEmpty ? nil : r.mcpServers,
-           reasoning_effort: r.reasoning.effort, reasoning_summary: r.reasoning.summary, queue: r.queue.isEmpty ? nil : r.queue)
+           reasoning_effort: r.reasoning.effort, reasoning_summary: r.reasoning.summary, queue: r.queue.isEmpty ? nil : r.queue,
+           pause_after_tools: r.pauseAfterTools ? true : nil, forked_at_turn_id: r.forkedAtTurnID)
         if tools == ToolSettings() {
             tool_settings = "{}"
         } else {
@@ -138,6 +141,8 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
             record.mcpServers = tools.mcp_servers ?? []
             record.reasoning = Reasoning(effort: tools.reasoning_effort, summary: tools.reasoning_summary)
             record.queue = tools.queue ?? []
+            record.pauseAfterTools = tools.pause_after_tools ?? false
+            record.forkedAtTurnID = tools.forked_at_turn_id
         } catch {
             throw StoreError.unavailable("thread \(id) has unreadable tool_settings: \(error)")
         }

@@ -57,10 +57,12 @@ struct BranchTests {
                 let fork = try await forked(client, source, position)
                 let forkID = try #require(fork.thread?.id)
                 #expect(fork.thread?.forkedFromId == source)
+                #expect(fork.thread?.forkedAtTurnId == (kept > 0 ? turnIDs[kept - 1] : nil), "\(position): the newest source turn it holds")
                 #expect(fork.multiAgentRuntime == .v2, "the runtime stays pinned")
                 #expect(fork.multiAgentMode == .proactive, "the selected mode is kept")
                 let read = try #require(try await client.read(forkID).thread)
                 #expect(read.turns.map(\.id) == Array(turnIDs.prefix(kept)), "\(position): the turns up to the position")
+                #expect(read.forkedAtTurnId == fork.thread?.forkedAtTurnId)
                 let next = try await client.runTurn(forkID, "branch")
                 #expect(inputs(next) == (1...max(1, kept)).prefix(kept).map { "message \($0)" } + ["branch"],
                         "\(position): the model sees the history as it stood there, then the new input")

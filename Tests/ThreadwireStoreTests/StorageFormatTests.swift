@@ -31,6 +31,9 @@ struct StorageFormatTests {
         full.clientTools = [ToolSpec(name: "t", namespace: "", description: "d", parametersSchema: "{}", requiresApproval: true)]
         full.userInputEnabled = true
         full.mcpServers = ["time"]
+        full.pauseAfterTools = true
+        full.forkedFromID = "src"
+        full.forkedAtTurnID = "t3"
         #expect(try ThreadRow(full).record() == full)
     }
 
@@ -40,7 +43,9 @@ struct StorageFormatTests {
         let bytes = StoredRecords.encode(item)
         #expect(Array(bytes.prefix(2)) == [0x00, 0x01], "a zero byte and format 1 lead every record")
         #expect(try StoredRecords.decodeContextItem(bytes) == item)
-        let turn = sampleTurn()
+        var turn = sampleTurn()
+        #expect(try StoredRecords.decodeTurn(StoredRecords.encode(turn), threadID: "th", sequence: 3) == turn)
+        turn.pausedAfterTools = true
         #expect(try StoredRecords.decodeTurn(StoredRecords.encode(turn), threadID: "th", sequence: 3) == turn)
     }
 

@@ -404,6 +404,18 @@ func (c *Client) ThreadDelete(ctx context.Context, params *pb.ThreadDeleteParams
 	return response.GetThreadDelete(), nil
 }
 
+// TurnContinue calls "turn/continue". A nil params sends an empty message.
+func (c *Client) TurnContinue(ctx context.Context, params *pb.TurnContinueParams) (*pb.TurnContinueResult, error) {
+	if params == nil {
+		params = &pb.TurnContinueParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_TurnContinue{TurnContinue: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetTurnContinue(), nil
+}
+
 // RequestMethod is the wire name of a request's method ("" when unset).
 func RequestMethod(message *pb.Request) string {
 	switch message.GetParams().(type) {
@@ -473,6 +485,8 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/queue/reorder"
 	case *pb.Request_ThreadDelete:
 		return "thread/delete"
+	case *pb.Request_TurnContinue:
+		return "turn/continue"
 	}
 	return ""
 }

@@ -83,6 +83,7 @@ local METHODS = {
   [47] = "thread/queue/delete",
   [48] = "thread/queue/reorder",
   [49] = "thread/delete",
+  [50] = "turn/continue",
 }
 local NOTIFICATIONS = {
   [10] = "thread/started",

@@ -27,6 +27,8 @@ public enum WaitingReason: String, Sendable, Equatable {
     case approval
     /// The user's answer (item/tool/request_user_input).
     case userInput
+    /// turn/continue, after a batch of tool calls (the thread's pause_after_tools).
+    case continueAfterTools
 }
 
 /// A thread's sticky next-turn settings as reported to clients.
@@ -39,11 +41,13 @@ public struct ThreadSettingsView: Sendable, Equatable {
     public var userInput = false
     public var mcpServers: [String] = []
     public var reasoning = Reasoning()
+    public var pauseAfterTools = false
 
     public init(record: ThreadRecord) {
         self.init(model: record.model, cwd: record.cwd, selectedMode: record.selectedMode, runtime: record.runtime,
                   approvalPolicy: record.approvalPolicy, userInput: record.userInputEnabled, mcpServers: record.mcpServers)
         reasoning = record.reasoning
+        pauseAfterTools = record.pauseAfterTools
     }
 
     public init(model: String, cwd: String, selectedMode: MultiAgentMode?, runtime: MultiAgentRuntime?,

@@ -134,14 +134,15 @@ extension StoredThread {
     var activeTurn: TurnRecord? { activeTurnIndex.map { turns[$0] } }
 
     /// A turn runs and is not only waiting for a client.
-    var hasWorkingTurn: Bool { activeTurnIndex.map { turns[$0].pendingRequests.isEmpty } ?? false }
+    var hasWorkingTurn: Bool { activeTurn.map { !$0.waitsOnClient } ?? false }
 
-    /// The active turn waits for a client's answer (nothing else runs for it).
-    var isWaitingOnClient: Bool { activeTurnIndex.map { !turns[$0].pendingRequests.isEmpty } ?? false }
+    /// The active turn waits for a client's answer or turn/continue (nothing
+    /// else runs for it): stored as it is at shutdown, kept waiting at load.
+    var isWaitingOnClient: Bool { activeTurn?.waitsOnClient ?? false }
 
     var status: ThreadStatus {
-        if let index = activeTurnIndex {
-            return .active(turns[index].id, waitingOn: turns[index].pendingRequests.first?.kind.waitingReason)
+        if let turn = activeTurn {
+            return .active(turn.id, waitingOn: turn.pausedAfterTools ? .continueAfterTools : turn.pendingRequests.first?.kind.waitingReason)
         }
         return .idle
     }
@@ -161,4 +162,9 @@ extension ThreadView {
         self.init(record: stored.record, status: stored.status, turns: includeTurns ? stored.turns.array : nil,
                   history: includeHistory ? stored.history.array : nil)
     }
+}
+
+extension TurnRecord {
+    /// Waiting for a client: an answer to a server request, or turn/continue.
+    var waitsOnClient: Bool { !pendingRequests.isEmpty || pausedAfterTools }
 }

@@ -24,6 +24,7 @@ extension ThreadEngine {
         /// As on the wire: nil keeps, "" clears, a value sets (checked against the model).
         public var reasoningEffort: String?
         public var reasoningSummary: String?
+        public var pauseAfterTools = false
         public init() {}
     }
 
@@ -48,6 +49,7 @@ extension ThreadEngine {
         record.mcpServers = try chosenToolServers(request.mcpServers, principal: request.principal)
         record.reasoning = try Reasoning().updated(effort: request.reasoningEffort, summary: request.reasoningSummary,
                                                    model: record.model, catalog: settings.catalog)
+        record.pauseAfterTools = request.pauseAfterTools
         let fence = try await claimNewTree(id)
         let (started, kept) = numberEvents([Delivery(event: .threadStarted(ThreadView(stored: StoredThread(record: record, history: [], turns: []), includeTurns: false)),
                                                      recipients: Subscriber.only(connection))], record: &record)
@@ -263,6 +265,9 @@ extension ThreadEngine {
                 branch = Array(branch.prefix(end))
             }
         }
+        record.forkedAtTurnID = branch.last?.id
+        // The source's queued turns are its clients' next inputs, not the fork's.
+        record.queue = []
         var turns = branch.map { turn -> TurnRecord in
             var copy = turn
             copy.threadID = id
@@ -274,6 +279,7 @@ extension ThreadEngine {
             history.append(Self.interruptionMarker(runtime: record.runtime))
             turns[index].status = .interrupted
             turns[index].completedAt = now
+            turns[index].pausedAfterTools = false
             _ = Self.abandonPendingRequests(&turns[index], reason: "the turn was copied by thread/fork before a client answered")
         }
         // A fork's events start from 1: the source's are the source's.
@@ -300,6 +306,7 @@ extension ThreadEngine {
         public var userInput: Bool?
         public var reasoningEffort: String?
         public var reasoningSummary: String?
+        public var pauseAfterTools: Bool?
         public init() {}
     }
 
@@ -317,6 +324,7 @@ extension ThreadEngine {
             next.record.selectedMode = update.mode.applied(to: next.record.selectedMode)
             if let policy = update.approvalPolicy { next.record.approvalPolicy = policy }
             if let userInput = update.userInput { next.record.userInputEnabled = userInput }
+            if let pause = update.pauseAfterTools { next.record.pauseAfterTools = pause }
             next.record.reasoning = try next.record.reasoning.updated(effort: update.reasoningEffort, summary: update.reasoningSummary,
                                                                       model: next.record.model, catalog: settings.catalog)
             let changed = next.record != owner.current.record

@@ -237,7 +237,8 @@ extension ThreadEngine {
         }
         var recovered = false
         // A turn that was only waiting for a client goes on waiting: its
-        // request is stored, and is offered again to whoever subscribes.
+        // request is stored, and is offered again to whoever subscribes; a
+        // turn paused after its tools waits for turn/continue as before.
         let waiting = stored.isWaitingOnClient ? stored.activeTurnIndex.map { stored.turns[$0].id } : nil
         while let index = stored.turns.lastIndex(where: { $0.status == .inProgress && $0.id != waiting }) {
             operations += finish(&stored, index: index, status: .interrupted,
@@ -271,7 +272,7 @@ extension ThreadEngine {
             changes.changed(id)
             if let parentID = stored.record.parentID { scheduleMailboxDelivery(parentID) }
         }
-        if let waiting, !stopping.load(ordering: .acquiring) {
+        if let waiting, stored.activeTurn?.pausedAfterTools != true, !stopping.load(ordering: .acquiring) {
             for request in pendingRequests(stored) { TurnRunner(engine: self).expect(request) }
             owner.runner = tasks.spawn { [self] in await TurnRunner(engine: self).runTurn(owner, turnID: waiting, resuming: true) }
         }

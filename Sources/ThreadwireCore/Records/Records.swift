@@ -92,6 +92,10 @@ public struct ThreadRecord: Sendable, Equatable {
     public var reasoning = Reasoning()
     /// Turns waiting to start, next first.
     public var queue: [QueuedTurn] = []
+    /// Each turn pauses after a batch of tool calls until turn/continue.
+    public var pauseAfterTools = false
+    /// A fork: the newest of the source's turns it holds.
+    public var forkedAtTurnID: TurnID?
 
     public init(
         id: ThreadID, sessionID: ThreadID, source: ThreadSourceKind, depth: Int = 0,
@@ -335,6 +339,9 @@ public struct TurnRecord: Sendable, Equatable {
     public var historyStart: Int?
     /// turn/steer input the model has not been given yet.
     public var pendingInput: [ContextItem] = []
+    /// Paused after a batch of tool calls (the thread's `pauseAfterTools`):
+    /// the next model request waits for turn/continue.
+    public var pausedAfterTools = false
 
     public init(id: TurnID, threadID: ThreadID, sequence: Int, startedAt: Millis, items: [ItemRecord], context: TurnContext) {
         self.id = id

@@ -82,6 +82,7 @@ extension ThreadEngine {
         stored.turns[index].status = status
         stored.turns[index].error = error
         stored.turns[index].completedAt = now
+        stored.turns[index].pausedAfterTools = false
         _ = Self.abandonPendingRequests(&stored.turns[index], reason: "the turn ended before a client answered (\(status.rawValue))")
         var operations: [StoreOperation] = []
         if status == .interrupted {

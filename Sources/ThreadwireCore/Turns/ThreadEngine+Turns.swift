@@ -92,4 +92,44 @@ extension ThreadEngine {
         }
         return (turn, publication)
     }
+
+    /// turn/continue: a turn paused after a batch of tool calls makes its next
+    /// model request (with the input steered into it meanwhile). The pause's
+    /// end is committed before the runner starts, so of two clients
+    /// continuing at once exactly one does.
+    public func continueTurn(_ id: ThreadID, turnID: TurnID) async throws -> Outcome<Void> {
+        try await withOwner(id) { owner in
+            defer { scheduleUnloadIfIdle(owner) }
+            let current = owner.current
+            guard let index = current.activeTurnIndex else {
+                if let turn = current.turns.first(where: { $0.id == turnID }) {
+                    throw DomainError.failedPrecondition("turn \(turnID) has ended (\(turn.status.rawValue)); thread \(id) has no paused turn")
+                }
+                throw DomainError.failedPrecondition("thread \(id) has no active turn (turn \(turnID) is not one of its turns)")
+            }
+            guard current.turns[index].id == turnID else {
+                throw DomainError.failedPrecondition(
+                    "turn \(turnID) is not the active turn of thread \(id) (active: \(current.turns[index].id))")
+            }
+            guard current.turns[index].pausedAfterTools else {
+                throw DomainError.failedPrecondition("turn \(turnID) is not paused after tools: it is running, or was continued already")
+            }
+            if stopping.load(ordering: .acquiring) {
+                throw DomainError.unavailable("the server is shutting down; continue the turn after it restarts")
+            }
+            var next = current
+            next.turns[index].pausedAfterTools = false
+            let deliveries = try await install(owner, next, [.putTurn(next.turns[index])], events: [
+                Delivery(event: .statusChanged(id, .active(turnID)), recipients: owner.subscribers)])
+            owner.cancelUnload()
+            owner.runner = tasks.spawn { [self] in
+                await ThreadTracing.span("turn", attributes: [
+                    "threadwire.thread.id": .string(id), "threadwire.turn.id": .string(turnID),
+                ]) { span in
+                    await TurnRunner(engine: self).runTurn(owner, turnID: turnID)
+                }
+            }
+            return Outcome((), publications: [owner.publisher.ticket(deliveries)])
+        }
+    }
 }

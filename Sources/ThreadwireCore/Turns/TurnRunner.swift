@@ -86,7 +86,8 @@ extension TurnRunner {
     func runTurn(_ owner: ThreadOwner, turnID: TurnID, resuming: Bool = false) async {
         if resuming {
             guard let (deferred, tools, runtime) = await finishClientCall(owner, turnID: turnID),
-                  await applyStep(owner, turnID: turnID, deferred[...], tools: tools, runtime: runtime, usage: nil, calledTools: true)
+                  await applyStep(owner, turnID: turnID, deferred[...], tools: tools, runtime: runtime, usage: nil, calledTools: true),
+                  await !pausedAfterTools(owner, turnID: turnID)
             else { return }
         }
         var justCompacted = false
@@ -165,8 +166,30 @@ extension TurnRunner {
             let calledTools = outputs.contains { if case .toolCall = $0 { true } else { false } }
             guard await applyStep(owner, turnID: turnID, outputs[...], tools: tools, runtime: runtime, usage: response.usage,
                                   calledTools: calledTools) else { return }
+            if calledTools, await pausedAfterTools(owner, turnID: turnID) { return }
             // Still running without tool calls: steering input is waiting for the model.
             if !calledTools, await owner.locked({ owner.state?.activeTurn?.pendingInput.isEmpty ?? true }) { return }
+        }
+    }
+
+    /// After a batch of tool calls, on a thread set to pause after tools:
+    /// the pause is committed with the turn (so it outlasts a restart like a
+    /// pending approval) and the runner ends; turn/continue starts another.
+    /// True when the turn paused (or is no longer running).
+    func pausedAfterTools(_ owner: ThreadOwner, turnID: TurnID) async -> Bool {
+        await owner.locked {
+            guard let state = owner.state, let at = state.activeTurnIndex, state.turns[at].id == turnID else { return true }
+            guard state.record.pauseAfterTools else { return false }
+            var next = state
+            next.turns[at].pausedAfterTools = true
+            do {
+                let deliveries = try await install(owner, next, [.putTurn(next.turns[at])], events: [
+                    Delivery(event: .statusChanged(owner.id, .active(turnID, waitingOn: .continueAfterTools)), recipients: owner.subscribers)])
+                owner.publisher.ticket(deliveries).publish()
+            } catch {
+                await failTurn(owner, turnID: turnID, error: "\(error)", reason: .internalError)
+            }
+            return true
         }
     }
 

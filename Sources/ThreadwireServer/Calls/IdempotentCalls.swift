@@ -220,6 +220,7 @@ final class IdempotentCalls: Sendable {
     private static func fixedResult(_ method: String) -> Wire.Response.Result? {
         switch method {
         case "turn/interrupt": .turnInterrupt(Wire.TurnInterruptResult())
+        case "turn/continue": .turnContinue(Wire.TurnContinueResult())
         case "thread/name/set": .threadNameSet(Wire.ThreadNameSetResult())
         case "thread/archive": .threadArchive(Wire.ThreadArchiveResult())
         default: nil

@@ -32,6 +32,7 @@ enum ThreadHandlers {
         request.userInput = p.userInput ?? false
         request.reasoningEffort = p.reasoningEffort
         request.reasoningSummary = p.reasoningSummary
+        request.pauseAfterTools = p.pauseAfterTools ?? false
         // Repeated fields have no presence: an empty list means "the defaults".
         request.mcpServers = p.mcpServers.isEmpty ? nil : p.mcpServers
         let outcome = try await call.engine.startThread(request, connection: call.connection.id)
@@ -291,6 +292,7 @@ enum ThreadHandlers {
         update.userInput = p.userInput
         update.reasoningEffort = p.reasoningEffort
         update.reasoningSummary = p.reasoningSummary
+        update.pauseAfterTools = p.pauseAfterTools
         let outcome = try await call.engine.updateSettings(try call.target(), update)
         return Outcome(.threadSettingsUpdate(Wire.ThreadSettingsUpdateResult(
             settings: outcome.value.0.wire, changed: outcome.value.1)), carrying: outcome)
@@ -363,6 +365,12 @@ enum TurnHandlers {
         let turnID = try MethodTable.required(p.turnId, "turn_id")
         let outcome = try await call.engine.interruptTurn(try call.target(), turnID: turnID)
         return Outcome(.turnInterrupt(Wire.TurnInterruptResult()), carrying: outcome)
+    }
+
+    @Sendable static func continueTurn(_ p: Wire.TurnContinueParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        let turnID = try MethodTable.required(p.turnId, "turn_id")
+        let outcome = try await call.engine.continueTurn(try call.target(), turnID: turnID)
+        return Outcome(.turnContinue(Wire.TurnContinueResult()), carrying: outcome)
     }
 
     @Sendable static func steer(_ p: Wire.TurnSteerParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {

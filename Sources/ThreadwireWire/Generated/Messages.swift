@@ -340,6 +340,7 @@ extension Wire {
     case waitingOnClientTool = 1
     case waitingOnApproval = 2
     case waitingOnUserInput = 3
+    case pausedAfterTools = 4
 
     public static let protoName = "threadwire.v1.ThreadActiveFlag"
     public var protoValueName: String {
@@ -348,6 +349,7 @@ extension Wire {
       case .waitingOnClientTool: return "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL"
       case .waitingOnApproval: return "THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL"
       case .waitingOnUserInput: return "THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT"
+      case .pausedAfterTools: return "THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS"
       }
     }
   }
@@ -2613,6 +2615,7 @@ extension Wire {
     public var mcpServers: [String]
     public var reasoningEffort: String?
     public var reasoningSummary: String?
+    public var pauseAfterTools: Bool?
 
     public init() {
       self.model = nil
@@ -2624,9 +2627,10 @@ extension Wire {
       self.mcpServers = []
       self.reasoningEffort = nil
       self.reasoningSummary = nil
+      self.pauseAfterTools = nil
     }
 
-    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = [], reasoningEffort: String? = nil, reasoningSummary: String? = nil) {
+    public init(model: String? = nil, cwd: String? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = [], reasoningEffort: String? = nil, reasoningSummary: String? = nil, pauseAfterTools: Bool? = nil) {
       self.model = model
       self.cwd = cwd
       self.multiAgentMode = multiAgentMode
@@ -2636,6 +2640,7 @@ extension Wire {
       self.mcpServers = mcpServers
       self.reasoningEffort = reasoningEffort
       self.reasoningSummary = reasoningSummary
+      self.pauseAfterTools = pauseAfterTools
     }
   }
 }
@@ -2658,6 +2663,7 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     }
     if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
     if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_pause_after_tools != 0 { self.pauseAfterTools = c.pointee.pause_after_tools != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: inout CodecArena) {
@@ -2673,6 +2679,7 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     }
     if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
     if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
+    if let v = self.pauseAfterTools { c.has_pause_after_tools = 1; c.pause_after_tools = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -2712,6 +2719,7 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
     if !mcpServers.isEmpty { object.append(("mcp_servers", .array(mcpServers.map { .string($0) }))) }
     if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
     if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
+    if let v = pauseAfterTools { object.append(("pause_after_tools", .bool(v))) }
     return .object(object)
   }
 
@@ -2729,6 +2737,7 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
       case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
       case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
       case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
+      case "pause_after_tools", "pauseAfterTools": self.pauseAfterTools = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -2744,6 +2753,7 @@ extension Wire {
     public var userInput: Bool?
     public var reasoningEffort: String?
     public var reasoningSummary: String?
+    public var pauseAfterTools: Bool?
     public var multiAgentModeUpdate: MultiAgentModeUpdate?
 
     public enum MultiAgentModeUpdate: Sendable, Equatable {
@@ -2786,10 +2796,11 @@ extension Wire {
       self.userInput = nil
       self.reasoningEffort = nil
       self.reasoningSummary = nil
+      self.pauseAfterTools = nil
       self.multiAgentModeUpdate = nil
     }
 
-    public init(threadId: String? = nil, model: String? = nil, cwd: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
+    public init(threadId: String? = nil, model: String? = nil, cwd: String? = nil, approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, reasoningEffort: String? = nil, reasoningSummary: String? = nil, pauseAfterTools: Bool? = nil, multiAgentModeUpdate: MultiAgentModeUpdate? = nil) {
       self.threadId = threadId
       self.model = model
       self.cwd = cwd
@@ -2797,6 +2808,7 @@ extension Wire {
       self.userInput = userInput
       self.reasoningEffort = reasoningEffort
       self.reasoningSummary = reasoningSummary
+      self.pauseAfterTools = pauseAfterTools
       self.multiAgentModeUpdate = multiAgentModeUpdate
     }
   }
@@ -2815,6 +2827,7 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
     if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
     if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_pause_after_tools != 0 { self.pauseAfterTools = c.pointee.pause_after_tools != 0 }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
     case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
     case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
@@ -2830,6 +2843,7 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = self.userInput { c.has_user_input = 1; c.user_input = v ? 1 : 0 }
     if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
     if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
+    if let v = self.pauseAfterTools { c.has_pause_after_tools = 1; c.pause_after_tools = v ? 1 : 0 }
     switch self.multiAgentModeUpdate {
     case .multiAgentMode(let v)?:
       c.multi_agent_mode_update_case = .init(rawValue: 4)
@@ -2876,6 +2890,7 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
     if let v = userInput { object.append(("user_input", .bool(v))) }
     if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
     if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
+    if let v = pauseAfterTools { object.append(("pause_after_tools", .bool(v))) }
     switch multiAgentModeUpdate {
     case .multiAgentMode(let v)?: object.append(("multi_agent_mode", .string(v.protoValueName)))
     case .clearMultiAgentMode(let v)?: object.append(("clear_multi_agent_mode", .bool(v)))
@@ -2896,6 +2911,7 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
       case "user_input", "userInput": self.userInput = try value.boolValue(path: keyPath)
       case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
       case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
+      case "pause_after_tools", "pauseAfterTools": self.pauseAfterTools = try value.boolValue(path: keyPath)
       case "multi_agent_mode", "multiAgentMode", "clear_multi_agent_mode", "clearMultiAgentMode":
         if self.multiAgentModeUpdate != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'multi_agent_mode_update' is set") }
         self.multiAgentModeUpdate = try MultiAgentModeUpdate.fromJSON(fieldName: key, value, path: keyPath)
@@ -3973,6 +3989,7 @@ extension Wire {
     public var rolledBack: Bool?
     public var historyStart: UInt64?
     public var pendingInput: [Wire.ContextItem]
+    public var pausedAfterTools: Bool?
 
     public init() {
       self.id = nil
@@ -3989,9 +4006,10 @@ extension Wire {
       self.rolledBack = nil
       self.historyStart = nil
       self.pendingInput = []
+      self.pausedAfterTools = nil
     }
 
-    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil, pendingRequests: [Wire.ServerRequest] = [], deferredOutputs: [Wire.ContextItem] = [], rolledBack: Bool? = nil, historyStart: UInt64? = nil, pendingInput: [Wire.ContextItem] = []) {
+    public init(id: String? = nil, status: Wire.TurnStatus? = nil, error: String? = nil, startedAt: Int64? = nil, completedAt: Int64? = nil, items: [Wire.ThreadItem] = [], context: Wire.TurnContext? = nil, modelRequests: [Wire.ModelRequest] = [], failureReason: Wire.TurnFailureReason? = nil, pendingRequests: [Wire.ServerRequest] = [], deferredOutputs: [Wire.ContextItem] = [], rolledBack: Bool? = nil, historyStart: UInt64? = nil, pendingInput: [Wire.ContextItem] = [], pausedAfterTools: Bool? = nil) {
       self.id = id
       self.status = status
       self.error = error
@@ -4006,6 +4024,7 @@ extension Wire {
       self.rolledBack = rolledBack
       self.historyStart = historyStart
       self.pendingInput = pendingInput
+      self.pausedAfterTools = pausedAfterTools
     }
   }
 }
@@ -4057,6 +4076,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
         for index in 0..<c.pointee.n_pending_input { self.pendingInput.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "pending_input") }
     }
+    if c.pointee.has_paused_after_tools != 0 { self.pausedAfterTools = c.pointee.paused_after_tools != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__Turn, arena: inout CodecArena) {
@@ -4089,6 +4109,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       c.n_pending_input = self.pendingInput.count
       c.pending_input = arena.array(self.pendingInput) { value, arena in arena.message(value, Threadwire__V1__ContextItem(), threadwire__v1__context_item__init) }
     }
+    if let v = self.pausedAfterTools { c.has_paused_after_tools = 1; c.paused_after_tools = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -4133,6 +4154,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
     if let v = rolledBack { object.append(("rolled_back", .bool(v))) }
     if let v = historyStart { object.append(("history_start", .uint(UInt64(v)))) }
     if !pendingInput.isEmpty { object.append(("pending_input", .array(pendingInput.map { $0.jsonValue() }))) }
+    if let v = pausedAfterTools { object.append(("paused_after_tools", .bool(v))) }
     return .object(object)
   }
 
@@ -4155,6 +4177,7 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
       case "rolled_back", "rolledBack": self.rolledBack = try value.boolValue(path: keyPath)
       case "history_start", "historyStart": self.historyStart = try value.uint64Value(path: keyPath)
       case "pending_input", "pendingInput": self.pendingInput = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ContextItem(json: element, path: path) }
+      case "paused_after_tools", "pausedAfterTools": self.pausedAfterTools = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -5387,6 +5410,145 @@ extension Wire.TurnInterruptResult: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct TurnContinueParams: Sendable, Equatable {
+    public var threadId: String?
+    public var turnId: String?
+
+    public init() {
+      self.threadId = nil
+      self.turnId = nil
+    }
+
+    public init(threadId: String? = nil, turnId: String? = nil) {
+      self.threadId = threadId
+      self.turnId = turnId
+    }
+  }
+}
+
+extension Wire.TurnContinueParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TurnContinueParams"
+  typealias CMessage = Threadwire__V1__TurnContinueParams
+
+  init(c: UnsafePointer<Threadwire__V1__TurnContinueParams>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+  }
+
+  func fill(_ c: inout Threadwire__V1__TurnContinueParams, arena: inout CodecArena) {
+    if let v = self.threadId { c.thread_id = arena.cString(v) }
+    if let v = self.turnId { c.turn_id = arena.cString(v) }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_continue_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_continue_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnContinueParams()
+      threadwire__v1__turn_continue_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_continue_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_continue_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = threadId { object.append(("thread_id", .string(v))) }
+    if let v = turnId { object.append(("turn_id", .string(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "thread_id", "threadId": self.threadId = try value.stringValue(path: keyPath)
+      case "turn_id", "turnId": self.turnId = try value.stringValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct TurnContinueResult: Sendable, Equatable {
+
+    public init() {}
+  }
+}
+
+extension Wire.TurnContinueResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TurnContinueResult"
+  typealias CMessage = Threadwire__V1__TurnContinueResult
+
+  init(c: UnsafePointer<Threadwire__V1__TurnContinueResult>) throws(WireError) {
+    self.init()
+  }
+
+  func fill(_ c: inout Threadwire__V1__TurnContinueResult, arena: inout CodecArena) {
+    _ = arena
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__turn_continue_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__turn_continue_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TurnContinueResult()
+      threadwire__v1__turn_continue_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__turn_continue_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__turn_continue_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct TurnStartedNotification: Sendable, Equatable {
     public var threadId: String?
     public var turn: Wire.Turn?
@@ -6202,6 +6364,7 @@ extension Wire {
     public var turns: [Wire.Turn]
     public var threadSequence: UInt64?
     public var principal: String?
+    public var forkedAtTurnId: String?
 
     public init() {
       self.id = nil
@@ -6222,9 +6385,10 @@ extension Wire {
       self.turns = []
       self.threadSequence = nil
       self.principal = nil
+      self.forkedAtTurnId = nil
     }
 
-    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil, principal: String? = nil) {
+    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil, principal: String? = nil, forkedAtTurnId: String? = nil) {
       self.id = id
       self.sessionId = sessionId
       self.forkedFromId = forkedFromId
@@ -6243,6 +6407,7 @@ extension Wire {
       self.turns = turns
       self.threadSequence = threadSequence
       self.principal = principal
+      self.forkedAtTurnId = forkedAtTurnId
     }
   }
 }
@@ -6280,6 +6445,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     }
     if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
     if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
+    if let v = c.pointee.forked_at_turn_id { self.forkedAtTurnId = try wireString(v, field: "forked_at_turn_id") }
   }
 
   func fill(_ c: inout Threadwire__V1__Thread, arena: inout CodecArena) {
@@ -6304,6 +6470,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     }
     if let v = self.threadSequence { c.has_thread_sequence = 1; c.thread_sequence = v }
     if let v = self.principal { c.principal = arena.cString(v) }
+    if let v = self.forkedAtTurnId { c.forked_at_turn_id = arena.cString(v) }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -6352,6 +6519,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if !turns.isEmpty { object.append(("turns", .array(turns.map { $0.jsonValue() }))) }
     if let v = threadSequence { object.append(("thread_sequence", .uint(UInt64(v)))) }
     if let v = principal { object.append(("principal", .string(v))) }
+    if let v = forkedAtTurnId { object.append(("forked_at_turn_id", .string(v))) }
     return .object(object)
   }
 
@@ -6378,6 +6546,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       case "turns": self.turns = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.Turn(json: element, path: path) }
       case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
       case "principal": self.principal = try value.stringValue(path: keyPath)
+      case "forked_at_turn_id", "forkedAtTurnId": self.forkedAtTurnId = try value.stringValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -6399,6 +6568,7 @@ extension Wire {
     public var mcpServers: [String]
     public var reasoningEffort: String?
     public var reasoningSummary: String?
+    public var pauseAfterTools: Bool?
 
     public init() {
       self.model = nil
@@ -6414,9 +6584,10 @@ extension Wire {
       self.mcpServers = []
       self.reasoningEffort = nil
       self.reasoningSummary = nil
+      self.pauseAfterTools = nil
     }
 
-    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = [], reasoningEffort: String? = nil, reasoningSummary: String? = nil) {
+    public init(model: String? = nil, cwd: String? = nil, config: [Wire.KeyValue] = [], multiAgentMode: Wire.MultiAgentMode? = nil, name: String? = nil, source: Wire.ThreadSourceKind? = nil, baseInstructions: String? = nil, clientTools: [Wire.ToolSpec] = [], approvalPolicy: Wire.ApprovalPolicy? = nil, userInput: Bool? = nil, mcpServers: [String] = [], reasoningEffort: String? = nil, reasoningSummary: String? = nil, pauseAfterTools: Bool? = nil) {
       self.model = model
       self.cwd = cwd
       self.config = config
@@ -6430,6 +6601,7 @@ extension Wire {
       self.mcpServers = mcpServers
       self.reasoningEffort = reasoningEffort
       self.reasoningSummary = reasoningSummary
+      self.pauseAfterTools = pauseAfterTools
     }
   }
 }
@@ -6466,6 +6638,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     }
     if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
     if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_pause_after_tools != 0 { self.pauseAfterTools = c.pointee.pause_after_tools != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
@@ -6491,6 +6664,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     }
     if let v = self.reasoningEffort { c.reasoning_effort = arena.cString(v) }
     if let v = self.reasoningSummary { c.reasoning_summary = arena.cString(v) }
+    if let v = self.pauseAfterTools { c.has_pause_after_tools = 1; c.pause_after_tools = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -6534,6 +6708,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
     if !mcpServers.isEmpty { object.append(("mcp_servers", .array(mcpServers.map { .string($0) }))) }
     if let v = reasoningEffort { object.append(("reasoning_effort", .string(v))) }
     if let v = reasoningSummary { object.append(("reasoning_summary", .string(v))) }
+    if let v = pauseAfterTools { object.append(("pause_after_tools", .bool(v))) }
     return .object(object)
   }
 
@@ -6555,6 +6730,7 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
       case "mcp_servers", "mcpServers": self.mcpServers = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try element.stringValue(path: path) }
       case "reasoning_effort", "reasoningEffort": self.reasoningEffort = try value.stringValue(path: keyPath)
       case "reasoning_summary", "reasoningSummary": self.reasoningSummary = try value.stringValue(path: keyPath)
+      case "pause_after_tools", "pauseAfterTools": self.pauseAfterTools = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }
@@ -11513,6 +11689,7 @@ extension Wire {
       case threadQueueDelete(Wire.ThreadQueueDeleteParams)
       case threadQueueReorder(Wire.ThreadQueueReorderParams)
       case threadDelete(Wire.ThreadDeleteParams)
+      case turnContinue(Wire.TurnContinueParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -11550,6 +11727,7 @@ extension Wire {
         case .threadQueueDelete: return "thread_queue_delete"
         case .threadQueueReorder: return "thread_queue_reorder"
         case .threadDelete: return "thread_delete"
+        case .turnContinue: return "turn_continue"
         }
       }
 
@@ -11589,10 +11767,11 @@ extension Wire {
         case .threadQueueDelete: return "thread/queue/delete"
         case .threadQueueReorder: return "thread/queue/reorder"
         case .threadDelete: return "thread/delete"
+        case .turnContinue: return "turn/continue"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -11630,6 +11809,7 @@ extension Wire {
         case "thread_queue_delete", "threadQueueDelete": return .threadQueueDelete(try Wire.ThreadQueueDeleteParams(json: json, path: path))
         case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderParams(json: json, path: path))
         case "thread_delete", "threadDelete": return .threadDelete(try Wire.ThreadDeleteParams(json: json, path: path))
+        case "turn_continue", "turnContinue": return .turnContinue(try Wire.TurnContinueParams(json: json, path: path))
         default: return nil
         }
       }
@@ -11735,6 +11915,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadQueueReorder(try Wire.ThreadQueueReorderParams(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
     case 49:
       do throws(WireError) { self.params = .threadDelete(try Wire.ThreadDeleteParams(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
+    case 50:
+      do throws(WireError) { self.params = .turnContinue(try Wire.TurnContinueParams(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
     default: self.params = nil
     }
   }
@@ -11847,6 +12029,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadDelete(let v)?:
       c.params_case = .init(rawValue: 49)
       c.thread_delete = arena.message(v, Threadwire__V1__ThreadDeleteParams(), threadwire__v1__thread_delete_params__init)
+    case .turnContinue(let v)?:
+      c.params_case = .init(rawValue: 50)
+      c.turn_continue = arena.message(v, Threadwire__V1__TurnContinueParams(), threadwire__v1__turn_continue_params__init)
     case nil: break
     }
   }
@@ -11917,6 +12102,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadQueueDelete(let v)?: object.append(("thread_queue_delete", v.jsonValue()))
     case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
     case .threadDelete(let v)?: object.append(("thread_delete", v.jsonValue()))
+    case .turnContinue(let v)?: object.append(("turn_continue", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -11931,7 +12117,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete", "turn_continue", "turnContinue":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -11981,6 +12167,7 @@ extension Wire {
       case threadQueueDelete(Wire.ThreadQueueDeleteResult)
       case threadQueueReorder(Wire.ThreadQueueReorderResult)
       case threadDelete(Wire.ThreadDeleteResult)
+      case turnContinue(Wire.TurnContinueResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -12018,6 +12205,7 @@ extension Wire {
         case .threadQueueDelete: return "thread_queue_delete"
         case .threadQueueReorder: return "thread_queue_reorder"
         case .threadDelete: return "thread_delete"
+        case .turnContinue: return "turn_continue"
         }
       }
 
@@ -12057,10 +12245,11 @@ extension Wire {
         case .threadQueueDelete: return "thread/queue/delete"
         case .threadQueueReorder: return "thread/queue/reorder"
         case .threadDelete: return "thread/delete"
+        case .turnContinue: return "turn/continue"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -12098,6 +12287,7 @@ extension Wire {
         case "thread_queue_delete", "threadQueueDelete": return .threadQueueDelete(try Wire.ThreadQueueDeleteResult(json: json, path: path))
         case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderResult(json: json, path: path))
         case "thread_delete", "threadDelete": return .threadDelete(try Wire.ThreadDeleteResult(json: json, path: path))
+        case "turn_continue", "turnContinue": return .turnContinue(try Wire.TurnContinueResult(json: json, path: path))
         default: return nil
         }
       }
@@ -12195,6 +12385,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadQueueReorder(try Wire.ThreadQueueReorderResult(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
     case 49:
       do throws(WireError) { self.result = .threadDelete(try Wire.ThreadDeleteResult(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
+    case 50:
+      do throws(WireError) { self.result = .turnContinue(try Wire.TurnContinueResult(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
     default: self.result = nil
     }
   }
@@ -12303,6 +12495,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadDelete(let v)?:
       c.result_case = .init(rawValue: 49)
       c.thread_delete = arena.message(v, Threadwire__V1__ThreadDeleteResult(), threadwire__v1__thread_delete_result__init)
+    case .turnContinue(let v)?:
+      c.result_case = .init(rawValue: 50)
+      c.turn_continue = arena.message(v, Threadwire__V1__TurnContinueResult(), threadwire__v1__turn_continue_result__init)
     case nil: break
     }
   }
@@ -12372,6 +12567,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadQueueDelete(let v)?: object.append(("thread_queue_delete", v.jsonValue()))
     case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
     case .threadDelete(let v)?: object.append(("thread_delete", v.jsonValue()))
+    case .turnContinue(let v)?: object.append(("turn_continue", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -12385,7 +12581,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete", "turn_continue", "turnContinue":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

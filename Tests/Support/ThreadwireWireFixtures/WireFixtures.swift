@@ -215,6 +215,7 @@ public enum WireFixtures {
         message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
         message.reasoningEffort = "reasoning_effort héllo ✓ 0"
         message.reasoningSummary = "reasoning_summary héllo ✓ 0"
+        message.pauseAfterTools = true
         return message
     }
 
@@ -227,6 +228,7 @@ public enum WireFixtures {
         message.userInput = true
         message.reasoningEffort = "reasoning_effort héllo ✓ 0"
         message.reasoningSummary = "reasoning_summary héllo ✓ 0"
+        message.pauseAfterTools = true
         switch variant % 2 {
         case 0: message.multiAgentModeUpdate = .multiAgentMode(Wire.MultiAgentMode.proactive)
         default: message.multiAgentModeUpdate = .clearMultiAgentMode(true)
@@ -351,6 +353,7 @@ public enum WireFixtures {
         message.rolledBack = true
         message.historyStart = UInt64(9223372036854775821)
         message.pendingInput = [ContextItem(0), ContextItem(0)]
+        message.pausedAfterTools = true
         return message
     }
 
@@ -457,6 +460,18 @@ public enum WireFixtures {
         return message
     }
 
+    public static func TurnContinueParams(_ variant: Int) -> Wire.TurnContinueParams {
+        var message = Wire.TurnContinueParams()
+        message.threadId = "thread_id héllo ✓ 0"
+        message.turnId = "turn_id héllo ✓ 0"
+        return message
+    }
+
+    public static func TurnContinueResult(_ variant: Int) -> Wire.TurnContinueResult {
+        var message = Wire.TurnContinueResult()
+        return message
+    }
+
     public static func TurnStartedNotification(_ variant: Int) -> Wire.TurnStartedNotification {
         var message = Wire.TurnStartedNotification()
         message.threadId = "thread_id héllo ✓ 0"
@@ -515,7 +530,7 @@ public enum WireFixtures {
         var message = Wire.ThreadStatus()
         message.type = Wire.ThreadStatusType.systemError
         message.activeTurnId = "active_turn_id héllo ✓ 0"
-        message.activeFlags = [Wire.ThreadActiveFlag.waitingOnUserInput, Wire.ThreadActiveFlag.waitingOnUserInput]
+        message.activeFlags = [Wire.ThreadActiveFlag.pausedAfterTools, Wire.ThreadActiveFlag.pausedAfterTools]
         return message
     }
 
@@ -550,6 +565,7 @@ public enum WireFixtures {
         message.turns = [Turn(0), Turn(0)]
         message.threadSequence = UInt64(9223372036854775825)
         message.principal = "principal héllo ✓ 0"
+        message.forkedAtTurnId = "forked_at_turn_id héllo ✓ 0"
         return message
     }
 
@@ -568,6 +584,7 @@ public enum WireFixtures {
         message.mcpServers = ["mcp_servers héllo ✓ 1", "mcp_servers héllo ✓ 2"]
         message.reasoningEffort = "reasoning_effort héllo ✓ 0"
         message.reasoningSummary = "reasoning_summary héllo ✓ 0"
+        message.pauseAfterTools = true
         return message
     }
 
@@ -1009,7 +1026,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 33 {
+        switch variant % 34 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -1042,7 +1059,8 @@ public enum WireFixtures {
         case 29: message.params = .threadQueueUpdate(ThreadQueueUpdateParams(0))
         case 30: message.params = .threadQueueDelete(ThreadQueueDeleteParams(0))
         case 31: message.params = .threadQueueReorder(ThreadQueueReorderParams(0))
-        default: message.params = .threadDelete(ThreadDeleteParams(0))
+        case 32: message.params = .threadDelete(ThreadDeleteParams(0))
+        default: message.params = .turnContinue(TurnContinueParams(0))
         }
         return message
     }
@@ -1052,7 +1070,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 33 {
+        switch variant % 34 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -1085,7 +1103,8 @@ public enum WireFixtures {
         case 29: message.result = .threadQueueUpdate(ThreadQueueUpdateResult(0))
         case 30: message.result = .threadQueueDelete(ThreadQueueDeleteResult(0))
         case 31: message.result = .threadQueueReorder(ThreadQueueReorderResult(0))
-        default: message.result = .threadDelete(ThreadDeleteResult(0))
+        case 32: message.result = .threadDelete(ThreadDeleteResult(0))
+        default: message.result = .turnContinue(TurnContinueResult(0))
         }
         return message
     }
@@ -1176,6 +1195,8 @@ public enum WireFixtures {
         ("ThreadQueueUpdatedNotification#0", { try roundTrip(ThreadQueueUpdatedNotification(0)) }),
         ("TurnInterruptParams#0", { try roundTrip(TurnInterruptParams(0)) }),
         ("TurnInterruptResult#0", { try roundTrip(TurnInterruptResult(0)) }),
+        ("TurnContinueParams#0", { try roundTrip(TurnContinueParams(0)) }),
+        ("TurnContinueResult#0", { try roundTrip(TurnContinueResult(0)) }),
         ("TurnStartedNotification#0", { try roundTrip(TurnStartedNotification(0)) }),
         ("TurnCompletedNotification#0", { try roundTrip(TurnCompletedNotification(0)) }),
         ("ItemStartedNotification#0", { try roundTrip(ItemStartedNotification(0)) }),
@@ -1282,6 +1303,7 @@ public enum WireFixtures {
         ("Request#30", { try roundTrip(Request(30)) }),
         ("Request#31", { try roundTrip(Request(31)) }),
         ("Request#32", { try roundTrip(Request(32)) }),
+        ("Request#33", { try roundTrip(Request(33)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1315,6 +1337,7 @@ public enum WireFixtures {
         ("Response#30", { try roundTrip(Response(30)) }),
         ("Response#31", { try roundTrip(Response(31)) }),
         ("Response#32", { try roundTrip(Response(32)) }),
+        ("Response#33", { try roundTrip(Response(33)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

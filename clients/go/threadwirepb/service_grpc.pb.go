@@ -50,6 +50,7 @@ type ThreadwireClient interface {
 	ThreadQueueDelete(ctx context.Context, in *ThreadQueueDeleteParams, opts ...grpc.CallOption) (*ThreadQueueDeleteResult, error)
 	ThreadQueueReorder(ctx context.Context, in *ThreadQueueReorderParams, opts ...grpc.CallOption) (*ThreadQueueReorderResult, error)
 	ThreadDelete(ctx context.Context, in *ThreadDeleteParams, opts ...grpc.CallOption) (*ThreadDeleteResult, error)
+	TurnContinue(ctx context.Context, in *TurnContinueParams, opts ...grpc.CallOption) (*TurnContinueResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -378,6 +379,15 @@ func (c *threadwireClient) ThreadDelete(ctx context.Context, in *ThreadDeletePar
 	return out, nil
 }
 
+func (c *threadwireClient) TurnContinue(ctx context.Context, in *TurnContinueParams, opts ...grpc.CallOption) (*TurnContinueResult, error) {
+	out := new(TurnContinueResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/TurnContinue", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *threadwireClient) Subscribe(ctx context.Context, in *ThreadSubscribeParams, opts ...grpc.CallOption) (Threadwire_SubscribeClient, error) {
 	stream, err := c.cc.NewStream(ctx, &_Threadwire_serviceDesc.Streams[0], "/threadwire.v1.Threadwire/Subscribe", opts...)
 	if err != nil {
@@ -512,6 +522,7 @@ type ThreadwireServer interface {
 	ThreadQueueDelete(context.Context, *ThreadQueueDeleteParams) (*ThreadQueueDeleteResult, error)
 	ThreadQueueReorder(context.Context, *ThreadQueueReorderParams) (*ThreadQueueReorderResult, error)
 	ThreadDelete(context.Context, *ThreadDeleteParams) (*ThreadDeleteResult, error)
+	TurnContinue(context.Context, *TurnContinueParams) (*TurnContinueResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -638,6 +649,9 @@ func (UnimplementedThreadwireServer) ThreadQueueReorder(context.Context, *Thread
 }
 func (UnimplementedThreadwireServer) ThreadDelete(context.Context, *ThreadDeleteParams) (*ThreadDeleteResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ThreadDelete not implemented")
+}
+func (UnimplementedThreadwireServer) TurnContinue(context.Context, *TurnContinueParams) (*TurnContinueResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TurnContinue not implemented")
 }
 func (UnimplementedThreadwireServer) Subscribe(*ThreadSubscribeParams, Threadwire_SubscribeServer) error {
 	return status.Errorf(codes.Unimplemented, "method Subscribe not implemented")
@@ -1255,6 +1269,24 @@ func _Threadwire_ThreadDelete_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Threadwire_TurnContinue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TurnContinueParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).TurnContinue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/TurnContinue",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).TurnContinue(ctx, req.(*TurnContinueParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Threadwire_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ThreadSubscribeParams)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1463,6 +1495,10 @@ var _Threadwire_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ThreadDelete",
 			Handler:    _Threadwire_ThreadDelete_Handler,
+		},
+		{
+			MethodName: "TurnContinue",
+			Handler:    _Threadwire_TurnContinue_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

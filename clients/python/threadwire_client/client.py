@@ -461,7 +461,7 @@ class GRPCConnectClient(Client):
 MUTATING_METHODS = frozenset({
     "thread/start", "thread/resume", "thread/fork", "thread/archive", "thread/unarchive", "thread/unsubscribe",
     "thread/settings/update", "agent/spawn", "thread/tools/update", "thread/compact/start", "thread/rollback", "thread/revert", "thread/queue/update", "thread/queue/delete", "thread/queue/reorder", "thread/delete",
-    "thread/name/set", "turn/start", "turn/interrupt", "turn/steer", "thread/import",
+    "thread/name/set", "turn/start", "turn/interrupt", "turn/steer", "turn/continue", "thread/import",
 })
 
 

@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[37] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[38] =
 {
   {
     "id",
@@ -723,6 +723,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turn_continue",
+    50,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, turn_continue),
+    &threadwire__v1__turn_continue_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   16,   /* field[16] = agent_spawn */
@@ -759,6 +771,7 @@ static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   13,   /* field[13] = thread_unarchive */
   14,   /* field[14] = thread_unsubscribe */
   1,   /* field[1] = timeout_ms */
+  37,   /* field[37] = turn_continue */
   28,   /* field[28] = turn_interrupt */
   27,   /* field[27] = turn_start */
   29,   /* field[29] = turn_steer */
@@ -768,7 +781,7 @@ static const ProtobufCIntRange threadwire__v1__request__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 0, 37 }
+  { 0, 38 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -778,14 +791,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  37,
+  38,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   3,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[36] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[37] =
 {
   {
     "id",
@@ -1219,6 +1232,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "turn_continue",
+    50,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, turn_continue),
+    &threadwire__v1__turn_continue_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = agent_spawn */
@@ -1254,6 +1279,7 @@ static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   16,   /* field[16] = thread_turns_list */
   12,   /* field[12] = thread_unarchive */
   13,   /* field[13] = thread_unsubscribe */
+  36,   /* field[36] = turn_continue */
   27,   /* field[27] = turn_interrupt */
   26,   /* field[26] = turn_start */
   28,   /* field[28] = turn_steer */
@@ -1263,7 +1289,7 @@ static const ProtobufCIntRange threadwire__v1__response__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 0, 36 }
+  { 0, 37 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1273,7 +1299,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  36,
+  37,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   3,  threadwire__v1__response__number_ranges,

@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[36] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[37] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -42,25 +42,26 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "ThreadQueueDelete", &threadwire__v1__thread_queue_delete_params__descriptor, &threadwire__v1__thread_queue_delete_result__descriptor },
   { "ThreadQueueReorder", &threadwire__v1__thread_queue_reorder_params__descriptor, &threadwire__v1__thread_queue_reorder_result__descriptor },
   { "ThreadDelete", &threadwire__v1__thread_delete_params__descriptor, &threadwire__v1__thread_delete_result__descriptor },
+  { "TurnContinue", &threadwire__v1__turn_continue_params__descriptor, &threadwire__v1__turn_continue_result__descriptor },
   { "Subscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__notification__descriptor },
   { "Connect", &threadwire__v1__envelope__descriptor, &threadwire__v1__envelope__descriptor },
   { "ThreadImportStream", &threadwire__v1__thread_import_params__descriptor, &threadwire__v1__thread_import_result__descriptor },
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
-  34,        /* Connect */
+  35,        /* Connect */
   1,        /* HealthCheck */
   0,        /* Initialize */
   15,        /* McpServerList */
   16,        /* ModelList */
   2,        /* ReflectionDescriptors */
-  33,        /* Subscribe */
+  34,        /* Subscribe */
   8,        /* ThreadArchive */
   17,        /* ThreadCompactStart */
   32,        /* ThreadDelete */
   5,        /* ThreadFork */
   20,        /* ThreadImport */
-  35,        /* ThreadImportStream */
+  36,        /* ThreadImportStream */
   26,        /* ThreadItemsList */
   7,        /* ThreadList */
   27,        /* ThreadLoadedList */
@@ -80,6 +81,7 @@ const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   13,        /* ThreadTurnsList */
   9,        /* ThreadUnarchive */
   10,        /* ThreadUnsubscribe */
+  33,        /* TurnContinue */
   24,        /* TurnInterrupt */
   23,        /* TurnStart */
   25         /* TurnSteer */
@@ -91,7 +93,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  36,
+  37,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -359,13 +361,21 @@ void threadwire__v1__threadwire__thread_delete(ProtobufCService *service,
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 32, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void threadwire__v1__threadwire__turn_continue(ProtobufCService *service,
+                                               const Threadwire__V1__TurnContinueParams *input,
+                                               Threadwire__V1__TurnContinueResult_Closure closure,
+                                               void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,
                                            void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          const Threadwire__V1__Envelope *input,
@@ -373,7 +383,7 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       const Threadwire__V1__ThreadImportParams *input,
@@ -381,7 +391,7 @@ void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 36, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)

@@ -187,7 +187,7 @@ void   threadwire__v1__thread_settings_updated_notification__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__thread_settings_updated_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[9] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_descriptors[10] =
 {
   {
     "model",
@@ -297,6 +297,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "pause_after_tools",
+    10,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadSettings, has_pause_after_tools),
+    offsetof(Threadwire__V1__ThreadSettings, pause_after_tools),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] = {
   4,   /* field[4] = approval_policy */
@@ -305,6 +317,7 @@ static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] =
   0,   /* field[0] = model */
   2,   /* field[2] = multi_agent_mode */
   3,   /* field[3] = multi_agent_runtime */
+  9,   /* field[9] = pause_after_tools */
   7,   /* field[7] = reasoning_effort */
   8,   /* field[8] = reasoning_summary */
   5,   /* field[5] = user_input */
@@ -312,7 +325,7 @@ static const unsigned threadwire__v1__thread_settings__field_indices_by_name[] =
 static const ProtobufCIntRange threadwire__v1__thread_settings__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
 {
@@ -322,14 +335,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings__descriptor =
   "Threadwire__V1__ThreadSettings",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettings),
-  9,
+  10,
   threadwire__v1__thread_settings__field_descriptors,
   threadwire__v1__thread_settings__field_indices_by_name,
   1,  threadwire__v1__thread_settings__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread_settings__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_params__field_descriptors[9] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_params__field_descriptors[10] =
 {
   {
     "thread_id",
@@ -439,6 +452,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_settings_update_par
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "pause_after_tools",
+    10,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, has_pause_after_tools),
+    offsetof(Threadwire__V1__ThreadSettingsUpdateParams, pause_after_tools),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_settings_update_params__field_indices_by_name[] = {
   5,   /* field[5] = approval_policy */
@@ -446,6 +471,7 @@ static const unsigned threadwire__v1__thread_settings_update_params__field_indic
   2,   /* field[2] = cwd */
   1,   /* field[1] = model */
   3,   /* field[3] = multi_agent_mode */
+  9,   /* field[9] = pause_after_tools */
   7,   /* field[7] = reasoning_effort */
   8,   /* field[8] = reasoning_summary */
   0,   /* field[0] = thread_id */
@@ -454,7 +480,7 @@ static const unsigned threadwire__v1__thread_settings_update_params__field_indic
 static const ProtobufCIntRange threadwire__v1__thread_settings_update_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__descriptor =
 {
@@ -464,7 +490,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_settings_update_params__
   "Threadwire__V1__ThreadSettingsUpdateParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadSettingsUpdateParams),
-  9,
+  10,
   threadwire__v1__thread_settings_update_params__field_descriptors,
   threadwire__v1__thread_settings_update_params__field_indices_by_name,
   1,  threadwire__v1__thread_settings_update_params__number_ranges,

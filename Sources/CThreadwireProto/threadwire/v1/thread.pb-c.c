@@ -2829,7 +2829,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_source__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[18] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[19] =
 {
   {
     "id",
@@ -3047,11 +3047,24 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "forked_at_turn_id",
+    19,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__Thread, forked_at_turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
   10,   /* field[10] = archived */
   6,   /* field[6] = created_at */
   14,   /* field[14] = cwd */
+  18,   /* field[18] = forked_at_turn_id */
   2,   /* field[2] = forked_from_id */
   0,   /* field[0] = id */
   13,   /* field[13] = model */
@@ -3071,7 +3084,7 @@ static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__thread__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 18 }
+  { 0, 19 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
 {
@@ -3081,14 +3094,14 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   "Threadwire__V1__Thread",
   "threadwire.v1",
   sizeof(Threadwire__V1__Thread),
-  18,
+  19,
   threadwire__v1__thread__field_descriptors,
   threadwire__v1__thread__field_indices_by_name,
   1,  threadwire__v1__thread__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__thread__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[13] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field_descriptors[14] =
 {
   {
     "model",
@@ -3246,6 +3259,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread_start_params__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "pause_after_tools",
+    14,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ThreadStartParams, has_pause_after_tools),
+    offsetof(Threadwire__V1__ThreadStartParams, pause_after_tools),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread_start_params__field_indices_by_name[] = {
   8,   /* field[8] = approval_policy */
@@ -3257,6 +3282,7 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
   0,   /* field[0] = model */
   3,   /* field[3] = multi_agent_mode */
   4,   /* field[4] = name */
+  13,   /* field[13] = pause_after_tools */
   11,   /* field[11] = reasoning_effort */
   12,   /* field[12] = reasoning_summary */
   5,   /* field[5] = source */
@@ -3265,7 +3291,7 @@ static const unsigned threadwire__v1__thread_start_params__field_indices_by_name
 static const ProtobufCIntRange threadwire__v1__thread_start_params__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 13 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor =
 {
@@ -3275,7 +3301,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_start_params__descriptor
   "Threadwire__V1__ThreadStartParams",
   "threadwire.v1",
   sizeof(Threadwire__V1__ThreadStartParams),
-  13,
+  14,
   threadwire__v1__thread_start_params__field_descriptors,
   threadwire__v1__thread_start_params__field_indices_by_name,
   1,  threadwire__v1__thread_start_params__number_ranges,
@@ -6496,18 +6522,20 @@ const ProtobufCEnumDescriptor threadwire__v1__thread_status_type__descriptor =
   threadwire__v1__thread_status_type__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue threadwire__v1__thread_active_flag__enum_values_by_number[4] =
+static const ProtobufCEnumValue threadwire__v1__thread_active_flag__enum_values_by_number[5] =
 {
   { "THREAD_ACTIVE_FLAG_UNSPECIFIED", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_UNSPECIFIED", 0 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", 1 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL", 2 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT", 3 },
+  { "THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS", "THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS", 4 },
 };
 static const ProtobufCIntRange threadwire__v1__thread_active_flag__value_ranges[] = {
-{0, 0},{0, 4}
+{0, 0},{0, 5}
 };
-static const ProtobufCEnumValueIndex threadwire__v1__thread_active_flag__enum_values_by_name[4] =
+static const ProtobufCEnumValueIndex threadwire__v1__thread_active_flag__enum_values_by_name[5] =
 {
+  { "THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS", 4 },
   { "THREAD_ACTIVE_FLAG_UNSPECIFIED", 0 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL", 2 },
   { "THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL", 1 },
@@ -6520,9 +6548,9 @@ const ProtobufCEnumDescriptor threadwire__v1__thread_active_flag__descriptor =
   "ThreadActiveFlag",
   "Threadwire__V1__ThreadActiveFlag",
   "threadwire.v1",
-  4,
+  5,
   threadwire__v1__thread_active_flag__enum_values_by_number,
-  4,
+  5,
   threadwire__v1__thread_active_flag__enum_values_by_name,
   1,
   threadwire__v1__thread_active_flag__value_ranges,

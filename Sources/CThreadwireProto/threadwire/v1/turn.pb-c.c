@@ -1042,6 +1042,96 @@ void   threadwire__v1__turn_interrupt_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__turn_interrupt_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__turn_continue_params__init
+                     (Threadwire__V1__TurnContinueParams         *message)
+{
+  static const Threadwire__V1__TurnContinueParams init_value = THREADWIRE__V1__TURN_CONTINUE_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__turn_continue_params__get_packed_size
+                     (const Threadwire__V1__TurnContinueParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__turn_continue_params__pack
+                     (const Threadwire__V1__TurnContinueParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__turn_continue_params__pack_to_buffer
+                     (const Threadwire__V1__TurnContinueParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TurnContinueParams *
+       threadwire__v1__turn_continue_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TurnContinueParams *)
+     protobuf_c_message_unpack (&threadwire__v1__turn_continue_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__turn_continue_params__free_unpacked
+                     (Threadwire__V1__TurnContinueParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__turn_continue_result__init
+                     (Threadwire__V1__TurnContinueResult         *message)
+{
+  static const Threadwire__V1__TurnContinueResult init_value = THREADWIRE__V1__TURN_CONTINUE_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__turn_continue_result__get_packed_size
+                     (const Threadwire__V1__TurnContinueResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__turn_continue_result__pack
+                     (const Threadwire__V1__TurnContinueResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__turn_continue_result__pack_to_buffer
+                     (const Threadwire__V1__TurnContinueResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TurnContinueResult *
+       threadwire__v1__turn_continue_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TurnContinueResult *)
+     protobuf_c_message_unpack (&threadwire__v1__turn_continue_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__turn_continue_result__free_unpacked
+                     (Threadwire__V1__TurnContinueResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__turn_continue_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   threadwire__v1__turn_started_notification__init
                      (Threadwire__V1__TurnStartedNotification         *message)
 {
@@ -2142,7 +2232,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_context__descriptor =
   (ProtobufCMessageInit) threadwire__v1__turn_context__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[14] =
+static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[15] =
 {
   {
     "id",
@@ -2312,6 +2402,18 @@ static const ProtobufCFieldDescriptor threadwire__v1__turn__field_descriptors[14
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "paused_after_tools",
+    15,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__Turn, has_paused_after_tools),
+    offsetof(Threadwire__V1__Turn, paused_after_tools),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
   4,   /* field[4] = completed_at */
@@ -2323,6 +2425,7 @@ static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
   0,   /* field[0] = id */
   5,   /* field[5] = items */
   7,   /* field[7] = model_requests */
+  14,   /* field[14] = paused_after_tools */
   13,   /* field[13] = pending_input */
   9,   /* field[9] = pending_requests */
   11,   /* field[11] = rolled_back */
@@ -2332,7 +2435,7 @@ static const unsigned threadwire__v1__turn__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__turn__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 15 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
 {
@@ -2342,7 +2445,7 @@ const ProtobufCMessageDescriptor threadwire__v1__turn__descriptor =
   "Threadwire__V1__Turn",
   "threadwire.v1",
   sizeof(Threadwire__V1__Turn),
-  14,
+  15,
   threadwire__v1__turn__field_descriptors,
   threadwire__v1__turn__field_indices_by_name,
   1,  threadwire__v1__turn__number_ranges,
@@ -3093,6 +3196,75 @@ const ProtobufCMessageDescriptor threadwire__v1__turn_interrupt_result__descript
   threadwire__v1__turn_interrupt_result__field_indices_by_name,
   0,  threadwire__v1__turn_interrupt_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__turn_interrupt_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__turn_continue_params__field_descriptors[2] =
+{
+  {
+    "thread_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnContinueParams, thread_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "turn_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TurnContinueParams, turn_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__turn_continue_params__field_indices_by_name[] = {
+  0,   /* field[0] = thread_id */
+  1,   /* field[1] = turn_id */
+};
+static const ProtobufCIntRange threadwire__v1__turn_continue_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__turn_continue_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TurnContinueParams",
+  "TurnContinueParams",
+  "Threadwire__V1__TurnContinueParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TurnContinueParams),
+  2,
+  threadwire__v1__turn_continue_params__field_descriptors,
+  threadwire__v1__turn_continue_params__field_indices_by_name,
+  1,  threadwire__v1__turn_continue_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__turn_continue_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define threadwire__v1__turn_continue_result__field_descriptors NULL
+#define threadwire__v1__turn_continue_result__field_indices_by_name NULL
+#define threadwire__v1__turn_continue_result__number_ranges NULL
+const ProtobufCMessageDescriptor threadwire__v1__turn_continue_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TurnContinueResult",
+  "TurnContinueResult",
+  "Threadwire__V1__TurnContinueResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TurnContinueResult),
+  0,
+  threadwire__v1__turn_continue_result__field_descriptors,
+  threadwire__v1__turn_continue_result__field_indices_by_name,
+  0,  threadwire__v1__turn_continue_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__turn_continue_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor threadwire__v1__turn_started_notification__field_descriptors[2] =

@@ -151,6 +151,7 @@ export enum ThreadActiveFlag {
   THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL = 1,
   THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL = 2,
   THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT = 3,
+  THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS = 4,
 }
 
 /** threadwire.v1.ThreadSourceKind */
@@ -1576,6 +1577,7 @@ export interface ThreadSettings {
   mcpServers?: string[];
   reasoningEffort?: string;
   reasoningSummary?: string;
+  pauseAfterTools?: boolean;
 }
 
 export const ThreadSettings: MessageType<ThreadSettings> = {
@@ -1607,6 +1609,9 @@ export const ThreadSettings: MessageType<ThreadSettings> = {
     }
     if (message.reasoningSummary !== undefined) {
       writer.tag(9, 2).string(message.reasoningSummary);
+    }
+    if (message.pauseAfterTools !== undefined) {
+      writer.tag(10, 0).bool(message.pauseAfterTools);
     }
     return writer;
   },
@@ -1664,6 +1669,11 @@ export const ThreadSettings: MessageType<ThreadSettings> = {
           message.reasoningSummary = reader.string();
           break;
         }
+        case 10: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.pauseAfterTools = reader.bool();
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -1683,6 +1693,7 @@ export interface ThreadSettingsUpdateParams {
   userInput?: boolean;
   reasoningEffort?: string;
   reasoningSummary?: string;
+  pauseAfterTools?: boolean;
 }
 
 export const ThreadSettingsUpdateParams: MessageType<ThreadSettingsUpdateParams> = {
@@ -1714,6 +1725,9 @@ export const ThreadSettingsUpdateParams: MessageType<ThreadSettingsUpdateParams>
     }
     if (message.reasoningSummary !== undefined) {
       writer.tag(9, 2).string(message.reasoningSummary);
+    }
+    if (message.pauseAfterTools !== undefined) {
+      writer.tag(10, 0).bool(message.pauseAfterTools);
     }
     return writer;
   },
@@ -1769,6 +1783,11 @@ export const ThreadSettingsUpdateParams: MessageType<ThreadSettingsUpdateParams>
         case 9: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.reasoningSummary = reader.string();
+          break;
+        }
+        case 10: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.pauseAfterTools = reader.bool();
           break;
         }
         default:
@@ -2506,6 +2525,7 @@ export interface Turn {
   rolledBack?: boolean;
   historyStart?: bigint;
   pendingInput?: ContextItem[];
+  pausedAfterTools?: boolean;
 }
 
 export const Turn: MessageType<Turn> = {
@@ -2552,6 +2572,9 @@ export const Turn: MessageType<Turn> = {
     }
     for (const value of message.pendingInput ?? []) {
       writer.tag(14, 2).bytes(ContextItem.encode(value).finish());
+    }
+    if (message.pausedAfterTools !== undefined) {
+      writer.tag(15, 0).bool(message.pausedAfterTools);
     }
     return writer;
   },
@@ -2632,6 +2655,11 @@ export const Turn: MessageType<Turn> = {
         case 14: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           (message.pendingInput ??= []).push(ContextItem.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 15: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.pausedAfterTools = reader.bool();
           break;
         }
         default:
@@ -3299,6 +3327,78 @@ export const TurnInterruptResult: MessageType<TurnInterruptResult> = {
   },
 };
 
+/** threadwire.v1.TurnContinueParams */
+export interface TurnContinueParams {
+  threadId?: string;
+  turnId?: string;
+}
+
+export const TurnContinueParams: MessageType<TurnContinueParams> = {
+  typeName: "threadwire.v1.TurnContinueParams",
+  encode(message: TurnContinueParams, writer: Writer = new Writer()): Writer {
+    if (message.threadId !== undefined) {
+      writer.tag(1, 2).string(message.threadId);
+    }
+    if (message.turnId !== undefined) {
+      writer.tag(2, 2).string(message.turnId);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): TurnContinueParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`TurnContinueParams: nested deeper than ${Reader.maxDepth}`);
+    const message: TurnContinueParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.threadId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.turnId = reader.string();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("TurnContinueParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.TurnContinueResult */
+export interface TurnContinueResult {
+}
+
+export const TurnContinueResult: MessageType<TurnContinueResult> = {
+  typeName: "threadwire.v1.TurnContinueResult",
+  encode(message: TurnContinueResult, writer: Writer = new Writer()): Writer {
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): TurnContinueResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`TurnContinueResult: nested deeper than ${Reader.maxDepth}`);
+    const message: TurnContinueResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("TurnContinueResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.TurnStartedNotification */
 export interface TurnStartedNotification {
   threadId?: string;
@@ -3819,6 +3919,7 @@ export interface Thread {
   turns?: Turn[];
   threadSequence?: bigint;
   principal?: string;
+  forkedAtTurnId?: string;
 }
 
 export const Thread: MessageType<Thread> = {
@@ -3877,6 +3978,9 @@ export const Thread: MessageType<Thread> = {
     }
     if (message.principal !== undefined) {
       writer.tag(18, 2).string(message.principal);
+    }
+    if (message.forkedAtTurnId !== undefined) {
+      writer.tag(19, 2).string(message.forkedAtTurnId);
     }
     return writer;
   },
@@ -3979,6 +4083,11 @@ export const Thread: MessageType<Thread> = {
           message.principal = reader.string();
           break;
         }
+        case 19: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.forkedAtTurnId = reader.string();
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -4003,6 +4112,7 @@ export interface ThreadStartParams {
   mcpServers?: string[];
   reasoningEffort?: string;
   reasoningSummary?: string;
+  pauseAfterTools?: boolean;
 }
 
 export const ThreadStartParams: MessageType<ThreadStartParams> = {
@@ -4046,6 +4156,9 @@ export const ThreadStartParams: MessageType<ThreadStartParams> = {
     }
     if (message.reasoningSummary !== undefined) {
       writer.tag(13, 2).string(message.reasoningSummary);
+    }
+    if (message.pauseAfterTools !== undefined) {
+      writer.tag(14, 0).bool(message.pauseAfterTools);
     }
     return writer;
   },
@@ -4121,6 +4234,11 @@ export const ThreadStartParams: MessageType<ThreadStartParams> = {
         case 13: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.reasoningSummary = reader.string();
+          break;
+        }
+        case 14: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.pauseAfterTools = reader.bool();
           break;
         }
         default:
@@ -6958,7 +7076,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams } | { case: "threadDelete"; value: ThreadDeleteParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams } | { case: "threadDelete"; value: ThreadDeleteParams } | { case: "turnContinue"; value: TurnContinueParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -7074,6 +7192,9 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "threadDelete") {
       writer.tag(49, 2).bytes(ThreadDeleteParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "turnContinue") {
+      writer.tag(50, 2).bytes(TurnContinueParams.encode(message.params.value).finish());
     }
     return writer;
   },
@@ -7271,6 +7392,11 @@ export const Request: MessageType<Request> = {
           message.params = { case: "threadDelete", value: ThreadDeleteParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 50: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "turnContinue", value: TurnContinueParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -7285,7 +7411,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult } | { case: "threadDelete"; value: ThreadDeleteResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult } | { case: "threadDelete"; value: ThreadDeleteResult } | { case: "turnContinue"; value: TurnContinueResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -7398,6 +7524,9 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "threadDelete") {
       writer.tag(49, 2).bytes(ThreadDeleteResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "turnContinue") {
+      writer.tag(50, 2).bytes(TurnContinueResult.encode(message.result.value).finish());
     }
     return writer;
   },
@@ -7588,6 +7717,11 @@ export const Response: MessageType<Response> = {
         case 49: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.result = { case: "threadDelete", value: ThreadDeleteResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 50: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "turnContinue", value: TurnContinueResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         default:

@@ -113,7 +113,8 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_UPDATE = 46,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_DELETE = 47,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_REORDER = 48,
-  THREADWIRE__V1__REQUEST__PARAMS_THREAD_DELETE = 49
+  THREADWIRE__V1__REQUEST__PARAMS_THREAD_DELETE = 49,
+  THREADWIRE__V1__REQUEST__PARAMS_TURN_CONTINUE = 50
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
 } Threadwire__V1__Request__ParamsCase;
 
@@ -204,6 +205,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadQueueDeleteParams *thread_queue_delete;
     Threadwire__V1__ThreadQueueReorderParams *thread_queue_reorder;
     Threadwire__V1__ThreadDeleteParams *thread_delete;
+    Threadwire__V1__TurnContinueParams *turn_continue;
   };
 };
 #define THREADWIRE__V1__REQUEST__INIT \
@@ -245,7 +247,8 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_UPDATE = 46,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_DELETE = 47,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_REORDER = 48,
-  THREADWIRE__V1__RESPONSE__RESULT_THREAD_DELETE = 49
+  THREADWIRE__V1__RESPONSE__RESULT_THREAD_DELETE = 49,
+  THREADWIRE__V1__RESPONSE__RESULT_TURN_CONTINUE = 50
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
 } Threadwire__V1__Response__ResultCase;
 
@@ -301,6 +304,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadQueueDeleteResult *thread_queue_delete;
     Threadwire__V1__ThreadQueueReorderResult *thread_queue_reorder;
     Threadwire__V1__ThreadDeleteResult *thread_delete;
+    Threadwire__V1__TurnContinueResult *turn_continue;
   };
 };
 #define THREADWIRE__V1__RESPONSE__INIT \

@@ -169,6 +169,10 @@ struct Threadwire__V1__Threadwire_Service
                         const Threadwire__V1__ThreadDeleteParams *input,
                         Threadwire__V1__ThreadDeleteResult_Closure closure,
                         void *closure_data);
+  void (*turn_continue)(Threadwire__V1__Threadwire_Service *service,
+                        const Threadwire__V1__TurnContinueParams *input,
+                        Threadwire__V1__TurnContinueResult_Closure closure,
+                        void *closure_data);
   void (*subscribe)(Threadwire__V1__Threadwire_Service *service,
                     const Threadwire__V1__ThreadSubscribeParams *input,
                     Threadwire__V1__Notification_Closure closure,
@@ -222,6 +226,7 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## thread_queue_delete,\
       function_prefix__ ## thread_queue_reorder,\
       function_prefix__ ## thread_delete,\
+      function_prefix__ ## turn_continue,\
       function_prefix__ ## subscribe,\
       function_prefix__ ## connect,\
       function_prefix__ ## thread_import_stream  }
@@ -356,6 +361,10 @@ void threadwire__v1__threadwire__thread_queue_reorder(ProtobufCService *service,
 void threadwire__v1__threadwire__thread_delete(ProtobufCService *service,
                                                const Threadwire__V1__ThreadDeleteParams *input,
                                                Threadwire__V1__ThreadDeleteResult_Closure closure,
+                                               void *closure_data);
+void threadwire__v1__threadwire__turn_continue(ProtobufCService *service,
+                                               const Threadwire__V1__TurnContinueParams *input,
+                                               Threadwire__V1__TurnContinueResult_Closure closure,
                                                void *closure_data);
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,

@@ -90,10 +90,16 @@ struct  Threadwire__V1__ThreadSettings
    */
   char *reasoning_effort;
   char *reasoning_summary;
+  /*
+   * Whether each turn pauses after a batch of tool calls, before its next
+   * model request, until turn/continue.
+   */
+  protobuf_c_boolean has_pause_after_tools;
+  protobuf_c_boolean pause_after_tools;
 };
 #define THREADWIRE__V1__THREAD_SETTINGS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings__descriptor) \
-    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL, NULL, NULL }
+    , NULL, NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL, NULL, NULL, 0, 0 }
 
 
 typedef enum {
@@ -135,6 +141,17 @@ struct  Threadwire__V1__ThreadSettingsUpdateParams
    * "detailed" or "none"; "" clears it. Sticky like reasoning_effort.
    */
   char *reasoning_summary;
+  /*
+   * true: from the next batch of tool calls on, a turn pauses after each
+   * batch, before its next model request (the thread reports ACTIVE with
+   * PAUSED_AFTER_TOOLS) until turn/continue; the client may read the tools'
+   * results, steer (turn/steer) or interrupt meanwhile. The pause is stored
+   * with the turn: it outlasts a restart or a failover like a pending
+   * approval. false: no further pauses (a turn paused already still waits
+   * for its turn/continue).
+   */
+  protobuf_c_boolean has_pause_after_tools;
+  protobuf_c_boolean pause_after_tools;
   Threadwire__V1__ThreadSettingsUpdateParams__MultiAgentModeUpdateCase multi_agent_mode_update_case;
   union {
     /*
@@ -149,7 +166,7 @@ struct  Threadwire__V1__ThreadSettingsUpdateParams
 };
 #define THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_settings_update_params__descriptor) \
-    , NULL, NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, NULL, NULL, THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
+    , NULL, NULL, NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, NULL, NULL, 0, 0, THREADWIRE__V1__THREAD_SETTINGS_UPDATE_PARAMS__MULTI_AGENT_MODE_UPDATE__NOT_SET, {0} }
 
 
 struct  Threadwire__V1__ThreadSettingsUpdateResult

@@ -111,7 +111,12 @@ typedef enum _Threadwire__V1__ThreadActiveFlag {
   /*
    * The turn waits for the user's answer (item/tool/request_user_input).
    */
-  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT = 3
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT = 3,
+  /*
+   * The turn paused after a batch of tool calls (the thread's
+   * pause_after_tools) and waits for turn/continue.
+   */
+  THREADWIRE__V1__THREAD_ACTIVE_FLAG__THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__THREAD_ACTIVE_FLAG)
 } Threadwire__V1__ThreadActiveFlag;
 typedef enum _Threadwire__V1__ThreadSourceKind {
@@ -279,10 +284,15 @@ struct  Threadwire__V1__Thread
    * (InitializeResult.is_operator), whose reads span principals.
    */
   char *principal;
+  /*
+   * A fork: the newest of the source's turns it holds (absent when it holds
+   * none, and for threads forked before this was recorded).
+   */
+  char *forked_at_turn_id;
 };
 #define THREADWIRE__V1__THREAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread__descriptor) \
-    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0, NULL }
+    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0, NULL, NULL }
 
 
 /*
@@ -357,10 +367,16 @@ struct  Threadwire__V1__ThreadStartParams
    * "detailed" or "none"; "" clears it. Sticky like reasoning_effort.
    */
   char *reasoning_summary;
+  /*
+   * true: every turn pauses after each batch of tool calls, before its next
+   * model request, until turn/continue (see ThreadSettings.pause_after_tools).
+   */
+  protobuf_c_boolean has_pause_after_tools;
+  protobuf_c_boolean pause_after_tools;
 };
 #define THREADWIRE__V1__THREAD_START_PARAMS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread_start_params__descriptor) \
-    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL, NULL, NULL }
+    , NULL, NULL, 0,NULL, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, 0, THREADWIRE__V1__THREAD_SOURCE_KIND__THREAD_SOURCE_KIND_UNSPECIFIED, NULL, 0,NULL, 0, THREADWIRE__V1__APPROVAL_POLICY__APPROVAL_POLICY_UNSPECIFIED, 0, 0, 0,NULL, NULL, NULL, 0, 0 }
 
 
 /*

@@ -41,6 +41,8 @@ typedef struct Threadwire__V1__ThreadQueueReorderResult Threadwire__V1__ThreadQu
 typedef struct Threadwire__V1__ThreadQueueUpdatedNotification Threadwire__V1__ThreadQueueUpdatedNotification;
 typedef struct Threadwire__V1__TurnInterruptParams Threadwire__V1__TurnInterruptParams;
 typedef struct Threadwire__V1__TurnInterruptResult Threadwire__V1__TurnInterruptResult;
+typedef struct Threadwire__V1__TurnContinueParams Threadwire__V1__TurnContinueParams;
+typedef struct Threadwire__V1__TurnContinueResult Threadwire__V1__TurnContinueResult;
 typedef struct Threadwire__V1__TurnStartedNotification Threadwire__V1__TurnStartedNotification;
 typedef struct Threadwire__V1__TurnCompletedNotification Threadwire__V1__TurnCompletedNotification;
 typedef struct Threadwire__V1__ItemStartedNotification Threadwire__V1__ItemStartedNotification;
@@ -522,10 +524,17 @@ struct  Threadwire__V1__Turn
    */
   size_t n_pending_input;
   Threadwire__V1__ContextItem **pending_input;
+  /*
+   * In progress only: the turn paused after a batch of tool calls (the
+   * thread's pause_after_tools) and makes its next model request only after
+   * turn/continue.
+   */
+  protobuf_c_boolean has_paused_after_tools;
+  protobuf_c_boolean paused_after_tools;
 };
 #define THREADWIRE__V1__TURN__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn__descriptor) \
-    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED, 0,NULL, 0,NULL, 0, 0, 0, 0, 0,NULL }
+    , NULL, 0, THREADWIRE__V1__TURN_STATUS__TURN_STATUS_UNSPECIFIED, NULL, 0, 0, 0, 0, 0,NULL, NULL, 0,NULL, 0, THREADWIRE__V1__TURN_FAILURE_REASON__TURN_FAILURE_REASON_UNSPECIFIED, 0,NULL, 0,NULL, 0, 0, 0, 0, 0,NULL, 0, 0 }
 
 
 /*
@@ -773,6 +782,34 @@ struct  Threadwire__V1__TurnInterruptResult
 };
 #define THREADWIRE__V1__TURN_INTERRUPT_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_interrupt_result__descriptor) \
+     }
+
+
+/*
+ * Method "turn/continue": a turn paused after a batch of tool calls
+ * (Turn.paused_after_tools) goes on to its next model request, with any
+ * input steered into it meanwhile. Emits thread/status_changed (ACTIVE
+ * without PAUSED_AFTER_TOOLS). FAILED_PRECONDITION when turn_id is not the
+ * thread's active turn or that turn is not paused (of two clients continuing
+ * the same pause, one gets OK and the other this).
+ */
+struct  Threadwire__V1__TurnContinueParams
+{
+  ProtobufCMessage base;
+  char *thread_id;
+  char *turn_id;
+};
+#define THREADWIRE__V1__TURN_CONTINUE_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_continue_params__descriptor) \
+    , NULL, NULL }
+
+
+struct  Threadwire__V1__TurnContinueResult
+{
+  ProtobufCMessage base;
+};
+#define THREADWIRE__V1__TURN_CONTINUE_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__turn_continue_result__descriptor) \
      }
 
 
@@ -1327,6 +1364,44 @@ Threadwire__V1__TurnInterruptResult *
 void   threadwire__v1__turn_interrupt_result__free_unpacked
                      (Threadwire__V1__TurnInterruptResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__TurnContinueParams methods */
+void   threadwire__v1__turn_continue_params__init
+                     (Threadwire__V1__TurnContinueParams         *message);
+size_t threadwire__v1__turn_continue_params__get_packed_size
+                     (const Threadwire__V1__TurnContinueParams   *message);
+size_t threadwire__v1__turn_continue_params__pack
+                     (const Threadwire__V1__TurnContinueParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__turn_continue_params__pack_to_buffer
+                     (const Threadwire__V1__TurnContinueParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TurnContinueParams *
+       threadwire__v1__turn_continue_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__turn_continue_params__free_unpacked
+                     (Threadwire__V1__TurnContinueParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__TurnContinueResult methods */
+void   threadwire__v1__turn_continue_result__init
+                     (Threadwire__V1__TurnContinueResult         *message);
+size_t threadwire__v1__turn_continue_result__get_packed_size
+                     (const Threadwire__V1__TurnContinueResult   *message);
+size_t threadwire__v1__turn_continue_result__pack
+                     (const Threadwire__V1__TurnContinueResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__turn_continue_result__pack_to_buffer
+                     (const Threadwire__V1__TurnContinueResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TurnContinueResult *
+       threadwire__v1__turn_continue_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__turn_continue_result__free_unpacked
+                     (Threadwire__V1__TurnContinueResult *message,
+                      ProtobufCAllocator *allocator);
 /* Threadwire__V1__TurnStartedNotification methods */
 void   threadwire__v1__turn_started_notification__init
                      (Threadwire__V1__TurnStartedNotification         *message);
@@ -1531,6 +1606,12 @@ typedef void (*Threadwire__V1__TurnInterruptParams_Closure)
 typedef void (*Threadwire__V1__TurnInterruptResult_Closure)
                  (const Threadwire__V1__TurnInterruptResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__TurnContinueParams_Closure)
+                 (const Threadwire__V1__TurnContinueParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__TurnContinueResult_Closure)
+                 (const Threadwire__V1__TurnContinueResult *message,
+                  void *closure_data);
 typedef void (*Threadwire__V1__TurnStartedNotification_Closure)
                  (const Threadwire__V1__TurnStartedNotification *message,
                   void *closure_data);
@@ -1588,6 +1669,8 @@ extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_reorder_res
 extern const ProtobufCMessageDescriptor threadwire__v1__thread_queue_updated_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_interrupt_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_interrupt_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__turn_continue_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__turn_continue_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_started_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__turn_completed_notification__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__item_started_notification__descriptor;
