@@ -59,7 +59,7 @@ func Mutates(request *pb.Request) bool {
 	case *pb.Request_ThreadStart, *pb.Request_ThreadResume, *pb.Request_ThreadFork, *pb.Request_ThreadArchive,
 		*pb.Request_ThreadUnarchive, *pb.Request_ThreadUnsubscribe, *pb.Request_ThreadSettingsUpdate, *pb.Request_AgentSpawn,
 		*pb.Request_ThreadToolsUpdate, *pb.Request_ThreadCompactStart, *pb.Request_ThreadRollback, *pb.Request_ThreadRevert, *pb.Request_ThreadNameSet, *pb.Request_ThreadQueueUpdate, *pb.Request_ThreadQueueDelete, *pb.Request_ThreadQueueReorder, *pb.Request_ThreadDelete,
-		*pb.Request_TurnStart, *pb.Request_TurnInterrupt, *pb.Request_TurnSteer, *pb.Request_ThreadImport:
+		*pb.Request_TurnStart, *pb.Request_TurnInterrupt, *pb.Request_TurnSteer, *pb.Request_TurnContinue, *pb.Request_ThreadImport:
 		return true
 	}
 	return false

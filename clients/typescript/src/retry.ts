@@ -14,7 +14,7 @@ type Params = NonNullable<Request["params"]>;
 export const mutatingMethods: ReadonlySet<Params["case"]> = new Set<Params["case"]>([
   "threadStart", "threadResume", "threadFork", "threadArchive", "threadUnarchive", "threadUnsubscribe",
   "threadSettingsUpdate", "agentSpawn", "threadToolsUpdate", "threadCompactStart", "threadRollback", "threadRevert", "threadQueueUpdate", "threadQueueDelete", "threadQueueReorder", "threadDelete",
-  "threadNameSet", "turnStart", "turnInterrupt", "turnSteer", "threadImport",
+  "threadNameSet", "turnStart", "turnInterrupt", "turnSteer", "turnContinue", "threadImport",
 ]);
 
 /** Whether a request changes state. */
