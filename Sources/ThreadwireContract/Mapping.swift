@@ -277,6 +277,7 @@ extension ThreadView {
             // before events were kept read as they did).
             threadSequence: r.eventSequence > 0 ? UInt64(r.eventSequence) : nil)
         thread.forkedAtTurnId = r.forkedAtTurnID
+        thread.canAcceptDirectInput = r.acceptsDirectInput
         return thread
     }
 

@@ -146,6 +146,50 @@ struct RuntimeScenarioTests {
         #expect(turn.lastContext.contains { $0.text == "fix the bug" })
     }
 
+    /// The parent's followup_task gives a v2 child `message`; the child's
+    /// turn, once it ended.
+    static func parentDrives(_ client: ThreadwireClient, parent: String, child: String, _ message: String) async throws -> Wire.Turn {
+        let before = try await client.read(child).thread?.turns.count ?? 0
+        try await client.runTurn(parent, #"#tool followup_task {"target": "\#(child)", "message": "\#(message)"}"#)
+        let thread = try await client.waitForThread(child) { $0.turns.count == before + 1 && $0.turns.last?.status == .completed }
+        return try #require(thread.turns.last)
+    }
+
+    @Test("a client gives input to a v1 child, never to a v2 child (its parent does); threads report which")
+    func directInput() async throws {
+        let server = try await InProcessServer.launch(config: Self.catalog)
+        let client = try await server.client()
+        let v2 = try #require(try await client.startThread(Wire.ThreadStartParams(model: "model-v2")).thread?.id)
+        let v1 = try #require(try await client.startThread(Wire.ThreadStartParams(model: "model-v1")).thread?.id)
+        #expect(try await client.read(v2).thread?.canAcceptDirectInput == true, "a root always does")
+        try await client.runTurn(v2, "plan")
+        try await client.runTurn(v1, "plan")
+        let v2Child = try await client.spawn(v2)
+        let v1Child = try await client.spawn(v1)
+        #expect(v2Child.thread?.canAcceptDirectInput == false)
+        #expect(v1Child.thread?.canAcceptDirectInput == true)
+        let v2ChildID = try #require(v2Child.thread?.id)
+        let v1ChildID = try #require(v1Child.thread?.id)
+        #expect(try await client.read(v2ChildID).thread?.canAcceptDirectInput == false)
+        await expectStatus(9, mentioning: "its turns come from its parent") { _ = try await client.startTurn(v2ChildID, "from a client") }
+        await expectStatus(9, mentioning: "its turns come from its parent") {
+            _ = try await client.result(.turnStart(Wire.TurnStartParams(
+                threadId: v2ChildID, input: [Wire.UserInput(content: .text("queued"))], whenBusy: .enqueue)))
+        }
+        // Its parent's followup_task still starts its turns, and a client may steer none of them.
+        let held = try await client.startTurn(v2, ##"#tool followup_task {"target": "\##(v2ChildID)", "message": "#hold"}"##)
+        let running = try await client.waitForThread(v2ChildID) { $0.status?.type == .active }
+        await expectStatus(9, mentioning: "its turns come from its parent") {
+            _ = try await client.result(.turnSteer(Wire.TurnSteerParams(
+                threadId: v2ChildID, expectedTurnId: running.status?.activeTurnId, input: [Wire.UserInput(content: .text("steer"))])))
+        }
+        // Interrupting it is not input: allowed.
+        _ = try await client.result(.turnInterrupt(Wire.TurnInterruptParams(threadId: v2ChildID, turnId: running.status?.activeTurnId)))
+        _ = try await client.waitForTurn(v2, held)
+        #expect(try await client.read(v2ChildID).thread?.turns.count == 1, "no turn of a client's on the v2 child")
+        #expect(try await client.runTurn(v1ChildID, "from a client").status == .completed, "a v1 child takes a client's turn")
+    }
+
     @Test("a child inherits a v2 parent's runtime even when the child's model says v1")
     func childInheritance() async throws {
         let server = try await InProcessServer.launch(config: Self.catalog)
@@ -158,7 +202,8 @@ struct RuntimeScenarioTests {
         #expect(child.thread?.source?.depth == 1)
         #expect(child.thread?.parentThreadId == parent)
         let childID = try #require(child.thread?.id)
-        let turn = try await client.runTurn(childID, "work")
+        // A v2 child's turns come from its parent.
+        let turn = try await Self.parentDrives(client, parent: parent, child: childID, "work")
         #expect(turn.context?.multiAgentRuntime == .v2)
         #expect(turn.context?.model == "model-v1")
 
@@ -353,7 +398,7 @@ struct RuntimeScenarioTests {
         try await server.restart()
         client = try await server.client()
         #expect(try await client.read(child).thread?.multiAgentRuntime == .v2)
-        #expect(try await client.runTurn(child, "work").context?.multiAgentRuntime == .v2)
+        #expect(try await Self.parentDrives(client, parent: parent, child: child, "work").context?.multiAgentRuntime == .v2)
         let fork = try #require(try await client.fork(parent).thread?.id)
         try await server.restart()
         client = try await server.client()

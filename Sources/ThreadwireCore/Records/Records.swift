@@ -34,6 +34,10 @@ public func newID() -> String {
 
 /// A thread's stored metadata.
 public struct ThreadRecord: Sendable, Equatable {
+    /// Whether clients may give it input: not a V2 child, whose turns come
+    /// from its parent (as in codex's MultiAgentV2).
+    public var acceptsDirectInput: Bool { !(source == .threadSpawn && runtime == .v2) }
+
     public var id: ThreadID
     public var sessionID: ThreadID
     public var forkedFromID: ThreadID?

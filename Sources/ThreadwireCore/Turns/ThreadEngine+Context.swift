@@ -160,7 +160,19 @@ extension ThreadEngine {
         guard !texts.isEmpty else { throw DomainError.invalidArgument("input must contain at least one non-empty text") }
         return try await withOwner(id) { owner in
             defer { scheduleUnloadIfIdle(owner) }
+            try checkAcceptsDirectInput(owner)
             return try await steerLocked(owner, expectedTurnID: expectedTurnID, texts: texts)
+        }
+    }
+
+    /// A client's input (turn/start, turn/steer) on a V2 child is refused:
+    /// its parent drives it.
+    func checkAcceptsDirectInput(_ owner: ThreadOwner) throws {
+        let record = owner.current.record
+        guard record.acceptsDirectInput else {
+            throw DomainError.failedPrecondition(
+                "thread \(owner.id) is agent \(record.taskName ?? record.nickname ?? owner.id) of a v2 agent tree: its turns come from its parent "
+                    + "(followup_task, send_message); give the input to the parent thread \(record.parentID ?? "?") instead")
         }
     }
 

@@ -16,6 +16,7 @@ extension ThreadEngine {
     public func startOrQueueTurn(_ id: ThreadID, _ request: TurnRequest, whenBusy: WhenBusy,
                                  connection: ConnectionID?) async throws -> Outcome<TurnStart> {
         try await withOwner(id) { owner in
+            try checkAcceptsDirectInput(owner)
             if let connection { owner.subscribe(connection) }
             owner.cancelUnload()
             defer { scheduleUnloadIfIdle(owner) }

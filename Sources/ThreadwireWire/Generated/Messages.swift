@@ -6365,6 +6365,7 @@ extension Wire {
     public var threadSequence: UInt64?
     public var principal: String?
     public var forkedAtTurnId: String?
+    public var canAcceptDirectInput: Bool?
 
     public init() {
       self.id = nil
@@ -6386,9 +6387,10 @@ extension Wire {
       self.threadSequence = nil
       self.principal = nil
       self.forkedAtTurnId = nil
+      self.canAcceptDirectInput = nil
     }
 
-    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil, principal: String? = nil, forkedAtTurnId: String? = nil) {
+    public init(id: String? = nil, sessionId: String? = nil, forkedFromId: String? = nil, parentThreadId: String? = nil, preview: String? = nil, name: String? = nil, createdAt: Int64? = nil, updatedAt: Int64? = nil, status: Wire.ThreadStatus? = nil, source: Wire.ThreadSource? = nil, archived: Bool? = nil, multiAgentRuntime: Wire.MultiAgentRuntime? = nil, multiAgentMode: Wire.MultiAgentMode? = nil, model: String? = nil, cwd: String? = nil, turns: [Wire.Turn] = [], threadSequence: UInt64? = nil, principal: String? = nil, forkedAtTurnId: String? = nil, canAcceptDirectInput: Bool? = nil) {
       self.id = id
       self.sessionId = sessionId
       self.forkedFromId = forkedFromId
@@ -6408,6 +6410,7 @@ extension Wire {
       self.threadSequence = threadSequence
       self.principal = principal
       self.forkedAtTurnId = forkedAtTurnId
+      self.canAcceptDirectInput = canAcceptDirectInput
     }
   }
 }
@@ -6446,6 +6449,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
     if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
     if let v = c.pointee.forked_at_turn_id { self.forkedAtTurnId = try wireString(v, field: "forked_at_turn_id") }
+    if c.pointee.has_can_accept_direct_input != 0 { self.canAcceptDirectInput = c.pointee.can_accept_direct_input != 0 }
   }
 
   func fill(_ c: inout Threadwire__V1__Thread, arena: inout CodecArena) {
@@ -6471,6 +6475,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if let v = self.threadSequence { c.has_thread_sequence = 1; c.thread_sequence = v }
     if let v = self.principal { c.principal = arena.cString(v) }
     if let v = self.forkedAtTurnId { c.forked_at_turn_id = arena.cString(v) }
+    if let v = self.canAcceptDirectInput { c.has_can_accept_direct_input = 1; c.can_accept_direct_input = v ? 1 : 0 }
   }
 
   /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
@@ -6520,6 +6525,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
     if let v = threadSequence { object.append(("thread_sequence", .uint(UInt64(v)))) }
     if let v = principal { object.append(("principal", .string(v))) }
     if let v = forkedAtTurnId { object.append(("forked_at_turn_id", .string(v))) }
+    if let v = canAcceptDirectInput { object.append(("can_accept_direct_input", .bool(v))) }
     return .object(object)
   }
 
@@ -6547,6 +6553,7 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
       case "thread_sequence", "threadSequence": self.threadSequence = try value.uint64Value(path: keyPath)
       case "principal": self.principal = try value.stringValue(path: keyPath)
       case "forked_at_turn_id", "forkedAtTurnId": self.forkedAtTurnId = try value.stringValue(path: keyPath)
+      case "can_accept_direct_input", "canAcceptDirectInput": self.canAcceptDirectInput = try value.boolValue(path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
       }
     }

@@ -566,6 +566,7 @@ public enum WireFixtures {
         message.threadSequence = UInt64(9223372036854775825)
         message.principal = "principal héllo ✓ 0"
         message.forkedAtTurnId = "forked_at_turn_id héllo ✓ 0"
+        message.canAcceptDirectInput = true
         return message
     }
 

@@ -2829,7 +2829,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_source__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[19] =
+static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[20] =
 {
   {
     "id",
@@ -3059,9 +3059,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "can_accept_direct_input",
+    20,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__Thread, has_can_accept_direct_input),
+    offsetof(Threadwire__V1__Thread, can_accept_direct_input),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
   10,   /* field[10] = archived */
+  19,   /* field[19] = can_accept_direct_input */
   6,   /* field[6] = created_at */
   14,   /* field[14] = cwd */
   18,   /* field[18] = forked_at_turn_id */
@@ -3084,7 +3097,7 @@ static const unsigned threadwire__v1__thread__field_indices_by_name[] = {
 static const ProtobufCIntRange threadwire__v1__thread__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 19 }
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
 {
@@ -3094,7 +3107,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread__descriptor =
   "Threadwire__V1__Thread",
   "threadwire.v1",
   sizeof(Threadwire__V1__Thread),
-  19,
+  20,
   threadwire__v1__thread__field_descriptors,
   threadwire__v1__thread__field_indices_by_name,
   1,  threadwire__v1__thread__number_ranges,

@@ -3920,6 +3920,7 @@ export interface Thread {
   threadSequence?: bigint;
   principal?: string;
   forkedAtTurnId?: string;
+  canAcceptDirectInput?: boolean;
 }
 
 export const Thread: MessageType<Thread> = {
@@ -3981,6 +3982,9 @@ export const Thread: MessageType<Thread> = {
     }
     if (message.forkedAtTurnId !== undefined) {
       writer.tag(19, 2).string(message.forkedAtTurnId);
+    }
+    if (message.canAcceptDirectInput !== undefined) {
+      writer.tag(20, 0).bool(message.canAcceptDirectInput);
     }
     return writer;
   },
@@ -4086,6 +4090,11 @@ export const Thread: MessageType<Thread> = {
         case 19: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.forkedAtTurnId = reader.string();
+          break;
+        }
+        case 20: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.canAcceptDirectInput = reader.bool();
           break;
         }
         default:
