@@ -255,7 +255,7 @@ extension ThreadSettingsView {
             model: model, cwd: cwd, multiAgentMode: selectedMode?.wire,
             multiAgentRuntime: runtime?.wire ?? .unspecified, approvalPolicy: approvalPolicy.wire, userInput: userInput,
             mcpServers: mcpServers, reasoningEffort: reasoning.effort, reasoningSummary: reasoning.summary)
-        settings.pauseAfterTools = pauseAfterTools
+        settings.pauseAfterTools = pauseAfterTools ? true : nil
         return settings
     }
 }
@@ -277,7 +277,8 @@ extension ThreadView {
             // before events were kept read as they did).
             threadSequence: r.eventSequence > 0 ? UInt64(r.eventSequence) : nil)
         thread.forkedAtTurnId = r.forkedAtTurnID
-        thread.canAcceptDirectInput = r.acceptsDirectInput
+        // Absent means true (the field's default): only the exception is sent.
+        thread.canAcceptDirectInput = r.acceptsDirectInput ? nil : false
         return thread
     }
 

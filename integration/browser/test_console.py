@@ -284,3 +284,32 @@ def test_fork_after_a_turn_and_revert_from_a_turn_from_the_page(served, browser)
         settings = alice.call("thread/read", {"thread_id": root}).settings
         assert settings.reasoning_effort == "high", "the page's settings form set the effort"
     assert page.errors == [], page.errors
+
+
+def test_pause_after_tools_set_and_a_paused_turn_continued_from_the_page(served, browser):
+    web, frames = served
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        root = alice.call("thread/start", {"name": "pausing-root"}).thread.id
+    page = Page(browser, web)
+    page.sign_in(ALICE)
+    page.page.goto(f"{web}/#/thread/{root}")
+    page.page.get_by_test_id("pause-after-tools").check()
+    page.page.get_by_role("button", name="Save settings").click()
+    expect(page.page.get_by_test_id("pause-after-tools")).to_be_checked()
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        assert alice.call("thread/read", {"thread_id": root}).settings.pause_after_tools, "the form set it"
+        turn = alice.call("turn/start", {"thread_id": root, "input": [{"text": "#tool nope {}\nafter the pause"}]}).turn.id
+    # The page hears the pause live and offers to go on.
+    expect(page.page.locator("#thread-status")).to_have_text("paused after tools")
+    expect(page.page.locator(f'.turn[data-turn-id="{turn}"]').get_by_test_id("continue-turn")).to_be_visible()
+    page.shot("paused-turn")
+    page.page.locator(f'.turn[data-turn-id="{turn}"]').get_by_test_id("continue-turn").click()
+    expect(page.page.locator(f'.turn[data-turn-id="{turn}"][data-status="completed"]')).to_have_count(1)
+    expect(page.page.locator(".turns")).to_contain_text("echo: after the pause")
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        done = alice.call("thread/read", {"thread_id": root, "include_turns": True}).thread.turns[-1]
+        assert done.id == turn and not done.paused_after_tools
+    assert page.errors == [], page.errors

@@ -22,6 +22,20 @@ def test_there_is_a_fixture():
     assert FIXTURES, "integration/upgrade/fixtures holds no release's store"
 
 
+# Fields this build reports that the fixtures' releases did not know, by
+# where they sit in a thread/read result: a stored thread reads as the release
+# served it plus these, nothing else. can_accept_direct_input is sent for V2
+# children only (false).
+ADDED_SINCE_THE_FIXTURES = [("thread", "can_accept_direct_input")]
+
+
+def without_added_fields(read):
+    read = json.loads(json.dumps(read))
+    for parent, field in ADDED_SINCE_THE_FIXTURES:
+        read.get(parent, {}).pop(field, None)
+    return read
+
+
 def kept_numbers(client, thread, head):
     """The numbers of `thread`'s kept events replayed from the start, up to `head`."""
     client.call("thread/subscribe", {"thread_id": thread, "after_thread_sequence": 0})
@@ -38,7 +52,7 @@ def serves_unchanged_then_writes(store_arguments, work, expected):
     with support.Server(store_arguments, work) as server, server.client() as client:
         now = support.snapshot(client, threads)
         for thread in threads:
-            assert now["threads"][thread] == expected["threads"][thread], f"thread {thread} reads differently"
+            assert without_added_fields(now["threads"][thread]) == expected["threads"][thread], f"thread {thread} reads differently"
         assert now["lists"] == expected["lists"]
         # The events a release kept (issue 49) are all still there, in order.
         for thread in threads:

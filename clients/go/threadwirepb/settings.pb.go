@@ -117,7 +117,7 @@ type ThreadSettings struct {
 	ReasoningEffort  *string `protobuf:"bytes,8,opt,name=reasoning_effort,json=reasoningEffort" json:"reasoning_effort,omitempty"`
 	ReasoningSummary *string `protobuf:"bytes,9,opt,name=reasoning_summary,json=reasoningSummary" json:"reasoning_summary,omitempty"`
 	// Whether each turn pauses after a batch of tool calls, before its next
-	// model request, until turn/continue.
+	// model request, until turn/continue. Sent only when true (absent: false).
 	PauseAfterTools *bool `protobuf:"varint,10,opt,name=pause_after_tools,json=pauseAfterTools" json:"pause_after_tools,omitempty"`
 }
 

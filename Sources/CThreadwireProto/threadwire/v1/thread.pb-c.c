@@ -2829,6 +2829,7 @@ const ProtobufCMessageDescriptor threadwire__v1__thread_source__descriptor =
   (ProtobufCMessageInit) threadwire__v1__thread_source__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const protobuf_c_boolean threadwire__v1__thread__can_accept_direct_input__default_value = 1;
 static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[20] =
 {
   {
@@ -3067,7 +3068,7 @@ static const ProtobufCFieldDescriptor threadwire__v1__thread__field_descriptors[
     offsetof(Threadwire__V1__Thread, has_can_accept_direct_input),
     offsetof(Threadwire__V1__Thread, can_accept_direct_input),
     NULL,
-    NULL,
+    &threadwire__v1__thread__can_accept_direct_input__default_value,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },

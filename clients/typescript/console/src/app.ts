@@ -216,6 +216,7 @@ function statusText(thread: Thread): string {
     if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_WAITING_ON_APPROVAL)) return "waiting on approval";
     if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_WAITING_ON_CLIENT_TOOL)) return "waiting on client tool";
     if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_WAITING_ON_USER_INPUT)) return "waiting on user input";
+    if (flags.includes(ThreadActiveFlag.THREAD_ACTIVE_FLAG_PAUSED_AFTER_TOOLS)) return "paused after tools";
     return "running";
   }
   return label(ThreadStatusType, status?.type, "THREAD_STATUS_TYPE_");
@@ -329,6 +330,14 @@ function renderTurn(turn: Turn, index: number, actions?: (turn: Turn) => HTMLEle
 /** Branch from a turn, or take it and the later ones back (thread/fork, thread/revert). */
 function turnActions(threadId: string, redraw: () => void): (turn: Turn) => HTMLElement | undefined {
   return (turn) => {
+    if (turn.status === TurnStatus.TURN_STATUS_IN_PROGRESS && turn.pausedAfterTools && turn.id) {
+      // The thread pauses after tools: the tools' results are above; the model goes on when asked.
+      const go = h("button", { type: "button", "data-testid": "continue-turn" }, "Continue");
+      go.addEventListener("click", () => {
+        void client().then((api) => api.turnContinue({ threadId, turnId: turn.id! })).then(() => redraw(), showError);
+      });
+      return h("div", { class: "turn-actions" }, go);
+    }
     if (turn.rolledBack || turn.status === TurnStatus.TURN_STATUS_IN_PROGRESS || !turn.id) return undefined;
     const fork = h("button", { type: "button", "data-testid": "fork-here" }, "Fork after this turn");
     fork.addEventListener("click", () => {
@@ -362,10 +371,12 @@ function settingsForm(api: WebSocketClient, thread: Thread, settings: ThreadSett
   const effort = h("select", { "aria-label": "reasoning effort", "data-testid": "effort" },
     h("option", { value: "" }, "provider's default"), ...efforts.map((name) => h("option", { value: name }, name)));
   effort.value = settings?.reasoningEffort ?? "";
+  const pause = h("input", { type: "checkbox", "aria-label": "pause after tools", "data-testid": "pause-after-tools" });
+  pause.checked = settings?.pauseAfterTools === true;
   const save = h("button", { type: "submit" }, "Save settings");
   const form = h("form", { class: "settings" },
     h("label", {}, "mode ", mode), h("label", {}, "approvals ", approval), h("label", {}, "model ", model),
-    h("label", {}, "reasoning ", effort), save);
+    h("label", {}, "reasoning ", effort), h("label", {}, pause, " pause after tools"), save);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const update = mode.value === "unset"
@@ -375,6 +386,7 @@ function settingsForm(api: WebSocketClient, thread: Thread, settings: ThreadSett
       threadId: thread.id, multiAgentModeUpdate: update, approvalPolicy: Number(approval.value) as ApprovalPolicy,
       model: model.value && model.value !== thread.model ? model.value : undefined,
       reasoningEffort: effort.value !== (settings?.reasoningEffort ?? "") ? effort.value : undefined,
+      pauseAfterTools: pause.checked !== (settings?.pauseAfterTools === true) ? pause.checked : undefined,
     }).then(() => reload(), showError);
   });
   return form;
@@ -456,7 +468,8 @@ async function threadPage(threadId: string): Promise<void> {
       live.dataset.deltas = String(Number(live.dataset.deltas) + 1);
       return;
     }
-    if (about === threadId && (payload?.case === "itemCompleted" || payload?.case === "turnCompleted" || payload?.case === "turnStarted")) {
+    if (about === threadId && (payload?.case === "itemCompleted" || payload?.case === "turnCompleted" || payload?.case === "turnStarted"
+        || payload?.case === "threadStatusChanged")) {
       if (payload.case === "turnStarted") fill(live);
       later(true);
     } else if (payload?.case === "threadStarted" || payload?.case === "threadStatusChanged" || payload?.case === "turnCompleted") {

@@ -92,7 +92,7 @@ struct  Threadwire__V1__ThreadSettings
   char *reasoning_summary;
   /*
    * Whether each turn pauses after a batch of tool calls, before its next
-   * model request, until turn/continue.
+   * model request, until turn/continue. Sent only when true (absent: false).
    */
   protobuf_c_boolean has_pause_after_tools;
   protobuf_c_boolean pause_after_tools;

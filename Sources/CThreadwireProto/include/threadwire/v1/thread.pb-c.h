@@ -295,14 +295,15 @@ struct  Threadwire__V1__Thread
    * parent (followup_task, send_message), and a client's turn/start or
    * turn/steer on it is FAILED_PRECONDITION. It can still be read, resumed,
    * subscribed to, interrupted and continued, and its server requests
-   * answered.
+   * answered. Sent only when false (absent: true, as the default says), so
+   * threads read as they did before it existed.
    */
   protobuf_c_boolean has_can_accept_direct_input;
   protobuf_c_boolean can_accept_direct_input;
 };
 #define THREADWIRE__V1__THREAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__thread__descriptor) \
-    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0, NULL, NULL, 0, 0 }
+    , NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, THREADWIRE__V1__MULTI_AGENT_RUNTIME__MULTI_AGENT_RUNTIME_UNSPECIFIED, 0, THREADWIRE__V1__MULTI_AGENT_MODE__MULTI_AGENT_MODE_UNSPECIFIED, NULL, NULL, 0,NULL, 0, 0, NULL, NULL, 0, 1 }
 
 
 /*
