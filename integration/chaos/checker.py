@@ -14,7 +14,12 @@ history is checked at the end.
   final read, no element appears twice in any read, every element read was
   appended by some operation, reads are prefixes of one order, an append
   that completed before another began comes first, and a read that began
-  after an append was acknowledged contains it (no stale read).
+  after an append was acknowledged contains it (no stale read). An enqueue
+  (turn/start with when_busy ENQUEUE) is an append that may land later, once
+  the turns ahead of it end: acknowledged, it must be in the final read, once;
+  it comes after every append or enqueue acknowledged before it began (the
+  queue keeps order), but a read right after it need not hold it yet, and a
+  plain turn/start may start ahead of it while the thread is idle.
 - Snapshots (a thread/read's model and cwd, one response): the thread's
   settings as one register whose state is (model, cwd), each write setting
   one field, each snapshot read the pair; so a read that tears (one field
@@ -216,6 +221,7 @@ def check_list(key, appends, reads, anomalies):
             anomalies.append(f"{key}: two reads are not prefixes of one order: {shorter[-3:]} vs {longer[:len(shorter)][-3:]}")
         if len(read.value) > len(longest):
             longest = list(read.value)
+    # (appends here are both turn/starts and enqueues; see the module's doc.)
     # Real-time order of reads: a read that began after another ended sees at least as much.
     for earlier in answered:
         for later in answered:
@@ -228,15 +234,18 @@ def check_list(key, appends, reads, anomalies):
     for op in acknowledged:
         if op.value not in position:
             anomalies.append(f"{key}: lost append: {op.value!r} was acknowledged and is in no read")
-        # No stale read: a read that began after the append's acknowledgement contains it.
-        for read in answered:
+        # No stale read: a read that began after the append's acknowledgement
+        # contains it (an enqueued turn starts only when those ahead end).
+        for read in (answered if op.f == "append" else []):
             if read.invoked > op.completed and op.value not in read.value:
                 anomalies.append(f"{key}: stale read: {op.value!r} acknowledged at {op.completed:.3f}, "
                                  f"missing from a read that began at {read.invoked:.3f}")
                 break
-    # Real-time order of appends.
+    # Real-time order of appends (a plain turn/start may pass a queued one).
     for a in acknowledged:
         for b in acknowledged:
+            if a.f == "enqueue" and b.f == "append":
+                continue
             if a.completed < b.invoked and a.value in position and b.value in position and position[a.value] > position[b.value]:
                 anomalies.append(f"{key}: {b.value!r} comes before {a.value!r}, appended after it was acknowledged")
     for op in appends:
@@ -266,7 +275,7 @@ def check(operations, caps=None, initial=None, budget=2_000_000):
     for op in operations:
         if op.f in ("write", "read"):
             registers.setdefault(op.key, []).append(op)
-        elif op.f in ("append", "list"):
+        elif op.f in ("append", "enqueue", "list"):
             lists.setdefault(op.key, []).append(op)
     for key, ops in sorted(registers.items()):
         considered = [op for op in ops if op.outcome != "fail"]
@@ -279,7 +288,8 @@ def check(operations, caps=None, initial=None, budget=2_000_000):
             verdict.unknown.append(f"{key}: {len(considered)} operations not decided within {budget} steps")
         elif not result:
             verdict.anomalies.append(f"{key}: not linearizable ({explain_register(considered, (initial or {}).get(key))})")
-    orders = {key: check_list(key, [op for op in ops if op.f == "append"], [op for op in ops if op.f == "list"], verdict.anomalies)
+    orders = {key: check_list(key, [op for op in ops if op.f in ("append", "enqueue")], [op for op in ops if op.f == "list"],
+                              verdict.anomalies)
               for key, ops in sorted(lists.items())}
     heard = check_notices(operations, registers, orders, initial or {}, verdict.anomalies)
     check_snapshots(operations + heard, registers, initial or {}, budget, verdict)

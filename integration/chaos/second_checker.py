@@ -37,10 +37,10 @@ def write(operations, history, setup, initial=None, spawn_root="", children=()):
     workload writes them."""
     with open(history, "w") as out:
         for number, op in enumerate(operations, 1):
-            written = op.value if op.f in ("write", "append", "notice") else None
+            written = op.value if op.f in ("write", "append", "enqueue", "notice") else None
             out.write(json.dumps({"type": "invoke", "id": number, "process": op.process, "f": op.f, "key": op.key,
                                   "value": written, "time": op.invoked}) + "\n")
             ended = op.completed if not math.isinf(op.completed) else op.invoked + 1e9
-            read = op.value if op.f not in ("write", "append", "notice") and op.outcome == "ok" else None
+            read = op.value if op.f not in ("write", "append", "enqueue", "notice") and op.outcome == "ok" else None
             out.write(json.dumps({"type": op.outcome, "id": number, "value": read, "time": ended}) + "\n")
     Path(setup).write_text(json.dumps({"initial": initial or {}, "spawn_root": spawn_root, "children": list(children)}))

@@ -342,7 +342,7 @@ def test_postgres_disk_full(lab, tmp_path):
         return full, time.monotonic()
 
     _, (full, room), operations = run(lab, "PostgreSQL out of disk", faults, tmp_path, seed=111, tablespace=tablespace)
-    refused = [op for op in operations if op.f in ("write", "append") and op.outcome != "ok" and full <= op.invoked < room]
+    refused = [op for op in operations if op.f in ("write", "append", "enqueue") and op.outcome != "ok" and full <= op.invoked < room]
     print(f"  PostgreSQL out of disk {room - full:.1f} s: {len(refused)} changes not acknowledged meanwhile, "
           f"writes back after {writes_back_after(operations, full, room):.1f} s")
     assert refused, "nothing failed while the disk was full: the fault did not reach the store"
@@ -391,7 +391,7 @@ def test_half_open_subscriber_is_reclaimed(lab, tmp_path):
 def writes_back_after(operations, down, up):
     """Seconds from `down` to the first change acknowledged that was sent
     after `up` (the fault healed); fails when none came."""
-    back = [op.completed for op in operations if op.f in ("write", "append") and op.outcome == "ok" and op.invoked >= up]
+    back = [op.completed for op in operations if op.f in ("write", "append", "enqueue") and op.outcome == "ok" and op.invoked >= up]
     assert back, "no change was acknowledged after the fault healed"
     return min(back) - down
 
@@ -445,7 +445,7 @@ def test_postgres_fsync_slowed(lab, tmp_path):
     assert delayed > 0, "no fsync was delayed: the fault did not reach PostgreSQL"
     for milliseconds, begun, ended in windows:
         acknowledged = sorted(op.completed - op.invoked for op in operations
-                              if op.f in ("write", "append") and op.outcome == "ok" and begun <= op.invoked < ended)
+                              if op.f in ("write", "append", "enqueue") and op.outcome == "ok" and begun <= op.invoked < ended)
         middle = f"{acknowledged[len(acknowledged) // 2] * 1000:.0f} ms" if acknowledged else "none"
         print(f"  fsync slowed by {milliseconds} ms for {ended - begun:.1f} s: {len(acknowledged)} changes acknowledged, "
               f"median {middle}")

@@ -17,6 +17,10 @@ def append(key, value, start, end=INFINITY, outcome="ok"):
     return Operation("a", "append", key, value, start, end, outcome)
 
 
+def enqueue(key, value, start, end=INFINITY, outcome="ok"):
+    return Operation("e", "enqueue", key, value, start, end, outcome)
+
+
 def read_list(key, values, start, end):
     return Operation("l", "list", key, list(values), start, end, "ok")
 
@@ -77,6 +81,22 @@ def test_append_order_and_phantoms_are_checked():
     assert any("never appended" in a for a in phantom.anomalies), phantom.anomalies
     fine = check([append("t", "x", 0, 1), append("t", "y", 0.5, 3, outcome="info"), read_list("t", ["x", "y"], 4, 5)])
     assert fine.valid, fine.anomalies
+
+
+def test_enqueues_land_later_in_order_and_are_never_lost():
+    # Queued behind a running turn: a read right after the acknowledgement
+    # need not hold it, and a plain turn/start may pass it; the final read must.
+    later = check([append("t", "x", 0, 1), enqueue("t", "q", 1.5, 2), read_list("t", ["x"], 3, 4),
+                   append("t", "y", 5, 6), read_list("t", ["x", "y", "q"], 10, 11)])
+    assert later.valid, later.anomalies
+    lost = check([append("t", "x", 0, 1), enqueue("t", "q", 1.5, 2), read_list("t", ["x"], 10, 11)])
+    assert any("lost append" in a and "'q'" in a for a in lost.anomalies), lost.anomalies
+    reordered = check([enqueue("t", "q1", 0, 1), enqueue("t", "q2", 2, 3), read_list("t", ["q2", "q1"], 10, 11)])
+    assert any("comes before" in a for a in reordered.anomalies), reordered.anomalies
+    behind = check([append("t", "x", 0, 1), enqueue("t", "q", 2, 3), read_list("t", ["q", "x"], 10, 11)])
+    assert any("comes before" in a for a in behind.anomalies), "an enqueue lands behind a turn acknowledged before it"
+    refused = check([enqueue("t", "q", 0, 1, outcome="fail"), read_list("t", ["q"], 10, 11)])
+    assert any("refused, yet appended" in a for a in refused.anomalies), refused.anomalies
 
 
 def test_caps_and_lost_spawns():
@@ -160,6 +180,10 @@ CASES = {
     "append order": ([append("t", "x", 0, 1), append("t", "y", 2, 3), read_list("t", ["y", "x"], 4, 5)], {}),
     "phantom": ([read_list("t", ["z"], 0, 1)], {}),
     "lists fine": ([append("t", "x", 0, 1), append("t", "y", 0.5, 3, outcome="info"), read_list("t", ["x", "y"], 4, 5)], {}),
+    "enqueued fine": ([append("t", "x", 0, 1), enqueue("t", "q", 1.5, 2), read_list("t", ["x"], 3, 4), append("t", "y", 5, 6),
+                       read_list("t", ["x", "y", "q"], 10, 11)], {}),
+    "lost enqueue": ([append("t", "x", 0, 1), enqueue("t", "q", 1.5, 2), read_list("t", ["x"], 10, 11)], {}),
+    "enqueues reordered": ([enqueue("t", "q1", 0, 1), enqueue("t", "q2", 2, 3), read_list("t", ["q2", "q1"], 10, 11)], {}),
     "over the cap": ([Operation("s", "spawn", "root", "child-1", 0, 1, "ok")],
                      {"spawn_root": "root", "children": ["child-1", "child-2"], "cap": 1}),
     "lost spawn": ([Operation("s", "spawn", "root", "child-1", 0, 1, "ok")], {"spawn_root": "root", "children": [], "cap": 2}),
@@ -211,7 +235,7 @@ def test_the_two_checkers_agree(name, tmp_path):
                          spawn_root=options.get("spawn_root", ""), children=options.get("children", ()))
     verdict, anomalies = second_checker.verdict(tmp_path / "history", tmp_path / "setup", cap)
     assert verdict == expected, anomalies
-    assert (verdict == "VALID") == (name in {"sequential and concurrent", "indeterminate applied late", "lists fine",
+    assert (verdict == "VALID") == (name in {"sequential and concurrent", "indeterminate applied late", "lists fine", "enqueued fine",
                                              "spawn fine", "whole snapshots", "notices fine", "turn notices fine",
                                              "numbered notices fine"}), \
         "a planted anomaly was missed"

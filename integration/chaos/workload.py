@@ -168,10 +168,16 @@ def worker(index, args, setup, history, deadline):
                     {"thread_id": thread, "cwd": value}, value=value)
         elif roll < 0.56:
             read_settings(history, client, process, thread)
-        elif roll < 0.78:
+        elif roll < 0.71:
             value = f"t-{process}-{n}"
             perform(history, client, process, "append", thread, "turn/start",
                     {"thread_id": thread, "input": [{"text": value}]}, value=value)
+        elif roll < 0.78:
+            # Into the thread's durable queue when a turn runs (it starts in
+            # order as the turns ahead end), at once when none does.
+            value = f"q-{process}-{n}"
+            perform(history, client, process, "enqueue", thread, "turn/start",
+                    {"thread_id": thread, "input": [{"text": value}], "when_busy": "WHEN_BUSY_ENQUEUE"}, value=value)
         elif roll < 0.94:
             read_turns(history, client, process, thread)
         else:
@@ -257,14 +263,17 @@ TURN_IN_PROGRESS = 1
 
 def settle_turns(client, threads, limit=30.0):
     """After the heal every turn must end: finished, or interrupted by the
-    recovery of a dead owner's turns (within a lease or two). Returns the
-    turns still running after `limit` seconds, and how long it took."""
+    recovery of a dead owner's turns (within a lease or two), and every
+    queued turn must have run. Returns the turns still running or queued
+    after `limit` seconds, and how long it took."""
     started = time.monotonic()
     while True:
         running = []
         for thread in threads:
             turns = client.call("thread/read", {"thread_id": thread, "include_turns": True, "turns_limit": 1000}).thread.turns
             running += [f"{thread}/{turn.id}" for turn in turns if turn.status == TURN_IN_PROGRESS]
+            queued = client.call("thread/queue/list", {"thread_id": thread}).data
+            running += [f"{thread}/queued {entry.id}" for entry in queued]
         waited = time.monotonic() - started
         if not running or waited > limit:
             return running, round(waited, 2)
