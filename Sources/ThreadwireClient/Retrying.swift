@@ -48,7 +48,7 @@ extension Wire.Request.Params {
              .threadDelete:
             true
         case .initialize, .healthCheck, .reflectionDescriptors, .threadRead, .threadList, .threadTurnsList, .mcpServerList,
-             .modelList, .threadSubscribe, .threadItemsList, .threadLoadedList, .threadQueueList:
+             .modelList, .threadSubscribe, .threadItemsList, .threadLoadedList, .threadQueueList, .clusterStatus:
             false
         }
     }

@@ -121,6 +121,24 @@ public final class PostgresLeaseCoordinator: OwnershipCoordinator {
         return nil
     }
 
+    public func liveLeases(limit: Int) async throws -> LeaseTable {
+        var leases: [LeaseTable.Lease] = []
+        for try await (tree, instance, address, epoch, expiresInMs) in try await store.client.query("""
+            SELECT tree, instance_id, address, epoch, (extract(epoch FROM expires_at - now()) * 1000)::bigint
+            FROM thread_leases WHERE expires_at > now() ORDER BY tree LIMIT \(limit)
+            """, logger: store.logger).decode((String, String, String, Int64, Int64).self) {
+            leases.append(LeaseTable.Lease(tree: tree, instanceID: instance, address: address, epoch: epoch, expiresInMs: max(0, expiresInMs)))
+        }
+        var holders: [LeaseTable.Holder] = []
+        for try await (instance, address, count) in try await store.client.query("""
+            SELECT instance_id, min(address), count(*) FROM thread_leases WHERE expires_at > now()
+            GROUP BY instance_id ORDER BY min(address), instance_id
+            """, logger: store.logger).decode((String, String, Int64).self) {
+            holders.append(LeaseTable.Holder(instanceID: instance, address: address, liveLeases: Int(count)))
+        }
+        return LeaseTable(leases: leases, holders: holders)
+    }
+
     public func probe() async throws {
         try await store.client.query("SELECT 1", logger: store.logger)
     }

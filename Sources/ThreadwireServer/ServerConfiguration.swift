@@ -25,6 +25,9 @@ public struct ServerConfiguration: Sendable {
     public var allowUnauthenticated = false
     /// The operator's MCP tool servers (nil: none).
     public var toolServers: (any ToolServerHost)?
+    /// This instance's requests by method, read from the process's metrics
+    /// for cluster/status (the registry belongs to the executable).
+    public var requestLoad: @Sendable () -> [RequestLoad] = { [] }
     /// TLS (and mutual TLS) for every connection; plain TCP when nil.
     public var tls: ServerTLS?
     /// How clients reach the server; nil: TCP on `host`:`port` (with `tls`).

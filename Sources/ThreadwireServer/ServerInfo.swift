@@ -25,6 +25,8 @@ public struct ServerInfo: Sendable {
     /// Several instances share the store: requests for threads another
     /// instance owns are relayed there.
     public var relays = false
+    /// This instance's requests by method (cluster/status).
+    public var requestLoad: @Sendable () -> [RequestLoad] = { [] }
     /// Files being imported in several requests (thread/import).
     let imports: ImportSessions
 

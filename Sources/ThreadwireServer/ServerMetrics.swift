@@ -93,3 +93,17 @@ final class ServerMetrics: Sendable {
         counter.increment()
     }
 }
+
+/// Requests one method had answered, as cluster/status reports them.
+public struct RequestLoad: Sendable, Equatable {
+    public var method: String
+    public var requests: UInt64
+    /// The latency histogram bucket's upper bound that holds the 99th
+    /// percentile; nil when it is over the largest bucket.
+    public var p99Ms: Double?
+    public init(method: String, requests: UInt64, p99Ms: Double?) {
+        self.method = method
+        self.requests = requests
+        self.p99Ms = p99Ms
+    }
+}

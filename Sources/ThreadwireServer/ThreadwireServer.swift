@@ -92,6 +92,7 @@ public final class ThreadwireServer: Service, Sendable {
         info.peerTokens = (configuration.peers.acceptedTokens.isEmpty ? configuration.peers.token.map { [$0] } ?? [] : configuration.peers.acceptedTokens)
             .map { Array($0.utf8) }
         info.relays = configuration.coordinator != nil
+        info.requestLoad = configuration.requestLoad
         if let transport = configuration.transport {
             self.transport = transport
         } else {

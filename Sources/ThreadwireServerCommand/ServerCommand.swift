@@ -305,6 +305,7 @@ public struct ServerCommand: AsyncParsableCommand {
         configuration.allowUnauthenticated = allowUnauthenticated
         let toolServers = file.mcpServers.isEmpty ? nil : MCPToolServers(configs: file.mcpServers, logger: logger)
         configuration.toolServers = toolServers
+        configuration.requestLoad = { RequestLoadReading.read(String(decoding: metricsRegistry.emitToBuffer(), as: UTF8.self)) }
         switch (tlsCert, tlsKey) {
         case let (cert?, key?):
             configuration.tls = ServerTLS(certificateChainFile: cert, privateKeyFile: key, clientCAFile: tlsClientCa)

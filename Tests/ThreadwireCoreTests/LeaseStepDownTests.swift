@@ -13,6 +13,15 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
 
     init(leaseDuration: Duration) { self.leaseDuration = leaseDuration }
 
+    let instanceID = "cuttable"
+
+    func liveLeases(limit: Int) async throws -> LeaseTable {
+        let epochs = state.withLock { $0.epochs }
+        return LeaseTable(leases: epochs.sorted { $0.key < $1.key }.prefix(limit).map {
+            LeaseTable.Lease(tree: $0.key, instanceID: instanceID, address: "", epoch: $0.value, expiresInMs: 0)
+        }, holders: [])
+    }
+
     func cut(_ cut: Bool) { state.withLock { $0.cut = cut } }
 
     /// Another instance takes the tree: renewals no longer keep it.

@@ -269,6 +269,50 @@ struct ClusterTests {
         }
     }
 
+    @Test("cluster/status: every instance names both instances with their live leases and each tree's holder and epoch as the store has them, and its own requests by method")
+    func clusterStatus() async throws {
+        let group = try await InstanceGroup.start(2, leaseSeconds: 10)
+        defer { group.stopAll() }
+        let (a, b) = (try await group.instances[0].client(), try await group.instances[1].client())
+        let onA = try #require(try await a.startThread().thread?.id)
+        let onB = try #require(try await b.startThread().thread?.id)
+        try await a.runTurn(onA, "hello")
+        let leases = try await group.query("SELECT tree || ' ' || instance_id || ' ' || epoch FROM thread_leases WHERE expires_at > now() ORDER BY tree")
+        for (client, other) in [(a, b), (b, a)] {
+            guard case let .clusterStatus(status) = try await client.result(.clusterStatus(Wire.ClusterStatusParams())) else {
+                throw UnexpectedResult(expected: "cluster/status")
+            }
+            guard case let .clusterStatus(otherStatus) = try await other.result(.clusterStatus(Wire.ClusterStatusParams())) else {
+                throw UnexpectedResult(expected: "cluster/status")
+            }
+            #expect(status.sharedStore == true)
+            let me = try #require(status.instanceId)
+            #expect(me != otherStatus.instanceId)
+            #expect(status.instances.count == 2, "both instances hold a lease")
+            #expect(status.instances.filter { $0.thisInstance == true }.map(\.instanceId) == [me])
+            #expect(status.instances.allSatisfy { ($0.liveLeases ?? 0) >= 1 })
+            #expect(status.leases.map { "\($0.tree ?? "") \($0.instanceId ?? "") \($0.epoch ?? 0)" }.joined(separator: "\n") == leases,
+                    "the leases as the store has them")
+            #expect(status.leases.allSatisfy { ($0.expiresInMs ?? 0) > 0 && ($0.expiresInMs ?? 0) <= 10_000 })
+            let started = try #require(status.methods.first { $0.method == "thread/start" })
+            #expect(started.requests == 1, "one thread/start on each instance")
+            #expect((started.p99Ms ?? 0) > 0)
+        }
+        guard case let .clusterStatus(status) = try await a.result(.clusterStatus(Wire.ClusterStatusParams())) else {
+            throw UnexpectedResult(expected: "cluster/status")
+        }
+        #expect(status.leases.first { $0.tree == onA }?.instanceId == status.instanceId, "a holds the tree it started")
+        #expect(status.leases.first { $0.tree == onB }?.instanceId != status.instanceId)
+        #expect(status.methods.first { $0.method == "turn/start" }?.requests == 1)
+        await expectStatus(3, mentioning: "lease_limit must be from 1 to 1000") {
+            _ = try await a.result(.clusterStatus(Wire.ClusterStatusParams(leaseLimit: 0)))
+        }
+        guard case let .clusterStatus(one) = try await a.result(.clusterStatus(Wire.ClusterStatusParams(leaseLimit: 1))) else {
+            throw UnexpectedResult(expected: "cluster/status")
+        }
+        #expect(one.leases.count == 1 && one.instances.reduce(0) { $0 + Int($1.liveLeases ?? 0) } == 2, "the counts are of all leases")
+    }
+
     @Test("a thread that moved to another instance is reached without an error by an instance that relayed to its former owner moments ago")
     func ownerMoves() async throws {
         // Long leases: the relaying instance still remembers the former

@@ -416,6 +416,18 @@ func (c *Client) TurnContinue(ctx context.Context, params *pb.TurnContinueParams
 	return response.GetTurnContinue(), nil
 }
 
+// ClusterStatus calls "cluster/status". A nil params sends an empty message.
+func (c *Client) ClusterStatus(ctx context.Context, params *pb.ClusterStatusParams) (*pb.ClusterStatusResult, error) {
+	if params == nil {
+		params = &pb.ClusterStatusParams{}
+	}
+	response, err := c.Call(ctx, &pb.Request{Params: &pb.Request_ClusterStatus{ClusterStatus: params}})
+	if err != nil {
+		return nil, err
+	}
+	return response.GetClusterStatus(), nil
+}
+
 // RequestMethod is the wire name of a request's method ("" when unset).
 func RequestMethod(message *pb.Request) string {
 	switch message.GetParams().(type) {
@@ -487,6 +499,8 @@ func RequestMethod(message *pb.Request) string {
 		return "thread/delete"
 	case *pb.Request_TurnContinue:
 		return "turn/continue"
+	case *pb.Request_ClusterStatus:
+		return "cluster/status"
 	}
 	return ""
 }

@@ -84,6 +84,7 @@ local METHODS = {
   [48] = "thread/queue/reorder",
   [49] = "thread/delete",
   [50] = "turn/continue",
+  [51] = "cluster/status",
 }
 local NOTIFICATIONS = {
   [10] = "thread/started",

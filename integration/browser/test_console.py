@@ -17,7 +17,7 @@ from playwright.sync_api import expect, sync_playwright
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "integration" / "python"))
 from conftest import tokens_file, start_listening, stop_server  # noqa: E402
-from threadwire_client import Client  # noqa: E402
+from threadwire_client import Client, StatusError  # noqa: E402
 
 ALICE = "alice-2b4d6f8a0c1e3a5c7e9b"
 BOB = "bob-9e7c5a3b1d0f2e4a6c8b"
@@ -312,4 +312,34 @@ def test_pause_after_tools_set_and_a_paused_turn_continued_from_the_page(served,
         alice.initialize("alice", auth_token=ALICE)
         done = alice.call("thread/read", {"thread_id": root, "include_turns": True}).thread.turns[-1]
         assert done.id == turn and not done.paused_after_tools
+    assert page.errors == [], page.errors
+
+
+def test_the_cluster_page_shows_an_operator_this_instance_and_its_requests_and_nobody_else(served, browser):
+    web, frames = served
+    with Client(*frames) as alice:
+        alice.initialize("alice", auth_token=ALICE)
+        alice.call("thread/start", {"name": "for-the-counts"})
+        try:
+            alice.call("cluster/status", {})
+            raise AssertionError("alice, not an operator, got cluster/status")
+        except StatusError as error:
+            assert error.code == 7 and "operators" in str(error), error
+    page = Page(browser, web)
+    page.sign_in(ALICE)
+    expect(page.page.locator("#cluster-link")).to_be_hidden()
+    page.page.close()
+    page = Page(browser, web)
+    page.sign_in(OPS)
+    page.page.locator("#cluster-link").click()
+    expect(page.page.locator("#main h1")).to_have_text("Cluster")
+    expect(page.page.get_by_test_id("instances")).to_contain_text("this one")
+    expect(page.page.locator("#main")).to_contain_text("One instance: its trees need no leases.")
+    methods = page.page.get_by_test_id("methods")
+    expect(methods.locator("tr", has_text="thread/start")).to_contain_text("1")
+    # The poll redraws (every 2 s): the page's own calls are counted, and the
+    # request rate has a bar per poll after the first.
+    expect(methods.locator("tr", has_text="cluster/status").locator("td").nth(1)).to_have_text("3", timeout=15000)
+    expect(page.page.locator("svg[aria-label='requests per second'] rect")).not_to_have_count(0)
+    page.shot("cluster")
     assert page.errors == [], page.errors

@@ -69,10 +69,51 @@ public protocol OwnershipCoordinator: Sendable {
     /// Per-principal budgets kept where every instance sees them (nil: each
     /// instance keeps its own).
     var sharedQuotas: (any SharedQuotaLedger)? { get }
+    /// This instance's id among those of the store.
+    var instanceID: String { get }
+    /// The live leases of the store, by tree (at most `limit`), and how many
+    /// each instance holds (all of them), for an operator's view.
+    func liveLeases(limit: Int) async throws -> LeaseTable
 }
 
 extension OwnershipCoordinator {
     public var sharedQuotas: (any SharedQuotaLedger)? { nil }
+}
+
+/// The store's live leases as an operator sees them.
+public struct LeaseTable: Sendable, Equatable {
+    public struct Lease: Sendable, Equatable {
+        public var tree: ThreadID
+        public var instanceID: String
+        public var address: String
+        public var epoch: Int64
+        public var expiresInMs: Int64
+        public init(tree: ThreadID, instanceID: String, address: String, epoch: Int64, expiresInMs: Int64) {
+            self.tree = tree
+            self.instanceID = instanceID
+            self.address = address
+            self.epoch = epoch
+            self.expiresInMs = expiresInMs
+        }
+    }
+
+    public struct Holder: Sendable, Equatable {
+        public var instanceID: String
+        public var address: String
+        public var liveLeases: Int
+        public init(instanceID: String, address: String, liveLeases: Int) {
+            self.instanceID = instanceID
+            self.address = address
+            self.liveLeases = liveLeases
+        }
+    }
+
+    public var leases: [Lease]
+    public var holders: [Holder]
+    public init(leases: [Lease], holders: [Holder]) {
+        self.leases = leases
+        self.holders = holders
+    }
 }
 
 /// Which instance owned threads this one relayed for, remembered briefly so

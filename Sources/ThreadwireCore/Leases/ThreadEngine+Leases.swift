@@ -346,3 +346,12 @@ private final class SweepFlag: Sendable {
     }
     func end() { running.withLock { $0 = false } }
 }
+
+extension ThreadEngine {
+    /// The store's live leases and their holders for an operator; nil with a
+    /// store of one instance (no leases).
+    public func leaseTable(limit: Int) async throws -> (instanceID: String, table: LeaseTable)? {
+        guard let coordinator else { return nil }
+        return (coordinator.instanceID, try await coordinator.liveLeases(limit: limit))
+    }
+}

@@ -76,6 +76,8 @@ enum MethodTable {
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.interrupt),
             .method("turn/steer", params: { if case let .turnSteer(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.steer),
+            .method("cluster/status", params: { if case let .clusterStatus(p) = $0 { p } else { nil } },
+                    mutates: false, run: SessionHandlers.clusterStatus),
             .method("turn/continue", params: { if case let .turnContinue(p) = $0 { p } else { nil } },
                     thread: ("thread_id", { $0.threadId }), mutates: true, run: TurnHandlers.continueTurn),
         ]

@@ -118,6 +118,36 @@ enum SessionHandlers {
         .result(.mcpServerList(Wire.McpServerListResult(servers: call.engine.toolServerStatuses(for: call.principal).map(\.wire))))
     }
 
+    /// cluster/status: the store's instances and leases, this instance's
+    /// requests; an operator's view (on a server without principals, the
+    /// one user's).
+    @Sendable static func clusterStatus(_ p: Wire.ClusterStatusParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        guard !call.server.authenticates || call.isOperator else {
+            throw RequestError(.permissionDenied, "cluster/status is for operators (a tokens file line 'PRINCIPAL TOKEN operator')")
+        }
+        let limit = try TurnPaging.limit(p.leaseLimit, field: "lease_limit", default: 200)
+        var result = Wire.ClusterStatusResult(version: call.server.version, sharedStore: false, draining: call.server.draining())
+        if let (instanceID, table) = try await call.engine.leaseTable(limit: limit) {
+            result.instanceId = instanceID
+            result.sharedStore = true
+            result.leases = table.leases.map {
+                Wire.TreeLease(tree: $0.tree, instanceId: $0.instanceID, address: $0.address, epoch: UInt64(max(0, $0.epoch)),
+                               expiresInMs: UInt64(max(0, $0.expiresInMs)))
+            }
+            result.instances = table.holders.map {
+                Wire.ClusterInstance(instanceId: $0.instanceID, address: $0.address, liveLeases: UInt32(clamping: $0.liveLeases),
+                                     thisInstance: $0.instanceID == instanceID)
+            }
+            if !table.holders.contains(where: { $0.instanceID == instanceID }) {
+                result.instances.append(Wire.ClusterInstance(instanceId: instanceID, liveLeases: 0, thisInstance: true))
+            }
+        } else {
+            result.instances = [Wire.ClusterInstance(liveLeases: 0, thisInstance: true)]
+        }
+        result.methods = call.server.requestLoad().map { Wire.MethodLoad(method: $0.method, requests: $0.requests, p99Ms: $0.p99Ms) }
+        return Outcome(.clusterStatus(result))
+    }
+
     /// The compiled contract, so generic tools need no .proto files. Built
     /// once: it is the same for every caller.
     @Sendable static func reflectionDescriptors(_ p: Wire.ReflectionDescriptorsParams, _ call: Call) throws -> InlineAnswer? {

@@ -1279,6 +1279,490 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
 }
 
 extension Wire {
+  public struct ClusterStatusParams: Sendable, Equatable {
+    public var leaseLimit: UInt32?
+
+    public init() {
+      self.leaseLimit = nil
+    }
+
+    public init(leaseLimit: UInt32? = nil) {
+      self.leaseLimit = leaseLimit
+    }
+  }
+}
+
+extension Wire.ClusterStatusParams: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ClusterStatusParams"
+  typealias CMessage = Threadwire__V1__ClusterStatusParams
+
+  init(c: UnsafePointer<Threadwire__V1__ClusterStatusParams>) throws(WireError) {
+    self.init()
+    if c.pointee.has_lease_limit != 0 { self.leaseLimit = c.pointee.lease_limit }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ClusterStatusParams, arena: inout CodecArena) {
+    if let v = self.leaseLimit { c.has_lease_limit = 1; c.lease_limit = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__cluster_status_params__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__cluster_status_params__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ClusterStatusParams()
+      threadwire__v1__cluster_status_params__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__cluster_status_params__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__cluster_status_params__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = leaseLimit { object.append(("lease_limit", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "lease_limit", "leaseLimit": self.leaseLimit = try value.uint32Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ClusterInstance: Sendable, Equatable {
+    public var instanceId: String?
+    public var address: String?
+    public var liveLeases: UInt32?
+    public var thisInstance: Bool?
+
+    public init() {
+      self.instanceId = nil
+      self.address = nil
+      self.liveLeases = nil
+      self.thisInstance = nil
+    }
+
+    public init(instanceId: String? = nil, address: String? = nil, liveLeases: UInt32? = nil, thisInstance: Bool? = nil) {
+      self.instanceId = instanceId
+      self.address = address
+      self.liveLeases = liveLeases
+      self.thisInstance = thisInstance
+    }
+  }
+}
+
+extension Wire.ClusterInstance: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ClusterInstance"
+  typealias CMessage = Threadwire__V1__ClusterInstance
+
+  init(c: UnsafePointer<Threadwire__V1__ClusterInstance>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.instance_id { self.instanceId = try wireString(v, field: "instance_id") }
+    if let v = c.pointee.address { self.address = try wireString(v, field: "address") }
+    if c.pointee.has_live_leases != 0 { self.liveLeases = c.pointee.live_leases }
+    if c.pointee.has_this_instance != 0 { self.thisInstance = c.pointee.this_instance != 0 }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ClusterInstance, arena: inout CodecArena) {
+    if let v = self.instanceId { c.instance_id = arena.cString(v) }
+    if let v = self.address { c.address = arena.cString(v) }
+    if let v = self.liveLeases { c.has_live_leases = 1; c.live_leases = v }
+    if let v = self.thisInstance { c.has_this_instance = 1; c.this_instance = v ? 1 : 0 }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__cluster_instance__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__cluster_instance__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ClusterInstance()
+      threadwire__v1__cluster_instance__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__cluster_instance__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__cluster_instance__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = instanceId { object.append(("instance_id", .string(v))) }
+    if let v = address { object.append(("address", .string(v))) }
+    if let v = liveLeases { object.append(("live_leases", .uint(UInt64(v)))) }
+    if let v = thisInstance { object.append(("this_instance", .bool(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "instance_id", "instanceId": self.instanceId = try value.stringValue(path: keyPath)
+      case "address": self.address = try value.stringValue(path: keyPath)
+      case "live_leases", "liveLeases": self.liveLeases = try value.uint32Value(path: keyPath)
+      case "this_instance", "thisInstance": self.thisInstance = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct TreeLease: Sendable, Equatable {
+    public var tree: String?
+    public var instanceId: String?
+    public var address: String?
+    public var epoch: UInt64?
+    public var expiresInMs: UInt64?
+
+    public init() {
+      self.tree = nil
+      self.instanceId = nil
+      self.address = nil
+      self.epoch = nil
+      self.expiresInMs = nil
+    }
+
+    public init(tree: String? = nil, instanceId: String? = nil, address: String? = nil, epoch: UInt64? = nil, expiresInMs: UInt64? = nil) {
+      self.tree = tree
+      self.instanceId = instanceId
+      self.address = address
+      self.epoch = epoch
+      self.expiresInMs = expiresInMs
+    }
+  }
+}
+
+extension Wire.TreeLease: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.TreeLease"
+  typealias CMessage = Threadwire__V1__TreeLease
+
+  init(c: UnsafePointer<Threadwire__V1__TreeLease>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.tree { self.tree = try wireString(v, field: "tree") }
+    if let v = c.pointee.instance_id { self.instanceId = try wireString(v, field: "instance_id") }
+    if let v = c.pointee.address { self.address = try wireString(v, field: "address") }
+    if c.pointee.has_epoch != 0 { self.epoch = c.pointee.epoch }
+    if c.pointee.has_expires_in_ms != 0 { self.expiresInMs = c.pointee.expires_in_ms }
+  }
+
+  func fill(_ c: inout Threadwire__V1__TreeLease, arena: inout CodecArena) {
+    if let v = self.tree { c.tree = arena.cString(v) }
+    if let v = self.instanceId { c.instance_id = arena.cString(v) }
+    if let v = self.address { c.address = arena.cString(v) }
+    if let v = self.epoch { c.has_epoch = 1; c.epoch = v }
+    if let v = self.expiresInMs { c.has_expires_in_ms = 1; c.expires_in_ms = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__tree_lease__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__tree_lease__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__TreeLease()
+      threadwire__v1__tree_lease__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__tree_lease__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__tree_lease__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = tree { object.append(("tree", .string(v))) }
+    if let v = instanceId { object.append(("instance_id", .string(v))) }
+    if let v = address { object.append(("address", .string(v))) }
+    if let v = epoch { object.append(("epoch", .uint(UInt64(v)))) }
+    if let v = expiresInMs { object.append(("expires_in_ms", .uint(UInt64(v)))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "tree": self.tree = try value.stringValue(path: keyPath)
+      case "instance_id", "instanceId": self.instanceId = try value.stringValue(path: keyPath)
+      case "address": self.address = try value.stringValue(path: keyPath)
+      case "epoch": self.epoch = try value.uint64Value(path: keyPath)
+      case "expires_in_ms", "expiresInMs": self.expiresInMs = try value.uint64Value(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct MethodLoad: Sendable, Equatable {
+    public var method: String?
+    public var requests: UInt64?
+    public var p99Ms: Double?
+
+    public init() {
+      self.method = nil
+      self.requests = nil
+      self.p99Ms = nil
+    }
+
+    public init(method: String? = nil, requests: UInt64? = nil, p99Ms: Double? = nil) {
+      self.method = method
+      self.requests = requests
+      self.p99Ms = p99Ms
+    }
+  }
+}
+
+extension Wire.MethodLoad: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.MethodLoad"
+  typealias CMessage = Threadwire__V1__MethodLoad
+
+  init(c: UnsafePointer<Threadwire__V1__MethodLoad>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.method { self.method = try wireString(v, field: "method") }
+    if c.pointee.has_requests != 0 { self.requests = c.pointee.requests }
+    if c.pointee.has_p99_ms != 0 { self.p99Ms = c.pointee.p99_ms }
+  }
+
+  func fill(_ c: inout Threadwire__V1__MethodLoad, arena: inout CodecArena) {
+    if let v = self.method { c.method = arena.cString(v) }
+    if let v = self.requests { c.has_requests = 1; c.requests = v }
+    if let v = self.p99Ms { c.has_p99_ms = 1; c.p99_ms = v }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__method_load__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__method_load__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__MethodLoad()
+      threadwire__v1__method_load__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__method_load__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__method_load__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = method { object.append(("method", .string(v))) }
+    if let v = requests { object.append(("requests", .uint(UInt64(v)))) }
+    if let v = p99Ms { object.append(("p99_ms", .double(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "method": self.method = try value.stringValue(path: keyPath)
+      case "requests": self.requests = try value.uint64Value(path: keyPath)
+      case "p99_ms", "p99Ms": self.p99Ms = try value.doubleValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
+  public struct ClusterStatusResult: Sendable, Equatable {
+    public var instanceId: String?
+    public var version: String?
+    public var sharedStore: Bool?
+    public var instances: [Wire.ClusterInstance]
+    public var leases: [Wire.TreeLease]
+    public var methods: [Wire.MethodLoad]
+    public var draining: Bool?
+
+    public init() {
+      self.instanceId = nil
+      self.version = nil
+      self.sharedStore = nil
+      self.instances = []
+      self.leases = []
+      self.methods = []
+      self.draining = nil
+    }
+
+    public init(instanceId: String? = nil, version: String? = nil, sharedStore: Bool? = nil, instances: [Wire.ClusterInstance] = [], leases: [Wire.TreeLease] = [], methods: [Wire.MethodLoad] = [], draining: Bool? = nil) {
+      self.instanceId = instanceId
+      self.version = version
+      self.sharedStore = sharedStore
+      self.instances = instances
+      self.leases = leases
+      self.methods = methods
+      self.draining = draining
+    }
+  }
+}
+
+extension Wire.ClusterStatusResult: WireMessage, CBridgedMessage {
+  public static let protoName = "threadwire.v1.ClusterStatusResult"
+  typealias CMessage = Threadwire__V1__ClusterStatusResult
+
+  init(c: UnsafePointer<Threadwire__V1__ClusterStatusResult>) throws(WireError) {
+    self.init()
+    if let v = c.pointee.instance_id { self.instanceId = try wireString(v, field: "instance_id") }
+    if let v = c.pointee.version { self.version = try wireString(v, field: "version") }
+    if c.pointee.has_shared_store != 0 { self.sharedStore = c.pointee.shared_store != 0 }
+    if c.pointee.n_instances > 0, let items = c.pointee.instances {
+      self.instances.reserveCapacity(c.pointee.n_instances)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_instances { self.instances.append(try Wire.ClusterInstance(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "instances") }
+    }
+    if c.pointee.n_leases > 0, let items = c.pointee.leases {
+      self.leases.reserveCapacity(c.pointee.n_leases)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_leases { self.leases.append(try Wire.TreeLease(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "leases") }
+    }
+    if c.pointee.n_methods > 0, let items = c.pointee.methods {
+      self.methods.reserveCapacity(c.pointee.n_methods)
+      do throws(WireError) {
+        for index in 0..<c.pointee.n_methods { self.methods.append(try Wire.MethodLoad(c: wireRequired(items[index]))) }
+      } catch { throw error.nested(in: "methods") }
+    }
+    if c.pointee.has_draining != 0 { self.draining = c.pointee.draining != 0 }
+  }
+
+  func fill(_ c: inout Threadwire__V1__ClusterStatusResult, arena: inout CodecArena) {
+    if let v = self.instanceId { c.instance_id = arena.cString(v) }
+    if let v = self.version { c.version = arena.cString(v) }
+    if let v = self.sharedStore { c.has_shared_store = 1; c.shared_store = v ? 1 : 0 }
+    if !self.instances.isEmpty {
+      c.n_instances = self.instances.count
+      c.instances = arena.array(self.instances) { value, arena in arena.message(value, Threadwire__V1__ClusterInstance(), threadwire__v1__cluster_instance__init) }
+    }
+    if !self.leases.isEmpty {
+      c.n_leases = self.leases.count
+      c.leases = arena.array(self.leases) { value, arena in arena.message(value, Threadwire__V1__TreeLease(), threadwire__v1__tree_lease__init) }
+    }
+    if !self.methods.isEmpty {
+      c.n_methods = self.methods.count
+      c.methods = arena.array(self.methods) { value, arena in arena.message(value, Threadwire__V1__MethodLoad(), threadwire__v1__method_load__init) }
+    }
+    if let v = self.draining { c.has_draining = 1; c.draining = v ? 1 : 0 }
+  }
+
+  /// Decodes straight from borrowed bytes (e.g. a network buffer), without a copy.
+  public init(serializedBytes bytes: UnsafeRawBufferPointer) throws {
+    let count = bytes.count
+    self = try CodecArena.withUnpackAllocator { allocator in
+      guard let message = threadwire__v1__cluster_status_result__unpack(allocator, count, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self)) else {
+        throw WireError.malformed(type: Self.protoName, byteCount: count)
+      }
+      defer { threadwire__v1__cluster_status_result__free_unpacked(message, allocator) }
+      return try Self(c: message)
+    }
+  }
+
+  /// Packs straight into storage the caller provides: `body` gets the
+  /// packed size and a function that writes that many bytes at a pointer.
+  public func pack<R>(_ body: (_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) throws -> R) rethrows -> R {
+    try CodecArena.with { arena in
+      var c = Threadwire__V1__ClusterStatusResult()
+      threadwire__v1__cluster_status_result__init(&c)
+      fill(&c, arena: &arena)
+      let size = threadwire__v1__cluster_status_result__get_packed_size(&c)
+      return try body(size) { pointer in
+        _ = threadwire__v1__cluster_status_result__pack(&c, pointer.assumingMemoryBound(to: UInt8.self))
+      }
+    }
+  }
+
+  public func jsonValue() -> JSONValue {
+    var object: [(String, JSONValue)] = []
+    if let v = instanceId { object.append(("instance_id", .string(v))) }
+    if let v = version { object.append(("version", .string(v))) }
+    if let v = sharedStore { object.append(("shared_store", .bool(v))) }
+    if !instances.isEmpty { object.append(("instances", .array(instances.map { $0.jsonValue() }))) }
+    if !leases.isEmpty { object.append(("leases", .array(leases.map { $0.jsonValue() }))) }
+    if !methods.isEmpty { object.append(("methods", .array(methods.map { $0.jsonValue() }))) }
+    if let v = draining { object.append(("draining", .bool(v))) }
+    return .object(object)
+  }
+
+  public init(json: JSONValue, path: String) throws {
+    self.init()
+    for (key, value) in try json.objectFields(path: path) where value != .null {
+      let keyPath = fieldPath(path, key)
+      switch key {
+      case "instance_id", "instanceId": self.instanceId = try value.stringValue(path: keyPath)
+      case "version": self.version = try value.stringValue(path: keyPath)
+      case "shared_store", "sharedStore": self.sharedStore = try value.boolValue(path: keyPath)
+      case "instances": self.instances = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.ClusterInstance(json: element, path: path) }
+      case "leases": self.leases = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.TreeLease(json: element, path: path) }
+      case "methods": self.methods = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.MethodLoad(json: element, path: path) }
+      case "draining": self.draining = try value.boolValue(path: keyPath)
+      default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
+      }
+    }
+  }
+}
+
+extension Wire {
   public struct KeyValue: Sendable, Equatable {
     public var key: String?
     public var value: String?
@@ -11697,6 +12181,7 @@ extension Wire {
       case threadQueueReorder(Wire.ThreadQueueReorderParams)
       case threadDelete(Wire.ThreadDeleteParams)
       case turnContinue(Wire.TurnContinueParams)
+      case clusterStatus(Wire.ClusterStatusParams)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -11735,6 +12220,7 @@ extension Wire {
         case .threadQueueReorder: return "thread_queue_reorder"
         case .threadDelete: return "thread_delete"
         case .turnContinue: return "turn_continue"
+        case .clusterStatus: return "cluster_status"
         }
       }
 
@@ -11775,10 +12261,11 @@ extension Wire {
         case .threadQueueReorder: return "thread/queue/reorder"
         case .threadDelete: return "thread/delete"
         case .turnContinue: return "turn/continue"
+        case .clusterStatus: return "cluster/status"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue", "cluster_status"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -11817,6 +12304,7 @@ extension Wire {
         case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderParams(json: json, path: path))
         case "thread_delete", "threadDelete": return .threadDelete(try Wire.ThreadDeleteParams(json: json, path: path))
         case "turn_continue", "turnContinue": return .turnContinue(try Wire.TurnContinueParams(json: json, path: path))
+        case "cluster_status", "clusterStatus": return .clusterStatus(try Wire.ClusterStatusParams(json: json, path: path))
         default: return nil
         }
       }
@@ -11924,6 +12412,8 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       do throws(WireError) { self.params = .threadDelete(try Wire.ThreadDeleteParams(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
     case 50:
       do throws(WireError) { self.params = .turnContinue(try Wire.TurnContinueParams(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
+    case 51:
+      do throws(WireError) { self.params = .clusterStatus(try Wire.ClusterStatusParams(c: wireRequired(c.pointee.cluster_status))) } catch { throw error.nested(in: "cluster_status") }
     default: self.params = nil
     }
   }
@@ -12039,6 +12529,9 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .turnContinue(let v)?:
       c.params_case = .init(rawValue: 50)
       c.turn_continue = arena.message(v, Threadwire__V1__TurnContinueParams(), threadwire__v1__turn_continue_params__init)
+    case .clusterStatus(let v)?:
+      c.params_case = .init(rawValue: 51)
+      c.cluster_status = arena.message(v, Threadwire__V1__ClusterStatusParams(), threadwire__v1__cluster_status_params__init)
     case nil: break
     }
   }
@@ -12110,6 +12603,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
     case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
     case .threadDelete(let v)?: object.append(("thread_delete", v.jsonValue()))
     case .turnContinue(let v)?: object.append(("turn_continue", v.jsonValue()))
+    case .clusterStatus(let v)?: object.append(("cluster_status", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -12124,7 +12618,7 @@ extension Wire.Request: WireMessage, CBridgedMessage {
       case "timeout_ms", "timeoutMs": self.timeoutMs = try value.uint32Value(path: keyPath)
       case "metadata": self.metadata = try value.arrayElements(path: keyPath).enumerated().map { index, element in let path = keyPath + "[\(index)]"; return try Wire.KeyValue(json: element, path: path) }
       case "idempotency_key", "idempotencyKey": self.idempotencyKey = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete", "turn_continue", "turnContinue":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete", "turn_continue", "turnContinue", "cluster_status", "clusterStatus":
         if self.params != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'params' is set") }
         self.params = try Params.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")
@@ -12175,6 +12669,7 @@ extension Wire {
       case threadQueueReorder(Wire.ThreadQueueReorderResult)
       case threadDelete(Wire.ThreadDeleteResult)
       case turnContinue(Wire.TurnContinueResult)
+      case clusterStatus(Wire.ClusterStatusResult)
 
       /// The field name in the .proto (method names derive from it).
       public var fieldName: String {
@@ -12213,6 +12708,7 @@ extension Wire {
         case .threadQueueReorder: return "thread_queue_reorder"
         case .threadDelete: return "thread_delete"
         case .turnContinue: return "turn_continue"
+        case .clusterStatus: return "cluster_status"
         }
       }
 
@@ -12253,10 +12749,11 @@ extension Wire {
         case .threadQueueReorder: return "thread/queue/reorder"
         case .threadDelete: return "thread/delete"
         case .turnContinue: return "turn/continue"
+        case .clusterStatus: return "cluster/status"
         }
       }
 
-      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue"]
+      public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue", "cluster_status"]
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -12295,6 +12792,7 @@ extension Wire {
         case "thread_queue_reorder", "threadQueueReorder": return .threadQueueReorder(try Wire.ThreadQueueReorderResult(json: json, path: path))
         case "thread_delete", "threadDelete": return .threadDelete(try Wire.ThreadDeleteResult(json: json, path: path))
         case "turn_continue", "turnContinue": return .turnContinue(try Wire.TurnContinueResult(json: json, path: path))
+        case "cluster_status", "clusterStatus": return .clusterStatus(try Wire.ClusterStatusResult(json: json, path: path))
         default: return nil
         }
       }
@@ -12394,6 +12892,8 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       do throws(WireError) { self.result = .threadDelete(try Wire.ThreadDeleteResult(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
     case 50:
       do throws(WireError) { self.result = .turnContinue(try Wire.TurnContinueResult(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
+    case 51:
+      do throws(WireError) { self.result = .clusterStatus(try Wire.ClusterStatusResult(c: wireRequired(c.pointee.cluster_status))) } catch { throw error.nested(in: "cluster_status") }
     default: self.result = nil
     }
   }
@@ -12505,6 +13005,9 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .turnContinue(let v)?:
       c.result_case = .init(rawValue: 50)
       c.turn_continue = arena.message(v, Threadwire__V1__TurnContinueResult(), threadwire__v1__turn_continue_result__init)
+    case .clusterStatus(let v)?:
+      c.result_case = .init(rawValue: 51)
+      c.cluster_status = arena.message(v, Threadwire__V1__ClusterStatusResult(), threadwire__v1__cluster_status_result__init)
     case nil: break
     }
   }
@@ -12575,6 +13078,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
     case .threadQueueReorder(let v)?: object.append(("thread_queue_reorder", v.jsonValue()))
     case .threadDelete(let v)?: object.append(("thread_delete", v.jsonValue()))
     case .turnContinue(let v)?: object.append(("turn_continue", v.jsonValue()))
+    case .clusterStatus(let v)?: object.append(("cluster_status", v.jsonValue()))
     case nil: break
     }
     return .object(object)
@@ -12588,7 +13092,7 @@ extension Wire.Response: WireMessage, CBridgedMessage {
       case "id": self.id = try value.uint64Value(path: keyPath)
       case "code": self.code = try value.uint32Value(path: keyPath)
       case "message": self.message = try value.stringValue(path: keyPath)
-      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete", "turn_continue", "turnContinue":
+      case "initialize", "health_check", "healthCheck", "reflection_descriptors", "reflectionDescriptors", "thread_start", "threadStart", "thread_resume", "threadResume", "thread_fork", "threadFork", "thread_read", "threadRead", "thread_list", "threadList", "thread_archive", "threadArchive", "thread_unarchive", "threadUnarchive", "thread_unsubscribe", "threadUnsubscribe", "thread_settings_update", "threadSettingsUpdate", "agent_spawn", "agentSpawn", "thread_turns_list", "threadTurnsList", "thread_tools_update", "threadToolsUpdate", "mcp_server_list", "mcpServerList", "model_list", "modelList", "thread_compact_start", "threadCompactStart", "thread_rollback", "threadRollback", "thread_name_set", "threadNameSet", "thread_import", "threadImport", "thread_subscribe", "threadSubscribe", "thread_revert", "threadRevert", "turn_start", "turnStart", "turn_interrupt", "turnInterrupt", "turn_steer", "turnSteer", "thread_items_list", "threadItemsList", "thread_loaded_list", "threadLoadedList", "thread_queue_list", "threadQueueList", "thread_queue_update", "threadQueueUpdate", "thread_queue_delete", "threadQueueDelete", "thread_queue_reorder", "threadQueueReorder", "thread_delete", "threadDelete", "turn_continue", "turnContinue", "cluster_status", "clusterStatus":
         if self.result != nil { throw WireError.invalidJSON(path: keyPath, reason: "more than one field of oneof 'result' is set") }
         self.result = try Result.fromJSON(fieldName: key, value, path: keyPath)
       default: throw WireError.invalidJSON(path: keyPath, reason: "unknown field")

@@ -82,6 +82,51 @@ public enum WireFixtures {
         return message
     }
 
+    public static func ClusterStatusParams(_ variant: Int) -> Wire.ClusterStatusParams {
+        var message = Wire.ClusterStatusParams()
+        message.leaseLimit = UInt32(4000000001)
+        return message
+    }
+
+    public static func ClusterInstance(_ variant: Int) -> Wire.ClusterInstance {
+        var message = Wire.ClusterInstance()
+        message.instanceId = "instance_id héllo ✓ 0"
+        message.address = "address héllo ✓ 0"
+        message.liveLeases = UInt32(4000000003)
+        message.thisInstance = true
+        return message
+    }
+
+    public static func TreeLease(_ variant: Int) -> Wire.TreeLease {
+        var message = Wire.TreeLease()
+        message.tree = "tree héllo ✓ 0"
+        message.instanceId = "instance_id héllo ✓ 0"
+        message.address = "address héllo ✓ 0"
+        message.epoch = UInt64(9223372036854775812)
+        message.expiresInMs = UInt64(9223372036854775813)
+        return message
+    }
+
+    public static func MethodLoad(_ variant: Int) -> Wire.MethodLoad {
+        var message = Wire.MethodLoad()
+        message.method = "method héllo ✓ 0"
+        message.requests = UInt64(9223372036854775810)
+        message.p99Ms = Double(3.5)
+        return message
+    }
+
+    public static func ClusterStatusResult(_ variant: Int) -> Wire.ClusterStatusResult {
+        var message = Wire.ClusterStatusResult()
+        message.instanceId = "instance_id héllo ✓ 0"
+        message.version = "version héllo ✓ 0"
+        message.sharedStore = true
+        message.instances = [ClusterInstance(0), ClusterInstance(0)]
+        message.leases = [TreeLease(0), TreeLease(0)]
+        message.methods = [MethodLoad(0), MethodLoad(0)]
+        message.draining = true
+        return message
+    }
+
     public static func KeyValue(_ variant: Int) -> Wire.KeyValue {
         var message = Wire.KeyValue()
         message.key = "key héllo ✓ 0"
@@ -1027,7 +1072,7 @@ public enum WireFixtures {
         message.timeoutMs = UInt32(4000000002)
         message.metadata = [KeyValue(0), KeyValue(0)]
         message.idempotencyKey = "idempotency_key héllo ✓ 0"
-        switch variant % 34 {
+        switch variant % 35 {
         case 0: message.params = .initialize(InitializeParams(0))
         case 1: message.params = .healthCheck(HealthCheckParams(0))
         case 2: message.params = .reflectionDescriptors(ReflectionDescriptorsParams(0))
@@ -1061,7 +1106,8 @@ public enum WireFixtures {
         case 30: message.params = .threadQueueDelete(ThreadQueueDeleteParams(0))
         case 31: message.params = .threadQueueReorder(ThreadQueueReorderParams(0))
         case 32: message.params = .threadDelete(ThreadDeleteParams(0))
-        default: message.params = .turnContinue(TurnContinueParams(0))
+        case 33: message.params = .turnContinue(TurnContinueParams(0))
+        default: message.params = .clusterStatus(ClusterStatusParams(0))
         }
         return message
     }
@@ -1071,7 +1117,7 @@ public enum WireFixtures {
         message.id = UInt64(9223372036854775809)
         message.code = UInt32(4000000002)
         message.message = "message héllo ✓ 0"
-        switch variant % 34 {
+        switch variant % 35 {
         case 0: message.result = .initialize(InitializeResult(0))
         case 1: message.result = .healthCheck(HealthCheckResult(0))
         case 2: message.result = .reflectionDescriptors(ReflectionDescriptorsResult(0))
@@ -1105,7 +1151,8 @@ public enum WireFixtures {
         case 30: message.result = .threadQueueDelete(ThreadQueueDeleteResult(0))
         case 31: message.result = .threadQueueReorder(ThreadQueueReorderResult(0))
         case 32: message.result = .threadDelete(ThreadDeleteResult(0))
-        default: message.result = .turnContinue(TurnContinueResult(0))
+        case 33: message.result = .turnContinue(TurnContinueResult(0))
+        default: message.result = .clusterStatus(ClusterStatusResult(0))
         }
         return message
     }
@@ -1149,6 +1196,11 @@ public enum WireFixtures {
         ("InitializeResult#0", { try roundTrip(InitializeResult(0)) }),
         ("HealthCheckParams#0", { try roundTrip(HealthCheckParams(0)) }),
         ("HealthCheckResult#0", { try roundTrip(HealthCheckResult(0)) }),
+        ("ClusterStatusParams#0", { try roundTrip(ClusterStatusParams(0)) }),
+        ("ClusterInstance#0", { try roundTrip(ClusterInstance(0)) }),
+        ("TreeLease#0", { try roundTrip(TreeLease(0)) }),
+        ("MethodLoad#0", { try roundTrip(MethodLoad(0)) }),
+        ("ClusterStatusResult#0", { try roundTrip(ClusterStatusResult(0)) }),
         ("KeyValue#0", { try roundTrip(KeyValue(0)) }),
         ("ReflectionDescriptorsParams#0", { try roundTrip(ReflectionDescriptorsParams(0)) }),
         ("ReflectedMethod#0", { try roundTrip(ReflectedMethod(0)) }),
@@ -1305,6 +1357,7 @@ public enum WireFixtures {
         ("Request#31", { try roundTrip(Request(31)) }),
         ("Request#32", { try roundTrip(Request(32)) }),
         ("Request#33", { try roundTrip(Request(33)) }),
+        ("Request#34", { try roundTrip(Request(34)) }),
         ("Response#0", { try roundTrip(Response(0)) }),
         ("Response#1", { try roundTrip(Response(1)) }),
         ("Response#2", { try roundTrip(Response(2)) }),
@@ -1339,6 +1392,7 @@ public enum WireFixtures {
         ("Response#31", { try roundTrip(Response(31)) }),
         ("Response#32", { try roundTrip(Response(32)) }),
         ("Response#33", { try roundTrip(Response(33)) }),
+        ("Response#34", { try roundTrip(Response(34)) }),
         ("Notification#0", { try roundTrip(Notification(0)) }),
         ("Notification#1", { try roundTrip(Notification(1)) }),
         ("Notification#2", { try roundTrip(Notification(2)) }),

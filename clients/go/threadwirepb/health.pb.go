@@ -775,6 +775,383 @@ func (x *HealthCheckResult) GetStatus() ServingStatus {
 	return ServingStatus_SERVING_STATUS_UNSPECIFIED
 }
 
+// Method "cluster/status" (operators only: on a server that authenticates,
+// anyone else gets PERMISSION_DENIED): the instances serving this store, the
+// agent-tree leases they hold, and this instance's requests by method, for
+// an operator's console. With a store of one instance (SQLite) there are no
+// leases and the list names this instance alone.
+type ClusterStatusParams struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// At most this many leases, by tree: 1..1000, default 200.
+	LeaseLimit *uint32 `protobuf:"varint,1,opt,name=lease_limit,json=leaseLimit" json:"lease_limit,omitempty"`
+}
+
+func (x *ClusterStatusParams) Reset() {
+	*x = ClusterStatusParams{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_threadwire_v1_health_proto_msgTypes[9]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *ClusterStatusParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusParams) ProtoMessage() {}
+
+func (x *ClusterStatusParams) ProtoReflect() protoreflect.Message {
+	mi := &file_threadwire_v1_health_proto_msgTypes[9]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusParams.ProtoReflect.Descriptor instead.
+func (*ClusterStatusParams) Descriptor() ([]byte, []int) {
+	return file_threadwire_v1_health_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ClusterStatusParams) GetLeaseLimit() uint32 {
+	if x != nil && x.LeaseLimit != nil {
+		return *x.LeaseLimit
+	}
+	return 0
+}
+
+type ClusterInstance struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	InstanceId *string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	// HOST:PORT where the other instances relay to it.
+	Address *string `protobuf:"bytes,2,opt,name=address" json:"address,omitempty"`
+	// The live leases it holds (all of them, not only those listed).
+	LiveLeases *uint32 `protobuf:"varint,3,opt,name=live_leases,json=liveLeases" json:"live_leases,omitempty"`
+	// The instance that answered.
+	ThisInstance *bool `protobuf:"varint,4,opt,name=this_instance,json=thisInstance" json:"this_instance,omitempty"`
+}
+
+func (x *ClusterInstance) Reset() {
+	*x = ClusterInstance{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_threadwire_v1_health_proto_msgTypes[10]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *ClusterInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterInstance) ProtoMessage() {}
+
+func (x *ClusterInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_threadwire_v1_health_proto_msgTypes[10]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterInstance.ProtoReflect.Descriptor instead.
+func (*ClusterInstance) Descriptor() ([]byte, []int) {
+	return file_threadwire_v1_health_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ClusterInstance) GetInstanceId() string {
+	if x != nil && x.InstanceId != nil {
+		return *x.InstanceId
+	}
+	return ""
+}
+
+func (x *ClusterInstance) GetAddress() string {
+	if x != nil && x.Address != nil {
+		return *x.Address
+	}
+	return ""
+}
+
+func (x *ClusterInstance) GetLiveLeases() uint32 {
+	if x != nil && x.LiveLeases != nil {
+		return *x.LiveLeases
+	}
+	return 0
+}
+
+func (x *ClusterInstance) GetThisInstance() bool {
+	if x != nil && x.ThisInstance != nil {
+		return *x.ThisInstance
+	}
+	return false
+}
+
+// One agent tree's live lease.
+type TreeLease struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// The tree's root thread.
+	Tree       *string `protobuf:"bytes,1,opt,name=tree" json:"tree,omitempty"`
+	InstanceId *string `protobuf:"bytes,2,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	Address    *string `protobuf:"bytes,3,opt,name=address" json:"address,omitempty"`
+	// Raised by every grant; commits of an older epoch are refused.
+	Epoch *uint64 `protobuf:"varint,4,opt,name=epoch" json:"epoch,omitempty"`
+	// Until the lease lapses unless its holder renews it.
+	ExpiresInMs *uint64 `protobuf:"varint,5,opt,name=expires_in_ms,json=expiresInMs" json:"expires_in_ms,omitempty"`
+}
+
+func (x *TreeLease) Reset() {
+	*x = TreeLease{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_threadwire_v1_health_proto_msgTypes[11]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *TreeLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TreeLease) ProtoMessage() {}
+
+func (x *TreeLease) ProtoReflect() protoreflect.Message {
+	mi := &file_threadwire_v1_health_proto_msgTypes[11]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TreeLease.ProtoReflect.Descriptor instead.
+func (*TreeLease) Descriptor() ([]byte, []int) {
+	return file_threadwire_v1_health_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TreeLease) GetTree() string {
+	if x != nil && x.Tree != nil {
+		return *x.Tree
+	}
+	return ""
+}
+
+func (x *TreeLease) GetInstanceId() string {
+	if x != nil && x.InstanceId != nil {
+		return *x.InstanceId
+	}
+	return ""
+}
+
+func (x *TreeLease) GetAddress() string {
+	if x != nil && x.Address != nil {
+		return *x.Address
+	}
+	return ""
+}
+
+func (x *TreeLease) GetEpoch() uint64 {
+	if x != nil && x.Epoch != nil {
+		return *x.Epoch
+	}
+	return 0
+}
+
+func (x *TreeLease) GetExpiresInMs() uint64 {
+	if x != nil && x.ExpiresInMs != nil {
+		return *x.ExpiresInMs
+	}
+	return 0
+}
+
+// Requests this instance answered since it started, by method.
+type MethodLoad struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	Method *string `protobuf:"bytes,1,opt,name=method" json:"method,omitempty"`
+	// Answered, whatever the status.
+	Requests *uint64 `protobuf:"varint,2,opt,name=requests" json:"requests,omitempty"`
+	// The 99th percentile of their time to answer: the upper bound of the
+	// latency histogram's bucket that holds it (threadwire_request_duration_
+	// seconds on /metrics); absent when over the largest bucket.
+	P99Ms *float64 `protobuf:"fixed64,3,opt,name=p99_ms,json=p99Ms" json:"p99_ms,omitempty"`
+}
+
+func (x *MethodLoad) Reset() {
+	*x = MethodLoad{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_threadwire_v1_health_proto_msgTypes[12]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *MethodLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MethodLoad) ProtoMessage() {}
+
+func (x *MethodLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_threadwire_v1_health_proto_msgTypes[12]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MethodLoad.ProtoReflect.Descriptor instead.
+func (*MethodLoad) Descriptor() ([]byte, []int) {
+	return file_threadwire_v1_health_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MethodLoad) GetMethod() string {
+	if x != nil && x.Method != nil {
+		return *x.Method
+	}
+	return ""
+}
+
+func (x *MethodLoad) GetRequests() uint64 {
+	if x != nil && x.Requests != nil {
+		return *x.Requests
+	}
+	return 0
+}
+
+func (x *MethodLoad) GetP99Ms() float64 {
+	if x != nil && x.P99Ms != nil {
+		return *x.P99Ms
+	}
+	return 0
+}
+
+type ClusterStatusResult struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// This instance's id among the store's instances (absent with one instance).
+	InstanceId *string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId" json:"instance_id,omitempty"`
+	Version    *string `protobuf:"bytes,2,opt,name=version" json:"version,omitempty"`
+	// True with a store several instances share (PostgreSQL).
+	SharedStore *bool `protobuf:"varint,3,opt,name=shared_store,json=sharedStore" json:"shared_store,omitempty"`
+	// Instances holding a live lease, and this one; by address.
+	Instances []*ClusterInstance `protobuf:"bytes,4,rep,name=instances" json:"instances,omitempty"`
+	Leases    []*TreeLease       `protobuf:"bytes,5,rep,name=leases" json:"leases,omitempty"`
+	Methods   []*MethodLoad      `protobuf:"bytes,6,rep,name=methods" json:"methods,omitempty"`
+	// This instance is shutting down.
+	Draining *bool `protobuf:"varint,7,opt,name=draining" json:"draining,omitempty"`
+}
+
+func (x *ClusterStatusResult) Reset() {
+	*x = ClusterStatusResult{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_threadwire_v1_health_proto_msgTypes[13]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *ClusterStatusResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusResult) ProtoMessage() {}
+
+func (x *ClusterStatusResult) ProtoReflect() protoreflect.Message {
+	mi := &file_threadwire_v1_health_proto_msgTypes[13]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusResult.ProtoReflect.Descriptor instead.
+func (*ClusterStatusResult) Descriptor() ([]byte, []int) {
+	return file_threadwire_v1_health_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ClusterStatusResult) GetInstanceId() string {
+	if x != nil && x.InstanceId != nil {
+		return *x.InstanceId
+	}
+	return ""
+}
+
+func (x *ClusterStatusResult) GetVersion() string {
+	if x != nil && x.Version != nil {
+		return *x.Version
+	}
+	return ""
+}
+
+func (x *ClusterStatusResult) GetSharedStore() bool {
+	if x != nil && x.SharedStore != nil {
+		return *x.SharedStore
+	}
+	return false
+}
+
+func (x *ClusterStatusResult) GetInstances() []*ClusterInstance {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *ClusterStatusResult) GetLeases() []*TreeLease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *ClusterStatusResult) GetMethods() []*MethodLoad {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
+}
+
+func (x *ClusterStatusResult) GetDraining() bool {
+	if x != nil && x.Draining != nil {
+		return *x.Draining
+	}
+	return false
+}
+
 var File_threadwire_v1_health_proto protoreflect.FileDescriptor
 
 var file_threadwire_v1_health_proto_rawDesc = []byte{
@@ -879,14 +1256,61 @@ var file_threadwire_v1_health_proto_rawDesc = []byte{
 	0x74, 0x12, 0x34, 0x0a, 0x06, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x18, 0x01, 0x20, 0x01, 0x28,
 	0x0e, 0x32, 0x1c, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76,
 	0x31, 0x2e, 0x53, 0x65, 0x72, 0x76, 0x69, 0x6e, 0x67, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x52,
-	0x06, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x2a, 0x6b, 0x0a, 0x0d, 0x53, 0x65, 0x72, 0x76, 0x69,
-	0x6e, 0x67, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x12, 0x1e, 0x0a, 0x1a, 0x53, 0x45, 0x52, 0x56,
-	0x49, 0x4e, 0x47, 0x5f, 0x53, 0x54, 0x41, 0x54, 0x55, 0x53, 0x5f, 0x55, 0x4e, 0x53, 0x50, 0x45,
-	0x43, 0x49, 0x46, 0x49, 0x45, 0x44, 0x10, 0x00, 0x12, 0x1a, 0x0a, 0x16, 0x53, 0x45, 0x52, 0x56,
-	0x49, 0x4e, 0x47, 0x5f, 0x53, 0x54, 0x41, 0x54, 0x55, 0x53, 0x5f, 0x53, 0x45, 0x52, 0x56, 0x49,
-	0x4e, 0x47, 0x10, 0x01, 0x12, 0x1e, 0x0a, 0x1a, 0x53, 0x45, 0x52, 0x56, 0x49, 0x4e, 0x47, 0x5f,
-	0x53, 0x54, 0x41, 0x54, 0x55, 0x53, 0x5f, 0x4e, 0x4f, 0x54, 0x5f, 0x53, 0x45, 0x52, 0x56, 0x49,
-	0x4e, 0x47, 0x10, 0x02,
+	0x06, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x22, 0x36, 0x0a, 0x13, 0x43, 0x6c, 0x75, 0x73, 0x74,
+	0x65, 0x72, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x12, 0x1f,
+	0x0a, 0x0b, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x5f, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x18, 0x01, 0x20,
+	0x01, 0x28, 0x0d, 0x52, 0x0a, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x4c, 0x69, 0x6d, 0x69, 0x74, 0x22,
+	0x92, 0x01, 0x0a, 0x0f, 0x43, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72, 0x49, 0x6e, 0x73, 0x74, 0x61,
+	0x6e, 0x63, 0x65, 0x12, 0x1f, 0x0a, 0x0b, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x5f,
+	0x69, 0x64, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0a, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e,
+	0x63, 0x65, 0x49, 0x64, 0x12, 0x18, 0x0a, 0x07, 0x61, 0x64, 0x64, 0x72, 0x65, 0x73, 0x73, 0x18,
+	0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x07, 0x61, 0x64, 0x64, 0x72, 0x65, 0x73, 0x73, 0x12, 0x1f,
+	0x0a, 0x0b, 0x6c, 0x69, 0x76, 0x65, 0x5f, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x73, 0x18, 0x03, 0x20,
+	0x01, 0x28, 0x0d, 0x52, 0x0a, 0x6c, 0x69, 0x76, 0x65, 0x4c, 0x65, 0x61, 0x73, 0x65, 0x73, 0x12,
+	0x23, 0x0a, 0x0d, 0x74, 0x68, 0x69, 0x73, 0x5f, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65,
+	0x18, 0x04, 0x20, 0x01, 0x28, 0x08, 0x52, 0x0c, 0x74, 0x68, 0x69, 0x73, 0x49, 0x6e, 0x73, 0x74,
+	0x61, 0x6e, 0x63, 0x65, 0x22, 0x94, 0x01, 0x0a, 0x09, 0x54, 0x72, 0x65, 0x65, 0x4c, 0x65, 0x61,
+	0x73, 0x65, 0x12, 0x12, 0x0a, 0x04, 0x74, 0x72, 0x65, 0x65, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09,
+	0x52, 0x04, 0x74, 0x72, 0x65, 0x65, 0x12, 0x1f, 0x0a, 0x0b, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e,
+	0x63, 0x65, 0x5f, 0x69, 0x64, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0a, 0x69, 0x6e, 0x73,
+	0x74, 0x61, 0x6e, 0x63, 0x65, 0x49, 0x64, 0x12, 0x18, 0x0a, 0x07, 0x61, 0x64, 0x64, 0x72, 0x65,
+	0x73, 0x73, 0x18, 0x03, 0x20, 0x01, 0x28, 0x09, 0x52, 0x07, 0x61, 0x64, 0x64, 0x72, 0x65, 0x73,
+	0x73, 0x12, 0x14, 0x0a, 0x05, 0x65, 0x70, 0x6f, 0x63, 0x68, 0x18, 0x04, 0x20, 0x01, 0x28, 0x04,
+	0x52, 0x05, 0x65, 0x70, 0x6f, 0x63, 0x68, 0x12, 0x22, 0x0a, 0x0d, 0x65, 0x78, 0x70, 0x69, 0x72,
+	0x65, 0x73, 0x5f, 0x69, 0x6e, 0x5f, 0x6d, 0x73, 0x18, 0x05, 0x20, 0x01, 0x28, 0x04, 0x52, 0x0b,
+	0x65, 0x78, 0x70, 0x69, 0x72, 0x65, 0x73, 0x49, 0x6e, 0x4d, 0x73, 0x22, 0x57, 0x0a, 0x0a, 0x4d,
+	0x65, 0x74, 0x68, 0x6f, 0x64, 0x4c, 0x6f, 0x61, 0x64, 0x12, 0x16, 0x0a, 0x06, 0x6d, 0x65, 0x74,
+	0x68, 0x6f, 0x64, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09, 0x52, 0x06, 0x6d, 0x65, 0x74, 0x68, 0x6f,
+	0x64, 0x12, 0x1a, 0x0a, 0x08, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x18, 0x02, 0x20,
+	0x01, 0x28, 0x04, 0x52, 0x08, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x12, 0x15, 0x0a,
+	0x06, 0x70, 0x39, 0x39, 0x5f, 0x6d, 0x73, 0x18, 0x03, 0x20, 0x01, 0x28, 0x01, 0x52, 0x05, 0x70,
+	0x39, 0x39, 0x4d, 0x73, 0x22, 0xb4, 0x02, 0x0a, 0x13, 0x43, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72,
+	0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x1f, 0x0a, 0x0b,
+	0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x5f, 0x69, 0x64, 0x18, 0x01, 0x20, 0x01, 0x28,
+	0x09, 0x52, 0x0a, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x49, 0x64, 0x12, 0x18, 0x0a,
+	0x07, 0x76, 0x65, 0x72, 0x73, 0x69, 0x6f, 0x6e, 0x18, 0x02, 0x20, 0x01, 0x28, 0x09, 0x52, 0x07,
+	0x76, 0x65, 0x72, 0x73, 0x69, 0x6f, 0x6e, 0x12, 0x21, 0x0a, 0x0c, 0x73, 0x68, 0x61, 0x72, 0x65,
+	0x64, 0x5f, 0x73, 0x74, 0x6f, 0x72, 0x65, 0x18, 0x03, 0x20, 0x01, 0x28, 0x08, 0x52, 0x0b, 0x73,
+	0x68, 0x61, 0x72, 0x65, 0x64, 0x53, 0x74, 0x6f, 0x72, 0x65, 0x12, 0x3c, 0x0a, 0x09, 0x69, 0x6e,
+	0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x73, 0x18, 0x04, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x1e, 0x2e,
+	0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x43, 0x6c,
+	0x75, 0x73, 0x74, 0x65, 0x72, 0x49, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x52, 0x09, 0x69,
+	0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x73, 0x12, 0x30, 0x0a, 0x06, 0x6c, 0x65, 0x61, 0x73,
+	0x65, 0x73, 0x18, 0x05, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x18, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61,
+	0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x72, 0x65, 0x65, 0x4c, 0x65, 0x61,
+	0x73, 0x65, 0x52, 0x06, 0x6c, 0x65, 0x61, 0x73, 0x65, 0x73, 0x12, 0x33, 0x0a, 0x07, 0x6d, 0x65,
+	0x74, 0x68, 0x6f, 0x64, 0x73, 0x18, 0x06, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x19, 0x2e, 0x74, 0x68,
+	0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x4d, 0x65, 0x74, 0x68,
+	0x6f, 0x64, 0x4c, 0x6f, 0x61, 0x64, 0x52, 0x07, 0x6d, 0x65, 0x74, 0x68, 0x6f, 0x64, 0x73, 0x12,
+	0x1a, 0x0a, 0x08, 0x64, 0x72, 0x61, 0x69, 0x6e, 0x69, 0x6e, 0x67, 0x18, 0x07, 0x20, 0x01, 0x28,
+	0x08, 0x52, 0x08, 0x64, 0x72, 0x61, 0x69, 0x6e, 0x69, 0x6e, 0x67, 0x2a, 0x6b, 0x0a, 0x0d, 0x53,
+	0x65, 0x72, 0x76, 0x69, 0x6e, 0x67, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x12, 0x1e, 0x0a, 0x1a,
+	0x53, 0x45, 0x52, 0x56, 0x49, 0x4e, 0x47, 0x5f, 0x53, 0x54, 0x41, 0x54, 0x55, 0x53, 0x5f, 0x55,
+	0x4e, 0x53, 0x50, 0x45, 0x43, 0x49, 0x46, 0x49, 0x45, 0x44, 0x10, 0x00, 0x12, 0x1a, 0x0a, 0x16,
+	0x53, 0x45, 0x52, 0x56, 0x49, 0x4e, 0x47, 0x5f, 0x53, 0x54, 0x41, 0x54, 0x55, 0x53, 0x5f, 0x53,
+	0x45, 0x52, 0x56, 0x49, 0x4e, 0x47, 0x10, 0x01, 0x12, 0x1e, 0x0a, 0x1a, 0x53, 0x45, 0x52, 0x56,
+	0x49, 0x4e, 0x47, 0x5f, 0x53, 0x54, 0x41, 0x54, 0x55, 0x53, 0x5f, 0x4e, 0x4f, 0x54, 0x5f, 0x53,
+	0x45, 0x52, 0x56, 0x49, 0x4e, 0x47, 0x10, 0x02,
 }
 
 var (
@@ -902,31 +1326,39 @@ func file_threadwire_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_threadwire_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_threadwire_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_threadwire_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_threadwire_v1_health_proto_goTypes = []interface{}{
-	(ServingStatus)(0),        // 0: threadwire.v1.ServingStatus
-	(*ClientInfo)(nil),        // 1: threadwire.v1.ClientInfo
-	(*Capabilities)(nil),      // 2: threadwire.v1.Capabilities
-	(*InitializeParams)(nil),  // 3: threadwire.v1.InitializeParams
-	(*PeerHello)(nil),         // 4: threadwire.v1.PeerHello
-	(*ServerInfo)(nil),        // 5: threadwire.v1.ServerInfo
-	(*ServerLimits)(nil),      // 6: threadwire.v1.ServerLimits
-	(*InitializeResult)(nil),  // 7: threadwire.v1.InitializeResult
-	(*HealthCheckParams)(nil), // 8: threadwire.v1.HealthCheckParams
-	(*HealthCheckResult)(nil), // 9: threadwire.v1.HealthCheckResult
+	(ServingStatus)(0),          // 0: threadwire.v1.ServingStatus
+	(*ClientInfo)(nil),          // 1: threadwire.v1.ClientInfo
+	(*Capabilities)(nil),        // 2: threadwire.v1.Capabilities
+	(*InitializeParams)(nil),    // 3: threadwire.v1.InitializeParams
+	(*PeerHello)(nil),           // 4: threadwire.v1.PeerHello
+	(*ServerInfo)(nil),          // 5: threadwire.v1.ServerInfo
+	(*ServerLimits)(nil),        // 6: threadwire.v1.ServerLimits
+	(*InitializeResult)(nil),    // 7: threadwire.v1.InitializeResult
+	(*HealthCheckParams)(nil),   // 8: threadwire.v1.HealthCheckParams
+	(*HealthCheckResult)(nil),   // 9: threadwire.v1.HealthCheckResult
+	(*ClusterStatusParams)(nil), // 10: threadwire.v1.ClusterStatusParams
+	(*ClusterInstance)(nil),     // 11: threadwire.v1.ClusterInstance
+	(*TreeLease)(nil),           // 12: threadwire.v1.TreeLease
+	(*MethodLoad)(nil),          // 13: threadwire.v1.MethodLoad
+	(*ClusterStatusResult)(nil), // 14: threadwire.v1.ClusterStatusResult
 }
 var file_threadwire_v1_health_proto_depIdxs = []int32{
-	1, // 0: threadwire.v1.InitializeParams.client_info:type_name -> threadwire.v1.ClientInfo
-	2, // 1: threadwire.v1.InitializeParams.capabilities:type_name -> threadwire.v1.Capabilities
-	4, // 2: threadwire.v1.InitializeParams.peer:type_name -> threadwire.v1.PeerHello
-	5, // 3: threadwire.v1.InitializeResult.server_info:type_name -> threadwire.v1.ServerInfo
-	6, // 4: threadwire.v1.InitializeResult.limits:type_name -> threadwire.v1.ServerLimits
-	0, // 5: threadwire.v1.HealthCheckResult.status:type_name -> threadwire.v1.ServingStatus
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1,  // 0: threadwire.v1.InitializeParams.client_info:type_name -> threadwire.v1.ClientInfo
+	2,  // 1: threadwire.v1.InitializeParams.capabilities:type_name -> threadwire.v1.Capabilities
+	4,  // 2: threadwire.v1.InitializeParams.peer:type_name -> threadwire.v1.PeerHello
+	5,  // 3: threadwire.v1.InitializeResult.server_info:type_name -> threadwire.v1.ServerInfo
+	6,  // 4: threadwire.v1.InitializeResult.limits:type_name -> threadwire.v1.ServerLimits
+	0,  // 5: threadwire.v1.HealthCheckResult.status:type_name -> threadwire.v1.ServingStatus
+	11, // 6: threadwire.v1.ClusterStatusResult.instances:type_name -> threadwire.v1.ClusterInstance
+	12, // 7: threadwire.v1.ClusterStatusResult.leases:type_name -> threadwire.v1.TreeLease
+	13, // 8: threadwire.v1.ClusterStatusResult.methods:type_name -> threadwire.v1.MethodLoad
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_threadwire_v1_health_proto_init() }
@@ -1043,6 +1475,66 @@ func file_threadwire_v1_health_proto_init() {
 				return nil
 			}
 		}
+		file_threadwire_v1_health_proto_msgTypes[9].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ClusterStatusParams); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_threadwire_v1_health_proto_msgTypes[10].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ClusterInstance); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_threadwire_v1_health_proto_msgTypes[11].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*TreeLease); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_threadwire_v1_health_proto_msgTypes[12].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*MethodLoad); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_threadwire_v1_health_proto_msgTypes[13].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*ClusterStatusResult); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1050,7 +1542,7 @@ func file_threadwire_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_threadwire_v1_health_proto_rawDesc,
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

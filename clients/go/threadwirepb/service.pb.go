@@ -60,7 +60,7 @@ var file_threadwire_v1_service_proto_rawDesc = []byte{
 	0x72, 0x6f, 0x74, 0x6f, 0x1a, 0x1a, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65,
 	0x2f, 0x76, 0x31, 0x2f, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f,
 	0x1a, 0x18, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2f, 0x76, 0x31, 0x2f,
-	0x74, 0x75, 0x72, 0x6e, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0x99, 0x1a, 0x0a, 0x0a, 0x54,
+	0x74, 0x75, 0x72, 0x6e, 0x2e, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x32, 0xf2, 0x1a, 0x0a, 0x0a, 0x54,
 	0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x12, 0x4e, 0x0a, 0x0a, 0x49, 0x6e, 0x69,
 	0x74, 0x69, 0x61, 0x6c, 0x69, 0x7a, 0x65, 0x12, 0x1f, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64,
 	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x49, 0x6e, 0x69, 0x74, 0x69, 0x61, 0x6c, 0x69,
@@ -255,22 +255,27 @@ var file_threadwire_v1_service_proto_rawDesc = []byte{
 	0x54, 0x75, 0x72, 0x6e, 0x43, 0x6f, 0x6e, 0x74, 0x69, 0x6e, 0x75, 0x65, 0x50, 0x61, 0x72, 0x61,
 	0x6d, 0x73, 0x1a, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e,
 	0x76, 0x31, 0x2e, 0x54, 0x75, 0x72, 0x6e, 0x43, 0x6f, 0x6e, 0x74, 0x69, 0x6e, 0x75, 0x65, 0x52,
-	0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x50, 0x0a, 0x09, 0x53, 0x75, 0x62, 0x73, 0x63, 0x72, 0x69,
-	0x62, 0x65, 0x12, 0x24, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e,
-	0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x53, 0x75, 0x62, 0x73, 0x63, 0x72, 0x69,
-	0x62, 0x65, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x1b, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61,
-	0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x4e, 0x6f, 0x74, 0x69, 0x66, 0x69, 0x63,
-	0x61, 0x74, 0x69, 0x6f, 0x6e, 0x30, 0x01, 0x12, 0x3f, 0x0a, 0x07, 0x43, 0x6f, 0x6e, 0x6e, 0x65,
-	0x63, 0x74, 0x12, 0x17, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e,
-	0x76, 0x31, 0x2e, 0x45, 0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x1a, 0x17, 0x2e, 0x74, 0x68,
+	0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x57, 0x0a, 0x0d, 0x43, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72,
+	0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x12, 0x22, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77,
+	0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x43, 0x6c, 0x75, 0x73, 0x74, 0x65, 0x72, 0x53, 0x74,
+	0x61, 0x74, 0x75, 0x73, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x22, 0x2e, 0x74, 0x68, 0x72,
+	0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x43, 0x6c, 0x75, 0x73, 0x74,
+	0x65, 0x72, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x12, 0x50,
+	0x0a, 0x09, 0x53, 0x75, 0x62, 0x73, 0x63, 0x72, 0x69, 0x62, 0x65, 0x12, 0x24, 0x2e, 0x74, 0x68,
+	0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65,
+	0x61, 0x64, 0x53, 0x75, 0x62, 0x73, 0x63, 0x72, 0x69, 0x62, 0x65, 0x50, 0x61, 0x72, 0x61, 0x6d,
+	0x73, 0x1a, 0x1b, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76,
+	0x31, 0x2e, 0x4e, 0x6f, 0x74, 0x69, 0x66, 0x69, 0x63, 0x61, 0x74, 0x69, 0x6f, 0x6e, 0x30, 0x01,
+	0x12, 0x3f, 0x0a, 0x07, 0x43, 0x6f, 0x6e, 0x6e, 0x65, 0x63, 0x74, 0x12, 0x17, 0x2e, 0x74, 0x68,
 	0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x76, 0x65,
-	0x6c, 0x6f, 0x70, 0x65, 0x28, 0x01, 0x30, 0x01, 0x12, 0x5c, 0x0a, 0x12, 0x54, 0x68, 0x72, 0x65,
-	0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x53, 0x74, 0x72, 0x65, 0x61, 0x6d, 0x12, 0x21,
-	0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54,
-	0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x50, 0x61, 0x72, 0x61, 0x6d,
-	0x73, 0x1a, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76,
-	0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x52, 0x65,
-	0x73, 0x75, 0x6c, 0x74, 0x28, 0x01,
+	0x6c, 0x6f, 0x70, 0x65, 0x1a, 0x17, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64, 0x77, 0x69, 0x72,
+	0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x76, 0x65, 0x6c, 0x6f, 0x70, 0x65, 0x28, 0x01, 0x30,
+	0x01, 0x12, 0x5c, 0x0a, 0x12, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72,
+	0x74, 0x53, 0x74, 0x72, 0x65, 0x61, 0x6d, 0x12, 0x21, 0x2e, 0x74, 0x68, 0x72, 0x65, 0x61, 0x64,
+	0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61, 0x64, 0x49, 0x6d,
+	0x70, 0x6f, 0x72, 0x74, 0x50, 0x61, 0x72, 0x61, 0x6d, 0x73, 0x1a, 0x21, 0x2e, 0x74, 0x68, 0x72,
+	0x65, 0x61, 0x64, 0x77, 0x69, 0x72, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x54, 0x68, 0x72, 0x65, 0x61,
+	0x64, 0x49, 0x6d, 0x70, 0x6f, 0x72, 0x74, 0x52, 0x65, 0x73, 0x75, 0x6c, 0x74, 0x28, 0x01,
 }
 
 var file_threadwire_v1_service_proto_goTypes = []interface{}{
@@ -308,39 +313,41 @@ var file_threadwire_v1_service_proto_goTypes = []interface{}{
 	(*ThreadQueueReorderParams)(nil),    // 31: threadwire.v1.ThreadQueueReorderParams
 	(*ThreadDeleteParams)(nil),          // 32: threadwire.v1.ThreadDeleteParams
 	(*TurnContinueParams)(nil),          // 33: threadwire.v1.TurnContinueParams
-	(*Envelope)(nil),                    // 34: threadwire.v1.Envelope
-	(*InitializeResult)(nil),            // 35: threadwire.v1.InitializeResult
-	(*HealthCheckResult)(nil),           // 36: threadwire.v1.HealthCheckResult
-	(*ReflectionDescriptorsResult)(nil), // 37: threadwire.v1.ReflectionDescriptorsResult
-	(*ThreadLifecycleResult)(nil),       // 38: threadwire.v1.ThreadLifecycleResult
-	(*ThreadReadResult)(nil),            // 39: threadwire.v1.ThreadReadResult
-	(*ThreadListResult)(nil),            // 40: threadwire.v1.ThreadListResult
-	(*ThreadArchiveResult)(nil),         // 41: threadwire.v1.ThreadArchiveResult
-	(*ThreadUnarchiveResult)(nil),       // 42: threadwire.v1.ThreadUnarchiveResult
-	(*ThreadUnsubscribeResult)(nil),     // 43: threadwire.v1.ThreadUnsubscribeResult
-	(*ThreadSettingsUpdateResult)(nil),  // 44: threadwire.v1.ThreadSettingsUpdateResult
-	(*ThreadTurnsListResult)(nil),       // 45: threadwire.v1.ThreadTurnsListResult
-	(*ThreadToolsUpdateResult)(nil),     // 46: threadwire.v1.ThreadToolsUpdateResult
-	(*McpServerListResult)(nil),         // 47: threadwire.v1.McpServerListResult
-	(*ModelListResult)(nil),             // 48: threadwire.v1.ModelListResult
-	(*ThreadCompactStartResult)(nil),    // 49: threadwire.v1.ThreadCompactStartResult
-	(*ThreadRollbackResult)(nil),        // 50: threadwire.v1.ThreadRollbackResult
-	(*ThreadNameSetResult)(nil),         // 51: threadwire.v1.ThreadNameSetResult
-	(*ThreadImportResult)(nil),          // 52: threadwire.v1.ThreadImportResult
-	(*ThreadSubscribeResult)(nil),       // 53: threadwire.v1.ThreadSubscribeResult
-	(*ThreadRevertResult)(nil),          // 54: threadwire.v1.ThreadRevertResult
-	(*TurnStartResult)(nil),             // 55: threadwire.v1.TurnStartResult
-	(*TurnInterruptResult)(nil),         // 56: threadwire.v1.TurnInterruptResult
-	(*TurnSteerResult)(nil),             // 57: threadwire.v1.TurnSteerResult
-	(*ThreadItemsListResult)(nil),       // 58: threadwire.v1.ThreadItemsListResult
-	(*ThreadLoadedListResult)(nil),      // 59: threadwire.v1.ThreadLoadedListResult
-	(*ThreadQueueListResult)(nil),       // 60: threadwire.v1.ThreadQueueListResult
-	(*ThreadQueueUpdateResult)(nil),     // 61: threadwire.v1.ThreadQueueUpdateResult
-	(*ThreadQueueDeleteResult)(nil),     // 62: threadwire.v1.ThreadQueueDeleteResult
-	(*ThreadQueueReorderResult)(nil),    // 63: threadwire.v1.ThreadQueueReorderResult
-	(*ThreadDeleteResult)(nil),          // 64: threadwire.v1.ThreadDeleteResult
-	(*TurnContinueResult)(nil),          // 65: threadwire.v1.TurnContinueResult
-	(*Notification)(nil),                // 66: threadwire.v1.Notification
+	(*ClusterStatusParams)(nil),         // 34: threadwire.v1.ClusterStatusParams
+	(*Envelope)(nil),                    // 35: threadwire.v1.Envelope
+	(*InitializeResult)(nil),            // 36: threadwire.v1.InitializeResult
+	(*HealthCheckResult)(nil),           // 37: threadwire.v1.HealthCheckResult
+	(*ReflectionDescriptorsResult)(nil), // 38: threadwire.v1.ReflectionDescriptorsResult
+	(*ThreadLifecycleResult)(nil),       // 39: threadwire.v1.ThreadLifecycleResult
+	(*ThreadReadResult)(nil),            // 40: threadwire.v1.ThreadReadResult
+	(*ThreadListResult)(nil),            // 41: threadwire.v1.ThreadListResult
+	(*ThreadArchiveResult)(nil),         // 42: threadwire.v1.ThreadArchiveResult
+	(*ThreadUnarchiveResult)(nil),       // 43: threadwire.v1.ThreadUnarchiveResult
+	(*ThreadUnsubscribeResult)(nil),     // 44: threadwire.v1.ThreadUnsubscribeResult
+	(*ThreadSettingsUpdateResult)(nil),  // 45: threadwire.v1.ThreadSettingsUpdateResult
+	(*ThreadTurnsListResult)(nil),       // 46: threadwire.v1.ThreadTurnsListResult
+	(*ThreadToolsUpdateResult)(nil),     // 47: threadwire.v1.ThreadToolsUpdateResult
+	(*McpServerListResult)(nil),         // 48: threadwire.v1.McpServerListResult
+	(*ModelListResult)(nil),             // 49: threadwire.v1.ModelListResult
+	(*ThreadCompactStartResult)(nil),    // 50: threadwire.v1.ThreadCompactStartResult
+	(*ThreadRollbackResult)(nil),        // 51: threadwire.v1.ThreadRollbackResult
+	(*ThreadNameSetResult)(nil),         // 52: threadwire.v1.ThreadNameSetResult
+	(*ThreadImportResult)(nil),          // 53: threadwire.v1.ThreadImportResult
+	(*ThreadSubscribeResult)(nil),       // 54: threadwire.v1.ThreadSubscribeResult
+	(*ThreadRevertResult)(nil),          // 55: threadwire.v1.ThreadRevertResult
+	(*TurnStartResult)(nil),             // 56: threadwire.v1.TurnStartResult
+	(*TurnInterruptResult)(nil),         // 57: threadwire.v1.TurnInterruptResult
+	(*TurnSteerResult)(nil),             // 58: threadwire.v1.TurnSteerResult
+	(*ThreadItemsListResult)(nil),       // 59: threadwire.v1.ThreadItemsListResult
+	(*ThreadLoadedListResult)(nil),      // 60: threadwire.v1.ThreadLoadedListResult
+	(*ThreadQueueListResult)(nil),       // 61: threadwire.v1.ThreadQueueListResult
+	(*ThreadQueueUpdateResult)(nil),     // 62: threadwire.v1.ThreadQueueUpdateResult
+	(*ThreadQueueDeleteResult)(nil),     // 63: threadwire.v1.ThreadQueueDeleteResult
+	(*ThreadQueueReorderResult)(nil),    // 64: threadwire.v1.ThreadQueueReorderResult
+	(*ThreadDeleteResult)(nil),          // 65: threadwire.v1.ThreadDeleteResult
+	(*TurnContinueResult)(nil),          // 66: threadwire.v1.TurnContinueResult
+	(*ClusterStatusResult)(nil),         // 67: threadwire.v1.ClusterStatusResult
+	(*Notification)(nil),                // 68: threadwire.v1.Notification
 }
 var file_threadwire_v1_service_proto_depIdxs = []int32{
 	0,  // 0: threadwire.v1.Threadwire.Initialize:input_type -> threadwire.v1.InitializeParams
@@ -377,48 +384,50 @@ var file_threadwire_v1_service_proto_depIdxs = []int32{
 	31, // 31: threadwire.v1.Threadwire.ThreadQueueReorder:input_type -> threadwire.v1.ThreadQueueReorderParams
 	32, // 32: threadwire.v1.Threadwire.ThreadDelete:input_type -> threadwire.v1.ThreadDeleteParams
 	33, // 33: threadwire.v1.Threadwire.TurnContinue:input_type -> threadwire.v1.TurnContinueParams
-	21, // 34: threadwire.v1.Threadwire.Subscribe:input_type -> threadwire.v1.ThreadSubscribeParams
-	34, // 35: threadwire.v1.Threadwire.Connect:input_type -> threadwire.v1.Envelope
-	20, // 36: threadwire.v1.Threadwire.ThreadImportStream:input_type -> threadwire.v1.ThreadImportParams
-	35, // 37: threadwire.v1.Threadwire.Initialize:output_type -> threadwire.v1.InitializeResult
-	36, // 38: threadwire.v1.Threadwire.HealthCheck:output_type -> threadwire.v1.HealthCheckResult
-	37, // 39: threadwire.v1.Threadwire.ReflectionDescriptors:output_type -> threadwire.v1.ReflectionDescriptorsResult
-	38, // 40: threadwire.v1.Threadwire.ThreadStart:output_type -> threadwire.v1.ThreadLifecycleResult
-	38, // 41: threadwire.v1.Threadwire.ThreadResume:output_type -> threadwire.v1.ThreadLifecycleResult
-	38, // 42: threadwire.v1.Threadwire.ThreadFork:output_type -> threadwire.v1.ThreadLifecycleResult
-	39, // 43: threadwire.v1.Threadwire.ThreadRead:output_type -> threadwire.v1.ThreadReadResult
-	40, // 44: threadwire.v1.Threadwire.ThreadList:output_type -> threadwire.v1.ThreadListResult
-	41, // 45: threadwire.v1.Threadwire.ThreadArchive:output_type -> threadwire.v1.ThreadArchiveResult
-	42, // 46: threadwire.v1.Threadwire.ThreadUnarchive:output_type -> threadwire.v1.ThreadUnarchiveResult
-	43, // 47: threadwire.v1.Threadwire.ThreadUnsubscribe:output_type -> threadwire.v1.ThreadUnsubscribeResult
-	44, // 48: threadwire.v1.Threadwire.ThreadSettingsUpdate:output_type -> threadwire.v1.ThreadSettingsUpdateResult
-	38, // 49: threadwire.v1.Threadwire.AgentSpawn:output_type -> threadwire.v1.ThreadLifecycleResult
-	45, // 50: threadwire.v1.Threadwire.ThreadTurnsList:output_type -> threadwire.v1.ThreadTurnsListResult
-	46, // 51: threadwire.v1.Threadwire.ThreadToolsUpdate:output_type -> threadwire.v1.ThreadToolsUpdateResult
-	47, // 52: threadwire.v1.Threadwire.McpServerList:output_type -> threadwire.v1.McpServerListResult
-	48, // 53: threadwire.v1.Threadwire.ModelList:output_type -> threadwire.v1.ModelListResult
-	49, // 54: threadwire.v1.Threadwire.ThreadCompactStart:output_type -> threadwire.v1.ThreadCompactStartResult
-	50, // 55: threadwire.v1.Threadwire.ThreadRollback:output_type -> threadwire.v1.ThreadRollbackResult
-	51, // 56: threadwire.v1.Threadwire.ThreadNameSet:output_type -> threadwire.v1.ThreadNameSetResult
-	52, // 57: threadwire.v1.Threadwire.ThreadImport:output_type -> threadwire.v1.ThreadImportResult
-	53, // 58: threadwire.v1.Threadwire.ThreadSubscribe:output_type -> threadwire.v1.ThreadSubscribeResult
-	54, // 59: threadwire.v1.Threadwire.ThreadRevert:output_type -> threadwire.v1.ThreadRevertResult
-	55, // 60: threadwire.v1.Threadwire.TurnStart:output_type -> threadwire.v1.TurnStartResult
-	56, // 61: threadwire.v1.Threadwire.TurnInterrupt:output_type -> threadwire.v1.TurnInterruptResult
-	57, // 62: threadwire.v1.Threadwire.TurnSteer:output_type -> threadwire.v1.TurnSteerResult
-	58, // 63: threadwire.v1.Threadwire.ThreadItemsList:output_type -> threadwire.v1.ThreadItemsListResult
-	59, // 64: threadwire.v1.Threadwire.ThreadLoadedList:output_type -> threadwire.v1.ThreadLoadedListResult
-	60, // 65: threadwire.v1.Threadwire.ThreadQueueList:output_type -> threadwire.v1.ThreadQueueListResult
-	61, // 66: threadwire.v1.Threadwire.ThreadQueueUpdate:output_type -> threadwire.v1.ThreadQueueUpdateResult
-	62, // 67: threadwire.v1.Threadwire.ThreadQueueDelete:output_type -> threadwire.v1.ThreadQueueDeleteResult
-	63, // 68: threadwire.v1.Threadwire.ThreadQueueReorder:output_type -> threadwire.v1.ThreadQueueReorderResult
-	64, // 69: threadwire.v1.Threadwire.ThreadDelete:output_type -> threadwire.v1.ThreadDeleteResult
-	65, // 70: threadwire.v1.Threadwire.TurnContinue:output_type -> threadwire.v1.TurnContinueResult
-	66, // 71: threadwire.v1.Threadwire.Subscribe:output_type -> threadwire.v1.Notification
-	34, // 72: threadwire.v1.Threadwire.Connect:output_type -> threadwire.v1.Envelope
-	52, // 73: threadwire.v1.Threadwire.ThreadImportStream:output_type -> threadwire.v1.ThreadImportResult
-	37, // [37:74] is the sub-list for method output_type
-	0,  // [0:37] is the sub-list for method input_type
+	34, // 34: threadwire.v1.Threadwire.ClusterStatus:input_type -> threadwire.v1.ClusterStatusParams
+	21, // 35: threadwire.v1.Threadwire.Subscribe:input_type -> threadwire.v1.ThreadSubscribeParams
+	35, // 36: threadwire.v1.Threadwire.Connect:input_type -> threadwire.v1.Envelope
+	20, // 37: threadwire.v1.Threadwire.ThreadImportStream:input_type -> threadwire.v1.ThreadImportParams
+	36, // 38: threadwire.v1.Threadwire.Initialize:output_type -> threadwire.v1.InitializeResult
+	37, // 39: threadwire.v1.Threadwire.HealthCheck:output_type -> threadwire.v1.HealthCheckResult
+	38, // 40: threadwire.v1.Threadwire.ReflectionDescriptors:output_type -> threadwire.v1.ReflectionDescriptorsResult
+	39, // 41: threadwire.v1.Threadwire.ThreadStart:output_type -> threadwire.v1.ThreadLifecycleResult
+	39, // 42: threadwire.v1.Threadwire.ThreadResume:output_type -> threadwire.v1.ThreadLifecycleResult
+	39, // 43: threadwire.v1.Threadwire.ThreadFork:output_type -> threadwire.v1.ThreadLifecycleResult
+	40, // 44: threadwire.v1.Threadwire.ThreadRead:output_type -> threadwire.v1.ThreadReadResult
+	41, // 45: threadwire.v1.Threadwire.ThreadList:output_type -> threadwire.v1.ThreadListResult
+	42, // 46: threadwire.v1.Threadwire.ThreadArchive:output_type -> threadwire.v1.ThreadArchiveResult
+	43, // 47: threadwire.v1.Threadwire.ThreadUnarchive:output_type -> threadwire.v1.ThreadUnarchiveResult
+	44, // 48: threadwire.v1.Threadwire.ThreadUnsubscribe:output_type -> threadwire.v1.ThreadUnsubscribeResult
+	45, // 49: threadwire.v1.Threadwire.ThreadSettingsUpdate:output_type -> threadwire.v1.ThreadSettingsUpdateResult
+	39, // 50: threadwire.v1.Threadwire.AgentSpawn:output_type -> threadwire.v1.ThreadLifecycleResult
+	46, // 51: threadwire.v1.Threadwire.ThreadTurnsList:output_type -> threadwire.v1.ThreadTurnsListResult
+	47, // 52: threadwire.v1.Threadwire.ThreadToolsUpdate:output_type -> threadwire.v1.ThreadToolsUpdateResult
+	48, // 53: threadwire.v1.Threadwire.McpServerList:output_type -> threadwire.v1.McpServerListResult
+	49, // 54: threadwire.v1.Threadwire.ModelList:output_type -> threadwire.v1.ModelListResult
+	50, // 55: threadwire.v1.Threadwire.ThreadCompactStart:output_type -> threadwire.v1.ThreadCompactStartResult
+	51, // 56: threadwire.v1.Threadwire.ThreadRollback:output_type -> threadwire.v1.ThreadRollbackResult
+	52, // 57: threadwire.v1.Threadwire.ThreadNameSet:output_type -> threadwire.v1.ThreadNameSetResult
+	53, // 58: threadwire.v1.Threadwire.ThreadImport:output_type -> threadwire.v1.ThreadImportResult
+	54, // 59: threadwire.v1.Threadwire.ThreadSubscribe:output_type -> threadwire.v1.ThreadSubscribeResult
+	55, // 60: threadwire.v1.Threadwire.ThreadRevert:output_type -> threadwire.v1.ThreadRevertResult
+	56, // 61: threadwire.v1.Threadwire.TurnStart:output_type -> threadwire.v1.TurnStartResult
+	57, // 62: threadwire.v1.Threadwire.TurnInterrupt:output_type -> threadwire.v1.TurnInterruptResult
+	58, // 63: threadwire.v1.Threadwire.TurnSteer:output_type -> threadwire.v1.TurnSteerResult
+	59, // 64: threadwire.v1.Threadwire.ThreadItemsList:output_type -> threadwire.v1.ThreadItemsListResult
+	60, // 65: threadwire.v1.Threadwire.ThreadLoadedList:output_type -> threadwire.v1.ThreadLoadedListResult
+	61, // 66: threadwire.v1.Threadwire.ThreadQueueList:output_type -> threadwire.v1.ThreadQueueListResult
+	62, // 67: threadwire.v1.Threadwire.ThreadQueueUpdate:output_type -> threadwire.v1.ThreadQueueUpdateResult
+	63, // 68: threadwire.v1.Threadwire.ThreadQueueDelete:output_type -> threadwire.v1.ThreadQueueDeleteResult
+	64, // 69: threadwire.v1.Threadwire.ThreadQueueReorder:output_type -> threadwire.v1.ThreadQueueReorderResult
+	65, // 70: threadwire.v1.Threadwire.ThreadDelete:output_type -> threadwire.v1.ThreadDeleteResult
+	66, // 71: threadwire.v1.Threadwire.TurnContinue:output_type -> threadwire.v1.TurnContinueResult
+	67, // 72: threadwire.v1.Threadwire.ClusterStatus:output_type -> threadwire.v1.ClusterStatusResult
+	68, // 73: threadwire.v1.Threadwire.Subscribe:output_type -> threadwire.v1.Notification
+	35, // 74: threadwire.v1.Threadwire.Connect:output_type -> threadwire.v1.Envelope
+	53, // 75: threadwire.v1.Threadwire.ThreadImportStream:output_type -> threadwire.v1.ThreadImportResult
+	38, // [38:76] is the sub-list for method output_type
+	0,  // [0:38] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -51,6 +51,7 @@ type ThreadwireClient interface {
 	ThreadQueueReorder(ctx context.Context, in *ThreadQueueReorderParams, opts ...grpc.CallOption) (*ThreadQueueReorderResult, error)
 	ThreadDelete(ctx context.Context, in *ThreadDeleteParams, opts ...grpc.CallOption) (*ThreadDeleteResult, error)
 	TurnContinue(ctx context.Context, in *TurnContinueParams, opts ...grpc.CallOption) (*TurnContinueResult, error)
+	ClusterStatus(ctx context.Context, in *ClusterStatusParams, opts ...grpc.CallOption) (*ClusterStatusResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -388,6 +389,15 @@ func (c *threadwireClient) TurnContinue(ctx context.Context, in *TurnContinuePar
 	return out, nil
 }
 
+func (c *threadwireClient) ClusterStatus(ctx context.Context, in *ClusterStatusParams, opts ...grpc.CallOption) (*ClusterStatusResult, error) {
+	out := new(ClusterStatusResult)
+	err := c.cc.Invoke(ctx, "/threadwire.v1.Threadwire/ClusterStatus", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *threadwireClient) Subscribe(ctx context.Context, in *ThreadSubscribeParams, opts ...grpc.CallOption) (Threadwire_SubscribeClient, error) {
 	stream, err := c.cc.NewStream(ctx, &_Threadwire_serviceDesc.Streams[0], "/threadwire.v1.Threadwire/Subscribe", opts...)
 	if err != nil {
@@ -523,6 +533,7 @@ type ThreadwireServer interface {
 	ThreadQueueReorder(context.Context, *ThreadQueueReorderParams) (*ThreadQueueReorderResult, error)
 	ThreadDelete(context.Context, *ThreadDeleteParams) (*ThreadDeleteResult, error)
 	TurnContinue(context.Context, *TurnContinueParams) (*TurnContinueResult, error)
+	ClusterStatus(context.Context, *ClusterStatusParams) (*ClusterStatusResult, error)
 	// A thread's notifications as a stream: thread/subscribe's params (with
 	// after_thread_sequence, the kept events after that position come first,
 	// then the live ones, each once, in commit order). The stream fails with
@@ -652,6 +663,9 @@ func (UnimplementedThreadwireServer) ThreadDelete(context.Context, *ThreadDelete
 }
 func (UnimplementedThreadwireServer) TurnContinue(context.Context, *TurnContinueParams) (*TurnContinueResult, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TurnContinue not implemented")
+}
+func (UnimplementedThreadwireServer) ClusterStatus(context.Context, *ClusterStatusParams) (*ClusterStatusResult, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ClusterStatus not implemented")
 }
 func (UnimplementedThreadwireServer) Subscribe(*ThreadSubscribeParams, Threadwire_SubscribeServer) error {
 	return status.Errorf(codes.Unimplemented, "method Subscribe not implemented")
@@ -1287,6 +1301,24 @@ func _Threadwire_TurnContinue_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Threadwire_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterStatusParams)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ThreadwireServer).ClusterStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/threadwire.v1.Threadwire/ClusterStatus",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ThreadwireServer).ClusterStatus(ctx, req.(*ClusterStatusParams))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Threadwire_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ThreadSubscribeParams)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1499,6 +1531,10 @@ var _Threadwire_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TurnContinue",
 			Handler:    _Threadwire_TurnContinue_Handler,
+		},
+		{
+			MethodName: "ClusterStatus",
+			Handler:    _Threadwire_ClusterStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

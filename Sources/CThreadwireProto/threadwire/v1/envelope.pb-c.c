@@ -277,7 +277,7 @@ const ProtobufCMessageDescriptor threadwire__v1__envelope__descriptor =
   (ProtobufCMessageInit) threadwire__v1__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[38] =
+static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors[39] =
 {
   {
     "id",
@@ -735,9 +735,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__request__field_descriptors
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "cluster_status",
+    51,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Request, params_case),
+    offsetof(Threadwire__V1__Request, cluster_status),
+    &threadwire__v1__cluster_status_params__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__request__field_indices_by_name[] = {
   16,   /* field[16] = agent_spawn */
+  38,   /* field[38] = cluster_status */
   5,   /* field[5] = health_check */
   0,   /* field[0] = id */
   3,   /* field[3] = idempotency_key */
@@ -781,7 +794,7 @@ static const ProtobufCIntRange threadwire__v1__request__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 4 },
   { 20, 7 },
-  { 0, 38 }
+  { 0, 39 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
 {
@@ -791,14 +804,14 @@ const ProtobufCMessageDescriptor threadwire__v1__request__descriptor =
   "Threadwire__V1__Request",
   "threadwire.v1",
   sizeof(Threadwire__V1__Request),
-  38,
+  39,
   threadwire__v1__request__field_descriptors,
   threadwire__v1__request__field_indices_by_name,
   3,  threadwire__v1__request__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[37] =
+static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptors[38] =
 {
   {
     "id",
@@ -1244,9 +1257,22 @@ static const ProtobufCFieldDescriptor threadwire__v1__response__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "cluster_status",
+    51,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__Response, result_case),
+    offsetof(Threadwire__V1__Response, cluster_status),
+    &threadwire__v1__cluster_status_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned threadwire__v1__response__field_indices_by_name[] = {
   15,   /* field[15] = agent_spawn */
+  37,   /* field[37] = cluster_status */
   1,   /* field[1] = code */
   4,   /* field[4] = health_check */
   0,   /* field[0] = id */
@@ -1289,7 +1315,7 @@ static const ProtobufCIntRange threadwire__v1__response__number_ranges[3 + 1] =
   { 1, 0 },
   { 10, 3 },
   { 20, 6 },
-  { 0, 37 }
+  { 0, 38 }
 };
 const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
 {
@@ -1299,7 +1325,7 @@ const ProtobufCMessageDescriptor threadwire__v1__response__descriptor =
   "Threadwire__V1__Response",
   "threadwire.v1",
   sizeof(Threadwire__V1__Response),
-  37,
+  38,
   threadwire__v1__response__field_descriptors,
   threadwire__v1__response__field_indices_by_name,
   3,  threadwire__v1__response__number_ranges,

@@ -412,6 +412,231 @@ void   threadwire__v1__health_check_result__free_unpacked
   assert(message->base.descriptor == &threadwire__v1__health_check_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   threadwire__v1__cluster_status_params__init
+                     (Threadwire__V1__ClusterStatusParams         *message)
+{
+  static const Threadwire__V1__ClusterStatusParams init_value = THREADWIRE__V1__CLUSTER_STATUS_PARAMS__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__cluster_status_params__get_packed_size
+                     (const Threadwire__V1__ClusterStatusParams *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_params__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__cluster_status_params__pack
+                     (const Threadwire__V1__ClusterStatusParams *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_params__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__cluster_status_params__pack_to_buffer
+                     (const Threadwire__V1__ClusterStatusParams *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_params__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ClusterStatusParams *
+       threadwire__v1__cluster_status_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ClusterStatusParams *)
+     protobuf_c_message_unpack (&threadwire__v1__cluster_status_params__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__cluster_status_params__free_unpacked
+                     (Threadwire__V1__ClusterStatusParams *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_params__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__cluster_instance__init
+                     (Threadwire__V1__ClusterInstance         *message)
+{
+  static const Threadwire__V1__ClusterInstance init_value = THREADWIRE__V1__CLUSTER_INSTANCE__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__cluster_instance__get_packed_size
+                     (const Threadwire__V1__ClusterInstance *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_instance__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__cluster_instance__pack
+                     (const Threadwire__V1__ClusterInstance *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_instance__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__cluster_instance__pack_to_buffer
+                     (const Threadwire__V1__ClusterInstance *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_instance__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ClusterInstance *
+       threadwire__v1__cluster_instance__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ClusterInstance *)
+     protobuf_c_message_unpack (&threadwire__v1__cluster_instance__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__cluster_instance__free_unpacked
+                     (Threadwire__V1__ClusterInstance *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__cluster_instance__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__tree_lease__init
+                     (Threadwire__V1__TreeLease         *message)
+{
+  static const Threadwire__V1__TreeLease init_value = THREADWIRE__V1__TREE_LEASE__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__tree_lease__get_packed_size
+                     (const Threadwire__V1__TreeLease *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__tree_lease__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__tree_lease__pack
+                     (const Threadwire__V1__TreeLease *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__tree_lease__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__tree_lease__pack_to_buffer
+                     (const Threadwire__V1__TreeLease *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__tree_lease__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__TreeLease *
+       threadwire__v1__tree_lease__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__TreeLease *)
+     protobuf_c_message_unpack (&threadwire__v1__tree_lease__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__tree_lease__free_unpacked
+                     (Threadwire__V1__TreeLease *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__tree_lease__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__method_load__init
+                     (Threadwire__V1__MethodLoad         *message)
+{
+  static const Threadwire__V1__MethodLoad init_value = THREADWIRE__V1__METHOD_LOAD__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__method_load__get_packed_size
+                     (const Threadwire__V1__MethodLoad *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__method_load__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__method_load__pack
+                     (const Threadwire__V1__MethodLoad *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__method_load__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__method_load__pack_to_buffer
+                     (const Threadwire__V1__MethodLoad *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__method_load__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__MethodLoad *
+       threadwire__v1__method_load__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__MethodLoad *)
+     protobuf_c_message_unpack (&threadwire__v1__method_load__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__method_load__free_unpacked
+                     (Threadwire__V1__MethodLoad *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__method_load__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   threadwire__v1__cluster_status_result__init
+                     (Threadwire__V1__ClusterStatusResult         *message)
+{
+  static const Threadwire__V1__ClusterStatusResult init_value = THREADWIRE__V1__CLUSTER_STATUS_RESULT__INIT;
+  *message = init_value;
+}
+size_t threadwire__v1__cluster_status_result__get_packed_size
+                     (const Threadwire__V1__ClusterStatusResult *message)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t threadwire__v1__cluster_status_result__pack
+                     (const Threadwire__V1__ClusterStatusResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t threadwire__v1__cluster_status_result__pack_to_buffer
+                     (const Threadwire__V1__ClusterStatusResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Threadwire__V1__ClusterStatusResult *
+       threadwire__v1__cluster_status_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Threadwire__V1__ClusterStatusResult *)
+     protobuf_c_message_unpack (&threadwire__v1__cluster_status_result__descriptor,
+                                allocator, len, data);
+}
+void   threadwire__v1__cluster_status_result__free_unpacked
+                     (Threadwire__V1__ClusterStatusResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &threadwire__v1__cluster_status_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor threadwire__v1__client_info__field_descriptors[3] =
 {
   {
@@ -1077,6 +1302,391 @@ const ProtobufCMessageDescriptor threadwire__v1__health_check_result__descriptor
   threadwire__v1__health_check_result__field_indices_by_name,
   1,  threadwire__v1__health_check_result__number_ranges,
   (ProtobufCMessageInit) threadwire__v1__health_check_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__cluster_status_params__field_descriptors[1] =
+{
+  {
+    "lease_limit",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ClusterStatusParams, has_lease_limit),
+    offsetof(Threadwire__V1__ClusterStatusParams, lease_limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__cluster_status_params__field_indices_by_name[] = {
+  0,   /* field[0] = lease_limit */
+};
+static const ProtobufCIntRange threadwire__v1__cluster_status_params__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__cluster_status_params__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ClusterStatusParams",
+  "ClusterStatusParams",
+  "Threadwire__V1__ClusterStatusParams",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ClusterStatusParams),
+  1,
+  threadwire__v1__cluster_status_params__field_descriptors,
+  threadwire__v1__cluster_status_params__field_indices_by_name,
+  1,  threadwire__v1__cluster_status_params__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__cluster_status_params__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__cluster_instance__field_descriptors[4] =
+{
+  {
+    "instance_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ClusterInstance, instance_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "address",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ClusterInstance, address),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "live_leases",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Threadwire__V1__ClusterInstance, has_live_leases),
+    offsetof(Threadwire__V1__ClusterInstance, live_leases),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "this_instance",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ClusterInstance, has_this_instance),
+    offsetof(Threadwire__V1__ClusterInstance, this_instance),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__cluster_instance__field_indices_by_name[] = {
+  1,   /* field[1] = address */
+  0,   /* field[0] = instance_id */
+  2,   /* field[2] = live_leases */
+  3,   /* field[3] = this_instance */
+};
+static const ProtobufCIntRange threadwire__v1__cluster_instance__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__cluster_instance__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ClusterInstance",
+  "ClusterInstance",
+  "Threadwire__V1__ClusterInstance",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ClusterInstance),
+  4,
+  threadwire__v1__cluster_instance__field_descriptors,
+  threadwire__v1__cluster_instance__field_indices_by_name,
+  1,  threadwire__v1__cluster_instance__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__cluster_instance__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__tree_lease__field_descriptors[5] =
+{
+  {
+    "tree",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TreeLease, tree),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "instance_id",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TreeLease, instance_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "address",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__TreeLease, address),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "epoch",
+    4,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__TreeLease, has_epoch),
+    offsetof(Threadwire__V1__TreeLease, epoch),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_in_ms",
+    5,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__TreeLease, has_expires_in_ms),
+    offsetof(Threadwire__V1__TreeLease, expires_in_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__tree_lease__field_indices_by_name[] = {
+  2,   /* field[2] = address */
+  3,   /* field[3] = epoch */
+  4,   /* field[4] = expires_in_ms */
+  1,   /* field[1] = instance_id */
+  0,   /* field[0] = tree */
+};
+static const ProtobufCIntRange threadwire__v1__tree_lease__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__tree_lease__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.TreeLease",
+  "TreeLease",
+  "Threadwire__V1__TreeLease",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__TreeLease),
+  5,
+  threadwire__v1__tree_lease__field_descriptors,
+  threadwire__v1__tree_lease__field_indices_by_name,
+  1,  threadwire__v1__tree_lease__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__tree_lease__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__method_load__field_descriptors[3] =
+{
+  {
+    "method",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__MethodLoad, method),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "requests",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Threadwire__V1__MethodLoad, has_requests),
+    offsetof(Threadwire__V1__MethodLoad, requests),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "p99_ms",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_DOUBLE,
+    offsetof(Threadwire__V1__MethodLoad, has_p99_ms),
+    offsetof(Threadwire__V1__MethodLoad, p99_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__method_load__field_indices_by_name[] = {
+  0,   /* field[0] = method */
+  2,   /* field[2] = p99_ms */
+  1,   /* field[1] = requests */
+};
+static const ProtobufCIntRange threadwire__v1__method_load__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__method_load__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.MethodLoad",
+  "MethodLoad",
+  "Threadwire__V1__MethodLoad",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__MethodLoad),
+  3,
+  threadwire__v1__method_load__field_descriptors,
+  threadwire__v1__method_load__field_indices_by_name,
+  1,  threadwire__v1__method_load__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__method_load__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor threadwire__v1__cluster_status_result__field_descriptors[7] =
+{
+  {
+    "instance_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ClusterStatusResult, instance_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "version",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Threadwire__V1__ClusterStatusResult, version),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "shared_store",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ClusterStatusResult, has_shared_store),
+    offsetof(Threadwire__V1__ClusterStatusResult, shared_store),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "instances",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ClusterStatusResult, n_instances),
+    offsetof(Threadwire__V1__ClusterStatusResult, instances),
+    &threadwire__v1__cluster_instance__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "leases",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ClusterStatusResult, n_leases),
+    offsetof(Threadwire__V1__ClusterStatusResult, leases),
+    &threadwire__v1__tree_lease__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "methods",
+    6,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Threadwire__V1__ClusterStatusResult, n_methods),
+    offsetof(Threadwire__V1__ClusterStatusResult, methods),
+    &threadwire__v1__method_load__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "draining",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_BOOL,
+    offsetof(Threadwire__V1__ClusterStatusResult, has_draining),
+    offsetof(Threadwire__V1__ClusterStatusResult, draining),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned threadwire__v1__cluster_status_result__field_indices_by_name[] = {
+  6,   /* field[6] = draining */
+  0,   /* field[0] = instance_id */
+  3,   /* field[3] = instances */
+  4,   /* field[4] = leases */
+  5,   /* field[5] = methods */
+  2,   /* field[2] = shared_store */
+  1,   /* field[1] = version */
+};
+static const ProtobufCIntRange threadwire__v1__cluster_status_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 7 }
+};
+const ProtobufCMessageDescriptor threadwire__v1__cluster_status_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "threadwire.v1.ClusterStatusResult",
+  "ClusterStatusResult",
+  "Threadwire__V1__ClusterStatusResult",
+  "threadwire.v1",
+  sizeof(Threadwire__V1__ClusterStatusResult),
+  7,
+  threadwire__v1__cluster_status_result__field_descriptors,
+  threadwire__v1__cluster_status_result__field_indices_by_name,
+  1,  threadwire__v1__cluster_status_result__number_ranges,
+  (ProtobufCMessageInit) threadwire__v1__cluster_status_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue threadwire__v1__serving_status__enum_values_by_number[3] =

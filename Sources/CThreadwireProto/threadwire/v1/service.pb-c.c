@@ -7,7 +7,7 @@
 #endif
 
 #include "threadwire/v1/service.pb-c.h"
-static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[37] =
+static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descriptors[38] =
 {
   { "Initialize", &threadwire__v1__initialize_params__descriptor, &threadwire__v1__initialize_result__descriptor },
   { "HealthCheck", &threadwire__v1__health_check_params__descriptor, &threadwire__v1__health_check_result__descriptor },
@@ -43,25 +43,27 @@ static const ProtobufCMethodDescriptor threadwire__v1__threadwire__method_descri
   { "ThreadQueueReorder", &threadwire__v1__thread_queue_reorder_params__descriptor, &threadwire__v1__thread_queue_reorder_result__descriptor },
   { "ThreadDelete", &threadwire__v1__thread_delete_params__descriptor, &threadwire__v1__thread_delete_result__descriptor },
   { "TurnContinue", &threadwire__v1__turn_continue_params__descriptor, &threadwire__v1__turn_continue_result__descriptor },
+  { "ClusterStatus", &threadwire__v1__cluster_status_params__descriptor, &threadwire__v1__cluster_status_result__descriptor },
   { "Subscribe", &threadwire__v1__thread_subscribe_params__descriptor, &threadwire__v1__notification__descriptor },
   { "Connect", &threadwire__v1__envelope__descriptor, &threadwire__v1__envelope__descriptor },
   { "ThreadImportStream", &threadwire__v1__thread_import_params__descriptor, &threadwire__v1__thread_import_result__descriptor },
 };
 const unsigned threadwire__v1__threadwire__method_indices_by_name[] = {
   12,        /* AgentSpawn */
-  35,        /* Connect */
+  34,        /* ClusterStatus */
+  36,        /* Connect */
   1,        /* HealthCheck */
   0,        /* Initialize */
   15,        /* McpServerList */
   16,        /* ModelList */
   2,        /* ReflectionDescriptors */
-  34,        /* Subscribe */
+  35,        /* Subscribe */
   8,        /* ThreadArchive */
   17,        /* ThreadCompactStart */
   32,        /* ThreadDelete */
   5,        /* ThreadFork */
   20,        /* ThreadImport */
-  36,        /* ThreadImportStream */
+  37,        /* ThreadImportStream */
   26,        /* ThreadItemsList */
   7,        /* ThreadList */
   27,        /* ThreadLoadedList */
@@ -93,7 +95,7 @@ const ProtobufCServiceDescriptor threadwire__v1__threadwire__descriptor =
   "Threadwire",
   "Threadwire__V1__Threadwire",
   "threadwire.v1",
-  37,
+  38,
   threadwire__v1__threadwire__method_descriptors,
   threadwire__v1__threadwire__method_indices_by_name
 };
@@ -369,13 +371,21 @@ void threadwire__v1__threadwire__turn_continue(ProtobufCService *service,
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
   service->invoke(service, 33, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void threadwire__v1__threadwire__cluster_status(ProtobufCService *service,
+                                                const Threadwire__V1__ClusterStatusParams *input,
+                                                Threadwire__V1__ClusterStatusResult_Closure closure,
+                                                void *closure_data)
+{
+  assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
+  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,
                                            void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 34, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          const Threadwire__V1__Envelope *input,
@@ -383,7 +393,7 @@ void threadwire__v1__threadwire__connect(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 35, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 36, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       const Threadwire__V1__ThreadImportParams *input,
@@ -391,7 +401,7 @@ void threadwire__v1__threadwire__thread_import_stream(ProtobufCService *service,
                                                       void *closure_data)
 {
   assert(service->descriptor == &threadwire__v1__threadwire__descriptor);
-  service->invoke(service, 36, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 37, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *service,
                                        Threadwire__V1__Threadwire_ServiceDestroy destroy)

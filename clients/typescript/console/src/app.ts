@@ -20,6 +20,7 @@ import {
   resumingSubscription,
   type ApprovalParams,
   type ApprovalResult,
+  type ClusterStatusResult,
   type Notification,
   type ServerRequest,
   type Thread,
@@ -50,6 +51,8 @@ async function client(): Promise<WebSocketClient> {
     calls = await WebSocketClient.connect({ url: socketURL, token, clientName: "threadwire-console" });
     principal = calls.serverInfo?.principal;
     isOperator = calls.serverInfo?.isOperator === true;
+    // The cluster view is an operator's (or the one user's, without principals).
+    document.getElementById("cluster-link")?.toggleAttribute("hidden", !(isOperator || !principal));
     fill(who, principal ? `signed in as ${principal}${isOperator ? " (operator)" : ""}` : "");
   }
   return calls;
@@ -513,8 +516,79 @@ async function serverPage(): Promise<void> {
     h("table", { class: "threads" }, h("tbody", {}, ...limits)));
 }
 
+// ---- cluster and health (operators): instances, leases, requests ----
+
+/** The open cluster page's poll; stopped when the page changes. */
+let clusterPoll: ReturnType<typeof setInterval> | undefined;
+
+async function clusterPage(): Promise<void> {
+  const facts = h("dl", { class: "facts" });
+  const instances = h("div");
+  const leases = h("div");
+  const load = h("div", { class: "chart-holder" });
+  const methods = h("div");
+  const mcp = h("div");
+  fill(main, h("h1", {}, "Cluster"), facts,
+    h("h2", {}, "Instances"), instances, h("h2", {}, "Agent-tree leases"), leases,
+    h("h2", {}, "Requests on this instance"), load, methods, h("h2", {}, "MCP servers"), mcp);
+  // Request rate from the change of the counters between polls, the last minute of them.
+  const rates: Array<{ label: string; value: number }> = [];
+  let last: { at: number; total: number } | undefined;
+  const draw = (status: ClusterStatusResult) => {
+    const total = (status.methods ?? []).reduce((sum, m) => sum + Number(m.requests ?? 0), 0);
+    const now = Date.now();
+    if (last && now > last.at) {
+      rates.push({ label: new Date(now).toLocaleTimeString([], { minute: "2-digit", second: "2-digit" }),
+                   value: Math.round((total - last.total) * 1000 / (now - last.at)) });
+      if (rates.length > 30) rates.shift();
+    }
+    last = { at: now, total };
+    fill(facts,
+      h("dt", {}, "this instance"), h("dd", { "data-testid": "instance-id" }, status.instanceId ?? "the only one"),
+      h("dt", {}, "version"), h("dd", {}, status.version ?? "?"),
+      h("dt", {}, "store"), h("dd", {}, status.sharedStore ? "shared by several instances (PostgreSQL)" : "this instance's alone"),
+      h("dt", {}, "state"), h("dd", {}, status.draining ? "draining" : "serving"));
+    fill(instances, h("table", { class: "threads", "data-testid": "instances" },
+      h("thead", {}, h("tr", {}, ...["address", "instance", "live leases", ""].map((name) => h("th", {}, name)))),
+      h("tbody", {}, ...(status.instances ?? []).map((instance) => h("tr", {},
+        h("td", {}, instance.address ?? "—"), h("td", {}, instance.instanceId ?? "—"), h("td", {}, String(instance.liveLeases ?? 0)),
+        h("td", {}, instance.thisInstance ? "this one" : ""))))));
+    fill(leases, (status.leases ?? []).length === 0
+      ? h("p", { class: "empty" }, status.sharedStore ? "No tree is leased now." : "One instance: its trees need no leases.")
+      : h("table", { class: "threads", "data-testid": "leases" },
+        h("thead", {}, h("tr", {}, ...["tree", "holder", "epoch", "expires in"].map((name) => h("th", {}, name)))),
+        h("tbody", {}, ...(status.leases ?? []).map((lease) => h("tr", {},
+          h("td", {}, h("a", { href: `#/thread/${lease.tree}` }, lease.tree ?? "")), h("td", {}, lease.address ?? ""),
+          h("td", {}, String(lease.epoch ?? 0)), h("td", {}, `${((Number(lease.expiresInMs ?? 0)) / 1000).toFixed(1)} s`))))));
+    const figure = (chart: SVGElement, caption: string) => h("figure", { class: "small-chart" }, chart, h("figcaption", {}, caption));
+    fill(load,
+      figure(barChart(rates, "requests per second"), "requests per second (every 2 s)"),
+      figure(barChart((status.methods ?? []).filter((m) => m.p99Ms !== undefined)
+        .map((m) => ({ label: m.method ?? "", value: Math.round(Number(m.p99Ms) * 100) / 100 })), "p99 ms by method"), "p99 by method (ms)"));
+    fill(methods, h("table", { class: "threads", "data-testid": "methods" },
+      h("thead", {}, h("tr", {}, ...["method", "requests", "p99"].map((name) => h("th", {}, name)))),
+      h("tbody", {}, ...(status.methods ?? []).map((m) => h("tr", {},
+        h("td", {}, m.method ?? ""), h("td", {}, String(m.requests ?? 0)),
+        h("td", {}, m.p99Ms === undefined ? "over 10 s" : `≤ ${Number(m.p99Ms)} ms`))))));
+  };
+  const poll = async () => {
+    const [status, servers] = await Promise.all([(await client()).clusterStatus({}), (await client()).mcpServerList({})]);
+    draw(status);
+    fill(mcp, (servers.servers ?? []).length === 0 ? h("p", { class: "empty" }, "None configured.") :
+      h("table", { class: "threads" },
+        h("thead", {}, h("tr", {}, ...["name", "state", "restarts", "last error"].map((name) => h("th", {}, name)))),
+        h("tbody", {}, ...(servers.servers ?? []).map((server) => h("tr", {},
+          h("td", {}, server.name ?? ""), h("td", {}, label(McpServerState, server.state, "MCP_SERVER_STATE_")),
+          h("td", {}, String(server.restarts ?? 0)), h("td", {}, server.lastError ?? ""))))));
+  };
+  await poll();
+  clusterPoll = setInterval(() => void poll().catch(showError), 2000);
+}
+
 async function route(): Promise<void> {
   clearError();
+  clearInterval(clusterPoll);
+  clusterPoll = undefined;
   const [path, queryText] = location.hash.replace(/^#/, "").split("?");
   const query = new URLSearchParams(queryText ?? "");
   if (!sessionStorage.getItem(TOKEN_KEY) && path !== "/signin") {
@@ -534,6 +608,11 @@ async function route(): Promise<void> {
       following?.stop.abort();
       following = undefined;
       return await serverPage();
+    }
+    if (path === "/cluster") {
+      following?.stop.abort();
+      following = undefined;
+      return await clusterPage();
     }
     following?.stop.abort();
     following = undefined;

@@ -742,6 +742,321 @@ export const HealthCheckResult: MessageType<HealthCheckResult> = {
   },
 };
 
+/** threadwire.v1.ClusterStatusParams */
+export interface ClusterStatusParams {
+  leaseLimit?: number;
+}
+
+export const ClusterStatusParams: MessageType<ClusterStatusParams> = {
+  typeName: "threadwire.v1.ClusterStatusParams",
+  encode(message: ClusterStatusParams, writer: Writer = new Writer()): Writer {
+    if (message.leaseLimit !== undefined) {
+      writer.tag(1, 0).uint32(message.leaseLimit);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ClusterStatusParams {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ClusterStatusParams: nested deeper than ${Reader.maxDepth}`);
+    const message: ClusterStatusParams = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.leaseLimit = reader.uint32();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ClusterStatusParams: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ClusterInstance */
+export interface ClusterInstance {
+  instanceId?: string;
+  address?: string;
+  liveLeases?: number;
+  thisInstance?: boolean;
+}
+
+export const ClusterInstance: MessageType<ClusterInstance> = {
+  typeName: "threadwire.v1.ClusterInstance",
+  encode(message: ClusterInstance, writer: Writer = new Writer()): Writer {
+    if (message.instanceId !== undefined) {
+      writer.tag(1, 2).string(message.instanceId);
+    }
+    if (message.address !== undefined) {
+      writer.tag(2, 2).string(message.address);
+    }
+    if (message.liveLeases !== undefined) {
+      writer.tag(3, 0).uint32(message.liveLeases);
+    }
+    if (message.thisInstance !== undefined) {
+      writer.tag(4, 0).bool(message.thisInstance);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ClusterInstance {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ClusterInstance: nested deeper than ${Reader.maxDepth}`);
+    const message: ClusterInstance = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.instanceId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.address = reader.string();
+          break;
+        }
+        case 3: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.liveLeases = reader.uint32();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.thisInstance = reader.bool();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ClusterInstance: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.TreeLease */
+export interface TreeLease {
+  tree?: string;
+  instanceId?: string;
+  address?: string;
+  epoch?: bigint;
+  expiresInMs?: bigint;
+}
+
+export const TreeLease: MessageType<TreeLease> = {
+  typeName: "threadwire.v1.TreeLease",
+  encode(message: TreeLease, writer: Writer = new Writer()): Writer {
+    if (message.tree !== undefined) {
+      writer.tag(1, 2).string(message.tree);
+    }
+    if (message.instanceId !== undefined) {
+      writer.tag(2, 2).string(message.instanceId);
+    }
+    if (message.address !== undefined) {
+      writer.tag(3, 2).string(message.address);
+    }
+    if (message.epoch !== undefined) {
+      writer.tag(4, 0).uint64(message.epoch);
+    }
+    if (message.expiresInMs !== undefined) {
+      writer.tag(5, 0).uint64(message.expiresInMs);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): TreeLease {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`TreeLease: nested deeper than ${Reader.maxDepth}`);
+    const message: TreeLease = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.tree = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.instanceId = reader.string();
+          break;
+        }
+        case 3: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.address = reader.string();
+          break;
+        }
+        case 4: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.epoch = reader.uint64();
+          break;
+        }
+        case 5: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.expiresInMs = reader.uint64();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("TreeLease: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.MethodLoad */
+export interface MethodLoad {
+  method?: string;
+  requests?: bigint;
+  p99Ms?: number;
+}
+
+export const MethodLoad: MessageType<MethodLoad> = {
+  typeName: "threadwire.v1.MethodLoad",
+  encode(message: MethodLoad, writer: Writer = new Writer()): Writer {
+    if (message.method !== undefined) {
+      writer.tag(1, 2).string(message.method);
+    }
+    if (message.requests !== undefined) {
+      writer.tag(2, 0).uint64(message.requests);
+    }
+    if (message.p99Ms !== undefined) {
+      writer.tag(3, 1).double(message.p99Ms);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): MethodLoad {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`MethodLoad: nested deeper than ${Reader.maxDepth}`);
+    const message: MethodLoad = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.method = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.requests = reader.uint64();
+          break;
+        }
+        case 3: {
+          if (wire !== 1) { reader.skip(wire, depth); break; }
+          message.p99Ms = reader.double();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("MethodLoad: a field runs past the end of the message");
+    return message;
+  },
+};
+
+/** threadwire.v1.ClusterStatusResult */
+export interface ClusterStatusResult {
+  instanceId?: string;
+  version?: string;
+  sharedStore?: boolean;
+  instances?: ClusterInstance[];
+  leases?: TreeLease[];
+  methods?: MethodLoad[];
+  draining?: boolean;
+}
+
+export const ClusterStatusResult: MessageType<ClusterStatusResult> = {
+  typeName: "threadwire.v1.ClusterStatusResult",
+  encode(message: ClusterStatusResult, writer: Writer = new Writer()): Writer {
+    if (message.instanceId !== undefined) {
+      writer.tag(1, 2).string(message.instanceId);
+    }
+    if (message.version !== undefined) {
+      writer.tag(2, 2).string(message.version);
+    }
+    if (message.sharedStore !== undefined) {
+      writer.tag(3, 0).bool(message.sharedStore);
+    }
+    for (const value of message.instances ?? []) {
+      writer.tag(4, 2).bytes(ClusterInstance.encode(value).finish());
+    }
+    for (const value of message.leases ?? []) {
+      writer.tag(5, 2).bytes(TreeLease.encode(value).finish());
+    }
+    for (const value of message.methods ?? []) {
+      writer.tag(6, 2).bytes(MethodLoad.encode(value).finish());
+    }
+    if (message.draining !== undefined) {
+      writer.tag(7, 0).bool(message.draining);
+    }
+    return writer;
+  },
+  decode(input: Reader | Uint8Array, length?: number, depth = 0): ClusterStatusResult {
+    const reader = input instanceof Reader ? input : new Reader(input);
+    const end = length === undefined ? reader.length : reader.position + length;
+    if (depth > Reader.maxDepth) throw new DecodeError(`ClusterStatusResult: nested deeper than ${Reader.maxDepth}`);
+    const message: ClusterStatusResult = {};
+    while (reader.position < end) {
+      const tag = reader.uint32();
+      const wire = tag & 7;
+      switch (tag >>> 3) {
+        case 1: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.instanceId = reader.string();
+          break;
+        }
+        case 2: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.version = reader.string();
+          break;
+        }
+        case 3: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.sharedStore = reader.bool();
+          break;
+        }
+        case 4: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.instances ??= []).push(ClusterInstance.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 5: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.leases ??= []).push(TreeLease.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 6: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          (message.methods ??= []).push(MethodLoad.decode(reader, reader.uint32(), depth + 1));
+          break;
+        }
+        case 7: {
+          if (wire !== 0) { reader.skip(wire, depth); break; }
+          message.draining = reader.bool();
+          break;
+        }
+        default:
+          reader.skip(wire, depth);
+      }
+    }
+    if (reader.position !== end) throw new DecodeError("ClusterStatusResult: a field runs past the end of the message");
+    return message;
+  },
+};
+
 /** threadwire.v1.KeyValue */
 export interface KeyValue {
   key?: string;
@@ -7085,7 +7400,7 @@ export interface Request {
   timeoutMs?: number;
   metadata?: KeyValue[];
   idempotencyKey?: string;
-  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams } | { case: "threadDelete"; value: ThreadDeleteParams } | { case: "turnContinue"; value: TurnContinueParams };
+  params?: { case: "initialize"; value: InitializeParams } | { case: "healthCheck"; value: HealthCheckParams } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsParams } | { case: "threadStart"; value: ThreadStartParams } | { case: "threadResume"; value: ThreadResumeParams } | { case: "threadFork"; value: ThreadForkParams } | { case: "threadRead"; value: ThreadReadParams } | { case: "threadList"; value: ThreadListParams } | { case: "threadArchive"; value: ThreadArchiveParams } | { case: "threadUnarchive"; value: ThreadUnarchiveParams } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeParams } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateParams } | { case: "agentSpawn"; value: AgentSpawnParams } | { case: "threadTurnsList"; value: ThreadTurnsListParams } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateParams } | { case: "mcpServerList"; value: McpServerListParams } | { case: "modelList"; value: ModelListParams } | { case: "threadCompactStart"; value: ThreadCompactStartParams } | { case: "threadRollback"; value: ThreadRollbackParams } | { case: "threadNameSet"; value: ThreadNameSetParams } | { case: "threadImport"; value: ThreadImportParams } | { case: "threadSubscribe"; value: ThreadSubscribeParams } | { case: "threadRevert"; value: ThreadRevertParams } | { case: "turnStart"; value: TurnStartParams } | { case: "turnInterrupt"; value: TurnInterruptParams } | { case: "turnSteer"; value: TurnSteerParams } | { case: "threadItemsList"; value: ThreadItemsListParams } | { case: "threadLoadedList"; value: ThreadLoadedListParams } | { case: "threadQueueList"; value: ThreadQueueListParams } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateParams } | { case: "threadQueueDelete"; value: ThreadQueueDeleteParams } | { case: "threadQueueReorder"; value: ThreadQueueReorderParams } | { case: "threadDelete"; value: ThreadDeleteParams } | { case: "turnContinue"; value: TurnContinueParams } | { case: "clusterStatus"; value: ClusterStatusParams };
 }
 
 export const Request: MessageType<Request> = {
@@ -7204,6 +7519,9 @@ export const Request: MessageType<Request> = {
     }
     if (message.params?.case === "turnContinue") {
       writer.tag(50, 2).bytes(TurnContinueParams.encode(message.params.value).finish());
+    }
+    if (message.params?.case === "clusterStatus") {
+      writer.tag(51, 2).bytes(ClusterStatusParams.encode(message.params.value).finish());
     }
     return writer;
   },
@@ -7406,6 +7724,11 @@ export const Request: MessageType<Request> = {
           message.params = { case: "turnContinue", value: TurnContinueParams.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
+        case 51: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.params = { case: "clusterStatus", value: ClusterStatusParams.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
         default:
           reader.skip(wire, depth);
       }
@@ -7420,7 +7743,7 @@ export interface Response {
   id?: bigint;
   code?: number;
   message?: string;
-  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult } | { case: "threadDelete"; value: ThreadDeleteResult } | { case: "turnContinue"; value: TurnContinueResult };
+  result?: { case: "initialize"; value: InitializeResult } | { case: "healthCheck"; value: HealthCheckResult } | { case: "reflectionDescriptors"; value: ReflectionDescriptorsResult } | { case: "threadStart"; value: ThreadLifecycleResult } | { case: "threadResume"; value: ThreadLifecycleResult } | { case: "threadFork"; value: ThreadLifecycleResult } | { case: "threadRead"; value: ThreadReadResult } | { case: "threadList"; value: ThreadListResult } | { case: "threadArchive"; value: ThreadArchiveResult } | { case: "threadUnarchive"; value: ThreadUnarchiveResult } | { case: "threadUnsubscribe"; value: ThreadUnsubscribeResult } | { case: "threadSettingsUpdate"; value: ThreadSettingsUpdateResult } | { case: "agentSpawn"; value: ThreadLifecycleResult } | { case: "threadTurnsList"; value: ThreadTurnsListResult } | { case: "threadToolsUpdate"; value: ThreadToolsUpdateResult } | { case: "mcpServerList"; value: McpServerListResult } | { case: "modelList"; value: ModelListResult } | { case: "threadCompactStart"; value: ThreadCompactStartResult } | { case: "threadRollback"; value: ThreadRollbackResult } | { case: "threadNameSet"; value: ThreadNameSetResult } | { case: "threadImport"; value: ThreadImportResult } | { case: "threadSubscribe"; value: ThreadSubscribeResult } | { case: "threadRevert"; value: ThreadRevertResult } | { case: "turnStart"; value: TurnStartResult } | { case: "turnInterrupt"; value: TurnInterruptResult } | { case: "turnSteer"; value: TurnSteerResult } | { case: "threadItemsList"; value: ThreadItemsListResult } | { case: "threadLoadedList"; value: ThreadLoadedListResult } | { case: "threadQueueList"; value: ThreadQueueListResult } | { case: "threadQueueUpdate"; value: ThreadQueueUpdateResult } | { case: "threadQueueDelete"; value: ThreadQueueDeleteResult } | { case: "threadQueueReorder"; value: ThreadQueueReorderResult } | { case: "threadDelete"; value: ThreadDeleteResult } | { case: "turnContinue"; value: TurnContinueResult } | { case: "clusterStatus"; value: ClusterStatusResult };
 }
 
 export const Response: MessageType<Response> = {
@@ -7536,6 +7859,9 @@ export const Response: MessageType<Response> = {
     }
     if (message.result?.case === "turnContinue") {
       writer.tag(50, 2).bytes(TurnContinueResult.encode(message.result.value).finish());
+    }
+    if (message.result?.case === "clusterStatus") {
+      writer.tag(51, 2).bytes(ClusterStatusResult.encode(message.result.value).finish());
     }
     return writer;
   },
@@ -7731,6 +8057,11 @@ export const Response: MessageType<Response> = {
         case 50: {
           if (wire !== 2) { reader.skip(wire, depth); break; }
           message.result = { case: "turnContinue", value: TurnContinueResult.decode(reader, reader.uint32(), depth + 1) };
+          break;
+        }
+        case 51: {
+          if (wire !== 2) { reader.skip(wire, depth); break; }
+          message.result = { case: "clusterStatus", value: ClusterStatusResult.decode(reader, reader.uint32(), depth + 1) };
           break;
         }
         default:

@@ -114,7 +114,8 @@ typedef enum {
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_DELETE = 47,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_QUEUE_REORDER = 48,
   THREADWIRE__V1__REQUEST__PARAMS_THREAD_DELETE = 49,
-  THREADWIRE__V1__REQUEST__PARAMS_TURN_CONTINUE = 50
+  THREADWIRE__V1__REQUEST__PARAMS_TURN_CONTINUE = 50,
+  THREADWIRE__V1__REQUEST__PARAMS_CLUSTER_STATUS = 51
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__REQUEST__PARAMS__CASE)
 } Threadwire__V1__Request__ParamsCase;
 
@@ -206,6 +207,7 @@ struct  Threadwire__V1__Request
     Threadwire__V1__ThreadQueueReorderParams *thread_queue_reorder;
     Threadwire__V1__ThreadDeleteParams *thread_delete;
     Threadwire__V1__TurnContinueParams *turn_continue;
+    Threadwire__V1__ClusterStatusParams *cluster_status;
   };
 };
 #define THREADWIRE__V1__REQUEST__INIT \
@@ -248,7 +250,8 @@ typedef enum {
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_DELETE = 47,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_QUEUE_REORDER = 48,
   THREADWIRE__V1__RESPONSE__RESULT_THREAD_DELETE = 49,
-  THREADWIRE__V1__RESPONSE__RESULT_TURN_CONTINUE = 50
+  THREADWIRE__V1__RESPONSE__RESULT_TURN_CONTINUE = 50,
+  THREADWIRE__V1__RESPONSE__RESULT_CLUSTER_STATUS = 51
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(THREADWIRE__V1__RESPONSE__RESULT__CASE)
 } Threadwire__V1__Response__ResultCase;
 
@@ -305,6 +308,7 @@ struct  Threadwire__V1__Response
     Threadwire__V1__ThreadQueueReorderResult *thread_queue_reorder;
     Threadwire__V1__ThreadDeleteResult *thread_delete;
     Threadwire__V1__TurnContinueResult *turn_continue;
+    Threadwire__V1__ClusterStatusResult *cluster_status;
   };
 };
 #define THREADWIRE__V1__RESPONSE__INIT \

@@ -24,6 +24,11 @@ typedef struct Threadwire__V1__ServerLimits Threadwire__V1__ServerLimits;
 typedef struct Threadwire__V1__InitializeResult Threadwire__V1__InitializeResult;
 typedef struct Threadwire__V1__HealthCheckParams Threadwire__V1__HealthCheckParams;
 typedef struct Threadwire__V1__HealthCheckResult Threadwire__V1__HealthCheckResult;
+typedef struct Threadwire__V1__ClusterStatusParams Threadwire__V1__ClusterStatusParams;
+typedef struct Threadwire__V1__ClusterInstance Threadwire__V1__ClusterInstance;
+typedef struct Threadwire__V1__TreeLease Threadwire__V1__TreeLease;
+typedef struct Threadwire__V1__MethodLoad Threadwire__V1__MethodLoad;
+typedef struct Threadwire__V1__ClusterStatusResult Threadwire__V1__ClusterStatusResult;
 
 
 /* --- enums --- */
@@ -293,6 +298,137 @@ struct  Threadwire__V1__HealthCheckResult
     , 0, THREADWIRE__V1__SERVING_STATUS__SERVING_STATUS_UNSPECIFIED }
 
 
+/*
+ * Method "cluster/status" (operators only: on a server that authenticates,
+ * anyone else gets PERMISSION_DENIED): the instances serving this store, the
+ * agent-tree leases they hold, and this instance's requests by method, for
+ * an operator's console. With a store of one instance (SQLite) there are no
+ * leases and the list names this instance alone.
+ */
+struct  Threadwire__V1__ClusterStatusParams
+{
+  ProtobufCMessage base;
+  /*
+   * At most this many leases, by tree: 1..1000, default 200.
+   */
+  protobuf_c_boolean has_lease_limit;
+  uint32_t lease_limit;
+};
+#define THREADWIRE__V1__CLUSTER_STATUS_PARAMS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__cluster_status_params__descriptor) \
+    , 0, 0 }
+
+
+struct  Threadwire__V1__ClusterInstance
+{
+  ProtobufCMessage base;
+  char *instance_id;
+  /*
+   * HOST:PORT where the other instances relay to it.
+   */
+  char *address;
+  /*
+   * The live leases it holds (all of them, not only those listed).
+   */
+  protobuf_c_boolean has_live_leases;
+  uint32_t live_leases;
+  /*
+   * The instance that answered.
+   */
+  protobuf_c_boolean has_this_instance;
+  protobuf_c_boolean this_instance;
+};
+#define THREADWIRE__V1__CLUSTER_INSTANCE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__cluster_instance__descriptor) \
+    , NULL, NULL, 0, 0, 0, 0 }
+
+
+/*
+ * One agent tree's live lease.
+ */
+struct  Threadwire__V1__TreeLease
+{
+  ProtobufCMessage base;
+  /*
+   * The tree's root thread.
+   */
+  char *tree;
+  char *instance_id;
+  char *address;
+  /*
+   * Raised by every grant; commits of an older epoch are refused.
+   */
+  protobuf_c_boolean has_epoch;
+  uint64_t epoch;
+  /*
+   * Until the lease lapses unless its holder renews it.
+   */
+  protobuf_c_boolean has_expires_in_ms;
+  uint64_t expires_in_ms;
+};
+#define THREADWIRE__V1__TREE_LEASE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__tree_lease__descriptor) \
+    , NULL, NULL, NULL, 0, 0, 0, 0 }
+
+
+/*
+ * Requests this instance answered since it started, by method.
+ */
+struct  Threadwire__V1__MethodLoad
+{
+  ProtobufCMessage base;
+  char *method;
+  /*
+   * Answered, whatever the status.
+   */
+  protobuf_c_boolean has_requests;
+  uint64_t requests;
+  /*
+   * The 99th percentile of their time to answer: the upper bound of the
+   * latency histogram's bucket that holds it (threadwire_request_duration_
+   * seconds on /metrics); absent when over the largest bucket.
+   */
+  protobuf_c_boolean has_p99_ms;
+  double p99_ms;
+};
+#define THREADWIRE__V1__METHOD_LOAD__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__method_load__descriptor) \
+    , NULL, 0, 0, 0, 0 }
+
+
+struct  Threadwire__V1__ClusterStatusResult
+{
+  ProtobufCMessage base;
+  /*
+   * This instance's id among the store's instances (absent with one instance).
+   */
+  char *instance_id;
+  char *version;
+  /*
+   * True with a store several instances share (PostgreSQL).
+   */
+  protobuf_c_boolean has_shared_store;
+  protobuf_c_boolean shared_store;
+  /*
+   * Instances holding a live lease, and this one; by address.
+   */
+  size_t n_instances;
+  Threadwire__V1__ClusterInstance **instances;
+  size_t n_leases;
+  Threadwire__V1__TreeLease **leases;
+  size_t n_methods;
+  Threadwire__V1__MethodLoad **methods;
+  /*
+   * This instance is shutting down.
+   */
+  protobuf_c_boolean has_draining;
+  protobuf_c_boolean draining;
+};
+#define THREADWIRE__V1__CLUSTER_STATUS_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&threadwire__v1__cluster_status_result__descriptor) \
+    , NULL, NULL, 0, 0, 0,NULL, 0,NULL, 0,NULL, 0, 0 }
+
+
 /* Threadwire__V1__ClientInfo methods */
 void   threadwire__v1__client_info__init
                      (Threadwire__V1__ClientInfo         *message);
@@ -464,6 +600,101 @@ Threadwire__V1__HealthCheckResult *
 void   threadwire__v1__health_check_result__free_unpacked
                      (Threadwire__V1__HealthCheckResult *message,
                       ProtobufCAllocator *allocator);
+/* Threadwire__V1__ClusterStatusParams methods */
+void   threadwire__v1__cluster_status_params__init
+                     (Threadwire__V1__ClusterStatusParams         *message);
+size_t threadwire__v1__cluster_status_params__get_packed_size
+                     (const Threadwire__V1__ClusterStatusParams   *message);
+size_t threadwire__v1__cluster_status_params__pack
+                     (const Threadwire__V1__ClusterStatusParams   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__cluster_status_params__pack_to_buffer
+                     (const Threadwire__V1__ClusterStatusParams   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ClusterStatusParams *
+       threadwire__v1__cluster_status_params__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__cluster_status_params__free_unpacked
+                     (Threadwire__V1__ClusterStatusParams *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ClusterInstance methods */
+void   threadwire__v1__cluster_instance__init
+                     (Threadwire__V1__ClusterInstance         *message);
+size_t threadwire__v1__cluster_instance__get_packed_size
+                     (const Threadwire__V1__ClusterInstance   *message);
+size_t threadwire__v1__cluster_instance__pack
+                     (const Threadwire__V1__ClusterInstance   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__cluster_instance__pack_to_buffer
+                     (const Threadwire__V1__ClusterInstance   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ClusterInstance *
+       threadwire__v1__cluster_instance__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__cluster_instance__free_unpacked
+                     (Threadwire__V1__ClusterInstance *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__TreeLease methods */
+void   threadwire__v1__tree_lease__init
+                     (Threadwire__V1__TreeLease         *message);
+size_t threadwire__v1__tree_lease__get_packed_size
+                     (const Threadwire__V1__TreeLease   *message);
+size_t threadwire__v1__tree_lease__pack
+                     (const Threadwire__V1__TreeLease   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__tree_lease__pack_to_buffer
+                     (const Threadwire__V1__TreeLease   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__TreeLease *
+       threadwire__v1__tree_lease__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__tree_lease__free_unpacked
+                     (Threadwire__V1__TreeLease *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__MethodLoad methods */
+void   threadwire__v1__method_load__init
+                     (Threadwire__V1__MethodLoad         *message);
+size_t threadwire__v1__method_load__get_packed_size
+                     (const Threadwire__V1__MethodLoad   *message);
+size_t threadwire__v1__method_load__pack
+                     (const Threadwire__V1__MethodLoad   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__method_load__pack_to_buffer
+                     (const Threadwire__V1__MethodLoad   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__MethodLoad *
+       threadwire__v1__method_load__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__method_load__free_unpacked
+                     (Threadwire__V1__MethodLoad *message,
+                      ProtobufCAllocator *allocator);
+/* Threadwire__V1__ClusterStatusResult methods */
+void   threadwire__v1__cluster_status_result__init
+                     (Threadwire__V1__ClusterStatusResult         *message);
+size_t threadwire__v1__cluster_status_result__get_packed_size
+                     (const Threadwire__V1__ClusterStatusResult   *message);
+size_t threadwire__v1__cluster_status_result__pack
+                     (const Threadwire__V1__ClusterStatusResult   *message,
+                      uint8_t             *out);
+size_t threadwire__v1__cluster_status_result__pack_to_buffer
+                     (const Threadwire__V1__ClusterStatusResult   *message,
+                      ProtobufCBuffer     *buffer);
+Threadwire__V1__ClusterStatusResult *
+       threadwire__v1__cluster_status_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   threadwire__v1__cluster_status_result__free_unpacked
+                     (Threadwire__V1__ClusterStatusResult *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Threadwire__V1__ClientInfo_Closure)
@@ -493,6 +724,21 @@ typedef void (*Threadwire__V1__HealthCheckParams_Closure)
 typedef void (*Threadwire__V1__HealthCheckResult_Closure)
                  (const Threadwire__V1__HealthCheckResult *message,
                   void *closure_data);
+typedef void (*Threadwire__V1__ClusterStatusParams_Closure)
+                 (const Threadwire__V1__ClusterStatusParams *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ClusterInstance_Closure)
+                 (const Threadwire__V1__ClusterInstance *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__TreeLease_Closure)
+                 (const Threadwire__V1__TreeLease *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__MethodLoad_Closure)
+                 (const Threadwire__V1__MethodLoad *message,
+                  void *closure_data);
+typedef void (*Threadwire__V1__ClusterStatusResult_Closure)
+                 (const Threadwire__V1__ClusterStatusResult *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -509,6 +755,11 @@ extern const ProtobufCMessageDescriptor threadwire__v1__server_limits__descripto
 extern const ProtobufCMessageDescriptor threadwire__v1__initialize_result__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__health_check_params__descriptor;
 extern const ProtobufCMessageDescriptor threadwire__v1__health_check_result__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__cluster_status_params__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__cluster_instance__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__tree_lease__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__method_load__descriptor;
+extern const ProtobufCMessageDescriptor threadwire__v1__cluster_status_result__descriptor;
 
 PROTOBUF_C__END_DECLS
 

@@ -173,6 +173,10 @@ struct Threadwire__V1__Threadwire_Service
                         const Threadwire__V1__TurnContinueParams *input,
                         Threadwire__V1__TurnContinueResult_Closure closure,
                         void *closure_data);
+  void (*cluster_status)(Threadwire__V1__Threadwire_Service *service,
+                         const Threadwire__V1__ClusterStatusParams *input,
+                         Threadwire__V1__ClusterStatusResult_Closure closure,
+                         void *closure_data);
   void (*subscribe)(Threadwire__V1__Threadwire_Service *service,
                     const Threadwire__V1__ThreadSubscribeParams *input,
                     Threadwire__V1__Notification_Closure closure,
@@ -227,6 +231,7 @@ void threadwire__v1__threadwire__init (Threadwire__V1__Threadwire_Service *servi
       function_prefix__ ## thread_queue_reorder,\
       function_prefix__ ## thread_delete,\
       function_prefix__ ## turn_continue,\
+      function_prefix__ ## cluster_status,\
       function_prefix__ ## subscribe,\
       function_prefix__ ## connect,\
       function_prefix__ ## thread_import_stream  }
@@ -366,6 +371,10 @@ void threadwire__v1__threadwire__turn_continue(ProtobufCService *service,
                                                const Threadwire__V1__TurnContinueParams *input,
                                                Threadwire__V1__TurnContinueResult_Closure closure,
                                                void *closure_data);
+void threadwire__v1__threadwire__cluster_status(ProtobufCService *service,
+                                                const Threadwire__V1__ClusterStatusParams *input,
+                                                Threadwire__V1__ClusterStatusResult_Closure closure,
+                                                void *closure_data);
 void threadwire__v1__threadwire__subscribe(ProtobufCService *service,
                                            const Threadwire__V1__ThreadSubscribeParams *input,
                                            Threadwire__V1__Notification_Closure closure,
