@@ -181,7 +181,7 @@ struct CallLayerTests {
         }
         #expect(MethodTable.methods.count == Wire.Request.Params.fieldNames.count)
         let readsOnly = MethodTable.methods.values.filter { !$0.mutates }.map(\.name).sorted()
-        #expect(readsOnly == ["health/check", "initialize", "mcp_server/list", "model/list", "reflection/descriptors", "thread/items/list",
+        #expect(readsOnly == ["cluster/status", "health/check", "initialize", "mcp_server/list", "model/list", "reflection/descriptors", "thread/items/list",
                               "thread/list", "thread/loaded/list", "thread/queue/list", "thread/read", "thread/subscribe", "thread/turns/list"])
     }
 
