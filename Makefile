@@ -8,7 +8,7 @@ SHELL := /bin/bash
 RUN_PACKAGES := libprotobuf-c-dev libsqlite3-dev pkg-config
 ## ...and what the tests and code generation need besides.
 APT_PACKAGES := $(RUN_PACKAGES) protobuf-c-compiler protobuf-compiler valgrind haproxy openssl libssl-dev postgresql \
-  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript chromium iproute2 nftables faketime \
+  golang-go golang-google-protobuf-dev protoc-gen-go golang-google-grpc-dev protoc-gen-go-grpc tshark node-typescript chromium firefox-esr iproute2 nftables faketime \
   prometheus systemd man-db groff-base
 VENV := .build/venv
 PYTHON := $(VENV)/bin/python
@@ -212,7 +212,7 @@ test-go: apt-deps
 ## tested with node --test against the real server and, for its generated
 ## codec, against Google's protobuf runtime (integration/typescript/oracle.py);
 ## its browser build and the operator's console (served by the web listener)
-## in Debian's chromium (playwright).
+## in Debian's chromium (playwright) and Firefox ESR (WebDriver BiDi).
 test-typescript: apt-deps py-deps
 	cd clients/typescript && tsc -p . && THREADWIRE_SERVER_BIN=$(CURDIR)/.build/debug/threadwire-server \
 	  THREADWIRE_PYTHON=$(CURDIR)/$(PYTHON) node --test test/*.test.mjs

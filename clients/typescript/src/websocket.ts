@@ -73,7 +73,11 @@ export class WebSocketClient extends BaseClient {
       };
       const onAbort = () => {
         cleanup();
-        socket.close();
+        // A socket closed while still connecting makes browsers log an
+        // error (Firefox: "can't establish a connection"): it is closed
+        // once it opens instead.
+        if (socket.readyState === 0) socket.addEventListener("open", () => socket.close());
+        else socket.close();
         reject(abortError(options.signal!));
       };
       const cleanup = () => {
