@@ -343,7 +343,10 @@ struct ClusterTests {
 
     @Test("fencing: an owner paused (SIGSTOP) past its lease loses the thread; after SIGCONT its late commit is refused, it serves nothing stale, its subscribers hear thread/closed")
     func fencing() async throws {
-        let group = try await InstanceGroup.start(2)
+        // Leases of 4 s: a request sent after the SIGSTOP surely finds the
+        // paused owner's lease live, on a loaded machine too (with 2 s, a slow
+        // request found it lapsed and took over at once: no refusal to check).
+        let group = try await InstanceGroup.start(2, leaseSeconds: 4)
         defer { group.stopAll() }
         let (old, new) = (group.instances[0], group.instances[1])
         let onOld = try await old.client()
@@ -352,6 +355,8 @@ struct ClusterTests {
         try await onOld.runTurn(thread, "before")
         // A turn whose model answers in 3 s: its completion is the commit the
         // paused owner still has pending when it wakes.
+        // Connected before the pause, so the pause's window is all requests.
+        let onNew = try await new.client()
         let slow = try await onOld.startTurn(thread, "#sleep 3000\nlate answer")
         kill(old.pid, SIGSTOP)
         var resumed = false
@@ -359,7 +364,6 @@ struct ClusterTests {
 
         // The other instance takes the thread over once the lease expired
         // (requests meanwhile get UNAVAILABLE: the owner does not answer).
-        let onNew = try await new.client()
         let takeoverDeadline = ContinuousClock.now + .seconds(30)
         var taken = false
         var refusals = 0

@@ -86,7 +86,20 @@ struct EnvoyTests {
 
     static func write(_ writer: Int, through envoy: Envoy, until stop: StopFlag) async throws -> WriterLog {
         var client = try await envoy.client()
-        let thread = try #require(try await client.startThread().thread?.id)
+        // A writer slow to start (a loaded machine) may meet the draining
+        // instance: its refusal (UNAVAILABLE) changed nothing, so try again
+        // through Envoy, which sends the new connection elsewhere.
+        var started: String?
+        while started == nil {
+            do {
+                started = try #require(try await client.startThread().thread?.id)
+            } catch let ClientError.status(code, _) where code == 14 {
+                await client.close()
+                try await Task.sleep(for: .milliseconds(100))
+                client = try await envoy.client()
+            }
+        }
+        let thread = try #require(started)
         var log = WriterLog(writer: writer, thread: thread)
         var step = 0
         var runningTurn: String?
