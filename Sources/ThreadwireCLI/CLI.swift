@@ -515,16 +515,7 @@ struct TurnCommand: AsyncParsableCommand {
         @Argument(help: "The paused turn; absent: the thread's active one.") var turnID: String?
         func run() async throws {
             let client = try options.session()
-            var turn = turnID
-            if turn == nil {
-                let read = try await client.call(.threadRead(Wire.ThreadReadParams(threadId: threadID)))
-                guard case let .threadRead(result)? = read.result else { try output(read, as: out.format); return }
-                turn = result.thread?.status?.activeTurnId
-                guard turn != nil else {
-                    FileHandle.standardError.write(Data("threadwire: FAILED_PRECONDITION: thread \(threadID) has no paused turn\n".utf8))
-                    throw ExitCode(StatusExit.code(for: 9))
-                }
-            }
+            guard let turn = try await TurnCommand.turn(turnID, of: threadID, client: client, out: out, missing: "paused") else { return }
             try output(try await client.call(.turnContinue(Wire.TurnContinueParams(threadId: threadID, turnId: turn))), as: out.format)
             await client.close()
         }
@@ -538,19 +529,28 @@ struct TurnCommand: AsyncParsableCommand {
         @Argument(help: "The turn to interrupt; absent: the running one.") var turnID: String?
         func run() async throws {
             let client = try options.session()
-            var turn = turnID
-            if turn == nil {
-                let read = try await client.call(.threadRead(Wire.ThreadReadParams(threadId: threadID)))
-                guard case let .threadRead(result)? = read.result else { try output(read, as: out.format); return }
-                turn = result.thread?.status?.activeTurnId
-                guard turn != nil else {
-                    FileHandle.standardError.write(Data("threadwire: FAILED_PRECONDITION: thread \(threadID) has no running turn\n".utf8))
-                    throw ExitCode(StatusExit.code(for: 9))
-                }
-            }
+            guard let turn = try await TurnCommand.turn(turnID, of: threadID, client: client, out: out, missing: "running") else { return }
             try output(try await client.call(.turnInterrupt(Wire.TurnInterruptParams(threadId: threadID, turnId: turn))), as: out.format)
             await client.close()
         }
+    }
+
+    /// The turn a command names, else the thread's active one; a thread with
+    /// none exits as FAILED_PRECONDITION, saying it has no `missing` turn.
+    /// Nil when the read itself failed (its answer is printed).
+    static func turn(_ named: String?, of threadID: String, client: ReconnectingClient, out: OutputOptions,
+                     missing: String) async throws -> String? {
+        if let named { return named }
+        let read = try await client.call(.threadRead(Wire.ThreadReadParams(threadId: threadID)))
+        guard case let .threadRead(result)? = read.result else {
+            try output(read, as: out.format)
+            return nil
+        }
+        guard let active = result.thread?.status?.activeTurnId else {
+            FileHandle.standardError.write(Data("threadwire: FAILED_PRECONDITION: thread \(threadID) has no \(missing) turn\n".utf8))
+            throw ExitCode(StatusExit.code(for: 9))
+        }
+        return active
     }
 }
 

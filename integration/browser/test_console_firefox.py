@@ -17,11 +17,11 @@ import websockets
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "integration" / "python"))
-from conftest import tokens_file, start_listening, stop_server  # noqa: E402
 from threadwire_client import Client  # noqa: E402
+# The same server as the chromium tests: tokens for alice, bob and an operator.
+from test_console import OPS, served  # noqa: E402,F401
 
 FIREFOX = shutil.which("firefox-esr") or "/usr/bin/firefox-esr"
-OPS = "ops-5a3c1e9b7d0f2a4c6e8d"
 
 
 def free_port():
@@ -69,18 +69,6 @@ class BiDi:
     def errors(self):
         return [event["params"] for event in self.events
                 if event.get("method") == "log.entryAdded" and event["params"].get("level") == "error"]
-
-
-@pytest.fixture()
-def served(tmp_path):
-    tokens = tokens_file(tmp_path, f"ops {OPS} operator\n")
-    config = tmp_path / "config.json"
-    config.write_text('{"features": {"multi_agent_v2": true, "multi_agent_mode": true}}')
-    proc, addresses = start_listening(tmp_path, "--web-listen", "127.0.0.1:0", "--auth-tokens", str(tokens),
-                                      "--config", str(config))
-    host, port = addresses["frames"].rsplit(":", 1)
-    yield addresses["web"], (host, int(port))
-    stop_server(proc)
 
 
 @pytest.fixture()
