@@ -200,6 +200,7 @@ public final class ThreadwireServer: Service, Sendable {
     /// and are then interrupted with markers recorded, connections get a
     /// last flush and close, and every task the server started is awaited.
     public func run() async throws {
+        await RuntimeTimers.prepare()
         // Listening first: with several instances the advertised address (a
         // port 0 resolved) must be known before any lease is taken.
         let source = configuration.tls?.clientPrincipal ?? .commonName

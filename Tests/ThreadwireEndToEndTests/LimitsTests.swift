@@ -189,6 +189,30 @@ struct LimitsTests {
         #expect(served)
     }
 
+    @Test("before it listens the server holds a timer of every clock (uptime, continuous, wall): out of descriptors, libdispatch could not open one and would kill the process")
+    func timersReadyBeforeListening() async throws {
+        let server = try await ServerProcess.launch(fileLimit: 64)
+        // Which clocks the process's timerfds run on, from /proc (clockid 0
+        // realtime, 1 monotonic, 7 boottime); the event loops' own are
+        // monotonic, so each of libdispatch's three shows up as a clock.
+        var clocks: Set<Int> = []
+        let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(server.pid)/fd")
+        for descriptor in descriptors {
+            guard (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(server.pid)/fd/\(descriptor)")) == "anon_inode:[timerfd]",
+                  let info = try? String(contentsOfFile: "/proc/\(server.pid)/fdinfo/\(descriptor)", encoding: .utf8),
+                  let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
+                  let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces)) else { continue }
+            clocks.insert(clock)
+        }
+        #expect(clocks.isSuperset(of: [0, 1, 7]), "timerfd clocks: \(clocks.sorted())")
+        // And a client is served: preparing them took nothing else away.
+        let client = try await server.client()
+        guard case let .healthCheck(health) = try await client.result(.healthCheck(.init())) else {
+            Issue.record("bad result"); return
+        }
+        #expect(health.status == .serving)
+    }
+
     @Test("a port already in use stops startup with a message naming the address and the cause")
     func portInUse() async throws {
         let first = try await ServerProcess.launch()
