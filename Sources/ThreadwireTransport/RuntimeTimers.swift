@@ -1,21 +1,55 @@
 import Dispatch
+import Foundation
+import Synchronization
 
-/// libdispatch, which runs Swift concurrency's timers on Linux, opens its
-/// epoll and eventfd and one timerfd per clock (uptime, continuous, wall)
-/// lazily, on the first timer of each kind, and traps (SIGILL) when that
-/// open fails. Out of file descriptors, a server whose first timer of some
-/// clock came late (a background pass, a deadline) died. `prepare()` makes
-/// every one of them exist while descriptors are still free, before the
-/// server listens; libdispatch keeps them for the process's life.
+/// libdispatch, which runs Swift concurrency's timers on Linux, opens one
+/// timerfd per clock (uptime, continuous, wall) on the first timer of that
+/// clock, and traps (SIGILL) when the open fails. Out of file descriptors, a
+/// server whose first timer of some clock came late died (a CI run of the
+/// descriptor-exhaustion test). `prepare()` arms a timer of every clock that
+/// never fires, so each timerfd exists before the server listens and stays
+/// for the process's life, and waits until the kernel shows them.
 public enum RuntimeTimers {
+    /// Written once, under `prepared`; only kept alive, never read.
+    nonisolated(unsafe) private static var keepers: [any DispatchSourceTimer] = []
+    private static let prepared = Mutex(false)
+    private static let aYear: DispatchTimeInterval = .seconds(365 * 24 * 3600)
+
     public static func prepare() async {
-        try? await Task.sleep(for: .milliseconds(1), clock: .continuous)
-        try? await Task.sleep(for: .milliseconds(1), clock: .suspending)
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().asyncAfter(wallDeadline: .now() + .milliseconds(1)) { done.resume() }
+        guard prepared.withLock({ done in defer { done = true }; return !done }) else { return }
+        let uptime = DispatchSource.makeTimerSource(queue: .global())
+        uptime.schedule(deadline: .now() + aYear)
+        uptime.setEventHandler {}
+        uptime.resume()
+        let wall = DispatchSource.makeTimerSource(queue: .global())
+        wall.schedule(wallDeadline: .now() + aYear)
+        wall.setEventHandler {}
+        wall.resume()
+        keepers = [uptime, wall]
+        // The continuous clock has no Dispatch API: a task that sleeps on it.
+        Task.detached(priority: .background) { try? await Task.sleep(for: .seconds(365 * 24 * 3600), clock: .continuous) }
+        #if os(Linux)
+        // libdispatch arms them on its manager thread a moment later.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !timerClocksOpen().isSuperset(of: [realtime, boottime]), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
         }
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(1)) { done.resume() }
+        #endif
+    }
+
+    static let realtime = 0, boottime = 7
+
+    /// The clock ids of this process's timerfds (Linux's /proc); empty elsewhere.
+    static func timerClocksOpen() -> Set<Int> {
+        var clocks: Set<Int> = []
+        let files = FileManager.default
+        for descriptor in (try? files.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+            guard (try? files.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")) == "anon_inode:[timerfd]",
+                  let info = try? String(contentsOfFile: "/proc/self/fdinfo/\(descriptor)", encoding: .utf8),
+                  let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
+                  let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces)) else { continue }
+            clocks.insert(clock)
         }
+        return clocks
     }
 }
