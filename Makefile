@@ -111,7 +111,7 @@ check-generated: deps
 ## A hung test must fail the run, not hold CI for its 90 minutes: the whole
 ## Swift suite takes under a minute here, so 15 minutes means something hangs.
 SWIFT_TEST_TIMEOUT ?= 900
-## The fuzz harness (its own package, release with sanitizers) builds beside
+## The fuzz harness (its own package, with sanitizers; a debug build for the smoke) builds beside
 ## the suite's own build, which leaves a core idle in its serial phases
 ## (resolution, planning, links); the tests start only once both are done.
 FUZZ_BUILD_STATUS = .build/fuzz-build.status
@@ -119,7 +119,7 @@ FUZZ_BUILD_STATUS = .build/fuzz-build.status
 TIMED := .ci/timed
 test: deps check-generated
 	@mkdir -p .build && rm -f $(FUZZ_BUILD_STATUS) .build/test-phases.txt
-	@( $(TIMED) fuzz-build $(MAKE) --no-print-directory fuzz-build > .build/fuzz-build.log 2>&1; echo $$? > $(FUZZ_BUILD_STATUS) ) &
+	@( $(TIMED) fuzz-build $(MAKE) --no-print-directory fuzz-build FUZZ_CONFIG=debug > .build/fuzz-build.log 2>&1; echo $$? > $(FUZZ_BUILD_STATUS) ) &
 	$(TIMED) build swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	$(TIMED) memcheck $(MAKE) --no-print-directory memcheck
 	@while [ ! -f $(FUZZ_BUILD_STATUS) ]; do sleep 1; done; \
@@ -132,7 +132,7 @@ test: deps check-generated
 	$(TIMED) typescript $(MAKE) --no-print-directory test-typescript
 	$(TIMED) conformance $(MAKE) --no-print-directory test-conformance
 	$(TIMED) chaos $(MAKE) --no-print-directory test-chaos
-	$(TIMED) fuzz-smoke $(MAKE) --no-print-directory fuzz-smoke
+	$(TIMED) fuzz-smoke $(MAKE) --no-print-directory fuzz-smoke FUZZ_CONFIG=debug
 	@cat .build/test-phases.txt
 
 ## Issue 27: the history checker on hand-made histories, then faults on real
@@ -158,9 +158,13 @@ chaos: py-deps
 FUZZ_HARNESSES = frames envelope json
 FUZZ_RUNS ?= 10000000
 FUZZ_SMOKE_SECONDS ?= 15
-FUZZ_BIN = Fuzz/.build/release/ThreadwireFuzz
+## make fuzz runs a release build; make test's smoke a debug one (FUZZ_CONFIG=debug):
+## it builds in half the time (BENCHMARKS.md, "make test in a fresh clone"),
+## runs every seed and thousands of mutations per harness, to about the same coverage.
+FUZZ_CONFIG ?= release
+FUZZ_BIN = Fuzz/.build/$(FUZZ_CONFIG)/ThreadwireFuzz
 fuzz-build: apt-deps
-	cd Fuzz && swift build -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library \
+	cd Fuzz && swift build -c $(FUZZ_CONFIG) -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library \
 	  -Xcc -fsanitize=fuzzer-no-link,address
 
 ## FUZZ_RUNS executions per harness, from the committed seeds plus what earlier
