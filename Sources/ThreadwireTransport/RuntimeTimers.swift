@@ -31,7 +31,7 @@ public enum RuntimeTimers {
         #if os(Linux)
         // libdispatch arms them on its manager thread a moment later.
         let deadline = ContinuousClock.now + .seconds(5)
-        while !timerClocksOpen().isSuperset(of: [realtime, boottime]), ContinuousClock.now < deadline {
+        while !timerClocks().isSuperset(of: [realtime, boottime]), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(2))
         }
         #endif
@@ -39,13 +39,14 @@ public enum RuntimeTimers {
 
     static let realtime = 0, boottime = 7
 
-    /// The clock ids of this process's timerfds (Linux's /proc); empty elsewhere.
-    static func timerClocksOpen() -> Set<Int> {
+    /// The clock ids of a process's timerfds (Linux's /proc: 0 realtime,
+    /// 1 monotonic, 7 boottime); empty elsewhere.
+    public static func timerClocks(ofProcess process: String = "self") -> Set<Int> {
         var clocks: Set<Int> = []
         let files = FileManager.default
-        for descriptor in (try? files.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
-            guard (try? files.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")) == "anon_inode:[timerfd]",
-                  let info = try? String(contentsOfFile: "/proc/self/fdinfo/\(descriptor)", encoding: .utf8),
+        for descriptor in (try? files.contentsOfDirectory(atPath: "/proc/\(process)/fd")) ?? [] {
+            guard (try? files.destinationOfSymbolicLink(atPath: "/proc/\(process)/fd/\(descriptor)")) == "anon_inode:[timerfd]",
+                  let info = try? String(contentsOfFile: "/proc/\(process)/fdinfo/\(descriptor)", encoding: .utf8),
                   let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
                   let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces)) else { continue }
             clocks.insert(clock)

@@ -4,6 +4,7 @@ import ThreadwireServerTesting
 import ThreadwireClient
 import ThreadwireNIO
 import ThreadwireWire
+import ThreadwireTransport
 
 /// Connection limits, the admin endpoint and health that follows the store,
 /// against the real server binary (issue 9).
@@ -192,18 +193,9 @@ struct LimitsTests {
     @Test("before it listens the server holds a timer of every clock (uptime, continuous, wall): out of descriptors, libdispatch could not open one and would kill the process")
     func timersReadyBeforeListening() async throws {
         let server = try await ServerProcess.launch(fileLimit: 64)
-        // Which clocks the process's timerfds run on, from /proc (clockid 0
-        // realtime, 1 monotonic, 7 boottime); the event loops' own are
-        // monotonic, so each of libdispatch's three shows up as a clock.
-        var clocks: Set<Int> = []
-        let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(server.pid)/fd")
-        for descriptor in descriptors {
-            guard (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(server.pid)/fd/\(descriptor)")) == "anon_inode:[timerfd]",
-                  let info = try? String(contentsOfFile: "/proc/\(server.pid)/fdinfo/\(descriptor)", encoding: .utf8),
-                  let line = info.split(separator: "\n").first(where: { $0.hasPrefix("clockid:") }),
-                  let clock = Int(line.dropFirst("clockid:".count).trimmingCharacters(in: .whitespaces)) else { continue }
-            clocks.insert(clock)
-        }
+        // Realtime (0) and boottime (7) are libdispatch's alone; monotonic
+        // (1) is its uptime clock's and the event loops' too.
+        let clocks = RuntimeTimers.timerClocks(ofProcess: "\(server.pid)")
         #expect(clocks.isSuperset(of: [0, 1, 7]), "timerfd clocks: \(clocks.sorted())")
         // And a client is served: preparing them took nothing else away.
         let client = try await server.client()
