@@ -147,14 +147,35 @@ extension ThreadEngine {
                 do {
                     let (_, publication) = try await beginTurn(owner, request)
                     publication.publish()
-                } catch is DomainError {
+                } catch let error as DomainError where error.refusesQueuedTurn {
                     // Its queue/updated notification tells the clients it left.
                     var next = owner.current
                     next.record.queue.removeAll { $0.id == entry.id }
                     try await commitQueue(owner, next).publish()
                     if !next.record.queue.isEmpty { startQueuedTurn(id) }
+                } catch {
+                    // The store or the lease failed, not the turn: it stays
+                    // queued (dropping it lost an acknowledged enqueue when
+                    // PostgreSQL restarted, in a chaos run) and is tried
+                    // again; a thread unloaded meanwhile starts it on load.
+                    tasks.spawn { [self] in
+                        try? await Task.sleep(for: .seconds(1))
+                        startQueuedTurn(id)
+                    }
                 }
             }
+        }
+    }
+}
+
+extension DomainError {
+    /// A refusal of the queued turn itself (archived thread, input refused):
+    /// it leaves the queue. Unavailable, aborted and internal errors are the
+    /// store's or the lease's, and a later try may succeed.
+    var refusesQueuedTurn: Bool {
+        switch self {
+        case .unavailable, .aborted, .internal: false
+        default: true
         }
     }
 }
