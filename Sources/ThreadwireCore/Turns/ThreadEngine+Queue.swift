@@ -155,9 +155,10 @@ extension ThreadEngine {
                     if !next.record.queue.isEmpty { startQueuedTurn(id) }
                 } catch {
                     // The store or the lease failed, not the turn: it stays
-                    // queued (dropping it lost an acknowledged enqueue when
-                    // PostgreSQL restarted, in a chaos run) and is tried
-                    // again; a thread unloaded meanwhile starts it on load.
+                    // queued (dropping it could lose an acknowledged enqueue
+                    // while PostgreSQL restarts, the likely cause of a chaos
+                    // run's lost one) and is tried again; a thread unloaded
+                    // meanwhile starts it on load.
                     tasks.spawn { [self] in
                         try? await Task.sleep(for: .seconds(1))
                         startQueuedTurn(id)
