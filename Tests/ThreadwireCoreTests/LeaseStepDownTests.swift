@@ -71,23 +71,50 @@ final class CuttableCoordinator: OwnershipCoordinator, Sendable {
 }
 
 /// The in-memory store, taking fences as given (the coordinator above is
-/// the test's). While `holding`, commits wait (a slow disk's flush).
+/// the test's). While `holding`, commits wait (a slow disk's flush); a
+/// commit matching an armed fault fails with its error and writes nothing
+/// (a database restarting, a connection lost mid-commit).
 final class UnfencedStore: ThreadStore, Sendable {
     let inner = InMemoryThreadStore()
     let holding = Atomic<Bool>(false)
     let waiting = Atomic<Int>(0)
-    private func held() async throws {
+
+    struct CommitFault: Sendable {
+        var remaining: Int
+        var error: StoreError
+        var matches: @Sendable ([StoreOperation]) -> Bool
+    }
+    private let fault = Mutex<CommitFault?>(nil)
+    private let failed = Atomic<Int>(0)
+
+    /// The next `count` commits that `matches` fail with `error`.
+    func failCommits(_ count: Int, with error: StoreError, where matches: @escaping @Sendable ([StoreOperation]) -> Bool) {
+        fault.withLock { $0 = CommitFault(remaining: count, error: error, matches: matches) }
+    }
+    /// Commits failed by a fault so far.
+    var failedCommits: Int { failed.load(ordering: .acquiring) }
+
+    private func held(_ operations: [StoreOperation]) async throws {
+        let injected = fault.withLock { fault -> StoreError? in
+            guard let armed = fault, armed.remaining > 0, armed.matches(operations) else { return nil }
+            fault?.remaining -= 1
+            return armed.error
+        }
+        if let injected {
+            failed.add(1, ordering: .releasing)
+            throw injected
+        }
         guard holding.load(ordering: .acquiring) else { return }
         waiting.add(1, ordering: .relaxed)
         defer { waiting.subtract(1, ordering: .relaxed) }
         while holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
     }
     func commit(_ operations: [StoreOperation]) async throws {
-        try await held()
+        try await held(operations)
         try await inner.commit(operations)
     }
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
-        try await held()
+        try await held(operations)
         try await inner.commit(operations)
     }
     func loadThread(_ id: ThreadID) async throws -> StoredThread? { try await inner.loadThread(id) }

@@ -432,7 +432,7 @@ extension ServerProcess {
 
 extension ThreadwireClient {
     /// The next server request (of `thread`, when given) this connection is sent.
-    func nextServerRequest(thread: String? = nil, timeout: Duration = .seconds(10)) async throws -> Wire.ServerRequest {
+    func nextServerRequest(thread: String? = nil, timeout: Duration = Patience.standard) async throws -> Wire.ServerRequest {
         try await withThrowingTaskGroup(of: Wire.ServerRequest?.self) { group in
             group.addTask {
                 for await request in self.serverRequests where thread == nil || request.threadId == thread { return request }

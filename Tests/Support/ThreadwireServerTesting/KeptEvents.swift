@@ -26,7 +26,7 @@ public struct KeptEvent: Equatable, CustomStringConvertible, Sendable {
 extension Inbox {
     /// The kept events of `thread` heard so far, once the one numbered
     /// `head` is among them (or `timeout` passed: then what was heard).
-    public func kept(of thread: String, through head: UInt64, timeout: Duration = .seconds(10)) async throws -> [KeptEvent] {
+    public func kept(of thread: String, through head: UInt64, timeout: Duration = Patience.standard) async throws -> [KeptEvent] {
         let deadline = ContinuousClock.now + timeout
         var events: [KeptEvent] = []
         while ContinuousClock.now < deadline {

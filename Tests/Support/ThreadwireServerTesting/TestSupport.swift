@@ -8,12 +8,28 @@ public struct TestTimeout: Error, CustomStringConvertible {
     public init(description: String) { self.description = description }
 }
 
+/// How long a test waits for something that should happen. It guards
+/// liveness, not speed (speed goals live in benchmarks): on a loaded 2-core
+/// CI machine running ~30 servers at once, a turn whose reads carry
+/// megabytes took over 10 s, so a tight default failed tests that were right.
+public enum Patience {
+    public static let standard: Duration = .seconds(30)
+
+    /// Polls start quick and slow down to 250 ms, so a long wait does not
+    /// add load of its own (each poll of a large thread is a large read).
+    public static func backoff(_ attempt: Int) -> Duration {
+        .milliseconds(min(250, 10 << min(attempt, 5)))
+    }
+}
+
 /// Polls `body` until it returns a value; after `timeout`, throws naming `what`.
-public func waitUntil<T>(_ what: String, timeout: Duration = .seconds(10), _ body: () async throws -> T?) async throws -> T {
+public func waitUntil<T>(_ what: String, timeout: Duration = Patience.standard, _ body: () async throws -> T?) async throws -> T {
     let deadline = ContinuousClock.now + timeout
+    var attempt = 0
     while ContinuousClock.now < deadline {
         if let value = try await body() { return value }
-        try await Task.sleep(for: .milliseconds(10))
+        try await Task.sleep(for: Patience.backoff(attempt))
+        attempt += 1
     }
     throw TestTimeout(description: "\(what): not within \(timeout)")
 }
@@ -124,27 +140,31 @@ extension ThreadwireClient {
     /// Runs a turn to its end and returns the finished turn as stored.
     @discardableResult
     public func runTurn(_ threadID: String, _ text: String, model: String? = nil,
-                 mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil, timeout: Duration = .seconds(10)) async throws -> Wire.Turn {
+                 mode: Wire.TurnStartParams.MultiAgentModeUpdate? = nil, timeout: Duration = Patience.standard) async throws -> Wire.Turn {
         let id = try await startTurn(threadID, text, model: model, mode: mode)
         return try await waitForTurn(threadID, id, timeout: timeout)
     }
 
-    public func waitForTurn(_ threadID: String, _ turnID: String, timeout: Duration = .seconds(10)) async throws -> Wire.Turn {
+    public func waitForTurn(_ threadID: String, _ turnID: String, timeout: Duration = Patience.standard) async throws -> Wire.Turn {
         let deadline = ContinuousClock.now + timeout
+        var attempt = 0
         while ContinuousClock.now < deadline {
             let thread = try await read(threadID).thread
             if let turn = thread?.turns.first(where: { $0.id == turnID }), turn.status != .inProgress { return turn }
-            try await Task.sleep(for: .milliseconds(15))
+            try await Task.sleep(for: Patience.backoff(attempt))
+            attempt += 1
         }
         throw TestTimeout(description: "turn \(turnID) did not finish")
     }
 
     /// Polls until the predicate holds for the thread (e.g. a child's turn ended).
-    public func waitForThread(_ id: String, timeout: Duration = .seconds(10), _ predicate: (Wire.Thread) -> Bool) async throws -> Wire.Thread {
+    public func waitForThread(_ id: String, timeout: Duration = Patience.standard, _ predicate: (Wire.Thread) -> Bool) async throws -> Wire.Thread {
         let deadline = ContinuousClock.now + timeout
+        var attempt = 0
         while ContinuousClock.now < deadline {
             if let thread = try await read(id).thread, predicate(thread) { return thread }
-            try await Task.sleep(for: .milliseconds(15))
+            try await Task.sleep(for: Patience.backoff(attempt))
+            attempt += 1
         }
         throw TestTimeout(description: "thread \(id) never reached the expected state")
     }
