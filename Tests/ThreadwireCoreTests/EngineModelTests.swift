@@ -125,7 +125,9 @@ struct EngineModelTests {
             } else {
                 let turn = try await engine.startTurn(id, .init(input: ["step \(step)"]), connection: 1).value
                 await reference.update(id) { $0.turns.append(.completed) }
-                for _ in 0..<2_000 {
+                // Patient: on a loaded 2-core CI machine a turn can take seconds.
+                let deadline = ContinuousClock.now + .seconds(30)
+                while ContinuousClock.now < deadline {
                     let stored = try await engine.readThread(id, includeTurns: true, includeModelRequests: false)
                     if stored.turns?.first(where: { $0.id == turn.id })?.status != .inProgress { return }
                     try await Task.sleep(for: .milliseconds(1))

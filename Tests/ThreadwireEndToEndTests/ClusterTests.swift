@@ -317,7 +317,7 @@ struct ClusterTests {
     func ownerMoves() async throws {
         // Long leases: the relaying instance still remembers the former
         // owner when the thread has moved (it remembers for half a lease).
-        let group = try await InstanceGroup.start(3, leaseSeconds: 10, extra: ["--idle-unload-seconds", "0.5"])
+        let group = try await InstanceGroup.start(3, leaseSeconds: 30, extra: ["--idle-unload-seconds", "0.5"])
         defer { group.stopAll() }
         let (a, b, c) = (group.instances[0], group.instances[1], group.instances[2])
         let creator = try await a.client()
@@ -326,8 +326,9 @@ struct ClusterTests {
         _ = try await viaB.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: "via-b-1"))
         // The creator leaves; a unloads the idle thread and gives its tree up.
         await creator.close()
-        // Within 5 s: released, not run out (the lease is 10 s, renewed while loaded).
-        _ = try await waitUntil("a released the tree's lease", timeout: .seconds(5)) {
+        // Within 12 s: released, not run out (the lease is 30 s, renewed
+        // while loaded), and b still remembers a (for half a lease).
+        _ = try await waitUntil("a released the tree's lease", timeout: .seconds(12)) {
             try await group.query("SELECT expires_at <= now() FROM thread_leases WHERE tree = '\(thread)'") == "t" ? true : nil
         }
         let viaC = try await c.client()

@@ -243,7 +243,7 @@ struct ModelProviderTests {
         #expect(timedOut.status == .failed)
         #expect(timedOut.failureReason == .timeout)
         #expect(timedOut.error?.contains("stalled") == true)
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + Patience.standard
         while ContinuousClock.now < deadline, try await provider.requests().last?["disconnected"] as? Bool != true {
             try await Task.sleep(for: .milliseconds(50))
         }
@@ -300,7 +300,7 @@ struct ModelProviderTests {
         _ = try await client.result(.turnInterrupt(Wire.TurnInterruptParams(threadId: id, turnId: turnID)))
         let turn = try await client.waitForTurn(id, turnID)
         #expect(turn.status == .interrupted)
-        let deadline = ContinuousClock.now + .seconds(3)
+        let deadline = ContinuousClock.now + Patience.standard
         while ContinuousClock.now < deadline, try await provider.requests().first?["disconnected"] as? Bool != true {
             try await Task.sleep(for: .milliseconds(20))
         }

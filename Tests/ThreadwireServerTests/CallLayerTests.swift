@@ -210,7 +210,8 @@ final class SentIDs: Sendable {
     private let ids = LockedIDs()
     func add(_ id: UInt64) { ids.append(id) }
     func first() async throws -> UInt64 {
-        for _ in 0..<500 {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
             if let id = ids.first { return id }
             try await Task.sleep(for: .milliseconds(2))
         }
