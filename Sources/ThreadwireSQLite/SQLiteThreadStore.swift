@@ -45,7 +45,12 @@ public final class SQLiteThreadStore: ThreadStore {
         // disk, and the concurrency pool's threads are the server's event loops.
         try await Self.offExecutor {
             let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-            guard fd >= 0 else { throw StoreError.unavailable("cannot create \(file): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else {
+                let error = errno
+                let reason = "cannot create \(file): \(String(cString: strerror(error)))"
+                if error == EMFILE || error == ENFILE { throw ProbeInconclusive(reason) }
+                throw StoreError.unavailable(reason)
+            }
             defer { close(fd); unlink(file) }
             let chunk = [UInt8](repeating: 0, count: spareBytes)
             let written = chunk.withUnsafeBytes { write(fd, $0.baseAddress, spareBytes) }

@@ -45,8 +45,13 @@ public final class StoreHealth: Service, Sendable {
             }
             if wasUnhealthy { logger.notice("store commits again; health is SERVING") }
         } catch {
-            // A probe cut short by shutdown says nothing about the store.
+            // A probe cut short by shutdown, or out of descriptors, says
+            // nothing about the store.
             if error is CancellationError || Task.isCancelled { return }
+            if let inconclusive = error as? ProbeInconclusive {
+                logger.debug("store probe inconclusive", metadata: ["tw.error": "\(inconclusive)"])
+                return
+            }
             commitFailed(error)
         }
     }

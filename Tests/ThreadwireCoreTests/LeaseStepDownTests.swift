@@ -94,7 +94,7 @@ final class UnfencedStore: ThreadStore, Sendable {
     /// Commits failed by a fault so far.
     var failedCommits: Int { failed.load(ordering: .acquiring) }
 
-    private func held(_ operations: [StoreOperation]) async throws {
+    private func beforeCommit(_ operations: [StoreOperation]) async throws {
         let injected = fault.withLock { fault -> StoreError? in
             guard let armed = fault, armed.remaining > 0, armed.matches(operations) else { return nil }
             fault?.remaining -= 1
@@ -110,11 +110,11 @@ final class UnfencedStore: ThreadStore, Sendable {
         while holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
     }
     func commit(_ operations: [StoreOperation]) async throws {
-        try await held(operations)
+        try await beforeCommit(operations)
         try await inner.commit(operations)
     }
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
-        try await held(operations)
+        try await beforeCommit(operations)
         try await inner.commit(operations)
     }
     func loadThread(_ id: ThreadID) async throws -> StoredThread? { try await inner.loadThread(id) }

@@ -159,11 +159,15 @@ struct LimitsTests {
         // the backlog; the server's accept fails with EMFILE.
         for _ in 0..<120 { if let socket = try? RawSocket(port: server.port) { sockets.append(socket) } }
         try await Task.sleep(for: .milliseconds(500))
+        // Six seconds: longer than the store's health probe's period (5 s),
+        // so a probe runs while the process is out of descriptors.
         let before = server.cpuSeconds()
-        try await Task.sleep(for: .seconds(2))
+        try await Task.sleep(for: .seconds(6))
         let used = server.cpuSeconds() - before
-        #expect(used < 0.2, "the server used \(used) s of CPU in 2 s while out of descriptors")
-        // A client that was already connected is served meanwhile.
+        #expect(used < 0.6, "the server used \(used) s of CPU in 6 s while out of descriptors")
+        // A client that was already connected is served meanwhile, and the
+        // store still counts as healthy: a probe that could not open its
+        // file for want of descriptors says nothing about the store.
         guard case let .healthCheck(health) = try await established.result(.healthCheck(.init()), timeoutMs: 5000) else {
             Issue.record("bad result"); return
         }

@@ -169,6 +169,14 @@ public struct ThreadListQuery: Sendable, Equatable {
 /// Where threads live. Implementations make a commit durable before returning
 /// and never block the caller's thread on I/O. Nothing outside the store
 /// knows how it stores (no SQL leaves it).
+/// A probe that could not look at the store: the process is out of file
+/// descriptors, so it could not open its test file, while the store's open
+/// connections still commit. It says nothing about the store.
+public struct ProbeInconclusive: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
 public protocol ThreadStore: Sendable {
     func commit(_ operations: [StoreOperation]) async throws
     /// A commit applied only while `fence` is the current lease of its agent
@@ -204,7 +212,8 @@ public protocol ThreadStore: Sendable {
     /// The ids deleted, the root first (none when it is gone already).
     func deleteTree(_ root: ThreadID, fence: LeaseFence?) async throws -> [ThreadID]
     /// Throws unless a commit would succeed now (disk full, I/O error):
-    /// health and readiness follow it.
+    /// health and readiness follow it. `ProbeInconclusive` when it could
+    /// not look, which leaves health as it was.
     func probe() async throws
     /// The stored key of a keyed change or answer, if any.
     func idempotencyRecord(_ key: IdempotencyKey) async throws -> IdempotencyRecord?

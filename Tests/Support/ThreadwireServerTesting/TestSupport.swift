@@ -146,27 +146,16 @@ extension ThreadwireClient {
     }
 
     public func waitForTurn(_ threadID: String, _ turnID: String, timeout: Duration = Patience.standard) async throws -> Wire.Turn {
-        let deadline = ContinuousClock.now + timeout
-        var attempt = 0
-        while ContinuousClock.now < deadline {
-            let thread = try await read(threadID).thread
-            if let turn = thread?.turns.first(where: { $0.id == turnID }), turn.status != .inProgress { return turn }
-            try await Task.sleep(for: Patience.backoff(attempt))
-            attempt += 1
+        try await waitUntil("turn \(turnID) finished", timeout: timeout) {
+            try await read(threadID).thread?.turns.first { $0.id == turnID && $0.status != .inProgress }
         }
-        throw TestTimeout(description: "turn \(turnID) did not finish")
     }
 
     /// Polls until the predicate holds for the thread (e.g. a child's turn ended).
     public func waitForThread(_ id: String, timeout: Duration = Patience.standard, _ predicate: (Wire.Thread) -> Bool) async throws -> Wire.Thread {
-        let deadline = ContinuousClock.now + timeout
-        var attempt = 0
-        while ContinuousClock.now < deadline {
-            if let thread = try await read(id).thread, predicate(thread) { return thread }
-            try await Task.sleep(for: Patience.backoff(attempt))
-            attempt += 1
+        try await waitUntil("thread \(id) reached the expected state", timeout: timeout) {
+            try await read(id).thread.flatMap { predicate($0) ? $0 : nil }
         }
-        throw TestTimeout(description: "thread \(id) never reached the expected state")
     }
 }
 
