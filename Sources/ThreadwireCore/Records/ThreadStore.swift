@@ -166,9 +166,6 @@ public struct ThreadListQuery: Sendable, Equatable {
     }
 }
 
-/// Where threads live. Implementations make a commit durable before returning
-/// and never block the caller's thread on I/O. Nothing outside the store
-/// knows how it stores (no SQL leaves it).
 /// A probe that could not look at the store: the process is out of file
 /// descriptors, so it could not open its test file, while the store's open
 /// connections still commit. It says nothing about the store.
@@ -177,6 +174,9 @@ public struct ProbeInconclusive: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
+/// Where threads live. Implementations make a commit durable before returning
+/// and never block the caller's thread on I/O. Nothing outside the store
+/// knows how it stores (no SQL leaves it).
 public protocol ThreadStore: Sendable {
     func commit(_ operations: [StoreOperation]) async throws
     /// A commit applied only while `fence` is the current lease of its agent
