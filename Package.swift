@@ -53,8 +53,8 @@ let package = Package(
         // gRPC over HTTP/2 (--grpc-listen); protobuf-c stays the codec.
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
-        // WebSocket (--web-listen): browsers reach the frame protocol.
-        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        // WebSocket (--web-listen): NIO's WebSocket codec under Hummingbird's HTTP/1.1; HTTP types over NIO.
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         // One precedence for every server setting: flag, THREADWIRE_* variable, config file key, default.
         .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
         // The CLI's -o yaml.
@@ -201,10 +201,14 @@ let package = Package(
         .target(
             name: "ThreadwireWeb",
             dependencies: [
-                "ThreadwireTransport",
+                "ThreadwireNIO",
                 .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -321,6 +325,12 @@ let package = Package(
             name: "ThreadwireNIOTests",
             dependencies: ["ThreadwireNIO", "ThreadwireWire", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOEmbedded", package: "swift-nio")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ThreadwireWebTests",
+            dependencies: ["ThreadwireWeb", "ThreadwireNIO", .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

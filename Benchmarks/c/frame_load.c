@@ -11,8 +11,13 @@
  * sends frame i modulo their number (one thread per connection, say).
  * ALTERNATE_HEX (same shape, with DEPTH 1) is sent every other time, so
  * that a change replayed is a change each time (a settings/update that sets
- * what is already set commits nothing). Prints one JSON line: requests/s and latency percentiles (p50, p99,
- * p99.9) in µs; latencies over 200 ms count as 200 ms. */
+ * what is already set commits nothing). WEBSOCKET=PATH speaks WebSocket
+ * instead (threadwire's --web-listen): each connection upgrades on PATH, then
+ * sends each frame's payload as one masked binary message and reads one
+ * message per answer; the same threads, loop and clock as for frames, so the
+ * two transports are compared with one generator. Prints one JSON line:
+ * requests/s and latency percentiles (p50, p99, p99.9) in µs; latencies over
+ * 200 ms count as 200 ms. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,6 +37,7 @@ static unsigned char *request, *setup;
 static size_t request_len, setup_len;
 static volatile int running = 1;
 static int depth = 1;
+static const char *websocket; /* the upgrade's path, or NULL: frames */
 /* One connection's frames. */
 typedef struct { unsigned char *batch, *alternate; size_t batch_len, alternate_len; } frames_t;
 
@@ -80,6 +86,63 @@ static long read_frame(int fd, unsigned char **buffer, size_t *capacity) {
     return (long)length;
 }
 
+/* Reads one whole WebSocket message (unfragmented, unmasked: a server's);
+ * returns its payload length or -1. */
+static long read_message(int fd, unsigned char **buffer, size_t *capacity) {
+    unsigned char header[2], extended[8];
+    if (read_full(fd, header, 2) || (header[0] & 0x0f) != 0x2) return -1;
+    size_t length = header[1] & 0x7f;
+    if (length == 126) {
+        if (read_full(fd, extended, 2)) return -1;
+        length = ((size_t)extended[0] << 8) | extended[1];
+    } else if (length == 127) {
+        if (read_full(fd, extended, 8)) return -1;
+        length = 0;
+        for (int i = 0; i < 8; i++) length = (length << 8) | extended[i];
+    }
+    if (length > *capacity) { *buffer = realloc(*buffer, length); *capacity = length; }
+    if (length && read_full(fd, *buffer, length)) return -1;
+    return (long)length;
+}
+
+static long read_answer(int fd, unsigned char **buffer, size_t *capacity) {
+    return websocket ? read_message(fd, buffer, capacity) : read_frame(fd, buffer, capacity);
+}
+
+/* Frames (header + payload) rewritten as masked binary messages (a zero
+ * mask: the server unmasks as for any key). */
+static unsigned char *as_messages(const unsigned char *frames, size_t len, size_t *out_len) {
+    unsigned char *out = malloc(len * 2 + 64), *o = out;
+    for (size_t at = 0; at + 5 <= len;) {
+        size_t n = ((size_t)frames[at + 1] << 24) | ((size_t)frames[at + 2] << 16) | ((size_t)frames[at + 3] << 8) | frames[at + 4];
+        *o++ = 0x82;
+        if (n < 126) *o++ = 0x80 | (unsigned char)n;
+        else if (n < 65536) { *o++ = 0x80 | 126; *o++ = (unsigned char)(n >> 8); *o++ = (unsigned char)n; }
+        else { *o++ = 0x80 | 127; for (int i = 7; i >= 0; i--) *o++ = (unsigned char)(n >> (8 * i)); }
+        memset(o, 0, 4); o += 4;
+        memcpy(o, frames + at + 5, n); o += n;
+        at += 5 + n;
+    }
+    *out_len = (size_t)(o - out);
+    return out;
+}
+
+static int upgrade(int fd) {
+    char request[512], answer[4096];
+    int n = snprintf(request, sizeof request, "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", websocket, port);
+    if (write(fd, request, (size_t)n) != n) return -1;
+    size_t got = 0;
+    /* Byte by byte, so nothing after the head is taken from the stream. */
+    while (got < sizeof answer - 1) {
+        if (read(fd, answer + got, 1) != 1) return -1;
+        got++;
+        if (got >= 4 && memcmp(answer + got - 4, "\r\n\r\n", 4) == 0) break;
+    }
+    answer[got] = 0;
+    return strncmp(answer, "HTTP/1.1 101", 12) == 0 ? 0 : -1;
+}
+
 static int send_all(int fd, const unsigned char *bytes, size_t n) {
     size_t sent = 0;
     while (sent < n) {
@@ -99,14 +162,15 @@ static void *work(void *arg) {
     if (connect(fd, (struct sockaddr *)&address, sizeof address)) { worker->errors++; return NULL; }
     size_t capacity = 1 << 16;
     unsigned char *buffer = malloc(capacity);
-    if (setup_len && (send_all(fd, setup, setup_len) || read_frame(fd, &buffer, &capacity) < 0)) { worker->errors++; return NULL; }
+    if (websocket && upgrade(fd)) { worker->errors++; return NULL; }
+    if (setup_len && (send_all(fd, setup, setup_len) || read_answer(fd, &buffer, &capacity) < 0)) { worker->errors++; return NULL; }
     for (uint64_t round = 0; running; round++) {
         uint64_t start = now_ns();
         const frames_t *f = &worker->frames;
         int other = f->alternate_len && (round & 1);
         if (send_all(fd, other ? f->alternate : f->batch, other ? f->alternate_len : f->batch_len)) { worker->errors++; break; }
         int failed = 0;
-        for (int k = 0; k < depth; k++) if (read_frame(fd, &buffer, &capacity) < 0) { failed = 1; break; }
+        for (int k = 0; k < depth; k++) if (read_answer(fd, &buffer, &capacity) < 0) { failed = 1; break; }
         if (failed) { worker->errors++; break; }
         uint64_t micros = (now_ns() - start) / 1000;
         worker->histogram[micros < BUCKETS ? micros : BUCKETS - 1]++;
@@ -122,7 +186,9 @@ int main(int argc, char **argv) {
     port = atoi(argv[1]);
     int connections = atoi(argv[2]);
     seconds = atoi(argv[3]);
+    websocket = getenv("WEBSOCKET");
     if (argc > 5) setup = from_hex(argv[5], &setup_len);
+    if (websocket && setup) { size_t n; unsigned char *m = as_messages(setup, setup_len, &n); free(setup); setup = m; setup_len = n; }
     if (getenv("DEPTH")) depth = atoi(getenv("DEPTH"));
     if (depth < 1) depth = 1;
     const char *alternates = depth == 1 ? getenv("ALTERNATE_HEX") : NULL;
@@ -136,6 +202,12 @@ int main(int argc, char **argv) {
         for (int k = 0; k < depth; k++) memcpy(f->batch + (size_t)k * request_len, request, request_len);
         free(request);
         if (alternates) f->alternate = from_hex(nth(alternates, i), &f->alternate_len);
+        if (websocket) {
+            size_t n;
+            unsigned char *m = as_messages(f->batch, f->batch_len, &n);
+            free(f->batch); f->batch = m; f->batch_len = n;
+            if (f->alternate) { m = as_messages(f->alternate, f->alternate_len, &n); free(f->alternate); f->alternate = m; f->alternate_len = n; }
+        }
         workers[i].histogram = calloc(BUCKETS, sizeof(uint32_t));
         pthread_create(&threads[i], NULL, work, &workers[i]);
     }

@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 public import NIOCore
 public import ServiceLifecycle
 public import ThreadwireCore
-import ThreadwireNIO
+public import ThreadwireNIO
 public import ThreadwireTransport
 import ThreadwireWire
 
@@ -133,6 +133,16 @@ public final class ThreadwireServer: Service, Sendable {
     ///   TLS connection with that certificate would.
     public func connectInProcess(certifiedAs principal: Principal? = nil) async throws -> Int32 {
         try await bridge.connect(attachment: principal.map(VouchedPrincipal.init))
+    }
+
+    /// Serves a session on a channel another listener opened and carries
+    /// in its own messages (a WebSocket after its upgrade), on the
+    /// channel's event loop: the call layer reads from that channel itself
+    /// (`InProcessTransport.adoptSynchronously`). Throws
+    /// `InProcessTransportError.notAccepting` before the server listens and
+    /// once it drains.
+    public func carrySessionSynchronously(on channel: any Channel, framing: (FrameSizeLimit) -> any ChannelHandler) throws {
+        try bridge.adoptSynchronously(channel, framing: framing)
     }
 
     /// Returns once the server listens, after recovering the turns a dead

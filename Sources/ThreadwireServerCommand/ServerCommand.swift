@@ -426,7 +426,7 @@ public struct ServerCommand: AsyncParsableCommand {
             }
             let web = WebListener(.init(host: webHost, port: webPort, maxMessageBytes: configuration.limits.maxFrameBytes,
                                         allowedOrigins: Set(webAllowedOrigin)),
-                                  connectInProcess: { try await server.connectInProcess() },
+                                  carry: { channel, framing in try server.carrySessionSynchronously(on: channel, framing: framing) },
                                   waitUntilServing: { await server.waitUntilServing() }, logger: logger, onListening: onWebListening)
             services.append(.init(service: web, serviceName: "web"))
         }

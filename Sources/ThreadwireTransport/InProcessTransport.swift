@@ -4,7 +4,7 @@ import Glibc
 import NIOConcurrencyHelpers
 public import NIOCore
 public import NIOPosix
-import ThreadwireNIO
+public import ThreadwireNIO
 
 /// Connections made inside the process: each `connect()` is a connected
 /// socket pair whose server end gets the same pipeline as a TCP connection
@@ -91,6 +91,27 @@ public final class InProcessTransport: ServerTransport {
             throw error
         }
         return ends[1]
+    }
+
+    /// Serves a session on a channel another listener opened and carries in
+    /// its own messages (a WebSocket after its upgrade), on that channel's
+    /// event loop: no socket pair, the call layer reads from the channel
+    /// itself. `framing` turns the channel's messages into envelopes
+    /// (frame payloads) held to the connection's frame limit, and the call
+    /// layer's outbound frames into the channel's messages. Refused once
+    /// the server stops accepting.
+    public func adoptSynchronously(_ channel: any Channel, attachment: (any Sendable)? = nil,
+                                   framing: (FrameSizeLimit) -> any ChannelHandler) throws {
+        guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
+        let settings = listening.settings
+        try channel.syncOptions?.setOption(.writeBufferWaterMark,
+                                           value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
+        let flowControl = try withoutActuallyEscaping(framing) { framing in
+            try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil,
+                                        attachment: attachment, framing: framing, accept: listening.accept)
+        }
+        // Open before the call layer came: it hears so now, as a new connection's would.
+        try channel.pipeline.syncOperations.context(handler: flowControl).fireChannelActive()
     }
 }
 

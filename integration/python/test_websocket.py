@@ -108,6 +108,23 @@ def test_bad_messages_get_the_protocols_answers_and_the_session_goes_on(served):
         assert closed.value.rcvd.code == 1003
 
 
+def test_fragments_pings_and_the_clients_close(served):
+    _, addresses = served
+    with connect(addresses["web"]) as ws:
+        # One Envelope sent as a message of three fragments is one request.
+        whole = request(1, initialize=hello())
+        ws.send([whole[:3], whole[3:7], whole[7:]])
+        (init,), _ = responses(ws, 1)
+        assert init.id == 1 and init.code == 0
+        ws.ping(b"are you there").wait(timeout=10)  # the pong came back
+        ws.send(request(2, health_check=H.HealthCheckParams()))
+        (health,), _ = responses(ws, 1)
+        assert health.id == 2 and health.code == 0
+        ws.close()
+        # The server answered the close handshake with the client's code.
+        assert ws.protocol.close_rcvd is not None and ws.protocol.close_rcvd.code == 1000
+
+
 def test_a_message_over_the_frame_limit_closes_the_socket(tmp_path):
     proc, addresses = start(tmp_path, "--max-frame-bytes", "65536")
     try:
@@ -132,13 +149,28 @@ def test_tokens_and_origins(tmp_path):
         with connect(addresses["web"]) as ws:
             ws.send(request(1, initialize=hello()))
             (refused,), _ = responses(ws, 1)
-            assert refused.code == 16  # UNAUTHENTICATED, then the session ends
-            with pytest.raises(ConnectionClosed):
+            assert refused.code == 16  # UNAUTHENTICATED, then the session ends with a close frame
+            with pytest.raises(ConnectionClosed) as ended:
                 ws.recv(timeout=10)
-        with connect(addresses["web"], origin="https://console.example") as ws:
+            assert ended.value.rcvd.code == 1001 and ended.value.rcvd.reason == "the server ended this session"
+        # Until initialize authenticates, messages are held to 64 KiB, as frames on TCP are.
+        with connect(addresses["web"], max_size=None) as ws:
+            ws.send(b"\x00" * 70000)
+            (refused,), _ = responses(ws, 1)
+            assert refused.code == 8 and "exceeds the maximum of 65536 bytes" in refused.message  # RESOURCE_EXHAUSTED
+            with pytest.raises(ConnectionClosed) as ended:
+                ws.recv(timeout=10)
+            assert ended.value.rcvd.code == 1001
+        with connect(addresses["web"], origin="https://console.example", max_size=None) as ws:
             ws.send(request(1, initialize=hello(ALICE)))
             (init,), _ = responses(ws, 1)
             assert init.code == 0 and init.initialize.principal == "alice"
+            # Authenticated, a message may be as large as --max-frame-bytes.
+            ws.send(request(2, thread_start=T.ThreadStartParams()))
+            (started,), _ = responses(ws, 1)
+            ws.send(request(3, turn_start=U.TurnStartParams(thread_id=started.thread_start.thread.id, input=[U.UserInput(text="x" * 70000)])))
+            (turn,), _ = responses(ws, 1)
+            assert turn.id == 3 and turn.code == 0
         # Non-browser clients that send a ws:// Origin (swift-websocket's does) are let through.
         with connect(addresses["web"], origin="ws://127.0.0.1") as ws:
             ws.send(request(1, initialize=hello(ALICE)))
