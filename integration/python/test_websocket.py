@@ -125,6 +125,24 @@ def test_fragments_pings_and_the_clients_close(served):
         assert ws.protocol.close_rcvd is not None and ws.protocol.close_rcvd.code == 1000
 
 
+def test_sigterm_ends_open_sessions_with_a_close_frame_and_the_server_exits(tmp_path):
+    proc, addresses = start(tmp_path)
+    try:
+        with connect(addresses["web"]) as ws:
+            ws.send(request(1, initialize=hello()))
+            ws.send(request(2, thread_start=T.ThreadStartParams()))
+            (_, started), _ = responses(ws, 2)
+            assert started.code == 0
+            proc.terminate()
+            with pytest.raises(ConnectionClosed) as ended:
+                while True:
+                    ws.recv(timeout=20)
+            assert ended.value.rcvd is not None and ended.value.rcvd.code == 1001, ended.value
+        assert proc.wait(timeout=20) == 0
+    finally:
+        stop(proc)
+
+
 def test_a_message_over_the_frame_limit_closes_the_socket(tmp_path):
     proc, addresses = start(tmp_path, "--max-frame-bytes", "65536")
     try:
