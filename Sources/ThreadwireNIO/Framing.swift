@@ -67,6 +67,32 @@ public final class PartialFrameBudget: Sendable {
     }
 }
 
+/// One decoder's share of a `PartialFrameBudget`: the bytes of frames not
+/// yet complete it holds now, given back when it changes or goes.
+public struct PartialFrameShare {
+    private let budget: PartialFrameBudget?
+    private var reserved = 0
+
+    public init(_ budget: PartialFrameBudget?) { self.budget = budget }
+
+    /// Brings this share to `held` bytes; throws (nothing more taken) when
+    /// that passes the budget.
+    public mutating func hold(_ held: Int) throws {
+        guard let budget else { return }
+        if held > reserved {
+            guard budget.reserve(held - reserved) else { throw FrameError.partialFramesOverBudget(limit: budget.limit) }
+        } else {
+            budget.release(reserved - held)
+        }
+        reserved = held
+    }
+
+    public mutating func releaseAll() {
+        budget?.release(reserved)
+        reserved = 0
+    }
+}
+
 /// One connection's frame size limit, which can change while it is open: a
 /// server that authenticates accepts only small frames until `initialize`
 /// succeeds, then raises it.
@@ -83,9 +109,7 @@ public struct FrameDecoder: ByteToMessageDecoder {
     public typealias InboundOut = ByteBuffer
 
     private let limit: FrameSizeLimit
-    private let budget: PartialFrameBudget?
-    /// What this decoder has taken from the budget.
-    private var reserved = 0
+    private var share: PartialFrameShare
 
     public var maxFrameBytes: Int { limit.current }
 
@@ -95,32 +119,23 @@ public struct FrameDecoder: ByteToMessageDecoder {
 
     public init(limit: FrameSizeLimit, budget: PartialFrameBudget? = nil) {
         self.limit = limit
-        self.budget = budget
+        share = PartialFrameShare(budget)
     }
 
     public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
         guard let payload = try Self.nextFrame(&buffer, maxFrameBytes: maxFrameBytes) else {
-            try account(held: buffer.readableBytes)
+            try share.hold(buffer.readableBytes)
             return .needMoreData
         }
         context.fireChannelRead(Self.wrapInboundOut(payload))
+        // The handler may not call again on an empty buffer: a finished
+        // frame's bytes leave the budget now.
+        try share.hold(buffer.readableBytes)
         return .continue
     }
 
-    /// Brings this decoder's share of the budget to `held` bytes.
-    private mutating func account(held: Int) throws {
-        guard let budget else { return }
-        if held > reserved {
-            guard budget.reserve(held - reserved) else { throw FrameError.partialFramesOverBudget(limit: budget.limit) }
-        } else {
-            budget.release(reserved - held)
-        }
-        reserved = held
-    }
-
     public mutating func decoderRemoved(context: ChannelHandlerContext) {
-        budget?.release(reserved)
-        reserved = 0
+        share.releaseAll()
     }
 
     public mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {

@@ -141,7 +141,8 @@ public final class ThreadwireServer: Service, Sendable {
     /// (`InProcessTransport.adoptSynchronously`). Throws
     /// `InProcessTransportError.notAccepting` before the server listens and
     /// once it drains.
-    public func carrySessionSynchronously(on channel: any Channel, framing: (FrameSizeLimit) -> any ChannelHandler) throws {
+    public func carrySessionSynchronously(on channel: any Channel,
+                                          framing: (FrameSizeLimit, PartialFrameBudget) throws -> any ChannelHandler) throws {
         try bridge.adoptSynchronously(channel, framing: framing)
     }
 

@@ -97,11 +97,12 @@ public final class InProcessTransport: ServerTransport {
     /// its own messages (a WebSocket after its upgrade), on that channel's
     /// event loop: no socket pair, the call layer reads from the channel
     /// itself. `framing` turns the channel's messages into envelopes
-    /// (frame payloads) held to the connection's frame limit, and the call
-    /// layer's outbound frames into the channel's messages. Refused once
+    /// (frame payloads) held to the connection's frame limit and the shared
+    /// budget for partial frames, and the call layer's outbound frames into
+    /// the channel's messages. Refused once
     /// the server stops accepting.
     public func adoptSynchronously(_ channel: any Channel, attachment: (any Sendable)? = nil,
-                                   framing: (FrameSizeLimit) -> any ChannelHandler) throws {
+                                   framing: (FrameSizeLimit, PartialFrameBudget) throws -> any ChannelHandler) throws {
         guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
         let settings = listening.settings
         try channel.syncOptions?.setOption(.writeBufferWaterMark,

@@ -83,12 +83,13 @@ public struct AcceptedConnection {
 /// The transport half of every connection's pipeline, whatever carries it.
 enum FramePipeline {
     /// - Parameter framing: the handler that turns what the channel reads
-    ///   into envelopes (frame payloads) and is held to the frame limit; the
-    ///   frame decoder for a byte stream.
+    ///   into envelopes (frame payloads), held to the frame limit and, for
+    ///   what it holds of messages not yet complete, to the shared budget;
+    ///   the frame decoder for a byte stream.
     @discardableResult
     static func configure(_ channel: any Channel, settings: ConnectionSettings, budget: PartialFrameBudget,
                           tls: (() throws -> (any ChannelHandler))?, attachment: (any Sendable)? = nil,
-                          framing: ((FrameSizeLimit) -> any ChannelHandler)? = nil,
+                          framing: ((FrameSizeLimit, PartialFrameBudget) throws -> any ChannelHandler)? = nil,
                           accept: @Sendable (AcceptedConnection) throws -> Void) throws -> FlowControlHandler {
         let sync = channel.pipeline.syncOperations
         if let tls { try sync.addHandler(tls()) }
@@ -97,7 +98,7 @@ enum FramePipeline {
         let frameLimit = FrameSizeLimit(settings.initialMaxFrameBytes)
         // Outbound frames are packed straight into ByteBuffers by the codec,
         // so no encoder handler is needed.
-        try sync.addHandler(framing?(frameLimit) ?? ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)))
+        try sync.addHandler(framing?(frameLimit, budget) ?? ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)))
         try accept(AcceptedConnection(channel: channel, flowControl: flowControl, frameLimit: frameLimit, attachment: attachment))
         return flowControl
     }

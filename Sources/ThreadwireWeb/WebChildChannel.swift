@@ -19,7 +19,7 @@ import ThreadwireNIO
 struct WebChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// Starts a session on an upgraded channel, on its event loop; throws
     /// when the server takes no new sessions.
-    typealias Carry = @Sendable (any Channel, (FrameSizeLimit) -> any ChannelHandler) throws -> Void
+    typealias Carry = @Sendable (any Channel, (FrameSizeLimit, PartialFrameBudget) throws -> any ChannelHandler) throws -> Void
 
     enum Upgrade: Sendable {
         /// The channel serves a session (or was told why not) until it closes.
@@ -112,7 +112,10 @@ struct WebChildChannel: ServerChildChannel, HTTPChannelHandler {
             return
         }
         do {
-            try carry(channel) { WebSocketEnvelopes(limit: $0) }
+            try carry(channel) { limit, budget in
+                try BudgetedWebSocketDecoder.replaceUpgradersDecoder(on: channel, maxFrameSize: settings.maxMessageBytes, budget: budget)
+                return WebSocketEnvelopes(limit: limit)
+            }
         } catch {
             logger.debug("WebSocket session refused", metadata: ["tw.error": "\(error)"])
             closeSaying(channel, .unexpectedServerError, "the server takes no new sessions now")

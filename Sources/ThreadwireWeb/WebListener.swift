@@ -34,14 +34,15 @@ public final class WebListener: Service, Sendable {
     }
 
     private let settings: Settings
-    private let carry: @Sendable (any Channel, (FrameSizeLimit) -> any ChannelHandler) throws -> Void
+    private let carry: WebChildChannel.Carry
     private let waitUntilServing: @Sendable () async -> Void
     private let logger: Logger
     private let onListening: @Sendable (String, Int) -> Void
 
     /// - Parameter carry: serves a session on an upgraded WebSocket's
     ///   channel, on its event loop (`ThreadwireServer.carrySessionSynchronously`).
-    public init(_ settings: Settings, carry: @escaping @Sendable (any Channel, (FrameSizeLimit) -> any ChannelHandler) throws -> Void,
+    public init(_ settings: Settings,
+                carry: @escaping @Sendable (any Channel, (FrameSizeLimit, PartialFrameBudget) throws -> any ChannelHandler) throws -> Void,
                 waitUntilServing: @escaping @Sendable () async -> Void, logger: Logger,
                 onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in }) {
         self.settings = settings

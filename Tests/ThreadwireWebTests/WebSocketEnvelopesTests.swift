@@ -136,3 +136,60 @@ struct WebSocketEnvelopesTests {
         #expect(session.callLayer.envelopes.isEmpty)
     }
 }
+
+/// What a socket holds of a message not yet complete counts in the server's
+/// budget for partial frames, as a TCP connection's frame decoder counts it.
+@Suite("WebSocket decoder and the partial-frame budget")
+struct BudgetedWebSocketDecoderTests {
+    final class Sink: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = WebSocketFrame
+        var frames: [WebSocketFrame] = []
+        var errors: [any Error] = []
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) { frames.append(unwrapInboundIn(data)) }
+        func errorCaught(context: ChannelHandlerContext, error: any Error) { errors.append(error) }
+    }
+
+    static func socket(_ budget: PartialFrameBudget) throws -> (EmbeddedChannel, Sink) {
+        let channel = EmbeddedChannel()
+        let sink = Sink()
+        try channel.pipeline.syncOperations.addHandlers([
+            ByteToMessageHandler(BudgetedWebSocketDecoder(maxFrameSize: 4096, budget: budget)), sink,
+        ])
+        return (channel, sink)
+    }
+
+    /// A masked binary frame's header announcing `length` bytes, then `sent` of them.
+    static func partialFrame(length: Int, sent: Int) -> ByteBuffer {
+        var bytes = ByteBuffer(bytes: [0x82, 0x80 | 126, UInt8(length >> 8), UInt8(length & 0xff), 0, 0, 0, 0])
+        bytes.writeBytes([UInt8](repeating: 7, count: sent))
+        return bytes
+    }
+
+    @Test("sockets share the budget: one holding a partial message within it goes on, one that would pass it is refused; a finished message gives its share back")
+    func sharedBudget() throws {
+        let budget = PartialFrameBudget(limit: 100)
+        let (first, firstSink) = try Self.socket(budget)
+        let (second, secondSink) = try Self.socket(budget)
+        try first.writeInbound(Self.partialFrame(length: 1000, sent: 60))
+        #expect(budget.heldBytes == 60 && firstSink.errors.isEmpty)
+        try second.writeInbound(Self.partialFrame(length: 1000, sent: 60))
+        #expect(secondSink.errors.map { $0 as? FrameError } == [.partialFramesOverBudget(limit: 100)])
+        #expect(secondSink.frames.isEmpty && budget.heldBytes == 60)
+        try first.writeInbound(ByteBuffer(bytes: [UInt8](repeating: 7, count: 940)))
+        #expect(firstSink.frames.count == 1 && firstSink.frames[0].length == 1000)
+        #expect(budget.heldBytes == 0)
+        _ = try? second.finish()
+        _ = try first.finish()
+        #expect(budget.heldBytes == 0)
+    }
+
+    @Test("a socket that closes with a partial message gives its share back")
+    func closingReleases() throws {
+        let budget = PartialFrameBudget(limit: 100)
+        let (socket, _) = try Self.socket(budget)
+        try socket.writeInbound(Self.partialFrame(length: 1000, sent: 50))
+        #expect(budget.heldBytes == 50)
+        _ = try? socket.finish()
+        #expect(budget.heldBytes == 0)
+    }
+}

@@ -267,6 +267,75 @@ def test_random_messages_never_break_the_server(served):
         assert init.code == 0
 
 
+def raw_upgrade(address):
+    """A WebSocket opened by hand on a plain socket (to send partial frames)."""
+    import base64
+    import socket
+    host, port = address.removeprefix("ws://").removesuffix("/ws").rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)), timeout=20)
+    key = base64.b64encode(os.urandom(16)).decode()
+    raw.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += raw.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return raw
+
+
+def read_until_closed(raw):
+    """The server's frames until it closes, as (opcode, payload)."""
+    data = b""
+    while chunk := raw.recv(65536):
+        data += chunk
+    frames = []
+    while data:
+        opcode, length, at = data[0] & 0x0F, data[1] & 0x7F, 2
+        if length == 126:
+            length, at = int.from_bytes(data[2:4], "big"), 4
+        elif length == 127:
+            length, at = int.from_bytes(data[2:10], "big"), 10
+        frames.append((opcode, data[at:at + length]))
+        data = data[at + length:]
+    return frames
+
+
+def test_partial_messages_count_in_the_servers_partial_frame_budget(tmp_path):
+    proc, addresses = start(tmp_path, "--max-frame-bytes", "1000000", "--max-partial-frame-bytes", "1000005")
+    try:
+        # Binary messages announcing 1,000,000 bytes (masked, zero key), sent in part.
+        def partial(sent):
+            return bytes([0x82, 0x80 | 127]) + (1_000_000).to_bytes(8, "big") + b"\0\0\0\0" + b"x" * sent
+        first = raw_upgrade(addresses["web"])
+        first.sendall(partial(990_000))
+        time.sleep(0.5)
+        second = raw_upgrade(addresses["web"])
+        # Its last byte would make 1,000,006 held in all, past 1,000,005: refused once
+        # the server has read it all (so the close is not a reset losing the answer).
+        second.sendall(partial(10_006))
+        (refusal_kind, refusal), (close_kind, close) = read_until_closed(second)
+        assert refusal_kind == 0x2 and close_kind == 0x8  # one binary message, then a close frame
+        envelope = E.Envelope.FromString(refusal)
+        assert envelope.response.code == 8 and "max_partial_frame_bytes" in envelope.response.message, envelope
+        assert int.from_bytes(close[:2], "big") == 1001
+        second.close()
+        # The first goes on: the rest of its message is one request (not an Envelope here: INVALID_ARGUMENT).
+        first.sendall(b"y" * 10_000)
+        first.settimeout(20)
+        head = first.recv(2)
+        assert head[0] == 0x82, head
+        body = first.recv(head[1])
+        assert E.Envelope.FromString(body).response.code == 3
+        first.close()
+        # And new sessions work.
+        with connect(addresses["web"]) as ws:
+            ws.send(request(1, initialize=hello()))
+            (init,), _ = responses(ws, 1)
+            assert init.code == 0
+    finally:
+        stop(proc)
+
+
 def test_a_malformed_websocket_frame_gets_a_clean_close(served):
     import base64
     import socket
