@@ -130,7 +130,7 @@ public struct FrameDecoder: ByteToMessageDecoder {
         context.fireChannelRead(Self.wrapInboundOut(payload))
         // The handler may not call again on an empty buffer: a finished
         // frame's bytes leave the budget now.
-        try share.hold(buffer.readableBytes)
+        if buffer.readableBytes == 0 { try share.hold(0) }
         return .continue
     }
 

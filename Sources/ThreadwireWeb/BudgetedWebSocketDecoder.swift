@@ -21,9 +21,9 @@ struct BudgetedWebSocketDecoder: ByteToMessageDecoder {
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
         let state = try decoder.decode(context: context, buffer: &buffer)
-        // Also after a whole frame: the handler may not call again on an
-        // empty buffer, and the frame's bytes are no longer held.
-        try share.hold(buffer.readableBytes)
+        // After a whole frame too when nothing is left: the handler may not
+        // call again on an empty buffer, and the frame's bytes are gone.
+        if state == .needMoreData || buffer.readableBytes == 0 { try share.hold(buffer.readableBytes) }
         return state
     }
 
