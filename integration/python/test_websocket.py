@@ -57,6 +57,13 @@ def responses(ws, count):
     return answers, notes
 
 
+def a_new_session_initializes(addresses):
+    with connect(addresses["web"]) as ws:
+        ws.send(request(1, initialize=hello()))
+        (init,), _ = responses(ws, 1)
+        assert init.code == 0
+
+
 def test_a_session_starts_a_thread_runs_a_turn_and_reads_it(served):
     _, addresses = served
     with connect(addresses["web"]) as ws:
@@ -151,11 +158,7 @@ def test_a_message_over_the_frame_limit_closes_the_socket(tmp_path):
             with pytest.raises(ConnectionClosed) as closed:
                 ws.recv(timeout=10)
             assert closed.value.rcvd.code == 1009  # message too big
-        # Others are unaffected.
-        with connect(addresses["web"]) as ws:
-            ws.send(request(1, initialize=hello()))
-            (init,), _ = responses(ws, 1)
-            assert init.code == 0
+        a_new_session_initializes(addresses)  # others are unaffected
     finally:
         stop(proc)
 
@@ -261,10 +264,7 @@ def test_random_messages_never_break_the_server(served):
         except ConnectionClosed as closed:
             assert closed.rcvd is not None, "the server ended the session without a close frame"
     assert proc.poll() is None
-    with connect(addresses["web"]) as ws:
-        ws.send(request(1, initialize=hello()))
-        (init,), _ = responses(ws, 1)
-        assert init.code == 0
+    a_new_session_initializes(addresses)
 
 
 def raw_upgrade(address):
@@ -327,11 +327,7 @@ def test_partial_messages_count_in_the_servers_partial_frame_budget(tmp_path):
         body = first.recv(head[1])
         assert E.Envelope.FromString(body).response.code == 3
         first.close()
-        # And new sessions work.
-        with connect(addresses["web"]) as ws:
-            ws.send(request(1, initialize=hello()))
-            (init,), _ = responses(ws, 1)
-            assert init.code == 0
+        a_new_session_initializes(addresses)
     finally:
         stop(proc)
 
