@@ -19,7 +19,7 @@ WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
 SWIFT_BUILD_FLAGS ?=
 
-.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-websocket bench-per-request bench-profile bench-tail bench-mesh deps apt-deps perf-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-websocket bench-grpc bench-per-request bench-profile bench-tail bench-mesh deps apt-deps perf-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 ## Installs the missing ones of $(1).
@@ -283,6 +283,13 @@ bench-websocket: apt-deps py-deps
 	swift build -c release --product threadwire-server
 	swift build -c release --product threadwire
 	Benchmarks/websocket.sh
+
+## Issue 50: the gRPC listener against a grpc-swift-2 service doing the same work, both driven by h2load.
+bench-grpc: apt-deps py-deps
+	command -v h2load > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y nghttp2-client
+	swift build -c release --product threadwire-server
+	cd Benchmarks && swift build -c release --product ThreadwireBench
+	Benchmarks/grpc_h2load.sh
 
 ## Issue 54: per request, what the kernel counts for the server (system calls by kind, context switches; perf stat).
 bench-per-request: apt-deps py-deps perf-deps
