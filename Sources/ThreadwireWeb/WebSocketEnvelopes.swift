@@ -51,8 +51,10 @@ final class WebSocketEnvelopes: ChannelDuplexHandler, RemovableChannelHandler {
         case .pong:
             break
         case .connectionClose:
-            // Answered with the client's own code, as the protocol asks; the session then ends.
-            let code = payload.getInteger(at: payload.readerIndex).map { WebSocketErrorCode(codeNumber: Int($0 as UInt16)) }
+            // Answered with the client's own code, as the protocol asks (a
+            // code that may not be sent, or none, as a normal closure); the session then ends.
+            let received: UInt16? = payload.getInteger(at: payload.readerIndex)
+            let code = received.map(Int.init).flatMap { Self.sendableCloseCodes($0) ? WebSocketErrorCode(codeNumber: $0) : nil }
             closeSaying(context, code ?? .normalClosure, "")
         default:
             refuse(context, .protocolError, "opcode \(frame.opcode) is not defined")
@@ -166,6 +168,12 @@ final class WebSocketEnvelopes: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func refuse(_ context: ChannelHandlerContext, _ code: WebSocketErrorCode, _ reason: String) {
         closeSaying(context, code, reason)
+    }
+
+    /// Codes a close frame may carry (RFC 6455 7.4): 1004–1006 and 1015 are
+    /// reserved, 1016–2999 unassigned.
+    static func sendableCloseCodes(_ code: Int) -> Bool {
+        (1000...1003).contains(code) || (1007...1014).contains(code) || (3000...4999).contains(code)
     }
 
     /// A close frame's reason is at most 123 bytes (a control frame carries 125).

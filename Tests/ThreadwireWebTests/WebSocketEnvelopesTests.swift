@@ -105,6 +105,16 @@ struct WebSocketEnvelopesTests {
         #expect(!channel.isActive)
     }
 
+    @Test("a close with a code that may not be sent on the wire (1005, 1006, 1015) or with none is answered as a normal closure; 4000 is echoed")
+    func clientCloseCodes() throws {
+        for (sent, expected) in [(1005, 1000), (1006, 1000), (1015, 1000), (nil, 1000), (4000, 4000), (1001, 1001)] as [(Int?, Int)] {
+            let session = try WebSocketEnvelopesTests()
+            try session.fromClient(.connectionClose, sent.map { [UInt8($0 >> 8), UInt8($0 & 0xff)] } ?? [])
+            let frames = try session.sent()
+            #expect(frames.count == 1 && session.closeCode(frames[0]) == WebSocketErrorCode(codeNumber: expected), "\(String(describing: sent))")
+        }
+    }
+
     @Test("the server's close sends a close frame (going away) before the socket closes")
     func serverCloses() throws {
         try channel.close().wait()
