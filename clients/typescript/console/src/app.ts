@@ -446,9 +446,10 @@ async function threadPage(threadId: string): Promise<void> {
     h("h2", {}, "Tokens per turn"), chartHolder,
     h("h2", {}, "Live"), live,
     h("h2", {}, "Turns"), turnsHolder);
-  await Promise.all([drawTree(), drawTurns()]);
-
-  // Bursts of notifications redraw once; what any of them asked for is redrawn.
+  // Listening before the first draw: an event between that draw's read and
+  // this handler would otherwise be missed until the next one (the status,
+  // say, redrawn with turns drawn before it). Bursts of notifications
+  // redraw once; what any of them asked for is redrawn.
   let redraw: ReturnType<typeof setTimeout> | undefined;
   let wanted = { turns: false, tree: false };
   const later = (turns: boolean) => {
@@ -485,6 +486,7 @@ async function threadPage(threadId: string): Promise<void> {
   } else {
     follow(root.id ?? threadId);
   }
+  await Promise.all([drawTree(), drawTurns()]);
 }
 
 async function serverPage(): Promise<void> {
