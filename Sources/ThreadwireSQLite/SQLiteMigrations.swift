@@ -181,6 +181,30 @@ extension SQLiteThreadStore {
                 CREATE UNIQUE INDEX thread_events_by_thread ON thread_events (thread_id, seq);
                 """)
         }
+        migrator.registerMigration("v11: turns in their thread's order") { db in
+            // Keyed by (thread, turn id), turns needed a second index
+            // (turns_sequence) to be read in order, and every commit of a
+            // turn wrote one of its pages per thread: 14-22 % of the WAL
+            // frames of 16 connections running turns. Keyed by (thread,
+            // number), a thread's turns are in order without it. A thread's
+            // numbers are unique: each is its turn count when the turn
+            // starts, under the thread row's compare-and-set.
+            try db.execute(sql: """
+                CREATE TABLE turns_in_order (
+                    thread_id TEXT NOT NULL,
+                    seq INTEGER NOT NULL,
+                    turn_id TEXT NOT NULL,
+                    record BLOB NOT NULL,
+                    status TEXT,
+                    PRIMARY KEY (thread_id, seq)
+                ) WITHOUT ROWID;
+                INSERT INTO turns_in_order (thread_id, seq, turn_id, record, status)
+                    SELECT thread_id, seq, turn_id, record, status FROM turns ORDER BY thread_id, seq;
+                DROP TABLE turns;
+                ALTER TABLE turns_in_order RENAME TO turns;
+                CREATE INDEX turns_running ON turns(thread_id) WHERE status = 'inProgress';
+                """)
+        }
         return migrator
     }
 }

@@ -93,20 +93,22 @@ final class WebSocketEnvelopes: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         // Whole frames, several in one buffer when a batch was flushed together.
+        // Each message goes out as the next is found, so the last one (which
+        // carries the promise) is known without collecting them first.
         var frames = unwrapOutboundIn(data)
-        var messages: [ByteBuffer] = []
+        var pending: ByteBuffer?
         while let length: UInt32 = frames.getInteger(at: frames.readerIndex + 1),
               frames.readableBytes >= Framing.headerSize + Int(length) {
             frames.moveReaderIndex(forwardBy: Framing.headerSize)
-            messages.append(frames.readSlice(length: Int(length))!)
+            if let message = pending {
+                context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .binary, data: message)), promise: nil)
+            }
+            pending = frames.readSlice(length: Int(length))!
         }
         assert(frames.readableBytes == 0, "the call layer writes whole frames")
-        guard let last = messages.popLast() else {
+        guard let last = pending else {
             promise?.succeed()
             return
-        }
-        for message in messages {
-            context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .binary, data: message)), promise: nil)
         }
         context.write(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .binary, data: last)), promise: promise)
     }

@@ -36,6 +36,15 @@ struct SQLiteStoreTests {
         #expect(try SQLiteThreadStore(directory: dir).synchronousLevel == 2)
     }
 
+    @Test("the committing connection keeps savepoints' page copies in memory (temp_store = MEMORY), also after a reopen")
+    func savepointJournalsInMemory() async throws {
+        // Each commit of a group runs in a savepoint; past 64 KiB SQLite
+        // spills its page copies to a temporary file, two writes per page.
+        let dir = directory()
+        #expect(try SQLiteThreadStore(directory: dir).tempStoreLevel == 2)
+        #expect(try SQLiteThreadStore(directory: dir).tempStoreLevel == 2)
+    }
+
     @Test("one failing commit fails alone inside a group")
     func failureIsolation() async throws {
         let store = try SQLiteThreadStore(directory: directory())
