@@ -166,20 +166,14 @@ extension SQLiteThreadStore {
             // commit's events share the table's last pages, and the index
             // that finds a thread's events holds small entries that rarely
             // split: half the WAL frames in Benchmarks/events_layout_sqlite.py.
-            try db.execute(sql: """
-                CREATE TABLE thread_events_appended (
-                    thread_id TEXT NOT NULL,
-                    seq INTEGER NOT NULL,
-                    created_at INTEGER NOT NULL,
-                    record BLOB NOT NULL
-                );
-                INSERT INTO thread_events_appended (thread_id, seq, created_at, record)
-                    SELECT thread_id, seq, created_at, record FROM thread_events ORDER BY created_at, thread_id, seq;
-                DROP TABLE thread_events;
-                ALTER TABLE thread_events_appended RENAME TO thread_events;
-                -- Unique: a number stored again refuses the whole commit.
-                CREATE UNIQUE INDEX thread_events_by_thread ON thread_events (thread_id, seq);
-                """)
+            try rebuild(db, "thread_events", as: """
+                thread_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                created_at INTEGER NOT NULL,
+                record BLOB NOT NULL
+                """, columns: "thread_id, seq, created_at, record", order: "created_at, thread_id, seq")
+            // Unique: a number stored again refuses the whole commit.
+            try db.execute(sql: "CREATE UNIQUE INDEX thread_events_by_thread ON thread_events (thread_id, seq)")
         }
         migrator.registerMigration("v11: turns in their thread's order") { db in
             // Keyed by (thread, turn id), turns needed a second index
@@ -189,22 +183,29 @@ extension SQLiteThreadStore {
             // number), a thread's turns are in order without it. A thread's
             // numbers are unique: each is its turn count when the turn
             // starts, under the thread row's compare-and-set.
-            try db.execute(sql: """
-                CREATE TABLE turns_in_order (
-                    thread_id TEXT NOT NULL,
-                    seq INTEGER NOT NULL,
-                    turn_id TEXT NOT NULL,
-                    record BLOB NOT NULL,
-                    status TEXT,
-                    PRIMARY KEY (thread_id, seq)
-                ) WITHOUT ROWID;
-                INSERT INTO turns_in_order (thread_id, seq, turn_id, record, status)
-                    SELECT thread_id, seq, turn_id, record, status FROM turns ORDER BY thread_id, seq;
-                DROP TABLE turns;
-                ALTER TABLE turns_in_order RENAME TO turns;
-                CREATE INDEX turns_running ON turns(thread_id) WHERE status = 'inProgress';
-                """)
+            try rebuild(db, "turns", as: """
+                thread_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                turn_id TEXT NOT NULL,
+                record BLOB NOT NULL,
+                status TEXT,
+                PRIMARY KEY (thread_id, seq)
+                """, withoutRowID: true, columns: "thread_id, seq, turn_id, record, status", order: "thread_id, seq")
+            try db.execute(sql: "CREATE INDEX turns_running ON turns(thread_id) WHERE status = 'inProgress'")
         }
         return migrator
+    }
+
+    /// SQLite cannot change a table's key or layout in place: a new table
+    /// takes the rows in `order`, then the old one's name (its indexes go
+    /// with the old table; the caller makes the new ones).
+    private static func rebuild(_ db: Database, _ table: String, as columnDefinitions: String, withoutRowID: Bool = false,
+                                columns: String, order: String) throws {
+        try db.execute(sql: """
+            CREATE TABLE \(table)_rebuilt (\(columnDefinitions))\(withoutRowID ? " WITHOUT ROWID" : "");
+            INSERT INTO \(table)_rebuilt (\(columns)) SELECT \(columns) FROM \(table) ORDER BY \(order);
+            DROP TABLE \(table);
+            ALTER TABLE \(table)_rebuilt RENAME TO \(table);
+            """)
     }
 }
