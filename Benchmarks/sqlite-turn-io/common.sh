@@ -1,15 +1,15 @@
-# Sourced by the scripts here: starts SERVER_BIN on a fresh SQLite store and
-# warms it with WORKLOAD (the release CLI's `bench`, 16 connections, 2 s).
+# Sourced by the scripts here: starts a server binary on a fresh SQLite store
+# (cli_load.sh's start_server) and warms it with a workload (the release
+# CLI's `bench`, 16 connections, 2 s).
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cli=${CLI_BIN:-$root/.build/release/threadwire}
 out=${OUT:-$(mktemp -d)}
-start_warm() {  # server_bin workload -> $pid $port $dir
-  dir=$(mktemp -d)
-  "$1" --listen 127.0.0.1:0 --data-dir "$dir/store" --log-level error > "$dir/out" 2>&1 &
-  pid=$!
-  for _ in $(seq 150); do grep -q "listening on" "$dir/out" && break; sleep 0.1; done
-  grep -q "listening on" "$dir/out" || { echo "server did not start: $(cat "$dir/out")" >&2; exit 1; }
-  port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$dir/out" | head -1)
+. "$root/Benchmarks/cli_load.sh"
+start_warm() {  # server_bin workload -> $pid $port $dir (the store is $dir/store)
+  dir=$(mktemp -d); work=$dir; server_bin=$1
+  start_server warm
+  pid=$server_pid
+  ln -s "$dir/data-warm" "$dir/store"
   "$cli" bench --server "127.0.0.1:$port" --workload "$2" --connections 16 --duration 2 --json > /dev/null
 }
 bench_rps() {  # workload seconds -> requests per second
