@@ -17,7 +17,13 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 GRPC_LISTEN ?= 127.0.0.1:7422
 WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
+## Every swift build of make's carries line tables only, as DWARF 4: enough for
+## file:line in backtraces, a tenth less to build (BENCHMARKS.md, "make test in
+## a fresh clone"), and readable by Debian's valgrind 3.19, so memcheck runs the
+## suite's own build instead of building the codec again. SWIFT_BUILD_FLAGS adds yours.
+DEBUG_INFO_FLAGS := -Xswiftc -gline-tables-only -Xswiftc -dwarf-version=4 -Xcc -gline-tables-only -Xcc -gdwarf-4
 SWIFT_BUILD_FLAGS ?=
+SWIFT_FLAGS = $(DEBUG_INFO_FLAGS) $(SWIFT_BUILD_FLAGS)
 
 .PHONY: test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-websocket bench-grpc bench-per-request bench-profile bench-tail bench-mesh deps apt-deps perf-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
@@ -75,12 +81,12 @@ c-client: apt-deps $(C_EXAMPLE) $(C_CONFORMANCE)
 deps: apt-deps py-deps
 
 build: apt-run-deps
-	swift build $(SWIFT_BUILD_FLAGS)
+	swift build $(SWIFT_FLAGS)
 
 ## CONFIG: the server's config file (default: the features the seeds are about switched on).
 CONFIG ?= contrib/config/threadwire.json
 run: build
-	swift run $(SWIFT_BUILD_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) \
+	swift run $(SWIFT_FLAGS) threadwire-server --listen $(LISTEN) --admin-listen $(ADMIN_LISTEN) --grpc-listen $(GRPC_LISTEN) \
 	  --web-listen $(WEB_LISTEN) --data-dir $(DATA_DIR) --config $(CONFIG)
 
 ## make install: release binaries, shell completions (bash, zsh, fish) and man
@@ -89,7 +95,7 @@ run: build
 PREFIX ?= /usr/local
 BIN_DIR ?= .build/release
 install: apt-run-deps
-	swift build -c release $(SWIFT_BUILD_FLAGS)
+	swift build -c release $(SWIFT_FLAGS)
 	$(MAKE) install-files
 install-files:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
@@ -120,12 +126,12 @@ TIMED := .ci/timed
 test: deps check-generated
 	@mkdir -p .build && rm -f $(FUZZ_BUILD_STATUS) .build/test-phases.txt
 	@( $(TIMED) fuzz-build $(MAKE) --no-print-directory fuzz-build FUZZ_CONFIG=debug > .build/fuzz-build.log 2>&1; echo $$? > $(FUZZ_BUILD_STATUS) ) &
-	$(TIMED) build swift build --build-tests $(SWIFT_BUILD_FLAGS)
-	$(TIMED) memcheck $(MAKE) --no-print-directory memcheck
+	$(TIMED) build swift build --build-tests $(SWIFT_FLAGS)
+	$(TIMED) memcheck $(MAKE) --no-print-directory memcheck MEMCHECK_PREBUILT=1
 	@while [ ! -f $(FUZZ_BUILD_STATUS) ]; do sleep 1; done; \
 	  tail -1 .build/fuzz-build.log; \
 	  [ "$$(cat $(FUZZ_BUILD_STATUS))" = 0 ] || { tail -40 .build/fuzz-build.log; echo "fuzz-build failed (.build/fuzz-build.log)"; exit 1; }
-	$(TIMED) swift-test timeout --kill-after=30 $(SWIFT_TEST_TIMEOUT) swift test --skip-build $(SWIFT_BUILD_FLAGS) \
+	$(TIMED) swift-test timeout --kill-after=30 $(SWIFT_TEST_TIMEOUT) swift test --skip-build $(SWIFT_FLAGS) \
 	  || { status=$$?; [ $$status = 124 ] && echo "swift test: still running after $(SWIFT_TEST_TIMEOUT) s, stopped (a test hangs)"; exit $$status; }
 	$(TIMED) python $(MAKE) --no-print-directory test-python
 	$(TIMED) go $(MAKE) --no-print-directory test-go
@@ -147,7 +153,7 @@ test-chaos: py-deps
 
 ## More and longer rounds of the same (not part of make test).
 chaos: py-deps
-	swift build
+	swift build $(SWIFT_FLAGS)
 	CHAOS_ROUNDS=$(CHAOS_ROUNDS) CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_VERDICTS=$(CURDIR)/.build/chaos-verdicts.txt \
 	  $(PYTHON) -m pytest -q -s integration/chaos
 	@cat .build/chaos-verdicts.txt
@@ -165,7 +171,7 @@ FUZZ_CONFIG ?= release
 FUZZ_BIN = Fuzz/.build/$(FUZZ_CONFIG)/ThreadwireFuzz
 fuzz-build: apt-deps
 	cd Fuzz && swift build -c $(FUZZ_CONFIG) -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library \
-	  -Xcc -fsanitize=fuzzer-no-link,address
+	  -Xcc -fsanitize=fuzzer-no-link,address -Xswiftc -gline-tables-only -Xcc -gline-tables-only
 
 ## FUZZ_RUNS executions per harness, from the committed seeds plus what earlier
 ## runs found (.build/fuzz/HARNESS); a crash stops it and leaves the input there.
@@ -200,7 +206,7 @@ fuzz-corpus: py-deps
 	$(PYTHON) Fuzz/make_corpus.py
 
 test-swift: apt-deps
-	swift build --build-tests $(SWIFT_BUILD_FLAGS) && swift test --skip-build $(SWIFT_BUILD_FLAGS)
+	swift build --build-tests $(SWIFT_FLAGS) && swift test --skip-build $(SWIFT_FLAGS)
 
 ## A second, independent protobuf implementation (Google's, in Python) talks to the real server.
 test-python: py-deps c-client
@@ -231,13 +237,16 @@ test-conformance: py-deps c-client
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
 ## invalid access or definite leak fails. Run twice: with the codec's arena, and
-## with one exact malloc per C allocation so valgrind bounds-checks each. Built apart with DWARF 4 because
-## Debian's valgrind 3.19 cannot read the DWARF 5 that Swift emits by default.
-## The two runs are single-threaded and go side by side (28 s each here).
+## with one exact malloc per C allocation so valgrind bounds-checks each. The
+## suite's build (DEBUG_INFO_FLAGS: DWARF 4, which Debian's valgrind 3.19 reads,
+## where it gives up on the DWARF 5 that Swift emits by default); in make test
+## the driver is already built (MEMCHECK_PREBUILT). The two runs are single-threaded and go side by side (28 s each here).
 MEMCHECK_VALGRIND := valgrind --quiet --error-exitcode=1 --leak-check=full --show-possibly-lost=no --errors-for-leak-kinds=definite,indirect \
-  .build-memcheck/debug/threadwire-codec-check 200
+  .build/debug/threadwire-codec-check 200
+## MEMCHECK_PREBUILT=1 (make test, after the suite's build) skips SwiftPM's planning (15 s here).
 memcheck: apt-deps
-	swift build --product threadwire-codec-check --scratch-path .build-memcheck -Xswiftc -dwarf-version=4 -Xcc -gdwarf-4
+	$(if $(MEMCHECK_PREBUILT),@test -x .build/debug/threadwire-codec-check,swift build --product threadwire-codec-check $(SWIFT_FLAGS))
+	@mkdir -p .build-memcheck
 	@$(MEMCHECK_VALGRIND) > .build-memcheck/arena.log 2>&1 & arena=$$!; \
 	  THREADWIRE_CODEC_EXACT_ALLOCATIONS=1 $(MEMCHECK_VALGRIND) > .build-memcheck/exact.log 2>&1; exact=$$?; \
 	  wait $$arena; arena=$$?; \
