@@ -17,11 +17,12 @@ ADMIN_LISTEN ?= 127.0.0.1:7421
 GRPC_LISTEN ?= 127.0.0.1:7422
 WEB_LISTEN ?= 127.0.0.1:7423
 DATA_DIR ?= ./data
-## Every swift build of make's carries line tables only, as DWARF 4: enough for
-## file:line in backtraces, a tenth less to build (BENCHMARKS.md, "make test in
-## a fresh clone"), and readable by Debian's valgrind 3.19, so memcheck runs the
-## suite's own build instead of building the codec again. SWIFT_BUILD_FLAGS adds yours.
-DEBUG_INFO_FLAGS := -Xswiftc -gline-tables-only -Xswiftc -dwarf-version=4 -Xcc -gline-tables-only -Xcc -gdwarf-4
+## Every swift build of make's emits DWARF 4, which Debian's valgrind 3.19
+## reads (it gives up on the DWARF 5 that Swift emits by default), so memcheck
+## runs the suite's own build of the codec check instead of building it again
+## apart (BENCHMARKS.md, "make test in a fresh clone"). A plain `swift build`
+## uses other flags, so it rebuilds .build/debug from scratch. SWIFT_BUILD_FLAGS adds yours.
+DEBUG_INFO_FLAGS := -Xswiftc -dwarf-version=4 -Xcc -gdwarf-4
 SWIFT_BUILD_FLAGS ?=
 SWIFT_FLAGS = $(DEBUG_INFO_FLAGS) $(SWIFT_BUILD_FLAGS)
 
@@ -171,7 +172,7 @@ FUZZ_CONFIG ?= release
 FUZZ_BIN = Fuzz/.build/$(FUZZ_CONFIG)/ThreadwireFuzz
 fuzz-build: apt-deps
 	cd Fuzz && swift build -c $(FUZZ_CONFIG) -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library \
-	  -Xcc -fsanitize=fuzzer-no-link,address -Xswiftc -gline-tables-only -Xcc -gline-tables-only
+	  -Xcc -fsanitize=fuzzer-no-link,address
 
 ## FUZZ_RUNS executions per harness, from the committed seeds plus what earlier
 ## runs found (.build/fuzz/HARNESS); a crash stops it and leaves the input there.
