@@ -238,21 +238,19 @@ test-conformance: py-deps c-client
 
 ## The codec under valgrind: every message round-tripped and garbage decoded; any
 ## invalid access or definite leak fails. Run twice: with the codec's arena, and
-## with one exact malloc per C allocation so valgrind bounds-checks each. The
-## suite's build (DEBUG_INFO_FLAGS: DWARF 4, which Debian's valgrind 3.19 reads,
-## where it gives up on the DWARF 5 that Swift emits by default); in make test
-## the driver is already built (MEMCHECK_PREBUILT). The two runs are single-threaded and go side by side (28 s each here).
+## with one exact malloc per C allocation so valgrind bounds-checks each, on the
+## suite's own build (DEBUG_INFO_FLAGS). The two runs are single-threaded and go side by side (28 s each here).
 MEMCHECK_VALGRIND := valgrind --quiet --error-exitcode=1 --leak-check=full --show-possibly-lost=no --errors-for-leak-kinds=definite,indirect \
   .build/debug/threadwire-codec-check 200
 ## MEMCHECK_PREBUILT=1 (make test, after the suite's build) skips SwiftPM's planning (15 s here).
 memcheck: apt-deps
 	$(if $(MEMCHECK_PREBUILT),@test -x .build/debug/threadwire-codec-check,swift build --product threadwire-codec-check $(SWIFT_FLAGS))
-	@mkdir -p .build-memcheck
-	@$(MEMCHECK_VALGRIND) > .build-memcheck/arena.log 2>&1 & arena=$$!; \
-	  THREADWIRE_CODEC_EXACT_ALLOCATIONS=1 $(MEMCHECK_VALGRIND) > .build-memcheck/exact.log 2>&1; exact=$$?; \
+	@mkdir -p .build/memcheck
+	@$(MEMCHECK_VALGRIND) > .build/memcheck/arena.log 2>&1 & arena=$$!; \
+	  THREADWIRE_CODEC_EXACT_ALLOCATIONS=1 $(MEMCHECK_VALGRIND) > .build/memcheck/exact.log 2>&1; exact=$$?; \
 	  wait $$arena; arena=$$?; \
-	  echo "memcheck, the codec's arena (exit $$arena):"; cat .build-memcheck/arena.log; \
-	  echo "memcheck, one malloc per allocation (exit $$exact):"; cat .build-memcheck/exact.log; \
+	  echo "memcheck, the codec's arena (exit $$arena):"; cat .build/memcheck/arena.log; \
+	  echo "memcheck, one malloc per allocation (exit $$exact):"; cat .build/memcheck/exact.log; \
 	  [ $$arena = 0 ] && [ $$exact = 0 ]
 
 clean:
