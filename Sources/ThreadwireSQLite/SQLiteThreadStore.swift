@@ -28,11 +28,12 @@ public final class SQLiteThreadStore: ThreadStore {
         // commits unsynced (lost on power loss). Only the writer commits.
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try Self.migrator.migrate(pool)
-        // Each commit of a group runs in a savepoint, and SQLite copies every
-        // page a savepoint changes into a statement journal, a temporary file
-        // once past 64 KiB: two writes per page, more than the WAL's own (a
-        // turn workload made 102 writes per turn, 50 without). In memory, it
-        // is bounded by the pages one group commit changes. Set after the
+        // A group written again after a failure runs each commit in a
+        // savepoint (`CommitQueue`), and SQLite copies every page a savepoint
+        // changes into a statement journal, a temporary file once past
+        // 64 KiB: two writes per page, more than the WAL's own (a turn
+        // workload made 102 writes per turn, 50 without). In memory, it is
+        // bounded by the pages one group commit changes. Set after the
         // migrations, whose table copies may sort more than fits.
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA temp_store = MEMORY") }
         queue = CommitQueue(pool: pool, logger: logger)
@@ -99,6 +100,12 @@ public final class SQLiteThreadStore: ThreadStore {
     /// Transactions written so far (fewer than commits when group commit works).
     public var transactionCount: Int {
         get async { await queue.transactions }
+    }
+
+    /// Group commits written a second time, each commit in its own savepoint,
+    /// because one of them failed.
+    public var replayedTransactionCount: Int {
+        get async { await queue.replayed }
     }
 
     public func loadThread(_ id: ThreadID) async throws -> StoredThread? {
@@ -272,7 +279,7 @@ public final class SQLiteThreadStore: ThreadStore {
         case let .removeMailbox(recipient, through):
             try db.cachedStatement(sql: "DELETE FROM mailbox WHERE recipient_id = ? AND seq <= ?").execute(arguments: [recipient, through])
         case let .claimIdempotencyKey(claim, response):
-            // The key's primary key refuses a second claim; the commit's savepoint then writes nothing.
+            // The key's primary key refuses a second claim; the commit then writes nothing (`CommitQueue`).
             do {
                 try db.cachedStatement(sql: insertKey).execute(arguments: keyArguments(claim, response: response))
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -386,14 +393,17 @@ public final class SQLiteThreadStore: ThreadStore {
 }
 
 /// Group commit: while one transaction is being written, newly submitted
-/// commits wait; the next transaction takes all of them at once. Each commit
-/// runs in its own savepoint, so one failing commit fails alone.
+/// commits wait; the next transaction takes all of them at once. One failing
+/// commit fails alone: the group is first written without savepoints, and
+/// if any commit fails it is rolled back and written again with each commit
+/// in its own savepoint (`replayed` counts those).
 actor CommitQueue {
     private let pool: DatabasePool
     private let logger: Logger
     private var pending: [([StoreOperation], CheckedContinuation<Void, any Error>)] = []
     private var flushing = false
     private(set) var transactions = 0
+    private(set) var replayed = 0
     private let batchSize = Recorder(label: "threadwire_store_commit_batch_size", aggregate: true)
     private let latency = Metrics.Timer(label: "threadwire_store_commit_seconds")
 
@@ -422,21 +432,15 @@ actor CommitQueue {
             let started = ContinuousClock.now
             defer { latency.record(duration: ContinuousClock.now - started) }
             do {
-                let results = try await pool.write { db -> [(any Error)?] in
-                    var results: [(any Error)?] = []
-                    for operations in work {
-                        do {
-                            try db.inSavepoint {
-                                for operation in operations { try SQLiteThreadStore.apply(operation, db) }
-                                return .commit
-                            }
-                            results.append(nil)
-                        } catch {
-                            results.append(StoreError.wrapping(error))
-                        }
+                let (results, wasReplayed) = try await pool.writeWithoutTransaction { db -> ([(any Error)?], Bool) in
+                    if let failure = try Self.writeWhole(work, db) {
+                        // Alone, the failing commit is the whole transaction.
+                        guard work.count > 1 else { return ([StoreError.wrapping(failure)], false) }
+                        return (try Self.writeEachInSavepoint(work, db), true)
                     }
-                    return results
+                    return (Array(repeating: nil, count: work.count), false)
                 }
+                if wasReplayed { replayed += 1 }
                 for ((_, continuation), failure) in zip(batch, results) {
                     if let failure { continuation.resume(throwing: failure) } else { continuation.resume() }
                 }
@@ -446,6 +450,48 @@ actor CommitQueue {
             }
         }
         flushing = false
+    }
+
+    /// Every commit in one transaction, without savepoints: each savepoint
+    /// is two more statements, and a copy of every page its commit changes,
+    /// about a tenth of a lone update's cost (Benchmarks/commit_savepoints.py).
+    /// Returns the first commit's failure, the transaction rolled back, or
+    /// nil, committed. A failure of the transaction itself throws.
+    private static func writeWhole(_ work: [[StoreOperation]], _ db: Database) throws -> (any Error)? {
+        var failure: (any Error)?
+        try db.inTransaction {
+            do {
+                for operations in work {
+                    for operation in operations { try SQLiteThreadStore.apply(operation, db) }
+                }
+                return .commit
+            } catch {
+                failure = error
+                return .rollback
+            }
+        }
+        return failure
+    }
+
+    /// The slow path after a failure: each commit in its own savepoint, so
+    /// only the failing ones write nothing.
+    private static func writeEachInSavepoint(_ work: [[StoreOperation]], _ db: Database) throws -> [(any Error)?] {
+        var results: [(any Error)?] = []
+        try db.inTransaction {
+            for operations in work {
+                do {
+                    try db.inSavepoint {
+                        for operation in operations { try SQLiteThreadStore.apply(operation, db) }
+                        return .commit
+                    }
+                    results.append(nil)
+                } catch {
+                    results.append(StoreError.wrapping(error))
+                }
+            }
+            return .commit
+        }
+        return results
     }
 }
 

@@ -57,6 +57,58 @@ struct SQLiteStoreTests {
         #expect(try await store.threadRecord("b") != nil)
     }
 
+    @Test("a group with a failing commit is written again commit by commit: the others land whole, the failing one writes nothing")
+    func groupReplayedAfterFailure() async throws {
+        let dir = directory()
+        let store = try SQLiteThreadStore(directory: dir)
+        let item = ContextItem(role: .user, kind: .userInput, text: "x")
+        try await store.commit([.putThread(record("a", created: 1)), .appendHistory("a", firstSequence: 0, items: [item])])
+        // Alone in its transaction, the failing commit is rolled back whole
+        // (its first operation would otherwise have written thread "lone").
+        await #expect(throws: StoreError.historySequenceTaken(threadID: "a", sequence: 0)) {
+            try await store.commit([.putThread(self.record("lone", created: 2)), .appendHistory("a", firstSequence: 0, items: [item])])
+        }
+        #expect(try await store.threadRecord("lone") == nil)
+        // A long commit holds the writer while the failing commit and good
+        // ones queue behind it, so they are written as one group.
+        var replayed = false
+        var attempts = 0
+        while !replayed && attempts < 5 {
+            let attempt = attempts
+            attempts += 1
+            let replayedBefore = await store.replayedTransactionCount
+            let long = Task {
+                try await store.commit([.putThread(self.record("long\(attempt)", created: 3)),
+                                        .appendHistory("long\(attempt)", firstSequence: 0,
+                                                       items: Array(repeating: item, count: 3_000))])
+            }
+            try await Task.sleep(for: .milliseconds(5))
+            let bad = Task {
+                try await store.commit([.putThread(self.record("bad\(attempt)", created: 4)),
+                                        .appendHistory("a", firstSequence: 0, items: [item])])
+            }
+            let good = (0..<8).map { index in
+                Task { try await store.commit([.putThread(self.record("good\(attempt)-\(index)", created: 5)),
+                                               .appendHistory("good\(attempt)-\(index)", firstSequence: 0, items: [item])]) }
+            }
+            try await long.value
+            await #expect(throws: StoreError.historySequenceTaken(threadID: "a", sequence: 0)) { try await bad.value }
+            for task in good { try await task.value }
+            #expect(try await store.threadRecord("bad\(attempt)") == nil, "the failing commit's first operation was rolled back")
+            replayed = await store.replayedTransactionCount > replayedBefore
+        }
+        #expect(replayed, "the failing commit never shared a transaction in 5 attempts")
+        let reopened = try SQLiteThreadStore(directory: dir)
+        for attempt in 0..<attempts {
+            for index in 0..<8 {
+                let stored = try await reopened.loadThread("good\(attempt)-\(index)")
+                #expect(stored?.history.map(\.text) == ["x"], "good\(attempt)-\(index) landed whole")
+            }
+            #expect(try await reopened.threadRecord("bad\(attempt)") == nil)
+        }
+        #expect(try await reopened.loadThread("a")?.history.map(\.text) == ["x"])
+    }
+
     @Test("a versioned write succeeds only on top of the version it replaces; a stale one fails loudly and changes nothing")
     func compareAndSet() async throws {
         let store = try SQLiteThreadStore(directory: directory())
