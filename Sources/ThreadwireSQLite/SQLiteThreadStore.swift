@@ -36,7 +36,8 @@ public final class SQLiteThreadStore: ThreadStore {
         // bounded by the pages one group commit changes. Set after the
         // migrations, whose table copies may sort more than fits.
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA temp_store = MEMORY") }
-        queue = CommitQueue(pool: pool, logger: logger)
+        queue = CommitQueue(pool: pool, logger: logger,
+                            recentEvents: try pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM thread_events_recent") ?? 0 })
     }
 
     public func commit(_ operations: [StoreOperation]) async throws {
@@ -100,6 +101,11 @@ public final class SQLiteThreadStore: ThreadStore {
     /// Transactions written so far (fewer than commits when group commit works).
     public var transactionCount: Int {
         get async { await queue.transactions }
+    }
+
+    /// Kept events not yet moved from `thread_events_recent` to thread_events.
+    public var eventsNotYetMoved: Int {
+        get async throws { try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM thread_events_recent") ?? 0 } }
     }
 
     /// Group commits written a second time, each commit in its own savepoint,
@@ -212,6 +218,7 @@ public final class SQLiteThreadStore: ThreadStore {
             for member in members {
                 for (table, column) in [("context_items", "thread_id"), ("turns", "thread_id"), ("mailbox", "recipient_id"),
                                         ("idempotency_keys", "thread_id"), ("thread_imports", "thread_id"), ("thread_events", "thread_id"),
+                                        ("thread_events_recent", "thread_id"),
                                         ("threads", "id")] {
                     try db.execute(sql: "DELETE FROM \(table) WHERE \(column) = ?", arguments: [member])
                 }
@@ -237,30 +244,74 @@ public final class SQLiteThreadStore: ThreadStore {
         INSERT INTO threads (\(ThreadRow.changeableColumns.joined(separator: ", ")), id, owner)
         VALUES (\(Array(repeating: "?", count: ThreadRow.changeableColumns.count + 2).joined(separator: ", ")))
         """
-    /// Compare-and-set: only on top of the version this one replaces.
+    /// Compare-and-set: only on top of the version this one replaces, and
+    /// below the commit's first new event number (`applyCommit`).
     private static let updateThread = """
         UPDATE threads SET \(ThreadRow.changeableColumns.map { "\($0) = ?" }.joined(separator: ", "))
-        WHERE id = ? AND version = ? AND owner = ?
+        WHERE id = ? AND version = ? AND owner = ? AND event_sequence < ?
         """
 
-    static func apply(_ operation: StoreOperation, _ db: Database) throws {
+    /// One commit's operations. New events are refused unless numbered above
+    /// the newest their thread's row carried (every kept number is at most
+    /// that): `thread_events_recent` has no index to refuse a number stored
+    /// again, so the row's compare-and-set does, in the same statement.
+    static func applyCommit(_ operations: [StoreOperation], _ db: Database) throws {
+        for operation in operations {
+            switch operation {
+            case let .putThread(r):
+                try putThread(r, belowEvent: firstNewEvent(of: r.id, in: operations), db)
+            case let .appendEvents(id, events):
+                let checked = operations.contains { if case let .putThread(r) = $0 { r.id == id } else { false } }
+                if !checked, let first = events.first?.sequence,
+                   let newest = try Int64.fetchOne(db, sql: "SELECT event_sequence FROM threads WHERE id = ?", arguments: [id]),
+                   first <= newest {
+                    throw StoreError.historySequenceTaken(threadID: id, sequence: Int(first))
+                }
+                try apply(operation, db)
+            default:
+                try apply(operation, db)
+            }
+        }
+    }
+
+    private static func firstNewEvent(of thread: ThreadID, in operations: [StoreOperation]) -> Int64? {
+        for case let .appendEvents(id, events) in operations where id == thread {
+            if let first = events.first?.sequence { return first }
+        }
+        return nil
+    }
+
+    private static func putThread(_ r: ThreadRecord, belowEvent firstNewEvent: Int64?, _ db: Database) throws {
+        // Existentials, not `[DatabaseValue]`: GRDB's initializer for a
+        // sequence of one concrete type builds a key path at run time on
+        // every call (3 % of a turn's CPU in a profile).
+        var values: [(any DatabaseValueConvertible)?] = try ThreadRow(r).changeableValues.map { $0.databaseValue }
+        if r.version <= 1 {
+            // A new row: no event of its thread is stored (deleteTree takes them with it).
+            guard try Int.fetchOne(db, sql: "SELECT 1 FROM threads WHERE id = ?", arguments: [r.id]) == nil else {
+                throw StoreError.conflict(threadID: r.id, expectedVersion: 0)
+            }
+            values += [r.id, r.principal]
+            try db.cachedStatement(sql: insertThread).execute(arguments: StatementArguments(values))
+        } else {
+            values += [r.id, r.version - 1, r.principal, firstNewEvent ?? Int64.max]
+            try db.cachedStatement(sql: updateThread).execute(arguments: StatementArguments(values))
+            guard db.changesCount == 1 else {
+                if let firstNewEvent,
+                   let row = try Row.fetchOne(db, sql: "SELECT version, event_sequence FROM threads WHERE id = ? AND owner = ?",
+                                              arguments: [r.id, r.principal]),
+                   row["version"] as Int64 == r.version - 1, row["event_sequence"] as Int64 >= firstNewEvent {
+                    throw StoreError.historySequenceTaken(threadID: r.id, sequence: Int(firstNewEvent))
+                }
+                throw StoreError.conflict(threadID: r.id, expectedVersion: r.version - 1)
+            }
+        }
+    }
+
+    private static func apply(_ operation: StoreOperation, _ db: Database) throws {
         switch operation {
         case let .putThread(r):
-            // Existentials, not `[DatabaseValue]`: GRDB's initializer for a
-            // sequence of one concrete type builds a key path at run time on
-            // every call (3 % of a turn's CPU in a profile).
-            var values: [(any DatabaseValueConvertible)?] = try ThreadRow(r).changeableValues.map { $0.databaseValue }
-            if r.version <= 1 {
-                guard try Int.fetchOne(db, sql: "SELECT 1 FROM threads WHERE id = ?", arguments: [r.id]) == nil else {
-                    throw StoreError.conflict(threadID: r.id, expectedVersion: 0)
-                }
-                values += [r.id, r.principal]
-                try db.cachedStatement(sql: insertThread).execute(arguments: StatementArguments(values))
-            } else {
-                values += [r.id, r.version - 1, r.principal]
-                try db.cachedStatement(sql: updateThread).execute(arguments: StatementArguments(values))
-                guard db.changesCount == 1 else { throw StoreError.conflict(threadID: r.id, expectedVersion: r.version - 1) }
-            }
+            try putThread(r, belowEvent: nil, db)
         case let .appendHistory(id, first, items):
             for (offset, item) in items.enumerated() {
                 do {
@@ -296,12 +347,8 @@ public final class SQLiteThreadStore: ThreadStore {
                 .execute(arguments: [to, from, from])
         case let .appendEvents(id, events):
             for event in events {
-                do {
-                    try db.cachedStatement(sql: "INSERT INTO thread_events (thread_id, seq, created_at, record) VALUES (?, ?, ?, ?)")
-                        .execute(arguments: [id, event.sequence, event.createdAt, Data(event.bytes)])
-                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                    throw StoreError.historySequenceTaken(threadID: id, sequence: Int(event.sequence))
-                }
+                try db.cachedStatement(sql: "INSERT INTO thread_events_recent (thread_id, seq, created_at, record) VALUES (?, ?, ?, ?)")
+                    .execute(arguments: [id, event.sequence, event.createdAt, Data(event.bytes)])
             }
         }
     }
@@ -312,6 +359,7 @@ public final class SQLiteThreadStore: ThreadStore {
     /// statement over every kept event held the writer, and so every commit,
     /// for as long as it took to scan them all (issue 49's benchmark).
     public func trimEvents(keep: Int64, createdBefore: Millis) async throws -> Int {
+        try await queue.moveRecentEvents()
         let due: [ThreadID] = try await pool.read { db in
             try Row.fetchAll(db, sql: """
                 SELECT t.id, t.event_sequence, e.seq AS oldest, e.created_at AS oldest_at
@@ -345,11 +393,20 @@ public final class SQLiteThreadStore: ThreadStore {
 
     static let trimThreadsPerWrite = 16
 
+    /// Moved events first, then new ones: in one snapshot, every new event of
+    /// a thread is newer than its moved ones (`thread_events_recent`).
     public func events(_ thread: ThreadID, after: Int64, limit: Int) async throws -> [StoredEvent] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT seq, created_at, record FROM thread_events WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                             arguments: [thread, after, limit])
-                .map { StoredEvent(sequence: $0["seq"], createdAt: $0["created_at"], bytes: [UInt8]($0["record"] as Data)) }
+            func fetch(_ table: String, after: Int64, limit: Int) throws -> [StoredEvent] {
+                try Row.fetchAll(db, sql: "SELECT seq, created_at, record FROM \(table) WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                                 arguments: [thread, after, limit])
+                    .map { StoredEvent(sequence: $0["seq"], createdAt: $0["created_at"], bytes: [UInt8]($0["record"] as Data)) }
+            }
+            var events = try fetch("thread_events", after: after, limit: limit)
+            if events.count < limit {
+                events += try fetch("thread_events_recent", after: events.last?.sequence ?? after, limit: limit - events.count)
+            }
+            return events
         }
     }
 
@@ -404,12 +461,39 @@ actor CommitQueue {
     private var flushing = false
     private(set) var transactions = 0
     private(set) var replayed = 0
+    /// About the rows in `thread_events_recent` (migration v12), moved to
+    /// thread_events once they reach `moveDueAt`.
+    private(set) var recentEvents: Int
+    private var moveDueAt = CommitQueue.recentEventsToMove
+    static let recentEventsToMove = 1024
     private let batchSize = Recorder(label: "threadwire_store_commit_batch_size", aggregate: true)
     private let latency = Metrics.Timer(label: "threadwire_store_commit_seconds")
 
-    init(pool: DatabasePool, logger: Logger) {
+    init(pool: DatabasePool, logger: Logger, recentEvents: Int) {
         self.pool = pool
         self.logger = logger
+        self.recentEvents = recentEvents
+    }
+
+    /// Moves every new event to thread_events in one transaction: sorted by
+    /// thread, each thread's index page is written once for all of its rows.
+    func moveRecentEvents() async throws {
+        do {
+            let moved = try await pool.write { db in
+                try db.execute(sql: """
+                    INSERT INTO thread_events (thread_id, seq, created_at, record)
+                    SELECT thread_id, seq, created_at, record FROM thread_events_recent ORDER BY thread_id, seq
+                    """)
+                try db.execute(sql: "DELETE FROM thread_events_recent")
+                return db.changesCount
+            }
+            recentEvents = max(0, recentEvents - moved)
+            moveDueAt = Self.recentEventsToMove
+        } catch {
+            // Still read from where they are; tried again after as many more.
+            moveDueAt = recentEvents + Self.recentEventsToMove
+            throw error
+        }
     }
 
     func submit(_ operations: [StoreOperation]) async throws {
@@ -441,12 +525,23 @@ actor CommitQueue {
                     return (Array(repeating: nil, count: work.count), false)
                 }
                 if wasReplayed { replayed += 1 }
-                for ((_, continuation), failure) in zip(batch, results) {
+                for ((operations, continuation), failure) in zip(batch, results) {
                     if let failure { continuation.resume(throwing: failure) } else { continuation.resume() }
+                    if failure == nil {
+                        for case let .appendEvents(_, events) in operations { recentEvents += events.count }
+                    }
                 }
             } catch {
                 logger.error("store transaction failed", metadata: ["tw.error": "\(error)", "tw.commits": "\(batch.count)"])
                 for (_, continuation) in batch { continuation.resume(throwing: error) }
+            }
+            if recentEvents >= moveDueAt {
+                // After the group's answers; new commits wait for the next group meanwhile.
+                do {
+                    try await moveRecentEvents()
+                } catch {
+                    logger.error("moving new events to thread_events failed", metadata: ["tw.error": "\(error)"])
+                }
             }
         }
         flushing = false
@@ -462,7 +557,7 @@ actor CommitQueue {
         try db.inTransaction {
             do {
                 for operations in work {
-                    for operation in operations { try SQLiteThreadStore.apply(operation, db) }
+                    try SQLiteThreadStore.applyCommit(operations, db)
                 }
                 return .commit
             } catch {
@@ -481,7 +576,7 @@ actor CommitQueue {
             for operations in work {
                 do {
                     try db.inSavepoint {
-                        for operation in operations { try SQLiteThreadStore.apply(operation, db) }
+                        try SQLiteThreadStore.applyCommit(operations, db)
                         return .commit
                     }
                     results.append(nil)

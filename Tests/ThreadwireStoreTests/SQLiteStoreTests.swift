@@ -109,6 +109,81 @@ struct SQLiteStoreTests {
         #expect(try await reopened.loadThread("a")?.history.map(\.text) == ["x"])
     }
 
+    @Test("new events are appended apart and moved in bulk: read in order across both tables, after a reopen too, numbers never stored twice, deleted with their tree")
+    func eventsMovedInBulk() async throws {
+        let dir = directory()
+        let store = try SQLiteThreadStore(directory: dir)
+        func event(_ n: Int64) -> StoredEvent { StoredEvent(sequence: n, createdAt: 5_000 + n, bytes: Array("event \(n)".utf8)) }
+        var busy = record("busy", created: 1)
+        var quiet = record("quiet", created: 2)
+        try await store.commit([.putThread(busy), .putThread(quiet)])
+        // 1,500 events of one thread in commits of 10 from 4 writers at once,
+        // and one event of another thread every 100: past one move, not two.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<4 {
+                group.addTask {
+                    var mine = self.record("w\(writer)", created: 3)
+                    try await store.commit([.putThread(mine)])
+                    for _ in 0..<3 {
+                        mine.version += 1
+                        mine.eventSequence += 1
+                        try await store.commit([.putThread(mine), .appendEvents(mine.id, [event(mine.eventSequence)])])
+                    }
+                }
+            }
+            for commit in 0..<150 {
+                busy.version += 1
+                busy.eventSequence += 10
+                try await store.commit([.putThread(busy), .appendEvents("busy", (busy.eventSequence - 9...busy.eventSequence).map(event))])
+                if commit % 10 == 9 {
+                    quiet.version += 1
+                    quiet.eventSequence += 1
+                    try await store.commit([.putThread(quiet), .appendEvents("quiet", [event(quiet.eventSequence)])])
+                }
+            }
+            try await group.waitForAll()
+        }
+        let notMoved = try await store.eventsNotYetMoved
+        #expect(notMoved > 0 && notMoved < 1_527, "\(notMoved) of 1,527 events not moved: both tables hold some")
+        func readAll(_ store: SQLiteThreadStore, _ thread: ThreadID, page: Int) async throws -> [Int64] {
+            var numbers: [Int64] = []
+            while true {
+                let events = try await store.events(thread, after: numbers.last ?? 0, limit: page)
+                #expect(events == events.map { event($0.sequence) }, "records and times as stored")
+                numbers += events.map(\.sequence)
+                if events.count < page { return numbers }
+            }
+        }
+        #expect(try await readAll(store, "busy", page: 97) == Array(1...1_500))
+        #expect(try await readAll(store, "quiet", page: 4) == Array(1...15))
+        #expect(try await readAll(store, "w0", page: 2) == [1, 2, 3])
+        // A number stored again is refused, with the row's change or alone.
+        var retaken = busy
+        retaken.version += 1
+        retaken.eventSequence += 1
+        await #expect(throws: StoreError.historySequenceTaken(threadID: "busy", sequence: 1_500)) {
+            try await store.commit([.putThread(retaken), .appendEvents("busy", [event(1_500), event(1_501)])])
+        }
+        await #expect(throws: StoreError.historySequenceTaken(threadID: "busy", sequence: 1_499)) {
+            try await store.commit([.appendEvents("busy", [event(1_499)])])
+        }
+        #expect(try await store.threadRecord("busy")?.version == busy.version, "the refused commit wrote nothing")
+        // Stale versions are still conflicts, not taken numbers.
+        var stale = busy
+        stale.eventSequence += 1
+        await #expect(throws: StoreError.conflict(threadID: "busy", expectedVersion: busy.version - 1)) {
+            try await store.commit([.putThread(stale), .appendEvents("busy", [event(1_501)])])
+        }
+        let reopened = try SQLiteThreadStore(directory: dir)
+        #expect(try await readAll(reopened, "busy", page: 500) == Array(1...1_500))
+        #expect(try await reopened.trimEvents(keep: 10, createdBefore: 0) == 1_490 + 5)
+        #expect(try await reopened.eventsNotYetMoved == 0, "a retention pass moves every new event first")
+        #expect(try await readAll(reopened, "busy", page: 100) == Array(1_491...1_500))
+        #expect(try await reopened.deleteTree("busy", fence: nil) == ["busy"])
+        #expect(try await reopened.events("busy", after: 0, limit: 10).isEmpty)
+        #expect(try await readAll(reopened, "quiet", page: 100) == Array(6...15))
+    }
+
     @Test("a versioned write succeeds only on top of the version it replaces; a stale one fails loudly and changes nothing")
     func compareAndSet() async throws {
         let store = try SQLiteThreadStore(directory: directory())
