@@ -78,6 +78,43 @@ struct ConcurrencyTests {
         #expect(after.model == lastModel && after.multiAgentMode == lastMode)
     }
 
+    @Test("two clients changing one thread's settings at once, more kept events than one bulk move of the SQLite store: after kill -9 a subscriber from the start hears each acknowledged change once, in order")
+    func keptEventsOfRacingChangesSurviveKill9() async throws {
+        let server = try await ServerProcess.launch()
+        let a = try await server.client()
+        let b = try await server.client()
+        let thread = try #require(try await a.startThread().thread?.id)
+        // 2 × 600 changes and thread/started: past the store's move of new
+        // events every 1,024 (migration v12), with some left unmoved.
+        func change(_ client: ThreadwireClient, _ name: String) async throws -> [String] {
+            var acknowledged: [String] = []
+            for round in 0..<600 {
+                let model = "\(name)-\(round)"
+                _ = try await client.updateSettings(Wire.ThreadSettingsUpdateParams(threadId: thread, model: model))
+                acknowledged.append(model)
+            }
+            return acknowledged
+        }
+        async let fromA = change(a, "a")
+        async let fromB = change(b, "b")
+        let (changesA, changesB) = try await (fromA, fromB)
+        await server.kill9()
+        try await server.start()
+
+        let watcher = try await server.client()
+        let head = try #require(try await watcher.read(thread, turns: false).thread?.threadSequence)
+        #expect(head == 1_201, "thread/started and 1,200 changes")
+        let inbox = Inbox(watcher)
+        _ = try await watcher.result(Joining.subscribe.request(thread, after: 0))
+        let events = try await inbox.kept(of: thread, through: head)
+        #expect(events.map(\.number) == Array(1...head), "every number once, in order")
+        let models = events.compactMap { event -> String? in
+            if case let .threadSettingsUpdated(update) = event.payload { update.settings?.model } else { nil }
+        }
+        #expect(models.filter { $0.hasPrefix("a-") } == changesA, "a's changes, each once, in the order acknowledged")
+        #expect(models.filter { $0.hasPrefix("b-") } == changesB, "b's changes, each once, in the order acknowledged")
+    }
+
     @Test("thread/read, answered from the snapshot's kept encoding, always shows the last acknowledged change while other readers hammer it")
     func readsFollowAcknowledgedWrites() async throws {
         let server = try await InProcessServer.launch()
