@@ -37,7 +37,7 @@ public final class SQLiteThreadStore: ThreadStore {
         // migrations, whose table copies may sort more than fits.
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA temp_store = MEMORY") }
         queue = CommitQueue(pool: pool, logger: logger,
-                            recentEvents: try pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM thread_events_recent") ?? 0 })
+                            recentEvents: try pool.read(Self.eventsNotYetMoved))
     }
 
     public func commit(_ operations: [StoreOperation]) async throws {
@@ -105,7 +105,11 @@ public final class SQLiteThreadStore: ThreadStore {
 
     /// Kept events not yet moved from `thread_events_recent` to thread_events.
     public var eventsNotYetMoved: Int {
-        get async throws { try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM thread_events_recent") ?? 0 } }
+        get async throws { try await pool.read(Self.eventsNotYetMoved) }
+    }
+
+    private static func eventsNotYetMoved(_ db: Database) throws -> Int {
+        try Int.fetchOne(db, sql: "SELECT count(*) FROM thread_events_recent") ?? 0
     }
 
     /// Group commits written a second time, each commit in its own savepoint,
