@@ -170,9 +170,8 @@ final class CommitBatcher: Sendable {
     }
 
     private func callFunction(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
-        var binds = PostgresBindings()
-        binds.append(CommitJSON.encode(commits))
         var statuses: [String] = []
+        let binds = Self.bindings(commits)
         for try await row in try await client.execute(CommitFunction.Call(bindings: binds), logger: logger) {
             statuses = row
         }
@@ -201,6 +200,15 @@ final class CommitBatcher: Sendable {
 }
 
 extension CommitBatcher {
+    /// A call's parameters: the commits as JSON, and their records.
+    static func bindings(_ commits: [CommitFunction.Commit]) -> PostgresBindings {
+        let (based, records) = CommitFunction.based(commits)
+        var binds = PostgresBindings()
+        binds.append(CommitJSON.encode(based))
+        binds.append(records)
+        return binds
+    }
+
     /// The threads of `commits` when each only replaces a different thread's
     /// row (the common group: settings, tools, names of many threads).
     static func distinctUpdatedThreads(_ commits: [CommitFunction.Commit]) -> [String]? {
@@ -223,8 +231,7 @@ extension CommitBatcher {
     /// its refusal (a lost lease or a conflict cannot come right again).
     private func updateThreads(_ commits: [CommitFunction.Commit], threads: [String]) async throws -> [Result<Void, any Error>] {
         state.withLock { $0.statistics.rowUpdateCalls += 1 }
-        var binds = PostgresBindings()
-        binds.append(CommitJSON.encode(commits))
+        let binds = Self.bindings(commits)
         var replaced = Set<String>()
         for try await thread in try await client.execute(CommitFunction.ThreadUpdates(bindings: binds), logger: logger) {
             replaced.insert(thread)

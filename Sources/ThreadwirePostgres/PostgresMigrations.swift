@@ -93,6 +93,8 @@ extension PostgresThreadStore {
             """,
             CommitFunction.definitionV10,
         ]),
+        // A call's records as bytea[] beside its JSON, not base64 inside it.
+        (11, [CommitFunction.definitionV11]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).

@@ -1,6 +1,8 @@
 import Foundation
+import NIOCore
 import Testing
 import ThreadwireCore
+import ThreadwireStorage
 @testable import ThreadwirePostgres
 
 /// The group commit's hand-written JSON against `JSONEncoder` on the same
@@ -56,15 +58,40 @@ import ThreadwireCore
 
     @Test("the hand-written commit JSON is the document JSONEncoder writes, for every operation and escaped strings")
     func sameDocumentAsJSONEncoder() throws {
-        let commits = try Self.commits()
+        let (commits, _) = CommitFunction.based(try Self.commits())
         let written = CommitJSON.encode(commits)
         let reference = String(decoding: try JSONEncoder().encode(commits), as: UTF8.self)
         #expect(try Self.parsed(written) == Self.parsed(reference))
         #expect(written.contains("\\\"") && written.contains("\\n") && written.contains("\\u001f"))
         // Each commit alone, too (a lone commit is a one-element batch).
         for commit in commits {
-            #expect(try Self.parsed(CommitJSON.encode([commit])) == Self.parsed(String(decoding: try JSONEncoder().encode([commit]), as: UTF8.self)))
+            let (alone, _) = CommitFunction.based([commit])
+            #expect(try Self.parsed(CommitJSON.encode(alone)) == Self.parsed(String(decoding: try JSONEncoder().encode(alone), as: UTF8.self)))
         }
         #expect(CommitJSON.encode([]) == "[]")
+    }
+
+    @Test("a call's records travel beside the JSON, each operation naming its own by index from its commit's base")
+    func recordsBesideTheJSON() throws {
+        let item = ContextItem(role: .user, kind: .userInput, text: "hello")
+        let events = (1...3).map { StoredEvent(sequence: Int64(10 + $0), createdAt: 5, bytes: [UInt8(200 + $0)]) }
+        let claim = IdempotencyClaim(key: IdempotencyKey(principal: "bob", key: "k"), method: "thread/settings/update", fingerprint: [1],
+                                     threadID: "t-2", turnIDs: [], createdAtMillis: 9)
+        let first = try CommitFunction.Commit([.appendHistory("t-1", firstSequence: 0, items: [item, item]),
+                                              .removeMailbox(recipient: "t-1", throughSequence: 3),
+                                              .claimIdempotencyKey(claim, response: nil),
+                                              .recordIdempotentResponse(claim, response: [7, 7])], fence: nil)
+        let second = try CommitFunction.Commit([.appendEvents("t-2", events), .enqueueMailbox(recipient: "t-3", item: item)], fence: nil)
+        let (based, records) = CommitFunction.based([first, second])
+        #expect(records.count == 3 + 4)
+        #expect(based.map(\.recordBase) == [0, 3])
+        // The history's two items, then the answer; no record for the claim without one.
+        #expect(based[0].ops.map(\.ri) == [0, nil, nil, 2] && based[0].ops.map(\.n) == [2, nil, nil, nil])
+        #expect(based[1].ops.map(\.ri) == [0, 3] && based[1].ops.map(\.n) == [3, nil])
+        #expect(Array(records[2].readableBytesView) == [7, 7])
+        #expect(records[3...5].map { Array($0.readableBytesView) } == [[201], [202], [203]])
+        #expect(Array(records[0].readableBytesView) == StoredRecords.encode(item))
+        let json = CommitJSON.encode(based)
+        #expect(!json.contains("items") && !json.contains("record"), "no record inside the JSON: \(json)")
     }
 }
