@@ -15,13 +15,40 @@ import ThreadwireStorage
 /// (stale version, lost lease) writes nothing and does not disturb the others
 /// of its call. A call whose commits each only replace a different thread's
 /// row (settings, tools, names) goes as one set-based UPDATE with the same
-/// checks instead (`ThreadUpdates`). A call that fails as a whole (a
+/// checks instead (`RowUpdates`). A call that fails as a whole (a
 /// constraint, a dropped connection) is retried one commit per call, so only
 /// the commit at fault fails.
 final class CommitBatcher: Sendable {
     private struct Pending: Sendable {
-        let commit: CommitFunction.Commit
+        let work: Work
         let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    /// A commit as it waits: a row replacement stays in columns, and
+    /// becomes the function's JSON only if its call needs it.
+    enum Work: Sendable {
+        case rowUpdate(RowUpdate, operations: [StoreOperation])
+        case commit(CommitFunction.Commit)
+
+        init(_ operations: [StoreOperation], fence: LeaseFence?) throws {
+            if let update = try RowUpdate(operations, fence: fence) {
+                self = .rowUpdate(update, operations: operations)
+            } else {
+                self = .commit(try CommitFunction.Commit(operations, fence: fence))
+            }
+        }
+
+        /// The commit in the function's input shape.
+        func functionCommit() throws -> CommitFunction.Commit {
+            switch self {
+            case let .rowUpdate(update, operations): try CommitFunction.Commit(operations, fence: update.fence)
+            case let .commit(commit): commit
+            }
+        }
+
+        var rowUpdate: RowUpdate? {
+            if case let .rowUpdate(update, _) = self { update } else { nil }
+        }
     }
 
     private struct State {
@@ -56,10 +83,10 @@ final class CommitBatcher: Sendable {
     }
 
     func commit(_ operations: [StoreOperation], fence: LeaseFence?) async throws {
-        let commit = try CommitFunction.Commit(operations, fence: fence)
+        let work = try Work(operations, fence: fence)
         try await withCheckedThrowingContinuation { continuation in
             let startCalling = state.withLock { state -> Bool in
-                state.pending.append(Pending(commit: commit, continuation: continuation))
+                state.pending.append(Pending(work: work, continuation: continuation))
                 guard state.callsInFlight < Self.maxCallsInFlight else { return false }
                 state.callsInFlight += 1
                 return true
@@ -104,7 +131,7 @@ final class CommitBatcher: Sendable {
             }
             batchSize.record(batch.count)
             let started = ContinuousClock.now
-            let outcomes = await run(batch.map(\.commit))
+            let outcomes = await run(batch.map(\.work))
             latency.record(duration: ContinuousClock.now - started)
             DeadlineTimer.shared.cancel(alarm)
             guard answer.give(outcomes) else { return }
@@ -124,7 +151,7 @@ final class CommitBatcher: Sendable {
     }
 
     /// One outcome per commit.
-    private func run(_ commits: [CommitFunction.Commit]) async -> [Result<Void, any Error>] {
+    private func run(_ commits: [Work]) async -> [Result<Void, any Error>] {
         do {
             return try await call(commits)
         } catch where commits.count > 1 && Self.refusedByServer(error) {
@@ -164,9 +191,9 @@ final class CommitBatcher: Sendable {
         return StoreError.outcomeUnknown("\(String(reflecting: error))")
     }
 
-    private func call(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
-        if let threads = Self.distinctUpdatedThreads(commits) { return try await updateThreads(commits, threads: threads) }
-        return try await callFunction(commits)
+    private func call(_ commits: [Work]) async throws -> [Result<Void, any Error>] {
+        if let updates = Self.distinctRowUpdates(commits) { return try await updateRows(updates, commits) }
+        return try await callFunction(try commits.map { try $0.functionCommit() })
     }
 
     private func callFunction(_ commits: [CommitFunction.Commit]) async throws -> [Result<Void, any Error>] {
@@ -209,36 +236,34 @@ extension CommitBatcher {
         return binds
     }
 
-    /// The threads of `commits` when each only replaces a different thread's
-    /// row (the common group: settings, tools, names of many threads).
-    static func distinctUpdatedThreads(_ commits: [CommitFunction.Commit]) -> [String]? {
-        var threads: [String] = []
+    /// The row replacements of `commits` when each only replaces a
+    /// different thread's row (the common group: settings, tools, names of
+    /// many threads).
+    static func distinctRowUpdates(_ commits: [Work]) -> [RowUpdate]? {
+        var updates: [RowUpdate] = []
         var seen = Set<String>()
         for commit in commits {
-            guard let thread = commit.updatedThread, seen.insert(thread).inserted else { return nil }
-            threads.append(thread)
+            guard let update = commit.rowUpdate, seen.insert(update.row.id).inserted else { return nil }
+            updates.append(update)
         }
-        return threads
+        return updates
     }
 
-    /// Row replacements of distinct threads as one set-based UPDATE (one
-    /// statement, no PL/pgSQL loop: PostgreSQL spent about 38 µs per commit
-    /// in the function's loop and JSON against 19 µs in the UPDATE itself),
-    /// with the function's checks in its order: every fence locked FOR SHARE
-    /// in tree order (the aggregate takes them all before a row is
-    /// written), then each row compare-and-set on owner and version. A commit whose
-    /// row was not replaced wrote nothing; the commit function then names
-    /// its refusal (a lost lease or a conflict cannot come right again).
-    private func updateThreads(_ commits: [CommitFunction.Commit], threads: [String]) async throws -> [Result<Void, any Error>] {
+    /// Row replacements of distinct threads as one set-based UPDATE
+    /// (`RowUpdates`: one statement, no PL/pgSQL loop; PostgreSQL spent
+    /// about 38 µs per commit in the function's loop and JSON against 19 µs
+    /// in the UPDATE itself). A commit whose row was not replaced wrote
+    /// nothing; the commit function then names its refusal (a lost lease or
+    /// a conflict cannot come right again).
+    private func updateRows(_ updates: [RowUpdate], _ commits: [Work]) async throws -> [Result<Void, any Error>] {
         state.withLock { $0.statistics.rowUpdateCalls += 1 }
-        let binds = Self.bindings(commits)
         var replaced = Set<String>()
-        for try await thread in try await client.execute(CommitFunction.ThreadUpdates(bindings: binds), logger: logger) {
+        for try await thread in try await client.execute(RowUpdates(updates), logger: logger) {
             replaced.insert(thread)
         }
         var outcomes: [Result<Void, any Error>] = []
-        for (commit, thread) in zip(commits, threads) {
-            outcomes.append(replaced.contains(thread) ? .success(()) : try await callFunction([commit])[0])
+        for (commit, update) in zip(commits, updates) {
+            outcomes.append(replaced.contains(update.row.id) ? .success(()) : try await callFunction([commit.functionCommit()])[0])
         }
         return outcomes
     }

@@ -169,42 +169,6 @@ enum CommitFunction {
         }
     }
 
-    /// Commits that each only replace a distinct thread's row, in the
-    /// function's input shape ($1 the commits, $2 their records): the ids
-    /// of the rows replaced. The commits are read as jsonb, parsed once: as
-    /// json, each `->` lexed its commit again (five times a commit), which
-    /// took a fifth of PostgreSQL's CPU in a group of settings changes.
-    struct ThreadUpdates: PostgresPreparedStatement {
-        typealias Row = String
-        static let name = "threadwire_thread_updates"
-        static let sql = """
-            WITH batch AS MATERIALIZED (
-                SELECT r.*, c->>'tree' AS fence_tree, (c->>'epoch')::bigint AS fence_epoch, (c->>'rb')::integer AS record_base,
-                    c->'ops'->1 AS kept_events
-                FROM jsonb_array_elements($1::jsonb) c, LATERAL jsonb_populate_record(NULL::threads, c->'ops'->0->'r') r),
-            held AS MATERIALIZED (
-                SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') AS fences FROM (
-                    SELECT tree, epoch FROM thread_leases WHERE tree IN (SELECT fence_tree FROM batch) ORDER BY tree FOR SHARE) l),
-            updated AS (
-                UPDATE threads t SET \(ThreadRow.changeableColumns.map { "\($0) = b.\($0)" }.joined(separator: ", "))
-                FROM batch b, held h
-                WHERE t.id = b.id AND t.owner = b.owner AND t.version = b.version - 1
-                  AND (b.fence_tree IS NULL OR b.fence_tree || ' ' || b.fence_epoch = ANY (h.fences))
-                RETURNING t.id),
-            kept AS (
-                INSERT INTO thread_events (thread_id, seq, created_at, record)
-                SELECT b.id, (b.kept_events->>'first')::bigint + i - 1, (b.kept_events->>'at')::bigint,
-                    ($2::bytea[])[b.record_base + (b.kept_events->>'ri')::integer + i]
-                FROM batch b JOIN updated u ON u.id = b.id
-                CROSS JOIN LATERAL generate_series(1, (b.kept_events->>'n')::integer) AS i
-                WHERE b.kept_events->>'k' = 'events')
-            SELECT id FROM updated
-            """
-        let bindings: PostgresBindings
-        func makeBindings() throws -> PostgresBindings { bindings }
-        func decodeRow(_ row: PostgresRow) throws -> String { try row.decode(String.self) }
-    }
-
     struct Call: PostgresPreparedStatement {
         typealias Row = [String]
         static let name = "threadwire_commit_call"

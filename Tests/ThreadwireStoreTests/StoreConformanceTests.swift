@@ -729,8 +729,17 @@ struct PostgresLeaseTests {
                         // Trees 4-7 write on top of a version they do not have; 0-3 stay at version 1.
                         record.version = switch index { case 0..<4: 2; case 4..<8: Int64(100 + round); default: Int64(2 + round) }
                         record.model = "round \(round)"
+                        // Landing rows carry NULLs beside text that needs escaping in JSON, and keep an event.
+                        var operations: [StoreOperation] = [.putThread(record)]
+                        if index >= 8 {
+                            record.name = index % 2 == 0 ? "quote \" backslash \\ newline \n é 漢字 🧵 \u{1F}" : nil
+                            record.nickname = index % 2 == 0 ? nil : "nick \(round)"
+                            record.eventSequence = Int64(round + 1)
+                            operations = [.putThread(record),
+                                          .appendEvents(tree, [StoredEvent(sequence: Int64(round + 1), createdAt: 7, bytes: [UInt8(index), 0, 255])])]
+                        }
                         do {
-                            try await store.commit([.putThread(record)], fence: index < 4 ? first[tree]! : latest[tree]!)
+                            try await store.commit(operations, fence: index < 4 ? first[tree]! : latest[tree]!)
                             return (tree, .landed)
                         } catch StoreError.leaseLost {
                             return (tree, .leaseLost)
@@ -760,6 +769,11 @@ struct PostgresLeaseTests {
                 default:
                     #expect(byTree[tree] == .landed, "\(tree): \(String(describing: byTree[tree]))")
                     #expect(stored.record.version == Int64(2 + round) && stored.record.model == "round \(round)")
+                    #expect(stored.record.name == (index % 2 == 0 ? "quote \" backslash \\ newline \n é 漢字 🧵 \u{1F}" : nil), "\(tree)")
+                    #expect(stored.record.nickname == (index % 2 == 0 ? nil : "nick \(round)"), "\(tree)")
+                    #expect(stored.record.eventSequence == Int64(round + 1))
+                    #expect(try await store.events(tree, after: Int64(round), limit: 10)
+                        == [StoredEvent(sequence: Int64(round + 1), createdAt: 7, bytes: [UInt8(index), 0, 255])], "\(tree)")
                 }
             }
         }
