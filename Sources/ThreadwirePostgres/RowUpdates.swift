@@ -37,38 +37,24 @@ struct RowUpdates: PostgresPreparedStatement {
     typealias Row = String
     static let name = "threadwire_row_updates"
 
-    enum ColumnType: String { case text, bigint, boolean, bytea }
-
-    /// The SQL types of `ThreadRow.changeableColumns`, read off a row's values.
-    static let changeableTypes: [ColumnType] = {
-        let sample = try? ThreadRow(ThreadRecord(id: "", sessionID: "", source: .appServer, depth: 0, createdAt: 0, model: "", cwd: ""))
-        return (sample?.changeableValues ?? []).map { value in
-            switch value {
-            case .text: .text
-            case .integer: .bigint
-            case .boolean: .boolean
-            }
-        }
-    }()
-
     static let sql: String = {
-        let columns = ThreadRow.changeableColumns
-        precondition(changeableTypes.count == columns.count, "a type for each changeable column")
+        let columns = ThreadRow.changeable
         var count = 0
-        func parameter(_ type: ColumnType) -> String {
+        func parameter(_ type: String) -> String {
             count += 1
-            return "$\(count)::\(type.rawValue)[]"
+            return "$\(count)::\(type)[]"
         }
-        let rows = ([.text, .text, .text, .bigint] + changeableTypes).map(parameter).joined(separator: ", ")
-        let events = [ColumnType.text, .bigint, .bigint, .bytea].map(parameter).joined(separator: ", ")
+        let rows = (["text", "text", "text", "bigint"] + columns.map { ColumnArray.sqlType($0.kind) }).map(parameter)
+        let events = ["text", "bigint", "bigint", "bytea"].map(parameter)
+        let names = columns.map(\.name)
         return """
             WITH batch AS MATERIALIZED (
-                SELECT * FROM unnest(\(rows)) AS b(id, owner, fence_tree, fence_epoch, \(columns.joined(separator: ", ")))),
+                SELECT * FROM unnest(\(rows.joined(separator: ", "))) AS b(id, owner, fence_tree, fence_epoch, \(names.joined(separator: ", ")))),
             held AS MATERIALIZED (
                 SELECT coalesce(array_agg(l.tree || ' ' || l.epoch), '{}') AS fences FROM (
                     SELECT tree, epoch FROM thread_leases WHERE tree IN (SELECT fence_tree FROM batch) ORDER BY tree FOR SHARE) l),
             updated AS (
-                UPDATE threads t SET \(columns.map { "\($0) = b.\($0)" }.joined(separator: ", "))
+                UPDATE threads t SET \(names.map { "\($0) = b.\($0)" }.joined(separator: ", "))
                 FROM batch b, held h
                 WHERE t.id = b.id AND t.owner = b.owner AND t.version = b.version - 1
                   AND (b.fence_tree IS NULL OR b.fence_tree || ' ' || b.fence_epoch = ANY (h.fences))
@@ -76,7 +62,7 @@ struct RowUpdates: PostgresPreparedStatement {
             kept AS (
                 INSERT INTO thread_events (thread_id, seq, created_at, record)
                 SELECT e.thread_id, e.seq, e.created_at, e.record
-                FROM unnest(\(events)) AS e(thread_id, seq, created_at, record)
+                FROM unnest(\(events.joined(separator: ", "))) AS e(thread_id, seq, created_at, record)
                 JOIN updated u ON u.id = e.thread_id)
             SELECT id FROM updated
             """
@@ -85,30 +71,14 @@ struct RowUpdates: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(_ updates: [RowUpdate]) {
-        var binds = PostgresBindings(capacity: 4 + Self.changeableTypes.count + 4)
-        binds.append(NullableTextArray(updates.map { $0.row.id }))
-        binds.append(NullableTextArray(updates.map { $0.row.owner }))
+        let rows = updates.map(\.row)
+        var binds = PostgresBindings(capacity: 4 + ThreadRow.changeable.count + 4)
+        binds.append(NullableTextArray(rows.map(\.id)))
+        binds.append(NullableTextArray(rows.map(\.owner)))
         binds.append(NullableTextArray(updates.map { $0.fence?.tree }))
         // An epoch is only compared when its tree is there.
         binds.append(updates.map { $0.fence?.epoch ?? 0 })
-        let values = updates.map(\.row.changeableValues)
-        for (column, type) in Self.changeableTypes.enumerated() {
-            switch type {
-            case .text:
-                binds.append(NullableTextArray(values.map { row -> String? in
-                    if case let .text(text) = row[column] { text } else { nil }
-                }))
-            case .bigint:
-                binds.append(values.map { row -> Int64 in
-                    if case let .integer(number) = row[column] { number } else { 0 }
-                })
-            case .boolean:
-                binds.append(values.map { row -> Bool in
-                    if case let .boolean(flag) = row[column] { flag } else { false }
-                })
-            case .bytea: preconditionFailure("no changeable column is bytea")
-            }
-        }
+        for column in ThreadRow.changeable { binds.append(ColumnArray(rows: rows, column: column)) }
         var threads: [String?] = []
         var numbers: [Int64] = []
         var times: [Int64] = []
@@ -130,6 +100,65 @@ struct RowUpdates: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings { bindings }
     func decodeRow(_ row: PostgresRow) throws -> String { try row.decode(String.self) }
+}
+
+/// One changeable column of many rows as an array, written in PostgreSQL's
+/// binary array format straight from the rows (no array of values first).
+struct ColumnArray: PostgresDynamicTypeEncodable {
+    let rows: [ThreadRow]
+    let column: ThreadRow.ChangeableColumn
+
+    static func sqlType(_ kind: ColumnValue.Kind) -> String {
+        switch kind {
+        case .text: "text"
+        case .integer: "bigint"
+        case .boolean: "boolean"
+        }
+    }
+
+    var psqlType: PostgresDataType {
+        switch column.kind {
+        case .text: .textArray
+        case .integer: .int8Array
+        case .boolean: .boolArray
+        }
+    }
+
+    var psqlFormat: PostgresFormat { .binary }
+
+    func encode<JSONEncoder: PostgresJSONEncoder>(into buffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
+        let element: PostgresDataType = switch column.kind {
+        case .text: .text
+        case .integer: .int8
+        case .boolean: .bool
+        }
+        buffer.writeInteger(rows.isEmpty ? 0 : 1, as: Int32.self)  // dimensions
+        let hasNullsAt = buffer.writerIndex
+        buffer.writeInteger(0, as: Int32.self)
+        buffer.writeInteger(element.rawValue)
+        guard !rows.isEmpty else { return }
+        buffer.writeInteger(Int32(rows.count))  // length
+        buffer.writeInteger(1, as: Int32.self)  // lower bound
+        var hasNulls = false
+        for row in rows {
+            switch column.value(row) {
+            case .text(nil):
+                hasNulls = true
+                buffer.writeInteger(-1, as: Int32.self)
+            case let .text(text?):
+                let lengthAt = buffer.writerIndex
+                buffer.writeInteger(0, as: Int32.self)
+                buffer.setInteger(Int32(buffer.writeString(text)), at: lengthAt)
+            case let .integer(number):
+                buffer.writeInteger(8, as: Int32.self)
+                buffer.writeInteger(number)
+            case let .boolean(flag):
+                buffer.writeInteger(1, as: Int32.self)
+                buffer.writeInteger(flag ? 1 : 0, as: UInt8.self)
+            }
+        }
+        if hasNulls { buffer.setInteger(1, at: hasNullsAt, as: Int32.self) }
+    }
 }
 
 /// `text[]` whose elements may be NULL (postgres-nio's arrays take no

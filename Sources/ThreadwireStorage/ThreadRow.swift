@@ -149,23 +149,46 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
         return record
     }
 
+    /// A column a versioned write replaces: its name, the kind of its
+    /// values, and a row's value.
+    public struct ChangeableColumn: Sendable {
+        public let name: String
+        public let kind: ColumnValue.Kind
+        public let value: @Sendable (ThreadRow) -> ColumnValue
+
+        static func text(_ name: String, _ value: @escaping @Sendable (ThreadRow) -> String?) -> Self {
+            Self(name: name, kind: .text) { .text(value($0)) }
+        }
+
+        static func integer(_ name: String, _ value: @escaping @Sendable (ThreadRow) -> Int64) -> Self {
+            Self(name: name, kind: .integer) { .integer(value($0)) }
+        }
+
+        static func boolean(_ name: String, _ value: @escaping @Sendable (ThreadRow) -> Bool) -> Self {
+            Self(name: name, kind: .boolean) { .boolean(value($0)) }
+        }
+    }
+
     /// The columns a versioned write replaces (all but `id` and `owner`,
-    /// which never change), in the order of `changeableValues`.
-    public static let changeableColumns = [
-        "session_id", "parent_id", "forked_from_id", "source", "depth", "task_name", "nickname", "preview", "name",
-        "created_at", "updated_at", "archived", "runtime", "legacy", "selected_mode", "model", "cwd", "base_instructions",
-        "config_overrides", "version", "agent_status", "agent_final_message", "agent_closed", "tool_settings", "agent_role", "event_sequence",
+    /// which never change), in the order of `changeableColumns` and
+    /// `changeableValues`.
+    public static let changeable: [ChangeableColumn] = [
+        .text("session_id") { $0.session_id }, .text("parent_id") { $0.parent_id },
+        .text("forked_from_id") { $0.forked_from_id }, .text("source") { $0.source }, .integer("depth") { $0.depth },
+        .text("task_name") { $0.task_name }, .text("nickname") { $0.nickname }, .text("preview") { $0.preview },
+        .text("name") { $0.name }, .integer("created_at") { $0.created_at }, .integer("updated_at") { $0.updated_at },
+        .boolean("archived") { $0.archived }, .text("runtime") { $0.runtime }, .boolean("legacy") { $0.legacy },
+        .text("selected_mode") { $0.selected_mode }, .text("model") { $0.model }, .text("cwd") { $0.cwd },
+        .text("base_instructions") { $0.base_instructions }, .text("config_overrides") { $0.config_overrides },
+        .integer("version") { $0.version }, .text("agent_status") { $0.agent_status },
+        .text("agent_final_message") { $0.agent_final_message }, .boolean("agent_closed") { $0.agent_closed },
+        .text("tool_settings") { $0.tool_settings }, .text("agent_role") { $0.agent_role },
+        .integer("event_sequence") { $0.event_sequence },
     ]
 
-    public var changeableValues: [ColumnValue] {
-        [
-            .text(session_id), .text(parent_id), .text(forked_from_id), .text(source), .integer(depth), .text(task_name),
-            .text(nickname), .text(preview), .text(name), .integer(created_at), .integer(updated_at), .boolean(archived),
-            .text(runtime), .boolean(legacy), .text(selected_mode), .text(model), .text(cwd), .text(base_instructions),
-            .text(config_overrides), .integer(version), .text(agent_status), .text(agent_final_message), .boolean(agent_closed),
-            .text(tool_settings), .text(agent_role), .integer(event_sequence),
-        ]
-    }
+    public static let changeableColumns = changeable.map(\.name)
+
+    public var changeableValues: [ColumnValue] { Self.changeable.map { $0.value(self) } }
 }
 
 /// One column's value, for a store that binds values by position.
@@ -173,6 +196,8 @@ public enum ColumnValue: Sendable, Equatable {
     case text(String?)
     case integer(Int64)
     case boolean(Bool)
+
+    public enum Kind: Sendable { case text, integer, boolean }
 }
 
 /// How a store reads one row's columns by name.
