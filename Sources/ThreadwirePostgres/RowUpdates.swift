@@ -26,9 +26,10 @@ struct RowUpdate: Sendable {
 }
 
 /// Row replacements of distinct threads as one statement, each column a
-/// binary array parameter `unnest` reads back into rows: no JSON to write,
-/// lex and populate (writing it was about 5 µs of the server's CPU per
-/// settings change, parsing it a fifth of PostgreSQL's). The checks are the
+/// binary array parameter `unnest` reads back into rows: no JSON for
+/// PostgreSQL to lex and populate (as `json` it took a fifth of PostgreSQL's
+/// CPU in a group of settings changes; writing the arrays costs the server
+/// about what writing the JSON did). The checks are the
 /// commit function's, in its order: every fence locked FOR SHARE in tree
 /// order (the aggregate takes them all before a row is written), then each
 /// row compare-and-set on owner and version; a row's events are inserted
