@@ -8,6 +8,7 @@ import os
 import pathlib
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -299,6 +300,11 @@ def test_pause_after_tools_set_and_a_paused_turn_continued_from_the_page(served,
     expect(page.page.get_by_test_id("pause-after-tools")).to_be_checked()
     with Client(*frames) as alice:
         alice.initialize("alice", auth_token=ALICE)
+        # The box is checked before the page's update is acknowledged (a
+        # loaded CI run read the thread in between): wait for the server.
+        deadline = time.monotonic() + 10
+        while not alice.call("thread/read", {"thread_id": root}).settings.pause_after_tools and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert alice.call("thread/read", {"thread_id": root}).settings.pause_after_tools, "the form set it"
         turn = alice.call("turn/start", {"thread_id": root, "input": [{"text": "#tool nope {}\nafter the pause"}]}).turn.id
     # The page hears the pause live and offers to go on.
