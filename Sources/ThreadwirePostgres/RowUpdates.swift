@@ -74,13 +74,13 @@ struct RowUpdates: PostgresPreparedStatement {
     init(_ updates: [RowUpdate]) {
         let rows = updates.map(\.row)
         var binds = PostgresBindings(capacity: 4 + ThreadRow.changeable.count + 4)
-        binds.append(NullableTextArray(rows.map(\.id)))
-        binds.append(NullableTextArray(rows.map(\.owner)))
-        binds.append(NullableTextArray(updates.map { $0.fence?.tree }))
+        binds.append(ColumnArray(texts: rows.map(\.id)))
+        binds.append(ColumnArray(texts: rows.map(\.owner)))
+        binds.append(ColumnArray(texts: updates.map { $0.fence?.tree }))
         // An epoch is only compared when its tree is there.
         binds.append(updates.map { $0.fence?.epoch ?? 0 })
         for column in ColumnArray.columns(of: rows) { binds.append(column) }
-        var threads: [String?] = []
+        var threads: [String] = []
         var numbers: [Int64] = []
         var times: [Int64] = []
         var records: [ByteBuffer] = []
@@ -92,7 +92,7 @@ struct RowUpdates: PostgresPreparedStatement {
                 records.append(ByteBuffer(bytes: event.bytes))
             }
         }
-        binds.append(NullableTextArray(threads))
+        binds.append(ColumnArray(texts: threads))
         binds.append(numbers)
         binds.append(times)
         binds.append(records)
@@ -108,9 +108,9 @@ struct RowUpdates: PostgresPreparedStatement {
 struct ColumnArray: PostgresDynamicTypeEncodable {
     let kind: ColumnValue.Kind
     let count: Int
-    var hasNulls = false
+    private var hasNulls = false
     /// Each element as the format has it: its length, then its bytes.
-    var elements = ByteBuffer()
+    private var elements = ByteBuffer()
 
     static func sqlType(_ kind: ColumnValue.Kind) -> String {
         switch kind {
@@ -120,6 +120,18 @@ struct ColumnArray: PostgresDynamicTypeEncodable {
         }
     }
 
+    init(kind: ColumnValue.Kind, count: Int) {
+        self.kind = kind
+        self.count = count
+    }
+
+    /// A `text[]` whose elements may be NULL (postgres-nio's arrays take no
+    /// optionals).
+    init(texts: [String?]) {
+        self.init(kind: .text, count: texts.count)
+        for text in texts { append(.text(text)) }
+    }
+
     /// Every changeable column of `rows`, written row by row: a row is read
     /// once for all its columns (column by column, each read of a row copied
     /// it whole, which cost more than the JSON this replaced).
@@ -127,26 +139,28 @@ struct ColumnArray: PostgresDynamicTypeEncodable {
         var columns = ThreadRow.changeable.map { ColumnArray(kind: $0.kind, count: rows.count) }
         let values = ThreadRow.changeable.map(\.value)
         for row in rows {
-            for index in values.indices {
-                switch values[index](row) {
-                case .text(nil):
-                    columns[index].hasNulls = true
-                    columns[index].elements.writeInteger(-1, as: Int32.self)
-                case let .text(text?):
-                    let lengthAt = columns[index].elements.writerIndex
-                    columns[index].elements.writeInteger(0, as: Int32.self)
-                    let written = columns[index].elements.writeString(text)
-                    columns[index].elements.setInteger(Int32(written), at: lengthAt)
-                case let .integer(number):
-                    columns[index].elements.writeInteger(8, as: Int32.self)
-                    columns[index].elements.writeInteger(number)
-                case let .boolean(flag):
-                    columns[index].elements.writeInteger(1, as: Int32.self)
-                    columns[index].elements.writeInteger(flag ? 1 : 0, as: UInt8.self)
-                }
-            }
+            for index in values.indices { columns[index].append(values[index](row)) }
         }
         return columns
+    }
+
+    private mutating func append(_ value: ColumnValue) {
+        switch value {
+        case .text(nil):
+            hasNulls = true
+            elements.writeInteger(-1, as: Int32.self)
+        case let .text(text?):
+            let lengthAt = elements.writerIndex
+            elements.writeInteger(0, as: Int32.self)
+            let written = elements.writeString(text)
+            elements.setInteger(Int32(written), at: lengthAt)
+        case let .integer(number):
+            elements.writeInteger(8, as: Int32.self)
+            elements.writeInteger(number)
+        case let .boolean(flag):
+            elements.writeInteger(1, as: Int32.self)
+            elements.writeInteger(flag ? 1 : 0, as: UInt8.self)
+        }
     }
 
     private var elementType: PostgresDataType {
@@ -175,35 +189,5 @@ struct ColumnArray: PostgresDynamicTypeEncodable {
         buffer.writeInteger(Int32(count))  // length
         buffer.writeInteger(1, as: Int32.self)  // lower bound
         buffer.writeImmutableBuffer(elements)
-    }
-}
-
-/// `text[]` whose elements may be NULL (postgres-nio's arrays take no
-/// optionals), in PostgreSQL's binary array format.
-struct NullableTextArray: PostgresNonThrowingEncodable {
-    static var psqlType: PostgresDataType { .textArray }
-    static var psqlFormat: PostgresFormat { .binary }
-
-    let values: [String?]
-
-    init(_ values: [String?]) { self.values = values }
-
-    func encode<JSONEncoder: PostgresJSONEncoder>(into buffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
-        buffer.writeInteger(values.isEmpty ? 0 : 1, as: Int32.self)  // dimensions
-        buffer.writeInteger(values.contains(nil) ? 1 : 0, as: Int32.self)  // has NULLs
-        buffer.writeInteger(PostgresDataType.text.rawValue)
-        guard !values.isEmpty else { return }
-        buffer.writeInteger(Int32(values.count))  // length
-        buffer.writeInteger(1, as: Int32.self)  // lower bound
-        for value in values {
-            guard let value else {
-                buffer.writeInteger(-1, as: Int32.self)
-                continue
-            }
-            let lengthAt = buffer.writerIndex
-            buffer.writeInteger(0, as: Int32.self)
-            let written = buffer.writeString(value)
-            buffer.setInteger(Int32(written), at: lengthAt)
-        }
     }
 }
