@@ -72,25 +72,38 @@ struct RowUpdates: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(_ updates: [RowUpdate]) {
-        let rows = updates.map(\.row)
-        var binds = PostgresBindings(capacity: 4 + ThreadRow.changeable.count + 4)
-        binds.append(ColumnArray(texts: rows.map(\.id)))
-        binds.append(ColumnArray(texts: rows.map(\.owner)))
-        binds.append(ColumnArray(texts: updates.map { $0.fence?.tree }))
-        // An epoch is only compared when its tree is there.
-        binds.append(updates.map { $0.fence?.epoch ?? 0 })
-        for column in ColumnArray.columns(of: rows) { binds.append(column) }
-        var threads: [String] = []
-        var numbers: [Int64] = []
-        var times: [Int64] = []
-        var records: [ByteBuffer] = []
-        for update in updates {
-            for event in update.events {
-                threads.append(update.row.id)
+        // One pass over the rows, each read in place (a copy of a row
+        // retains every one of its strings).
+        let columns = ThreadRow.changeable
+        var ids: [String?] = [], owners: [String?] = [], trees: [String?] = [], epochs: [Int64] = []
+        var cells: [ColumnValue] = []
+        ids.reserveCapacity(updates.count)
+        owners.reserveCapacity(updates.count)
+        trees.reserveCapacity(updates.count)
+        epochs.reserveCapacity(updates.count)
+        cells.reserveCapacity(updates.count * columns.count)
+        var threads: [String?] = [], numbers: [Int64] = [], times: [Int64] = [], records: [ByteBuffer] = []
+        for index in updates.indices {
+            ids.append(updates[index].row.id)
+            owners.append(updates[index].row.owner)
+            trees.append(updates[index].fence?.tree)
+            // An epoch is only compared when its tree is there.
+            epochs.append(updates[index].fence?.epoch ?? 0)
+            updates[index].row.appendChangeableValues(to: &cells)
+            for event in updates[index].events {
+                threads.append(updates[index].row.id)
                 numbers.append(event.sequence)
                 times.append(event.createdAt)
                 records.append(ByteBuffer(bytes: event.bytes))
             }
+        }
+        var binds = PostgresBindings(capacity: 4 + columns.count + 4)
+        binds.append(ColumnArray(texts: ids))
+        binds.append(ColumnArray(texts: owners))
+        binds.append(ColumnArray(texts: trees))
+        binds.append(epochs)
+        for index in columns.indices {
+            binds.append(ColumnArray(kind: columns[index].kind, cells: cells, first: index, stride: columns.count))
         }
         binds.append(ColumnArray(texts: threads))
         binds.append(numbers)
@@ -103,63 +116,34 @@ struct RowUpdates: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> String { try row.decode(String.self) }
 }
 
-/// One changeable column of many rows as an array, in PostgreSQL's binary
-/// array format.
+/// One column of many rows as an array parameter, in PostgreSQL's binary
+/// array format, written straight into the bindings (postgres-nio's arrays
+/// take no optionals, and an array per column built apart, then copied in,
+/// cost a group more than the rows' JSON did).
 struct ColumnArray: PostgresDynamicTypeEncodable {
     let kind: ColumnValue.Kind
-    let count: Int
-    private var hasNulls = false
-    /// Each element as the format has it: its length, then its bytes.
-    private var elements = ByteBuffer()
+    /// The column's values are `cells[first]`, `cells[first + stride]`, …
+    let cells: [ColumnValue]
+    let first: Int
+    let stride: Int
+
+    /// A `text[]` whose elements may be NULL.
+    init(texts: [String?]) {
+        self.init(kind: .text, cells: texts.map { .text($0) }, first: 0, stride: 1)
+    }
+
+    init(kind: ColumnValue.Kind, cells: [ColumnValue], first: Int, stride: Int) {
+        self.kind = kind
+        self.cells = cells
+        self.first = first
+        self.stride = stride
+    }
 
     static func sqlType(_ kind: ColumnValue.Kind) -> String {
         switch kind {
         case .text: "text"
         case .integer: "bigint"
         case .boolean: "boolean"
-        }
-    }
-
-    init(kind: ColumnValue.Kind, count: Int) {
-        self.kind = kind
-        self.count = count
-    }
-
-    /// A `text[]` whose elements may be NULL (postgres-nio's arrays take no
-    /// optionals).
-    init(texts: [String?]) {
-        self.init(kind: .text, count: texts.count)
-        for text in texts { append(.text(text)) }
-    }
-
-    /// Every changeable column of `rows`, written row by row: a row is read
-    /// once for all its columns (column by column, each read of a row copied
-    /// it whole, which cost more than the JSON this replaced).
-    static func columns(of rows: [ThreadRow]) -> [ColumnArray] {
-        var columns = ThreadRow.changeable.map { ColumnArray(kind: $0.kind, count: rows.count) }
-        let values = ThreadRow.changeable.map(\.value)
-        for row in rows {
-            for index in values.indices { columns[index].append(values[index](row)) }
-        }
-        return columns
-    }
-
-    private mutating func append(_ value: ColumnValue) {
-        switch value {
-        case .text(nil):
-            hasNulls = true
-            elements.writeInteger(-1, as: Int32.self)
-        case let .text(text?):
-            let lengthAt = elements.writerIndex
-            elements.writeInteger(0, as: Int32.self)
-            let written = elements.writeString(text)
-            elements.setInteger(Int32(written), at: lengthAt)
-        case let .integer(number):
-            elements.writeInteger(8, as: Int32.self)
-            elements.writeInteger(number)
-        case let .boolean(flag):
-            elements.writeInteger(1, as: Int32.self)
-            elements.writeInteger(flag ? 1 : 0, as: UInt8.self)
         }
     }
 
@@ -182,12 +166,56 @@ struct ColumnArray: PostgresDynamicTypeEncodable {
     var psqlFormat: PostgresFormat { .binary }
 
     func encode<JSONEncoder: PostgresJSONEncoder>(into buffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
-        buffer.writeInteger(count == 0 ? 0 : 1, as: Int32.self)  // dimensions
-        buffer.writeInteger(hasNulls ? 1 : 0, as: Int32.self)
-        buffer.writeInteger(elementType.rawValue)
-        guard count > 0 else { return }
-        buffer.writeInteger(Int32(count))  // length
-        buffer.writeInteger(1, as: Int32.self)  // lower bound
-        buffer.writeImmutableBuffer(elements)
+        let elements = Swift.stride(from: first, to: cells.count, by: stride)
+        // Sized first, then written in one go: a ByteBuffer write per
+        // element (each checking uniqueness and exclusivity) cost more than
+        // the bytes.
+        var size = 12
+        var count = 0
+        var hasNulls = false
+        for index in elements {
+            count += 1
+            switch cells[index] {
+            case .text(nil): hasNulls = true; size += 4
+            case let .text(text?): size += 4 + text.utf8.count
+            case .integer: size += 4 + 8
+            case .boolean: size += 4 + 1
+            }
+        }
+        if count > 0 { size += 8 }
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { bytes in
+            var at = 0
+            func put(_ value: Int32) {
+                bytes.storeBytes(of: value.bigEndian, toByteOffset: at, as: Int32.self)
+                at += 4
+            }
+            put(count == 0 ? 0 : 1)  // dimensions
+            put(hasNulls ? 1 : 0)
+            put(Int32(bitPattern: elementType.rawValue))
+            guard count > 0 else { return at }
+            put(Int32(count))  // length
+            put(1)  // lower bound
+            // Each element as the format has it: its length, then its bytes.
+            for index in elements {
+                switch cells[index] {
+                case .text(nil):
+                    put(-1)
+                case let .text(text?):
+                    let utf8 = text.utf8
+                    put(Int32(utf8.count))
+                    UnsafeMutableRawBufferPointer(rebasing: bytes[at...]).copyBytes(from: utf8)
+                    at += utf8.count
+                case let .integer(number):
+                    put(8)
+                    bytes.storeBytes(of: number.bigEndian, toByteOffset: at, as: Int64.self)
+                    at += 8
+                case let .boolean(flag):
+                    put(1)
+                    bytes[at] = flag ? 1 : 0
+                    at += 1
+                }
+            }
+            return at
+        }
     }
 }

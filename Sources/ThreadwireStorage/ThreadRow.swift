@@ -188,7 +188,19 @@ public struct ThreadRow: Encodable, Sendable, Equatable {
 
     public static let changeableColumns = changeable.map(\.name)
 
-    public var changeableValues: [ColumnValue] { Self.changeable.map { $0.value(self) } }
+    public var changeableValues: [ColumnValue] {
+        var values: [ColumnValue] = []
+        values.reserveCapacity(Self.changeable.count)
+        appendChangeableValues(to: &values)
+        return values
+    }
+
+    /// The row's changeable values, appended in place: the row is borrowed
+    /// once for all of them (handed to each column's closure from outside,
+    /// it was copied, every string retained, once per column).
+    public func appendChangeableValues(to values: inout [ColumnValue]) {
+        for column in Self.changeable { values.append(column.value(self)) }
+    }
 }
 
 /// One column's value, for a store that binds values by position.
