@@ -45,13 +45,17 @@ for round in $(seq "$rounds"); do
 done
 
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf '%-9s %-9s %10s %10s %7s %12s %12s %7s\n' store workload "A req/s" "B req/s" "B/A" "A CPU µs/rq" "B CPU µs/rq" "B/A"
+# The median of each round's B/A: A and B of one round run back to back,
+# so a machine that drifts over the rounds moves both.
+paired() { python3 -c "import statistics, sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(f'{statistics.median(float(y) / float(x) for x, y in zip(a, b)):.3f}')" "$1" "$2"; }
+printf '%-9s %-9s %10s %10s %7s %7s %12s %12s %7s %7s\n' store workload "A req/s" "B req/s" "B/A" paired "A CPU µs/rq" "B CPU µs/rq" "B/A" paired
 for store in ${STORES:-sqlite postgres}; do
   for workload in settings turn; do
     ra=$(echo "${rps[$store,a,$workload]}" | med); rb=$(echo "${rps[$store,b,$workload]}" | med)
     ca=$(echo "${cpu[$store,a,$workload]}" | med); cb=$(echo "${cpu[$store,b,$workload]}" | med)
-    printf '%-9s %-9s %10s %10s %7s %12s %12s %7s\n' $store $workload "$ra" "$rb" "$(python3 -c "print(f'{$rb/$ra:.3f}')")" \
-      "$ca" "$cb" "$(python3 -c "print(f'{$cb/$ca:.3f}')")"
+    printf '%-9s %-9s %10s %10s %7s %7s %12s %12s %7s %7s\n' $store $workload "$ra" "$rb" "$(python3 -c "print(f'{$rb/$ra:.3f}')")" \
+      "$(paired "${rps[$store,a,$workload]}" "${rps[$store,b,$workload]}")" \
+      "$ca" "$cb" "$(python3 -c "print(f'{$cb/$ca:.3f}')")" "$(paired "${cpu[$store,a,$workload]}" "${cpu[$store,b,$workload]}")"
   done
 done
 for key in "${!rps[@]}"; do echo "req/s $key: ${rps[$key]}"; done | sort

@@ -6,7 +6,9 @@ import ThreadwireStorage
 /// A commit that only replaces one thread's row on top of its previous
 /// version, with the events it keeps (settings, tools, names): the common
 /// commit, which a group sends as one set-based UPDATE (`RowUpdates`).
-struct RowUpdate: Sendable {
+/// A class: a commit is handed on several times while it waits, and a copy
+/// of a row retains every one of its strings.
+final class RowUpdate: Sendable {
     let row: ThreadRow
     let fence: LeaseFence?
     let events: [StoredEvent]
