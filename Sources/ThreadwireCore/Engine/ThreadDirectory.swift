@@ -130,7 +130,8 @@ extension StoredThread {
     /// A turn starts only when none is in progress, and load recovery ends
     /// every other one (`ThreadEngine+Ownership`), so the active turn is the
     /// last: no scan of a long thread under the directory's lock.
-    var activeTurnIndex: Int? { turns.last?.status == .inProgress ? turns.endIndex - 1 : nil }
+    // By index, not `turns.last`, which copies the whole turn to read its status.
+    var activeTurnIndex: Int? { !turns.isEmpty && turns[turns.endIndex - 1].status == .inProgress ? turns.endIndex - 1 : nil }
     var activeTurn: TurnRecord? { activeTurnIndex.map { turns[$0] } }
 
     /// A turn runs and is not only waiting for a client.

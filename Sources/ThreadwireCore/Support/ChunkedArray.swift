@@ -30,9 +30,10 @@ extension ChunkedArray: RandomAccessCollection, MutableCollection {
     public var endIndex: Int { count }
 
     public subscript(position: Int) -> Element {
-        get {
+        // Read in place: `turns[i].status` does not copy the whole turn.
+        _read {
             precondition(position >= 0 && position < count, "ChunkedArray index \(position) out of range 0..<\(count)")
-            return chunks[position / Self.chunkSize][position % Self.chunkSize]
+            yield chunks[position / Self.chunkSize][position % Self.chunkSize]
         }
         _modify {
             precondition(position >= 0 && position < count, "ChunkedArray index \(position) out of range 0..<\(count)")
