@@ -74,8 +74,9 @@ struct RowUpdates: PostgresPreparedStatement {
     let bindings: PostgresBindings
 
     init(_ updates: [RowUpdate]) {
-        // One pass over the rows, each read in place (a copy of a row
-        // retains every one of its strings).
+        // One pass over the rows: every cell row by row (a row's values
+        // taken by one `ThreadRow` method, which borrows it), then each
+        // column written straight from the cells.
         let columns = ThreadRow.changeable
         var ids: [String?] = [], owners: [String?] = [], trees: [String?] = [], epochs: [Int64] = []
         var cells: [ColumnValue] = []
@@ -85,15 +86,15 @@ struct RowUpdates: PostgresPreparedStatement {
         epochs.reserveCapacity(updates.count)
         cells.reserveCapacity(updates.count * columns.count)
         var threads: [String?] = [], numbers: [Int64] = [], times: [Int64] = [], records: [ByteBuffer] = []
-        for index in updates.indices {
-            ids.append(updates[index].row.id)
-            owners.append(updates[index].row.owner)
-            trees.append(updates[index].fence?.tree)
+        for update in updates {
+            ids.append(update.row.id)
+            owners.append(update.row.owner)
+            trees.append(update.fence?.tree)
             // An epoch is only compared when its tree is there.
-            epochs.append(updates[index].fence?.epoch ?? 0)
-            updates[index].row.appendChangeableValues(to: &cells)
-            for event in updates[index].events {
-                threads.append(updates[index].row.id)
+            epochs.append(update.fence?.epoch ?? 0)
+            update.row.appendChangeableValues(to: &cells)
+            for event in update.events {
+                threads.append(update.row.id)
                 numbers.append(event.sequence)
                 times.append(event.createdAt)
                 records.append(ByteBuffer(bytes: event.bytes))
