@@ -17,6 +17,7 @@ enum Exposition {
         "threadwire_server_request_answers_total": "Answers of server requests (client tools, approvals, user input) that counted.",
         "threadwire_idempotent_replays_total": "Repeats of keyed requests answered with the first attempt's answer.",
         "threadwire_accept_backoffs_total": "Times accepting connections paused for want of file descriptors.",
+        "threadwire_connection_descriptors_capacity": "File descriptors the file limit leaves connections once a reserve is kept free; connections past it are refused.",
         "threadwire_running_turns": "Turns running on this instance now.",
         "threadwire_loaded_threads": "Threads loaded on this instance now.",
         "threadwire_store_healthy": "1 while the store commits, 0 while it cannot.",

@@ -1,6 +1,7 @@
 import GRPCCore
 import NIOCore
 import enum ThreadwireTransport.FrameSession
+import enum ThreadwireTransport.InProcessTransportError
 import ThreadwireCore
 import ThreadwireWire
 
@@ -103,6 +104,11 @@ struct StreamServices: Sendable {
         let socket: Int32
         do {
             socket = try await connect(certified)
+        } catch let error as InProcessTransportError {
+            guard case .outOfDescriptors = error else {
+                throw RPCError(code: .unavailable, message: "the server takes no new sessions now (starting or shutting down)")
+            }
+            throw RPCError(code: .unavailable, message: "\(error); try again later")
         } catch {
             throw RPCError(code: .unavailable, message: "the server takes no new sessions now (starting or shutting down)")
         }

@@ -21,6 +21,8 @@ final class ServerMetrics: Sendable {
     let runningTurns = Gauge(label: "threadwire_running_turns")
     let loadedThreads = Gauge(label: "threadwire_loaded_threads")
     let storeHealthy = Gauge(label: "threadwire_store_healthy")
+    /// What the file limit leaves connections (DescriptorBudget), set at startup.
+    let connectionDescriptorCapacity = Gauge(label: "threadwire_connection_descriptors_capacity")
 
     /// One method's instruments; a counter per status code, made on first use.
     private final class MethodInstruments: Sendable {

@@ -225,7 +225,8 @@ public final class ThreadwireServer: Service, Sendable {
                                       certificatePrincipal: info.clientCertificatesName ? certificateLookup : nil, peerListener: peerListener))
             }
         }
-        let address = try await transport.listen(connectionSettings(), accept: accept(peerListener: false))
+        let descriptors = measureDescriptorBudget()
+        let address = try await transport.listen(connectionSettings(descriptors), accept: accept(peerListener: false))
         // A bridged connection is certified by its opener: the principal of
         // the client certificate its transport verified, if any.
         let acceptBridged: @Sendable (AcceptedConnection) throws -> Void = { [services] accepted in
@@ -239,10 +240,10 @@ public final class ThreadwireServer: Service, Sendable {
                 ConnectionHandler(connectionID: id, services: services, flowControl: accepted.flowControl, frameLimit: accepted.frameLimit,
                                   certificatePrincipal: lookup))
         }
-        _ = try await bridge.listen(connectionSettings(), accept: acceptBridged)
+        _ = try await bridge.listen(connectionSettings(descriptors), accept: acceptBridged)
         if let peerTransport {
             // Other instances reach this one here: its port is the one advertised.
-            let peerAddress = try await peerTransport.listen(connectionSettings(), accept: accept(peerListener: true))
+            let peerAddress = try await peerTransport.listen(connectionSettings(descriptors), accept: accept(peerListener: true))
             configuration.coordinator?.bound(port: peerAddress?.port ?? configuration.peerListen?.port ?? 0)
         } else {
             configuration.coordinator?.bound(port: address?.port ?? configuration.port)
@@ -281,7 +282,24 @@ public final class ThreadwireServer: Service, Sendable {
     }
 
     /// What the call layer decides of every connection's transport half.
-    private func connectionSettings() -> ConnectionSettings {
+    /// What the file limit leaves connections, said once at startup (with a
+    /// warning when it admits fewer connections than max_connections).
+    private func measureDescriptorBudget() -> DescriptorBudget {
+        let budget = DescriptorBudget.measure()
+        let logger = services.logger
+        let metadata: Logger.Metadata = ["tw.fd.limit": "\(budget.fileLimit)", "tw.fd.connections": "\(budget.capacity)",
+                                         "tw.fd.reserved": "\(budget.reserved)"]
+        if budget.capacity < configuration.limits.maxConnections {
+            logger.warning("the file limit (ulimit -n, LimitNOFILE=) admits fewer connections than max_connections: at most \(budget.capacity) of \(configuration.limits.maxConnections)",
+                           metadata: metadata)
+        } else {
+            logger.info("file descriptors", metadata: metadata)
+        }
+        services.metrics.connectionDescriptorCapacity.record(budget.capacity)
+        return budget
+    }
+
+    private func connectionSettings(_ descriptors: DescriptorBudget) -> ConnectionSettings {
         let limits = configuration.limits
         let info = services.info
         let metrics = services.metrics
@@ -295,6 +313,7 @@ public final class ThreadwireServer: Service, Sendable {
                 code: StatusCode.unavailable.rawValue, message: "the server is out of file descriptors; try again later")))
                 .framed(allocator: ByteBufferAllocator()).readableBytesView.map { $0 },
             tcpKeepaliveSeconds: (limits.tcpKeepaliveMs + 999) / 1000,
+            descriptors: descriptors,
             events: TransportEvents(
                 readsPaused: { metrics.backpressurePauses.increment() },
                 acceptBackedOff: { metrics.acceptBackoffs.increment() },

@@ -194,6 +194,13 @@ public struct ServerCommand: AsyncParsableCommand {
         _ = NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
         LoggingSystem.bootstrapServer(format: logFormat, level: logLevel)
         let logger = Logger(label: "threadwire")
+        // As Go programs do: the soft file limit is often 1,024 where the
+        // hard one allows far more, and clients should not be refused for a
+        // default nobody chose (connections get what it leaves: DescriptorBudget).
+        let files = DescriptorBudget.raiseSoftLimit()
+        if files.after > files.before {
+            logger.debug("raised the soft file limit to the hard one", metadata: ["tw.fd.before": "\(files.before)", "tw.fd.after": "\(files.after)"])
+        }
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(Self.metricsFactory(registry))
         let composed = try await compose(logger: logger, metricsRegistry: registry) { [listen] address in

@@ -38,6 +38,9 @@ final class DescriptorReserve: Sendable {
         }
     }
 
+    /// Whether the spare is open now (it is given back after each refusal).
+    var holdsSpare: Bool { spare.withLock { $0 >= 0 } }
+
     /// One warning per episode rather than one per refused connection.
     func shouldWarn() -> Bool {
         lastWarning.withLock { last in

@@ -70,13 +70,22 @@ public final class InProcessTransport: ServerTransport {
     /// `attachment` reaches the call layer with the connection (`AcceptedConnection.attachment`).
     public func connect(attachment: (any Sendable)? = nil) async throws -> Int32 {
         guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
+        // A socket pair is two descriptors of the process.
+        if let budget = listening.settings.descriptors {
+            guard budget.take(2) else {
+                listening.settings.events.refusedOutOfDescriptors(budget.exhausted, budget.shouldWarn())
+                throw InProcessTransportError.outOfDescriptors(budget.exhausted)
+            }
+        }
+        var taken = listening.settings.descriptors != nil
+        defer { if taken { listening.settings.descriptors?.give(2) } }
         var ends: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
             throw IOError(errnoCode: errno, reason: "socketpair")
         }
         let settings = listening.settings
         do {
-            _ = try await ClientBootstrap(group: group)
+            let channel = try await ClientBootstrap(group: group)
                 .channelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
@@ -86,6 +95,11 @@ public final class InProcessTransport: ServerTransport {
                 }
                 .withConnectedSocket(ends[0])
                 .get()
+            // Given back when the server's end closes (the client's follows it).
+            if let budget = settings.descriptors {
+                taken = false
+                channel.closeFuture.whenComplete { _ in budget.give(2) }
+            }
         } catch {
             close(ends[1])
             throw error
@@ -105,6 +119,14 @@ public final class InProcessTransport: ServerTransport {
                                    framing: (FrameSizeLimit, PartialFrameBudget) throws -> any ChannelHandler) throws {
         guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
         let settings = listening.settings
+        // The carrier's own socket is the one descriptor it holds.
+        if let budget = settings.descriptors {
+            guard budget.take(1) else {
+                settings.events.refusedOutOfDescriptors(budget.exhausted, budget.shouldWarn())
+                throw InProcessTransportError.outOfDescriptors(budget.exhausted)
+            }
+            channel.closeFuture.whenComplete { _ in budget.give(1) }
+        }
         try channel.syncOptions?.setOption(.writeBufferWaterMark,
                                            value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
         let flowControl = try withoutActuallyEscaping(framing) { framing in
@@ -116,14 +138,16 @@ public final class InProcessTransport: ServerTransport {
     }
 }
 
-public enum InProcessTransportError: Error, CustomStringConvertible {
+public enum InProcessTransportError: Error, CustomStringConvertible, Equatable {
     case alreadyListening
     case notAccepting
+    case outOfDescriptors(DescriptorBudget.Exhausted)
 
     public var description: String {
         switch self {
         case .alreadyListening: return "this in-process transport already serves a server"
         case .notAccepting: return "the in-process server is not accepting connections (not started, or shutting down)"
+        case let .outOfDescriptors(exhausted): return "the server is out of file descriptors: \(exhausted)"
         }
     }
 }

@@ -4,11 +4,12 @@ import Synchronization
 
 /// libdispatch, which runs Swift concurrency's timers on Linux, opens one
 /// timerfd per clock (uptime, continuous, wall) on the first timer of that
-/// clock, and traps (SIGILL) when the open fails. Out of file descriptors, a
-/// server whose first timer of some clock came late died (a CI run of the
-/// descriptor-exhaustion test). `prepare()` arms a timer of every clock that
-/// never fires, so each timerfd exists before the server listens and stays
-/// for the process's life, and waits until the kernel shows them.
+/// clock; out of file descriptors that open fails and the clock's timers
+/// never fire. `prepare()` arms a timer of every clock that never fires, so
+/// each timerfd exists before the server listens and stays for the process's
+/// life, and waits until the kernel shows them. (What libdispatch opens
+/// every second, and dies of when it cannot, is kept free by
+/// `DescriptorBudget`.)
 public enum RuntimeTimers {
     /// Written once, under `prepared`; only kept alive, never read.
     nonisolated(unsafe) private static var keepers: [any DispatchSourceTimer] = []

@@ -36,15 +36,20 @@ public struct ConnectionSettings: Sendable {
     public var outOfDescriptorsRefusal: [UInt8]?
     /// TCP keepalive's idle time in whole seconds (0: off); see `Limits.tcpKeepaliveMs`.
     public var tcpKeepaliveSeconds: Int
+    /// The descriptors connections may hold, shared by every transport of
+    /// the process (nil: no limit but the kernel's).
+    public var descriptors: DescriptorBudget?
     public var events: TransportEvents
 
     public init(initialMaxFrameBytes: Int, maxPartialFrameBytes: Int, outboundHighWaterBytes: Int,
-                outOfDescriptorsRefusal: [UInt8]? = nil, tcpKeepaliveSeconds: Int = 0, events: TransportEvents = TransportEvents()) {
+                outOfDescriptorsRefusal: [UInt8]? = nil, tcpKeepaliveSeconds: Int = 0, descriptors: DescriptorBudget? = nil,
+                events: TransportEvents = TransportEvents()) {
         self.initialMaxFrameBytes = initialMaxFrameBytes
         self.maxPartialFrameBytes = maxPartialFrameBytes
         self.outboundHighWaterBytes = outboundHighWaterBytes
         self.outOfDescriptorsRefusal = outOfDescriptorsRefusal
         self.tcpKeepaliveSeconds = tcpKeepaliveSeconds
+        self.descriptors = descriptors
         self.events = events
     }
 }
@@ -55,8 +60,9 @@ public struct TransportEvents: Sendable {
     public var readsPaused: @Sendable () -> Void
     /// accept failed and the listener pauses before trying again.
     public var acceptBackedOff: @Sendable () -> Void
-    /// Out of file descriptors, a pending connection was refused; true the
-    /// first time in an episode (worth a warning).
+    /// Out of file descriptors (or of those the budget leaves connections),
+    /// a connection was refused; true the first time in an episode (worth a
+    /// warning).
     public var refusedOutOfDescriptors: @Sendable (_ error: any Error, _ firstInEpisode: Bool) -> Void
 
     public init(readsPaused: @escaping @Sendable () -> Void = {}, acceptBackedOff: @escaping @Sendable () -> Void = {},

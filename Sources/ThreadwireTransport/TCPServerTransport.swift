@@ -53,6 +53,15 @@ public final class TCPServerTransport: ServerTransport {
             .childChannelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let budget = settings.descriptors {
+                        // Refused at once, before accept itself fails: see DescriptorBudget.
+                        guard budget.take(1) else {
+                            events.refusedOutOfDescriptors(budget.exhausted, budget.shouldWarn())
+                            try channel.pipeline.syncOperations.addHandler(RefuseConnectionHandler(refusal: tls == nil ? settings.outOfDescriptorsRefusal : nil, budget: budget))
+                            return
+                        }
+                        channel.closeFuture.whenComplete { _ in budget.give(1) }
+                    }
                     try Self.keepAlive(channel, idleSeconds: settings.tcpKeepaliveSeconds)
                     try FramePipeline.configure(channel, settings: settings, budget: budget,
                                                 tls: tls.map { context in { NIOSSLServerHandler(context: context) } }, accept: accept)

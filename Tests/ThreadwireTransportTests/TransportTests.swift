@@ -64,4 +64,3 @@ struct TransportTests {
     }
 }
 
-extension InProcessTransportError: Equatable {}

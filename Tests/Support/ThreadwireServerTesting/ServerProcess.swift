@@ -17,6 +17,7 @@ public final class ServerProcess: @unchecked Sendable {
     public private(set) var webPort = 0
     private let extraArguments: [String]
     private let fileLimit: Int?
+    private let softFileLimit: Int?
     /// Extra environment of the server process (takes effect at the next start).
     public var environment: [String: String]
     /// The port to listen on at the next start (nil: any free one).
@@ -33,11 +34,14 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// - Parameter config: the server's JSON config file contents.
-    /// - Parameter fileLimit: the server's `ulimit -n`.
-    public init(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil, environment: [String: String] = [:]) throws {
+    /// - Parameter fileLimit: the server's `ulimit -n` (soft and hard).
+    /// - Parameter softFileLimit: its `ulimit -S -n` alone.
+    public init(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil, softFileLimit: Int? = nil,
+                environment: [String: String] = [:]) throws {
         setup = try TestServerSetup(config: config)
         extraArguments = arguments
         self.fileLimit = fileLimit
+        self.softFileLimit = softFileLimit
         self.environment = environment
         try startBlocking()
     }
@@ -48,9 +52,11 @@ public final class ServerProcess: @unchecked Sendable {
     /// Every test starts its servers this way: a blocking wait on the pool
     /// also delays the other tests' client code, and timed steps (handshake
     /// and idle timeouts) then fail for no fault of the server.
-    public static func launch(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil,
+    public static func launch(config: String? = nil, arguments: [String] = [], fileLimit: Int? = nil, softFileLimit: Int? = nil,
                        environment: [String: String] = [:]) async throws -> ServerProcess {
-        try await offThread { try ServerProcess(config: config, arguments: arguments, fileLimit: fileLimit, environment: environment) }
+        try await offThread {
+            try ServerProcess(config: config, arguments: arguments, fileLimit: fileLimit, softFileLimit: softFileLimit, environment: environment)
+        }
     }
 
     /// Starts the server again (after `stop` or `kill9`), on a thread of its own (see `launch`).
@@ -91,6 +97,9 @@ public final class ServerProcess: @unchecked Sendable {
         if let fileLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!
+        } else if let softFileLimit {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -S -n \(softFileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!
         }
         let stdout = Pipe()
         // Only the server's own copy (dup2 in its child) stays open across
