@@ -336,7 +336,8 @@ let package = Package(
         .testTarget(
             name: "ThreadwireTransportTests",
             dependencies: ["ThreadwireTransport", "ThreadwireCore", "ThreadwireClient", "ThreadwireWire", "ThreadwireServerTesting",
-                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+                           .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "NIOEmbedded", package: "swift-nio")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

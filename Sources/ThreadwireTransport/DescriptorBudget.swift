@@ -25,6 +25,7 @@ public final class DescriptorBudget: Sendable {
     public let fileLimit: Int
     private let held = Atomic<Int>(0)
     private let lingering = Atomic<Int>(0)
+    private let accepted = Atomic<Int>(0)
     private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
 
     public init(capacity: Int, reserved: Int, fileLimit: Int) {
@@ -41,10 +42,16 @@ public final class DescriptorBudget: Sendable {
         return DescriptorBudget(capacity: max(0, limit - openDescriptors(below: limit) - reserved), reserved: reserved, fileLimit: limit)
     }
 
-    /// One in sixteen of the limit, at least 8 and at most 64: enough for
-    /// libdispatch's one at a time, SQLite's reader connections, a probe
-    /// file and a child process's pipes, without taking much of a large limit.
-    static func reserve(forLimit limit: Int) -> Int { min(64, max(8, limit / 16)) }
+    /// One in sixteen of the limit, at least 16 and at most 64: enough for
+    /// the refusals in flight and the listener's batch of accepts (see
+    /// `AcceptGate`), libdispatch's one at a time, SQLite's reader
+    /// connections, a probe file and a child process's pipes, without taking
+    /// much of a large limit.
+    static func reserve(forLimit limit: Int) -> Int { min(64, max(16, limit / 16)) }
+
+    /// Connections accepted past the capacity that may be open at once while
+    /// they are refused; the listener pauses at that many.
+    public var refusalSlack: Int { max(2, reserved / 4) }
 
     /// Takes `count` descriptors for a new connection; false (nothing
     /// taken) if that would go past the capacity.
@@ -65,9 +72,9 @@ public final class DescriptorBudget: Sendable {
 
     /// A refused connection may stay open a moment so its client reads the
     /// refusal (see `RefuseConnectionHandler`), on a descriptor of the
-    /// reserve: a quarter of the reserve at most. False: close it at once.
+    /// reserve: the refusals' slack at most. False: close it at once.
     public func takeLinger() -> Bool {
-        let cap = max(1, reserved / 4)
+        let cap = refusalSlack
         var current = lingering.load(ordering: .relaxed)
         while current < cap {
             let (exchanged, original) = lingering.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
@@ -80,6 +87,18 @@ public final class DescriptorBudget: Sendable {
     public func giveLinger() {
         lingering.subtract(1, ordering: .relaxed)
     }
+
+    /// A listener accepted a connection (served or to be refused) / one it
+    /// accepted closed. Returns how many are open now.
+    @discardableResult
+    func acceptedOpened() -> Int { accepted.add(1, ordering: .relaxed).newValue }
+    @discardableResult
+    func acceptedClosed() -> Int { accepted.subtract(1, ordering: .relaxed).newValue }
+
+    /// Whether a listener should accept more now: not while the connections
+    /// it accepted fill the capacity and the refusals' slack, so that a flood
+    /// waits in the kernel's backlog instead of taking the reserve.
+    var acceptsMore: Bool { accepted.load(ordering: .relaxed) < capacity + refusalSlack }
 
     /// Descriptors connections hold now.
     public var inUse: Int { held.load(ordering: .relaxed) }

@@ -38,6 +38,9 @@ public final class TCPServerTransport: ServerTransport {
                 // Out of file descriptors, accept fails at once; without a
                 // pause the loop would spin on it.
                 channel.eventLoop.makeCompletedFuture {
+                    if let budget = settings.descriptors {
+                        try channel.pipeline.syncOperations.addHandler(AcceptGate(budget: budget))
+                    }
                     try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: { error in
                         events.acceptBackedOff()
                         guard DescriptorReserve.isOutOfDescriptors(error) else { return .milliseconds(250) }

@@ -28,8 +28,15 @@ struct QueueRecoveryTests {
         try await server.start()
         let again = try await server.client()
         let turns = try await waitUntil("the queued turns ran", timeout: .seconds(30)) { () -> [Wire.Turn]? in
-            let turns = try await again.read(id, modelRequests: false).thread?.turns ?? []
-            return turns.count == 4 && turns.allSatisfy { $0.status != .inProgress } ? turns : nil
+            do {
+                let turns = try await again.read(id, modelRequests: false).thread?.turns ?? []
+                return turns.count == 4 && turns.allSatisfy { $0.status != .inProgress } ? turns : nil
+            } catch ClientError.status(code: 14, _) {
+                // UNAVAILABLE says "retry": with a 2-s lease on a loaded
+                // machine a renewal can miss, and the instance steps down
+                // until it holds the tree again.
+                return nil
+            }
         }
         #expect(turns.map { $0.items.first?.text } == ["#hold", "after 1", "after 2", "after 3"])
         #expect(turns[0].status == .interrupted)

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import NIOCore
+import NIOEmbedded
 import ThreadwireNIO
 import Testing
 import ThreadwireServerTesting
@@ -41,9 +42,9 @@ struct DescriptorTests {
         #expect("\(budget.exhausted)".contains("file limit (1024)"))
     }
 
-    @Test("the reserve is a sixteenth of the file limit, from 8 to 64; the measured budget leaves it and what is open now")
+    @Test("the reserve is a sixteenth of the file limit, from 16 to 64; the measured budget leaves it and what is open now")
     func reserveAndMeasure() {
-        #expect(DescriptorBudget.reserve(forLimit: 64) == 8)
+        #expect(DescriptorBudget.reserve(forLimit: 64) == 16)
         #expect(DescriptorBudget.reserve(forLimit: 1024) == 64)
         #expect(DescriptorBudget.reserve(forLimit: 1 << 20) == 64)
         // Other tests open and close descriptors meanwhile: only bounds hold.
@@ -51,6 +52,48 @@ struct DescriptorTests {
         #expect(DescriptorBudget.openDescriptors() >= 3)
         #expect(measured.fileLimit == DescriptorBudget.softLimit())
         #expect(measured.capacity > 0 && measured.capacity <= measured.fileLimit - measured.reserved - 3, "capacity \(measured.capacity)")
+    }
+
+    @Test("the listener's reads are held while its accepted connections fill the budget and the refusals' slack, and resume as they close")
+    func acceptGateHoldsReads() throws {
+        let budget = DescriptorBudget(capacity: 1, reserved: 8, fileLimit: 64)
+        #expect(budget.refusalSlack == 2)
+        let listener = EmbeddedChannel()
+        let reads = ReadCounter()
+        try listener.pipeline.syncOperations.addHandlers([reads, AcceptGate(budget: budget)])
+        var children: [EmbeddedChannel] = []
+        for accepted in 1...3 {
+            listener.read()
+            #expect(reads.count == accepted, "read \(accepted) passes")
+            let child = EmbeddedChannel(loop: listener.embeddedEventLoop)
+            children.append(child)
+            try listener.writeInbound(child as any Channel)
+            _ = try listener.readInbound(as: (any Channel).self)
+        }
+        // One served and two being refused: the listener waits.
+        listener.read()
+        #expect(reads.count == 3, "held")
+        _ = try children[0].finish()
+        listener.embeddedEventLoop.run()
+        #expect(reads.count == 4, "resumed once one closed")
+        // The resumed read accepts one more: full again.
+        let another = EmbeddedChannel(loop: listener.embeddedEventLoop)
+        children.append(another)
+        try listener.writeInbound(another as any Channel)
+        _ = try listener.readInbound(as: (any Channel).self)
+        listener.read()
+        #expect(reads.count == 4, "held again")
+        for child in children.dropFirst() { _ = try child.finish() }
+        _ = try listener.finish()
+    }
+
+    final class ReadCounter: ChannelOutboundHandler {
+        typealias OutboundIn = Never
+        var count = 0
+        func read(context: ChannelHandlerContext) {
+            count += 1
+            context.read()
+        }
     }
 
     @Test("over TCP a connection past the budget gets the refusal frame and the end at once; one is served again once a served one closed")

@@ -8,7 +8,10 @@ public import ThreadwireWire
 public final class ServerProcess: @unchecked Sendable {
     private let setup: TestServerSetup
     public var dataDir: String { setup.dataDir }
-    public private(set) var process: Process?
+    public private(set) var process: SpawnedProcess?
+    /// The read end of the server's stdout, kept open while it runs (a
+    /// write to a pipe nobody holds would end it).
+    private var stdoutPipe: Pipe?
     public private(set) var port = 0
     public private(set) var adminPort = 0
     /// The gRPC listener's port (`--grpc-listen`).
@@ -91,15 +94,14 @@ public final class ServerProcess: @unchecked Sendable {
     public func rewriteConfig(_ config: String) throws { try setup.rewriteConfig(config) }
 
     public func startBlocking() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["--listen", "127.0.0.1:\(fixedPort ?? 0)"] + setup.arguments(extraArguments)
+        var executable = Self.binary
+        var arguments = ["--listen", "127.0.0.1:\(fixedPort ?? 0)"] + setup.arguments(extraArguments)
         if let fileLimit {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!
+            arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable] + arguments
+            executable = "/bin/sh"
         } else if let softFileLimit {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit -S -n \(softFileLimit) && exec \"$0\" \"$@\"", Self.binary] + process.arguments!
+            arguments = ["-c", "ulimit -S -n \(softFileLimit) && exec \"$0\" \"$@\"", executable] + arguments
+            executable = "/bin/sh"
         }
         let stdout = Pipe()
         // Only the server's own copy (dup2 in its child) stays open across
@@ -107,22 +109,22 @@ public final class ServerProcess: @unchecked Sendable {
         for fd in [stdout.fileHandleForReading.fileDescriptor, stdout.fileHandleForWriting.fileDescriptor] {
             _ = fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC)
         }
-        process.standardOutput = stdout
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        }
         if !FileManager.default.fileExists(atPath: stderrPath) { FileManager.default.createFile(atPath: stderrPath, contents: nil) }
-        if let log = FileHandle(forWritingAtPath: stderrPath) {
-            log.seekToEndOfFile()
-            process.standardError = log
-        }
-        try process.run()
+        let log = FileHandle(forWritingAtPath: stderrPath)
+        log?.seekToEndOfFile()
+        let process = try SpawnedProcess(executable: executable, arguments: arguments,
+                                         environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                                         standardOutput: stdout.fileHandleForWriting.fileDescriptor, standardError: log?.fileDescriptor)
+        // The child has its copies; ours would keep the pipe from ever ending.
+        try? stdout.fileHandleForWriting.close()
+        try? log?.close()
         self.process = process
+        stdoutPipe = stdout
         // The server prints one line when it is ready to accept, and one
         // more for each of the admin endpoint and the gRPC listener it runs.
-        let wantsAdmin = process.arguments!.contains("--admin-listen")
-        let wantsGRPC = process.arguments!.contains("--grpc-listen")
-        let wantsWeb = process.arguments!.contains("--web-listen")
+        let wantsAdmin = arguments.contains("--admin-listen")
+        let wantsGRPC = arguments.contains("--grpc-listen")
+        let wantsWeb = arguments.contains("--web-listen")
         var buffered = Data()
         var lines: [String] = []
         let startDeadline = Date().addingTimeInterval(120)
@@ -174,7 +176,7 @@ public final class ServerProcess: @unchecked Sendable {
     /// closed it, and a process another test spawned at the same moment can
     /// hold a copy. So the wait polls, and once the server has exited and
     /// nothing more is there, that is the end.
-    public static func read(_ fd: Int32, whileRunning process: Process, until deadline: Date) -> ReadOutcome {
+    public static func read(_ fd: Int32, whileRunning process: SpawnedProcess, until deadline: Date) -> ReadOutcome {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while Date() < deadline {
             var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

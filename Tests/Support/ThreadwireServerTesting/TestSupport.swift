@@ -246,15 +246,17 @@ public func runBinary(_ path: String, _ arguments: [String], timeout: Double = 1
         }
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
         let err = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
+        let process: SpawnedProcess
+        do {
+            process = try SpawnedProcess(executable: path, arguments: arguments,
+                                         standardOutput: out.fileDescriptor, standardError: err.fileDescriptor)
+        } catch {
+            try? out.close()
+            try? err.close()
+            throw error
+        }
         try? out.close()
         try? err.close()
-        // waitpid, not only Process.isRunning: Foundation has missed exits here.
         let status = waitForExit(process, seconds: timeout)
         let outText = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
         let errText = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
