@@ -26,7 +26,7 @@ public final class DescriptorBudget: Sendable {
     private let held = Atomic<Int>(0)
     private let lingering = Atomic<Int>(0)
     private let accepted = Atomic<Int>(0)
-    private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
+    private let warnings = WarningEpisodes()
 
     public init(capacity: Int, reserved: Int, fileLimit: Int) {
         self.capacity = capacity
@@ -104,14 +104,7 @@ public final class DescriptorBudget: Sendable {
     public var inUse: Int { held.load(ordering: .relaxed) }
 
     /// One warning per episode rather than one per refused connection.
-    func shouldWarn() -> Bool {
-        lastWarning.withLock { last in
-            let now = ContinuousClock.now
-            if let last, now - last < .seconds(10) { return false }
-            last = now
-            return true
-        }
-    }
+    func shouldWarn() -> Bool { warnings.begins() }
 
     /// Why a connection was refused, for the log and the metrics.
     public var exhausted: Exhausted { Exhausted(capacity: capacity, reserved: reserved, fileLimit: fileLimit) }

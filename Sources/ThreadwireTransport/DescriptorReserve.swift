@@ -20,7 +20,7 @@ import Synchronization
 /// the loop spun.
 final class DescriptorReserve: Sendable {
     private let spare = Mutex<Int32>(-1)
-    private let lastWarning = Mutex<ContinuousClock.Instant?>(nil)
+    private let warnings = WarningEpisodes()
     /// The refusal sent to a connection accepted on the spare (none with TLS:
     /// there is no handshake to send it through).
     private let refusal: [UInt8]?
@@ -42,14 +42,7 @@ final class DescriptorReserve: Sendable {
     var holdsSpare: Bool { spare.withLock { $0 >= 0 } }
 
     /// One warning per episode rather than one per refused connection.
-    func shouldWarn() -> Bool {
-        lastWarning.withLock { last in
-            let now = ContinuousClock.now
-            if let last, now - last < .seconds(10) { return false }
-            last = now
-            return true
-        }
-    }
+    func shouldWarn() -> Bool { warnings.begins() }
 
     static func isOutOfDescriptors(_ error: IOError) -> Bool {
         error.errnoCode == EMFILE || error.errnoCode == ENFILE
@@ -80,6 +73,22 @@ final class DescriptorReserve: Sendable {
             }
             fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
             return connection >= 0
+        }
+    }
+}
+
+/// Episodes of a repeated event, for warning once per episode: one begins
+/// when the event comes 10 s or more after the one before.
+final class WarningEpisodes: Sendable {
+    private let last = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// True when this occurrence begins an episode.
+    func begins() -> Bool {
+        last.withLock { last in
+            let now = ContinuousClock.now
+            if let last, now - last < .seconds(10) { return false }
+            last = now
+            return true
         }
     }
 }
