@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import NIOCore
 import Synchronization
 
 /// The file descriptors the server's connections may hold, so that the
@@ -68,6 +69,20 @@ public final class DescriptorBudget: Sendable {
     /// Gives back what a closed connection took.
     public func give(_ count: Int) {
         held.subtract(count, ordering: .relaxed)
+    }
+
+    /// Every transport's way in: takes `count` descriptors for a new
+    /// connection, or tells `events` of the refusal (worth a warning once an
+    /// episode) and takes nothing.
+    func admit(_ count: Int, events: TransportEvents) -> Bool {
+        if take(count) { return true }
+        events.refusedOutOfDescriptors(exhausted, shouldWarn())
+        return false
+    }
+
+    /// Gives `count` back once `channel`, which holds them, closes.
+    func giveBack(_ count: Int, whenClosed channel: any Channel) {
+        channel.closeFuture.whenComplete { _ in self.give(count) }
     }
 
     /// A refused connection may stay open a moment so its client reads the

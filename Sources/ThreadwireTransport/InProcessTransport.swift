@@ -72,10 +72,7 @@ public final class InProcessTransport: ServerTransport {
         guard case let .listening(listening) = state.withLockedValue({ $0 }) else { throw InProcessTransportError.notAccepting }
         // A socket pair is two descriptors of the process.
         if let budget = listening.settings.descriptors {
-            guard budget.take(2) else {
-                listening.settings.events.refusedOutOfDescriptors(budget.exhausted, budget.shouldWarn())
-                throw InProcessTransportError.outOfDescriptors(budget.exhausted)
-            }
+            guard budget.admit(2, events: listening.settings.events) else { throw InProcessTransportError.outOfDescriptors(budget.exhausted) }
         }
         var taken = listening.settings.descriptors != nil
         defer { if taken { listening.settings.descriptors?.give(2) } }
@@ -98,7 +95,7 @@ public final class InProcessTransport: ServerTransport {
             // Given back when the server's end closes (the client's follows it).
             if let budget = settings.descriptors {
                 taken = false
-                channel.closeFuture.whenComplete { _ in budget.give(2) }
+                budget.giveBack(2, whenClosed: channel)
             }
         } catch {
             close(ends[1])
@@ -121,11 +118,8 @@ public final class InProcessTransport: ServerTransport {
         let settings = listening.settings
         // The carrier's own socket is the one descriptor it holds.
         if let budget = settings.descriptors {
-            guard budget.take(1) else {
-                settings.events.refusedOutOfDescriptors(budget.exhausted, budget.shouldWarn())
-                throw InProcessTransportError.outOfDescriptors(budget.exhausted)
-            }
-            channel.closeFuture.whenComplete { _ in budget.give(1) }
+            guard budget.admit(1, events: settings.events) else { throw InProcessTransportError.outOfDescriptors(budget.exhausted) }
+            budget.giveBack(1, whenClosed: channel)
         }
         try channel.syncOptions?.setOption(.writeBufferWaterMark,
                                            value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))

@@ -58,12 +58,11 @@ public final class TCPServerTransport: ServerTransport {
                 channel.eventLoop.makeCompletedFuture {
                     if let budget = settings.descriptors {
                         // Refused at once, before accept itself fails: see DescriptorBudget.
-                        guard budget.take(1) else {
-                            events.refusedOutOfDescriptors(budget.exhausted, budget.shouldWarn())
+                        guard budget.admit(1, events: events) else {
                             try channel.pipeline.syncOperations.addHandler(RefuseConnectionHandler(refusal: tls == nil ? settings.outOfDescriptorsRefusal : nil, budget: budget))
                             return
                         }
-                        channel.closeFuture.whenComplete { _ in budget.give(1) }
+                        budget.giveBack(1, whenClosed: channel)
                     }
                     try Self.keepAlive(channel, idleSeconds: settings.tcpKeepaliveSeconds)
                     try FramePipeline.configure(channel, settings: settings, budget: budget,
