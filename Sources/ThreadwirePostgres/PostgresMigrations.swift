@@ -95,6 +95,8 @@ extension PostgresThreadStore {
         ]),
         // A call's records as bytea[] beside its JSON, not base64 inside it.
         (11, [CommitFunction.definitionV11]),
+        // A call's kept events in one INSERT after its commits.
+        (12, [CommitFunction.definitionV12]),
     ]
 
     /// The advisory lock key of migrations ("twmigr" in ASCII).
