@@ -62,13 +62,17 @@ struct DescriptorTests {
         let reads = ReadCounter()
         try listener.pipeline.syncOperations.addHandlers([reads, AcceptGate(budget: budget)])
         var children: [EmbeddedChannel] = []
-        for accepted in 1...3 {
-            listener.read()
-            #expect(reads.count == accepted, "read \(accepted) passes")
+        // What a read of the listener brings: one accepted connection.
+        func accept() throws {
             let child = EmbeddedChannel(loop: listener.embeddedEventLoop)
             children.append(child)
             try listener.writeInbound(child as any Channel)
             _ = try listener.readInbound(as: (any Channel).self)
+        }
+        for accepted in 1...3 {
+            listener.read()
+            #expect(reads.count == accepted, "read \(accepted) passes")
+            try accept()
         }
         // One served and two being refused: the listener waits.
         listener.read()
@@ -77,10 +81,7 @@ struct DescriptorTests {
         listener.embeddedEventLoop.run()
         #expect(reads.count == 4, "resumed once one closed")
         // The resumed read accepts one more: full again.
-        let another = EmbeddedChannel(loop: listener.embeddedEventLoop)
-        children.append(another)
-        try listener.writeInbound(another as any Channel)
-        _ = try listener.readInbound(as: (any Channel).self)
+        try accept()
         listener.read()
         #expect(reads.count == 4, "held again")
         for child in children.dropFirst() { _ = try child.finish() }

@@ -95,18 +95,6 @@ public final class SpawnedProcess: @unchecked Sendable {
 
     /// SIGTERM.
     public func terminate() { kill(processIdentifier, SIGTERM) }
-
-    /// Waits for the exit by polling, at most `timeout` seconds.
-    public func waitForExit(timeout: Double = 120) {
-        let deadline = Date().addingTimeInterval(timeout)
-        while isRunning && Date() < deadline { usleep(2_000) }
-    }
-
-    /// The same from a test's task, sleeping between looks.
-    public func exited(timeout: Duration = .seconds(120)) async {
-        let deadline = ContinuousClock.now + timeout
-        while isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(2)) }
-    }
 }
 
 /// The exit status (128 + the signal for a signal), or nil if the process is

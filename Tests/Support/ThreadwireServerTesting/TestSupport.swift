@@ -321,7 +321,16 @@ public struct TestServerSetup: Sendable {
     }
 }
 
-extension Process {
+/// A child process whose end is awaited by polling `isRunning`: Foundation's
+/// `Process` and the harness's `SpawnedProcess`.
+public protocol PolledProcess: AnyObject {
+    var isRunning: Bool { get }
+}
+
+extension Process: PolledProcess {}
+extension SpawnedProcess: PolledProcess {}
+
+extension PolledProcess {
     /// Waits for the process to end by polling: Process.waitUntilExit spins
     /// a run loop and has hung the whole suite when many processes run at once.
     public func waitForExit(timeout: Double = 120) {
