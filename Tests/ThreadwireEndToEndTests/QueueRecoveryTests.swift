@@ -12,8 +12,12 @@ struct QueueRecoveryTests {
     @Test("kill -9 with a running turn and three queued: after the restart the running one is interrupted and the three run in order, once",
           arguments: ["sqlite", "postgres"])
     func queuedTurnsSurviveKill9(_ store: String) async throws {
-        // A short lease: after kill -9 the restarted instance waits for the dead one's to lapse.
-        let server = try await ServerProcess.launch(arguments: store == "postgres" ? ["--store", try await PostgresCluster.database(), "--lease-seconds", "2"] : [])
+        // After kill -9 the restarted instance waits for the dead one's lease
+        // to lapse, so it is short; but not 2 s: on a loaded machine a
+        // renewal then misses its 1.5-s validity now and then, the instance
+        // steps down, and a queued turn it was running ends interrupted
+        // (as it should), which is not what this test is about.
+        let server = try await ServerProcess.launch(arguments: store == "postgres" ? ["--store", try await PostgresCluster.database(), "--lease-seconds", "5"] : [])
         defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread().thread?.id)
@@ -27,7 +31,7 @@ struct QueueRecoveryTests {
         await server.kill9()
         try await server.start()
         let again = try await server.client()
-        let turns = try await waitUntil("the queued turns ran", timeout: .seconds(30)) { () -> [Wire.Turn]? in
+        let turns = try await waitUntil("the queued turns ran", timeout: .seconds(60)) { () -> [Wire.Turn]? in
             do {
                 let turns = try await again.read(id, modelRequests: false).thread?.turns ?? []
                 return turns.count == 4 && turns.allSatisfy { $0.status != .inProgress } ? turns : nil
@@ -39,8 +43,8 @@ struct QueueRecoveryTests {
             }
         }
         #expect(turns.map { $0.items.first?.text } == ["#hold", "after 1", "after 2", "after 3"])
-        #expect(turns[0].status == .interrupted)
-        #expect(turns.dropFirst().allSatisfy { $0.status == .completed })
+        #expect(turns.map(\.status) == [.interrupted, .completed, .completed, .completed],
+                "the server's lease events: \(server.stderrLines(containing: "lease", "stepping down"))")
         guard case let .threadQueueList(queue) = try await again.result(.threadQueueList(Wire.ThreadQueueListParams(threadId: id))) else {
             throw UnexpectedResult(expected: "thread/queue/list")
         }

@@ -27,6 +27,12 @@ public final class ServerProcess: @unchecked Sendable {
     public var fixedPort: Int?
     /// The server's standard error, appended to across restarts.
     public var stderrPath: String { dataDir + "/stderr.log" }
+    /// The lines of the server's standard error (across restarts) that
+    /// contain any of `words`: what a failed expectation quotes to say why.
+    public func stderrLines(containing words: String...) -> [String] {
+        let log = (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+        return log.split(separator: "\n").filter { line in words.contains { line.contains($0) } }.map(String.init)
+    }
     /// Bearer token `client()` presents.
     public var token: String?
 
