@@ -13,8 +13,10 @@ struct PauseRecoveryTests {
     @Test("kill -9 while a turn is paused after its tools: after the restart it is still paused, makes no model request, and completes after turn/continue",
           arguments: ["sqlite", "postgres"])
     func pauseSurvivesKill9(_ store: String) async throws {
-        // A short lease: after kill -9 the restarted instance waits for the dead one's to lapse.
-        let server = try await ServerProcess.launch(arguments: store == "postgres" ? ["--store", try await PostgresCluster.database(), "--lease-seconds", "2"] : [])
+        // A short lease: after kill -9 the restarted instance waits for the
+        // dead one's to lapse. Not 2 s: a renewal on a loaded machine can miss
+        // its 1.5-s validity, and the step-down interrupts the continued turn.
+        let server = try await ServerProcess.launch(arguments: store == "postgres" ? ["--store", try await PostgresCluster.database(), "--lease-seconds", "5"] : [])
         defer { server.stopInBackground() }
         let client = try await server.client()
         let id = try #require(try await client.startThread(Wire.ThreadStartParams(pauseAfterTools: true)).thread?.id)
