@@ -255,6 +255,24 @@ public final class SQLiteThreadStore: ThreadStore {
         WHERE id = ? AND version = ? AND owner = ? AND event_sequence < ?
         """
 
+    /// The columns that SQLite's indexes (and the search triggers) read and
+    /// that a thread's ordinary changes leave as they are. SQLite rewrites
+    /// every index on a column named in an UPDATE's SET, equal value or not:
+    /// naming all of them rewrote six index entries and ran the search
+    /// trigger for each settings change, more than twice the pages of the
+    /// two that move (`updated_at`'s).
+    private static let steadyColumns: Set<String> = ["session_id", "parent_id", "created_at", "archived", "name", "preview"]
+    private static let steadyIndexes = ThreadRow.changeableColumns.indices.filter { steadyColumns.contains(ThreadRow.changeableColumns[$0]) }
+    private static let movingIndexes = ThreadRow.changeableColumns.indices.filter { !steadyColumns.contains(ThreadRow.changeableColumns[$0]) }
+    /// `updateThread` for a row whose steady columns keep their values (the
+    /// WHERE clause checks they do); when it changes no row, `updateThread`
+    /// runs as before and tells a conflict from a steady column that moved.
+    private static let updateMovingColumns = """
+        UPDATE threads SET \(movingIndexes.map { "\(ThreadRow.changeableColumns[$0]) = ?" }.joined(separator: ", "))
+        WHERE id = ? AND version = ? AND owner = ? AND event_sequence < ?
+          AND \(steadyIndexes.map { "\(ThreadRow.changeableColumns[$0]) IS ?" }.joined(separator: " AND "))
+        """
+
     /// One commit's operations. New events are refused unless numbered above
     /// the newest their thread's row carried (every kept number is at most
     /// that): `thread_events_recent` has no index to refuse a number stored
@@ -298,8 +316,11 @@ public final class SQLiteThreadStore: ThreadStore {
             values += [r.id, r.principal]
             try db.cachedStatement(sql: insertThread).execute(arguments: StatementArguments(values))
         } else {
-            values += [r.id, r.version - 1, r.principal, firstNewEvent ?? Int64.max]
-            try db.cachedStatement(sql: updateThread).execute(arguments: StatementArguments(values))
+            let fence: [(any DatabaseValueConvertible)?] = [r.id, r.version - 1, r.principal, firstNewEvent ?? Int64.max]
+            try db.cachedStatement(sql: updateMovingColumns)
+                .execute(arguments: StatementArguments(movingIndexes.map { values[$0] } + fence + steadyIndexes.map { values[$0] }))
+            if db.changesCount == 1 { return }
+            try db.cachedStatement(sql: updateThread).execute(arguments: StatementArguments(values + fence))
             guard db.changesCount == 1 else {
                 if let firstNewEvent,
                    let row = try Row.fetchOne(db, sql: "SELECT version, event_sequence FROM threads WHERE id = ? AND owner = ?",
