@@ -347,15 +347,8 @@ public final class SQLiteThreadStore: ThreadStore {
                 }
             }
         case let .putTurn(turn):
-            let record = Data(StoredRecords.encode(turn))
-            // A turn's record changes at every commit of the turn, its status
-            // twice: named in SET, the status rewrote the running turns'
-            // index entry each time (as `updateMovingColumns` explains).
-            try db.cachedStatement(sql: "UPDATE turns SET record = ? WHERE thread_id = ? AND seq = ? AND turn_id = ? AND status IS ?")
-                .execute(arguments: [record, turn.threadID, turn.sequence, turn.id, turn.status.rawValue])
-            if db.changesCount == 1 { return }
             try db.cachedStatement(sql: "INSERT OR REPLACE INTO turns (thread_id, turn_id, seq, record, status) VALUES (?, ?, ?, ?, ?)")
-                .execute(arguments: [turn.threadID, turn.id, turn.sequence, record, turn.status.rawValue])
+                .execute(arguments: [turn.threadID, turn.id, turn.sequence, Data(StoredRecords.encode(turn)), turn.status.rawValue])
         case let .enqueueMailbox(recipient, item):
             try db.cachedStatement(sql: "INSERT INTO mailbox (recipient_id, record) VALUES (?, ?)")
                 .execute(arguments: [recipient, Data(StoredRecords.encode(item))])
