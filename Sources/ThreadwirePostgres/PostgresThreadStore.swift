@@ -306,11 +306,11 @@ public final class PostgresThreadStore: ThreadStore {
             sql += " AND owner = $\(binds.count)"
         }
         if let term = query.searchTerm {
-            // The indexed expression, so the trigram index serves the match.
+            // thread_search's trigram index serves the match (migration 13).
             let escaped = term.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%")
                 .replacingOccurrences(of: "_", with: "\\_")
             binds.append("%" + escaped + "%")
-            sql += " AND (coalesce(name, '') || E'\\n' || preview) ILIKE $\(binds.count)"
+            sql += " AND id IN (SELECT thread_id FROM thread_search WHERE doc ILIKE $\(binds.count))"
         }
         if let position = try query.position() {
             binds.append(position.sortValue)
