@@ -262,15 +262,16 @@ public final class SQLiteThreadStore: ThreadStore {
     /// trigger for each settings change, more than twice the pages of the
     /// two that move (`updated_at`'s).
     private static let steadyColumns: Set<String> = ["session_id", "parent_id", "created_at", "archived", "name", "preview"]
-    private static let steadyIndexes = ThreadRow.changeableColumns.indices.filter { steadyColumns.contains(ThreadRow.changeableColumns[$0]) }
-    private static let movingIndexes = ThreadRow.changeableColumns.indices.filter { !steadyColumns.contains(ThreadRow.changeableColumns[$0]) }
+    /// Their positions, and the others', in `ThreadRow.changeableColumns`.
+    private static let steadyPositions = ThreadRow.changeableColumns.indices.filter { steadyColumns.contains(ThreadRow.changeableColumns[$0]) }
+    private static let movingPositions = ThreadRow.changeableColumns.indices.filter { !steadyColumns.contains(ThreadRow.changeableColumns[$0]) }
     /// `updateThread` for a row whose steady columns keep their values (the
     /// WHERE clause checks they do); when it changes no row, `updateThread`
     /// runs as before and tells a conflict from a steady column that moved.
     private static let updateMovingColumns = """
-        UPDATE threads SET \(movingIndexes.map { "\(ThreadRow.changeableColumns[$0]) = ?" }.joined(separator: ", "))
+        UPDATE threads SET \(movingPositions.map { "\(ThreadRow.changeableColumns[$0]) = ?" }.joined(separator: ", "))
         WHERE id = ? AND version = ? AND owner = ? AND event_sequence < ?
-          AND \(steadyIndexes.map { "\(ThreadRow.changeableColumns[$0]) IS ?" }.joined(separator: " AND "))
+          AND \(steadyPositions.map { "\(ThreadRow.changeableColumns[$0]) IS ?" }.joined(separator: " AND "))
         """
 
     /// One commit's operations. New events are refused unless numbered above
@@ -316,11 +317,11 @@ public final class SQLiteThreadStore: ThreadStore {
             values += [r.id, r.principal]
             try db.cachedStatement(sql: insertThread).execute(arguments: StatementArguments(values))
         } else {
-            let fence: [(any DatabaseValueConvertible)?] = [r.id, r.version - 1, r.principal, firstNewEvent ?? Int64.max]
+            let expected: [(any DatabaseValueConvertible)?] = [r.id, r.version - 1, r.principal, firstNewEvent ?? Int64.max]
             try db.cachedStatement(sql: updateMovingColumns)
-                .execute(arguments: StatementArguments(movingIndexes.map { values[$0] } + fence + steadyIndexes.map { values[$0] }))
+                .execute(arguments: StatementArguments(movingPositions.map { values[$0] } + expected + steadyPositions.map { values[$0] }))
             if db.changesCount == 1 { return }
-            try db.cachedStatement(sql: updateThread).execute(arguments: StatementArguments(values + fence))
+            try db.cachedStatement(sql: updateThread).execute(arguments: StatementArguments(values + expected))
             guard db.changesCount == 1 else {
                 if let firstNewEvent,
                    let row = try Row.fetchOne(db, sql: "SELECT version, event_sequence FROM threads WHERE id = ? AND owner = ?",
