@@ -36,7 +36,7 @@ struct QueueRecoveryTests {
                 let turns = try await again.read(id, modelRequests: false).thread?.turns ?? []
                 return turns.count == 4 && turns.allSatisfy { $0.status != .inProgress } ? turns : nil
             } catch ClientError.status(code: 14, _) {
-                // UNAVAILABLE says "retry": with a 2-s lease on a loaded
+                // UNAVAILABLE says "retry": with a short lease on a loaded
                 // machine a renewal can miss, and the instance steps down
                 // until it holds the tree again.
                 return nil
