@@ -45,6 +45,8 @@ struct WebChildChannel: ServerChildChannel, HTTPChannelHandler {
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
+            let unclaimed = CloseUnclaimedOnQuiesce()
+            try channel.pipeline.syncOperations.addHandler(unclaimed)
             let attempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
             let settings = self.settings
             let carry = self.carry
@@ -57,6 +59,8 @@ struct WebChildChannel: ServerChildChannel, HTTPChannelHandler {
                 },
                 upgradePipelineHandler: { channel, head in
                     channel.eventLoop.makeCompletedFuture {
+                        // The session is the call layer's now: its drain closes it.
+                        channel.pipeline.syncOperations.removeHandler(unclaimed, promise: nil)
                         Self.startSession(on: channel, head: head, settings: settings, carry: carry, logger: logger)
                         return .webSocket(channel)
                     }
@@ -65,6 +69,8 @@ struct WebChildChannel: ServerChildChannel, HTTPChannelHandler {
                 upgraders: [upgrader],
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        // HTTPConnectionStateHandler closes it on quiesce once its response is written.
+                        channel.pipeline.syncOperations.removeHandler(unclaimed, promise: nil)
                         try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try channel.pipeline.syncOperations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
                         let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
@@ -141,5 +147,23 @@ struct WebChildChannel: ServerChildChannel, HTTPChannelHandler {
             try await writer.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: location]))
             throw ClosingAfterRedirect()
         }
+    }
+}
+
+/// Closes the connection when the server quiesces (graceful shutdown) before
+/// a whole request has arrived on it. Until then neither HTTP's connection
+/// state handler nor a session owns the connection, and Hummingbird waits for
+/// every connection to close: a socket a browser opened ahead of need and never
+/// used held the server's exit until the browser dropped it. Hummingbird closes
+/// a connection with no request in progress the same way.
+final class CloseUnclaimedOnQuiesce: ChannelInboundHandler, RemovableChannelHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 }

@@ -2,6 +2,8 @@
 `websockets`: each binary message one Envelope, the session rules of a TCP
 connection."""
 import os
+import socket
+import subprocess
 import time
 
 import pytest
@@ -147,6 +149,34 @@ def test_sigterm_ends_open_sessions_with_a_close_frame_and_the_server_exits(tmp_
             assert ended.value.rcvd is not None and ended.value.rcvd.code == 1001, ended.value
         assert proc.wait(timeout=20) == 0
     finally:
+        stop(proc)
+
+
+def test_connections_that_sent_no_whole_request_do_not_hold_the_servers_exit(tmp_path):
+    """A browser opens sockets ahead of need (preconnect) and may never use
+    them: at SIGTERM such a connection, and one whose request head is still
+    arriving, is closed, as Hummingbird closes an idle keep-alive connection,
+    rather than waited for until the client lets it go."""
+    proc, addresses = start(tmp_path)
+    host, port = addresses["web"][len("ws://"):].split("/")[0].rsplit(":", 1)
+    idle = socket.create_connection((host, int(port)))
+    partial = socket.create_connection((host, int(port)))
+    try:
+        partial.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\n")
+        with connect(addresses["web"]) as ws:   # a live session, so the server is past accepting
+            ws.send(request(1, initialize=hello()))
+            responses(ws, 1)
+            proc.terminate()
+            try:
+                assert proc.wait(timeout=20) == 0
+            except subprocess.TimeoutExpired:
+                pytest.fail("the server was still running 20 s after SIGTERM, held by the idle and the half-sent connections")
+        for sock in (idle, partial):
+            sock.settimeout(5)
+            assert sock.recv(1024) == b"", "the connection was answered instead of closed"
+    finally:
+        idle.close()
+        partial.close()
         stop(proc)
 
 
