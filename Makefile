@@ -153,9 +153,9 @@ test: deps check-generated
 ## and Go clients 78 s in 125 s (they wait on servers), so the two cores hold
 ## both at once. Each lane's output is printed when it ends. The browsers
 ## (test-typescript) run after them, alone: beside the fault runs, once in
-## seven tries a server there did not exit within 40 s of SIGTERM. A socket the
-## browser opened and never used held it (fixed: CloseUnclaimedOnQuiesce); they
-## stay apart until runs show them steady beside the faults.
+## seven tries a server there did not exit within 40 s of SIGTERM. Likely cause,
+## found and fixed since (CloseUnclaimedOnQuiesce): an idle socket, as browsers
+## open ahead of need, held the exit. They stay apart until runs show them steady.
 test-lane-faults:
 	$(TIMED) chaos $(MAKE) --no-print-directory test-chaos
 test-lane-clients:
