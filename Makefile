@@ -26,7 +26,7 @@ DEBUG_INFO_FLAGS := -Xswiftc -dwarf-version=4 -Xcc -gdwarf-4
 ## Debug builds compile each module whole (one compiler job per module, its
 ## code generated on every core) instead of in SwiftPM's batches of files, each
 ## of which parses the whole module again: from scratch, as every CI run builds,
-## that takes less CPU (BENCHMARKS.md, "make test in a fresh clone, 2026-11-28");
+## that takes less CPU (BENCHMARKS.md, "make test in a fresh clone (2026-11-28, evening…)");
 ## an edit recompiles its whole module. WHOLE_MODULE= (empty) for an edit-and-test loop.
 WHOLE_MODULE ?= 1
 NPROC := $(shell nproc 2>/dev/null || echo 2)
