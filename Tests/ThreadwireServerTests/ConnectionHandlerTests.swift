@@ -59,7 +59,7 @@ struct ConnectionHandlerTests {
         let allocator = ByteBufferAllocator()
         for result in results {
             let encoded = Wire.EncodedResult(result)
-            for id: UInt64? in [nil, 0, 7, 300, 1 << 40, .max] {
+            for id: UInt64? in [nil, 0, 7, 127, 128, 300, 1 << 40, .max] {
                 let packed = Wire.Envelope(kind: .response(Wire.Response(id: id, code: 0, result: result)))
                 guard case let .framed(expected) = packed.frame(allocator: allocator, maxPayload: .max),
                       case let .framed(spliced) = encoded.responseFrame(id: id, allocator: allocator, maxPayload: .max) else {

@@ -16,6 +16,8 @@ final class AdmittedCall: Sendable {
     let received: ContinuousClock.Instant
     /// The request's server span (tracing on), ended with its answer.
     let span: (any Span)?
+    /// Whether `span` is set: read per request without copying the existential out.
+    let traced: Bool
     /// Its principal's request tokens are being claimed from the store that
     /// instances share: it suspends until they come (RequestGate).
     let awaitsTokens: Bool
@@ -27,6 +29,7 @@ final class AdmittedCall: Sendable {
         self.params = params
         self.received = received
         self.span = span
+        traced = span != nil
         self.awaitsTokens = awaitsTokens
     }
 }
@@ -165,15 +168,13 @@ struct CallDispatcher: Sendable {
         // Only a deadline needs a task of its own.
         guard request.timeoutMs == nil, !admitted.awaitsTokens, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
         do {
-            let inline = { () throws -> InlineAnswer? in
-                guard let call = try callWithoutSuspending(admitted, connection: connection) else { return nil }
-                return try runInline(admitted.params, call)
-            }
             let answered: InlineAnswer?
-            if let span = admitted.span {
-                answered = try ServiceContext.withValue(span.context) { try inline() }
+            if admitted.traced, let span = admitted.span {
+                answered = try ServiceContext.withValue(span.context) { try answerInline(admitted, runInline, connection: connection) }
             } else {
-                answered = try inline()
+                // Called straight, not through a closure: one would be a
+                // context allocated and this dispatcher copied into it per request.
+                answered = try answerInline(admitted, runInline, connection: connection)
             }
             guard let answer = answered else { return .suspend(admitted) }
             services.metrics.request(method: admitted.spec.name, code: .ok, duration: .now - received)
@@ -188,6 +189,11 @@ struct CallDispatcher: Sendable {
             fail(admitted, error: error, connection: connection, flush: false)
         }
         return .answered
+    }
+
+    private func answerInline(_ admitted: AdmittedCall, _ runInline: MethodSpec.RunInline, connection: Connection) throws -> InlineAnswer? {
+        guard let call = try callWithoutSuspending(admitted, connection: connection) else { return nil }
+        return try runInline(admitted.params, call)
     }
 
     /// The call's thread, required and authorized from the loaded snapshot;

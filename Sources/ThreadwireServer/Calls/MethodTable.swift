@@ -12,7 +12,7 @@ enum MethodTable {
             .method("initialize", params: { if case let .initialize(p) = $0 { p } else { nil } },
                     mutates: false, requiresHandshake: false, inline: SessionHandlers.initialize),
             .method("health/check", params: { if case let .healthCheck(p) = $0 { p } else { nil } },
-                    mutates: false, requiresHandshake: false, inline: SessionHandlers.healthCheck),
+                    mutates: false, requiresHandshake: false, inline: SessionHandlers.healthCheck, run: SessionHandlers.healthCheckQueued),
             .method("reflection/descriptors", params: { if case let .reflectionDescriptors(p) = $0 { p } else { nil } },
                     mutates: false, requiresHandshake: false, inline: SessionHandlers.reflectionDescriptors),
             .method("thread/start", params: { if case let .threadStart(p) = $0 { p } else { nil } },

@@ -35,7 +35,7 @@ enum RequestTracing {
 
     static func finish(_ admitted: AdmittedCall, code: StatusCode, message: String? = nil, logger: Logger) {
         // Most requests have neither a span nor a debug log: nothing to read for them.
-        guard admitted.span != nil || logger.logLevel <= .debug else { return }
+        guard admitted.traced || logger.logLevel <= .debug else { return }
         finish(admitted.span, method: admitted.spec.name, id: admitted.request.id, thread: admitted.spec.thread?.read(admitted.params),
                code: code, message: message, received: admitted.received, logger: logger)
     }

@@ -172,11 +172,27 @@ enum SessionHandlers {
             notifications: reflected(WireSchema.notifications), serverRequests: reflected(WireSchema.serverRequests))
     }()
 
+    /// Inline (the common case): one of two results encoded once.
     @Sendable static func healthCheck(_ p: Wire.HealthCheckParams, _ call: Call) throws -> InlineAnswer? {
+        .encoded(try serving(p, call) ? encodedServing : encodedNotServing)
+    }
+
+    /// Behind other requests of its connection.
+    @Sendable static func healthCheckQueued(_ p: Wire.HealthCheckParams, _ call: Call) async throws -> Outcome<Wire.Response.Result> {
+        Outcome(healthResult(serving: try serving(p, call)))
+    }
+
+    private static func serving(_ p: Wire.HealthCheckParams, _ call: Call) throws -> Bool {
         if let service = p.service, !service.isEmpty {
             throw RequestError(.notFound, "unknown service '\(service)'; use an empty service name for the whole server")
         }
-        let serving = !call.server.draining() && call.server.storeHealthy()
-        return .result(.healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing)))
+        return !call.server.draining() && call.server.storeHealthy()
     }
+
+    private static func healthResult(serving: Bool) -> Wire.Response.Result {
+        .healthCheck(Wire.HealthCheckResult(status: serving ? .serving : .notServing))
+    }
+
+    private static let encodedServing = Wire.EncodedResult(healthResult(serving: true))
+    private static let encodedNotServing = Wire.EncodedResult(healthResult(serving: false))
 }
