@@ -104,7 +104,7 @@ enum FramePipeline {
         let frameLimit = FrameSizeLimit(settings.initialMaxFrameBytes)
         // Outbound frames are packed straight into ByteBuffers by the codec,
         // so no encoder handler is needed.
-        try sync.addHandler(framing?(frameLimit, budget) ?? ByteToMessageHandler(FrameDecoder(limit: frameLimit, budget: budget)))
+        try sync.addHandler(framing?(frameLimit, budget) ?? FrameSplitter(limit: frameLimit, budget: budget))
         try accept(AcceptedConnection(channel: channel, flowControl: flowControl, frameLimit: frameLimit, attachment: attachment))
         return flowControl
     }

@@ -31,7 +31,7 @@ struct ConnectionHandlerTests {
         let frameLimit = FrameSizeLimit(maxFrameBytes)
         try channel.pipeline.syncOperations.addHandlers([
             flowControl,
-            ByteToMessageHandler(FrameDecoder(limit: frameLimit)),
+            FrameSplitter(limit: frameLimit),
             ConnectionHandler(connectionID: 1, services: services, flowControl: flowControl, frameLimit: frameLimit),
         ])
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
@@ -208,7 +208,7 @@ struct ConnectionHandlerTests {
         let budget = PartialFrameBudget(limit: 100)
         func decoderChannel() throws -> EmbeddedChannel {
             let channel = EmbeddedChannel()
-            try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameDecoder(maxFrameBytes: 1000, budget: budget)))
+            try channel.pipeline.syncOperations.addHandler(FrameSplitter(maxFrameBytes: 1000, budget: budget))
             return channel
         }
         let first = try decoderChannel()
