@@ -8,6 +8,9 @@
 #     Benchmarks/compare.sh
 #
 # The CLI that creates the thread to read is B's (.build/release/threadwire).
+# PIN=1: every server on CPU 0 (threadwire with one event loop), the
+# generator on CPU 1: each server's cost on a core of its own.
+# CPU per request is printed as total (user + system).
 set -euo pipefail
 A_BIN=${A_BIN:?the threadwire-server binary of build A}
 B_BIN=${B_BIN:-.build/release/threadwire-server}
@@ -15,12 +18,16 @@ CLI=${CLI:-.build/release/threadwire}
 DUR=${DUR:-3}
 ROUNDS=${ROUNDS:-3}
 source Benchmarks/c_load.sh
-.build/c/epoll_echo 7681 > "$data/echo.out" &
-pids+=($!)
-"$A_BIN" --listen 127.0.0.1:7682 --data-dir "$data/a" --log-level error > "$data/a.out" 2>&1 &
+SERVER=(); GENERATOR=(); LOOPS=()
+if [ "${PIN:-0}" = 1 ]; then SERVER=(taskset -c 0); GENERATOR=(taskset -c 1); LOOPS=(--event-loops 1); fi
+load() { "${GENERATOR[@]}" .build/c/frame_load "$@"; }
+"${SERVER[@]}" .build/c/epoll_echo 7681 > "$data/echo.out" &
+echo_pid=$!
+pids+=($echo_pid)
+"${SERVER[@]}" "$A_BIN" "${LOOPS[@]}" --listen 127.0.0.1:7682 --data-dir "$data/a" --log-level error > "$data/a.out" 2>&1 &
 a_pid=$!
 pids+=($a_pid)
-"$B_BIN" --listen 127.0.0.1:7683 --data-dir "$data/b" --log-level error > "$data/b.out" 2>&1 &
+"${SERVER[@]}" "$B_BIN" "${LOOPS[@]}" --listen 127.0.0.1:7683 --data-dir "$data/b" --log-level error > "$data/b.out" 2>&1 &
 b_pid=$!
 pids+=($b_pid)
 listening a.out b.out echo.out
@@ -30,31 +37,34 @@ READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 76
 
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # One run against server `pid`: "requests/s µs-of-server-CPU-per-request"
-# (user + system of all its threads, from /proc, over the run).
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# as "total (user + system)", all its threads, from /proc, over the run.
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 measured() {
   local pid=$1; shift
-  local t0 t1 out
-  t0=$(ticks "$pid")
+  local u0 s0 u1 s1 out
+  read -r u0 s0 < <(ticks "$pid")
   out=$(load "$@")
-  t1=$(ticks "$pid")
+  read -r u1 s1 < <(ticks "$pid")
   "$PY" -c "
-rps = $(field "$out" requests_per_second)
-print(rps, '%.1f' % (($t1 - $t0) * 1e6 / $(getconf CLK_TCK) / (rps * $DUR)))"
+rps = $(field "$out" requests_per_second); per = 1e6 / $(getconf CLK_TCK) / (rps * $DUR)
+user, system = ($u1 - $u0) * per, ($s1 - $s0) * per
+print(rps, '%.1f(%.1f+%.1f)' % (user + system, user, system))"
 }
+# The median of "total(user+system)" values, by total.
+median_cpu() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' | sed 's/(\(.*\)+\(.*\))/ (\1 + \2)/'; }
 
-printf "connections\tC echo req/s\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(req/s, %% of the C echo, server CPU per request in µs; medians of %s rounds of %s s)\n" "$ROUNDS" "$DUR"
+printf "connections\tC echo\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(req/s, %% of the C echo, server CPU per request in µs as total (user + system); medians of %s rounds of %s s)\n" "$ROUNDS" "$DUR"
 for c in 1 16 64; do
-  e=(); ha=(); hb=(); ra=(); rb=(); cha=(); chb=(); cra=(); crb=()
+  e=(); ce=(); ha=(); hb=(); ra=(); rb=(); cha=(); chb=(); cra=(); crb=()
   for _ in $(seq "$ROUNDS"); do
-    e+=("$(field "$(load 7681 $c "$DUR" "$HEALTH")" requests_per_second)")
+    read -r r u < <(measured "$echo_pid" 7681 $c "$DUR" "$HEALTH"); e+=("$r"); ce+=("$u")
     read -r r u < <(measured "$a_pid" 7682 $c "$DUR" "$HEALTH"); ha+=("$r"); cha+=("$u")
     read -r r u < <(measured "$b_pid" 7683 $c "$DUR" "$HEALTH"); hb+=("$r"); chb+=("$u")
     read -r r u < <(measured "$a_pid" 7682 $c "$DUR" "$READ_A" "$INIT"); ra+=("$r"); cra+=("$u")
     read -r r u < <(measured "$b_pid" 7683 $c "$DUR" "$READ_B" "$INIT"); rb+=("$r"); crb+=("$u")
   done
   E=$(median "${e[@]}"); HA=$(median "${ha[@]}"); HB=$(median "${hb[@]}"); RA=$(median "${ra[@]}"); RB=$(median "${rb[@]}")
-  printf "%s\t%s\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\n" "$c" "$E" \
-    "$HA" "$(pct "$HA" "$E")" "$(median "${cha[@]}")" "$HB" "$(pct "$HB" "$E")" "$(median "${chb[@]}")" \
-    "$RA" "$(pct "$RA" "$E")" "$(median "${cra[@]}")" "$RB" "$(pct "$RB" "$E")" "$(median "${crb[@]}")"
+  printf "%s\t%s %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\n" "$c" "$E" "$(median_cpu "${ce[@]}")" \
+    "$HA" "$(pct "$HA" "$E")" "$(median_cpu "${cha[@]}")" "$HB" "$(pct "$HB" "$E")" "$(median_cpu "${chb[@]}")" \
+    "$RA" "$(pct "$RA" "$E")" "$(median_cpu "${cra[@]}")" "$RB" "$(pct "$RB" "$E")" "$(median_cpu "${crb[@]}")"
 done
