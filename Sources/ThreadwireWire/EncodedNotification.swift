@@ -1,10 +1,10 @@
 /// A notification's bytes encoded once per event and reused for every
 /// subscriber (issue 28: fan-out): what differs per connection is only the
 /// sequence number (field 1), which protobuf-c writes first, so a
-/// connection's Envelope is the notification key, the length, the
-/// sequence (written as protobuf-c packs it) and these bytes, byte for byte what packing the whole Envelope
-/// gives (a test checks). Kept in the codec module: nothing else writes
-/// protobuf keys or varints.
+/// connection's Envelope is the notification key, the length, the sequence
+/// (written as protobuf-c packs it) and these bytes, byte for byte what
+/// packing the whole Envelope gives (a test checks). Kept in the codec
+/// module: nothing else writes protobuf keys or varints (`ProtoVarint`).
 extension Wire {
     public struct EncodedNotification: Sendable {
         /// The Notification without its sequence: metadata and payload fields.
