@@ -34,6 +34,8 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     private var pendingBytes = 0
     /// Inline answers written in this read batch, flushed at its end.
     private var flushPending = false
+    /// Flushes them with the other connections' answers of this loop tick.
+    private var tickFlusher: TickFlusher?
     private var requests: AsyncStream<QueuedRequest>.Continuation?
     private var logger: Logger
     private let dispatcher: CallDispatcher
@@ -67,6 +69,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             return
         }
         self.connection = connection
+        tickFlusher = services.tickFlushers.flusher(for: context.eventLoop)
         flowControl.gate = connection
         services.metrics.connectionsOpen.increment()
         logger.debug("connection opened", metadata: ["tw.peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
@@ -156,7 +159,11 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         if flushPending {
             flushPending = false
-            context.flush()
+            if let tickFlusher {
+                tickFlusher.flushAtEndOfTick(context.channel)
+            } else {
+                context.flush()
+            }
         }
         context.fireChannelReadComplete()
     }

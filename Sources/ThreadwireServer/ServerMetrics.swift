@@ -1,6 +1,8 @@
 import Metrics
 import NIOConcurrencyHelpers
+import Synchronization
 import ThreadwireCore
+import ThreadwireWire
 
 /// The server's swift-metrics instruments. Labels and dimensions follow
 /// Prometheus naming (the admin endpoint exports them); dimensions are closed
@@ -27,27 +29,29 @@ final class ServerMetrics: Sendable {
     /// One method's instruments; a counter per status code, made on first use.
     private final class MethodInstruments: Sendable {
         let latency: Metrics.Timer
-        private let counters: NIOLockedValueBox<[Counter?]>
+        private let counters: [Lazy<Counter>]
         private let method: String
 
         init(method: String) {
             self.method = method
             latency = Metrics.Timer(label: "threadwire_request_duration_seconds", dimensions: [("method", method)])
-            counters = NIOLockedValueBox([Counter?](repeating: nil, count: 17))
+            counters = (0..<17).map { _ in Lazy() }
         }
 
         func counter(_ code: StatusCode) -> Counter {
-            counters.withLockedValue { table in
-                let index = Int(code.rawValue)
-                if let existing = table[index] { return existing }
-                let made = Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
-                table[index] = made
-                return made
+            counters[Int(code.rawValue)].get {
+                Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
             }
         }
     }
 
-    private let methods = NIOLockedValueBox([String: MethodInstruments]())
+    /// The methods' instruments by `Wire.Request.Params.caseIndex`: found
+    /// per request without a lock or a hashed name. Made on first use, so
+    /// /metrics lists only the methods that were called.
+    private let byCase: [Lazy<MethodInstruments>] = Wire.Request.Params.methodNames.map { _ in Lazy() }
+    private static let caseIndexByName = Dictionary(uniqueKeysWithValues: Wire.Request.Params.methodNames.enumerated().map { ($1, $0) })
+    /// Names no case has ("unknown": a request that named no method).
+    private let others = NIOLockedValueBox([String: MethodInstruments]())
     private let closes = NIOLockedValueBox([String: Counter]())
 
     func frameOut(bytes: Int) {
@@ -56,13 +60,31 @@ final class ServerMetrics: Sendable {
     }
 
     /// One answered request: its method, status code and time to answer.
+    func request(_ spec: MethodSpec, code: StatusCode, duration: Duration) {
+        record(instruments(caseIndex: spec.caseIndex, method: spec.name), code: code, duration: duration)
+    }
+
+    /// As above, by the method's name (refusals, which may have no table entry).
     func request(method: String, code: StatusCode, duration: Duration) {
-        let instruments = methods.withLockedValue { table in
-            if let existing = table[method] { return existing }
-            let made = MethodInstruments(method: method)
-            table[method] = made
-            return made
+        let instruments: MethodInstruments
+        if let index = Self.caseIndexByName[method] {
+            instruments = self.instruments(caseIndex: index, method: method)
+        } else {
+            instruments = others.withLockedValue { table in
+                if let existing = table[method] { return existing }
+                let made = MethodInstruments(method: method)
+                table[method] = made
+                return made
+            }
         }
+        record(instruments, code: code, duration: duration)
+    }
+
+    private func instruments(caseIndex: Int, method: String) -> MethodInstruments {
+        byCase[caseIndex].get { MethodInstruments(method: method) }
+    }
+
+    private func record(_ instruments: MethodInstruments, code: StatusCode, duration: Duration) {
         instruments.counter(code).increment()
         instruments.latency.record(duration: duration)
     }
@@ -107,5 +129,17 @@ public struct RequestLoad: Sendable, Equatable {
         self.method = method
         self.requests = requests
         self.p99Ms = p99Ms
+    }
+}
+
+/// An instance made on first use, then read without a lock. Two threads
+/// that race to make it both make one and one is kept: swift-metrics'
+/// factory hands both the same instrument for the same label and dimensions.
+final class Lazy<Instance: AnyObject & Sendable>: Sendable {
+    private let reference = AtomicLazyReference<Instance>()
+
+    func get(_ make: () -> Instance) -> Instance {
+        if let made = reference.load() { return made }
+        return reference.storeIfNil(make())
     }
 }

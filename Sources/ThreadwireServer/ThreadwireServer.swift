@@ -29,6 +29,8 @@ final class ServerServices: Sendable {
     let idempotency: IdempotentCalls
     /// Each principal's requests per second (limits.max_requests_per_second).
     let requestGate: RequestGate
+    /// Each event loop's flusher of inline answers (ConnectionHandler).
+    let tickFlushers = TickFlushers()
 
     init(engine: ThreadEngine, registry: ConnectionRegistry, info: ServerInfo, logger: Logger, recorder: FrameRecorder?, metrics: ServerMetrics,
          peers: PeerSettings = PeerSettings(), idempotency: IdempotentCalls) {

@@ -78,6 +78,13 @@ struct CallDispatcher: Sendable {
         case refused(RequestError, method: String)
     }
 
+    /// Admission's checks passed, before anything is allocated for the call:
+    /// a request answered inline and untraced never becomes an `AdmittedCall`.
+    enum Checked {
+        case passed(MethodSpec, Wire.Request.Params, awaitsTokens: Bool)
+        case refused(RequestError, method: String)
+    }
+
     enum Immediate {
         /// The answer is written (not flushed: the read batch flushes it).
         case answered
@@ -87,31 +94,47 @@ struct CallDispatcher: Sendable {
 
     /// The checks every request passes before its handler runs.
     func admit(_ request: Wire.Request, received: ContinuousClock.Instant, connection: any CallSession) -> Admission {
+        switch check(request, connection: connection) {
+        case let .refused(error, method):
+            return .refused(error, method: method)
+        case let .passed(spec, params, awaitsTokens):
+            return .admitted(admitted(request, spec, params, received: received, awaitsTokens: awaitsTokens, connection: connection))
+        }
+    }
+
+    private func admitted(_ request: Wire.Request, _ spec: MethodSpec, _ params: Wire.Request.Params, received: ContinuousClock.Instant,
+                          awaitsTokens: Bool, connection: any CallSession) -> AdmittedCall {
+        let span = ThreadTracing.enabled ? RequestTracing.start(request, spec: spec, params: params, connection: connection) : nil
+        return AdmittedCall(request: request, spec: spec, params: params, received: received, span: span, awaitsTokens: awaitsTokens)
+    }
+
+    /// Admission's checks: the method, the handshake, the principal's rate
+    /// and the drain.
+    func check(_ request: Wire.Request, connection: any CallSession) -> Checked {
         guard let params = request.params else {
             return .refused(RequestError(.unimplemented, "the request names no method this server implements"), method: "unknown")
         }
-        let method = params.methodName
-        guard let spec = MethodTable.methods[method] else {
+        guard let spec = MethodTable.spec(for: params) else {
+            let method = params.methodName
             return .refused(RequestError(.unimplemented, "method \(method) is not implemented"), method: method)
         }
-        if let refusal = connection.admits(requiresHandshake: spec.requiresHandshake, method: method) {
-            return .refused(refusal, method: method)
+        if let refusal = connection.admits(requiresHandshake: spec.requiresHandshake, method: spec.name) {
+            return .refused(refusal, method: spec.name)
         }
         // A relayed request was counted where its client sent it.
         var awaitsTokens = false
         if services.requestGate.isLimiting, spec.requiresHandshake, !connection.isPeer {
             switch services.requestGate.admit(connection.principal) {
             case .admitted: break
-            case let .refused(refusal): return .refused(RequestError(refusal), method: method)
+            case let .refused(refusal): return .refused(RequestError(refusal), method: spec.name)
             case .wait: awaitsTokens = true
             }
         }
         // A connection opened as the drain began is not marked yet.
         if services.info.draining(), spec.requiresHandshake {
-            return .refused(RequestError(.unavailable, "the server is shutting down"), method: method)
+            return .refused(RequestError(.unavailable, "the server is shutting down"), method: spec.name)
         }
-        let span = ThreadTracing.enabled ? RequestTracing.start(request, spec: spec, params: params, connection: connection) : nil
-        return .admitted(AdmittedCall(request: request, spec: spec, params: params, received: received, span: span, awaitsTokens: awaitsTokens))
+        return .passed(spec, params, awaitsTokens: awaitsTokens)
     }
 
     // MARK: Answers of server requests
@@ -157,38 +180,67 @@ struct CallDispatcher: Sendable {
     /// that needs no suspension (health/check, initialize, a loaded thread's
     /// thread/read, any refusal).
     func answerNow(_ request: Wire.Request, received: ContinuousClock.Instant, connection: Connection) -> Immediate {
-        let admitted: AdmittedCall
-        switch admit(request, received: received, connection: connection) {
+        let spec: MethodSpec, params: Wire.Request.Params
+        switch check(request, connection: connection) {
         case let .refused(error, method):
             respond(connection, id: request.id, error: error, method: method, received: received, flush: false)
             return .answered
-        case let .admitted(call):
-            admitted = call
+        case let .passed(passedSpec, passedParams, awaitsTokens):
+            // Only a deadline needs a task of its own; a traced call runs
+            // within its span, which the class carries.
+            guard request.timeoutMs == nil, !awaitsTokens, passedSpec.runInline != nil, !ThreadTracing.enabled else {
+                let admitted = admitted(request, passedSpec, passedParams, received: received, awaitsTokens: awaitsTokens, connection: connection)
+                return answerNowTraced(admitted, connection: connection)
+            }
+            spec = passedSpec
+            params = passedParams
         }
-        // Only a deadline needs a task of its own.
-        guard request.timeoutMs == nil, !admitted.awaitsTokens, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
+        do {
+            guard let call = try callWithoutSuspending(spec, params, connection: connection),
+                  let answer = try spec.runInline?(params, call) else {
+                return .suspend(admitted(request, spec, params, received: received, awaitsTokens: false, connection: connection))
+            }
+            services.metrics.request(spec, code: .ok, duration: .now - received)
+            if logger.logLevel <= .debug {
+                RequestTracing.finish(nil, method: spec.name, id: request.id, thread: spec.thread?.read(params), code: .ok, message: nil,
+                                      received: received, logger: logger)
+            }
+            send(answer, id: request.id, connection: connection)
+        } catch {
+            fail(id: request.id, spec: spec, params: params, received: received, span: nil, error: error, connection: connection, flush: false)
+        }
+        return .answered
+    }
+
+    /// `answerNow` for a call that became an `AdmittedCall`: traced, with a
+    /// deadline, or waiting for its principal's tokens.
+    private func answerNowTraced(_ admitted: AdmittedCall, connection: Connection) -> Immediate {
+        guard admitted.request.timeoutMs == nil, !admitted.awaitsTokens, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
         do {
             let answered: InlineAnswer?
             if admitted.traced, let span = admitted.span {
                 answered = try ServiceContext.withValue(span.context) { try answerInline(admitted, runInline, connection: connection) }
             } else {
-                // Called straight, not through a closure: one would be a
-                // context allocated and this dispatcher copied into it per request.
                 answered = try answerInline(admitted, runInline, connection: connection)
             }
             guard let answer = answered else { return .suspend(admitted) }
-            services.metrics.request(method: admitted.spec.name, code: .ok, duration: .now - received)
+            services.metrics.request(admitted.spec, code: .ok, duration: .now - admitted.received)
             RequestTracing.finish(admitted, code: .ok, logger: logger)
-            switch answer {
-            case let .result(result):
-                connection.send(Wire.Response(id: request.id, code: StatusCode.ok.rawValue, result: result), flush: false)
-            case let .encoded(encoded):
-                connection.send(id: request.id, encoded: encoded, flush: false)
-            }
+            send(answer, id: admitted.request.id, connection: connection)
         } catch {
             fail(admitted, error: error, connection: connection, flush: false)
         }
         return .answered
+    }
+
+    /// Written, not flushed: the read batch flushes it.
+    private func send(_ answer: InlineAnswer, id: UInt64?, connection: Connection) {
+        switch answer {
+        case let .result(result):
+            connection.send(Wire.Response(id: id, code: StatusCode.ok.rawValue, result: result), flush: false)
+        case let .encoded(encoded):
+            connection.send(id: id, encoded: encoded, flush: false)
+        }
     }
 
     private func answerInline(_ admitted: AdmittedCall, _ runInline: MethodSpec.RunInline, connection: Connection) throws -> InlineAnswer? {
@@ -199,22 +251,27 @@ struct CallDispatcher: Sendable {
     /// The call's thread, required and authorized from the loaded snapshot;
     /// nil when that needs the store (the call then suspends).
     func callWithoutSuspending(_ admitted: AdmittedCall, connection: any CallSession) throws -> Call? {
-        guard let field = admitted.spec.thread else { return call(admitted, thread: nil, connection: connection) }
-        let id = try MethodTable.required(field.read(admitted.params), field.name)
+        try callWithoutSuspending(admitted.spec, admitted.params, connection: connection)
+    }
+
+    /// As above, from admission's parts.
+    func callWithoutSuspending(_ spec: MethodSpec, _ params: Wire.Request.Params, connection: any CallSession) throws -> Call? {
+        guard let field = spec.thread else { return Call(connection: connection, services: services, thread: nil) }
+        let id = try MethodTable.required(field.read(params), field.name)
         if services.info.authenticates {
             guard let published = services.engine.published(id) else { return nil }
-            guard published.principal == connection.principal || operatorReads(admitted, id, of: published.principal, connection) else {
+            guard published.principal == connection.principal || operatorReads(spec, id, of: published.principal, connection) else {
                 throw Self.notFound(id)
             }
         }
-        return call(admitted, thread: id, connection: connection)
+        return Call(connection: connection, services: services, thread: id)
     }
 
     /// An operator's read of another principal's thread: allowed, and logged
     /// with both principals (what an operator looks at is on record).
-    private func operatorReads(_ admitted: AdmittedCall, _ id: ThreadID, of owner: Principal?, _ connection: any CallSession) -> Bool {
-        guard admitted.spec.operatorReads, services.info.authenticator.isOperator(connection.principal) else { return false }
-        logger.info("operator read", metadata: ["tw.operator": "\(connection.principal)", "tw.method": "\(admitted.spec.name)",
+    private func operatorReads(_ spec: MethodSpec, _ id: ThreadID, of owner: Principal?, _ connection: any CallSession) -> Bool {
+        guard spec.operatorReads, services.info.authenticator.isOperator(connection.principal) else { return false }
+        logger.info("operator read", metadata: ["tw.operator": "\(connection.principal)", "tw.method": "\(spec.name)",
                                                "tw.thread": "\(id)", "tw.owner": "\(owner ?? "?")"])
         return true
     }
@@ -322,7 +379,7 @@ struct CallDispatcher: Sendable {
         let id = try MethodTable.required(field.read(admitted.params), field.name)
         if services.info.authenticates, !services.engine.isKnownElsewhere(id) {
             let owner = try await services.engine.principal(of: id)
-            guard owner == connection.principal || owner != nil && operatorReads(admitted, id, of: owner, connection) else {
+            guard owner == connection.principal || owner != nil && operatorReads(admitted.spec, id, of: owner, connection) else {
                 throw Self.notFound(id)
             }
         }
@@ -344,13 +401,13 @@ struct CallDispatcher: Sendable {
         case var .relayed(response):
             response.id = id
             let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
-            services.metrics.request(method: method, code: code, duration: .now - admitted.received)
+            services.metrics.request(admitted.spec, code: code, duration: .now - admitted.received)
             services.metrics.forwarded(method: method, code: code, duration: .now - admitted.received)
             RequestTracing.finish(admitted, code: code, message: response.message, logger: logger)
             connection.send(response)
         case let .local(outcome):
             // Counted before it is sent: a client holding its answer finds it in /metrics.
-            services.metrics.request(method: method, code: .ok, duration: .now - admitted.received)
+            services.metrics.request(admitted.spec, code: .ok, duration: .now - admitted.received)
             RequestTracing.finish(admitted, code: .ok, logger: logger)
             // On the loop the response would leave at once and the change's
             // notifications to this same connection (a client that watches
@@ -364,7 +421,7 @@ struct CallDispatcher: Sendable {
             if onLoop { connection.flushOutbox() }
         case let .replayed(response, subscription):
             let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
-            services.metrics.request(method: method, code: code, duration: .now - admitted.received)
+            services.metrics.request(admitted.spec, code: code, duration: .now - admitted.received)
             services.metrics.idempotentReplays.increment()
             RequestTracing.finish(admitted, code: code, message: response.message, logger: logger)
             connection.send(response)
@@ -387,13 +444,19 @@ struct CallDispatcher: Sendable {
     }
 
     private func fail(_ admitted: AdmittedCall, error: any Error, connection: Connection, flush: Bool = true) {
+        fail(id: admitted.request.id, spec: admitted.spec, params: admitted.params, received: admitted.received, span: admitted.span,
+             error: error, connection: connection, flush: flush)
+    }
+
+    private func fail(id: UInt64?, spec: MethodSpec, params: Wire.Request.Params, received: ContinuousClock.Instant, span: (any Span)?,
+                      error: any Error, connection: Connection, flush: Bool) {
         let mapped = RequestError(error)
         if mapped.code == .internal {
             logger.error("request failed", metadata: [
-                "tw.request.id": "\(admitted.request.id ?? 0)", "tw.command": "\(admitted.spec.name)", "tw.error": "\(error)"])
+                "tw.request.id": "\(id ?? 0)", "tw.command": "\(spec.name)", "tw.error": "\(error)"])
         }
-        respond(connection, id: admitted.request.id, error: mapped, method: admitted.spec.name, received: admitted.received, flush: flush,
-                span: admitted.span, thread: admitted.spec.thread?.read(admitted.params))
+        respond(connection, id: id, error: mapped, method: spec.name, received: received, flush: flush,
+                span: span, thread: spec.thread?.read(params))
     }
 
     /// `flush: false` only on the event loop within a read batch.

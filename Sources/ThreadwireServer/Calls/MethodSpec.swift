@@ -63,6 +63,8 @@ final class MethodSpec: Sendable {
     typealias RunInline = @Sendable (Wire.Request.Params, Call) throws -> InlineAnswer?
 
     let name: String
+    /// The position of the method's case in `Wire.Request.Params`.
+    let caseIndex: Int
     /// Refused (FAILED_PRECONDITION) before initialize, and UNAVAILABLE while draining.
     let requiresHandshake: Bool
     /// The thread the request names; required, and authorized for the
@@ -81,6 +83,10 @@ final class MethodSpec: Sendable {
          run: @escaping Run, runInline: RunInline?) {
         precondition(!(operatorReads && mutates), "method \(name): operators may only read another principal's threads")
         self.name = name
+        guard let caseIndex = Wire.Request.Params.methodNames.firstIndex(of: name) else {
+            preconditionFailure("method \(name) is no case of the request's params")
+        }
+        self.caseIndex = caseIndex
         self.requiresHandshake = requiresHandshake
         self.thread = thread
         self.mutates = mutates

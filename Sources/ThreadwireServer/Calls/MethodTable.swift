@@ -84,6 +84,12 @@ enum MethodTable {
         return Dictionary(uniqueKeysWithValues: specs.map { ($0.name, $0) })
     }()
 
+    /// The entries by `Wire.Request.Params.caseIndex`, nil for a case this
+    /// server does not implement: admission's lookup, with no name hashed.
+    private static let byCase: [MethodSpec?] = Wire.Request.Params.methodNames.map { methods[$0] }
+
+    static func spec(for params: Wire.Request.Params) -> MethodSpec? { byCase[params.caseIndex] }
+
     // MARK: Validation shared by handlers
 
     static func required(_ value: String?, _ field: String) throws -> String {

@@ -49,7 +49,7 @@ public struct UnaryCalls: Sendable {
         let received = ContinuousClock.now
         let services = dispatcher.services
         let method = request.params?.methodName ?? "unknown"
-        let needsPrincipal = request.params.flatMap { MethodTable.methods[$0.methodName] }?.requiresHandshake ?? true
+        let needsPrincipal = request.params.flatMap(MethodTable.spec(for:))?.requiresHandshake ?? true
         let principal: Principal?
         do {
             principal = try authenticate(caller, required: needsPrincipal)
@@ -134,14 +134,14 @@ public struct UnaryCalls: Sendable {
     }
 
     private func succeeded(_ admitted: AdmittedCall) {
-        dispatcher.services.metrics.request(method: admitted.spec.name, code: .ok, duration: .now - admitted.received)
+        dispatcher.services.metrics.request(admitted.spec, code: .ok, duration: .now - admitted.received)
         RequestTracing.finish(admitted, code: .ok, logger: dispatcher.logger)
     }
 
     /// The answer of another instance (a relay) or of a first attempt (a replay).
     private func answer(_ response: Wire.Response, _ admitted: AdmittedCall) -> Answer {
         let code = response.code.flatMap(StatusCode.init(rawValue:)) ?? .unknown
-        dispatcher.services.metrics.request(method: admitted.spec.name, code: code, duration: .now - admitted.received)
+        dispatcher.services.metrics.request(admitted.spec, code: code, duration: .now - admitted.received)
         RequestTracing.finish(admitted, code: code, message: response.message, logger: dispatcher.logger)
         if code == .ok, let result = response.result { return .result(result) }
         return .failed(code: code == .ok ? StatusCode.internal.rawValue : code.rawValue,
@@ -149,7 +149,7 @@ public struct UnaryCalls: Sendable {
     }
 
     private func failed(_ error: RequestError, _ admitted: AdmittedCall) -> Answer {
-        dispatcher.services.metrics.request(method: admitted.spec.name, code: error.code, duration: .now - admitted.received)
+        dispatcher.services.metrics.request(admitted.spec, code: error.code, duration: .now - admitted.received)
         RequestTracing.finish(admitted.span, method: admitted.spec.name, id: nil, thread: admitted.spec.thread?.read(admitted.params),
                               code: error.code, message: error.message, received: admitted.received, logger: dispatcher.logger)
         return .failed(code: error.code.rawValue, message: error.message)

@@ -2689,6 +2689,17 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["item_tool_call", "item_tool_request_approval", "item_tool_request_user_input"]
+      public static let methodNames: [String] = ["item/tool/call", "item/tool/request_approval", "item/tool/request_user_input"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .itemToolCall: return 0
+        case .itemToolRequestApproval: return 1
+        case .itemToolRequestUserInput: return 2
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -2873,6 +2884,17 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["item_tool_call", "item_tool_request_approval", "item_tool_request_user_input"]
+      public static let methodNames: [String] = ["item/tool/call", "item/tool/request_approval", "item/tool/request_user_input"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .itemToolCall: return 0
+        case .itemToolRequestApproval: return 1
+        case .itemToolRequestUserInput: return 2
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -3261,6 +3283,16 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["multi_agent_mode", "clear_multi_agent_mode"]
+      public static let methodNames: [String] = ["multi/agent/mode", "clear/multi/agent/mode"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .multiAgentMode: return 0
+        case .clearMultiAgentMode: return 1
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -3590,6 +3622,16 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["text", "image_url"]
+      public static let methodNames: [String] = ["text", "image/url"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .text: return 0
+        case .imageUrl: return 1
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -4798,6 +4840,16 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["multi_agent_mode", "clear_multi_agent_mode"]
+      public static let methodNames: [String] = ["multi/agent/mode", "clear/multi/agent/mode"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .multiAgentMode: return 0
+        case .clearMultiAgentMode: return 1
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -8167,6 +8219,16 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["at_turn_id", "before_turn_id"]
+      public static let methodNames: [String] = ["at/turn/id", "before/turn/id"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .atTurnId: return 0
+        case .beforeTurnId: return 1
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -10739,6 +10801,16 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["before_turn_id", "after_turn_id"]
+      public static let methodNames: [String] = ["before/turn/id", "after/turn/id"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .beforeTurnId: return 0
+        case .afterTurnId: return 1
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -12019,6 +12091,19 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["request", "response", "notification", "server_request", "server_request_answer"]
+      public static let methodNames: [String] = ["request", "response", "notification", "server/request", "server/request/answer"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .request: return 0
+        case .response: return 1
+        case .notification: return 2
+        case .serverRequest: return 3
+        case .serverRequestAnswer: return 4
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -12266,6 +12351,49 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue", "cluster_status"]
+      public static let methodNames: [String] = ["initialize", "health/check", "reflection/descriptors", "thread/start", "thread/resume", "thread/fork", "thread/read", "thread/list", "thread/archive", "thread/unarchive", "thread/unsubscribe", "thread/settings/update", "agent/spawn", "thread/turns/list", "thread/tools/update", "mcp_server/list", "model/list", "thread/compact/start", "thread/rollback", "thread/name/set", "thread/import", "thread/subscribe", "thread/revert", "turn/start", "turn/interrupt", "turn/steer", "thread/items/list", "thread/loaded/list", "thread/queue/list", "thread/queue/update", "thread/queue/delete", "thread/queue/reorder", "thread/delete", "turn/continue", "cluster/status"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .initialize: return 0
+        case .healthCheck: return 1
+        case .reflectionDescriptors: return 2
+        case .threadStart: return 3
+        case .threadResume: return 4
+        case .threadFork: return 5
+        case .threadRead: return 6
+        case .threadList: return 7
+        case .threadArchive: return 8
+        case .threadUnarchive: return 9
+        case .threadUnsubscribe: return 10
+        case .threadSettingsUpdate: return 11
+        case .agentSpawn: return 12
+        case .threadTurnsList: return 13
+        case .threadToolsUpdate: return 14
+        case .mcpServerList: return 15
+        case .modelList: return 16
+        case .threadCompactStart: return 17
+        case .threadRollback: return 18
+        case .threadNameSet: return 19
+        case .threadImport: return 20
+        case .threadSubscribe: return 21
+        case .threadRevert: return 22
+        case .turnStart: return 23
+        case .turnInterrupt: return 24
+        case .turnSteer: return 25
+        case .threadItemsList: return 26
+        case .threadLoadedList: return 27
+        case .threadQueueList: return 28
+        case .threadQueueUpdate: return 29
+        case .threadQueueDelete: return 30
+        case .threadQueueReorder: return 31
+        case .threadDelete: return 32
+        case .turnContinue: return 33
+        case .clusterStatus: return 34
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -12754,6 +12882,49 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["initialize", "health_check", "reflection_descriptors", "thread_start", "thread_resume", "thread_fork", "thread_read", "thread_list", "thread_archive", "thread_unarchive", "thread_unsubscribe", "thread_settings_update", "agent_spawn", "thread_turns_list", "thread_tools_update", "mcp_server_list", "model_list", "thread_compact_start", "thread_rollback", "thread_name_set", "thread_import", "thread_subscribe", "thread_revert", "turn_start", "turn_interrupt", "turn_steer", "thread_items_list", "thread_loaded_list", "thread_queue_list", "thread_queue_update", "thread_queue_delete", "thread_queue_reorder", "thread_delete", "turn_continue", "cluster_status"]
+      public static let methodNames: [String] = ["initialize", "health/check", "reflection/descriptors", "thread/start", "thread/resume", "thread/fork", "thread/read", "thread/list", "thread/archive", "thread/unarchive", "thread/unsubscribe", "thread/settings/update", "agent/spawn", "thread/turns/list", "thread/tools/update", "mcp_server/list", "model/list", "thread/compact/start", "thread/rollback", "thread/name/set", "thread/import", "thread/subscribe", "thread/revert", "turn/start", "turn/interrupt", "turn/steer", "thread/items/list", "thread/loaded/list", "thread/queue/list", "thread/queue/update", "thread/queue/delete", "thread/queue/reorder", "thread/delete", "turn/continue", "cluster/status"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .initialize: return 0
+        case .healthCheck: return 1
+        case .reflectionDescriptors: return 2
+        case .threadStart: return 3
+        case .threadResume: return 4
+        case .threadFork: return 5
+        case .threadRead: return 6
+        case .threadList: return 7
+        case .threadArchive: return 8
+        case .threadUnarchive: return 9
+        case .threadUnsubscribe: return 10
+        case .threadSettingsUpdate: return 11
+        case .agentSpawn: return 12
+        case .threadTurnsList: return 13
+        case .threadToolsUpdate: return 14
+        case .mcpServerList: return 15
+        case .modelList: return 16
+        case .threadCompactStart: return 17
+        case .threadRollback: return 18
+        case .threadNameSet: return 19
+        case .threadImport: return 20
+        case .threadSubscribe: return 21
+        case .threadRevert: return 22
+        case .turnStart: return 23
+        case .turnInterrupt: return 24
+        case .turnSteer: return 25
+        case .threadItemsList: return 26
+        case .threadLoadedList: return 27
+        case .threadQueueList: return 28
+        case .threadQueueUpdate: return 29
+        case .threadQueueDelete: return 30
+        case .threadQueueReorder: return 31
+        case .threadDelete: return 32
+        case .turnContinue: return 33
+        case .clusterStatus: return 34
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
@@ -13177,6 +13348,32 @@ extension Wire {
       }
 
       public static let fieldNames: [String] = ["thread_started", "thread_status_changed", "thread_archived", "thread_unarchived", "thread_closed", "thread_settings_updated", "turn_started", "turn_completed", "item_started", "item_completed", "item_agent_message_delta", "server_request_resolved", "thread_token_usage_updated", "thread_rolled_back", "thread_name_updated", "thread_reverted", "thread_queue_updated", "thread_deleted"]
+      public static let methodNames: [String] = ["thread/started", "thread/status/changed", "thread/archived", "thread/unarchived", "thread/closed", "thread/settings/updated", "turn/started", "turn/completed", "item/started", "item/completed", "item/agent_message/delta", "server_request/resolved", "thread/token_usage/updated", "thread/rolled_back", "thread/name/updated", "thread/reverted", "thread/queue/updated", "thread/deleted"]
+
+      /// The case's position in `fieldNames` and `methodNames`: a table
+      /// indexed by it finds a case's entry without hashing its name.
+      public var caseIndex: Int {
+        switch self {
+        case .threadStarted: return 0
+        case .threadStatusChanged: return 1
+        case .threadArchived: return 2
+        case .threadUnarchived: return 3
+        case .threadClosed: return 4
+        case .threadSettingsUpdated: return 5
+        case .turnStarted: return 6
+        case .turnCompleted: return 7
+        case .itemStarted: return 8
+        case .itemCompleted: return 9
+        case .itemAgentMessageDelta: return 10
+        case .serverRequestResolved: return 11
+        case .threadTokenUsageUpdated: return 12
+        case .threadRolledBack: return 13
+        case .threadNameUpdated: return 14
+        case .threadReverted: return 15
+        case .threadQueueUpdated: return 16
+        case .threadDeleted: return 17
+        }
+      }
 
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {

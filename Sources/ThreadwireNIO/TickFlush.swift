@@ -1,0 +1,63 @@
+import NIOConcurrencyHelpers
+public import NIOCore
+
+/// Flushes, once an event loop's tick has handled all its reads, the
+/// channels whose answers were written during those reads.
+///
+/// A loop woken for sixteen connections used to write each one's answers as
+/// it finished reading it: its client, waiting for any of them, was woken
+/// sixteen times, and on one host (a sidecar, a load generator, loopback)
+/// each of those wake-ups is paid by the writer's system call. Written back
+/// to back after the tick's reads, they find the client awake from the
+/// first. The answers leave in the same iteration of the loop, before it
+/// waits again, and in the same order per connection.
+///
+/// Confined to its event loop: `flushAtEndOfTick` is called on it.
+public final class TickFlusher: @unchecked Sendable {
+    private let eventLoop: any EventLoop
+    private var pending: [any Channel] = []
+
+    public init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    /// `channel`'s writes are flushed after the reads of this tick; at once
+    /// when called off the loop.
+    public func flushAtEndOfTick(_ channel: any Channel) {
+        guard eventLoop.inEventLoop else {
+            channel.flush()
+            return
+        }
+        pending.append(channel)
+        // One task per tick, not per channel.
+        if pending.count == 1 { eventLoop.execute { self.flushPending() } }
+    }
+
+    private func flushPending() {
+        // A flush can close a channel, whose handlers may ask for another
+        // flush: that one joins a new batch.
+        var batch: [any Channel] = []
+        swap(&batch, &pending)
+        for channel in batch { channel.flush() }
+        batch.removeAll(keepingCapacity: true)
+        if pending.isEmpty { swap(&batch, &pending) }
+    }
+}
+
+/// One `TickFlusher` per event loop, made when a loop's first connection
+/// asks (once per connection, not per request).
+public final class TickFlushers: Sendable {
+    private let byLoop = NIOLockedValueBox([ObjectIdentifier: TickFlusher]())
+
+    public init() {}
+
+    public func flusher(for eventLoop: any EventLoop) -> TickFlusher {
+        byLoop.withLockedValue { table in
+            let key = ObjectIdentifier(eventLoop)
+            if let existing = table[key] { return existing }
+            let made = TickFlusher(eventLoop: eventLoop)
+            table[key] = made
+            return made
+        }
+    }
+}

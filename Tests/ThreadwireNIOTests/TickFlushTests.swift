@@ -1,0 +1,72 @@
+import NIOCore
+import NIOEmbedded
+import Testing
+import ThreadwireNIO
+
+/// `TickFlusher`: channels of one event loop, flushed together once the
+/// loop's tick has run its reads, each in its own order.
+@Suite("tick flusher (EmbeddedEventLoop)")
+struct TickFlushTests {
+    func written(_ channel: EmbeddedChannel) throws -> [String] {
+        var out: [String] = []
+        while let buffer = try channel.readOutbound(as: ByteBuffer.self) {
+            out.append(String(buffer: buffer))
+        }
+        return out
+    }
+
+    @Test("two channels' writes are held until the tick's tasks run, then both leave in order")
+    func flushedAfterTheTick() throws {
+        let loop = EmbeddedEventLoop()
+        let first = EmbeddedChannel(loop: loop)
+        let second = EmbeddedChannel(loop: loop)
+        let flusher = TickFlusher(eventLoop: loop)
+
+        first.write(ByteBuffer(string: "a1"), promise: nil)
+        first.write(ByteBuffer(string: "a2"), promise: nil)
+        flusher.flushAtEndOfTick(first)
+        second.write(ByteBuffer(string: "b1"), promise: nil)
+        flusher.flushAtEndOfTick(second)
+        #expect(try written(first).isEmpty)
+        #expect(try written(second).isEmpty)
+
+        loop.run()
+        #expect(try written(first) == ["a1", "a2"])
+        #expect(try written(second) == ["b1"])
+    }
+
+    @Test("a channel asked for in the next tick is flushed in that tick")
+    func secondTick() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        let flusher = TickFlusher(eventLoop: loop)
+
+        channel.write(ByteBuffer(string: "one"), promise: nil)
+        flusher.flushAtEndOfTick(channel)
+        loop.run()
+        #expect(try written(channel) == ["one"])
+
+        channel.write(ByteBuffer(string: "two"), promise: nil)
+        flusher.flushAtEndOfTick(channel)
+        #expect(try written(channel).isEmpty)
+        loop.run()
+        #expect(try written(channel) == ["two"])
+    }
+
+    @Test("a channel closed before the tick ends is passed over; the others are flushed")
+    func closedBeforeTheTickEnds() throws {
+        let loop = EmbeddedEventLoop()
+        let closing = EmbeddedChannel(loop: loop)
+        let open = EmbeddedChannel(loop: loop)
+        let flusher = TickFlusher(eventLoop: loop)
+
+        closing.write(ByteBuffer(string: "lost"), promise: nil)
+        flusher.flushAtEndOfTick(closing)
+        open.write(ByteBuffer(string: "kept"), promise: nil)
+        flusher.flushAtEndOfTick(open)
+        _ = try? closing.finish()
+
+        loop.run()
+        #expect(try written(open) == ["kept"])
+    }
+}
