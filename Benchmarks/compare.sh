@@ -11,6 +11,8 @@
 # PIN=1: every server on CPU 0 (threadwire with one event loop), the
 # generator on CPU 1: each server's cost on a core of its own.
 # CPU per request is printed as total (user + system).
+# FLOOR_BIN=.../ThreadwireBench adds SwiftNIO's floor (`echo-server --raw`)
+# as a column, measured with health/check's frames like the C echo.
 set -euo pipefail
 A_BIN=${A_BIN:?the threadwire-server binary of build A}
 B_BIN=${B_BIN:-.build/release/threadwire-server}
@@ -31,6 +33,15 @@ pids+=($a_pid)
 b_pid=$!
 pids+=($b_pid)
 listening a.out b.out echo.out
+# FLOOR_BIN: SwiftNIO's floor beside them (Benchmarks' ThreadwireBench,
+# `echo-server --raw`: each read's bytes written back, flushed per read).
+floor_pid=
+if [ -n "${FLOOR_BIN:-}" ]; then
+  "${SERVER[@]}" "$FLOOR_BIN" echo-server --raw --port 7684 "${LOOPS[@]}" > "$data/floor.out" &
+  floor_pid=$!
+  pids+=($floor_pid)
+  listening floor.out
+fi
 thread() { "$CLI" call --server "127.0.0.1:$1" thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])"; }
 READ_A=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7682)'")
 READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7683)'")
@@ -53,18 +64,22 @@ print(rps, '%.1f(%.1f+%.1f)' % (user + system, user, system))"
 # The median of "total(user+system)" values, by total.
 median_cpu() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' | sed 's/(\(.*\)+\(.*\))/ (\1 + \2)/'; }
 
-printf "connections\tC echo\thealth/check A\thealth/check B\tthread/read A\tthread/read B\t(req/s, %% of the C echo, server CPU per request in µs as total (user + system); medians of %s rounds of %s s)\n" "$ROUNDS" "$DUR"
+floor_column=""; [ -n "$floor_pid" ] && floor_column="NIO floor\t"
+printf "connections\tC echo\t${floor_column}health/check A\thealth/check B\tthread/read A\tthread/read B\t(req/s, %% of the C echo, server CPU per request in µs as total (user + system); medians of %s rounds of %s s)\n" "$ROUNDS" "$DUR"
 for c in 1 16 64; do
-  e=(); ce=(); ha=(); hb=(); ra=(); rb=(); cha=(); chb=(); cra=(); crb=()
+  f=(); cf=(); e=(); ce=(); ha=(); hb=(); ra=(); rb=(); cha=(); chb=(); cra=(); crb=()
   for _ in $(seq "$ROUNDS"); do
     read -r r u < <(measured "$echo_pid" 7681 $c "$DUR" "$HEALTH"); e+=("$r"); ce+=("$u")
+    if [ -n "$floor_pid" ]; then read -r r u < <(measured "$floor_pid" 7684 $c "$DUR" "$HEALTH"); f+=("$r"); cf+=("$u"); fi
     read -r r u < <(measured "$a_pid" 7682 $c "$DUR" "$HEALTH"); ha+=("$r"); cha+=("$u")
     read -r r u < <(measured "$b_pid" 7683 $c "$DUR" "$HEALTH"); hb+=("$r"); chb+=("$u")
     read -r r u < <(measured "$a_pid" 7682 $c "$DUR" "$READ_A" "$INIT"); ra+=("$r"); cra+=("$u")
     read -r r u < <(measured "$b_pid" 7683 $c "$DUR" "$READ_B" "$INIT"); rb+=("$r"); crb+=("$u")
   done
   E=$(median "${e[@]}"); HA=$(median "${ha[@]}"); HB=$(median "${hb[@]}"); RA=$(median "${ra[@]}"); RB=$(median "${rb[@]}")
-  printf "%s\t%s %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\n" "$c" "$E" "$(median_cpu "${ce[@]}")" \
-    "$HA" "$(pct "$HA" "$E")" "$(median_cpu "${cha[@]}")" "$HB" "$(pct "$HB" "$E")" "$(median_cpu "${chb[@]}")" \
+  floor_cell=""
+  [ -n "$floor_pid" ] && floor_cell="$(median "${f[@]}") ($(pct "$(median "${f[@]}")" "$E") %) $(median_cpu "${cf[@]}") µs	"
+  printf "%s\t%s %s µs\t%s%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\t%s (%s %%) %s µs\n" "$c" "$E" "$(median_cpu "${ce[@]}")" \
+    "$floor_cell" "$HA" "$(pct "$HA" "$E")" "$(median_cpu "${cha[@]}")" "$HB" "$(pct "$HB" "$E")" "$(median_cpu "${chb[@]}")" \
     "$RA" "$(pct "$RA" "$E")" "$(median_cpu "${cra[@]}")" "$RB" "$(pct "$RB" "$E")" "$(median_cpu "${crb[@]}")"
 done

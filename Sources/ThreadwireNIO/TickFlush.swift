@@ -12,20 +12,36 @@ public import NIOCore
 /// first. The answers leave in the same iteration of the loop, before it
 /// waits again, and in the same order per connection.
 ///
+/// A loop serving one connection at a time gains nothing from waiting (no
+/// other answers would join) and would pay a task per request, so it
+/// flushes at once. "One at a time" is read from the clock: the read began
+/// more than `burstGap` after the loop's last flush ended.
+///
 /// Confined to its event loop: `flushAtEndOfTick` is called on it.
 public final class TickFlusher: @unchecked Sendable {
     private let eventLoop: any EventLoop
+    private let burstGap: TimeAmount
     private var pending: [any Channel] = []
+    private var lastFlushEnded = NIODeadline.distantPast
 
-    public init(eventLoop: any EventLoop) {
+    /// `burstGap`: reads closer than this to the last flush are taken for
+    /// a burst of connections and wait for the tick's end. The default is
+    /// under a loopback round trip and over a read's handling.
+    public init(eventLoop: any EventLoop, burstGap: TimeAmount = .microseconds(15)) {
         self.eventLoop = eventLoop
+        self.burstGap = burstGap
     }
 
-    /// `channel`'s writes are flushed after the reads of this tick; at once
-    /// when called off the loop.
+    /// `channel`'s writes are flushed after the reads of this tick, or at
+    /// once (off the loop, or outside a burst).
     public func flushAtEndOfTick(_ channel: any Channel) {
         guard eventLoop.inEventLoop else {
             channel.flush()
+            return
+        }
+        if pending.isEmpty, NIODeadline.now() - lastFlushEnded > burstGap {
+            channel.flush()
+            lastFlushEnded = .now()
             return
         }
         pending.append(channel)
@@ -39,6 +55,7 @@ public final class TickFlusher: @unchecked Sendable {
         var batch: [any Channel] = []
         swap(&batch, &pending)
         for channel in batch { channel.flush() }
+        lastFlushEnded = .now()
         batch.removeAll(keepingCapacity: true)
         if pending.isEmpty { swap(&batch, &pending) }
     }

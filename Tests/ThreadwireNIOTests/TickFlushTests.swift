@@ -4,7 +4,9 @@ import Testing
 import ThreadwireNIO
 
 /// `TickFlusher`: channels of one event loop, flushed together once the
-/// loop's tick has run its reads, each in its own order.
+/// loop's tick has run its reads, each in its own order. `burstGap` is
+/// given, not timed: `.always` takes every read for part of a burst,
+/// `.never` none.
 @Suite("tick flusher (EmbeddedEventLoop)")
 struct TickFlushTests {
     func written(_ channel: EmbeddedChannel) throws -> [String] {
@@ -20,7 +22,7 @@ struct TickFlushTests {
         let loop = EmbeddedEventLoop()
         let first = EmbeddedChannel(loop: loop)
         let second = EmbeddedChannel(loop: loop)
-        let flusher = TickFlusher(eventLoop: loop)
+        let flusher = TickFlusher(eventLoop: loop, burstGap: .always)
 
         first.write(ByteBuffer(string: "a1"), promise: nil)
         first.write(ByteBuffer(string: "a2"), promise: nil)
@@ -39,7 +41,7 @@ struct TickFlushTests {
     func secondTick() throws {
         let loop = EmbeddedEventLoop()
         let channel = EmbeddedChannel(loop: loop)
-        let flusher = TickFlusher(eventLoop: loop)
+        let flusher = TickFlusher(eventLoop: loop, burstGap: .always)
 
         channel.write(ByteBuffer(string: "one"), promise: nil)
         flusher.flushAtEndOfTick(channel)
@@ -58,7 +60,7 @@ struct TickFlushTests {
         let loop = EmbeddedEventLoop()
         let closing = EmbeddedChannel(loop: loop)
         let open = EmbeddedChannel(loop: loop)
-        let flusher = TickFlusher(eventLoop: loop)
+        let flusher = TickFlusher(eventLoop: loop, burstGap: .always)
 
         closing.write(ByteBuffer(string: "lost"), promise: nil)
         flusher.flushAtEndOfTick(closing)
@@ -69,4 +71,26 @@ struct TickFlushTests {
         loop.run()
         #expect(try written(open) == ["kept"])
     }
+
+    @Test("outside a burst a channel is flushed at once, with no task left for the tick")
+    func outsideABurst() throws {
+        let loop = EmbeddedEventLoop()
+        let first = EmbeddedChannel(loop: loop)
+        let second = EmbeddedChannel(loop: loop)
+        let flusher = TickFlusher(eventLoop: loop, burstGap: .never)
+
+        first.write(ByteBuffer(string: "a"), promise: nil)
+        flusher.flushAtEndOfTick(first)
+        #expect(try written(first) == ["a"])
+        second.write(ByteBuffer(string: "b"), promise: nil)
+        flusher.flushAtEndOfTick(second)
+        #expect(try written(second) == ["b"])
+    }
+}
+
+extension TimeAmount {
+    /// Longer than the time since boot: every read is within it.
+    static let always = TimeAmount.hours(1_000_000)
+    /// Any gap is longer.
+    static let never = TimeAmount.nanoseconds(-1)
 }
