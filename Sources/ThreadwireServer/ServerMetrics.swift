@@ -1,6 +1,5 @@
 import Metrics
 import NIOConcurrencyHelpers
-import Synchronization
 import ThreadwireCore
 import ThreadwireWire
 
@@ -26,29 +25,39 @@ final class ServerMetrics: Sendable {
     /// What the file limit leaves connections (DescriptorBudget), set at startup.
     let connectionDescriptorCapacity = Gauge(label: "threadwire_connection_descriptors_capacity")
 
-    /// One method's instruments; a counter per status code, made on first use.
+    /// One method's instruments, made on its first request (so /metrics
+    /// lists only the methods that were called): its latency histogram and a
+    /// counter per status code. One lock per request finds or makes both.
     private final class MethodInstruments: Sendable {
-        let latency: Metrics.Timer
-        private let counters: [Lazy<Counter>]
+        private struct Made {
+            var latency: Metrics.Timer?
+            var counters = [Counter?](repeating: nil, count: 17)
+        }
         private let method: String
+        private let made = NIOLockedValueBox(Made())
 
         init(method: String) {
             self.method = method
-            latency = Metrics.Timer(label: "threadwire_request_duration_seconds", dimensions: [("method", method)])
-            counters = (0..<17).map { _ in Lazy() }
         }
 
-        func counter(_ code: StatusCode) -> Counter {
-            counters[Int(code.rawValue)].get {
-                Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
+        func record(code: StatusCode, duration: Duration) {
+            let method = method
+            let (counter, latency) = made.withLockedValue { made -> (Counter, Metrics.Timer) in
+                let index = Int(code.rawValue)
+                let counter = made.counters[index] ?? Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
+                made.counters[index] = counter
+                let latency = made.latency ?? Metrics.Timer(label: "threadwire_request_duration_seconds", dimensions: [("method", method)])
+                made.latency = latency
+                return (counter, latency)
             }
+            counter.increment()
+            latency.record(duration: duration)
         }
     }
 
     /// The methods' instruments by `Wire.Request.Params.caseIndex`: found
-    /// per request without a lock or a hashed name. Made on first use, so
-    /// /metrics lists only the methods that were called.
-    private let byCase: [Lazy<MethodInstruments>] = Wire.Request.Params.methodNames.map { _ in Lazy() }
+    /// per request without hashing a name.
+    private let byCase: [MethodInstruments] = Wire.Request.Params.methodNames.map(MethodInstruments.init(method:))
     private static let caseIndexByName = Dictionary(uniqueKeysWithValues: Wire.Request.Params.methodNames.enumerated().map { ($1, $0) })
     /// Names no case has ("unknown": a request that named no method).
     private let others = NIOLockedValueBox([String: MethodInstruments]())
@@ -61,14 +70,14 @@ final class ServerMetrics: Sendable {
 
     /// One answered request: its method, status code and time to answer.
     func request(_ spec: MethodSpec, code: StatusCode, duration: Duration) {
-        record(instruments(caseIndex: spec.caseIndex, method: spec.name), code: code, duration: duration)
+        byCase[spec.caseIndex].record(code: code, duration: duration)
     }
 
     /// As above, by the method's name (refusals, which may have no table entry).
     func request(method: String, code: StatusCode, duration: Duration) {
         let instruments: MethodInstruments
         if let index = Self.caseIndexByName[method] {
-            instruments = self.instruments(caseIndex: index, method: method)
+            instruments = byCase[index]
         } else {
             instruments = others.withLockedValue { table in
                 if let existing = table[method] { return existing }
@@ -77,16 +86,7 @@ final class ServerMetrics: Sendable {
                 return made
             }
         }
-        record(instruments, code: code, duration: duration)
-    }
-
-    private func instruments(caseIndex: Int, method: String) -> MethodInstruments {
-        byCase[caseIndex].get { MethodInstruments(method: method) }
-    }
-
-    private func record(_ instruments: MethodInstruments, code: StatusCode, duration: Duration) {
-        instruments.counter(code).increment()
-        instruments.latency.record(duration: duration)
+        instruments.record(code: code, duration: duration)
     }
 
     private let relays = NIOLockedValueBox([String: Counter]())
@@ -129,17 +129,5 @@ public struct RequestLoad: Sendable, Equatable {
         self.method = method
         self.requests = requests
         self.p99Ms = p99Ms
-    }
-}
-
-/// An instance made on first use, then read without a lock. Two threads
-/// that race to make it both make one and one is kept: swift-metrics'
-/// factory hands both the same instrument for the same label and dimensions.
-final class Lazy<Instance: AnyObject & Sendable>: Sendable {
-    private let reference = AtomicLazyReference<Instance>()
-
-    func get(_ make: () -> Instance) -> Instance {
-        if let made = reference.load() { return made }
-        return reference.storeIfNil(make())
     }
 }
