@@ -190,7 +190,7 @@ struct CallDispatcher: Sendable {
             // within its span, which the class carries.
             guard request.timeoutMs == nil, !awaitsTokens, passedSpec.runInline != nil, !ThreadTracing.enabled else {
                 let admitted = admitted(request, passedSpec, passedParams, received: received, awaitsTokens: awaitsTokens, connection: connection)
-                return answerNowTraced(admitted, connection: connection)
+                return answerNowAdmitted(admitted, connection: connection)
             }
             spec = passedSpec
             params = passedParams
@@ -213,14 +213,16 @@ struct CallDispatcher: Sendable {
     }
 
     /// `answerNow` for a call that became an `AdmittedCall`: traced, with a
-    /// deadline, or waiting for its principal's tokens.
-    private func answerNowTraced(_ admitted: AdmittedCall, connection: Connection) -> Immediate {
+    /// deadline, waiting for its principal's tokens, or with no inline handler.
+    private func answerNowAdmitted(_ admitted: AdmittedCall, connection: Connection) -> Immediate {
         guard admitted.request.timeoutMs == nil, !admitted.awaitsTokens, let runInline = admitted.spec.runInline else { return .suspend(admitted) }
         do {
             let answered: InlineAnswer?
             if admitted.traced, let span = admitted.span {
                 answered = try ServiceContext.withValue(span.context) { try answerInline(admitted, runInline, connection: connection) }
             } else {
+                // Called straight, not through a closure: one would be a
+                // context allocated and this dispatcher copied into it per request.
                 answered = try answerInline(admitted, runInline, connection: connection)
             }
             guard let answer = answered else { return .suspend(admitted) }
