@@ -38,6 +38,15 @@ METHOD_NAME_OVERRIDES = {
 }
 
 
+# A oneof case whose message is larger than this (an estimate of the Swift
+# layout, in bytes) is stored boxed (`indirect`). A Swift enum is as large as
+# its largest case, and these values are moved and copied whole on the
+# request path: unboxed, Response.Result was 481 bytes and Envelope 522, so
+# a health check's tiny answer was memmoved as half a kilobyte several times.
+# A box costs one allocation when the case is made, only for the large ones.
+INDIRECT_OVER = 64
+
+
 def method_name(field_name):
     return METHOD_NAME_OVERRIDES.get(field_name, field_name.replace("_", "/"))
 
@@ -78,6 +87,40 @@ class Gen:
 
     def w(self, line=""):
         self.out.append(line)
+
+    def estimated_size(self, full, seen=()):
+        """Bytes a message's Swift value takes, roughly (optionals' tags
+        counted, alignment not): enough to tell a small case from a large."""
+        if full in seen:
+            return 8  # recursion goes through an array or a box
+        _, m = self.messages[full]
+        total = 0
+        oneof_sizes = {}
+        for f, o in self.fields(m):
+            if f.label == FD.LABEL_REPEATED or f.type == FD.TYPE_BYTES:
+                size = 8
+            elif f.type == FD.TYPE_STRING:
+                size = 16
+            elif f.type in (FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_DOUBLE):
+                size = 9
+            elif f.type in (FD.TYPE_INT32, FD.TYPE_UINT32):
+                size = 5
+            elif f.type in (FD.TYPE_BOOL, FD.TYPE_ENUM):
+                size = 1
+            else:
+                size = self.case_size(f, seen + (full,)) if o else self.estimated_size(f.type_name, seen + (full,)) + 1
+            if o:
+                oneof_sizes[o] = max(oneof_sizes.get(o, 0), size)
+            else:
+                total += size
+        return total + sum(size + 1 for size in oneof_sizes.values())
+
+    def case_size(self, field, seen=()):
+        size = self.estimated_size(field.type_name, seen)
+        return 8 if size > INDIRECT_OVER else size
+
+    def is_indirect(self, field):
+        return field.type == FD.TYPE_MESSAGE and self.estimated_size(field.type_name) > INDIRECT_OVER
 
     @staticmethod
     def c_type(pkg, name):
@@ -161,7 +204,8 @@ class Gen:
             self.w("")
             self.w(f"    public enum {oname}: Sendable, Equatable {{")
             for f in members:
-                self.w(f"      case {camel(f.name)}({self.swift_type_of(f)})")
+                boxed = "indirect " if self.is_indirect(f) else ""
+                self.w(f"      {boxed}case {camel(f.name)}({self.swift_type_of(f)})")
             self.w("")
             self.w("      /// The field name in the .proto (method names derive from it).")
             self.w("      public var fieldName: String {")
