@@ -11,6 +11,7 @@
 # PIN=1: every server on CPU 0 (threadwire with one event loop), the
 # generator on CPU 1: each server's cost on a core of its own.
 # CPU per request is printed as total (user + system).
+# CONNECTIONS="16 64" measures only those connection counts.
 # FLOOR_BIN=.../ThreadwireBench adds SwiftNIO's floor (`echo-server --raw`)
 # as a column, measured with health/check's frames like the C echo.
 set -euo pipefail
@@ -66,7 +67,7 @@ median_cpu() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((
 
 floor_column=""; [ -n "$floor_pid" ] && floor_column="NIO floor\t"
 printf "connections\tC echo\t${floor_column}health/check A\thealth/check B\tthread/read A\tthread/read B\t(req/s, %% of the C echo, server CPU per request in µs as total (user + system); medians of %s rounds of %s s)\n" "$ROUNDS" "$DUR"
-for c in 1 16 64; do
+for c in ${CONNECTIONS:-1 16 64}; do
   f=(); cf=(); e=(); ce=(); ha=(); hb=(); ra=(); rb=(); cha=(); chb=(); cra=(); crb=()
   for _ in $(seq "$ROUNDS"); do
     read -r r u < <(measured "$echo_pid" 7681 $c "$DUR" "$HEALTH"); e+=("$r"); ce+=("$u")

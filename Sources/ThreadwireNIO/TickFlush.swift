@@ -2,7 +2,9 @@ import NIOConcurrencyHelpers
 public import NIOCore
 
 /// Flushes, once an event loop's tick has handled all its reads, the
-/// channels whose answers were written during those reads.
+/// channels whose answers were written during those reads (through the
+/// context of the handler that wrote them: a flush from there skips the
+/// pipeline's tail and the handlers after it).
 ///
 /// A loop woken for sixteen connections used to write each one's answers as
 /// it finished reading it: its client, waiting for any of them, was woken
@@ -21,7 +23,7 @@ public import NIOCore
 public final class TickFlusher: @unchecked Sendable {
     private let eventLoop: any EventLoop
     private let burstGap: TimeAmount
-    private var pending: [any Channel] = []
+    private var pending: [ChannelHandlerContext] = []
     private var lastFlushEnded = NIODeadline.distantPast
 
     /// `burstGap`: reads closer than this to the last flush are taken for
@@ -32,19 +34,15 @@ public final class TickFlusher: @unchecked Sendable {
         self.burstGap = burstGap
     }
 
-    /// `channel`'s writes are flushed after the reads of this tick, or at
-    /// once (off the loop, or outside a burst).
-    public func flushAtEndOfTick(_ channel: any Channel) {
-        guard eventLoop.inEventLoop else {
-            channel.flush()
-            return
-        }
+    /// The writes made through `context` are flushed after the reads of
+    /// this tick, or at once (outside a burst). On the event loop.
+    public func flushAtEndOfTick(_ context: ChannelHandlerContext) {
         if pending.isEmpty, NIODeadline.now() - lastFlushEnded > burstGap {
-            channel.flush()
+            context.flush()
             lastFlushEnded = .now()
             return
         }
-        pending.append(channel)
+        pending.append(context)
         // One task per tick, not per channel.
         if pending.count == 1 { eventLoop.execute { self.flushPending() } }
     }
@@ -52,9 +50,9 @@ public final class TickFlusher: @unchecked Sendable {
     private func flushPending() {
         // A flush can close a channel, whose handlers may ask for another
         // flush: that one joins a new batch.
-        var batch: [any Channel] = []
+        var batch: [ChannelHandlerContext] = []
         swap(&batch, &pending)
-        for channel in batch { channel.flush() }
+        for context in batch { context.flush() }
         lastFlushEnded = .now()
         batch.removeAll(keepingCapacity: true)
         if pending.isEmpty { swap(&batch, &pending) }

@@ -3,6 +3,7 @@
 // it are ConnectionStateMachine's, under one lock here.
 import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 import ThreadwireNIO
 import ThreadwireTransport
 import ThreadwireCore
@@ -306,9 +307,15 @@ final class Connection: ReadGate, Sendable {
     }
     private let outbox = NIOLockedValueBox(Outbox())
 
+    /// Whether the outbox may hold frames: set under its lock when one is
+    /// queued, so the event loop, writing its own frames (every inline
+    /// answer), takes the lock only when another thread queued some.
+    private let outboxFilled = Atomic(false)
+
     /// True when the caller must schedule a drain (none is pending).
     private func enqueue(_ frame: ByteBuffer, notificationBytes: Int = 0, promise: EventLoopPromise<Void>? = nil) -> Bool {
         outbox.withLockedValue { box in
+            outboxFilled.store(true, ordering: .releasing)
             box.frames.append((frame, promise))
             box.notificationBytes += notificationBytes
             if box.drainScheduled { return false }
@@ -324,7 +331,9 @@ final class Connection: ReadGate, Sendable {
     /// On the event loop: every queued frame, in order; flushed unless the
     /// caller flushes after its own write.
     func drainOutbox(flush: Bool = true) {
+        guard outboxFilled.load(ordering: .acquiring) else { return }
         let taken = outbox.withLockedValue { box -> Outbox? in
+            outboxFilled.store(false, ordering: .relaxed)
             if box.frames.isEmpty {
                 box.drainScheduled = false
                 return nil
@@ -345,7 +354,7 @@ final class Connection: ReadGate, Sendable {
             batch = combined
         }
         if taken.notificationBytes == 0 && promises.count <= 1 {
-            channel.write(batch, promise: promises.first)
+            write(batch, promise: promises.first)
         } else {
             // One completion gives the backlog its bytes back and completes the frames' own promises.
             let written = eventLoop.makePromise(of: Void.self)
@@ -363,16 +372,16 @@ final class Connection: ReadGate, Sendable {
                 for promise in promises { promise.completeWith(result) }
             }
             promises.removeAll()
-            channel.write(batch, promise: written)
+            write(batch, promise: written)
         }
-        if flush { channel.flush() }
+        if flush { self.flush() }
     }
 
     /// On the event loop: what the outbox holds, then one flush for it and
     /// for the frames written before without one.
     func flushOutbox() {
         drainOutbox(flush: false)
-        channel.flush()
+        flush()
     }
 
     /// Every write to the socket goes through here or the outbox, so frames
@@ -381,11 +390,35 @@ final class Connection: ReadGate, Sendable {
     private func emit(_ frame: ByteBuffer, flush: Bool, promise: EventLoopPromise<Void>? = nil) {
         if eventLoop.inEventLoop {
             drainOutbox(flush: false)
-            channel.write(frame, promise: promise)
-            if flush { channel.flush() }
+            write(frame, promise: promise)
+            if flush { self.flush() }
         } else if enqueue(frame, promise: promise) {
             scheduleDrain()
         }
+    }
+
+    /// On the event loop: through the connection handler's context while it
+    /// is in the pipeline, so a write or flush skips the channel's
+    /// existential, the pipeline's tail and that handler's own hop (a share
+    /// of every request's CPU, issue 54); through the channel otherwise.
+    nonisolated(unsafe) private var handlerContext: ChannelHandlerContext?
+
+    /// On the event loop: the connection handler's context, from when it
+    /// serves this connection until it leaves the pipeline (nil).
+    func attach(_ context: ChannelHandlerContext?) {
+        handlerContext = context
+    }
+
+    private func write(_ frame: ByteBuffer, promise: EventLoopPromise<Void>?) {
+        if let handlerContext {
+            handlerContext.write(NIOAny(frame), promise: promise)
+        } else {
+            channel.write(frame, promise: promise)
+        }
+    }
+
+    private func flush() {
+        if let handlerContext { handlerContext.flush() } else { channel.flush() }
     }
 
     // MARK: Server requests

@@ -69,6 +69,7 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             return
         }
         self.connection = connection
+        connection.attach(context)
         tickFlusher = services.tickFlushers.flusher(for: context.eventLoop)
         flowControl.gate = connection
         services.metrics.connectionsOpen.increment()
@@ -90,6 +91,11 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             services.metrics.serverClosed(reason: reason)
         }
         context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // Its context is no way into the pipeline any longer.
+        connection?.attach(nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -160,12 +166,13 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         if flushPending {
             flushPending = false
             if let tickFlusher {
-                tickFlusher.flushAtEndOfTick(context.channel)
+                tickFlusher.flushAtEndOfTick(context)
             } else {
                 context.flush()
             }
         }
-        context.fireChannelReadComplete()
+        // Not passed on: this is the pipeline's last handler, and the tail
+        // does nothing with it (one hop less per read).
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -9,6 +9,16 @@ import ThreadwireNIO
 /// `.never` none.
 @Suite("tick flusher (EmbeddedEventLoop)")
 struct TickFlushTests {
+    /// The context a connection's handler would pass: one added to `channel`.
+    func entry(_ channel: EmbeddedChannel) throws -> ChannelHandlerContext {
+        try channel.pipeline.syncOperations.addHandler(Writer())
+        return try channel.pipeline.syncOperations.context(handlerType: Writer.self)
+    }
+
+    final class Writer: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+    }
+
     func written(_ channel: EmbeddedChannel) throws -> [String] {
         var out: [String] = []
         while let buffer = try channel.readOutbound(as: ByteBuffer.self) {
@@ -21,14 +31,16 @@ struct TickFlushTests {
     func flushedAfterTheTick() throws {
         let loop = EmbeddedEventLoop()
         let first = EmbeddedChannel(loop: loop)
+        let firstEntry = try entry(first)
         let second = EmbeddedChannel(loop: loop)
+        let secondEntry = try entry(second)
         let flusher = TickFlusher(eventLoop: loop, burstGap: .always)
 
         first.write(ByteBuffer(string: "a1"), promise: nil)
         first.write(ByteBuffer(string: "a2"), promise: nil)
-        flusher.flushAtEndOfTick(first)
+        flusher.flushAtEndOfTick(firstEntry)
         second.write(ByteBuffer(string: "b1"), promise: nil)
-        flusher.flushAtEndOfTick(second)
+        flusher.flushAtEndOfTick(secondEntry)
         #expect(try written(first).isEmpty)
         #expect(try written(second).isEmpty)
 
@@ -41,15 +53,16 @@ struct TickFlushTests {
     func secondTick() throws {
         let loop = EmbeddedEventLoop()
         let channel = EmbeddedChannel(loop: loop)
+        let channelEntry = try entry(channel)
         let flusher = TickFlusher(eventLoop: loop, burstGap: .always)
 
         channel.write(ByteBuffer(string: "one"), promise: nil)
-        flusher.flushAtEndOfTick(channel)
+        flusher.flushAtEndOfTick(channelEntry)
         loop.run()
         #expect(try written(channel) == ["one"])
 
         channel.write(ByteBuffer(string: "two"), promise: nil)
-        flusher.flushAtEndOfTick(channel)
+        flusher.flushAtEndOfTick(channelEntry)
         #expect(try written(channel).isEmpty)
         loop.run()
         #expect(try written(channel) == ["two"])
@@ -59,13 +72,15 @@ struct TickFlushTests {
     func closedBeforeTheTickEnds() throws {
         let loop = EmbeddedEventLoop()
         let closing = EmbeddedChannel(loop: loop)
+        let closingEntry = try entry(closing)
         let open = EmbeddedChannel(loop: loop)
+        let openEntry = try entry(open)
         let flusher = TickFlusher(eventLoop: loop, burstGap: .always)
 
         closing.write(ByteBuffer(string: "lost"), promise: nil)
-        flusher.flushAtEndOfTick(closing)
+        flusher.flushAtEndOfTick(closingEntry)
         open.write(ByteBuffer(string: "kept"), promise: nil)
-        flusher.flushAtEndOfTick(open)
+        flusher.flushAtEndOfTick(openEntry)
         _ = try? closing.finish()
 
         loop.run()
@@ -76,14 +91,16 @@ struct TickFlushTests {
     func outsideABurst() throws {
         let loop = EmbeddedEventLoop()
         let first = EmbeddedChannel(loop: loop)
+        let firstEntry = try entry(first)
         let second = EmbeddedChannel(loop: loop)
+        let secondEntry = try entry(second)
         let flusher = TickFlusher(eventLoop: loop, burstGap: .never)
 
         first.write(ByteBuffer(string: "a"), promise: nil)
-        flusher.flushAtEndOfTick(first)
+        flusher.flushAtEndOfTick(firstEntry)
         #expect(try written(first) == ["a"])
         second.write(ByteBuffer(string: "b"), promise: nil)
-        flusher.flushAtEndOfTick(second)
+        flusher.flushAtEndOfTick(secondEntry)
         #expect(try written(second) == ["b"])
     }
 }
