@@ -5,6 +5,8 @@
 # request and its samples by shared object and by symbol.
 # PIN=1: the server on CPU 0 with one event loop, the generator on CPU 1, so
 # the profile is the server's alone (FREQ sets perf's sampling rate).
+# KEEP=DIR keeps perf.data in DIR (which must exist), for
+# Benchmarks/profile_parts.py: the user time by part of the request path.
 # Usage: SERVER_BIN=path/to/threadwire-server Benchmarks/profile.sh   (make bench-profile)
 set -euo pipefail
 BIN=${BIN:-.build/release}
@@ -18,12 +20,13 @@ HEALTH=$("$PY" -c "
 from threadwire_client import messages
 e = messages.envelope.Envelope(); e.request.id = 1; e.request.health_check.SetInParent()
 p = e.SerializeToString(); print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())")
-data=$(mktemp -d)
+data=${KEEP:-$(mktemp -d)}
 server_cpu=(); generator_cpu=(); loops=()
 if [ "${PIN:-0}" = 1 ]; then server_cpu=(taskset -c 0); generator_cpu=(taskset -c 1); loops=(--event-loops 1); fi
 "${server_cpu[@]}" "$SERVER_BIN" "${loops[@]}" --listen 127.0.0.1:7593 --data-dir "$data/store" --log-level error > "$data/out" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
+cleanup() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$data"; }
+trap cleanup EXIT
 for _ in $(seq 200); do grep -q listening "$data/out" 2>/dev/null && break; sleep 0.05; done
 grep -q listening "$data/out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/out")" >&2; exit 1; };
 "${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" 1 "$HEALTH" > /dev/null  # warm up
