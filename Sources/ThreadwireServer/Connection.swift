@@ -10,9 +10,12 @@ import ThreadwireCore
 import ThreadwireWire
 
 /// One client connection: its state machine under one lock, and the I/O
-/// that carries out what the machine decides. Writes go through the channel
-/// (which is safe from any thread); the lock keeps notification sequence
-/// numbers in the order the frames are queued.
+/// that carries out what the machine decides. Every frame reaches the
+/// socket on the event loop, through the connection handler's context (the
+/// channel once that handler has left the pipeline);
+/// frames sent from other threads, and notifications, wait in the outbox
+/// until the loop drains it. The lock keeps notification sequence numbers
+/// in the order the frames are queued.
 ///
 /// Memory a client can make the server hold is bounded by the machine:
 /// requests read but not answered (count and bytes: past them reads stop),
