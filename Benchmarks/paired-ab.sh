@@ -6,7 +6,9 @@
 # thread/read at CONNS connections, ROUNDS rounds of DUR seconds, A then B
 # in odd rounds and B then A in even ones. Prints each build's median server
 # CPU per request (user + system, from /proc over the run), the median of
-# the paired differences (B - A) and in how many rounds B was lower.
+# the paired differences (B - A) and in how many rounds B was lower; then the
+# same for user time alone, which the kernel's varying cost of waking the
+# client does not move.
 # A_BIN=B_BIN measures the noise itself.
 #   A_BIN=/path/to/old/threadwire-server B_BIN=.build/release/threadwire-server \
 #     CLI=.build/release/threadwire Benchmarks/paired-ab.sh
@@ -25,15 +27,18 @@ listening a.out b.out
 thread() { "$CLI" call --server "127.0.0.1:$1" thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])"; }
 READ_A=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7691)'")
 READ_B=$(frame "e.request.id = 2; e.request.thread_read.thread_id = '$(thread 7692)'")
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# One run against server `pid` on `port`: its CPU µs per request.
+ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
+# One run against server `pid` on `port`: its CPU µs per request as "total/user".
 cpu_per_request() {
   local pid=$1 port=$2; shift 2
-  local t0 t1 out
-  t0=$(ticks "$pid")
+  local u0 s0 u1 s1 out
+  read -r u0 s0 < <(ticks "$pid")
   out=$(taskset -c 1 .build/c/frame_load "$port" "$@")
-  t1=$(ticks "$pid")
-  "$PY" -c "import json,sys; r = json.loads(sys.argv[1]); print('%.2f' % (($t1 - $t0) / $(getconf CLK_TCK) * 1e6 / (r['requests_per_second'] * $DUR)))" "$out"
+  read -r u1 s1 < <(ticks "$pid")
+  "$PY" -c "
+import json, sys
+r = json.loads(sys.argv[1]); per = 1e6 / $(getconf CLK_TCK) / (r['requests_per_second'] * $DUR)
+print('%.2f/%.2f' % (($u1 - $u0 + $s1 - $s0) * per, ($u1 - $u0) * per))" "$out"
 }
 for c in ${CONNS:-16 64}; do
   for method in health/check thread/read; do
@@ -48,9 +53,11 @@ for c in ${CONNS:-16 64}; do
     done
     "$PY" -c "
 import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]; b = [float(x) for x in sys.argv[2].split()]
-d = [y - x for x, y in zip(a, b)]
-print(f'$c connections, $method: A {statistics.median(a):.1f} µs, B {statistics.median(b):.1f} µs per request; '
-      f'paired B - A median {statistics.median(d):+.2f} µs, B lower in {sum(x < 0 for x in d)} of {len(d)} rounds')" "${a[*]}" "${b[*]}"
+runs = [[[float(v) for v in x.split('/')] for x in arg.split()] for arg in sys.argv[1:3]]
+for index, kind in enumerate(['total', 'user']):
+    a = [run[index] for run in runs[0]]; b = [run[index] for run in runs[1]]
+    d = [y - x for x, y in zip(a, b)]
+    print(f'$c connections, $method, {kind}: A {statistics.median(a):.1f} µs, B {statistics.median(b):.1f} µs per request; '
+          f'paired B - A median {statistics.median(d):+.2f} µs, B lower in {sum(x < 0 for x in d)} of {len(d)} rounds')" "${a[*]}" "${b[*]}"
   done
 done
