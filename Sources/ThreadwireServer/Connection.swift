@@ -38,7 +38,12 @@ final class Connection: ReadGate, Sendable {
     /// Notifications are numbered and queued in the outbox under it, so
     /// their numbers leave in order.
     private struct Shared {
-        var machine: ConnectionStateMachine
+        var machine: ConnectionStateMachine {
+            // No `oldValue`: the machine is still changed in place (SE-0268).
+            didSet { loopFlags.store(machine.loopFlags) }
+        }
+        /// The machine's `loopFlags`, read without the lock.
+        let loopFlags: LoopFlagsMirror
         /// The shutdown drain, waiting for the queue to empty.
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
         /// Request loops waiting for the channel to take writes.
@@ -47,6 +52,7 @@ final class Connection: ReadGate, Sendable {
         var roomWaiters: [(bytes: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
     private let shared: NIOLockedValueBox<Shared>
+    private let loopFlags: LoopFlagsMirror
     /// Resumes reads on the channel's event loop once the queue drains.
     private let resumeReads: @Sendable () -> Void
     /// Small until initialize authenticates, then `limits.maxFrameBytes`.
@@ -72,16 +78,19 @@ final class Connection: ReadGate, Sendable {
         self.metrics = metrics
         self.frameLimit = frameLimit ?? FrameSizeLimit(limits.maxFrameBytes)
         self.resumeReads = resumeReads
-        shared = NIOLockedValueBox(Shared(machine: ConnectionStateMachine(bounds: .init(
+        let machine = ConnectionStateMachine(bounds: .init(
             maxQueuedRequests: limits.maxQueuedRequests, maxQueuedRequestBytes: limits.maxQueuedRequestBytes,
-            maxNotificationBacklogBytes: limits.maxNotificationBacklogBytes))))
+            maxNotificationBacklogBytes: limits.maxNotificationBacklogBytes))
+        loopFlags = LoopFlagsMirror(machine.loopFlags)
+        shared = NIOLockedValueBox(Shared(machine: machine, loopFlags: loopFlags))
     }
 
     var isInitialized: Bool { shared.withLockedValue { $0.machine.isInitialized } }
 
     /// Whether a request may start now; the refusal otherwise.
     func admits(requiresHandshake: Bool, method: String) -> RequestError? {
-        shared.withLockedValue { $0.machine.admits(requiresHandshake: requiresHandshake, method: method) }
+        if loopFlags.load().contains(.admitsAll) { return nil }
+        return shared.withLockedValue { $0.machine.admits(requiresHandshake: requiresHandshake, method: method) }
     }
 
     /// Who this connection acts as (`Principal.standalone` until initialize,
@@ -148,12 +157,12 @@ final class Connection: ReadGate, Sendable {
         }
     }
 
-    var hasRequestsInFlight: Bool { shared.withLockedValue { $0.machine.hasRequestsInFlight } }
+    var hasRequestsInFlight: Bool { loopFlags.load().contains(.requestsInFlight) }
 
-    /// Whether the socket may be read now (checked by `FlowControlHandler`).
+    /// Whether the socket may be read now (checked by `FlowControlHandler`
+    /// before every read, hence from the mirror, without the lock).
     var readsAllowed: Bool {
-        let writable = channel.isWritable
-        return shared.withLockedValue { $0.machine.readsAllowed(channelWritable: writable) }
+        !loopFlags.load().contains(.readsHeld) && channel.isWritable
     }
 
     // MARK: Outbound
@@ -528,4 +537,19 @@ final class Connection: ReadGate, Sendable {
         guard case let .close(code, message, _) = action else { return }
         writeLastFrame(Wire.Response(code: code.rawValue, message: message))
     }
+}
+
+
+/// A state machine's `loopFlags`, stored under the connection's lock each
+/// time the machine changes and loaded without it: the event loop asks them
+/// for every request, and the lock would answer no better (the state may
+/// change the moment it is released either way).
+final class LoopFlagsMirror: Sendable {
+    private let bits: Synchronization.Atomic<UInt8>
+
+    init(_ flags: ConnectionStateMachine.LoopFlags) { bits = Synchronization.Atomic(flags.rawValue) }
+
+    func store(_ flags: ConnectionStateMachine.LoopFlags) { bits.store(flags.rawValue, ordering: .releasing) }
+
+    func load() -> ConnectionStateMachine.LoopFlags { .init(rawValue: bits.load(ordering: .acquiring)) }
 }

@@ -205,6 +205,27 @@ struct ConnectionStateMachine: Sendable {
         channelWritable && !queue.readsPaused && !isClosing
     }
 
+    /// What the event loop asks for every request, as bits: `Connection`
+    /// stores them in an atomic whenever the machine changes, so asking takes
+    /// no lock. Each agrees with the method it stands for (CallLayerTests).
+    struct LoopFlags: OptionSet, Sendable, Equatable {
+        let rawValue: UInt8
+        /// `hasRequestsInFlight`.
+        static let requestsInFlight = LoopFlags(rawValue: 1 << 0)
+        /// `readsAllowed` is false whatever the channel: the queue is full or the connection is closing.
+        static let readsHeld = LoopFlags(rawValue: 1 << 1)
+        /// `admits` refuses nothing: initialized, neither draining nor closing.
+        static let admitsAll = LoopFlags(rawValue: 1 << 2)
+    }
+
+    var loopFlags: LoopFlags {
+        var flags: LoopFlags = []
+        if hasRequestsInFlight { flags.insert(.requestsInFlight) }
+        if queue.readsPaused || isClosing { flags.insert(.readsHeld) }
+        if case .ready = state { flags.insert(.admitsAll) }
+        return flags
+    }
+
     /// Whether the shutdown drain may stop waiting for this connection:
     /// nothing is queued, or it cannot finish its queue (its client takes
     /// no answers, or it is closing or closed).

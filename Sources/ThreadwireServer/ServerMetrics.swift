@@ -1,5 +1,6 @@
 import Metrics
 import NIOConcurrencyHelpers
+import Synchronization
 import ThreadwireCore
 import ThreadwireWire
 
@@ -35,12 +36,26 @@ final class ServerMetrics: Sendable {
         }
         private let method: String
         private let made = NIOLockedValueBox(Made())
+        /// The instruments of an OK answer, the most frequent, once made:
+        /// loaded without the lock.
+        private let ok = AtomicLazyReference<Instruments>()
+
+        private final class Instruments: Sendable {
+            let counter: Counter
+            let latency: Metrics.Timer
+            init(_ counter: Counter, _ latency: Metrics.Timer) { (self.counter, self.latency) = (counter, latency) }
+        }
 
         init(method: String) {
             self.method = method
         }
 
         func record(code: StatusCode, duration: Duration) {
+            if code == .ok, let instruments = ok.load() {
+                instruments.counter.increment()
+                instruments.latency.record(duration: duration)
+                return
+            }
             let method = method
             let (counter, latency) = made.withLockedValue { made -> (Counter, Metrics.Timer) in
                 let index = Int(code.rawValue)
@@ -50,6 +65,7 @@ final class ServerMetrics: Sendable {
                 made.latency = latency
                 return (counter, latency)
             }
+            if code == .ok { _ = ok.storeIfNil(Instruments(counter, latency)) }
             counter.increment()
             latency.record(duration: duration)
         }

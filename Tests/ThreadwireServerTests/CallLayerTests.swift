@@ -102,6 +102,49 @@ struct CallLayerTests {
         #expect(!machine.readsAllowed(channelWritable: true), "a closing connection is not read")
     }
 
+    @Test("the loop's flags, read without the lock, agree with the machine's answers through every phase and queue state")
+    func loopFlagsAgree() {
+        var steps: [(String, Machine)] = []
+        var machine = Machine(bounds: .init(maxQueuedRequests: 2, maxQueuedRequestBytes: 100))
+        steps.append(("handshake", machine))
+        _ = machine.requestQueued(bytes: 5)
+        steps.append(("handshake, an initialize queued", machine))
+        _ = machine.requestFinished(bytes: 5)
+        _ = machine.initialized(Machine.Session(principal: "alice"))
+        steps.append(("ready", machine))
+        _ = machine.requestQueued(bytes: 10)
+        steps.append(("ready, one queued", machine))
+        _ = machine.requestQueued(bytes: 10)
+        steps.append(("ready, the queue full", machine))
+        _ = machine.requestFinished(bytes: 10)
+        steps.append(("ready, below the limit again", machine))
+        machine.serverDraining()
+        steps.append(("draining, one queued", machine))
+        _ = machine.requestFinished(bytes: 10)
+        steps.append(("draining, empty", machine))
+        _ = machine.close(.unavailable, "bye", reason: .idle)
+        steps.append(("closing", machine))
+        machine.channelClosed()
+        steps.append(("closed", machine))
+        var handshakeClosing = Machine()
+        _ = handshakeClosing.handshakeDeadlinePassed(timeoutMs: 10)
+        steps.append(("closing before initialize", handshakeClosing))
+
+        for (name, step) in steps {
+            let flags = step.loopFlags
+            #expect(flags.contains(.requestsInFlight) == step.hasRequestsInFlight, "\(name): requests in flight")
+            #expect(flags.contains(.readsHeld) == !step.readsAllowed(channelWritable: true), "\(name): reads held")
+            #expect(!step.readsAllowed(channelWritable: false), "\(name): an unwritable channel is never read")
+            let admitted = step.admits(requiresHandshake: true, method: "thread/read") == nil
+            // The flag may be conservative (the lock then decides), never wrong.
+            #expect(!flags.contains(.admitsAll) || admitted, "\(name): admits all")
+        }
+        #expect(steps.filter { $0.1.loopFlags.contains(.admitsAll) }.map(\.0)
+                == ["ready", "ready, one queued", "ready, the queue full", "ready, below the limit again"])
+        #expect(steps.filter { $0.1.loopFlags.contains(.readsHeld) }.map(\.0)
+                == ["ready, the queue full", "closing", "closed", "closing before initialize"])
+    }
+
     @Test("notifications are numbered 1, 2, 3 per connection, a skipped one spends its number, and the backlog limit closes the connection once")
     func notificationBacklog() {
         var machine = Machine(bounds: .init(maxNotificationBacklogBytes: 100))
