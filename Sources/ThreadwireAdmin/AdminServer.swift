@@ -32,6 +32,8 @@ public struct AdminServer: Service {
     private let authorize: (@Sendable (String?) -> Bool)?
     private let readiness: @Sendable () -> Readiness
     private let beforeScrape: @Sendable () -> Void
+    /// Metrics kept outside the registry, in the text format, added to its text.
+    private let exposition: @Sendable () -> String
     private let leases: @Sendable () -> String
     private let onListening: @Sendable (String, Int) -> Void
     private let logger: Logger
@@ -43,6 +45,7 @@ public struct AdminServer: Service {
     public init(host: String, port: Int, registry: PrometheusCollectorRegistry, authorize: (@Sendable (String?) -> Bool)? = nil,
                 readiness: @escaping @Sendable () -> Readiness,
                 beforeScrape: @escaping @Sendable () -> Void = {},
+                exposition: @escaping @Sendable () -> String = { "" },
                 leases: @escaping @Sendable () -> String = { #"{"held":[],"surely_valid":true}"# },
                 onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in },
                 version: String = "unknown", logger: Logger) {
@@ -52,6 +55,7 @@ public struct AdminServer: Service {
         self.authorize = authorize
         self.readiness = readiness
         self.beforeScrape = beforeScrape
+        self.exposition = exposition
         self.leases = leases
         self.onListening = onListening
         self.version = version
@@ -63,6 +67,7 @@ public struct AdminServer: Service {
         let readiness = self.readiness
         let registry = self.registry
         let beforeScrape = self.beforeScrape
+        let exposition = self.exposition
         // Before the routes: a router's middleware covers the routes added after it.
         if let authorize { router.add(middleware: Authorization(authorize: authorize)) }
         router.get("livez") { _, _ in
@@ -80,7 +85,9 @@ public struct AdminServer: Service {
         let version = self.version
         router.get("metrics") { _, _ in
             beforeScrape()
-            let text = Exposition.withHelp(String(decoding: registry.emitToBuffer(), as: UTF8.self))
+            var registered = String(decoding: registry.emitToBuffer(), as: UTF8.self)
+            if !registered.isEmpty, !registered.hasSuffix("\n") { registered += "\n" }
+            let text = Exposition.withHelp(registered + exposition())
                 + Exposition.process() + Exposition.build(version: version)
             let buffer = ByteBuffer(string: text)
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],

@@ -25,9 +25,10 @@ public struct ServerConfiguration: Sendable {
     public var allowUnauthenticated = false
     /// The operator's MCP tool servers (nil: none).
     public var toolServers: (any ToolServerHost)?
-    /// This instance's requests by method, read from the process's metrics
-    /// for cluster/status (the registry belongs to the executable).
-    public var requestLoad: @Sendable () -> [RequestLoad] = { [] }
+    /// This instance's requests by method for cluster/status, read from the
+    /// process's metrics (the registry belongs to the executable) and the
+    /// request latency histograms the server keeps itself, given as text.
+    public var requestLoad: @Sendable (_ requestLatencies: String) -> [RequestLoad] = { _ in [] }
     /// TLS (and mutual TLS) for every connection; plain TCP when nil.
     public var tls: ServerTLS?
     /// How clients reach the server; nil: TCP on `host`:`port` (with `tls`).

@@ -26,48 +26,42 @@ final class ServerMetrics: Sendable {
     /// What the file limit leaves connections (DescriptorBudget), set at startup.
     let connectionDescriptorCapacity = Gauge(label: "threadwire_connection_descriptors_capacity")
 
-    /// One method's instruments, made on its first request (so /metrics
-    /// lists only the methods that were called): its latency histogram and a
-    /// counter per status code. One lock per request finds or makes both.
+    /// One method's instruments: its latency histogram (exported once it
+    /// holds a request, so /metrics lists only the methods that were called)
+    /// and a counter per status code, made on its first use.
     private final class MethodInstruments: Sendable {
-        private struct Made {
-            var latency: Metrics.Timer?
-            var counters = [Counter?](repeating: nil, count: 17)
-        }
-        private let method: String
-        private let made = NIOLockedValueBox(Made())
-        /// The instruments of an OK answer, the most frequent, once made:
-        /// loaded without the lock.
-        private let ok = AtomicLazyReference<Instruments>()
-
-        private final class Instruments: Sendable {
-            let counter: Counter
-            let latency: Metrics.Timer
-            init(_ counter: Counter, _ latency: Metrics.Timer) { (self.counter, self.latency) = (counter, latency) }
-        }
+        let method: String
+        let latency = LatencyHistogram()
+        private let counters = NIOLockedValueBox([Counter?](repeating: nil, count: 17))
+        /// The OK counter, the most used: written once, under the lock,
+        /// before `okMade` is set, and read only after `okMade` is seen set,
+        /// so without the lock. (`AtomicLazyReference` would do the same, but
+        /// its unspecialized `load` instantiated generic metadata each time.)
+        nonisolated(unsafe) private var okCounter: Counter?
+        private let okMade = Atomic(false)
 
         init(method: String) {
             self.method = method
         }
 
         func record(code: StatusCode, duration: Duration) {
-            if code == .ok, let instruments = ok.load() {
-                instruments.counter.increment()
-                instruments.latency.record(duration: duration)
-                return
-            }
+            latency.record(duration)
+            counter(code).increment()
+        }
+
+        private func counter(_ code: StatusCode) -> Counter {
+            if code == .ok, okMade.load(ordering: .acquiring), let okCounter { return okCounter }
             let method = method
-            let (counter, latency) = made.withLockedValue { made -> (Counter, Metrics.Timer) in
+            return counters.withLockedValue { counters in
                 let index = Int(code.rawValue)
-                let counter = made.counters[index] ?? Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
-                made.counters[index] = counter
-                let latency = made.latency ?? Metrics.Timer(label: "threadwire_request_duration_seconds", dimensions: [("method", method)])
-                made.latency = latency
-                return (counter, latency)
+                let counter = counters[index] ?? Counter(label: "threadwire_requests_total", dimensions: [("method", method), ("code", code.name)])
+                counters[index] = counter
+                if code == .ok, okCounter == nil {
+                    okCounter = counter
+                    okMade.store(true, ordering: .releasing)
+                }
+                return counter
             }
-            if code == .ok { _ = ok.storeIfNil(Instruments(counter, latency)) }
-            counter.increment()
-            latency.record(duration: duration)
         }
     }
 
@@ -78,6 +72,35 @@ final class ServerMetrics: Sendable {
     /// Names no case has ("unknown": a request that named no method).
     private let others = NIOLockedValueBox([String: MethodInstruments]())
     private let closes = NIOLockedValueBox([String: Counter]())
+
+    /// `threadwire_request_duration_seconds` in the Prometheus text format,
+    /// for /metrics and cluster/status: the server keeps these histograms
+    /// itself (`LatencyHistogram`), beside the registry's metrics.
+    func requestLatencyExposition() -> String {
+        let name = "threadwire_request_duration_seconds"
+        let all = byCase + others.withLockedValue { Array($0.values) }
+        var text = ""
+        for instruments in all.sorted(by: { $0.method < $1.method }) {
+            let snapshot = instruments.latency.snapshot()
+            guard snapshot.count > 0 else { continue }
+            text += LatencyHistogram.lines(name: name, labels: "method=\"\(Self.escapedLabel(instruments.method))\"", snapshot)
+        }
+        return text.isEmpty ? "" : "# TYPE \(name) histogram\n" + text
+    }
+
+    /// A label value as the text format wants it: backslash, quote and newline escaped.
+    static func escapedLabel(_ value: String) -> String {
+        var escaped = ""
+        for character in value {
+            switch character {
+            case "\\": escaped += "\\\\"
+            case "\"": escaped += "\\\""
+            case "\n": escaped += "\\n"
+            default: escaped.append(character)
+            }
+        }
+        return escaped
+    }
 
     func frameOut(bytes: Int) {
         framesOut.increment()

@@ -94,7 +94,9 @@ public final class ThreadwireServer: Service, Sendable {
         info.peerTokens = (configuration.peers.acceptedTokens.isEmpty ? configuration.peers.token.map { [$0] } ?? [] : configuration.peers.acceptedTokens)
             .map { Array($0.utf8) }
         info.relays = configuration.coordinator != nil
-        info.requestLoad = configuration.requestLoad
+        let metrics = ServerMetrics()
+        let readLoad = configuration.requestLoad
+        info.requestLoad = { readLoad(metrics.requestLatencyExposition()) }
         if let transport = configuration.transport {
             self.transport = transport
         } else {
@@ -120,7 +122,7 @@ public final class ThreadwireServer: Service, Sendable {
         let idempotency = IdempotentCalls(store: MonitoredStore(base: store, health: health), settings: keys, logger: logger)
         idempotencyKeeper = IdempotencyKeeper(calls: idempotency)
         eventKeeper = EventKeeper(engine: engine, period: settings.eventRetention.trimEvery, logger: logger)
-        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: ServerMetrics(),
+        services = ServerServices(engine: engine, registry: registry, info: info, logger: logger, recorder: recorder, metrics: metrics,
                                   peers: configuration.peers, idempotency: idempotency)
     }
 
@@ -200,6 +202,16 @@ public final class ThreadwireServer: Service, Sendable {
     }
 
     /// Gauges that are read rather than counted, refreshed before a scrape.
+    /// The bounds of every duration histogram /metrics shows: the request
+    /// latencies the server keeps and the registry's (store commits).
+    public static var durationBuckets: [Duration] { LatencyHistogram.bounds.map { .nanoseconds($0) } }
+
+    /// What /metrics adds to the registry's text: the request latency
+    /// histograms, which the server keeps itself (`LatencyHistogram`).
+    public func metricsExposition() -> String {
+        services.metrics.requestLatencyExposition()
+    }
+
     public func refreshGauges() {
         let counts = services.engine.loadCounts
         services.metrics.loadedThreads.record(counts.loaded)

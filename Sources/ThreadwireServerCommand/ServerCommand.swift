@@ -312,7 +312,9 @@ public struct ServerCommand: AsyncParsableCommand {
         configuration.allowUnauthenticated = allowUnauthenticated
         let toolServers = file.mcpServers.isEmpty ? nil : MCPToolServers(configs: file.mcpServers, logger: logger)
         configuration.toolServers = toolServers
-        configuration.requestLoad = { RequestLoadReading.read(String(decoding: metricsRegistry.emitToBuffer(), as: UTF8.self)) }
+        configuration.requestLoad = { latencies in
+            RequestLoadReading.read(String(decoding: metricsRegistry.emitToBuffer(), as: UTF8.self) + "\n" + latencies)
+        }
         switch (tlsCert, tlsKey) {
         case let (cert?, key?):
             configuration.tls = ServerTLS(certificateChainFile: cert, privateKeyFile: key, clientCAFile: tlsClientCa)
@@ -404,6 +406,7 @@ public struct ServerCommand: AsyncParsableCommand {
                 },
                 readiness: { let state = server.readiness; return .init(ready: state.ready, reason: state.reason) },
                 beforeScrape: { server.refreshGauges() },
+                exposition: { server.metricsExposition() },
                 leases: { Self.leasesJSON(server.leaseView) },
                 onListening: onAdminListening,
                 version: ThreadwireRelease.version,
@@ -623,12 +626,8 @@ public struct ServerCommand: AsyncParsableCommand {
 
     static func metricsFactory(_ registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
         var factory = PrometheusMetricsFactory(registry: registry)
-        // Requests take tens of microseconds to seconds.
-        factory.defaultDurationHistogramBuckets = [
-            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2),
-            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
-            .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
-        ]
+        // The request latencies' bounds (the server keeps those histograms itself).
+        factory.defaultDurationHistogramBuckets = ThreadwireServer.durationBuckets
         factory.defaultValueHistogramBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
         return factory
     }

@@ -276,6 +276,9 @@ struct LimitsTests {
         #expect(metricValue(after, "threadwire_loaded_threads") == 1)
         #expect(metricValue(after, "threadwire_store_healthy") == 1)
         #expect(after.contains(#"threadwire_request_duration_seconds_bucket{method="health/check""#))
+        let latenciesBefore = metricValue(before, "threadwire_request_duration_seconds_count", labels: #"method="health/check""#) ?? 0
+        #expect((metricValue(after, "threadwire_request_duration_seconds_count", labels: #"method="health/check""#) ?? 0) - latenciesBefore == 25,
+                "every health/check's latency is in its histogram")
         #expect(metricValue(after, "threadwire_store_commit_seconds_count") ?? 0 >= 1)
         #expect(metricValue(after, "threadwire_store_commit_batch_size_count") ?? 0 >= 1)
         for name in ["threadwire_backpressure_pauses_total", "threadwire_slow_subscriber_disconnects_total", "threadwire_running_turns"] {
