@@ -14,7 +14,7 @@ import sys
 
 # Innermost work first: a sample under the metrics inside an answer is the metrics'.
 PARTS = [
-    ("metrics", r"MethodInstruments|11CoreMetrics|10Prometheus|frameOut"),
+    ("metrics", r"MethodInstruments|LatencyHistogram|11CoreMetrics|10Prometheus|frameOut"),
     ("decode", r"Envelope.*serializedBytes|protobuf_c_message_unpack|free_unpacked"),
     ("encode and write the answer", r"responseFrame|FrameResult|ByteBufferAllocatorV13ThreadwireNIOE5frame"),
     ("the inline handler", r"RunInline|InlineAnswer|SessionHandlers"),

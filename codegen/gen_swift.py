@@ -239,7 +239,8 @@ class Gen:
             self.w("      public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {")
             self.w("        switch fieldName {")
             for f in members:
-                self.w(f'        case "{f.name}", "{camel(f.name)}": return .{camel(f.name)}({self.json_decode_expr(f, "json", "path")})')
+                names = f'"{f.name}"' if camel(f.name) == f.name else f'"{f.name}", "{camel(f.name)}"'
+                self.w(f'        case {names}: return .{camel(f.name)}({self.json_decode_expr(f, "json", "path")})')
             self.w("        default: return nil")
             self.w("        }")
             self.w("      }")
@@ -268,9 +269,13 @@ class Gen:
         self.w(f"  typealias CMessage = {ctype}")
         self.w("")
         self.w(f"  init(c: UnsafePointer<{ctype}>) throws(WireError) {{")
-        self.w("    self.init()")
+        # Each field decoded into a local of its own, and self made once at
+        # the end: filling self (or a local of its type) field by field made
+        # this throwing initializer copy and destroy the whole value.
+        for n, t, d in params:
+            self.w(f"    var {n}Field: {t} = {d}")
         for f in plain:
-            self.decode_field(f, "c.pointee", "self." + camel(f.name))
+            self.decode_field(f, "c.pointee", camel(f.name) + "Field")
         for o in oneofs:
             members = [f for f, oo in fields if oo == o]
             self.w(f"    switch Int(c.pointee.{o}_case.rawValue) {{")
@@ -278,11 +283,15 @@ class Gen:
                 value = self.decode_value(f, 'c.pointee.' + f.name, required=True)
                 if f.type == FD.TYPE_MESSAGE:
                     self.w(f"    case {f.number}:")
-                    self.w(f"      do throws(WireError) {{ self.{camel(o)} = .{camel(f.name)}({value}) }} catch {{ throw error.nested(in: \"{f.name}\") }}")
+                    self.w(f"      do throws(WireError) {{ {camel(o)}Field = .{camel(f.name)}({value}) }} catch {{ throw error.nested(in: \"{f.name}\") }}")
                 else:
-                    self.w(f"    case {f.number}: self.{camel(o)} = .{camel(f.name)}({value})")
-            self.w("    default: self.{0} = nil".format(camel(o)))
+                    self.w(f"    case {f.number}: {camel(o)}Field = .{camel(f.name)}({value})")
+            self.w("    default: {0}Field = nil".format(camel(o)))
             self.w("    }")
+        if params:
+            self.w("    self.init({0})".format(", ".join(f"{n}: {n}Field" for n, _, _ in params)))
+        else:
+            self.w("    self.init()")
         self.w("  }")
         self.w("")
         self.w(f"  func fill(_ c: inout {ctype}, arena: inout CodecArena) {{")

@@ -473,10 +473,13 @@ extension Wire.ClientInfo: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ClientInfo
 
   init(c: UnsafePointer<Threadwire__V1__ClientInfo>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if let v = c.pointee.title { self.title = try wireString(v, field: "title") }
-    if let v = c.pointee.version { self.version = try wireString(v, field: "version") }
+    var nameField: String? = nil
+    var titleField: String? = nil
+    var versionField: String? = nil
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if let v = c.pointee.title { titleField = try wireString(v, field: "title") }
+    if let v = c.pointee.version { versionField = try wireString(v, field: "version") }
+    self.init(name: nameField, title: titleField, version: versionField)
   }
 
   func fill(_ c: inout Threadwire__V1__ClientInfo, arena: inout CodecArena) {
@@ -561,14 +564,18 @@ extension Wire.Capabilities: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Capabilities
 
   init(c: UnsafePointer<Threadwire__V1__Capabilities>) throws(WireError) {
-    self.init()
+    var optOutNotificationMethodsField: [String] = []
+    var clientToolsField: Bool? = nil
+    var approvalsField: Bool? = nil
+    var userInputField: Bool? = nil
     if c.pointee.n_opt_out_notification_methods > 0, let items = c.pointee.opt_out_notification_methods {
-      self.optOutNotificationMethods.reserveCapacity(c.pointee.n_opt_out_notification_methods)
-      for index in 0..<c.pointee.n_opt_out_notification_methods { self.optOutNotificationMethods.append(try wireString(items[index], field: "opt_out_notification_methods")) }
+      optOutNotificationMethodsField.reserveCapacity(c.pointee.n_opt_out_notification_methods)
+      for index in 0..<c.pointee.n_opt_out_notification_methods { optOutNotificationMethodsField.append(try wireString(items[index], field: "opt_out_notification_methods")) }
     }
-    if c.pointee.has_client_tools != 0 { self.clientTools = c.pointee.client_tools != 0 }
-    if c.pointee.has_approvals != 0 { self.approvals = c.pointee.approvals != 0 }
-    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
+    if c.pointee.has_client_tools != 0 { clientToolsField = c.pointee.client_tools != 0 }
+    if c.pointee.has_approvals != 0 { approvalsField = c.pointee.approvals != 0 }
+    if c.pointee.has_user_input != 0 { userInputField = c.pointee.user_input != 0 }
+    self.init(optOutNotificationMethods: optOutNotificationMethodsField, clientTools: clientToolsField, approvals: approvalsField, userInput: userInputField)
   }
 
   func fill(_ c: inout Threadwire__V1__Capabilities, arena: inout CodecArena) {
@@ -662,18 +669,23 @@ extension Wire.InitializeParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__InitializeParams
 
   init(c: UnsafePointer<Threadwire__V1__InitializeParams>) throws(WireError) {
-    self.init()
+    var clientInfoField: Wire.ClientInfo? = nil
+    var protocolVersionField: UInt32? = nil
+    var capabilitiesField: Wire.Capabilities? = nil
+    var authTokenField: String? = nil
+    var peerField: Wire.PeerHello? = nil
     if let v = c.pointee.client_info {
-      do throws(WireError) { self.clientInfo = try Wire.ClientInfo(c: v) } catch { throw error.nested(in: "client_info") }
+      do throws(WireError) { clientInfoField = try Wire.ClientInfo(c: v) } catch { throw error.nested(in: "client_info") }
     }
-    if c.pointee.has_protocol_version != 0 { self.protocolVersion = c.pointee.protocol_version }
+    if c.pointee.has_protocol_version != 0 { protocolVersionField = c.pointee.protocol_version }
     if let v = c.pointee.capabilities {
-      do throws(WireError) { self.capabilities = try Wire.Capabilities(c: v) } catch { throw error.nested(in: "capabilities") }
+      do throws(WireError) { capabilitiesField = try Wire.Capabilities(c: v) } catch { throw error.nested(in: "capabilities") }
     }
-    if let v = c.pointee.auth_token { self.authToken = try wireString(v, field: "auth_token") }
+    if let v = c.pointee.auth_token { authTokenField = try wireString(v, field: "auth_token") }
     if let v = c.pointee.peer {
-      do throws(WireError) { self.peer = try Wire.PeerHello(c: v) } catch { throw error.nested(in: "peer") }
+      do throws(WireError) { peerField = try Wire.PeerHello(c: v) } catch { throw error.nested(in: "peer") }
     }
+    self.init(clientInfo: clientInfoField, protocolVersion: protocolVersionField, capabilities: capabilitiesField, authToken: authTokenField, peer: peerField)
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeParams, arena: inout CodecArena) {
@@ -758,9 +770,11 @@ extension Wire.PeerHello: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__PeerHello
 
   init(c: UnsafePointer<Threadwire__V1__PeerHello>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.token { self.token = try wireString(v, field: "token") }
-    if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
+    var tokenField: String? = nil
+    var principalField: String? = nil
+    if let v = c.pointee.token { tokenField = try wireString(v, field: "token") }
+    if let v = c.pointee.principal { principalField = try wireString(v, field: "principal") }
+    self.init(token: tokenField, principal: principalField)
   }
 
   func fill(_ c: inout Threadwire__V1__PeerHello, arena: inout CodecArena) {
@@ -836,9 +850,11 @@ extension Wire.ServerInfo: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ServerInfo
 
   init(c: UnsafePointer<Threadwire__V1__ServerInfo>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if let v = c.pointee.version { self.version = try wireString(v, field: "version") }
+    var nameField: String? = nil
+    var versionField: String? = nil
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if let v = c.pointee.version { versionField = try wireString(v, field: "version") }
+    self.init(name: nameField, version: versionField)
   }
 
   func fill(_ c: inout Threadwire__V1__ServerInfo, arena: inout CodecArena) {
@@ -941,18 +957,29 @@ extension Wire.ServerLimits: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ServerLimits
 
   init(c: UnsafePointer<Threadwire__V1__ServerLimits>) throws(WireError) {
-    self.init()
-    if c.pointee.has_max_frame_bytes != 0 { self.maxFrameBytes = c.pointee.max_frame_bytes }
-    if c.pointee.has_max_queued_requests != 0 { self.maxQueuedRequests = c.pointee.max_queued_requests }
-    if c.pointee.has_handshake_timeout_ms != 0 { self.handshakeTimeoutMs = c.pointee.handshake_timeout_ms }
-    if c.pointee.has_max_queued_request_bytes != 0 { self.maxQueuedRequestBytes = c.pointee.max_queued_request_bytes }
-    if c.pointee.has_max_notification_backlog_bytes != 0 { self.maxNotificationBacklogBytes = c.pointee.max_notification_backlog_bytes }
-    if c.pointee.has_idle_timeout_ms != 0 { self.idleTimeoutMs = c.pointee.idle_timeout_ms }
-    if c.pointee.has_max_threads_started_per_minute != 0 { self.maxThreadsStartedPerMinute = c.pointee.max_threads_started_per_minute }
-    if c.pointee.has_max_running_turns != 0 { self.maxRunningTurns = c.pointee.max_running_turns }
-    if c.pointee.has_max_requests_per_second != 0 { self.maxRequestsPerSecond = c.pointee.max_requests_per_second }
-    if c.pointee.has_request_burst != 0 { self.requestBurst = c.pointee.request_burst }
-    if c.pointee.has_max_stored_bytes != 0 { self.maxStoredBytes = c.pointee.max_stored_bytes }
+    var maxFrameBytesField: UInt32? = nil
+    var maxQueuedRequestsField: UInt32? = nil
+    var handshakeTimeoutMsField: UInt32? = nil
+    var maxQueuedRequestBytesField: UInt32? = nil
+    var maxNotificationBacklogBytesField: UInt32? = nil
+    var idleTimeoutMsField: UInt32? = nil
+    var maxThreadsStartedPerMinuteField: UInt32? = nil
+    var maxRunningTurnsField: UInt32? = nil
+    var maxRequestsPerSecondField: UInt32? = nil
+    var requestBurstField: UInt32? = nil
+    var maxStoredBytesField: UInt64? = nil
+    if c.pointee.has_max_frame_bytes != 0 { maxFrameBytesField = c.pointee.max_frame_bytes }
+    if c.pointee.has_max_queued_requests != 0 { maxQueuedRequestsField = c.pointee.max_queued_requests }
+    if c.pointee.has_handshake_timeout_ms != 0 { handshakeTimeoutMsField = c.pointee.handshake_timeout_ms }
+    if c.pointee.has_max_queued_request_bytes != 0 { maxQueuedRequestBytesField = c.pointee.max_queued_request_bytes }
+    if c.pointee.has_max_notification_backlog_bytes != 0 { maxNotificationBacklogBytesField = c.pointee.max_notification_backlog_bytes }
+    if c.pointee.has_idle_timeout_ms != 0 { idleTimeoutMsField = c.pointee.idle_timeout_ms }
+    if c.pointee.has_max_threads_started_per_minute != 0 { maxThreadsStartedPerMinuteField = c.pointee.max_threads_started_per_minute }
+    if c.pointee.has_max_running_turns != 0 { maxRunningTurnsField = c.pointee.max_running_turns }
+    if c.pointee.has_max_requests_per_second != 0 { maxRequestsPerSecondField = c.pointee.max_requests_per_second }
+    if c.pointee.has_request_burst != 0 { requestBurstField = c.pointee.request_burst }
+    if c.pointee.has_max_stored_bytes != 0 { maxStoredBytesField = c.pointee.max_stored_bytes }
+    self.init(maxFrameBytes: maxFrameBytesField, maxQueuedRequests: maxQueuedRequestsField, handshakeTimeoutMs: handshakeTimeoutMsField, maxQueuedRequestBytes: maxQueuedRequestBytesField, maxNotificationBacklogBytes: maxNotificationBacklogBytesField, idleTimeoutMs: idleTimeoutMsField, maxThreadsStartedPerMinute: maxThreadsStartedPerMinuteField, maxRunningTurns: maxRunningTurnsField, maxRequestsPerSecond: maxRequestsPerSecondField, requestBurst: requestBurstField, maxStoredBytes: maxStoredBytesField)
   }
 
   func fill(_ c: inout Threadwire__V1__ServerLimits, arena: inout CodecArena) {
@@ -1064,16 +1091,21 @@ extension Wire.InitializeResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__InitializeResult
 
   init(c: UnsafePointer<Threadwire__V1__InitializeResult>) throws(WireError) {
-    self.init()
+    var serverInfoField: Wire.ServerInfo? = nil
+    var protocolVersionField: UInt32? = nil
+    var limitsField: Wire.ServerLimits? = nil
+    var principalField: String? = nil
+    var isOperatorField: Bool? = nil
     if let v = c.pointee.server_info {
-      do throws(WireError) { self.serverInfo = try Wire.ServerInfo(c: v) } catch { throw error.nested(in: "server_info") }
+      do throws(WireError) { serverInfoField = try Wire.ServerInfo(c: v) } catch { throw error.nested(in: "server_info") }
     }
-    if c.pointee.has_protocol_version != 0 { self.protocolVersion = c.pointee.protocol_version }
+    if c.pointee.has_protocol_version != 0 { protocolVersionField = c.pointee.protocol_version }
     if let v = c.pointee.limits {
-      do throws(WireError) { self.limits = try Wire.ServerLimits(c: v) } catch { throw error.nested(in: "limits") }
+      do throws(WireError) { limitsField = try Wire.ServerLimits(c: v) } catch { throw error.nested(in: "limits") }
     }
-    if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
-    if c.pointee.has_is_operator != 0 { self.isOperator = c.pointee.is_operator != 0 }
+    if let v = c.pointee.principal { principalField = try wireString(v, field: "principal") }
+    if c.pointee.has_is_operator != 0 { isOperatorField = c.pointee.is_operator != 0 }
+    self.init(serverInfo: serverInfoField, protocolVersion: protocolVersionField, limits: limitsField, principal: principalField, isOperator: isOperatorField)
   }
 
   func fill(_ c: inout Threadwire__V1__InitializeResult, arena: inout CodecArena) {
@@ -1155,8 +1187,9 @@ extension Wire.HealthCheckParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__HealthCheckParams
 
   init(c: UnsafePointer<Threadwire__V1__HealthCheckParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.service { self.service = try wireString(v, field: "service") }
+    var serviceField: String? = nil
+    if let v = c.pointee.service { serviceField = try wireString(v, field: "service") }
+    self.init(service: serviceField)
   }
 
   func fill(_ c: inout Threadwire__V1__HealthCheckParams, arena: inout CodecArena) {
@@ -1226,8 +1259,9 @@ extension Wire.HealthCheckResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__HealthCheckResult
 
   init(c: UnsafePointer<Threadwire__V1__HealthCheckResult>) throws(WireError) {
-    self.init()
-    if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ServingStatus }
+    var statusField: Wire.ServingStatus? = nil
+    if c.pointee.has_status != 0 { statusField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ServingStatus }
+    self.init(status: statusField)
   }
 
   func fill(_ c: inout Threadwire__V1__HealthCheckResult, arena: inout CodecArena) {
@@ -1297,8 +1331,9 @@ extension Wire.ClusterStatusParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ClusterStatusParams
 
   init(c: UnsafePointer<Threadwire__V1__ClusterStatusParams>) throws(WireError) {
-    self.init()
-    if c.pointee.has_lease_limit != 0 { self.leaseLimit = c.pointee.lease_limit }
+    var leaseLimitField: UInt32? = nil
+    if c.pointee.has_lease_limit != 0 { leaseLimitField = c.pointee.lease_limit }
+    self.init(leaseLimit: leaseLimitField)
   }
 
   func fill(_ c: inout Threadwire__V1__ClusterStatusParams, arena: inout CodecArena) {
@@ -1377,11 +1412,15 @@ extension Wire.ClusterInstance: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ClusterInstance
 
   init(c: UnsafePointer<Threadwire__V1__ClusterInstance>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.instance_id { self.instanceId = try wireString(v, field: "instance_id") }
-    if let v = c.pointee.address { self.address = try wireString(v, field: "address") }
-    if c.pointee.has_live_leases != 0 { self.liveLeases = c.pointee.live_leases }
-    if c.pointee.has_this_instance != 0 { self.thisInstance = c.pointee.this_instance != 0 }
+    var instanceIdField: String? = nil
+    var addressField: String? = nil
+    var liveLeasesField: UInt32? = nil
+    var thisInstanceField: Bool? = nil
+    if let v = c.pointee.instance_id { instanceIdField = try wireString(v, field: "instance_id") }
+    if let v = c.pointee.address { addressField = try wireString(v, field: "address") }
+    if c.pointee.has_live_leases != 0 { liveLeasesField = c.pointee.live_leases }
+    if c.pointee.has_this_instance != 0 { thisInstanceField = c.pointee.this_instance != 0 }
+    self.init(instanceId: instanceIdField, address: addressField, liveLeases: liveLeasesField, thisInstance: thisInstanceField)
   }
 
   func fill(_ c: inout Threadwire__V1__ClusterInstance, arena: inout CodecArena) {
@@ -1472,12 +1511,17 @@ extension Wire.TreeLease: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TreeLease
 
   init(c: UnsafePointer<Threadwire__V1__TreeLease>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.tree { self.tree = try wireString(v, field: "tree") }
-    if let v = c.pointee.instance_id { self.instanceId = try wireString(v, field: "instance_id") }
-    if let v = c.pointee.address { self.address = try wireString(v, field: "address") }
-    if c.pointee.has_epoch != 0 { self.epoch = c.pointee.epoch }
-    if c.pointee.has_expires_in_ms != 0 { self.expiresInMs = c.pointee.expires_in_ms }
+    var treeField: String? = nil
+    var instanceIdField: String? = nil
+    var addressField: String? = nil
+    var epochField: UInt64? = nil
+    var expiresInMsField: UInt64? = nil
+    if let v = c.pointee.tree { treeField = try wireString(v, field: "tree") }
+    if let v = c.pointee.instance_id { instanceIdField = try wireString(v, field: "instance_id") }
+    if let v = c.pointee.address { addressField = try wireString(v, field: "address") }
+    if c.pointee.has_epoch != 0 { epochField = c.pointee.epoch }
+    if c.pointee.has_expires_in_ms != 0 { expiresInMsField = c.pointee.expires_in_ms }
+    self.init(tree: treeField, instanceId: instanceIdField, address: addressField, epoch: epochField, expiresInMs: expiresInMsField)
   }
 
   func fill(_ c: inout Threadwire__V1__TreeLease, arena: inout CodecArena) {
@@ -1565,10 +1609,13 @@ extension Wire.MethodLoad: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__MethodLoad
 
   init(c: UnsafePointer<Threadwire__V1__MethodLoad>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.method { self.method = try wireString(v, field: "method") }
-    if c.pointee.has_requests != 0 { self.requests = c.pointee.requests }
-    if c.pointee.has_p99_ms != 0 { self.p99Ms = c.pointee.p99_ms }
+    var methodField: String? = nil
+    var requestsField: UInt64? = nil
+    var p99MsField: Double? = nil
+    if let v = c.pointee.method { methodField = try wireString(v, field: "method") }
+    if c.pointee.has_requests != 0 { requestsField = c.pointee.requests }
+    if c.pointee.has_p99_ms != 0 { p99MsField = c.pointee.p99_ms }
+    self.init(method: methodField, requests: requestsField, p99Ms: p99MsField)
   }
 
   func fill(_ c: inout Threadwire__V1__MethodLoad, arena: inout CodecArena) {
@@ -1662,29 +1709,36 @@ extension Wire.ClusterStatusResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ClusterStatusResult
 
   init(c: UnsafePointer<Threadwire__V1__ClusterStatusResult>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.instance_id { self.instanceId = try wireString(v, field: "instance_id") }
-    if let v = c.pointee.version { self.version = try wireString(v, field: "version") }
-    if c.pointee.has_shared_store != 0 { self.sharedStore = c.pointee.shared_store != 0 }
+    var instanceIdField: String? = nil
+    var versionField: String? = nil
+    var sharedStoreField: Bool? = nil
+    var instancesField: [Wire.ClusterInstance] = []
+    var leasesField: [Wire.TreeLease] = []
+    var methodsField: [Wire.MethodLoad] = []
+    var drainingField: Bool? = nil
+    if let v = c.pointee.instance_id { instanceIdField = try wireString(v, field: "instance_id") }
+    if let v = c.pointee.version { versionField = try wireString(v, field: "version") }
+    if c.pointee.has_shared_store != 0 { sharedStoreField = c.pointee.shared_store != 0 }
     if c.pointee.n_instances > 0, let items = c.pointee.instances {
-      self.instances.reserveCapacity(c.pointee.n_instances)
+      instancesField.reserveCapacity(c.pointee.n_instances)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_instances { self.instances.append(try Wire.ClusterInstance(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_instances { instancesField.append(try Wire.ClusterInstance(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "instances") }
     }
     if c.pointee.n_leases > 0, let items = c.pointee.leases {
-      self.leases.reserveCapacity(c.pointee.n_leases)
+      leasesField.reserveCapacity(c.pointee.n_leases)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_leases { self.leases.append(try Wire.TreeLease(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_leases { leasesField.append(try Wire.TreeLease(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "leases") }
     }
     if c.pointee.n_methods > 0, let items = c.pointee.methods {
-      self.methods.reserveCapacity(c.pointee.n_methods)
+      methodsField.reserveCapacity(c.pointee.n_methods)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_methods { self.methods.append(try Wire.MethodLoad(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_methods { methodsField.append(try Wire.MethodLoad(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "methods") }
     }
-    if c.pointee.has_draining != 0 { self.draining = c.pointee.draining != 0 }
+    if c.pointee.has_draining != 0 { drainingField = c.pointee.draining != 0 }
+    self.init(instanceId: instanceIdField, version: versionField, sharedStore: sharedStoreField, instances: instancesField, leases: leasesField, methods: methodsField, draining: drainingField)
   }
 
   func fill(_ c: inout Threadwire__V1__ClusterStatusResult, arena: inout CodecArena) {
@@ -1784,9 +1838,11 @@ extension Wire.KeyValue: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__KeyValue
 
   init(c: UnsafePointer<Threadwire__V1__KeyValue>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.key { self.key = try wireString(v, field: "key") }
-    if let v = c.pointee.value { self.value = try wireString(v, field: "value") }
+    var keyField: String? = nil
+    var valueField: String? = nil
+    if let v = c.pointee.key { keyField = try wireString(v, field: "key") }
+    if let v = c.pointee.value { valueField = try wireString(v, field: "value") }
+    self.init(key: keyField, value: valueField)
   }
 
   func fill(_ c: inout Threadwire__V1__KeyValue, arena: inout CodecArena) {
@@ -1932,12 +1988,17 @@ extension Wire.ReflectedMethod: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ReflectedMethod
 
   init(c: UnsafePointer<Threadwire__V1__ReflectedMethod>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if let v = c.pointee.field { self.field = try wireString(v, field: "field") }
-    if let v = c.pointee.params_type { self.paramsType = try wireString(v, field: "params_type") }
-    if let v = c.pointee.result_type { self.resultType = try wireString(v, field: "result_type") }
-    if c.pointee.has_mutates != 0 { self.mutates = c.pointee.mutates != 0 }
+    var nameField: String? = nil
+    var fieldField: String? = nil
+    var paramsTypeField: String? = nil
+    var resultTypeField: String? = nil
+    var mutatesField: Bool? = nil
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if let v = c.pointee.field { fieldField = try wireString(v, field: "field") }
+    if let v = c.pointee.params_type { paramsTypeField = try wireString(v, field: "params_type") }
+    if let v = c.pointee.result_type { resultTypeField = try wireString(v, field: "result_type") }
+    if c.pointee.has_mutates != 0 { mutatesField = c.pointee.mutates != 0 }
+    self.init(name: nameField, field: fieldField, paramsType: paramsTypeField, resultType: resultTypeField, mutates: mutatesField)
   }
 
   func fill(_ c: inout Threadwire__V1__ReflectedMethod, arena: inout CodecArena) {
@@ -2034,28 +2095,34 @@ extension Wire.ReflectionDescriptorsResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ReflectionDescriptorsResult
 
   init(c: UnsafePointer<Threadwire__V1__ReflectionDescriptorsResult>) throws(WireError) {
-    self.init()
-    if c.pointee.has_file_descriptor_set != 0 { self.fileDescriptorSet = wireBytes(c.pointee.file_descriptor_set) }
-    if let v = c.pointee.envelope_type { self.envelopeType = try wireString(v, field: "envelope_type") }
-    if c.pointee.has_protocol_version != 0 { self.protocolVersion = c.pointee.protocol_version }
+    var fileDescriptorSetField: [UInt8]? = nil
+    var envelopeTypeField: String? = nil
+    var protocolVersionField: UInt32? = nil
+    var methodsField: [Wire.ReflectedMethod] = []
+    var notificationsField: [Wire.ReflectedMethod] = []
+    var serverRequestsField: [Wire.ReflectedMethod] = []
+    if c.pointee.has_file_descriptor_set != 0 { fileDescriptorSetField = wireBytes(c.pointee.file_descriptor_set) }
+    if let v = c.pointee.envelope_type { envelopeTypeField = try wireString(v, field: "envelope_type") }
+    if c.pointee.has_protocol_version != 0 { protocolVersionField = c.pointee.protocol_version }
     if c.pointee.n_methods > 0, let items = c.pointee.methods {
-      self.methods.reserveCapacity(c.pointee.n_methods)
+      methodsField.reserveCapacity(c.pointee.n_methods)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_methods { self.methods.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_methods { methodsField.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "methods") }
     }
     if c.pointee.n_notifications > 0, let items = c.pointee.notifications {
-      self.notifications.reserveCapacity(c.pointee.n_notifications)
+      notificationsField.reserveCapacity(c.pointee.n_notifications)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_notifications { self.notifications.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_notifications { notificationsField.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "notifications") }
     }
     if c.pointee.n_server_requests > 0, let items = c.pointee.server_requests {
-      self.serverRequests.reserveCapacity(c.pointee.n_server_requests)
+      serverRequestsField.reserveCapacity(c.pointee.n_server_requests)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_server_requests { self.serverRequests.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_server_requests { serverRequestsField.append(try Wire.ReflectedMethod(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "server_requests") }
     }
+    self.init(fileDescriptorSet: fileDescriptorSetField, envelopeType: envelopeTypeField, protocolVersion: protocolVersionField, methods: methodsField, notifications: notificationsField, serverRequests: serverRequestsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ReflectionDescriptorsResult, arena: inout CodecArena) {
@@ -2158,11 +2225,15 @@ extension Wire.ToolCallParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ToolCallParams
 
   init(c: UnsafePointer<Threadwire__V1__ToolCallParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
-    if let v = c.pointee.tool { self.tool = try wireString(v, field: "tool") }
-    if let v = c.pointee.arguments { self.arguments = try wireString(v, field: "arguments") }
-    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
+    var itemIdField: String? = nil
+    var toolField: String? = nil
+    var argumentsField: String? = nil
+    var callIdField: String? = nil
+    if let v = c.pointee.item_id { itemIdField = try wireString(v, field: "item_id") }
+    if let v = c.pointee.tool { toolField = try wireString(v, field: "tool") }
+    if let v = c.pointee.arguments { argumentsField = try wireString(v, field: "arguments") }
+    if let v = c.pointee.call_id { callIdField = try wireString(v, field: "call_id") }
+    self.init(itemId: itemIdField, tool: toolField, arguments: argumentsField, callId: callIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ToolCallParams, arena: inout CodecArena) {
@@ -2244,9 +2315,11 @@ extension Wire.ToolCallResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ToolCallResult
 
   init(c: UnsafePointer<Threadwire__V1__ToolCallResult>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.output { self.output = try wireString(v, field: "output") }
-    if c.pointee.has_is_error != 0 { self.isError = c.pointee.is_error != 0 }
+    var outputField: String? = nil
+    var isErrorField: Bool? = nil
+    if let v = c.pointee.output { outputField = try wireString(v, field: "output") }
+    if c.pointee.has_is_error != 0 { isErrorField = c.pointee.is_error != 0 }
+    self.init(output: outputField, isError: isErrorField)
   }
 
   func fill(_ c: inout Threadwire__V1__ToolCallResult, arena: inout CodecArena) {
@@ -2334,13 +2407,19 @@ extension Wire.ApprovalParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ApprovalParams
 
   init(c: UnsafePointer<Threadwire__V1__ApprovalParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
-    if let v = c.pointee.tool { self.tool = try wireString(v, field: "tool") }
-    if let v = c.pointee.arguments { self.arguments = try wireString(v, field: "arguments") }
-    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
-    if c.pointee.has_source != 0 { self.source = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ToolSource }
-    if let v = c.pointee.server { self.server = try wireString(v, field: "server") }
+    var itemIdField: String? = nil
+    var toolField: String? = nil
+    var argumentsField: String? = nil
+    var callIdField: String? = nil
+    var sourceField: Wire.ToolSource? = nil
+    var serverField: String? = nil
+    if let v = c.pointee.item_id { itemIdField = try wireString(v, field: "item_id") }
+    if let v = c.pointee.tool { toolField = try wireString(v, field: "tool") }
+    if let v = c.pointee.arguments { argumentsField = try wireString(v, field: "arguments") }
+    if let v = c.pointee.call_id { callIdField = try wireString(v, field: "call_id") }
+    if c.pointee.has_source != 0 { sourceField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ToolSource }
+    if let v = c.pointee.server { serverField = try wireString(v, field: "server") }
+    self.init(itemId: itemIdField, tool: toolField, arguments: argumentsField, callId: callIdField, source: sourceField, server: serverField)
   }
 
   func fill(_ c: inout Threadwire__V1__ApprovalParams, arena: inout CodecArena) {
@@ -2428,9 +2507,11 @@ extension Wire.ApprovalResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ApprovalResult
 
   init(c: UnsafePointer<Threadwire__V1__ApprovalResult>) throws(WireError) {
-    self.init()
-    if c.pointee.has_decision != 0 { self.decision = try wireEnum(Int32(truncatingIfNeeded: c.pointee.decision.rawValue), field: "decision") as Wire.ApprovalDecision }
-    if let v = c.pointee.reason { self.reason = try wireString(v, field: "reason") }
+    var decisionField: Wire.ApprovalDecision? = nil
+    var reasonField: String? = nil
+    if c.pointee.has_decision != 0 { decisionField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.decision.rawValue), field: "decision") as Wire.ApprovalDecision }
+    if let v = c.pointee.reason { reasonField = try wireString(v, field: "reason") }
+    self.init(decision: decisionField, reason: reasonField)
   }
 
   func fill(_ c: inout Threadwire__V1__ApprovalResult, arena: inout CodecArena) {
@@ -2512,14 +2593,18 @@ extension Wire.UserInputParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__UserInputParams
 
   init(c: UnsafePointer<Threadwire__V1__UserInputParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
-    if let v = c.pointee.question { self.question = try wireString(v, field: "question") }
+    var itemIdField: String? = nil
+    var questionField: String? = nil
+    var choicesField: [String] = []
+    var callIdField: String? = nil
+    if let v = c.pointee.item_id { itemIdField = try wireString(v, field: "item_id") }
+    if let v = c.pointee.question { questionField = try wireString(v, field: "question") }
     if c.pointee.n_choices > 0, let items = c.pointee.choices {
-      self.choices.reserveCapacity(c.pointee.n_choices)
-      for index in 0..<c.pointee.n_choices { self.choices.append(try wireString(items[index], field: "choices")) }
+      choicesField.reserveCapacity(c.pointee.n_choices)
+      for index in 0..<c.pointee.n_choices { choicesField.append(try wireString(items[index], field: "choices")) }
     }
-    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
+    if let v = c.pointee.call_id { callIdField = try wireString(v, field: "call_id") }
+    self.init(itemId: itemIdField, question: questionField, choices: choicesField, callId: callIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__UserInputParams, arena: inout CodecArena) {
@@ -2601,8 +2686,9 @@ extension Wire.UserInputResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__UserInputResult
 
   init(c: UnsafePointer<Threadwire__V1__UserInputResult>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.answer { self.answer = try wireString(v, field: "answer") }
+    var answerField: String? = nil
+    if let v = c.pointee.answer { answerField = try wireString(v, field: "answer") }
+    self.init(answer: answerField)
   }
 
   func fill(_ c: inout Threadwire__V1__UserInputResult, arena: inout CodecArena) {
@@ -2743,24 +2829,33 @@ extension Wire.ServerRequest: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ServerRequest
 
   init(c: UnsafePointer<Threadwire__V1__ServerRequest>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
-    if c.pointee.has_timeout_ms != 0 { self.timeoutMs = c.pointee.timeout_ms }
-    if c.pointee.has_deadline_at != 0 { self.deadlineAt = c.pointee.deadline_at }
-    if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
-    if let v = c.pointee.root_thread_id { self.rootThreadId = try wireString(v, field: "root_thread_id") }
-    if let v = c.pointee.task_path { self.taskPath = try wireString(v, field: "task_path") }
+    var idField: String? = nil
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    var timeoutMsField: UInt32? = nil
+    var deadlineAtField: Int64? = nil
+    var createdAtField: Int64? = nil
+    var rootThreadIdField: String? = nil
+    var taskPathField: String? = nil
+    var paramsField: Params? = nil
+    if let v = c.pointee.id { idField = try wireString(v, field: "id") }
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
+    if c.pointee.has_timeout_ms != 0 { timeoutMsField = c.pointee.timeout_ms }
+    if c.pointee.has_deadline_at != 0 { deadlineAtField = c.pointee.deadline_at }
+    if c.pointee.has_created_at != 0 { createdAtField = c.pointee.created_at }
+    if let v = c.pointee.root_thread_id { rootThreadIdField = try wireString(v, field: "root_thread_id") }
+    if let v = c.pointee.task_path { taskPathField = try wireString(v, field: "task_path") }
     switch Int(c.pointee.params_case.rawValue) {
     case 10:
-      do throws(WireError) { self.params = .itemToolCall(try Wire.ToolCallParams(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
+      do throws(WireError) { paramsField = .itemToolCall(try Wire.ToolCallParams(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
     case 11:
-      do throws(WireError) { self.params = .itemToolRequestApproval(try Wire.ApprovalParams(c: wireRequired(c.pointee.item_tool_request_approval))) } catch { throw error.nested(in: "item_tool_request_approval") }
+      do throws(WireError) { paramsField = .itemToolRequestApproval(try Wire.ApprovalParams(c: wireRequired(c.pointee.item_tool_request_approval))) } catch { throw error.nested(in: "item_tool_request_approval") }
     case 12:
-      do throws(WireError) { self.params = .itemToolRequestUserInput(try Wire.UserInputParams(c: wireRequired(c.pointee.item_tool_request_user_input))) } catch { throw error.nested(in: "item_tool_request_user_input") }
-    default: self.params = nil
+      do throws(WireError) { paramsField = .itemToolRequestUserInput(try Wire.UserInputParams(c: wireRequired(c.pointee.item_tool_request_user_input))) } catch { throw error.nested(in: "item_tool_request_user_input") }
+    default: paramsField = nil
     }
+    self.init(id: idField, threadId: threadIdField, turnId: turnIdField, timeoutMs: timeoutMsField, deadlineAt: deadlineAtField, createdAt: createdAtField, rootThreadId: rootThreadIdField, taskPath: taskPathField, params: paramsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ServerRequest, arena: inout CodecArena) {
@@ -2928,19 +3023,23 @@ extension Wire.ServerRequestAnswer: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ServerRequestAnswer
 
   init(c: UnsafePointer<Threadwire__V1__ServerRequestAnswer>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
-    if c.pointee.has_code != 0 { self.code = c.pointee.code }
-    if let v = c.pointee.message { self.message = try wireString(v, field: "message") }
+    var idField: String? = nil
+    var codeField: UInt32? = nil
+    var messageField: String? = nil
+    var resultField: Result? = nil
+    if let v = c.pointee.id { idField = try wireString(v, field: "id") }
+    if c.pointee.has_code != 0 { codeField = c.pointee.code }
+    if let v = c.pointee.message { messageField = try wireString(v, field: "message") }
     switch Int(c.pointee.result_case.rawValue) {
     case 10:
-      do throws(WireError) { self.result = .itemToolCall(try Wire.ToolCallResult(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
+      do throws(WireError) { resultField = .itemToolCall(try Wire.ToolCallResult(c: wireRequired(c.pointee.item_tool_call))) } catch { throw error.nested(in: "item_tool_call") }
     case 11:
-      do throws(WireError) { self.result = .itemToolRequestApproval(try Wire.ApprovalResult(c: wireRequired(c.pointee.item_tool_request_approval))) } catch { throw error.nested(in: "item_tool_request_approval") }
+      do throws(WireError) { resultField = .itemToolRequestApproval(try Wire.ApprovalResult(c: wireRequired(c.pointee.item_tool_request_approval))) } catch { throw error.nested(in: "item_tool_request_approval") }
     case 12:
-      do throws(WireError) { self.result = .itemToolRequestUserInput(try Wire.UserInputResult(c: wireRequired(c.pointee.item_tool_request_user_input))) } catch { throw error.nested(in: "item_tool_request_user_input") }
-    default: self.result = nil
+      do throws(WireError) { resultField = .itemToolRequestUserInput(try Wire.UserInputResult(c: wireRequired(c.pointee.item_tool_request_user_input))) } catch { throw error.nested(in: "item_tool_request_user_input") }
+    default: resultField = nil
     }
+    self.init(id: idField, code: codeField, message: messageField, result: resultField)
   }
 
   func fill(_ c: inout Threadwire__V1__ServerRequestAnswer, arena: inout CodecArena) {
@@ -3046,11 +3145,15 @@ extension Wire.ServerRequestResolvedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ServerRequestResolvedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ServerRequestResolvedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.request_id { self.requestId = try wireString(v, field: "request_id") }
-    if c.pointee.has_outcome != 0 { self.outcome = try wireEnum(Int32(truncatingIfNeeded: c.pointee.outcome.rawValue), field: "outcome") as Wire.ServerRequestOutcome }
-    if let v = c.pointee.answer_refused { self.answerRefused = try wireString(v, field: "answer_refused") }
+    var threadIdField: String? = nil
+    var requestIdField: String? = nil
+    var outcomeField: Wire.ServerRequestOutcome? = nil
+    var answerRefusedField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.request_id { requestIdField = try wireString(v, field: "request_id") }
+    if c.pointee.has_outcome != 0 { outcomeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.outcome.rawValue), field: "outcome") as Wire.ServerRequestOutcome }
+    if let v = c.pointee.answer_refused { answerRefusedField = try wireString(v, field: "answer_refused") }
+    self.init(threadId: threadIdField, requestId: requestIdField, outcome: outcomeField, answerRefused: answerRefusedField)
   }
 
   func fill(_ c: inout Threadwire__V1__ServerRequestResolvedNotification, arena: inout CodecArena) {
@@ -3156,20 +3259,30 @@ extension Wire.ThreadSettings: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSettings
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSettings>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
-    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
-    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
-    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
-    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
+    var modelField: String? = nil
+    var cwdField: String? = nil
+    var multiAgentModeField: Wire.MultiAgentMode? = nil
+    var multiAgentRuntimeField: Wire.MultiAgentRuntime? = nil
+    var approvalPolicyField: Wire.ApprovalPolicy? = nil
+    var userInputField: Bool? = nil
+    var mcpServersField: [String] = []
+    var reasoningEffortField: String? = nil
+    var reasoningSummaryField: String? = nil
+    var pauseAfterToolsField: Bool? = nil
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { cwdField = try wireString(v, field: "cwd") }
+    if c.pointee.has_multi_agent_mode != 0 { multiAgentModeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if c.pointee.has_multi_agent_runtime != 0 { multiAgentRuntimeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_approval_policy != 0 { approvalPolicyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_user_input != 0 { userInputField = c.pointee.user_input != 0 }
     if c.pointee.n_mcp_servers > 0, let items = c.pointee.mcp_servers {
-      self.mcpServers.reserveCapacity(c.pointee.n_mcp_servers)
-      for index in 0..<c.pointee.n_mcp_servers { self.mcpServers.append(try wireString(items[index], field: "mcp_servers")) }
+      mcpServersField.reserveCapacity(c.pointee.n_mcp_servers)
+      for index in 0..<c.pointee.n_mcp_servers { mcpServersField.append(try wireString(items[index], field: "mcp_servers")) }
     }
-    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
-    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
-    if c.pointee.has_pause_after_tools != 0 { self.pauseAfterTools = c.pointee.pause_after_tools != 0 }
+    if let v = c.pointee.reasoning_effort { reasoningEffortField = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { reasoningSummaryField = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_pause_after_tools != 0 { pauseAfterToolsField = c.pointee.pause_after_tools != 0 }
+    self.init(model: modelField, cwd: cwdField, multiAgentMode: multiAgentModeField, multiAgentRuntime: multiAgentRuntimeField, approvalPolicy: approvalPolicyField, userInput: userInputField, mcpServers: mcpServersField, reasoningEffort: reasoningEffortField, reasoningSummary: reasoningSummaryField, pauseAfterTools: pauseAfterToolsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettings, arena: inout CodecArena) {
@@ -3335,20 +3448,29 @@ extension Wire.ThreadSettingsUpdateParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSettingsUpdateParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSettingsUpdateParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
-    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
-    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
-    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
-    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
-    if c.pointee.has_pause_after_tools != 0 { self.pauseAfterTools = c.pointee.pause_after_tools != 0 }
+    var threadIdField: String? = nil
+    var modelField: String? = nil
+    var cwdField: String? = nil
+    var approvalPolicyField: Wire.ApprovalPolicy? = nil
+    var userInputField: Bool? = nil
+    var reasoningEffortField: String? = nil
+    var reasoningSummaryField: String? = nil
+    var pauseAfterToolsField: Bool? = nil
+    var multiAgentModeUpdateField: MultiAgentModeUpdate? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { cwdField = try wireString(v, field: "cwd") }
+    if c.pointee.has_approval_policy != 0 { approvalPolicyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_user_input != 0 { userInputField = c.pointee.user_input != 0 }
+    if let v = c.pointee.reasoning_effort { reasoningEffortField = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { reasoningSummaryField = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_pause_after_tools != 0 { pauseAfterToolsField = c.pointee.pause_after_tools != 0 }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
-    case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
-    case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
-    default: self.multiAgentModeUpdate = nil
+    case 4: multiAgentModeUpdateField = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
+    case 5: multiAgentModeUpdateField = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
+    default: multiAgentModeUpdateField = nil
     }
+    self.init(threadId: threadIdField, model: modelField, cwd: cwdField, approvalPolicy: approvalPolicyField, userInput: userInputField, reasoningEffort: reasoningEffortField, reasoningSummary: reasoningSummaryField, pauseAfterTools: pauseAfterToolsField, multiAgentModeUpdate: multiAgentModeUpdateField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdateParams, arena: inout CodecArena) {
@@ -3459,11 +3581,13 @@ extension Wire.ThreadSettingsUpdateResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSettingsUpdateResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSettingsUpdateResult>) throws(WireError) {
-    self.init()
+    var settingsField: Wire.ThreadSettings? = nil
+    var changedField: Bool? = nil
     if let v = c.pointee.settings {
-      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+      do throws(WireError) { settingsField = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
-    if c.pointee.has_changed != 0 { self.changed = c.pointee.changed != 0 }
+    if c.pointee.has_changed != 0 { changedField = c.pointee.changed != 0 }
+    self.init(settings: settingsField, changed: changedField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdateResult, arena: inout CodecArena) {
@@ -3539,11 +3663,13 @@ extension Wire.ThreadSettingsUpdatedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSettingsUpdatedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSettingsUpdatedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var settingsField: Wire.ThreadSettings? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if let v = c.pointee.settings {
-      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+      do throws(WireError) { settingsField = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
+    self.init(threadId: threadIdField, settings: settingsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSettingsUpdatedNotification, arena: inout CodecArena) {
@@ -3636,7 +3762,7 @@ extension Wire {
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
-        case "text", "text": return .text(try json.stringValue(path: path))
+        case "text": return .text(try json.stringValue(path: path))
         case "image_url", "imageUrl": return .imageUrl(try json.stringValue(path: path))
         default: return nil
         }
@@ -3658,12 +3784,13 @@ extension Wire.UserInput: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__UserInput
 
   init(c: UnsafePointer<Threadwire__V1__UserInput>) throws(WireError) {
-    self.init()
+    var contentField: Content? = nil
     switch Int(c.pointee.content_case.rawValue) {
-    case 1: self.content = .text(try wireString(c.pointee.text, field: "text"))
-    case 2: self.content = .imageUrl(try wireString(c.pointee.image_url, field: "image_url"))
-    default: self.content = nil
+    case 1: contentField = .text(try wireString(c.pointee.text, field: "text"))
+    case 2: contentField = .imageUrl(try wireString(c.pointee.image_url, field: "image_url"))
+    default: contentField = nil
     }
+    self.init(content: contentField)
   }
 
   func fill(_ c: inout Threadwire__V1__UserInput, arena: inout CodecArena) {
@@ -3777,18 +3904,29 @@ extension Wire.ThreadItem: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadItem
 
   init(c: UnsafePointer<Threadwire__V1__ThreadItem>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
-    if c.pointee.has_type != 0 { self.type = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ItemType }
-    if let v = c.pointee.text { self.text = try wireString(v, field: "text") }
-    if let v = c.pointee.tool_name { self.toolName = try wireString(v, field: "tool_name") }
-    if let v = c.pointee.tool_arguments { self.toolArguments = try wireString(v, field: "tool_arguments") }
-    if let v = c.pointee.tool_output { self.toolOutput = try wireString(v, field: "tool_output") }
-    if let v = c.pointee.receiver_thread_id { self.receiverThreadId = try wireString(v, field: "receiver_thread_id") }
-    if c.pointee.has_tool_source != 0 { self.toolSource = try wireEnum(Int32(truncatingIfNeeded: c.pointee.tool_source.rawValue), field: "tool_source") as Wire.ToolSource }
-    if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ItemStatus }
-    if c.pointee.has_duration_ms != 0 { self.durationMs = c.pointee.duration_ms }
-    if let v = c.pointee.tool_server { self.toolServer = try wireString(v, field: "tool_server") }
+    var idField: String? = nil
+    var typeField: Wire.ItemType? = nil
+    var textField: String? = nil
+    var toolNameField: String? = nil
+    var toolArgumentsField: String? = nil
+    var toolOutputField: String? = nil
+    var receiverThreadIdField: String? = nil
+    var toolSourceField: Wire.ToolSource? = nil
+    var statusField: Wire.ItemStatus? = nil
+    var durationMsField: UInt64? = nil
+    var toolServerField: String? = nil
+    if let v = c.pointee.id { idField = try wireString(v, field: "id") }
+    if c.pointee.has_type != 0 { typeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ItemType }
+    if let v = c.pointee.text { textField = try wireString(v, field: "text") }
+    if let v = c.pointee.tool_name { toolNameField = try wireString(v, field: "tool_name") }
+    if let v = c.pointee.tool_arguments { toolArgumentsField = try wireString(v, field: "tool_arguments") }
+    if let v = c.pointee.tool_output { toolOutputField = try wireString(v, field: "tool_output") }
+    if let v = c.pointee.receiver_thread_id { receiverThreadIdField = try wireString(v, field: "receiver_thread_id") }
+    if c.pointee.has_tool_source != 0 { toolSourceField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.tool_source.rawValue), field: "tool_source") as Wire.ToolSource }
+    if c.pointee.has_status != 0 { statusField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.ItemStatus }
+    if c.pointee.has_duration_ms != 0 { durationMsField = c.pointee.duration_ms }
+    if let v = c.pointee.tool_server { toolServerField = try wireString(v, field: "tool_server") }
+    self.init(id: idField, type: typeField, text: textField, toolName: toolNameField, toolArguments: toolArgumentsField, toolOutput: toolOutputField, receiverThreadId: receiverThreadIdField, toolSource: toolSourceField, status: statusField, durationMs: durationMsField, toolServer: toolServerField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadItem, arena: inout CodecArena) {
@@ -3903,13 +4041,19 @@ extension Wire.ContextItem: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ContextItem
 
   init(c: UnsafePointer<Threadwire__V1__ContextItem>) throws(WireError) {
-    self.init()
-    if c.pointee.has_role != 0 { self.role = try wireEnum(Int32(truncatingIfNeeded: c.pointee.role.rawValue), field: "role") as Wire.ContextRole }
-    if c.pointee.has_kind != 0 { self.kind = try wireEnum(Int32(truncatingIfNeeded: c.pointee.kind.rawValue), field: "kind") as Wire.ContextKind }
-    if let v = c.pointee.text { self.text = try wireString(v, field: "text") }
-    if let v = c.pointee.tool_name { self.toolName = try wireString(v, field: "tool_name") }
-    if let v = c.pointee.call_id { self.callId = try wireString(v, field: "call_id") }
-    if c.pointee.has_rolls_back_from != 0 { self.rollsBackFrom = c.pointee.rolls_back_from }
+    var roleField: Wire.ContextRole? = nil
+    var kindField: Wire.ContextKind? = nil
+    var textField: String? = nil
+    var toolNameField: String? = nil
+    var callIdField: String? = nil
+    var rollsBackFromField: UInt64? = nil
+    if c.pointee.has_role != 0 { roleField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.role.rawValue), field: "role") as Wire.ContextRole }
+    if c.pointee.has_kind != 0 { kindField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.kind.rawValue), field: "kind") as Wire.ContextKind }
+    if let v = c.pointee.text { textField = try wireString(v, field: "text") }
+    if let v = c.pointee.tool_name { toolNameField = try wireString(v, field: "tool_name") }
+    if let v = c.pointee.call_id { callIdField = try wireString(v, field: "call_id") }
+    if c.pointee.has_rolls_back_from != 0 { rollsBackFromField = c.pointee.rolls_back_from }
+    self.init(role: roleField, kind: kindField, text: textField, toolName: toolNameField, callId: callIdField, rollsBackFrom: rollsBackFromField)
   }
 
   func fill(_ c: inout Threadwire__V1__ContextItem, arena: inout CodecArena) {
@@ -4006,12 +4150,17 @@ extension Wire.ToolSpec: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ToolSpec
 
   init(c: UnsafePointer<Threadwire__V1__ToolSpec>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if let v = c.pointee.tool_namespace { self.toolNamespace = try wireString(v, field: "tool_namespace") }
-    if let v = c.pointee.description { self.description = try wireString(v, field: "description") }
-    if let v = c.pointee.parameters_json_schema { self.parametersJsonSchema = try wireString(v, field: "parameters_json_schema") }
-    if c.pointee.has_requires_approval != 0 { self.requiresApproval = c.pointee.requires_approval != 0 }
+    var nameField: String? = nil
+    var toolNamespaceField: String? = nil
+    var descriptionField: String? = nil
+    var parametersJsonSchemaField: String? = nil
+    var requiresApprovalField: Bool? = nil
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if let v = c.pointee.tool_namespace { toolNamespaceField = try wireString(v, field: "tool_namespace") }
+    if let v = c.pointee.description { descriptionField = try wireString(v, field: "description") }
+    if let v = c.pointee.parameters_json_schema { parametersJsonSchemaField = try wireString(v, field: "parameters_json_schema") }
+    if c.pointee.has_requires_approval != 0 { requiresApprovalField = c.pointee.requires_approval != 0 }
+    self.init(name: nameField, toolNamespace: toolNamespaceField, description: descriptionField, parametersJsonSchema: parametersJsonSchemaField, requiresApproval: requiresApprovalField)
   }
 
   func fill(_ c: inout Threadwire__V1__ToolSpec, arena: inout CodecArena) {
@@ -4099,10 +4248,13 @@ extension Wire.TokenUsage: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TokenUsage
 
   init(c: UnsafePointer<Threadwire__V1__TokenUsage>) throws(WireError) {
-    self.init()
-    if c.pointee.has_input_tokens != 0 { self.inputTokens = c.pointee.input_tokens }
-    if c.pointee.has_output_tokens != 0 { self.outputTokens = c.pointee.output_tokens }
-    if c.pointee.has_total_tokens != 0 { self.totalTokens = c.pointee.total_tokens }
+    var inputTokensField: UInt64? = nil
+    var outputTokensField: UInt64? = nil
+    var totalTokensField: UInt64? = nil
+    if c.pointee.has_input_tokens != 0 { inputTokensField = c.pointee.input_tokens }
+    if c.pointee.has_output_tokens != 0 { outputTokensField = c.pointee.output_tokens }
+    if c.pointee.has_total_tokens != 0 { totalTokensField = c.pointee.total_tokens }
+    self.init(inputTokens: inputTokensField, outputTokens: outputTokensField, totalTokens: totalTokensField)
   }
 
   func fill(_ c: inout Threadwire__V1__TokenUsage, arena: inout CodecArena) {
@@ -4193,17 +4345,23 @@ extension Wire.ThreadTokenUsageUpdatedNotification: WireMessage, CBridgedMessage
   typealias CMessage = Threadwire__V1__ThreadTokenUsageUpdatedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadTokenUsageUpdatedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    var lastField: Wire.TokenUsage? = nil
+    var totalField: Wire.TokenUsage? = nil
+    var contextWindowField: UInt64? = nil
+    var nextRequestShareField: Double? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
     if let v = c.pointee.last {
-      do throws(WireError) { self.last = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "last") }
+      do throws(WireError) { lastField = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "last") }
     }
     if let v = c.pointee.total {
-      do throws(WireError) { self.total = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "total") }
+      do throws(WireError) { totalField = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "total") }
     }
-    if c.pointee.has_context_window != 0 { self.contextWindow = c.pointee.context_window }
-    if c.pointee.has_next_request_share != 0 { self.nextRequestShare = c.pointee.next_request_share }
+    if c.pointee.has_context_window != 0 { contextWindowField = c.pointee.context_window }
+    if c.pointee.has_next_request_share != 0 { nextRequestShareField = c.pointee.next_request_share }
+    self.init(threadId: threadIdField, turnId: turnIdField, last: lastField, total: totalField, contextWindow: contextWindowField, nextRequestShare: nextRequestShareField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadTokenUsageUpdatedNotification, arena: inout CodecArena) {
@@ -4309,27 +4467,35 @@ extension Wire.ModelRequest: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ModelRequest
 
   init(c: UnsafePointer<Threadwire__V1__ModelRequest>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
+    var modelField: String? = nil
+    var contextField: [Wire.ContextItem] = []
+    var toolsField: [Wire.ToolSpec] = []
+    var historyCountField: UInt32? = nil
+    var usageField: Wire.TokenUsage? = nil
+    var compactionPromptField: String? = nil
+    var reasoningEffortField: String? = nil
+    var reasoningSummaryField: String? = nil
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
     if c.pointee.n_context > 0, let items = c.pointee.context {
-      self.context.reserveCapacity(c.pointee.n_context)
+      contextField.reserveCapacity(c.pointee.n_context)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_context { self.context.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_context { contextField.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "context") }
     }
     if c.pointee.n_tools > 0, let items = c.pointee.tools {
-      self.tools.reserveCapacity(c.pointee.n_tools)
+      toolsField.reserveCapacity(c.pointee.n_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_tools { self.tools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_tools { toolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "tools") }
     }
-    if c.pointee.has_history_count != 0 { self.historyCount = c.pointee.history_count }
+    if c.pointee.has_history_count != 0 { historyCountField = c.pointee.history_count }
     if let v = c.pointee.usage {
-      do throws(WireError) { self.usage = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "usage") }
+      do throws(WireError) { usageField = try Wire.TokenUsage(c: v) } catch { throw error.nested(in: "usage") }
     }
-    if let v = c.pointee.compaction_prompt { self.compactionPrompt = try wireString(v, field: "compaction_prompt") }
-    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
-    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
+    if let v = c.pointee.compaction_prompt { compactionPromptField = try wireString(v, field: "compaction_prompt") }
+    if let v = c.pointee.reasoning_effort { reasoningEffortField = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { reasoningSummaryField = try wireString(v, field: "reasoning_summary") }
+    self.init(model: modelField, context: contextField, tools: toolsField, historyCount: historyCountField, usage: usageField, compactionPrompt: compactionPromptField, reasoningEffort: reasoningEffortField, reasoningSummary: reasoningSummaryField)
   }
 
   func fill(_ c: inout Threadwire__V1__ModelRequest, arena: inout CodecArena) {
@@ -4435,11 +4601,15 @@ extension Wire.TurnContext: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnContext
 
   init(c: UnsafePointer<Threadwire__V1__TurnContext>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
-    if c.pointee.has_effective_multi_agent_mode != 0 { self.effectiveMultiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.effective_multi_agent_mode.rawValue), field: "effective_multi_agent_mode") as Wire.MultiAgentMode }
-    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    var modelField: String? = nil
+    var multiAgentRuntimeField: Wire.MultiAgentRuntime? = nil
+    var effectiveMultiAgentModeField: Wire.MultiAgentMode? = nil
+    var cwdField: String? = nil
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if c.pointee.has_multi_agent_runtime != 0 { multiAgentRuntimeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_effective_multi_agent_mode != 0 { effectiveMultiAgentModeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.effective_multi_agent_mode.rawValue), field: "effective_multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.cwd { cwdField = try wireString(v, field: "cwd") }
+    self.init(model: modelField, multiAgentRuntime: multiAgentRuntimeField, effectiveMultiAgentMode: effectiveMultiAgentModeField, cwd: cwdField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnContext, arena: inout CodecArena) {
@@ -4560,49 +4730,64 @@ extension Wire.Turn: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Turn
 
   init(c: UnsafePointer<Threadwire__V1__Turn>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
-    if c.pointee.has_status != 0 { self.status = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.TurnStatus }
-    if let v = c.pointee.error { self.error = try wireString(v, field: "error") }
-    if c.pointee.has_started_at != 0 { self.startedAt = c.pointee.started_at }
-    if c.pointee.has_completed_at != 0 { self.completedAt = c.pointee.completed_at }
+    var idField: String? = nil
+    var statusField: Wire.TurnStatus? = nil
+    var errorField: String? = nil
+    var startedAtField: Int64? = nil
+    var completedAtField: Int64? = nil
+    var itemsField: [Wire.ThreadItem] = []
+    var contextField: Wire.TurnContext? = nil
+    var modelRequestsField: [Wire.ModelRequest] = []
+    var failureReasonField: Wire.TurnFailureReason? = nil
+    var pendingRequestsField: [Wire.ServerRequest] = []
+    var deferredOutputsField: [Wire.ContextItem] = []
+    var rolledBackField: Bool? = nil
+    var historyStartField: UInt64? = nil
+    var pendingInputField: [Wire.ContextItem] = []
+    var pausedAfterToolsField: Bool? = nil
+    if let v = c.pointee.id { idField = try wireString(v, field: "id") }
+    if c.pointee.has_status != 0 { statusField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.status.rawValue), field: "status") as Wire.TurnStatus }
+    if let v = c.pointee.error { errorField = try wireString(v, field: "error") }
+    if c.pointee.has_started_at != 0 { startedAtField = c.pointee.started_at }
+    if c.pointee.has_completed_at != 0 { completedAtField = c.pointee.completed_at }
     if c.pointee.n_items > 0, let items = c.pointee.items {
-      self.items.reserveCapacity(c.pointee.n_items)
+      itemsField.reserveCapacity(c.pointee.n_items)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_items { self.items.append(try Wire.ThreadItem(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_items { itemsField.append(try Wire.ThreadItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "items") }
     }
     if let v = c.pointee.context {
-      do throws(WireError) { self.context = try Wire.TurnContext(c: v) } catch { throw error.nested(in: "context") }
+      do throws(WireError) { contextField = try Wire.TurnContext(c: v) } catch { throw error.nested(in: "context") }
     }
     if c.pointee.n_model_requests > 0, let items = c.pointee.model_requests {
-      self.modelRequests.reserveCapacity(c.pointee.n_model_requests)
+      modelRequestsField.reserveCapacity(c.pointee.n_model_requests)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_model_requests { self.modelRequests.append(try Wire.ModelRequest(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_model_requests { modelRequestsField.append(try Wire.ModelRequest(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "model_requests") }
     }
-    if c.pointee.has_failure_reason != 0 { self.failureReason = try wireEnum(Int32(truncatingIfNeeded: c.pointee.failure_reason.rawValue), field: "failure_reason") as Wire.TurnFailureReason }
+    if c.pointee.has_failure_reason != 0 { failureReasonField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.failure_reason.rawValue), field: "failure_reason") as Wire.TurnFailureReason }
     if c.pointee.n_pending_requests > 0, let items = c.pointee.pending_requests {
-      self.pendingRequests.reserveCapacity(c.pointee.n_pending_requests)
+      pendingRequestsField.reserveCapacity(c.pointee.n_pending_requests)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_pending_requests { self.pendingRequests.append(try Wire.ServerRequest(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_pending_requests { pendingRequestsField.append(try Wire.ServerRequest(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "pending_requests") }
     }
     if c.pointee.n_deferred_outputs > 0, let items = c.pointee.deferred_outputs {
-      self.deferredOutputs.reserveCapacity(c.pointee.n_deferred_outputs)
+      deferredOutputsField.reserveCapacity(c.pointee.n_deferred_outputs)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_deferred_outputs { self.deferredOutputs.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_deferred_outputs { deferredOutputsField.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "deferred_outputs") }
     }
-    if c.pointee.has_rolled_back != 0 { self.rolledBack = c.pointee.rolled_back != 0 }
-    if c.pointee.has_history_start != 0 { self.historyStart = c.pointee.history_start }
+    if c.pointee.has_rolled_back != 0 { rolledBackField = c.pointee.rolled_back != 0 }
+    if c.pointee.has_history_start != 0 { historyStartField = c.pointee.history_start }
     if c.pointee.n_pending_input > 0, let items = c.pointee.pending_input {
-      self.pendingInput.reserveCapacity(c.pointee.n_pending_input)
+      pendingInputField.reserveCapacity(c.pointee.n_pending_input)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_pending_input { self.pendingInput.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_pending_input { pendingInputField.append(try Wire.ContextItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "pending_input") }
     }
-    if c.pointee.has_paused_after_tools != 0 { self.pausedAfterTools = c.pointee.paused_after_tools != 0 }
+    if c.pointee.has_paused_after_tools != 0 { pausedAfterToolsField = c.pointee.paused_after_tools != 0 }
+    self.init(id: idField, status: statusField, error: errorField, startedAt: startedAtField, completedAt: completedAtField, items: itemsField, context: contextField, modelRequests: modelRequestsField, failureReason: failureReasonField, pendingRequests: pendingRequestsField, deferredOutputs: deferredOutputsField, rolledBack: rolledBackField, historyStart: historyStartField, pendingInput: pendingInputField, pausedAfterTools: pausedAfterToolsField)
   }
 
   func fill(_ c: inout Threadwire__V1__Turn, arena: inout CodecArena) {
@@ -4738,14 +4923,18 @@ extension Wire.QueuedTurn: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__QueuedTurn
 
   init(c: UnsafePointer<Threadwire__V1__QueuedTurn>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
+    var idField: String? = nil
+    var inputField: [String] = []
+    var modelField: String? = nil
+    var createdAtField: Int64? = nil
+    if let v = c.pointee.id { idField = try wireString(v, field: "id") }
     if c.pointee.n_input > 0, let items = c.pointee.input {
-      self.input.reserveCapacity(c.pointee.n_input)
-      for index in 0..<c.pointee.n_input { self.input.append(try wireString(items[index], field: "input")) }
+      inputField.reserveCapacity(c.pointee.n_input)
+      for index in 0..<c.pointee.n_input { inputField.append(try wireString(items[index], field: "input")) }
     }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if c.pointee.has_created_at != 0 { createdAtField = c.pointee.created_at }
+    self.init(id: idField, input: inputField, model: modelField, createdAt: createdAtField)
   }
 
   func fill(_ c: inout Threadwire__V1__QueuedTurn, arena: inout CodecArena) {
@@ -4890,24 +5079,32 @@ extension Wire.TurnStartParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnStartParams
 
   init(c: UnsafePointer<Threadwire__V1__TurnStartParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var inputField: [Wire.UserInput] = []
+    var modelField: String? = nil
+    var approvalPolicyField: Wire.ApprovalPolicy? = nil
+    var reasoningEffortField: String? = nil
+    var reasoningSummaryField: String? = nil
+    var whenBusyField: Wire.WhenBusy? = nil
+    var multiAgentModeUpdateField: MultiAgentModeUpdate? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if c.pointee.n_input > 0, let items = c.pointee.input {
-      self.input.reserveCapacity(c.pointee.n_input)
+      inputField.reserveCapacity(c.pointee.n_input)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_input { self.input.append(try Wire.UserInput(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_input { inputField.append(try Wire.UserInput(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "input") }
     }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
-    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
-    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
-    if c.pointee.has_when_busy != 0 { self.whenBusy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.when_busy.rawValue), field: "when_busy") as Wire.WhenBusy }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if c.pointee.has_approval_policy != 0 { approvalPolicyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if let v = c.pointee.reasoning_effort { reasoningEffortField = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { reasoningSummaryField = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_when_busy != 0 { whenBusyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.when_busy.rawValue), field: "when_busy") as Wire.WhenBusy }
     switch Int(c.pointee.multi_agent_mode_update_case.rawValue) {
-    case 4: self.multiAgentModeUpdate = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
-    case 5: self.multiAgentModeUpdate = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
-    default: self.multiAgentModeUpdate = nil
+    case 4: multiAgentModeUpdateField = .multiAgentMode(try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode)
+    case 5: multiAgentModeUpdateField = .clearMultiAgentMode(c.pointee.clear_multi_agent_mode != 0)
+    default: multiAgentModeUpdateField = nil
     }
+    self.init(threadId: threadIdField, input: inputField, model: modelField, approvalPolicy: approvalPolicyField, reasoningEffort: reasoningEffortField, reasoningSummary: reasoningSummaryField, whenBusy: whenBusyField, multiAgentModeUpdate: multiAgentModeUpdateField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnStartParams, arena: inout CodecArena) {
@@ -5018,13 +5215,15 @@ extension Wire.TurnStartResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnStartResult
 
   init(c: UnsafePointer<Threadwire__V1__TurnStartResult>) throws(WireError) {
-    self.init()
+    var turnField: Wire.Turn? = nil
+    var queuedField: Wire.QueuedTurn? = nil
     if let v = c.pointee.turn {
-      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+      do throws(WireError) { turnField = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
     }
     if let v = c.pointee.queued {
-      do throws(WireError) { self.queued = try Wire.QueuedTurn(c: v) } catch { throw error.nested(in: "queued") }
+      do throws(WireError) { queuedField = try Wire.QueuedTurn(c: v) } catch { throw error.nested(in: "queued") }
     }
+    self.init(turn: turnField, queued: queuedField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnStartResult, arena: inout CodecArena) {
@@ -5097,8 +5296,9 @@ extension Wire.ThreadQueueListParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueListParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueListParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueListParams, arena: inout CodecArena) {
@@ -5168,13 +5368,14 @@ extension Wire.ThreadQueueListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueListResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueListResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.QueuedTurn] = []
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
+    self.init(data: dataField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueListResult, arena: inout CodecArena) {
@@ -5253,15 +5454,18 @@ extension Wire.ThreadQueueUpdateParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueUpdateParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueUpdateParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.queued_id { self.queuedId = try wireString(v, field: "queued_id") }
+    var threadIdField: String? = nil
+    var queuedIdField: String? = nil
+    var inputField: [Wire.UserInput] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.queued_id { queuedIdField = try wireString(v, field: "queued_id") }
     if c.pointee.n_input > 0, let items = c.pointee.input {
-      self.input.reserveCapacity(c.pointee.n_input)
+      inputField.reserveCapacity(c.pointee.n_input)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_input { self.input.append(try Wire.UserInput(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_input { inputField.append(try Wire.UserInput(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "input") }
     }
+    self.init(threadId: threadIdField, queuedId: queuedIdField, input: inputField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueUpdateParams, arena: inout CodecArena) {
@@ -5340,13 +5544,14 @@ extension Wire.ThreadQueueUpdateResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueUpdateResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueUpdateResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.QueuedTurn] = []
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
+    self.init(data: dataField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueUpdateResult, arena: inout CodecArena) {
@@ -5422,9 +5627,11 @@ extension Wire.ThreadQueueDeleteParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueDeleteParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueDeleteParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.queued_id { self.queuedId = try wireString(v, field: "queued_id") }
+    var threadIdField: String? = nil
+    var queuedIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.queued_id { queuedIdField = try wireString(v, field: "queued_id") }
+    self.init(threadId: threadIdField, queuedId: queuedIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueDeleteParams, arena: inout CodecArena) {
@@ -5497,13 +5704,14 @@ extension Wire.ThreadQueueDeleteResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueDeleteResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueDeleteResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.QueuedTurn] = []
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
+    self.init(data: dataField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueDeleteResult, arena: inout CodecArena) {
@@ -5579,12 +5787,14 @@ extension Wire.ThreadQueueReorderParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueReorderParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueReorderParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var queuedIdsField: [String] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if c.pointee.n_queued_ids > 0, let items = c.pointee.queued_ids {
-      self.queuedIds.reserveCapacity(c.pointee.n_queued_ids)
-      for index in 0..<c.pointee.n_queued_ids { self.queuedIds.append(try wireString(items[index], field: "queued_ids")) }
+      queuedIdsField.reserveCapacity(c.pointee.n_queued_ids)
+      for index in 0..<c.pointee.n_queued_ids { queuedIdsField.append(try wireString(items[index], field: "queued_ids")) }
     }
+    self.init(threadId: threadIdField, queuedIds: queuedIdsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueReorderParams, arena: inout CodecArena) {
@@ -5660,13 +5870,14 @@ extension Wire.ThreadQueueReorderResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueReorderResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueReorderResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.QueuedTurn] = []
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
+    self.init(data: dataField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueReorderResult, arena: inout CodecArena) {
@@ -5742,14 +5953,16 @@ extension Wire.ThreadQueueUpdatedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadQueueUpdatedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadQueueUpdatedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var queueField: [Wire.QueuedTurn] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if c.pointee.n_queue > 0, let items = c.pointee.queue {
-      self.queue.reserveCapacity(c.pointee.n_queue)
+      queueField.reserveCapacity(c.pointee.n_queue)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_queue { self.queue.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_queue { queueField.append(try Wire.QueuedTurn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "queue") }
     }
+    self.init(threadId: threadIdField, queue: queueField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadQueueUpdatedNotification, arena: inout CodecArena) {
@@ -5828,9 +6041,11 @@ extension Wire.TurnInterruptParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnInterruptParams
 
   init(c: UnsafePointer<Threadwire__V1__TurnInterruptParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
+    self.init(threadId: threadIdField, turnId: turnIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnInterruptParams, arena: inout CodecArena) {
@@ -5967,9 +6182,11 @@ extension Wire.TurnContinueParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnContinueParams
 
   init(c: UnsafePointer<Threadwire__V1__TurnContinueParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
+    self.init(threadId: threadIdField, turnId: turnIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnContinueParams, arena: inout CodecArena) {
@@ -6106,11 +6323,13 @@ extension Wire.TurnStartedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnStartedNotification
 
   init(c: UnsafePointer<Threadwire__V1__TurnStartedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var turnField: Wire.Turn? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if let v = c.pointee.turn {
-      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+      do throws(WireError) { turnField = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
     }
+    self.init(threadId: threadIdField, turn: turnField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnStartedNotification, arena: inout CodecArena) {
@@ -6186,11 +6405,13 @@ extension Wire.TurnCompletedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnCompletedNotification
 
   init(c: UnsafePointer<Threadwire__V1__TurnCompletedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var turnField: Wire.Turn? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if let v = c.pointee.turn {
-      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+      do throws(WireError) { turnField = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
     }
+    self.init(threadId: threadIdField, turn: turnField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnCompletedNotification, arena: inout CodecArena) {
@@ -6269,12 +6490,15 @@ extension Wire.ItemStartedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ItemStartedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ItemStartedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    var itemField: Wire.ThreadItem? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
     if let v = c.pointee.item {
-      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+      do throws(WireError) { itemField = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
     }
+    self.init(threadId: threadIdField, turnId: turnIdField, item: itemField)
   }
 
   func fill(_ c: inout Threadwire__V1__ItemStartedNotification, arena: inout CodecArena) {
@@ -6359,11 +6583,15 @@ extension Wire.ItemAgentMessageDeltaNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ItemAgentMessageDeltaNotification
 
   init(c: UnsafePointer<Threadwire__V1__ItemAgentMessageDeltaNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
-    if let v = c.pointee.item_id { self.itemId = try wireString(v, field: "item_id") }
-    if let v = c.pointee.delta { self.delta = try wireString(v, field: "delta") }
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    var itemIdField: String? = nil
+    var deltaField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
+    if let v = c.pointee.item_id { itemIdField = try wireString(v, field: "item_id") }
+    if let v = c.pointee.delta { deltaField = try wireString(v, field: "delta") }
+    self.init(threadId: threadIdField, turnId: turnIdField, itemId: itemIdField, delta: deltaField)
   }
 
   func fill(_ c: inout Threadwire__V1__ItemAgentMessageDeltaNotification, arena: inout CodecArena) {
@@ -6448,12 +6676,15 @@ extension Wire.ItemCompletedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ItemCompletedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ItemCompletedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var threadIdField: String? = nil
+    var turnIdField: String? = nil
+    var itemField: Wire.ThreadItem? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
     if let v = c.pointee.item {
-      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+      do throws(WireError) { itemField = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
     }
+    self.init(threadId: threadIdField, turnId: turnIdField, item: itemField)
   }
 
   func fill(_ c: inout Threadwire__V1__ItemCompletedNotification, arena: inout CodecArena) {
@@ -6535,15 +6766,18 @@ extension Wire.TurnSteerParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnSteerParams
 
   init(c: UnsafePointer<Threadwire__V1__TurnSteerParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.expected_turn_id { self.expectedTurnId = try wireString(v, field: "expected_turn_id") }
+    var threadIdField: String? = nil
+    var expectedTurnIdField: String? = nil
+    var inputField: [Wire.UserInput] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.expected_turn_id { expectedTurnIdField = try wireString(v, field: "expected_turn_id") }
     if c.pointee.n_input > 0, let items = c.pointee.input {
-      self.input.reserveCapacity(c.pointee.n_input)
+      inputField.reserveCapacity(c.pointee.n_input)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_input { self.input.append(try Wire.UserInput(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_input { inputField.append(try Wire.UserInput(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "input") }
     }
+    self.init(threadId: threadIdField, expectedTurnId: expectedTurnIdField, input: inputField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnSteerParams, arena: inout CodecArena) {
@@ -6625,11 +6859,13 @@ extension Wire.TurnSteerResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnSteerResult
 
   init(c: UnsafePointer<Threadwire__V1__TurnSteerResult>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var turnIdField: String? = nil
+    var itemField: Wire.ThreadItem? = nil
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
     if let v = c.pointee.item {
-      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+      do throws(WireError) { itemField = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
     }
+    self.init(turnId: turnIdField, item: itemField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnSteerResult, arena: inout CodecArena) {
@@ -6708,13 +6944,16 @@ extension Wire.ThreadStatus: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadStatus
 
   init(c: UnsafePointer<Threadwire__V1__ThreadStatus>) throws(WireError) {
-    self.init()
-    if c.pointee.has_type != 0 { self.type = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ThreadStatusType }
-    if let v = c.pointee.active_turn_id { self.activeTurnId = try wireString(v, field: "active_turn_id") }
+    var typeField: Wire.ThreadStatusType? = nil
+    var activeTurnIdField: String? = nil
+    var activeFlagsField: [Wire.ThreadActiveFlag] = []
+    if c.pointee.has_type != 0 { typeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.type.rawValue), field: "type") as Wire.ThreadStatusType }
+    if let v = c.pointee.active_turn_id { activeTurnIdField = try wireString(v, field: "active_turn_id") }
     if c.pointee.n_active_flags > 0, let items = c.pointee.active_flags {
-      self.activeFlags.reserveCapacity(c.pointee.n_active_flags)
-      for index in 0..<c.pointee.n_active_flags { self.activeFlags.append(try wireEnum(Int32(truncatingIfNeeded: items[index].rawValue), field: "active_flags") as Wire.ThreadActiveFlag) }
+      activeFlagsField.reserveCapacity(c.pointee.n_active_flags)
+      for index in 0..<c.pointee.n_active_flags { activeFlagsField.append(try wireEnum(Int32(truncatingIfNeeded: items[index].rawValue), field: "active_flags") as Wire.ThreadActiveFlag) }
     }
+    self.init(type: typeField, activeTurnId: activeTurnIdField, activeFlags: activeFlagsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStatus, arena: inout CodecArena) {
@@ -6808,13 +7047,19 @@ extension Wire.ThreadSource: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSource
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSource>) throws(WireError) {
-    self.init()
-    if c.pointee.has_kind != 0 { self.kind = try wireEnum(Int32(truncatingIfNeeded: c.pointee.kind.rawValue), field: "kind") as Wire.ThreadSourceKind }
-    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
-    if c.pointee.has_depth != 0 { self.depth = c.pointee.depth }
-    if let v = c.pointee.agent_nickname { self.agentNickname = try wireString(v, field: "agent_nickname") }
-    if let v = c.pointee.task_name { self.taskName = try wireString(v, field: "task_name") }
-    if let v = c.pointee.agent_role { self.agentRole = try wireString(v, field: "agent_role") }
+    var kindField: Wire.ThreadSourceKind? = nil
+    var parentThreadIdField: String? = nil
+    var depthField: UInt32? = nil
+    var agentNicknameField: String? = nil
+    var taskNameField: String? = nil
+    var agentRoleField: String? = nil
+    if c.pointee.has_kind != 0 { kindField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.kind.rawValue), field: "kind") as Wire.ThreadSourceKind }
+    if let v = c.pointee.parent_thread_id { parentThreadIdField = try wireString(v, field: "parent_thread_id") }
+    if c.pointee.has_depth != 0 { depthField = c.pointee.depth }
+    if let v = c.pointee.agent_nickname { agentNicknameField = try wireString(v, field: "agent_nickname") }
+    if let v = c.pointee.task_name { taskNameField = try wireString(v, field: "task_name") }
+    if let v = c.pointee.agent_role { agentRoleField = try wireString(v, field: "agent_role") }
+    self.init(kind: kindField, parentThreadId: parentThreadIdField, depth: depthField, agentNickname: agentNicknameField, taskName: taskNameField, agentRole: agentRoleField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSource, arena: inout CodecArena) {
@@ -6956,36 +7201,56 @@ extension Wire.Thread: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Thread
 
   init(c: UnsafePointer<Threadwire__V1__Thread>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.id { self.id = try wireString(v, field: "id") }
-    if let v = c.pointee.session_id { self.sessionId = try wireString(v, field: "session_id") }
-    if let v = c.pointee.forked_from_id { self.forkedFromId = try wireString(v, field: "forked_from_id") }
-    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
-    if let v = c.pointee.preview { self.preview = try wireString(v, field: "preview") }
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if c.pointee.has_created_at != 0 { self.createdAt = c.pointee.created_at }
-    if c.pointee.has_updated_at != 0 { self.updatedAt = c.pointee.updated_at }
+    var idField: String? = nil
+    var sessionIdField: String? = nil
+    var forkedFromIdField: String? = nil
+    var parentThreadIdField: String? = nil
+    var previewField: String? = nil
+    var nameField: String? = nil
+    var createdAtField: Int64? = nil
+    var updatedAtField: Int64? = nil
+    var statusField: Wire.ThreadStatus? = nil
+    var sourceField: Wire.ThreadSource? = nil
+    var archivedField: Bool? = nil
+    var multiAgentRuntimeField: Wire.MultiAgentRuntime? = nil
+    var multiAgentModeField: Wire.MultiAgentMode? = nil
+    var modelField: String? = nil
+    var cwdField: String? = nil
+    var turnsField: [Wire.Turn] = []
+    var threadSequenceField: UInt64? = nil
+    var principalField: String? = nil
+    var forkedAtTurnIdField: String? = nil
+    var canAcceptDirectInputField: Bool? = nil
+    if let v = c.pointee.id { idField = try wireString(v, field: "id") }
+    if let v = c.pointee.session_id { sessionIdField = try wireString(v, field: "session_id") }
+    if let v = c.pointee.forked_from_id { forkedFromIdField = try wireString(v, field: "forked_from_id") }
+    if let v = c.pointee.parent_thread_id { parentThreadIdField = try wireString(v, field: "parent_thread_id") }
+    if let v = c.pointee.preview { previewField = try wireString(v, field: "preview") }
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if c.pointee.has_created_at != 0 { createdAtField = c.pointee.created_at }
+    if c.pointee.has_updated_at != 0 { updatedAtField = c.pointee.updated_at }
     if let v = c.pointee.status {
-      do throws(WireError) { self.status = try Wire.ThreadStatus(c: v) } catch { throw error.nested(in: "status") }
+      do throws(WireError) { statusField = try Wire.ThreadStatus(c: v) } catch { throw error.nested(in: "status") }
     }
     if let v = c.pointee.source {
-      do throws(WireError) { self.source = try Wire.ThreadSource(c: v) } catch { throw error.nested(in: "source") }
+      do throws(WireError) { sourceField = try Wire.ThreadSource(c: v) } catch { throw error.nested(in: "source") }
     }
-    if c.pointee.has_archived != 0 { self.archived = c.pointee.archived != 0 }
-    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
-    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    if c.pointee.has_archived != 0 { archivedField = c.pointee.archived != 0 }
+    if c.pointee.has_multi_agent_runtime != 0 { multiAgentRuntimeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_multi_agent_mode != 0 { multiAgentModeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { cwdField = try wireString(v, field: "cwd") }
     if c.pointee.n_turns > 0, let items = c.pointee.turns {
-      self.turns.reserveCapacity(c.pointee.n_turns)
+      turnsField.reserveCapacity(c.pointee.n_turns)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_turns { self.turns.append(try Wire.Turn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_turns { turnsField.append(try Wire.Turn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "turns") }
     }
-    if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
-    if let v = c.pointee.principal { self.principal = try wireString(v, field: "principal") }
-    if let v = c.pointee.forked_at_turn_id { self.forkedAtTurnId = try wireString(v, field: "forked_at_turn_id") }
-    if c.pointee.has_can_accept_direct_input != 0 { self.canAcceptDirectInput = c.pointee.can_accept_direct_input != 0 }
+    if c.pointee.has_thread_sequence != 0 { threadSequenceField = c.pointee.thread_sequence }
+    if let v = c.pointee.principal { principalField = try wireString(v, field: "principal") }
+    if let v = c.pointee.forked_at_turn_id { forkedAtTurnIdField = try wireString(v, field: "forked_at_turn_id") }
+    if c.pointee.has_can_accept_direct_input != 0 { canAcceptDirectInputField = c.pointee.can_accept_direct_input != 0 }
+    self.init(id: idField, sessionId: sessionIdField, forkedFromId: forkedFromIdField, parentThreadId: parentThreadIdField, preview: previewField, name: nameField, createdAt: createdAtField, updatedAt: updatedAtField, status: statusField, source: sourceField, archived: archivedField, multiAgentRuntime: multiAgentRuntimeField, multiAgentMode: multiAgentModeField, model: modelField, cwd: cwdField, turns: turnsField, threadSequence: threadSequenceField, principal: principalField, forkedAtTurnId: forkedAtTurnIdField, canAcceptDirectInput: canAcceptDirectInputField)
   }
 
   func fill(_ c: inout Threadwire__V1__Thread, arena: inout CodecArena) {
@@ -7154,34 +7419,48 @@ extension Wire.ThreadStartParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadStartParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadStartParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if let v = c.pointee.cwd { self.cwd = try wireString(v, field: "cwd") }
+    var modelField: String? = nil
+    var cwdField: String? = nil
+    var configField: [Wire.KeyValue] = []
+    var multiAgentModeField: Wire.MultiAgentMode? = nil
+    var nameField: String? = nil
+    var sourceField: Wire.ThreadSourceKind? = nil
+    var baseInstructionsField: String? = nil
+    var clientToolsField: [Wire.ToolSpec] = []
+    var approvalPolicyField: Wire.ApprovalPolicy? = nil
+    var userInputField: Bool? = nil
+    var mcpServersField: [String] = []
+    var reasoningEffortField: String? = nil
+    var reasoningSummaryField: String? = nil
+    var pauseAfterToolsField: Bool? = nil
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if let v = c.pointee.cwd { cwdField = try wireString(v, field: "cwd") }
     if c.pointee.n_config > 0, let items = c.pointee.config {
-      self.config.reserveCapacity(c.pointee.n_config)
+      configField.reserveCapacity(c.pointee.n_config)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_config { self.config.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_config { configField.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "config") }
     }
-    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if c.pointee.has_source != 0 { self.source = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ThreadSourceKind }
-    if let v = c.pointee.base_instructions { self.baseInstructions = try wireString(v, field: "base_instructions") }
+    if c.pointee.has_multi_agent_mode != 0 { multiAgentModeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if c.pointee.has_source != 0 { sourceField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.source.rawValue), field: "source") as Wire.ThreadSourceKind }
+    if let v = c.pointee.base_instructions { baseInstructionsField = try wireString(v, field: "base_instructions") }
     if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
-      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      clientToolsField.reserveCapacity(c.pointee.n_client_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_client_tools { clientToolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
-    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
-    if c.pointee.has_user_input != 0 { self.userInput = c.pointee.user_input != 0 }
+    if c.pointee.has_approval_policy != 0 { approvalPolicyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_user_input != 0 { userInputField = c.pointee.user_input != 0 }
     if c.pointee.n_mcp_servers > 0, let items = c.pointee.mcp_servers {
-      self.mcpServers.reserveCapacity(c.pointee.n_mcp_servers)
-      for index in 0..<c.pointee.n_mcp_servers { self.mcpServers.append(try wireString(items[index], field: "mcp_servers")) }
+      mcpServersField.reserveCapacity(c.pointee.n_mcp_servers)
+      for index in 0..<c.pointee.n_mcp_servers { mcpServersField.append(try wireString(items[index], field: "mcp_servers")) }
     }
-    if let v = c.pointee.reasoning_effort { self.reasoningEffort = try wireString(v, field: "reasoning_effort") }
-    if let v = c.pointee.reasoning_summary { self.reasoningSummary = try wireString(v, field: "reasoning_summary") }
-    if c.pointee.has_pause_after_tools != 0 { self.pauseAfterTools = c.pointee.pause_after_tools != 0 }
+    if let v = c.pointee.reasoning_effort { reasoningEffortField = try wireString(v, field: "reasoning_effort") }
+    if let v = c.pointee.reasoning_summary { reasoningSummaryField = try wireString(v, field: "reasoning_summary") }
+    if c.pointee.has_pause_after_tools != 0 { pauseAfterToolsField = c.pointee.pause_after_tools != 0 }
+    self.init(model: modelField, cwd: cwdField, config: configField, multiAgentMode: multiAgentModeField, name: nameField, source: sourceField, baseInstructions: baseInstructionsField, clientTools: clientToolsField, approvalPolicy: approvalPolicyField, userInput: userInputField, mcpServers: mcpServersField, reasoningEffort: reasoningEffortField, reasoningSummary: reasoningSummaryField, pauseAfterTools: pauseAfterToolsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartParams, arena: inout CodecArena) {
@@ -7378,17 +7657,24 @@ extension Wire.ModelInfo: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ModelInfo
 
   init(c: UnsafePointer<Threadwire__V1__ModelInfo>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.slug { self.slug = try wireString(v, field: "slug") }
-    if let v = c.pointee.provider { self.provider = try wireString(v, field: "provider") }
-    if c.pointee.has_context_window != 0 { self.contextWindow = c.pointee.context_window }
-    if c.pointee.has_streams != 0 { self.streams = c.pointee.streams != 0 }
-    if c.pointee.has_offline != 0 { self.offline = c.pointee.offline != 0 }
-    if let v = c.pointee.multi_agent_version { self.multiAgentVersion = try wireString(v, field: "multi_agent_version") }
+    var slugField: String? = nil
+    var providerField: String? = nil
+    var contextWindowField: UInt64? = nil
+    var streamsField: Bool? = nil
+    var offlineField: Bool? = nil
+    var multiAgentVersionField: String? = nil
+    var reasoningEffortsField: [String] = []
+    if let v = c.pointee.slug { slugField = try wireString(v, field: "slug") }
+    if let v = c.pointee.provider { providerField = try wireString(v, field: "provider") }
+    if c.pointee.has_context_window != 0 { contextWindowField = c.pointee.context_window }
+    if c.pointee.has_streams != 0 { streamsField = c.pointee.streams != 0 }
+    if c.pointee.has_offline != 0 { offlineField = c.pointee.offline != 0 }
+    if let v = c.pointee.multi_agent_version { multiAgentVersionField = try wireString(v, field: "multi_agent_version") }
     if c.pointee.n_reasoning_efforts > 0, let items = c.pointee.reasoning_efforts {
-      self.reasoningEfforts.reserveCapacity(c.pointee.n_reasoning_efforts)
-      for index in 0..<c.pointee.n_reasoning_efforts { self.reasoningEfforts.append(try wireString(items[index], field: "reasoning_efforts")) }
+      reasoningEffortsField.reserveCapacity(c.pointee.n_reasoning_efforts)
+      for index in 0..<c.pointee.n_reasoning_efforts { reasoningEffortsField.append(try wireString(items[index], field: "reasoning_efforts")) }
     }
+    self.init(slug: slugField, provider: providerField, contextWindow: contextWindowField, streams: streamsField, offline: offlineField, multiAgentVersion: multiAgentVersionField, reasoningEfforts: reasoningEffortsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ModelInfo, arena: inout CodecArena) {
@@ -7482,14 +7768,16 @@ extension Wire.ModelListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ModelListResult
 
   init(c: UnsafePointer<Threadwire__V1__ModelListResult>) throws(WireError) {
-    self.init()
+    var modelsField: [Wire.ModelInfo] = []
+    var defaultModelField: String? = nil
     if c.pointee.n_models > 0, let items = c.pointee.models {
-      self.models.reserveCapacity(c.pointee.n_models)
+      modelsField.reserveCapacity(c.pointee.n_models)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_models { self.models.append(try Wire.ModelInfo(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_models { modelsField.append(try Wire.ModelInfo(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "models") }
     }
-    if let v = c.pointee.default_model { self.defaultModel = try wireString(v, field: "default_model") }
+    if let v = c.pointee.default_model { defaultModelField = try wireString(v, field: "default_model") }
+    self.init(models: modelsField, defaultModel: defaultModelField)
   }
 
   func fill(_ c: inout Threadwire__V1__ModelListResult, arena: inout CodecArena) {
@@ -7644,19 +7932,26 @@ extension Wire.McpServer: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__McpServer
 
   init(c: UnsafePointer<Threadwire__V1__McpServer>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
-    if c.pointee.has_state != 0 { self.state = try wireEnum(Int32(truncatingIfNeeded: c.pointee.state.rawValue), field: "state") as Wire.McpServerState }
-    if c.pointee.has_pid != 0 { self.pid = c.pointee.pid }
-    if c.pointee.has_restarts != 0 { self.restarts = c.pointee.restarts }
-    if let v = c.pointee.last_error { self.lastError = try wireString(v, field: "last_error") }
+    var nameField: String? = nil
+    var stateField: Wire.McpServerState? = nil
+    var pidField: Int32? = nil
+    var restartsField: UInt32? = nil
+    var lastErrorField: String? = nil
+    var toolsField: [Wire.ToolSpec] = []
+    var requireApprovalField: Bool? = nil
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    if c.pointee.has_state != 0 { stateField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.state.rawValue), field: "state") as Wire.McpServerState }
+    if c.pointee.has_pid != 0 { pidField = c.pointee.pid }
+    if c.pointee.has_restarts != 0 { restartsField = c.pointee.restarts }
+    if let v = c.pointee.last_error { lastErrorField = try wireString(v, field: "last_error") }
     if c.pointee.n_tools > 0, let items = c.pointee.tools {
-      self.tools.reserveCapacity(c.pointee.n_tools)
+      toolsField.reserveCapacity(c.pointee.n_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_tools { self.tools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_tools { toolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "tools") }
     }
-    if c.pointee.has_require_approval != 0 { self.requireApproval = c.pointee.require_approval != 0 }
+    if c.pointee.has_require_approval != 0 { requireApprovalField = c.pointee.require_approval != 0 }
+    self.init(name: nameField, state: stateField, pid: pidField, restarts: restartsField, lastError: lastErrorField, tools: toolsField, requireApproval: requireApprovalField)
   }
 
   func fill(_ c: inout Threadwire__V1__McpServer, arena: inout CodecArena) {
@@ -7747,13 +8042,14 @@ extension Wire.McpServerListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__McpServerListResult
 
   init(c: UnsafePointer<Threadwire__V1__McpServerListResult>) throws(WireError) {
-    self.init()
+    var serversField: [Wire.McpServer] = []
     if c.pointee.n_servers > 0, let items = c.pointee.servers {
-      self.servers.reserveCapacity(c.pointee.n_servers)
+      serversField.reserveCapacity(c.pointee.n_servers)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_servers { self.servers.append(try Wire.McpServer(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_servers { serversField.append(try Wire.McpServer(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "servers") }
     }
+    self.init(servers: serversField)
   }
 
   func fill(_ c: inout Threadwire__V1__McpServerListResult, arena: inout CodecArena) {
@@ -7847,24 +8143,32 @@ extension Wire.ThreadLifecycleResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadLifecycleResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadLifecycleResult>) throws(WireError) {
-    self.init()
+    var threadField: Wire.Thread? = nil
+    var modelField: String? = nil
+    var multiAgentRuntimeField: Wire.MultiAgentRuntime? = nil
+    var multiAgentModeField: Wire.MultiAgentMode? = nil
+    var settingsField: Wire.ThreadSettings? = nil
+    var turnsNextCursorField: String? = nil
+    var clientToolsField: [Wire.ToolSpec] = []
+    var approvalPolicyField: Wire.ApprovalPolicy? = nil
     if let v = c.pointee.thread {
-      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+      do throws(WireError) { threadField = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
     }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
-    if c.pointee.has_multi_agent_mode != 0 { self.multiAgentMode = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if c.pointee.has_multi_agent_runtime != 0 { multiAgentRuntimeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_multi_agent_mode != 0 { multiAgentModeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_mode.rawValue), field: "multi_agent_mode") as Wire.MultiAgentMode }
     if let v = c.pointee.settings {
-      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+      do throws(WireError) { settingsField = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
-    if let v = c.pointee.turns_next_cursor { self.turnsNextCursor = try wireString(v, field: "turns_next_cursor") }
+    if let v = c.pointee.turns_next_cursor { turnsNextCursorField = try wireString(v, field: "turns_next_cursor") }
     if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
-      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      clientToolsField.reserveCapacity(c.pointee.n_client_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_client_tools { clientToolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
-    if c.pointee.has_approval_policy != 0 { self.approvalPolicy = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    if c.pointee.has_approval_policy != 0 { approvalPolicyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.approval_policy.rawValue), field: "approval_policy") as Wire.ApprovalPolicy }
+    self.init(thread: threadField, model: modelField, multiAgentRuntime: multiAgentRuntimeField, multiAgentMode: multiAgentModeField, settings: settingsField, turnsNextCursor: turnsNextCursorField, clientTools: clientToolsField, approvalPolicy: approvalPolicyField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLifecycleResult, arena: inout CodecArena) {
@@ -7967,11 +8271,15 @@ extension Wire.ThreadResumeParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadResumeParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadResumeParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if c.pointee.has_exclude_turns != 0 { self.excludeTurns = c.pointee.exclude_turns != 0 }
-    if c.pointee.has_after_thread_sequence != 0 { self.afterThreadSequence = c.pointee.after_thread_sequence }
+    var threadIdField: String? = nil
+    var modelField: String? = nil
+    var excludeTurnsField: Bool? = nil
+    var afterThreadSequenceField: UInt64? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if c.pointee.has_exclude_turns != 0 { excludeTurnsField = c.pointee.exclude_turns != 0 }
+    if c.pointee.has_after_thread_sequence != 0 { afterThreadSequenceField = c.pointee.after_thread_sequence }
+    self.init(threadId: threadIdField, model: modelField, excludeTurns: excludeTurnsField, afterThreadSequence: afterThreadSequenceField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadResumeParams, arena: inout CodecArena) {
@@ -8053,9 +8361,11 @@ extension Wire.ThreadSubscribeParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSubscribeParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSubscribeParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if c.pointee.has_after_thread_sequence != 0 { self.afterThreadSequence = c.pointee.after_thread_sequence }
+    var threadIdField: String? = nil
+    var afterThreadSequenceField: UInt64? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if c.pointee.has_after_thread_sequence != 0 { afterThreadSequenceField = c.pointee.after_thread_sequence }
+    self.init(threadId: threadIdField, afterThreadSequence: afterThreadSequenceField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSubscribeParams, arena: inout CodecArena) {
@@ -8131,13 +8441,15 @@ extension Wire.ThreadSubscribeResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadSubscribeResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadSubscribeResult>) throws(WireError) {
-    self.init()
+    var threadField: Wire.Thread? = nil
+    var settingsField: Wire.ThreadSettings? = nil
     if let v = c.pointee.thread {
-      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+      do throws(WireError) { threadField = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
     }
     if let v = c.pointee.settings {
-      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+      do throws(WireError) { settingsField = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
+    self.init(thread: threadField, settings: settingsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadSubscribeResult, arena: inout CodecArena) {
@@ -8261,15 +8573,19 @@ extension Wire.ThreadForkParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadForkParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadForkParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if c.pointee.has_exclude_turns != 0 { self.excludeTurns = c.pointee.exclude_turns != 0 }
+    var threadIdField: String? = nil
+    var modelField: String? = nil
+    var excludeTurnsField: Bool? = nil
+    var positionField: Position? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if c.pointee.has_exclude_turns != 0 { excludeTurnsField = c.pointee.exclude_turns != 0 }
     switch Int(c.pointee.position_case.rawValue) {
-    case 4: self.position = .atTurnId(try wireString(c.pointee.at_turn_id, field: "at_turn_id"))
-    case 5: self.position = .beforeTurnId(try wireString(c.pointee.before_turn_id, field: "before_turn_id"))
-    default: self.position = nil
+    case 4: positionField = .atTurnId(try wireString(c.pointee.at_turn_id, field: "at_turn_id"))
+    case 5: positionField = .beforeTurnId(try wireString(c.pointee.before_turn_id, field: "before_turn_id"))
+    default: positionField = nil
     }
+    self.init(threadId: threadIdField, model: modelField, excludeTurns: excludeTurnsField, position: positionField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadForkParams, arena: inout CodecArena) {
@@ -8374,12 +8690,17 @@ extension Wire.ThreadReadParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadReadParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadReadParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if c.pointee.has_include_turns != 0 { self.includeTurns = c.pointee.include_turns != 0 }
-    if c.pointee.has_include_model_requests != 0 { self.includeModelRequests = c.pointee.include_model_requests != 0 }
-    if c.pointee.has_turns_limit != 0 { self.turnsLimit = c.pointee.turns_limit }
-    if c.pointee.has_include_rolled_back != 0 { self.includeRolledBack = c.pointee.include_rolled_back != 0 }
+    var threadIdField: String? = nil
+    var includeTurnsField: Bool? = nil
+    var includeModelRequestsField: Bool? = nil
+    var turnsLimitField: UInt32? = nil
+    var includeRolledBackField: Bool? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if c.pointee.has_include_turns != 0 { includeTurnsField = c.pointee.include_turns != 0 }
+    if c.pointee.has_include_model_requests != 0 { includeModelRequestsField = c.pointee.include_model_requests != 0 }
+    if c.pointee.has_turns_limit != 0 { turnsLimitField = c.pointee.turns_limit }
+    if c.pointee.has_include_rolled_back != 0 { includeRolledBackField = c.pointee.include_rolled_back != 0 }
+    self.init(threadId: threadIdField, includeTurns: includeTurnsField, includeModelRequests: includeModelRequestsField, turnsLimit: turnsLimitField, includeRolledBack: includeRolledBackField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadParams, arena: inout CodecArena) {
@@ -8470,20 +8791,24 @@ extension Wire.ThreadReadResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadReadResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadReadResult>) throws(WireError) {
-    self.init()
+    var threadField: Wire.Thread? = nil
+    var settingsField: Wire.ThreadSettings? = nil
+    var turnsNextCursorField: String? = nil
+    var clientToolsField: [Wire.ToolSpec] = []
     if let v = c.pointee.thread {
-      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+      do throws(WireError) { threadField = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
     }
     if let v = c.pointee.settings {
-      do throws(WireError) { self.settings = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
+      do throws(WireError) { settingsField = try Wire.ThreadSettings(c: v) } catch { throw error.nested(in: "settings") }
     }
-    if let v = c.pointee.turns_next_cursor { self.turnsNextCursor = try wireString(v, field: "turns_next_cursor") }
+    if let v = c.pointee.turns_next_cursor { turnsNextCursorField = try wireString(v, field: "turns_next_cursor") }
     if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
-      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      clientToolsField.reserveCapacity(c.pointee.n_client_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_client_tools { clientToolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
+    self.init(thread: threadField, settings: settingsField, turnsNextCursor: turnsNextCursorField, clientTools: clientToolsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadReadResult, arena: inout CodecArena) {
@@ -8568,14 +8893,16 @@ extension Wire.ThreadToolsUpdateParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadToolsUpdateParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadToolsUpdateParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var clientToolsField: [Wire.ToolSpec] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
-      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      clientToolsField.reserveCapacity(c.pointee.n_client_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_client_tools { clientToolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
+    self.init(threadId: threadIdField, clientTools: clientToolsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadToolsUpdateParams, arena: inout CodecArena) {
@@ -8651,13 +8978,14 @@ extension Wire.ThreadToolsUpdateResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadToolsUpdateResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadToolsUpdateResult>) throws(WireError) {
-    self.init()
+    var clientToolsField: [Wire.ToolSpec] = []
     if c.pointee.n_client_tools > 0, let items = c.pointee.client_tools {
-      self.clientTools.reserveCapacity(c.pointee.n_client_tools)
+      clientToolsField.reserveCapacity(c.pointee.n_client_tools)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_client_tools { self.clientTools.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_client_tools { clientToolsField.append(try Wire.ToolSpec(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "client_tools") }
     }
+    self.init(clientTools: clientToolsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadToolsUpdateResult, arena: inout CodecArena) {
@@ -8739,11 +9067,15 @@ extension Wire.ThreadTurnsListParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadTurnsListParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadTurnsListParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
-    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
-    if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
+    var threadIdField: String? = nil
+    var cursorField: String? = nil
+    var limitField: UInt32? = nil
+    var sortDirectionField: Wire.SortDirection? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.cursor { cursorField = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { limitField = c.pointee.limit }
+    if c.pointee.has_sort_direction != 0 { sortDirectionField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
+    self.init(threadId: threadIdField, cursor: cursorField, limit: limitField, sortDirection: sortDirectionField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadTurnsListParams, arena: inout CodecArena) {
@@ -8825,14 +9157,16 @@ extension Wire.ThreadTurnsListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadTurnsListResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadTurnsListResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.Turn] = []
+    var nextCursorField: String? = nil
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.Turn(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.Turn(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
-    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
+    if let v = c.pointee.next_cursor { nextCursorField = try wireString(v, field: "next_cursor") }
+    self.init(data: dataField, nextCursor: nextCursorField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadTurnsListResult, arena: inout CodecArena) {
@@ -8920,12 +9254,17 @@ extension Wire.ThreadItemsListParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadItemsListParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadItemsListParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
-    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
-    if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
-    if c.pointee.has_include_rolled_back != 0 { self.includeRolledBack = c.pointee.include_rolled_back != 0 }
+    var threadIdField: String? = nil
+    var cursorField: String? = nil
+    var limitField: UInt32? = nil
+    var sortDirectionField: Wire.SortDirection? = nil
+    var includeRolledBackField: Bool? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.cursor { cursorField = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { limitField = c.pointee.limit }
+    if c.pointee.has_sort_direction != 0 { sortDirectionField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
+    if c.pointee.has_include_rolled_back != 0 { includeRolledBackField = c.pointee.include_rolled_back != 0 }
+    self.init(threadId: threadIdField, cursor: cursorField, limit: limitField, sortDirection: sortDirectionField, includeRolledBack: includeRolledBackField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadItemsListParams, arena: inout CodecArena) {
@@ -9010,11 +9349,13 @@ extension Wire.TurnItem: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__TurnItem
 
   init(c: UnsafePointer<Threadwire__V1__TurnItem>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.turn_id { self.turnId = try wireString(v, field: "turn_id") }
+    var turnIdField: String? = nil
+    var itemField: Wire.ThreadItem? = nil
+    if let v = c.pointee.turn_id { turnIdField = try wireString(v, field: "turn_id") }
     if let v = c.pointee.item {
-      do throws(WireError) { self.item = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
+      do throws(WireError) { itemField = try Wire.ThreadItem(c: v) } catch { throw error.nested(in: "item") }
     }
+    self.init(turnId: turnIdField, item: itemField)
   }
 
   func fill(_ c: inout Threadwire__V1__TurnItem, arena: inout CodecArena) {
@@ -9090,14 +9431,16 @@ extension Wire.ThreadItemsListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadItemsListResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadItemsListResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.TurnItem] = []
+    var nextCursorField: String? = nil
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.TurnItem(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.TurnItem(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
-    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
+    if let v = c.pointee.next_cursor { nextCursorField = try wireString(v, field: "next_cursor") }
+    self.init(data: dataField, nextCursor: nextCursorField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadItemsListResult, arena: inout CodecArena) {
@@ -9176,9 +9519,11 @@ extension Wire.ThreadDeleteParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadDeleteParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadDeleteParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if c.pointee.has_force != 0 { self.force = c.pointee.force != 0 }
+    var threadIdField: String? = nil
+    var forceField: Bool? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if c.pointee.has_force != 0 { forceField = c.pointee.force != 0 }
+    self.init(threadId: threadIdField, force: forceField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadDeleteParams, arena: inout CodecArena) {
@@ -9251,11 +9596,12 @@ extension Wire.ThreadDeleteResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadDeleteResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadDeleteResult>) throws(WireError) {
-    self.init()
+    var threadIdsField: [String] = []
     if c.pointee.n_thread_ids > 0, let items = c.pointee.thread_ids {
-      self.threadIds.reserveCapacity(c.pointee.n_thread_ids)
-      for index in 0..<c.pointee.n_thread_ids { self.threadIds.append(try wireString(items[index], field: "thread_ids")) }
+      threadIdsField.reserveCapacity(c.pointee.n_thread_ids)
+      for index in 0..<c.pointee.n_thread_ids { threadIdsField.append(try wireString(items[index], field: "thread_ids")) }
     }
+    self.init(threadIds: threadIdsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadDeleteResult, arena: inout CodecArena) {
@@ -9328,8 +9674,9 @@ extension Wire.ThreadDeletedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadDeletedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadDeletedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadDeletedNotification, arena: inout CodecArena) {
@@ -9402,9 +9749,11 @@ extension Wire.ThreadLoadedListParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadLoadedListParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadLoadedListParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
-    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
+    var cursorField: String? = nil
+    var limitField: UInt32? = nil
+    if let v = c.pointee.cursor { cursorField = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { limitField = c.pointee.limit }
+    self.init(cursor: cursorField, limit: limitField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLoadedListParams, arena: inout CodecArena) {
@@ -9480,12 +9829,14 @@ extension Wire.ThreadLoadedListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadLoadedListResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadLoadedListResult>) throws(WireError) {
-    self.init()
+    var dataField: [String] = []
+    var nextCursorField: String? = nil
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
-      for index in 0..<c.pointee.n_data { self.data.append(try wireString(items[index], field: "data")) }
+      dataField.reserveCapacity(c.pointee.n_data)
+      for index in 0..<c.pointee.n_data { dataField.append(try wireString(items[index], field: "data")) }
     }
-    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
+    if let v = c.pointee.next_cursor { nextCursorField = try wireString(v, field: "next_cursor") }
+    self.init(data: dataField, nextCursor: nextCursorField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadLoadedListResult, arena: inout CodecArena) {
@@ -9582,15 +9933,23 @@ extension Wire.ThreadListParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadListParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadListParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.cursor { self.cursor = try wireString(v, field: "cursor") }
-    if c.pointee.has_limit != 0 { self.limit = c.pointee.limit }
-    if c.pointee.has_sort_key != 0 { self.sortKey = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_key.rawValue), field: "sort_key") as Wire.ThreadSortKey }
-    if c.pointee.has_sort_direction != 0 { self.sortDirection = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
-    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
-    if c.pointee.has_archived != 0 { self.archived = c.pointee.archived != 0 }
-    if let v = c.pointee.search_term { self.searchTerm = try wireString(v, field: "search_term") }
-    if c.pointee.has_all_principals != 0 { self.allPrincipals = c.pointee.all_principals != 0 }
+    var cursorField: String? = nil
+    var limitField: UInt32? = nil
+    var sortKeyField: Wire.ThreadSortKey? = nil
+    var sortDirectionField: Wire.SortDirection? = nil
+    var parentThreadIdField: String? = nil
+    var archivedField: Bool? = nil
+    var searchTermField: String? = nil
+    var allPrincipalsField: Bool? = nil
+    if let v = c.pointee.cursor { cursorField = try wireString(v, field: "cursor") }
+    if c.pointee.has_limit != 0 { limitField = c.pointee.limit }
+    if c.pointee.has_sort_key != 0 { sortKeyField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_key.rawValue), field: "sort_key") as Wire.ThreadSortKey }
+    if c.pointee.has_sort_direction != 0 { sortDirectionField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.sort_direction.rawValue), field: "sort_direction") as Wire.SortDirection }
+    if let v = c.pointee.parent_thread_id { parentThreadIdField = try wireString(v, field: "parent_thread_id") }
+    if c.pointee.has_archived != 0 { archivedField = c.pointee.archived != 0 }
+    if let v = c.pointee.search_term { searchTermField = try wireString(v, field: "search_term") }
+    if c.pointee.has_all_principals != 0 { allPrincipalsField = c.pointee.all_principals != 0 }
+    self.init(cursor: cursorField, limit: limitField, sortKey: sortKeyField, sortDirection: sortDirectionField, parentThreadId: parentThreadIdField, archived: archivedField, searchTerm: searchTermField, allPrincipals: allPrincipalsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadListParams, arena: inout CodecArena) {
@@ -9684,14 +10043,16 @@ extension Wire.ThreadListResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadListResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadListResult>) throws(WireError) {
-    self.init()
+    var dataField: [Wire.Thread] = []
+    var nextCursorField: String? = nil
     if c.pointee.n_data > 0, let items = c.pointee.data {
-      self.data.reserveCapacity(c.pointee.n_data)
+      dataField.reserveCapacity(c.pointee.n_data)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_data { self.data.append(try Wire.Thread(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_data { dataField.append(try Wire.Thread(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "data") }
     }
-    if let v = c.pointee.next_cursor { self.nextCursor = try wireString(v, field: "next_cursor") }
+    if let v = c.pointee.next_cursor { nextCursorField = try wireString(v, field: "next_cursor") }
+    self.init(data: dataField, nextCursor: nextCursorField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadListResult, arena: inout CodecArena) {
@@ -9767,8 +10128,9 @@ extension Wire.ThreadArchiveParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadArchiveParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadArchiveParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadArchiveParams, arena: inout CodecArena) {
@@ -9899,8 +10261,9 @@ extension Wire.ThreadUnarchiveParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadUnarchiveParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadUnarchiveParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnarchiveParams, arena: inout CodecArena) {
@@ -9970,10 +10333,11 @@ extension Wire.ThreadUnarchiveResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadUnarchiveResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadUnarchiveResult>) throws(WireError) {
-    self.init()
+    var threadField: Wire.Thread? = nil
     if let v = c.pointee.thread {
-      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+      do throws(WireError) { threadField = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
     }
+    self.init(thread: threadField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnarchiveResult, arena: inout CodecArena) {
@@ -10043,8 +10407,9 @@ extension Wire.ThreadUnsubscribeParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadUnsubscribeParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadUnsubscribeParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeParams, arena: inout CodecArena) {
@@ -10114,8 +10479,9 @@ extension Wire.ThreadUnsubscribeResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadUnsubscribeResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadUnsubscribeResult>) throws(WireError) {
-    self.init()
-    if c.pointee.has_was_subscribed != 0 { self.wasSubscribed = c.pointee.was_subscribed != 0 }
+    var wasSubscribedField: Bool? = nil
+    if c.pointee.has_was_subscribed != 0 { wasSubscribedField = c.pointee.was_subscribed != 0 }
+    self.init(wasSubscribed: wasSubscribedField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnsubscribeResult, arena: inout CodecArena) {
@@ -10197,12 +10563,17 @@ extension Wire.AgentSpawnParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__AgentSpawnParams
 
   init(c: UnsafePointer<Threadwire__V1__AgentSpawnParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
-    if let v = c.pointee.message { self.message = try wireString(v, field: "message") }
-    if let v = c.pointee.model { self.model = try wireString(v, field: "model") }
-    if let v = c.pointee.task_name { self.taskName = try wireString(v, field: "task_name") }
-    if c.pointee.has_review != 0 { self.review = c.pointee.review != 0 }
+    var parentThreadIdField: String? = nil
+    var messageField: String? = nil
+    var modelField: String? = nil
+    var taskNameField: String? = nil
+    var reviewField: Bool? = nil
+    if let v = c.pointee.parent_thread_id { parentThreadIdField = try wireString(v, field: "parent_thread_id") }
+    if let v = c.pointee.message { messageField = try wireString(v, field: "message") }
+    if let v = c.pointee.model { modelField = try wireString(v, field: "model") }
+    if let v = c.pointee.task_name { taskNameField = try wireString(v, field: "task_name") }
+    if c.pointee.has_review != 0 { reviewField = c.pointee.review != 0 }
+    self.init(parentThreadId: parentThreadIdField, message: messageField, model: modelField, taskName: taskNameField, review: reviewField)
   }
 
   func fill(_ c: inout Threadwire__V1__AgentSpawnParams, arena: inout CodecArena) {
@@ -10284,10 +10655,11 @@ extension Wire.ThreadStartedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadStartedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadStartedNotification>) throws(WireError) {
-    self.init()
+    var threadField: Wire.Thread? = nil
     if let v = c.pointee.thread {
-      do throws(WireError) { self.thread = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
+      do throws(WireError) { threadField = try Wire.Thread(c: v) } catch { throw error.nested(in: "thread") }
     }
+    self.init(thread: threadField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStartedNotification, arena: inout CodecArena) {
@@ -10360,11 +10732,13 @@ extension Wire.ThreadStatusChangedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadStatusChangedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadStatusChangedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var statusField: Wire.ThreadStatus? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if let v = c.pointee.status {
-      do throws(WireError) { self.status = try Wire.ThreadStatus(c: v) } catch { throw error.nested(in: "status") }
+      do throws(WireError) { statusField = try Wire.ThreadStatus(c: v) } catch { throw error.nested(in: "status") }
     }
+    self.init(threadId: threadIdField, status: statusField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadStatusChangedNotification, arena: inout CodecArena) {
@@ -10437,8 +10811,9 @@ extension Wire.ThreadArchivedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadArchivedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadArchivedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadArchivedNotification, arena: inout CodecArena) {
@@ -10508,8 +10883,9 @@ extension Wire.ThreadUnarchivedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadUnarchivedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadUnarchivedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadUnarchivedNotification, arena: inout CodecArena) {
@@ -10579,8 +10955,9 @@ extension Wire.ThreadClosedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadClosedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadClosedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadClosedNotification, arena: inout CodecArena) {
@@ -10650,8 +11027,9 @@ extension Wire.ThreadCompactStartParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadCompactStartParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadCompactStartParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    self.init(threadId: threadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadCompactStartParams, arena: inout CodecArena) {
@@ -10721,10 +11099,11 @@ extension Wire.ThreadCompactStartResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadCompactStartResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadCompactStartResult>) throws(WireError) {
-    self.init()
+    var turnField: Wire.Turn? = nil
     if let v = c.pointee.turn {
-      do throws(WireError) { self.turn = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
+      do throws(WireError) { turnField = try Wire.Turn(c: v) } catch { throw error.nested(in: "turn") }
     }
+    self.init(turn: turnField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadCompactStartResult, arena: inout CodecArena) {
@@ -10839,13 +11218,15 @@ extension Wire.ThreadRevertParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadRevertParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadRevertParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var boundaryField: Boundary? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     switch Int(c.pointee.boundary_case.rawValue) {
-    case 2: self.boundary = .beforeTurnId(try wireString(c.pointee.before_turn_id, field: "before_turn_id"))
-    case 3: self.boundary = .afterTurnId(try wireString(c.pointee.after_turn_id, field: "after_turn_id"))
-    default: self.boundary = nil
+    case 2: boundaryField = .beforeTurnId(try wireString(c.pointee.before_turn_id, field: "before_turn_id"))
+    case 3: boundaryField = .afterTurnId(try wireString(c.pointee.after_turn_id, field: "after_turn_id"))
+    default: boundaryField = nil
     }
+    self.init(threadId: threadIdField, boundary: boundaryField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadRevertParams, arena: inout CodecArena) {
@@ -10932,11 +11313,12 @@ extension Wire.ThreadRevertResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadRevertResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadRevertResult>) throws(WireError) {
-    self.init()
+    var turnIdsField: [String] = []
     if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
-      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
-      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+      turnIdsField.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { turnIdsField.append(try wireString(items[index], field: "turn_ids")) }
     }
+    self.init(turnIds: turnIdsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadRevertResult, arena: inout CodecArena) {
@@ -11012,12 +11394,14 @@ extension Wire.ThreadRevertedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadRevertedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadRevertedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var turnIdsField: [String] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
-      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
-      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+      turnIdsField.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { turnIdsField.append(try wireString(items[index], field: "turn_ids")) }
     }
+    self.init(threadId: threadIdField, turnIds: turnIdsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadRevertedNotification, arena: inout CodecArena) {
@@ -11096,9 +11480,11 @@ extension Wire.ThreadRollbackParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadRollbackParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadRollbackParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if c.pointee.has_num_turns != 0 { self.numTurns = c.pointee.num_turns }
+    var threadIdField: String? = nil
+    var numTurnsField: UInt32? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if c.pointee.has_num_turns != 0 { numTurnsField = c.pointee.num_turns }
+    self.init(threadId: threadIdField, numTurns: numTurnsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadRollbackParams, arena: inout CodecArena) {
@@ -11171,11 +11557,12 @@ extension Wire.ThreadRollbackResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadRollbackResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadRollbackResult>) throws(WireError) {
-    self.init()
+    var turnIdsField: [String] = []
     if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
-      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
-      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+      turnIdsField.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { turnIdsField.append(try wireString(items[index], field: "turn_ids")) }
     }
+    self.init(turnIds: turnIdsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadRollbackResult, arena: inout CodecArena) {
@@ -11251,12 +11638,14 @@ extension Wire.ThreadRolledBackNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadRolledBackNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadRolledBackNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
+    var threadIdField: String? = nil
+    var turnIdsField: [String] = []
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
     if c.pointee.n_turn_ids > 0, let items = c.pointee.turn_ids {
-      self.turnIds.reserveCapacity(c.pointee.n_turn_ids)
-      for index in 0..<c.pointee.n_turn_ids { self.turnIds.append(try wireString(items[index], field: "turn_ids")) }
+      turnIdsField.reserveCapacity(c.pointee.n_turn_ids)
+      for index in 0..<c.pointee.n_turn_ids { turnIdsField.append(try wireString(items[index], field: "turn_ids")) }
     }
+    self.init(threadId: threadIdField, turnIds: turnIdsField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadRolledBackNotification, arena: inout CodecArena) {
@@ -11335,9 +11724,11 @@ extension Wire.ThreadNameSetParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadNameSetParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadNameSetParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    var threadIdField: String? = nil
+    var nameField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    self.init(threadId: threadIdField, name: nameField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadNameSetParams, arena: inout CodecArena) {
@@ -11474,9 +11865,11 @@ extension Wire.ThreadNameUpdatedNotification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadNameUpdatedNotification
 
   init(c: UnsafePointer<Threadwire__V1__ThreadNameUpdatedNotification>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.name { self.name = try wireString(v, field: "name") }
+    var threadIdField: String? = nil
+    var nameField: String? = nil
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.name { nameField = try wireString(v, field: "name") }
+    self.init(threadId: threadIdField, name: nameField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadNameUpdatedNotification, arena: inout CodecArena) {
@@ -11564,16 +11957,22 @@ extension Wire.ThreadImportParams: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadImportParams
 
   init(c: UnsafePointer<Threadwire__V1__ThreadImportParams>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.file_name { self.fileName = try wireString(v, field: "file_name") }
+    var fileNameField: String? = nil
+    var linesField: [[UInt8]] = []
+    var importIdField: String? = nil
+    var lastField: Bool? = nil
+    var strictField: Bool? = nil
+    var firstLineField: UInt64? = nil
+    if let v = c.pointee.file_name { fileNameField = try wireString(v, field: "file_name") }
     if c.pointee.n_lines > 0, let items = c.pointee.lines {
-      self.lines.reserveCapacity(c.pointee.n_lines)
-      for index in 0..<c.pointee.n_lines { self.lines.append(wireBytes(items[index])) }
+      linesField.reserveCapacity(c.pointee.n_lines)
+      for index in 0..<c.pointee.n_lines { linesField.append(wireBytes(items[index])) }
     }
-    if let v = c.pointee.import_id { self.importId = try wireString(v, field: "import_id") }
-    if c.pointee.has_last != 0 { self.last = c.pointee.last != 0 }
-    if c.pointee.has_strict != 0 { self.strict = c.pointee.strict != 0 }
-    if c.pointee.has_first_line != 0 { self.firstLine = c.pointee.first_line }
+    if let v = c.pointee.import_id { importIdField = try wireString(v, field: "import_id") }
+    if c.pointee.has_last != 0 { lastField = c.pointee.last != 0 }
+    if c.pointee.has_strict != 0 { strictField = c.pointee.strict != 0 }
+    if c.pointee.has_first_line != 0 { firstLineField = c.pointee.first_line }
+    self.init(fileName: fileNameField, lines: linesField, importId: importIdField, last: lastField, strict: strictField, firstLine: firstLineField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadImportParams, arena: inout CodecArena) {
@@ -11664,11 +12063,13 @@ extension Wire.ThreadImportResult: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ThreadImportResult
 
   init(c: UnsafePointer<Threadwire__V1__ThreadImportResult>) throws(WireError) {
-    self.init()
+    var reportField: Wire.ImportReport? = nil
+    var linesReceivedField: UInt64? = nil
     if let v = c.pointee.report {
-      do throws(WireError) { self.report = try Wire.ImportReport(c: v) } catch { throw error.nested(in: "report") }
+      do throws(WireError) { reportField = try Wire.ImportReport(c: v) } catch { throw error.nested(in: "report") }
     }
-    if c.pointee.has_lines_received != 0 { self.linesReceived = c.pointee.lines_received }
+    if c.pointee.has_lines_received != 0 { linesReceivedField = c.pointee.lines_received }
+    self.init(report: reportField, linesReceived: linesReceivedField)
   }
 
   func fill(_ c: inout Threadwire__V1__ThreadImportResult, arena: inout CodecArena) {
@@ -11777,35 +12178,48 @@ extension Wire.ImportReport: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ImportReport
 
   init(c: UnsafePointer<Threadwire__V1__ImportReport>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.file_name { self.fileName = try wireString(v, field: "file_name") }
-    if let v = c.pointee.thread_id { self.threadId = try wireString(v, field: "thread_id") }
-    if let v = c.pointee.parent_thread_id { self.parentThreadId = try wireString(v, field: "parent_thread_id") }
-    if c.pointee.has_outcome != 0 { self.outcome = try wireEnum(Int32(truncatingIfNeeded: c.pointee.outcome.rawValue), field: "outcome") as Wire.ImportOutcome }
-    if c.pointee.has_lines != 0 { self.lines = c.pointee.lines }
-    if c.pointee.has_turns != 0 { self.turns = c.pointee.turns }
+    var fileNameField: String? = nil
+    var threadIdField: String? = nil
+    var parentThreadIdField: String? = nil
+    var outcomeField: Wire.ImportOutcome? = nil
+    var linesField: UInt64? = nil
+    var turnsField: UInt32? = nil
+    var itemsField: [Wire.ImportCount] = []
+    var skippedField: [Wire.SkippedLine] = []
+    var unknownRecordsField: [Wire.ImportCount] = []
+    var linkedChildrenField: UInt32? = nil
+    var multiAgentRuntimeField: Wire.MultiAgentRuntime? = nil
+    var depthField: UInt32? = nil
+    var rolloutThreadIdField: String? = nil
+    if let v = c.pointee.file_name { fileNameField = try wireString(v, field: "file_name") }
+    if let v = c.pointee.thread_id { threadIdField = try wireString(v, field: "thread_id") }
+    if let v = c.pointee.parent_thread_id { parentThreadIdField = try wireString(v, field: "parent_thread_id") }
+    if c.pointee.has_outcome != 0 { outcomeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.outcome.rawValue), field: "outcome") as Wire.ImportOutcome }
+    if c.pointee.has_lines != 0 { linesField = c.pointee.lines }
+    if c.pointee.has_turns != 0 { turnsField = c.pointee.turns }
     if c.pointee.n_items > 0, let items = c.pointee.items {
-      self.items.reserveCapacity(c.pointee.n_items)
+      itemsField.reserveCapacity(c.pointee.n_items)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_items { self.items.append(try Wire.ImportCount(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_items { itemsField.append(try Wire.ImportCount(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "items") }
     }
     if c.pointee.n_skipped > 0, let items = c.pointee.skipped {
-      self.skipped.reserveCapacity(c.pointee.n_skipped)
+      skippedField.reserveCapacity(c.pointee.n_skipped)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_skipped { self.skipped.append(try Wire.SkippedLine(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_skipped { skippedField.append(try Wire.SkippedLine(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "skipped") }
     }
     if c.pointee.n_unknown_records > 0, let items = c.pointee.unknown_records {
-      self.unknownRecords.reserveCapacity(c.pointee.n_unknown_records)
+      unknownRecordsField.reserveCapacity(c.pointee.n_unknown_records)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_unknown_records { self.unknownRecords.append(try Wire.ImportCount(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_unknown_records { unknownRecordsField.append(try Wire.ImportCount(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "unknown_records") }
     }
-    if c.pointee.has_linked_children != 0 { self.linkedChildren = c.pointee.linked_children }
-    if c.pointee.has_multi_agent_runtime != 0 { self.multiAgentRuntime = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
-    if c.pointee.has_depth != 0 { self.depth = c.pointee.depth }
-    if let v = c.pointee.rollout_thread_id { self.rolloutThreadId = try wireString(v, field: "rollout_thread_id") }
+    if c.pointee.has_linked_children != 0 { linkedChildrenField = c.pointee.linked_children }
+    if c.pointee.has_multi_agent_runtime != 0 { multiAgentRuntimeField = try wireEnum(Int32(truncatingIfNeeded: c.pointee.multi_agent_runtime.rawValue), field: "multi_agent_runtime") as Wire.MultiAgentRuntime }
+    if c.pointee.has_depth != 0 { depthField = c.pointee.depth }
+    if let v = c.pointee.rollout_thread_id { rolloutThreadIdField = try wireString(v, field: "rollout_thread_id") }
+    self.init(fileName: fileNameField, threadId: threadIdField, parentThreadId: parentThreadIdField, outcome: outcomeField, lines: linesField, turns: turnsField, items: itemsField, skipped: skippedField, unknownRecords: unknownRecordsField, linkedChildren: linkedChildrenField, multiAgentRuntime: multiAgentRuntimeField, depth: depthField, rolloutThreadId: rolloutThreadIdField)
   }
 
   func fill(_ c: inout Threadwire__V1__ImportReport, arena: inout CodecArena) {
@@ -11923,9 +12337,11 @@ extension Wire.ImportCount: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__ImportCount
 
   init(c: UnsafePointer<Threadwire__V1__ImportCount>) throws(WireError) {
-    self.init()
-    if let v = c.pointee.kind { self.kind = try wireString(v, field: "kind") }
-    if c.pointee.has_count != 0 { self.count = c.pointee.count }
+    var kindField: String? = nil
+    var countField: UInt64? = nil
+    if let v = c.pointee.kind { kindField = try wireString(v, field: "kind") }
+    if c.pointee.has_count != 0 { countField = c.pointee.count }
+    self.init(kind: kindField, count: countField)
   }
 
   func fill(_ c: inout Threadwire__V1__ImportCount, arena: inout CodecArena) {
@@ -12001,9 +12417,11 @@ extension Wire.SkippedLine: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__SkippedLine
 
   init(c: UnsafePointer<Threadwire__V1__SkippedLine>) throws(WireError) {
-    self.init()
-    if c.pointee.has_line != 0 { self.line = c.pointee.line }
-    if let v = c.pointee.reason { self.reason = try wireString(v, field: "reason") }
+    var lineField: UInt64? = nil
+    var reasonField: String? = nil
+    if c.pointee.has_line != 0 { lineField = c.pointee.line }
+    if let v = c.pointee.reason { reasonField = try wireString(v, field: "reason") }
+    self.init(line: lineField, reason: reasonField)
   }
 
   func fill(_ c: inout Threadwire__V1__SkippedLine, arena: inout CodecArena) {
@@ -12108,9 +12526,9 @@ extension Wire {
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
-        case "request", "request": return .request(try Wire.Request(json: json, path: path))
-        case "response", "response": return .response(try Wire.Response(json: json, path: path))
-        case "notification", "notification": return .notification(try Wire.Notification(json: json, path: path))
+        case "request": return .request(try Wire.Request(json: json, path: path))
+        case "response": return .response(try Wire.Response(json: json, path: path))
+        case "notification": return .notification(try Wire.Notification(json: json, path: path))
         case "server_request", "serverRequest": return .serverRequest(try Wire.ServerRequest(json: json, path: path))
         case "server_request_answer", "serverRequestAnswer": return .serverRequestAnswer(try Wire.ServerRequestAnswer(json: json, path: path))
         default: return nil
@@ -12133,20 +12551,21 @@ extension Wire.Envelope: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Envelope
 
   init(c: UnsafePointer<Threadwire__V1__Envelope>) throws(WireError) {
-    self.init()
+    var kindField: Kind? = nil
     switch Int(c.pointee.kind_case.rawValue) {
     case 1:
-      do throws(WireError) { self.kind = .request(try Wire.Request(c: wireRequired(c.pointee.request))) } catch { throw error.nested(in: "request") }
+      do throws(WireError) { kindField = .request(try Wire.Request(c: wireRequired(c.pointee.request))) } catch { throw error.nested(in: "request") }
     case 2:
-      do throws(WireError) { self.kind = .response(try Wire.Response(c: wireRequired(c.pointee.response))) } catch { throw error.nested(in: "response") }
+      do throws(WireError) { kindField = .response(try Wire.Response(c: wireRequired(c.pointee.response))) } catch { throw error.nested(in: "response") }
     case 3:
-      do throws(WireError) { self.kind = .notification(try Wire.Notification(c: wireRequired(c.pointee.notification))) } catch { throw error.nested(in: "notification") }
+      do throws(WireError) { kindField = .notification(try Wire.Notification(c: wireRequired(c.pointee.notification))) } catch { throw error.nested(in: "notification") }
     case 4:
-      do throws(WireError) { self.kind = .serverRequest(try Wire.ServerRequest(c: wireRequired(c.pointee.server_request))) } catch { throw error.nested(in: "server_request") }
+      do throws(WireError) { kindField = .serverRequest(try Wire.ServerRequest(c: wireRequired(c.pointee.server_request))) } catch { throw error.nested(in: "server_request") }
     case 5:
-      do throws(WireError) { self.kind = .serverRequestAnswer(try Wire.ServerRequestAnswer(c: wireRequired(c.pointee.server_request_answer))) } catch { throw error.nested(in: "server_request_answer") }
-    default: self.kind = nil
+      do throws(WireError) { kindField = .serverRequestAnswer(try Wire.ServerRequestAnswer(c: wireRequired(c.pointee.server_request_answer))) } catch { throw error.nested(in: "server_request_answer") }
+    default: kindField = nil
     }
+    self.init(kind: kindField)
   }
 
   func fill(_ c: inout Threadwire__V1__Envelope, arena: inout CodecArena) {
@@ -12398,7 +12817,7 @@ extension Wire {
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
-        case "initialize", "initialize": return .initialize(try Wire.InitializeParams(json: json, path: path))
+        case "initialize": return .initialize(try Wire.InitializeParams(json: json, path: path))
         case "health_check", "healthCheck": return .healthCheck(try Wire.HealthCheckParams(json: json, path: path))
         case "reflection_descriptors", "reflectionDescriptors": return .reflectionDescriptors(try Wire.ReflectionDescriptorsParams(json: json, path: path))
         case "thread_start", "threadStart": return .threadStart(try Wire.ThreadStartParams(json: json, path: path))
@@ -12461,89 +12880,94 @@ extension Wire.Request: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Request
 
   init(c: UnsafePointer<Threadwire__V1__Request>) throws(WireError) {
-    self.init()
-    if c.pointee.has_id != 0 { self.id = c.pointee.id }
-    if c.pointee.has_timeout_ms != 0 { self.timeoutMs = c.pointee.timeout_ms }
+    var idField: UInt64? = nil
+    var timeoutMsField: UInt32? = nil
+    var metadataField: [Wire.KeyValue] = []
+    var idempotencyKeyField: String? = nil
+    var paramsField: Params? = nil
+    if c.pointee.has_id != 0 { idField = c.pointee.id }
+    if c.pointee.has_timeout_ms != 0 { timeoutMsField = c.pointee.timeout_ms }
     if c.pointee.n_metadata > 0, let items = c.pointee.metadata {
-      self.metadata.reserveCapacity(c.pointee.n_metadata)
+      metadataField.reserveCapacity(c.pointee.n_metadata)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_metadata { self.metadata.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_metadata { metadataField.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "metadata") }
     }
-    if let v = c.pointee.idempotency_key { self.idempotencyKey = try wireString(v, field: "idempotency_key") }
+    if let v = c.pointee.idempotency_key { idempotencyKeyField = try wireString(v, field: "idempotency_key") }
     switch Int(c.pointee.params_case.rawValue) {
     case 10:
-      do throws(WireError) { self.params = .initialize(try Wire.InitializeParams(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
+      do throws(WireError) { paramsField = .initialize(try Wire.InitializeParams(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
     case 11:
-      do throws(WireError) { self.params = .healthCheck(try Wire.HealthCheckParams(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
+      do throws(WireError) { paramsField = .healthCheck(try Wire.HealthCheckParams(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
     case 12:
-      do throws(WireError) { self.params = .reflectionDescriptors(try Wire.ReflectionDescriptorsParams(c: wireRequired(c.pointee.reflection_descriptors))) } catch { throw error.nested(in: "reflection_descriptors") }
+      do throws(WireError) { paramsField = .reflectionDescriptors(try Wire.ReflectionDescriptorsParams(c: wireRequired(c.pointee.reflection_descriptors))) } catch { throw error.nested(in: "reflection_descriptors") }
     case 20:
-      do throws(WireError) { self.params = .threadStart(try Wire.ThreadStartParams(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
+      do throws(WireError) { paramsField = .threadStart(try Wire.ThreadStartParams(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
     case 21:
-      do throws(WireError) { self.params = .threadResume(try Wire.ThreadResumeParams(c: wireRequired(c.pointee.thread_resume))) } catch { throw error.nested(in: "thread_resume") }
+      do throws(WireError) { paramsField = .threadResume(try Wire.ThreadResumeParams(c: wireRequired(c.pointee.thread_resume))) } catch { throw error.nested(in: "thread_resume") }
     case 22:
-      do throws(WireError) { self.params = .threadFork(try Wire.ThreadForkParams(c: wireRequired(c.pointee.thread_fork))) } catch { throw error.nested(in: "thread_fork") }
+      do throws(WireError) { paramsField = .threadFork(try Wire.ThreadForkParams(c: wireRequired(c.pointee.thread_fork))) } catch { throw error.nested(in: "thread_fork") }
     case 23:
-      do throws(WireError) { self.params = .threadRead(try Wire.ThreadReadParams(c: wireRequired(c.pointee.thread_read))) } catch { throw error.nested(in: "thread_read") }
+      do throws(WireError) { paramsField = .threadRead(try Wire.ThreadReadParams(c: wireRequired(c.pointee.thread_read))) } catch { throw error.nested(in: "thread_read") }
     case 24:
-      do throws(WireError) { self.params = .threadList(try Wire.ThreadListParams(c: wireRequired(c.pointee.thread_list))) } catch { throw error.nested(in: "thread_list") }
+      do throws(WireError) { paramsField = .threadList(try Wire.ThreadListParams(c: wireRequired(c.pointee.thread_list))) } catch { throw error.nested(in: "thread_list") }
     case 25:
-      do throws(WireError) { self.params = .threadArchive(try Wire.ThreadArchiveParams(c: wireRequired(c.pointee.thread_archive))) } catch { throw error.nested(in: "thread_archive") }
+      do throws(WireError) { paramsField = .threadArchive(try Wire.ThreadArchiveParams(c: wireRequired(c.pointee.thread_archive))) } catch { throw error.nested(in: "thread_archive") }
     case 26:
-      do throws(WireError) { self.params = .threadUnarchive(try Wire.ThreadUnarchiveParams(c: wireRequired(c.pointee.thread_unarchive))) } catch { throw error.nested(in: "thread_unarchive") }
+      do throws(WireError) { paramsField = .threadUnarchive(try Wire.ThreadUnarchiveParams(c: wireRequired(c.pointee.thread_unarchive))) } catch { throw error.nested(in: "thread_unarchive") }
     case 27:
-      do throws(WireError) { self.params = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wireRequired(c.pointee.thread_unsubscribe))) } catch { throw error.nested(in: "thread_unsubscribe") }
+      do throws(WireError) { paramsField = .threadUnsubscribe(try Wire.ThreadUnsubscribeParams(c: wireRequired(c.pointee.thread_unsubscribe))) } catch { throw error.nested(in: "thread_unsubscribe") }
     case 28:
-      do throws(WireError) { self.params = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wireRequired(c.pointee.thread_settings_update))) } catch { throw error.nested(in: "thread_settings_update") }
+      do throws(WireError) { paramsField = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateParams(c: wireRequired(c.pointee.thread_settings_update))) } catch { throw error.nested(in: "thread_settings_update") }
     case 29:
-      do throws(WireError) { self.params = .agentSpawn(try Wire.AgentSpawnParams(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
+      do throws(WireError) { paramsField = .agentSpawn(try Wire.AgentSpawnParams(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
     case 30:
-      do throws(WireError) { self.params = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
+      do throws(WireError) { paramsField = .threadTurnsList(try Wire.ThreadTurnsListParams(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
     case 31:
-      do throws(WireError) { self.params = .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
+      do throws(WireError) { paramsField = .threadToolsUpdate(try Wire.ThreadToolsUpdateParams(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
     case 32:
-      do throws(WireError) { self.params = .mcpServerList(try Wire.McpServerListParams(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
+      do throws(WireError) { paramsField = .mcpServerList(try Wire.McpServerListParams(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
     case 33:
-      do throws(WireError) { self.params = .modelList(try Wire.ModelListParams(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
+      do throws(WireError) { paramsField = .modelList(try Wire.ModelListParams(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
     case 34:
-      do throws(WireError) { self.params = .threadCompactStart(try Wire.ThreadCompactStartParams(c: wireRequired(c.pointee.thread_compact_start))) } catch { throw error.nested(in: "thread_compact_start") }
+      do throws(WireError) { paramsField = .threadCompactStart(try Wire.ThreadCompactStartParams(c: wireRequired(c.pointee.thread_compact_start))) } catch { throw error.nested(in: "thread_compact_start") }
     case 35:
-      do throws(WireError) { self.params = .threadRollback(try Wire.ThreadRollbackParams(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
+      do throws(WireError) { paramsField = .threadRollback(try Wire.ThreadRollbackParams(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
     case 36:
-      do throws(WireError) { self.params = .threadNameSet(try Wire.ThreadNameSetParams(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
+      do throws(WireError) { paramsField = .threadNameSet(try Wire.ThreadNameSetParams(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
     case 37:
-      do throws(WireError) { self.params = .threadImport(try Wire.ThreadImportParams(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
+      do throws(WireError) { paramsField = .threadImport(try Wire.ThreadImportParams(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
     case 38:
-      do throws(WireError) { self.params = .threadSubscribe(try Wire.ThreadSubscribeParams(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
+      do throws(WireError) { paramsField = .threadSubscribe(try Wire.ThreadSubscribeParams(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
     case 39:
-      do throws(WireError) { self.params = .threadRevert(try Wire.ThreadRevertParams(c: wireRequired(c.pointee.thread_revert))) } catch { throw error.nested(in: "thread_revert") }
+      do throws(WireError) { paramsField = .threadRevert(try Wire.ThreadRevertParams(c: wireRequired(c.pointee.thread_revert))) } catch { throw error.nested(in: "thread_revert") }
     case 40:
-      do throws(WireError) { self.params = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
+      do throws(WireError) { paramsField = .turnStart(try Wire.TurnStartParams(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
-      do throws(WireError) { self.params = .turnInterrupt(try Wire.TurnInterruptParams(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
+      do throws(WireError) { paramsField = .turnInterrupt(try Wire.TurnInterruptParams(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
     case 42:
-      do throws(WireError) { self.params = .turnSteer(try Wire.TurnSteerParams(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
+      do throws(WireError) { paramsField = .turnSteer(try Wire.TurnSteerParams(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
     case 43:
-      do throws(WireError) { self.params = .threadItemsList(try Wire.ThreadItemsListParams(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
+      do throws(WireError) { paramsField = .threadItemsList(try Wire.ThreadItemsListParams(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
     case 44:
-      do throws(WireError) { self.params = .threadLoadedList(try Wire.ThreadLoadedListParams(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
+      do throws(WireError) { paramsField = .threadLoadedList(try Wire.ThreadLoadedListParams(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
     case 45:
-      do throws(WireError) { self.params = .threadQueueList(try Wire.ThreadQueueListParams(c: wireRequired(c.pointee.thread_queue_list))) } catch { throw error.nested(in: "thread_queue_list") }
+      do throws(WireError) { paramsField = .threadQueueList(try Wire.ThreadQueueListParams(c: wireRequired(c.pointee.thread_queue_list))) } catch { throw error.nested(in: "thread_queue_list") }
     case 46:
-      do throws(WireError) { self.params = .threadQueueUpdate(try Wire.ThreadQueueUpdateParams(c: wireRequired(c.pointee.thread_queue_update))) } catch { throw error.nested(in: "thread_queue_update") }
+      do throws(WireError) { paramsField = .threadQueueUpdate(try Wire.ThreadQueueUpdateParams(c: wireRequired(c.pointee.thread_queue_update))) } catch { throw error.nested(in: "thread_queue_update") }
     case 47:
-      do throws(WireError) { self.params = .threadQueueDelete(try Wire.ThreadQueueDeleteParams(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
+      do throws(WireError) { paramsField = .threadQueueDelete(try Wire.ThreadQueueDeleteParams(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
     case 48:
-      do throws(WireError) { self.params = .threadQueueReorder(try Wire.ThreadQueueReorderParams(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
+      do throws(WireError) { paramsField = .threadQueueReorder(try Wire.ThreadQueueReorderParams(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
     case 49:
-      do throws(WireError) { self.params = .threadDelete(try Wire.ThreadDeleteParams(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
+      do throws(WireError) { paramsField = .threadDelete(try Wire.ThreadDeleteParams(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
     case 50:
-      do throws(WireError) { self.params = .turnContinue(try Wire.TurnContinueParams(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
+      do throws(WireError) { paramsField = .turnContinue(try Wire.TurnContinueParams(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
     case 51:
-      do throws(WireError) { self.params = .clusterStatus(try Wire.ClusterStatusParams(c: wireRequired(c.pointee.cluster_status))) } catch { throw error.nested(in: "cluster_status") }
-    default: self.params = nil
+      do throws(WireError) { paramsField = .clusterStatus(try Wire.ClusterStatusParams(c: wireRequired(c.pointee.cluster_status))) } catch { throw error.nested(in: "cluster_status") }
+    default: paramsField = nil
     }
+    self.init(id: idField, timeoutMs: timeoutMsField, metadata: metadataField, idempotencyKey: idempotencyKeyField, params: paramsField)
   }
 
   func fill(_ c: inout Threadwire__V1__Request, arena: inout CodecArena) {
@@ -12929,7 +13353,7 @@ extension Wire {
       /// Builds the case for a field name from its JSON value; nil for an unknown name.
       public static func fromJSON(fieldName: String, _ json: JSONValue, path: String) throws -> Self? {
         switch fieldName {
-        case "initialize", "initialize": return .initialize(try Wire.InitializeResult(json: json, path: path))
+        case "initialize": return .initialize(try Wire.InitializeResult(json: json, path: path))
         case "health_check", "healthCheck": return .healthCheck(try Wire.HealthCheckResult(json: json, path: path))
         case "reflection_descriptors", "reflectionDescriptors": return .reflectionDescriptors(try Wire.ReflectionDescriptorsResult(json: json, path: path))
         case "thread_start", "threadStart": return .threadStart(try Wire.ThreadLifecycleResult(json: json, path: path))
@@ -12990,83 +13414,87 @@ extension Wire.Response: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Response
 
   init(c: UnsafePointer<Threadwire__V1__Response>) throws(WireError) {
-    self.init()
-    if c.pointee.has_id != 0 { self.id = c.pointee.id }
-    if c.pointee.has_code != 0 { self.code = c.pointee.code }
-    if let v = c.pointee.message { self.message = try wireString(v, field: "message") }
+    var idField: UInt64? = nil
+    var codeField: UInt32? = nil
+    var messageField: String? = nil
+    var resultField: Result? = nil
+    if c.pointee.has_id != 0 { idField = c.pointee.id }
+    if c.pointee.has_code != 0 { codeField = c.pointee.code }
+    if let v = c.pointee.message { messageField = try wireString(v, field: "message") }
     switch Int(c.pointee.result_case.rawValue) {
     case 10:
-      do throws(WireError) { self.result = .initialize(try Wire.InitializeResult(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
+      do throws(WireError) { resultField = .initialize(try Wire.InitializeResult(c: wireRequired(c.pointee.initialize))) } catch { throw error.nested(in: "initialize") }
     case 11:
-      do throws(WireError) { self.result = .healthCheck(try Wire.HealthCheckResult(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
+      do throws(WireError) { resultField = .healthCheck(try Wire.HealthCheckResult(c: wireRequired(c.pointee.health_check))) } catch { throw error.nested(in: "health_check") }
     case 12:
-      do throws(WireError) { self.result = .reflectionDescriptors(try Wire.ReflectionDescriptorsResult(c: wireRequired(c.pointee.reflection_descriptors))) } catch { throw error.nested(in: "reflection_descriptors") }
+      do throws(WireError) { resultField = .reflectionDescriptors(try Wire.ReflectionDescriptorsResult(c: wireRequired(c.pointee.reflection_descriptors))) } catch { throw error.nested(in: "reflection_descriptors") }
     case 20:
-      do throws(WireError) { self.result = .threadStart(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
+      do throws(WireError) { resultField = .threadStart(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_start))) } catch { throw error.nested(in: "thread_start") }
     case 21:
-      do throws(WireError) { self.result = .threadResume(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_resume))) } catch { throw error.nested(in: "thread_resume") }
+      do throws(WireError) { resultField = .threadResume(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_resume))) } catch { throw error.nested(in: "thread_resume") }
     case 22:
-      do throws(WireError) { self.result = .threadFork(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_fork))) } catch { throw error.nested(in: "thread_fork") }
+      do throws(WireError) { resultField = .threadFork(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.thread_fork))) } catch { throw error.nested(in: "thread_fork") }
     case 23:
-      do throws(WireError) { self.result = .threadRead(try Wire.ThreadReadResult(c: wireRequired(c.pointee.thread_read))) } catch { throw error.nested(in: "thread_read") }
+      do throws(WireError) { resultField = .threadRead(try Wire.ThreadReadResult(c: wireRequired(c.pointee.thread_read))) } catch { throw error.nested(in: "thread_read") }
     case 24:
-      do throws(WireError) { self.result = .threadList(try Wire.ThreadListResult(c: wireRequired(c.pointee.thread_list))) } catch { throw error.nested(in: "thread_list") }
+      do throws(WireError) { resultField = .threadList(try Wire.ThreadListResult(c: wireRequired(c.pointee.thread_list))) } catch { throw error.nested(in: "thread_list") }
     case 25:
-      do throws(WireError) { self.result = .threadArchive(try Wire.ThreadArchiveResult(c: wireRequired(c.pointee.thread_archive))) } catch { throw error.nested(in: "thread_archive") }
+      do throws(WireError) { resultField = .threadArchive(try Wire.ThreadArchiveResult(c: wireRequired(c.pointee.thread_archive))) } catch { throw error.nested(in: "thread_archive") }
     case 26:
-      do throws(WireError) { self.result = .threadUnarchive(try Wire.ThreadUnarchiveResult(c: wireRequired(c.pointee.thread_unarchive))) } catch { throw error.nested(in: "thread_unarchive") }
+      do throws(WireError) { resultField = .threadUnarchive(try Wire.ThreadUnarchiveResult(c: wireRequired(c.pointee.thread_unarchive))) } catch { throw error.nested(in: "thread_unarchive") }
     case 27:
-      do throws(WireError) { self.result = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wireRequired(c.pointee.thread_unsubscribe))) } catch { throw error.nested(in: "thread_unsubscribe") }
+      do throws(WireError) { resultField = .threadUnsubscribe(try Wire.ThreadUnsubscribeResult(c: wireRequired(c.pointee.thread_unsubscribe))) } catch { throw error.nested(in: "thread_unsubscribe") }
     case 28:
-      do throws(WireError) { self.result = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wireRequired(c.pointee.thread_settings_update))) } catch { throw error.nested(in: "thread_settings_update") }
+      do throws(WireError) { resultField = .threadSettingsUpdate(try Wire.ThreadSettingsUpdateResult(c: wireRequired(c.pointee.thread_settings_update))) } catch { throw error.nested(in: "thread_settings_update") }
     case 29:
-      do throws(WireError) { self.result = .agentSpawn(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
+      do throws(WireError) { resultField = .agentSpawn(try Wire.ThreadLifecycleResult(c: wireRequired(c.pointee.agent_spawn))) } catch { throw error.nested(in: "agent_spawn") }
     case 30:
-      do throws(WireError) { self.result = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
+      do throws(WireError) { resultField = .threadTurnsList(try Wire.ThreadTurnsListResult(c: wireRequired(c.pointee.thread_turns_list))) } catch { throw error.nested(in: "thread_turns_list") }
     case 31:
-      do throws(WireError) { self.result = .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
+      do throws(WireError) { resultField = .threadToolsUpdate(try Wire.ThreadToolsUpdateResult(c: wireRequired(c.pointee.thread_tools_update))) } catch { throw error.nested(in: "thread_tools_update") }
     case 32:
-      do throws(WireError) { self.result = .mcpServerList(try Wire.McpServerListResult(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
+      do throws(WireError) { resultField = .mcpServerList(try Wire.McpServerListResult(c: wireRequired(c.pointee.mcp_server_list))) } catch { throw error.nested(in: "mcp_server_list") }
     case 33:
-      do throws(WireError) { self.result = .modelList(try Wire.ModelListResult(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
+      do throws(WireError) { resultField = .modelList(try Wire.ModelListResult(c: wireRequired(c.pointee.model_list))) } catch { throw error.nested(in: "model_list") }
     case 34:
-      do throws(WireError) { self.result = .threadCompactStart(try Wire.ThreadCompactStartResult(c: wireRequired(c.pointee.thread_compact_start))) } catch { throw error.nested(in: "thread_compact_start") }
+      do throws(WireError) { resultField = .threadCompactStart(try Wire.ThreadCompactStartResult(c: wireRequired(c.pointee.thread_compact_start))) } catch { throw error.nested(in: "thread_compact_start") }
     case 35:
-      do throws(WireError) { self.result = .threadRollback(try Wire.ThreadRollbackResult(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
+      do throws(WireError) { resultField = .threadRollback(try Wire.ThreadRollbackResult(c: wireRequired(c.pointee.thread_rollback))) } catch { throw error.nested(in: "thread_rollback") }
     case 36:
-      do throws(WireError) { self.result = .threadNameSet(try Wire.ThreadNameSetResult(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
+      do throws(WireError) { resultField = .threadNameSet(try Wire.ThreadNameSetResult(c: wireRequired(c.pointee.thread_name_set))) } catch { throw error.nested(in: "thread_name_set") }
     case 37:
-      do throws(WireError) { self.result = .threadImport(try Wire.ThreadImportResult(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
+      do throws(WireError) { resultField = .threadImport(try Wire.ThreadImportResult(c: wireRequired(c.pointee.thread_import))) } catch { throw error.nested(in: "thread_import") }
     case 38:
-      do throws(WireError) { self.result = .threadSubscribe(try Wire.ThreadSubscribeResult(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
+      do throws(WireError) { resultField = .threadSubscribe(try Wire.ThreadSubscribeResult(c: wireRequired(c.pointee.thread_subscribe))) } catch { throw error.nested(in: "thread_subscribe") }
     case 39:
-      do throws(WireError) { self.result = .threadRevert(try Wire.ThreadRevertResult(c: wireRequired(c.pointee.thread_revert))) } catch { throw error.nested(in: "thread_revert") }
+      do throws(WireError) { resultField = .threadRevert(try Wire.ThreadRevertResult(c: wireRequired(c.pointee.thread_revert))) } catch { throw error.nested(in: "thread_revert") }
     case 40:
-      do throws(WireError) { self.result = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
+      do throws(WireError) { resultField = .turnStart(try Wire.TurnStartResult(c: wireRequired(c.pointee.turn_start))) } catch { throw error.nested(in: "turn_start") }
     case 41:
-      do throws(WireError) { self.result = .turnInterrupt(try Wire.TurnInterruptResult(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
+      do throws(WireError) { resultField = .turnInterrupt(try Wire.TurnInterruptResult(c: wireRequired(c.pointee.turn_interrupt))) } catch { throw error.nested(in: "turn_interrupt") }
     case 42:
-      do throws(WireError) { self.result = .turnSteer(try Wire.TurnSteerResult(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
+      do throws(WireError) { resultField = .turnSteer(try Wire.TurnSteerResult(c: wireRequired(c.pointee.turn_steer))) } catch { throw error.nested(in: "turn_steer") }
     case 43:
-      do throws(WireError) { self.result = .threadItemsList(try Wire.ThreadItemsListResult(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
+      do throws(WireError) { resultField = .threadItemsList(try Wire.ThreadItemsListResult(c: wireRequired(c.pointee.thread_items_list))) } catch { throw error.nested(in: "thread_items_list") }
     case 44:
-      do throws(WireError) { self.result = .threadLoadedList(try Wire.ThreadLoadedListResult(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
+      do throws(WireError) { resultField = .threadLoadedList(try Wire.ThreadLoadedListResult(c: wireRequired(c.pointee.thread_loaded_list))) } catch { throw error.nested(in: "thread_loaded_list") }
     case 45:
-      do throws(WireError) { self.result = .threadQueueList(try Wire.ThreadQueueListResult(c: wireRequired(c.pointee.thread_queue_list))) } catch { throw error.nested(in: "thread_queue_list") }
+      do throws(WireError) { resultField = .threadQueueList(try Wire.ThreadQueueListResult(c: wireRequired(c.pointee.thread_queue_list))) } catch { throw error.nested(in: "thread_queue_list") }
     case 46:
-      do throws(WireError) { self.result = .threadQueueUpdate(try Wire.ThreadQueueUpdateResult(c: wireRequired(c.pointee.thread_queue_update))) } catch { throw error.nested(in: "thread_queue_update") }
+      do throws(WireError) { resultField = .threadQueueUpdate(try Wire.ThreadQueueUpdateResult(c: wireRequired(c.pointee.thread_queue_update))) } catch { throw error.nested(in: "thread_queue_update") }
     case 47:
-      do throws(WireError) { self.result = .threadQueueDelete(try Wire.ThreadQueueDeleteResult(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
+      do throws(WireError) { resultField = .threadQueueDelete(try Wire.ThreadQueueDeleteResult(c: wireRequired(c.pointee.thread_queue_delete))) } catch { throw error.nested(in: "thread_queue_delete") }
     case 48:
-      do throws(WireError) { self.result = .threadQueueReorder(try Wire.ThreadQueueReorderResult(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
+      do throws(WireError) { resultField = .threadQueueReorder(try Wire.ThreadQueueReorderResult(c: wireRequired(c.pointee.thread_queue_reorder))) } catch { throw error.nested(in: "thread_queue_reorder") }
     case 49:
-      do throws(WireError) { self.result = .threadDelete(try Wire.ThreadDeleteResult(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
+      do throws(WireError) { resultField = .threadDelete(try Wire.ThreadDeleteResult(c: wireRequired(c.pointee.thread_delete))) } catch { throw error.nested(in: "thread_delete") }
     case 50:
-      do throws(WireError) { self.result = .turnContinue(try Wire.TurnContinueResult(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
+      do throws(WireError) { resultField = .turnContinue(try Wire.TurnContinueResult(c: wireRequired(c.pointee.turn_continue))) } catch { throw error.nested(in: "turn_continue") }
     case 51:
-      do throws(WireError) { self.result = .clusterStatus(try Wire.ClusterStatusResult(c: wireRequired(c.pointee.cluster_status))) } catch { throw error.nested(in: "cluster_status") }
-    default: self.result = nil
+      do throws(WireError) { resultField = .clusterStatus(try Wire.ClusterStatusResult(c: wireRequired(c.pointee.cluster_status))) } catch { throw error.nested(in: "cluster_status") }
+    default: resultField = nil
     }
+    self.init(id: idField, code: codeField, message: messageField, result: resultField)
   }
 
   func fill(_ c: inout Threadwire__V1__Response, arena: inout CodecArena) {
@@ -13422,54 +13850,58 @@ extension Wire.Notification: WireMessage, CBridgedMessage {
   typealias CMessage = Threadwire__V1__Notification
 
   init(c: UnsafePointer<Threadwire__V1__Notification>) throws(WireError) {
-    self.init()
-    if c.pointee.has_sequence != 0 { self.sequence = c.pointee.sequence }
+    var sequenceField: UInt64? = nil
+    var metadataField: [Wire.KeyValue] = []
+    var threadSequenceField: UInt64? = nil
+    var payloadField: Payload? = nil
+    if c.pointee.has_sequence != 0 { sequenceField = c.pointee.sequence }
     if c.pointee.n_metadata > 0, let items = c.pointee.metadata {
-      self.metadata.reserveCapacity(c.pointee.n_metadata)
+      metadataField.reserveCapacity(c.pointee.n_metadata)
       do throws(WireError) {
-        for index in 0..<c.pointee.n_metadata { self.metadata.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
+        for index in 0..<c.pointee.n_metadata { metadataField.append(try Wire.KeyValue(c: wireRequired(items[index]))) }
       } catch { throw error.nested(in: "metadata") }
     }
-    if c.pointee.has_thread_sequence != 0 { self.threadSequence = c.pointee.thread_sequence }
+    if c.pointee.has_thread_sequence != 0 { threadSequenceField = c.pointee.thread_sequence }
     switch Int(c.pointee.payload_case.rawValue) {
     case 10:
-      do throws(WireError) { self.payload = .threadStarted(try Wire.ThreadStartedNotification(c: wireRequired(c.pointee.thread_started))) } catch { throw error.nested(in: "thread_started") }
+      do throws(WireError) { payloadField = .threadStarted(try Wire.ThreadStartedNotification(c: wireRequired(c.pointee.thread_started))) } catch { throw error.nested(in: "thread_started") }
     case 11:
-      do throws(WireError) { self.payload = .threadStatusChanged(try Wire.ThreadStatusChangedNotification(c: wireRequired(c.pointee.thread_status_changed))) } catch { throw error.nested(in: "thread_status_changed") }
+      do throws(WireError) { payloadField = .threadStatusChanged(try Wire.ThreadStatusChangedNotification(c: wireRequired(c.pointee.thread_status_changed))) } catch { throw error.nested(in: "thread_status_changed") }
     case 12:
-      do throws(WireError) { self.payload = .threadArchived(try Wire.ThreadArchivedNotification(c: wireRequired(c.pointee.thread_archived))) } catch { throw error.nested(in: "thread_archived") }
+      do throws(WireError) { payloadField = .threadArchived(try Wire.ThreadArchivedNotification(c: wireRequired(c.pointee.thread_archived))) } catch { throw error.nested(in: "thread_archived") }
     case 13:
-      do throws(WireError) { self.payload = .threadUnarchived(try Wire.ThreadUnarchivedNotification(c: wireRequired(c.pointee.thread_unarchived))) } catch { throw error.nested(in: "thread_unarchived") }
+      do throws(WireError) { payloadField = .threadUnarchived(try Wire.ThreadUnarchivedNotification(c: wireRequired(c.pointee.thread_unarchived))) } catch { throw error.nested(in: "thread_unarchived") }
     case 14:
-      do throws(WireError) { self.payload = .threadClosed(try Wire.ThreadClosedNotification(c: wireRequired(c.pointee.thread_closed))) } catch { throw error.nested(in: "thread_closed") }
+      do throws(WireError) { payloadField = .threadClosed(try Wire.ThreadClosedNotification(c: wireRequired(c.pointee.thread_closed))) } catch { throw error.nested(in: "thread_closed") }
     case 15:
-      do throws(WireError) { self.payload = .threadSettingsUpdated(try Wire.ThreadSettingsUpdatedNotification(c: wireRequired(c.pointee.thread_settings_updated))) } catch { throw error.nested(in: "thread_settings_updated") }
+      do throws(WireError) { payloadField = .threadSettingsUpdated(try Wire.ThreadSettingsUpdatedNotification(c: wireRequired(c.pointee.thread_settings_updated))) } catch { throw error.nested(in: "thread_settings_updated") }
     case 20:
-      do throws(WireError) { self.payload = .turnStarted(try Wire.TurnStartedNotification(c: wireRequired(c.pointee.turn_started))) } catch { throw error.nested(in: "turn_started") }
+      do throws(WireError) { payloadField = .turnStarted(try Wire.TurnStartedNotification(c: wireRequired(c.pointee.turn_started))) } catch { throw error.nested(in: "turn_started") }
     case 21:
-      do throws(WireError) { self.payload = .turnCompleted(try Wire.TurnCompletedNotification(c: wireRequired(c.pointee.turn_completed))) } catch { throw error.nested(in: "turn_completed") }
+      do throws(WireError) { payloadField = .turnCompleted(try Wire.TurnCompletedNotification(c: wireRequired(c.pointee.turn_completed))) } catch { throw error.nested(in: "turn_completed") }
     case 22:
-      do throws(WireError) { self.payload = .itemStarted(try Wire.ItemStartedNotification(c: wireRequired(c.pointee.item_started))) } catch { throw error.nested(in: "item_started") }
+      do throws(WireError) { payloadField = .itemStarted(try Wire.ItemStartedNotification(c: wireRequired(c.pointee.item_started))) } catch { throw error.nested(in: "item_started") }
     case 23:
-      do throws(WireError) { self.payload = .itemCompleted(try Wire.ItemCompletedNotification(c: wireRequired(c.pointee.item_completed))) } catch { throw error.nested(in: "item_completed") }
+      do throws(WireError) { payloadField = .itemCompleted(try Wire.ItemCompletedNotification(c: wireRequired(c.pointee.item_completed))) } catch { throw error.nested(in: "item_completed") }
     case 24:
-      do throws(WireError) { self.payload = .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(c: wireRequired(c.pointee.item_agent_message_delta))) } catch { throw error.nested(in: "item_agent_message_delta") }
+      do throws(WireError) { payloadField = .itemAgentMessageDelta(try Wire.ItemAgentMessageDeltaNotification(c: wireRequired(c.pointee.item_agent_message_delta))) } catch { throw error.nested(in: "item_agent_message_delta") }
     case 25:
-      do throws(WireError) { self.payload = .serverRequestResolved(try Wire.ServerRequestResolvedNotification(c: wireRequired(c.pointee.server_request_resolved))) } catch { throw error.nested(in: "server_request_resolved") }
+      do throws(WireError) { payloadField = .serverRequestResolved(try Wire.ServerRequestResolvedNotification(c: wireRequired(c.pointee.server_request_resolved))) } catch { throw error.nested(in: "server_request_resolved") }
     case 26:
-      do throws(WireError) { self.payload = .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(c: wireRequired(c.pointee.thread_token_usage_updated))) } catch { throw error.nested(in: "thread_token_usage_updated") }
+      do throws(WireError) { payloadField = .threadTokenUsageUpdated(try Wire.ThreadTokenUsageUpdatedNotification(c: wireRequired(c.pointee.thread_token_usage_updated))) } catch { throw error.nested(in: "thread_token_usage_updated") }
     case 27:
-      do throws(WireError) { self.payload = .threadRolledBack(try Wire.ThreadRolledBackNotification(c: wireRequired(c.pointee.thread_rolled_back))) } catch { throw error.nested(in: "thread_rolled_back") }
+      do throws(WireError) { payloadField = .threadRolledBack(try Wire.ThreadRolledBackNotification(c: wireRequired(c.pointee.thread_rolled_back))) } catch { throw error.nested(in: "thread_rolled_back") }
     case 28:
-      do throws(WireError) { self.payload = .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(c: wireRequired(c.pointee.thread_name_updated))) } catch { throw error.nested(in: "thread_name_updated") }
+      do throws(WireError) { payloadField = .threadNameUpdated(try Wire.ThreadNameUpdatedNotification(c: wireRequired(c.pointee.thread_name_updated))) } catch { throw error.nested(in: "thread_name_updated") }
     case 29:
-      do throws(WireError) { self.payload = .threadReverted(try Wire.ThreadRevertedNotification(c: wireRequired(c.pointee.thread_reverted))) } catch { throw error.nested(in: "thread_reverted") }
+      do throws(WireError) { payloadField = .threadReverted(try Wire.ThreadRevertedNotification(c: wireRequired(c.pointee.thread_reverted))) } catch { throw error.nested(in: "thread_reverted") }
     case 30:
-      do throws(WireError) { self.payload = .threadQueueUpdated(try Wire.ThreadQueueUpdatedNotification(c: wireRequired(c.pointee.thread_queue_updated))) } catch { throw error.nested(in: "thread_queue_updated") }
+      do throws(WireError) { payloadField = .threadQueueUpdated(try Wire.ThreadQueueUpdatedNotification(c: wireRequired(c.pointee.thread_queue_updated))) } catch { throw error.nested(in: "thread_queue_updated") }
     case 31:
-      do throws(WireError) { self.payload = .threadDeleted(try Wire.ThreadDeletedNotification(c: wireRequired(c.pointee.thread_deleted))) } catch { throw error.nested(in: "thread_deleted") }
-    default: self.payload = nil
+      do throws(WireError) { payloadField = .threadDeleted(try Wire.ThreadDeletedNotification(c: wireRequired(c.pointee.thread_deleted))) } catch { throw error.nested(in: "thread_deleted") }
+    default: payloadField = nil
     }
+    self.init(sequence: sequenceField, metadata: metadataField, threadSequence: threadSequenceField, payload: payloadField)
   }
 
   func fill(_ c: inout Threadwire__V1__Notification, arena: inout CodecArena) {
