@@ -29,7 +29,9 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     /// Connection a side table, and then each retain and release of it
     /// (several per request and per notification) takes the runtime's slow path.
     private var handshakeTimer: Scheduled<Void>?
-    private var lastRead = NIODeadline.now()
+    /// When the last frame was read: the clock reading a request is stamped
+    /// with anyway, rather than a reading of its own per read.
+    private var lastRead = ContinuousClock.now
     private var pendingFrames = 0
     private var pendingBytes = 0
     /// Inline answers written in this read batch, flushed at its end.
@@ -136,12 +138,18 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+    }
+
     private func idleTimerFired(context: ChannelHandlerContext) {
         guard let connection, context.channel.isActive else { return }
         let timeout = TimeAmount.milliseconds(Int64(services.info.limits.idleTimeoutMs))
-        let due = lastRead + timeout
-        if NIODeadline.now() < due {
-            armIdleTimer(context: context, at: due)
+        let due = lastRead + .nanoseconds(timeout.nanoseconds)
+        let now = ContinuousClock.now
+        if now < due {
+            armIdleTimer(context: context, at: .now() + .nanoseconds(Self.nanoseconds(now.duration(to: due))))
             return
         }
         if case let .close(_, _, reason) = connection.idleTimeoutPassed(subscribed: services.engine.isSubscribed(connectionID)) {
@@ -153,15 +161,14 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        // Once per socket read, not per frame: the idle clock and the counters,
-        // before the answers go out, so a client that has its answer and then
-        // scrapes /metrics finds its frames counted.
+        // Once per socket read, not per frame: the counters, before the
+        // answers go out, so a client that has its answer and then scrapes
+        // /metrics finds its frames counted.
         if pendingFrames > 0 {
             services.metrics.framesIn.increment(by: Int64(pendingFrames))
             services.metrics.bytesIn.increment(by: Int64(pendingBytes))
             pendingFrames = 0
             pendingBytes = 0
-            lastRead = .now()
         }
         if flushPending {
             flushPending = false
@@ -183,6 +190,10 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         }
         let payload = unwrapInboundIn(data)
         let size = payload.readableBytes
+        // Read before the decode: the idle clock counts any frame, and a
+        // request's time to answer starts here.
+        let received = ContinuousClock.now
+        lastRead = received
         pendingFrames += 1
         pendingBytes += size + Framing.headerSize
         let request: Wire.Request
@@ -215,7 +226,6 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
             connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue, message: "malformed request: \(error)"))
             return
         }
-        let received = ContinuousClock.now
         var admitted: AdmittedCall?
         // Nothing queued and the client takes its answers: a request that
         // needs no suspension is answered here, flushed with the read batch.

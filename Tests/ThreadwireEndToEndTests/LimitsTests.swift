@@ -91,7 +91,7 @@ struct LimitsTests {
         _ = try await first.result(.healthCheck(.init()))
     }
 
-    @Test("an initialized connection with nothing in flight and no subscription is closed after the idle timeout; a subscriber stays")
+    @Test("an initialized connection with nothing in flight and no subscription is closed after the idle timeout; a subscriber stays, and so does a connection that keeps sending")
     func idleTimeout() async throws {
         let server = try await ServerProcess.launch(arguments: ["--idle-timeout-ms", "1500"])
         // The subscriber's initialize and thread/start in one write: no idle
@@ -109,8 +109,18 @@ struct LimitsTests {
         #expect(closed)
         let last = try #require(frames.last?.response)
         #expect(last.code == 14 && last.message?.contains("idle_timeout_ms (1500)") == true, "\(last.message ?? "")")
+        // A connection that sends every half timeout is never idle: each
+        // frame read moves its idle clock on, over two timeouts.
+        let busy = try RawSocket(port: server.port)
+        defer { busy.close() }
+        try busy.send(RawSocket.initialize)
+        for id in UInt64(2)...7 {
+            try await Task.sleep(for: .milliseconds(500))
+            try busy.send(RawSocket.frame(id: id, .healthCheck(.init())))
+            let answer = try #require(await busy.response(to: id, seconds: 10), "the busy connection was closed before request \(id)")
+            #expect(answer.code == 0, "\(answer.message ?? "")")
+        }
         // Two more idle periods later the subscriber is still there.
-        try await Task.sleep(for: .milliseconds(3000))
         try subscriber.send(RawSocket.frame(id: 3, .healthCheck(.init())))
         let health = try #require(await subscriber.response(to: 3, seconds: 10), "the subscriber was closed")
         #expect(health.code == 0, "\(health.message ?? "")")
