@@ -7,6 +7,8 @@
 # the profile is the server's alone (FREQ sets perf's sampling rate).
 # KEEP=DIR keeps perf.data in DIR (which must exist), for
 # Benchmarks/profile_parts.py: the user time by part of the request path.
+# METHOD=thread/read profiles a loaded thread's thread/read instead of
+# health/check (CLI: the threadwire CLI that starts the thread).
 # Usage: SERVER_BIN=path/to/threadwire-server Benchmarks/profile.sh   (make bench-profile)
 set -euo pipefail
 BIN=${BIN:-.build/release}
@@ -29,12 +31,24 @@ cleanup() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; [ -n "${KEEP:-}" ] || 
 trap cleanup EXIT
 for _ in $(seq 200); do grep -q listening "$data/out" 2>/dev/null && break; sleep 0.05; done
 grep -q listening "$data/out" 2>/dev/null || { echo "a server did not start (port in use?): $(cat "$data/out")" >&2; exit 1; };
-"${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" 1 "$HEALTH" > /dev/null  # warm up
+FRAME=$HEALTH; SETUP=()
+if [ "${METHOD:-health/check}" = thread/read ]; then
+  thread=$("${CLI:-$BIN/threadwire}" call --server 127.0.0.1:7593 thread/start --json '{}' | "$PY" -c "import json,sys; print(json.load(sys.stdin)['thread']['id'])")
+  FRAME=$("$PY" -c "
+from threadwire_client import messages
+e = messages.envelope.Envelope(); e.request.id = 2; e.request.thread_read.thread_id = '$thread'
+p = e.SerializeToString(); print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())")
+  SETUP=($("$PY" -c "
+from threadwire_client import messages
+e = messages.envelope.Envelope(); e.request.id = 1; e.request.initialize.client_info.name = 'profile'; e.request.initialize.protocol_version = 1
+p = e.SerializeToString(); print((b'\x00' + len(p).to_bytes(4, 'big') + p).hex())"))
+fi
+"${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" 1 "$FRAME" "${SETUP[@]}" > /dev/null  # warm up
 ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
 before=$(ticks)
 perf record -F "${FREQ:-4000}" -g -p $pid -o "$data/perf.data" -- sleep "$DUR" > /dev/null 2>&1 &
 perf_pid=$!
-result=$("${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" "$DUR" "$HEALTH")
+result=$("${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" "$DUR" "$FRAME" "${SETUP[@]}")
 wait $perf_pid
 after=$(ticks)
 hz=$(getconf CLK_TCK)
