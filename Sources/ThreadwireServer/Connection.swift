@@ -89,7 +89,8 @@ final class Connection: ReadGate, Sendable {
 
     /// Whether a request may start now; the refusal otherwise.
     func admits(requiresHandshake: Bool, method: String) -> RequestError? {
-        if loopFlags.load().contains(.admitsAll) { return nil }
+        // A method without the handshake (health/check) is admitted in any state.
+        if !requiresHandshake || loopFlags.load().contains(.admitsAll) { return nil }
         return shared.withLockedValue { $0.machine.admits(requiresHandshake: requiresHandshake, method: method) }
     }
 
