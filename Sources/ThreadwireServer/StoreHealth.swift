@@ -1,5 +1,6 @@
 public import Logging
 import NIOConcurrencyHelpers
+import Synchronization
 public import ServiceLifecycle
 public import ThreadwireCore
 
@@ -12,6 +13,9 @@ public final class StoreHealth: Service, Sendable {
     private let store: any ThreadStore
     private let logger: Logger
     private let state = NIOLockedValueBox<String?>(nil)
+    /// `state == nil`, stored under its lock and read without it: every
+    /// health/check asks.
+    private let healthy = Atomic(true)
     public let healthyInterval: Duration
     public let unhealthyInterval: Duration
 
@@ -23,13 +27,16 @@ public final class StoreHealth: Service, Sendable {
         self.unhealthyInterval = unhealthyInterval
     }
 
-    public var isHealthy: Bool { failure == nil }
+    public var isHealthy: Bool { healthy.load(ordering: .acquiring) }
     /// Why the store cannot commit, nil while it can.
     public var failure: String? { state.withLockedValue { $0 } }
 
     func commitFailed(_ error: any Error) {
         let wasHealthy = state.withLockedValue { current in
-            defer { current = "\(error)" }
+            defer {
+                current = "\(error)"
+                healthy.store(false, ordering: .releasing)
+            }
             return current == nil
         }
         if wasHealthy { logger.error("store cannot commit; health is NOT_SERVING", metadata: ["tw.error": "\(error)"]) }
@@ -40,7 +47,10 @@ public final class StoreHealth: Service, Sendable {
         do {
             try await store.probe()
             let wasUnhealthy = state.withLockedValue { current in
-                defer { current = nil }
+                defer {
+                    current = nil
+                    healthy.store(true, ordering: .releasing)
+                }
                 return current != nil
             }
             if wasUnhealthy { logger.notice("store commits again; health is SERVING") }
