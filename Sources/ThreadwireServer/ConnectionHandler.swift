@@ -138,18 +138,13 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         }
     }
 
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
-    }
-
     private func idleTimerFired(context: ChannelHandlerContext) {
         guard let connection, context.channel.isActive else { return }
         let timeout = TimeAmount.milliseconds(Int64(services.info.limits.idleTimeoutMs))
         let due = lastRead + .nanoseconds(timeout.nanoseconds)
         let now = ContinuousClock.now
         if now < due {
-            armIdleTimer(context: context, at: .now() + .nanoseconds(Self.nanoseconds(now.duration(to: due))))
+            armIdleTimer(context: context, at: .now() + .nanoseconds(now.duration(to: due).wholeNanoseconds))
             return
         }
         if case let .close(_, _, reason) = connection.idleTimeoutPassed(subscribed: services.engine.isSubscribed(connectionID)) {

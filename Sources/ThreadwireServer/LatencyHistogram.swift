@@ -32,8 +32,7 @@ final class LatencyHistogram: Sendable {
     private let state = Mutex(State())
 
     func record(_ duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        let nanoseconds = max(0, seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000)
+        let nanoseconds = max(0, duration.wholeNanoseconds)
         var bucket = 0
         // Most requests fall in the first buckets: a scan beats a binary search.
         while bucket < Self.bounds.count, nanoseconds > Self.bounds[bucket] { bucket += 1 }
@@ -73,5 +72,13 @@ final class LatencyHistogram: Sendable {
         fraction = String(repeating: "0", count: 9 - fraction.count) + fraction
         while fraction.count > 1, fraction.hasSuffix("0") { fraction.removeLast() }
         return "\(whole).\(fraction)"
+    }
+}
+
+extension Duration {
+    /// The duration in whole nanoseconds (wrapping past 292 years).
+    var wholeNanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
     }
 }
