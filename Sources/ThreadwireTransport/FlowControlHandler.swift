@@ -12,6 +12,10 @@ public protocol ReadGate: AnyObject, Sendable {
 /// Stops reading a connection while its answers are not being taken (the
 /// channel is not writable) or its request queue is full, and reads again
 /// when both clear: the client's TCP window then pushes back on it.
+///
+/// Its place is the pipeline's end, after the call layer (`FramePipeline`):
+/// the read it gates starts at the tail, and writability reaches it through
+/// the call layer, while a request's own events never pass it.
 public final class FlowControlHandler: ChannelDuplexHandler, @unchecked Sendable {
     public typealias InboundIn = NIOAny
     public typealias OutboundIn = NIOAny

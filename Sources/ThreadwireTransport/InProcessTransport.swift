@@ -86,8 +86,8 @@ public final class InProcessTransport: ServerTransport {
                 .channelOption(.writeBufferWaterMark, value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil, attachment: attachment,
-                                                    accept: listening.accept)
+                        _ = try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil, attachment: attachment,
+                                                        accept: listening.accept)
                     }
                 }
                 .withConnectedSocket(ends[0])
@@ -123,12 +123,18 @@ public final class InProcessTransport: ServerTransport {
         }
         try channel.syncOptions?.setOption(.writeBufferWaterMark,
                                            value: .init(low: settings.outboundHighWaterBytes / 2, high: settings.outboundHighWaterBytes))
-        let flowControl = try withoutActuallyEscaping(framing) { framing in
+        let framingHandler = try withoutActuallyEscaping(framing) { framing in
             try FramePipeline.configure(channel, settings: settings, budget: listening.budget, tls: nil,
                                         attachment: attachment, framing: framing, accept: listening.accept)
         }
-        // Open before the call layer came: it hears so now, as a new connection's would.
-        try channel.pipeline.syncOperations.context(handler: flowControl).fireChannelActive()
+        // Open before the framing and the call layer came: they hear so now,
+        // as a new connection's would (handed to the framing handler as the
+        // pipeline hands it an event, then passed on by it).
+        let framingContext = try channel.pipeline.syncOperations.context(handler: framingHandler)
+        guard let inbound = framingHandler as? any _ChannelInboundHandler else {
+            preconditionFailure("a framing handler reads the channel's messages (it is an inbound handler)")
+        }
+        inbound.channelActive(context: framingContext)
     }
 }
 

@@ -29,10 +29,11 @@ struct ConnectionHandlerTests {
         let channel = EmbeddedChannel()
         let flowControl = FlowControlHandler(paused: { metrics.backpressurePauses.increment() })
         let frameLimit = FrameSizeLimit(maxFrameBytes)
+        // In the server's order (FramePipeline): flow control after the call layer.
         try channel.pipeline.syncOperations.addHandlers([
-            flowControl,
             FrameSplitter(limit: frameLimit),
             ConnectionHandler(connectionID: 1, services: services, flowControl: flowControl, frameLimit: frameLimit),
+            flowControl,
         ])
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         return channel
