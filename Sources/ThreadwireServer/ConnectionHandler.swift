@@ -194,15 +194,16 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         let request: Wire.Request
         do {
             // Decoded from the inbound buffer's bytes: no copy into an array.
-            let envelope = try payload.withUnsafeReadableBytes { try Wire.Envelope(serializedBytes: $0) }
-            record(envelope, payload: payload)
-            switch envelope.kind {
-            case let .request(decoded)?:
+            switch try payload.withUnsafeReadableBytes({ try Wire.Envelope.inbound(serializedBytes: $0) }) {
+            case let .request(decoded):
+                record(decoded, payload: payload)
                 request = decoded
-            case let .serverRequestAnswer(answer)?:
-                dispatcher.answer(answer, connection: connection)
-                return
-            default:
+            case let .other(envelope):
+                record(nil, payload: payload)
+                if case let .serverRequestAnswer(answer)? = envelope.kind {
+                    dispatcher.answer(answer, connection: connection)
+                    return
+                }
                 connection.send(Wire.Response(code: StatusCode.invalidArgument.rawValue,
                                               message: "expected an Envelope carrying a request or a server request's answer"))
                 return
@@ -242,9 +243,10 @@ final class ConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     /// Captures never hold a bearer token or the cluster's secret: an
     /// initialize that carries either (a client's `auth_token`, a relaying
     /// peer's `peer.token`) is recorded without it (a replay supplies its own).
-    private func record(_ envelope: Wire.Envelope, payload: ByteBuffer) {
+    /// `request`: the frame's request, nil for any other envelope.
+    private func record(_ request: Wire.Request?, payload: ByteBuffer) {
         guard let recorder = services.recorder else { return }
-        if case var .request(request)? = envelope.kind, case var .initialize(params)? = request.params,
+        if var request, case var .initialize(params)? = request.params,
            params.authToken != nil || params.peer?.token != nil {
             params.authToken = nil
             params.peer?.token = nil

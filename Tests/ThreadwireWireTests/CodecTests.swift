@@ -36,6 +36,31 @@ struct CodecTests {
         #expect(empty.kind == nil)
     }
 
+    @Test("a server's inbound decode gives what the Envelope decode gives: the request unboxed, anything else as the Envelope, the same errors")
+    func inboundAgreesWithEnvelope() throws {
+        func inbound(_ bytes: [UInt8]) throws -> Wire.Envelope.Inbound {
+            try bytes.withUnsafeBytes { try Wire.Envelope.inbound(serializedBytes: $0) }
+        }
+        let request = WireFixtures.Request(12)
+        #expect(try inbound(Wire.Envelope(kind: .request(request)).serializedBytes()) == .request(request))
+        let others = [
+            Wire.Envelope(kind: .response(Wire.Response(id: 3, code: 5, message: "no"))),
+            Wire.Envelope(kind: .serverRequestAnswer(Wire.ServerRequestAnswer(id: "a1"))),
+            Wire.Envelope(),
+        ]
+        for envelope in others {
+            #expect(try inbound(envelope.serializedBytes()) == .other(envelope))
+        }
+        #expect(throws: WireError.malformed(type: "threadwire.v1.Envelope", byteCount: 3)) { try inbound([0x0A, 0xFF, 0xFF]) }
+        // The request's thread/start model (01 01) made invalid UTF-8: the
+        // error names the path from the Envelope, as the Envelope decode's does.
+        var bytes = Wire.Envelope(kind: .request(Wire.Request(id: 1, params: .threadStart(Wire.ThreadStartParams(model: "\u{1}\u{1}"))))).serializedBytes()
+        let at = try #require(bytes.indices.first { bytes[$0] == 1 && bytes[$0 + 1] == 1 })
+        bytes[at] = 0xC3; bytes[at + 1] = 0x28
+        #expect(throws: WireError.invalidUTF8(field: "request.thread_start.model")) { try Wire.Envelope(serializedBytes: bytes) }
+        #expect(throws: WireError.invalidUTF8(field: "request.thread_start.model")) { try inbound(bytes) }
+    }
+
     @Test("bytes that are not protobuf give a typed malformed error")
     func malformed() {
         #expect(throws: WireError.malformed(type: "threadwire.v1.Envelope", byteCount: 3)) {
