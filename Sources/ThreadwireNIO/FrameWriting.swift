@@ -17,6 +17,18 @@ extension ByteBuffer {
     }
 }
 
+extension ByteBuffer {
+    /// The frame header, then `size` payload bytes that `write` puts at a pointer.
+    mutating func writeFrame(payloadSize size: Int, _ write: (UnsafeMutableRawPointer) -> Void) {
+        writeFrameHeader(payloadSize: size)
+        guard size > 0 else { return }
+        writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
+            write(raw.baseAddress!)
+            return size
+        }
+    }
+}
+
 extension ByteBufferAllocator {
     /// A frame of a payload that a packer writes itself (protobuf-c's
     /// `pack`: its size, then a writer of exactly that many bytes), refused
@@ -26,13 +38,50 @@ extension ByteBufferAllocator {
         pack { size, write in
             guard size <= maxPayload else { return .tooLarge(size) }
             var buffer = self.buffer(capacity: Framing.headerSize + size)
-            buffer.writeFrameHeader(payloadSize: size)
-            if size > 0 {
-                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
-                    write(raw.baseAddress!)
-                    return size
-                }
+            buffer.writeFrame(payloadSize: size, write)
+            return .framed(buffer)
+        }
+    }
+}
+
+/// Frames a connection's small answers in one buffer, used again once the
+/// socket has taken the last frame written from it: a closed-loop client's
+/// request then costs no allocation for its answer (two per answer before:
+/// the buffer's storage object and its bytes, issue 54). While a write still
+/// holds the buffer (a client that is slow to read, answers pipelined in one
+/// read), a frame gets storage of its own, exactly its size, as before; so
+/// unsent bytes are never held in larger allocations than they need.
+/// Frames over `reusableBytes` always get their own, and an idle
+/// connection keeps at most `reusableBytes` for its next answer.
+///
+/// Confined to the connection's event loop.
+public struct ReusedFrameBuffer {
+    public static let defaultReusableBytes = 1024
+    private var spare: ByteBuffer?
+    private let reusableBytes: Int
+
+    public init(reusableBytes: Int = defaultReusableBytes) {
+        self.reusableBytes = reusableBytes
+    }
+
+    /// As `ByteBufferAllocator.frame(maxPayload:packing:)`.
+    public mutating func frame(allocator: ByteBufferAllocator, maxPayload: Int,
+                               packing pack: ((_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) -> FrameResult) -> FrameResult) -> FrameResult {
+        pack { size, write in
+            guard size <= maxPayload else { return .tooLarge(size) }
+            let total = Framing.headerSize + size
+            guard total <= reusableBytes else {
+                var own = allocator.buffer(capacity: total)
+                own.writeFrame(payloadSize: size, write)
+                return .framed(own)
             }
+            // Taken, not copied: a copy would make the storage look shared
+            // and `clear` would always allocate.
+            var buffer = spare.take() ?? allocator.buffer(capacity: total)
+            // The same storage unless a write still holds it (then new storage of `total` bytes).
+            buffer.clear(minimumCapacity: total)
+            buffer.writeFrame(payloadSize: size, write)
+            spare = buffer
             return .framed(buffer)
         }
     }

@@ -231,13 +231,23 @@ final class Connection: ReadGate, Sendable {
     /// `flush: false` only on the event loop within a read batch; the
     /// connection handler flushes at the batch's end.
     func send(_ response: Wire.Response, flush: Bool = true) {
-        write(Wire.Envelope(kind: .response(response)).frame(allocator: allocator, maxPayload: limits.maxFrameBytes),
-              id: response.id, flush: flush)
+        let envelope = Wire.Envelope(kind: .response(response))
+        write(answerFrame { envelope.pack($0) }, id: response.id, flush: flush)
     }
 
     /// An OK response whose result was encoded before.
     func send(id: UInt64?, encoded: Wire.EncodedResult, flush: Bool = true) {
-        write(encoded.responseFrame(id: id, allocator: allocator, maxPayload: limits.maxFrameBytes), id: id, flush: flush)
+        write(answerFrame { encoded.packResponse(id: id, $0) }, id: id, flush: flush)
+    }
+
+    /// On the event loop: small answers are framed in `answerFrames`.
+    nonisolated(unsafe) private var answerFrames = ReusedFrameBuffer()
+
+    /// An answer's frame: on the event loop in the buffer the connection
+    /// reuses, elsewhere in one of its own.
+    private func answerFrame(_ pack: ((_ size: Int, _ write: (UnsafeMutableRawPointer) -> Void) -> FrameResult) -> FrameResult) -> FrameResult {
+        guard eventLoop.inEventLoop else { return allocator.frame(maxPayload: limits.maxFrameBytes, packing: pack) }
+        return answerFrames.frame(allocator: allocator, maxPayload: limits.maxFrameBytes, packing: pack)
     }
 
     private func write(_ framed: FrameResult, id: UInt64?, flush: Bool) {
