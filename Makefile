@@ -34,7 +34,7 @@ WHOLE_MODULE_FLAGS = $(if $(WHOLE_MODULE),-Xswiftc -wmo -Xswiftc -num-threads -X
 SWIFT_BUILD_FLAGS ?=
 SWIFT_FLAGS = $(DEBUG_INFO_FLAGS) $(WHOLE_MODULE_FLAGS) $(SWIFT_BUILD_FLAGS)
 
-.PHONY: test-lane-faults test-lane-clients test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-websocket bench-grpc bench-per-request bench-profile bench-tail bench-mesh deps apt-deps perf-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
+.PHONY: test-lane-faults test-lane-clients test-chaos chaos bench-events bench-events-postgres bench-resume bench-quotas bench-scale bench-import bench-idempotency bench-fanout bench-agents bench-clients bench-context bench-streaming bench-security bench-postgres bench-cluster fuzz fuzz-build fuzz-smoke fuzz-corpus bench-ownership bench-pressure bench-ceiling bench-websocket bench-grpc bench-per-request bench-wakeups bench-profile bench-tail bench-mesh deps apt-deps perf-deps apt-run-deps py-deps c-client build run install install-files test test-swift test-python check-generated generate test-go test-typescript test-conformance memcheck clean bench bench-generate
 
 ## Installs only what is missing (apt-get update once, then install).
 ## Installs the missing ones of $(1).
@@ -325,6 +325,12 @@ bench-grpc: apt-deps py-deps
 bench-per-request: apt-deps py-deps perf-deps
 	swift build -c release
 	Benchmarks/per_request.sh
+
+## Issue 54: each server on a core of its own, its user and system CPU per request beside how often its answers woke the generator's CPU (/proc/interrupts).
+bench-wakeups: apt-deps py-deps
+	swift build -c release --product threadwire-server
+	cd Benchmarks && swift build -c release --product ThreadwireBench
+	Benchmarks/wakeups.sh
 
 ## Issue 11: health/check and thread/read over plain TCP, bearer tokens, TLS and mutual TLS.
 bench-security: apt-deps
