@@ -144,16 +144,6 @@ struct ConnectionHandlerTests {
         #expect(!channel.isActive)
     }
 
-    /// Counts the reads that reach the socket end of the pipeline.
-    final class ReadCounter: ChannelOutboundHandler, @unchecked Sendable {
-        typealias OutboundIn = NIOAny
-        var reads = 0
-        func read(context: ChannelHandlerContext) {
-            reads += 1
-            context.read()
-        }
-    }
-
     func flowControlled(_ limits: ServerLimits) throws -> (EmbeddedChannel, ReadCounter, Connection) {
         let channel = EmbeddedChannel()
         let counter = ReadCounter()

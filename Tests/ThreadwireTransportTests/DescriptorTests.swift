@@ -59,8 +59,8 @@ struct DescriptorTests {
         let budget = DescriptorBudget(capacity: 1, reserved: 8, fileLimit: 64)
         #expect(budget.refusalSlack == 2)
         let listener = EmbeddedChannel()
-        let reads = ReadCounter()
-        try listener.pipeline.syncOperations.addHandlers([reads, AcceptGate(budget: budget)])
+        let counter = ReadCounter()
+        try listener.pipeline.syncOperations.addHandlers([counter, AcceptGate(budget: budget)])
         var children: [EmbeddedChannel] = []
         // What a read of the listener brings: one accepted connection.
         func accept() throws {
@@ -71,30 +71,21 @@ struct DescriptorTests {
         }
         for accepted in 1...3 {
             listener.read()
-            #expect(reads.count == accepted, "read \(accepted) passes")
+            #expect(counter.reads == accepted, "read \(accepted) passes")
             try accept()
         }
         // One served and two being refused: the listener waits.
         listener.read()
-        #expect(reads.count == 3, "held")
+        #expect(counter.reads == 3, "held")
         _ = try children[0].finish()
         listener.embeddedEventLoop.run()
-        #expect(reads.count == 4, "resumed once one closed")
+        #expect(counter.reads == 4, "resumed once one closed")
         // The resumed read accepts one more: full again.
         try accept()
         listener.read()
-        #expect(reads.count == 4, "held again")
+        #expect(counter.reads == 4, "held again")
         for child in children.dropFirst() { _ = try child.finish() }
         _ = try listener.finish()
-    }
-
-    final class ReadCounter: ChannelOutboundHandler {
-        typealias OutboundIn = Never
-        var count = 0
-        func read(context: ChannelHandlerContext) {
-            count += 1
-            context.read()
-        }
     }
 
     @Test("over TCP a connection past the budget gets the refusal frame and the end at once; one is served again once a served one closed")

@@ -3,6 +3,7 @@ import NIOEmbedded
 import Synchronization
 import Testing
 import ThreadwireNIO
+import ThreadwireServerTesting
 @testable import ThreadwireTransport
 
 /// The transport half of a connection's pipeline as `FramePipeline` builds
@@ -27,20 +28,10 @@ struct PipelineTests {
         func writabilityChanged() { writabilityChanges += 1 }
     }
 
-    /// Next to the socket: counts the reads that get through.
-    final class SocketEnd: ChannelOutboundHandler, @unchecked Sendable {
-        typealias OutboundIn = NIOAny
-        var reads = 0
-        func read(context: ChannelHandlerContext) {
-            reads += 1
-            context.read()
-        }
-    }
-
     @Test("framing, then the call layer, then flow control: reads from the tail are held, the call layer's own go straight out")
     func flowControlComesLast() throws {
         let channel = EmbeddedChannel()
-        let socketEnd = SocketEnd()
+        let socketEnd = ReadCounter()  // next to the socket
         try channel.pipeline.syncOperations.addHandler(socketEnd)
         let callLayer = CallLayer()
         let flowControl = Mutex<FlowControlHandler?>(nil)
