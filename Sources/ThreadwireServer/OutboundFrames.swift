@@ -15,13 +15,6 @@ extension Wire.Envelope {
     }
 }
 
-extension Wire.EncodedResult {
-    /// An OK Response frame with `id` and this result, encoded before.
-    func responseFrame(id: UInt64?, allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
-        allocator.frame(maxPayload: maxPayload) { packResponse(id: id, $0) }
-    }
-}
-
 extension Wire.EncodedNotification {
     /// A Notification frame numbered `sequence`, from bytes encoded once for every subscriber.
     func notificationFrame(sequence: UInt64, allocator: ByteBufferAllocator, maxPayload: Int) -> FrameResult {
