@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Issue 10: where a health/check goes in the release server. Runs the C load
 # generator (16 connections, closed loop) against SERVER_BIN while
-# `perf record -g` samples the server, then prints the server's CPU time per
+# `perf record` samples (with call stacks) the server, then prints the server's CPU time per
 # request and its samples by shared object and by symbol.
 # PIN=1: the server on CPU 0 with one event loop, the generator on CPU 1, so
 # the profile is the server's alone (FREQ sets perf's sampling rate).
+# CALLGRAPH=dwarf unwinds through leaf functions such as swift_retain, so a
+# retain is charged to its real caller (slower; use a lower FREQ).
 # KEEP=DIR keeps perf.data in DIR (which must exist), for
 # Benchmarks/profile_parts.py: the user time by part of the request path.
 # METHOD=thread/read profiles a loaded thread's thread/read instead of
@@ -46,7 +48,7 @@ fi
 "${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" 1 "$FRAME" "${SETUP[@]}" > /dev/null  # warm up
 ticks() { awk '{print $14 + $15}' /proc/$pid/stat; }
 before=$(ticks)
-perf record -F "${FREQ:-4000}" -g -p $pid -o "$data/perf.data" -- sleep "$DUR" > /dev/null 2>&1 &
+perf record -F "${FREQ:-4000}" --call-graph "${CALLGRAPH:-fp}" -p $pid -o "$data/perf.data" -- sleep "$DUR" > /dev/null 2>&1 &
 perf_pid=$!
 result=$("${generator_cpu[@]}" .build/c/frame_load 7593 "$CONNS" "$DUR" "$FRAME" "${SETUP[@]}")
 wait $perf_pid

@@ -221,12 +221,34 @@ extension LoggingSystem {
 /// The process's log level: every handler reads it, so a SIGHUP that
 /// re-reads the config file changes it for loggers already made.
 enum LiveLogLevel {
-    private static let index = Atomic<Int>(Logger.Level.allCases.firstIndex(of: .info)!)
+    // The level's severity order (Logger.Level is Comparable by it).
+    private static let severity = Atomic<UInt8>(2)
 
-    static var current: Logger.Level { Logger.Level.allCases[index.load(ordering: .relaxed)] }
+    /// Read on every inline answer: a switch, where `allCases[index]`
+    /// retained and released the array each time.
+    static var current: Logger.Level {
+        switch severity.load(ordering: .relaxed) {
+        case 0: .trace
+        case 1: .debug
+        case 2: .info
+        case 3: .notice
+        case 4: .warning
+        case 5: .error
+        default: .critical
+        }
+    }
 
     static func set(_ level: Logger.Level) {
-        index.store(Logger.Level.allCases.firstIndex(of: level)!, ordering: .relaxed)
+        let value: UInt8 = switch level {
+        case .trace: 0
+        case .debug: 1
+        case .info: 2
+        case .notice: 3
+        case .warning: 4
+        case .error: 5
+        case .critical: 6
+        }
+        severity.store(value, ordering: .relaxed)
     }
 }
 
