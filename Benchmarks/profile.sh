@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 10: where a health/check goes in the release server. Runs the C load
 # generator (16 connections, closed loop) against SERVER_BIN while
-# `perf record` samples (with call stacks) the server, then prints the server's CPU time per
-# request and its samples by shared object and by symbol.
+# `perf record` samples the server with call stacks, then prints the
+# server's CPU time per request and its samples by shared object and by symbol.
 # PIN=1: the server on CPU 0 with one event loop, the generator on CPU 1, so
 # the profile is the server's alone (FREQ sets perf's sampling rate).
 # CALLGRAPH=dwarf unwinds through leaf functions such as swift_retain, so a

@@ -221,13 +221,12 @@ extension LoggingSystem {
 /// The process's log level: every handler reads it, so a SIGHUP that
 /// re-reads the config file changes it for loggers already made.
 enum LiveLogLevel {
-    // The level's severity order (Logger.Level is Comparable by it).
-    private static let severity = Atomic<UInt8>(2)
+    private static let rank = Atomic<UInt8>(rank(of: .info))
 
-    /// Read on every inline answer: a switch, where `allCases[index]`
-    /// retained and released the array each time.
+    /// Read on every inline answer: a switch, where `allCases[index]` made
+    /// a release of the array each time (issue 54).
     static var current: Logger.Level {
-        switch severity.load(ordering: .relaxed) {
+        switch rank.load(ordering: .relaxed) {
         case 0: .trace
         case 1: .debug
         case 2: .info
@@ -239,7 +238,12 @@ enum LiveLogLevel {
     }
 
     static func set(_ level: Logger.Level) {
-        let value: UInt8 = switch level {
+        rank.store(rank(of: level), ordering: .relaxed)
+    }
+
+    /// The level's place in severity order, as `current` reads it back.
+    private static func rank(of level: Logger.Level) -> UInt8 {
+        switch level {
         case .trace: 0
         case .debug: 1
         case .info: 2
@@ -248,7 +252,6 @@ enum LiveLogLevel {
         case .error: 5
         case .critical: 6
         }
-        severity.store(value, ordering: .relaxed)
     }
 }
 
